@@ -1,0 +1,130 @@
+"""Datasets as in-memory arrays: where they come from (real or synthetic) travels with them.
+
+`load_dataset` is the one entry point: real data from the cache or a verified download, or synthetic data of
+the same shape when asked for, or (with "auto") when the real data cannot be had, saying why.
+
+    python -c "from devicebench.data import load_dataset; print(load_dataset('mnist', source='synthetic'))"
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+DataSource = Literal["real", "synthetic"]
+DataChoice = Literal["auto", "real", "synthetic"]
+
+
+@dataclass(frozen=True, eq=False)
+class ArrayDataset:
+    """A whole image-classification dataset held in host memory.
+
+    Images are uint8 in NCHW layout (scaled to [0, 1] only when a batch is formed, as the seeds did);
+    labels are int64 class indices.
+    """
+
+    name: str  # "mnist", "cifar10", "cifar100"
+    source: DataSource  # "real" or "synthetic": shown in every table and stored in every result
+    train_images: np.ndarray  # uint8, (N, C, H, W)
+    train_labels: np.ndarray  # int64, (N,)
+    test_images: np.ndarray  # uint8, (M, C, H, W)
+    test_labels: np.ndarray  # int64, (M,)
+    num_classes: int
+    origin: str = ""  # where the bytes came from: a file path, or the generator and its seed
+    fallback_reason: str | None = None  # why "auto" gave synthetic data instead of real; None when it did not
+
+    def __post_init__(self) -> None:
+        for split, images, labels in (
+            ("train", self.train_images, self.train_labels),
+            ("test", self.test_images, self.test_labels),
+        ):
+            if images.dtype != np.uint8 or images.ndim != 4:
+                raise ValueError(f"{self.name} {split} images must be uint8 NCHW, got {images.dtype} {images.shape}")
+            if labels.shape != (images.shape[0],):
+                raise ValueError(f"{self.name} {split}: {images.shape[0]} images but labels of shape {labels.shape}")
+
+    @property
+    def image_shape(self) -> tuple[int, int, int]:
+        return tuple(self.train_images.shape[1:])  # type: ignore[return-value]
+
+    def __repr__(self) -> str:
+        return (
+            f"ArrayDataset({self.name!r}, source={self.source!r}, train={len(self.train_labels)}, "
+            f"test={len(self.test_labels)}, image_shape={self.image_shape}, classes={self.num_classes}"
+            + (f", fallback_reason={self.fallback_reason!r})" if self.fallback_reason else ")")
+        )
+
+
+# Imported here, not at the top, because synthetic.py builds ArrayDatasets and imports the class from this module.
+from devicebench.data.formats import DataFormatError, read_release  # noqa: E402
+from devicebench.data.sources import DataUnavailable, dataset_folder, dataset_spec, fetch, known_datasets  # noqa: E402
+from devicebench.data.synthetic import synthetic_dataset  # noqa: E402
+
+__all__ = [
+    "ArrayDataset",
+    "DataChoice",
+    "DataFormatError",
+    "DataSource",
+    "DataUnavailable",
+    "known_datasets",
+    "load_dataset",
+    "synthetic_dataset",
+]
+
+
+def load_dataset(
+    name: str,
+    source: DataChoice = "auto",
+    *,
+    data_dir: str | Path | None = None,
+    seed: int = 0,
+    progress: bool = True,
+    timeout_s: float = 15.0,
+) -> ArrayDataset:
+    """Load dataset `name` from `source`.
+
+    "real": from `<data root>/<name>/`, downloading and verifying what is missing; DataUnavailable when it cannot.
+    "synthetic": seeded synthetic data of the real shapes (see synthetic.py).
+    "auto": real when cached or downloadable, otherwise synthetic with `fallback_reason` set (and a warning).
+    `seed` only affects synthetic data; `timeout_s` is per network operation, in seconds.
+    """
+    spec = dataset_spec(name)
+    if source == "synthetic":
+        return synthetic_dataset(spec.name, seed=seed)
+    if source == "real":
+        return _load_real(spec.name, data_dir, progress=progress, timeout_s=timeout_s)
+    if source != "auto":
+        raise ValueError(f"source must be 'auto', 'real' or 'synthetic', got {source!r}")
+    try:
+        return _load_real(spec.name, data_dir, progress=progress, timeout_s=timeout_s)
+    except DataUnavailable as error:
+        filenames = ", ".join(remote.filename for remote in spec.files)
+        reason = (
+            f"real {spec.title} could not be had ({error.filename}: {error.reasons}); using synthetic data of the "
+            f"same shape. Put {filenames} in {error.folder} or check the network."
+        )
+    warnings.warn(reason, stacklevel=2)
+    return dataclasses.replace(synthetic_dataset(spec.name, seed=seed), fallback_reason=reason)
+
+
+def _load_real(name: str, data_dir: str | Path | None, *, progress: bool, timeout_s: float) -> ArrayDataset:
+    folder = dataset_folder(name, data_dir)
+    spec = dataset_spec(name)
+    for remote in spec.files:
+        fetch(remote, folder, progress=progress, timeout_s=timeout_s)
+    splits = read_release(name, folder)
+    return ArrayDataset(
+        name=name,
+        source="real",
+        train_images=splits.train_images,
+        train_labels=splits.train_labels,
+        test_images=splits.test_images,
+        test_labels=splits.test_labels,
+        num_classes=spec.num_classes,
+        origin=f"{folder}: {', '.join(remote.filename for remote in spec.files)} (checksums verified)",
+    )

@@ -1,0 +1,298 @@
+"""Where each dataset comes from and how it gets into the cache: URLs, pinned checksums, verified downloads.
+
+A download streams into `<file>.partial` beside its destination while it is hashed, is checked for size and
+checksum, and only then is moved into place atomically: a file at its final name has always been verified.
+
+    python -c "from devicebench.data.sources import DATASETS, data_root; print(data_root(), list(DATASETS))"
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import os
+import tempfile
+import urllib.error
+import urllib.request
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import platformdirs
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
+from devicebench.data.formats import CIFAR10_BINARY, CIFAR100_BINARY, MNIST_FILES
+
+CHUNK_BYTES = 1 << 20  # 1 MiB per read: small enough for a smooth progress bar, large enough to be cheap
+DIGEST_HEX_LENGTHS = {"md5": 32, "sha256": 64}  # the checksum kinds we accept, and their hex lengths
+DATA_DIR_ENVIRONMENT_VARIABLE = "DEVICEBENCH_DATA"
+
+
+class DataUnavailable(RuntimeError):
+    """No URL gave a file that verifies; the message says what each URL answered and where to put the file."""
+
+    def __init__(self, filename: str, folder: Path, failures: list[tuple[str, str]], checksum: str) -> None:
+        self.filename = filename
+        self.folder = folder
+        self.failures = tuple(failures)  # (url, reason) for each URL tried, in order
+        self.checksum = checksum
+        tried = "\n".join(f"  - {url}: {reason}" for url, reason in failures) or "  (no URLs are known for it)"
+        super().__init__(
+            f"could not download {filename} from any of its {len(failures)} URL(s):\n{tried}\n"
+            f"To use it offline, download it yourself and put it in folder {folder} as file {filename}\n"
+            f"(that is, {folder / filename}); it must match {checksum}."
+        )
+
+    def __reduce__(self) -> tuple[type[DataUnavailable], tuple[str, Path, list[tuple[str, str]], str]]:
+        # rebuilt from our own arguments, so the error survives crossing a process boundary (DataLoader workers, DDP)
+        return (DataUnavailable, (self.filename, self.folder, list(self.failures), self.checksum))
+
+    @property
+    def reasons(self) -> str:
+        """One line: each URL and why it failed."""
+        return "; ".join(f"{url}: {reason}" for url, reason in self.failures) or "no URLs are known"
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    """One file of a dataset release, the mirrors that serve it, and the checksum it must have."""
+
+    filename: str
+    urls: tuple[str, ...]  # mirrors, tried in order
+    checksum: str  # "sha256:<hex>" or "md5:<hex>"
+    size_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        algorithm, _, hex_digest = self.checksum.partition(":")
+        if DIGEST_HEX_LENGTHS.get(algorithm) != len(hex_digest) or not all(
+            character in "0123456789abcdef" for character in hex_digest
+        ):
+            raise ValueError(
+                f"{self.filename}: checksum must be 'md5:<32 hex>' or 'sha256:<64 hex>', got {self.checksum!r}"
+            )
+
+    @property
+    def algorithm(self) -> str:
+        return self.checksum.partition(":")[0]
+
+    @property
+    def hex_digest(self) -> str:
+        return self.checksum.partition(":")[2]
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """What a dataset is (shapes, classes, sizes) and which files make up its release."""
+
+    name: str  # registry key: "mnist", "cifar10", "cifar100"
+    title: str  # how people write it: "MNIST", "CIFAR-10"
+    files: tuple[RemoteFile, ...]
+    image_shape: tuple[int, int, int]  # (channels, height, width)
+    num_classes: int
+    train_size: int  # images in the released train split
+    test_size: int
+
+
+# Checksums below are the sha256 of each file as served, with its size in bytes. Where each is published:
+# - tensorflow/datasets, tensorflow_datasets/url_checksums/{mnist,cifar10,cifar100}.txt (url, size, sha256);
+#   the same values appear in other public loaders (MLDatasets.jl, gomlx, red-datasets).
+# - MNIST t10k-*: also ../shared/data/mnist/SHA256SUMS, computed from the original files; their md5s
+#   (9fb629c4..., ec29112d...) are the ones published with MNIST and used by torchvision.datasets.MNIST.
+# - CIFAR: https://www.cs.toronto.edu/~kriz/cifar.html publishes md5s of the binary versions:
+#   CIFAR-10 c32a1d4ab5d03f1284b67883e8d87530, CIFAR-100 03b5dce01913d631647c71ecec9e9cb8.
+MNIST_MIRRORS = ("https://yann.lecun.com/exdb/mnist/", "https://ossci-datasets.s3.amazonaws.com/mnist/")
+MNIST_SHA256_AND_SIZE = {  # file name -> (sha256, bytes)
+    MNIST_FILES["train_images"]: ("440fcabf73cc546fa21475e81ea370265605f56be210a4024d2ca8f203523609", 9_912_422),
+    MNIST_FILES["train_labels"]: ("3552534a0a558bbed6aed32b30c495cca23d567ec52cac8be1a0730e8010255c", 28_881),
+    MNIST_FILES["test_images"]: ("8d422c7b0a1c1c79245a5bcf07fe86e33eeafee792b84584aec276f5a2dbc4e6", 1_648_877),
+    MNIST_FILES["test_labels"]: ("f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6", 4_542),
+}
+CIFAR_BASE_URL = "https://www.cs.toronto.edu/~kriz/"
+
+DATASETS: dict[str, DatasetSpec] = {
+    "mnist": DatasetSpec(
+        name="mnist",
+        title="MNIST",
+        files=tuple(
+            RemoteFile(
+                filename=filename,
+                urls=tuple(mirror + filename for mirror in MNIST_MIRRORS),
+                checksum=f"sha256:{sha256}",
+                size_bytes=size_bytes,
+            )
+            for filename, (sha256, size_bytes) in MNIST_SHA256_AND_SIZE.items()
+        ),
+        image_shape=(1, 28, 28),
+        num_classes=10,
+        train_size=60_000,
+        test_size=10_000,
+    ),
+    "cifar10": DatasetSpec(
+        name="cifar10",
+        title="CIFAR-10",
+        files=(
+            RemoteFile(
+                filename=CIFAR10_BINARY.archive_name,
+                urls=(CIFAR_BASE_URL + CIFAR10_BINARY.archive_name,),
+                checksum="sha256:c4a38c50a1bc5f3a1c5537f2155ab9d68f9f25eb1ed8d9ddda3db29a59bca1dd",
+                size_bytes=170_052_171,
+            ),
+        ),
+        image_shape=(3, 32, 32),
+        num_classes=10,
+        train_size=50_000,
+        test_size=10_000,
+    ),
+    "cifar100": DatasetSpec(
+        name="cifar100",
+        title="CIFAR-100",
+        files=(
+            RemoteFile(
+                filename=CIFAR100_BINARY.archive_name,
+                urls=(CIFAR_BASE_URL + CIFAR100_BINARY.archive_name,),
+                checksum="sha256:58a81ae192c23a4be8b1804d68e518ed807d710a4eb253b1f2a199162a40d8ec",
+                size_bytes=168_513_733,
+            ),
+        ),
+        image_shape=(3, 32, 32),
+        num_classes=100,  # the fine labels
+        train_size=50_000,
+        test_size=10_000,
+    ),
+}
+
+
+def known_datasets() -> tuple[str, ...]:
+    return tuple(DATASETS)
+
+
+def dataset_spec(name: str) -> DatasetSpec:
+    """The registry entry for `name`; a ValueError listing the known names otherwise."""
+    try:
+        return DATASETS[name]
+    except KeyError:
+        raise ValueError(f"unknown dataset {name!r}; known datasets: {', '.join(known_datasets())}") from None
+
+
+def data_root(data_dir: str | Path | None = None) -> Path:
+    """The cache root: `data_dir` if given, else $DEVICEBENCH_DATA, else the user's cache folder."""
+    if data_dir is not None:
+        return Path(data_dir).expanduser()
+    from_environment = os.environ.get(DATA_DIR_ENVIRONMENT_VARIABLE)
+    if from_environment:
+        return Path(from_environment).expanduser()
+    return Path(platformdirs.user_cache_dir("devicebench")) / "data"
+
+
+def dataset_folder(name: str, data_dir: str | Path | None = None) -> Path:
+    """Where dataset `name`'s release files live: `<root>/<name>/`."""
+    return data_root(data_dir) / dataset_spec(name).name
+
+
+def file_digest(path: Path, algorithm: str) -> str:
+    """Hex digest of a file, read in chunks so a 170 MB archive never sits in memory twice."""
+    hasher = hashlib.new(algorithm, usedforsecurity=False)
+    with open(path, "rb") as file:
+        while chunk := file.read(CHUNK_BYTES):
+            hasher.update(chunk)
+    return hasher.hexdigest()
+
+
+def verifies(path: Path, remote: RemoteFile) -> bool:
+    """Whether `path` is a regular file with the checksum pinned for `remote`."""
+    return path.is_file() and file_digest(path, remote.algorithm) == remote.hex_digest
+
+
+def is_cached(name: str, data_dir: str | Path | None = None) -> bool:
+    """Whether every file of dataset `name` is in the cache and verifies (hashes them: ~0.5 s for CIFAR)."""
+    folder = dataset_folder(name, data_dir)
+    return all(verifies(folder / remote.filename, remote) for remote in dataset_spec(name).files)
+
+
+def fetch(remote: RemoteFile, folder: Path, *, progress: bool = True, timeout_s: float = 15.0) -> Path:
+    """Return `folder/remote.filename`, verified, downloading it from the first mirror that serves it intact."""
+    folder = Path(folder)
+    target = folder / remote.filename
+    if target.exists():
+        found = file_digest(target, remote.algorithm)
+        if found == remote.hex_digest:
+            return target
+        warnings.warn(
+            f"{target} is corrupt (expected {remote.checksum}, found {remote.algorithm}:{found}); "
+            "deleting it and downloading it again",
+            stacklevel=2,
+        )
+        target.unlink()
+
+    folder.mkdir(parents=True, exist_ok=True)
+    failures: list[tuple[str, str]] = []
+    for url in remote.urls:
+        reason = _download(url, remote, target, progress=progress, timeout_s=timeout_s)
+        if reason is None:
+            return target
+        failures.append((url, reason))
+    raise DataUnavailable(remote.filename, folder, failures, remote.checksum)
+
+
+def _download(url: str, remote: RemoteFile, target: Path, *, progress: bool, timeout_s: float) -> str | None:
+    """Download `url` to `target` through a verified temporary file; None on success, else why it failed."""
+    handle, partial_name = tempfile.mkstemp(dir=target.parent, prefix=f".{remote.filename}.", suffix=".partial")
+    partial = Path(partial_name)
+    try:
+        with os.fdopen(handle, "wb") as partial_file:
+            hasher = hashlib.new(remote.algorithm, usedforsecurity=False)
+            request = urllib.request.Request(url, headers={"User-Agent": "devicebench"})
+            with urllib.request.urlopen(request, timeout=timeout_s) as response:
+                announced_bytes = response.length  # Content-Length, or None when the server does not say
+                received_bytes = 0
+                with _progress_bar(enabled=progress) as bar:
+                    task = bar.add_task(remote.filename, total=announced_bytes or remote.size_bytes)
+                    while chunk := response.read(CHUNK_BYTES):
+                        hasher.update(chunk)
+                        partial_file.write(chunk)
+                        received_bytes += len(chunk)
+                        bar.advance(task, len(chunk))
+        # http.client returns a short body silently when the server closes early, so count the bytes ourselves
+        if announced_bytes is not None and received_bytes < announced_bytes:
+            return f"truncated: received {received_bytes} of {announced_bytes} bytes"
+        if remote.size_bytes is not None and received_bytes != remote.size_bytes:
+            return f"size mismatch: expected {remote.size_bytes} bytes, received {received_bytes}"
+        actual = hasher.hexdigest()
+        if actual != remote.hex_digest:
+            return f"checksum mismatch: expected {remote.checksum}, got {remote.algorithm}:{actual}"
+        os.replace(partial, target)
+        return None
+    except urllib.error.HTTPError as error:
+        error.close()  # the error page's body is of no use to us
+        return f"HTTP {error.code} {error.reason}"
+    except urllib.error.URLError as error:
+        return _describe_network_error(error.reason, timeout_s)
+    except (OSError, http.client.HTTPException, ValueError) as error:  # reset, timeout mid-body, malformed URL
+        return _describe_network_error(error, timeout_s)
+    finally:
+        partial.unlink(missing_ok=True)  # gone already after os.replace; never left behind otherwise
+
+
+def _describe_network_error(error: object, timeout_s: float) -> str:
+    if isinstance(error, TimeoutError):
+        return f"timed out after {timeout_s:g} s"
+    if isinstance(error, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(error, http.client.IncompleteRead):
+        return f"truncated: connection closed after {len(error.partial)} bytes"
+    return f"{type(error).__name__}: {error}"
+
+
+def _progress_bar(*, enabled: bool) -> Progress:
+    """Bytes, speed and time left on stderr; vanishes when done, so stdout stays for results."""
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=True,
+        disable=not enabled,
+    )

@@ -1,0 +1,243 @@
+"""Shared data fixtures: tiny files in the real release formats, and a loopback HTTP server that serves them.
+
+    python -m pytest tests/test_data_formats.py tests/test_data_sources.py tests/test_data_synthetic.py -q
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import shutil
+import socket
+import struct
+import tarfile
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from devicebench.data.formats import CIFAR10_BINARY, CIFAR100_BINARY, MNIST_FILES, CifarLayout, Splits
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_MNIST_FOLDER = REPO_ROOT.parent / "shared" / "data" / "mnist"  # the real MNIST test set, when present
+
+IDX_TYPE_CODES = {np.dtype(np.uint8): 0x08, np.dtype(np.int32): 0x0C, np.dtype(np.float32): 0x0D}
+
+
+def encode_idx(array: np.ndarray) -> bytes:
+    """IDX bytes for `array`, written from the format's description: magic, big-endian dims, big-endian data."""
+    header = bytes([0, 0, IDX_TYPE_CODES[array.dtype], array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
+    return header + array.astype(array.dtype.newbyteorder(">")).tobytes()
+
+
+def write_tar_gz(
+    path: Path, files: dict[str, bytes], *, symlinks: dict[str, str] | None = None, folders: tuple[str, ...] = ()
+) -> Path:
+    """A .tar.gz holding `folders`, regular `files` (name -> bytes) and `symlinks` (name -> link target)."""
+    with tarfile.open(path, "w:gz") as archive:
+        for folder in folders:
+            info = tarfile.TarInfo(folder)
+            info.type = tarfile.DIRTYPE
+            archive.addfile(info)
+        for name, content in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(content)
+            archive.addfile(info, io.BytesIO(content))
+        for name, target in (symlinks or {}).items():
+            info = tarfile.TarInfo(name)
+            info.type = tarfile.SYMTYPE
+            info.linkname = target
+            archive.addfile(info)
+    return path
+
+
+@dataclass(frozen=True)
+class TinyRelease:
+    """Release files of a few samples in `folder`, and the arrays a correct reader must return from them."""
+
+    folder: Path
+    expected: Splits
+
+
+@pytest.fixture
+def idx_encoder() -> Callable[[np.ndarray], bytes]:
+    return encode_idx
+
+
+@pytest.fixture
+def tar_gz_writer() -> Callable[..., Path]:
+    return write_tar_gz
+
+
+@pytest.fixture
+def tiny_mnist(tmp_path: Path) -> TinyRelease:
+    """The four MNIST .gz files with 6 train and 4 test digits of random pixels."""
+    rng = np.random.default_rng(1234)
+    expected = Splits(
+        train_images=rng.integers(0, 256, size=(6, 1, 28, 28), dtype=np.uint8),
+        train_labels=np.array([5, 0, 4, 1, 9, 2], dtype=np.int64),
+        test_images=rng.integers(0, 256, size=(4, 1, 28, 28), dtype=np.uint8),
+        test_labels=np.array([7, 2, 1, 0], dtype=np.int64),
+    )
+    folder = tmp_path / "tiny_mnist"
+    folder.mkdir()
+    for role, filename in MNIST_FILES.items():
+        array = getattr(expected, role)
+        array = array[:, 0] if array.ndim == 4 else array.astype(np.uint8)  # files hold (N, 28, 28) and uint8
+        (folder / filename).write_bytes(gzip.compress(encode_idx(array)))
+    return TinyRelease(folder, expected)
+
+
+def _cifar_record(labels: tuple[int, ...], image: np.ndarray) -> bytes:
+    """One record as cifar.html describes it: label byte(s), then 1024 R, 1024 G, 1024 B bytes, rows in order."""
+    red, green, blue = image
+    return bytes(labels) + red.tobytes(order="C") + green.tobytes(order="C") + blue.tobytes(order="C")
+
+
+def _tiny_cifar(tmp_path: Path, layout: CifarLayout, seed: int) -> TinyRelease:
+    """A CIFAR binary archive with the real member names: 2 records per train member, 3 in the test member."""
+    rng = np.random.default_rng(seed)
+    members = layout.train_members + layout.test_members
+    counts = [2] * len(layout.train_members) + [3]
+    images = rng.integers(0, 256, size=(sum(counts), 3, 32, 32), dtype=np.uint8)
+    images[0, 0], images[0, 1], images[0, 2] = 11, 22, 33  # one image whose planes a test can name
+    fine_labels = rng.integers(0, layout.num_classes, size=sum(counts))
+    files, start = {}, 0
+    for member, count in zip(members, counts, strict=True):
+        records = []
+        for index in range(start, start + count):
+            coarse = (fine_labels[index] + 7) % 20  # differs from the fine label, so reading the wrong byte shows
+            labels = (int(fine_labels[index]),) if layout.label_bytes == 1 else (int(coarse), int(fine_labels[index]))
+            records.append(_cifar_record(labels, images[index]))
+        files[member] = b"".join(records)
+        start += count
+    top_folder = members[0].split("/")[0]
+    files[f"{top_folder}/batches.meta.txt"] = b"airplane\nautomobile\n"  # the release's other files are skipped
+    path = write_tar_gz(tmp_path / layout.archive_name, files, folders=(top_folder,))
+    train_count = sum(counts[:-1])
+    expected = Splits(
+        train_images=images[:train_count],
+        train_labels=fine_labels[:train_count].astype(np.int64),
+        test_images=images[train_count:],
+        test_labels=fine_labels[train_count:].astype(np.int64),
+    )
+    return TinyRelease(path.parent, expected)
+
+
+@pytest.fixture
+def tiny_cifar10(tmp_path: Path) -> TinyRelease:
+    return _tiny_cifar(tmp_path, CIFAR10_BINARY, seed=10)
+
+
+@pytest.fixture
+def tiny_cifar100(tmp_path: Path) -> TinyRelease:
+    return _tiny_cifar(tmp_path, CIFAR100_BINARY, seed=100)
+
+
+@pytest.fixture
+def shared_mnist_folder() -> Path:
+    if not (SHARED_MNIST_FOLDER / MNIST_FILES["test_images"]).is_file():
+        pytest.skip(f"the real MNIST test set is not at {SHARED_MNIST_FOLDER} (see DESIGN.md, Data)")
+    return SHARED_MNIST_FOLDER
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Loopback HTTP server
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class LoopbackServer:
+    """Serves files from `folder` at `base_url`; each file can be set to misbehave in one way."""
+
+    folder: Path
+    base_url: str = ""
+    requested: list[str] = field(default_factory=list)  # file names asked for, in order
+    misbehaviour: dict[str, str | bytes] = field(default_factory=dict)  # name -> "404", "truncate", "stall" or bytes
+    stall_released: threading.Event = field(default_factory=threading.Event)
+
+    def publish(self, path: Path) -> str:
+        """Serve a copy of `path`; returns its URL."""
+        shutil.copyfile(path, self.folder / path.name)
+        return self.url(path.name)
+
+    def url(self, filename: str) -> str:
+        return self.base_url + filename
+
+    def respond_404(self, filename: str) -> None:
+        self.misbehaviour[filename] = "404"
+
+    def truncate(self, filename: str) -> None:
+        """Announce the full Content-Length, send half the body, close the connection."""
+        self.misbehaviour[filename] = "truncate"
+
+    def stall(self, filename: str) -> None:
+        """Send the headers, then nothing until the test ends."""
+        self.misbehaviour[filename] = "stall"
+
+    def serve_wrong_bytes(self, filename: str, body: bytes) -> None:
+        self.misbehaviour[filename] = body
+
+
+class _LoopbackHandler(BaseHTTPRequestHandler):
+    server: _LoopbackHTTPServer
+
+    def do_GET(self) -> None:  # the name http.server dispatches GET requests to
+        state = self.server.state
+        filename = self.path.lstrip("/")
+        state.requested.append(filename)
+        misbehaviour = state.misbehaviour.get(filename)
+        path = state.folder / filename
+        if misbehaviour == "404" or not path.is_file():
+            self.send_error(404)
+            return
+        body = misbehaviour if isinstance(misbehaviour, bytes) else path.read_bytes()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if misbehaviour == "truncate":
+            self.wfile.write(body[: len(body) // 2])
+            self.close_connection = True
+        elif misbehaviour == "stall":
+            self.wfile.flush()
+            state.stall_released.wait(timeout=10)  # seconds; the client gives up long before
+        else:
+            self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:  # the base class's signature
+        pass  # keep test output clean
+
+
+class _LoopbackHTTPServer(ThreadingHTTPServer):
+    def __init__(self, state: LoopbackServer) -> None:
+        super().__init__(("127.0.0.1", 0), _LoopbackHandler)
+        self.state = state
+
+
+@pytest.fixture
+def loopback_server(tmp_path: Path) -> Iterator[LoopbackServer]:
+    state = LoopbackServer(folder=tmp_path / "served")
+    state.folder.mkdir()
+    server = _LoopbackHTTPServer(state)
+    state.base_url = f"http://127.0.0.1:{server.server_address[1]}/"
+    # a short poll interval (seconds) makes shutdown() at teardown quick
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+    thread.start()
+    yield state
+    state.stall_released.set()
+    server.shutdown()
+    server.server_close()
+    thread.join(timeout=5)
+
+
+@pytest.fixture
+def dead_base_url() -> str:
+    """A loopback URL on a port nothing listens on: connections are refused at once."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}/"
