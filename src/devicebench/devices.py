@@ -1,0 +1,198 @@
+"""Find the devices this machine can train on, turn a user's device spec into torch.devices, and wait on them.
+
+The device-kind-specific calls the training engine needs (synchronize, peak memory, names) live here, so the
+engine stays the same code on CPU, CUDA (NVIDIA and AMD ROCm), Apple MPS and Intel XPU. A device that is asked for
+and missing is an error that says why, never a silent fall-back to the CPU.
+
+    python -c "from devicebench import devices as d; print([(str(x), d.device_name(x)) for x in d.local_devices()])"
+"""
+
+from __future__ import annotations
+
+import re
+from types import ModuleType
+
+import torch
+
+from devicebench import environment
+
+SPEC_HELP = (
+    "auto, cpu, cuda, cuda:N, mps, xpu, xpu:N, or a comma list such as 'cpu,cuda' "
+    "(an NVIDIA or AMD GPU is 'cuda', an Apple GPU 'mps', an Intel GPU 'xpu')"
+)
+_DEVICE_PATTERN = re.compile(r"(?P<kind>cpu|cuda|mps|xpu)(?::(?P<index>\d+))?")
+_SINGLE_DEVICE_KINDS = ("cpu", "mps")  # PyTorch exposes one CPU device and one MPS device, written without an index
+
+
+class DeviceError(ValueError):
+    """A device spec that names no usable device; the message lists what is present and how to get the rest."""
+
+
+def local_devices() -> list[torch.device]:
+    """Every device usable now: cpu first, then cuda:0..n-1, then mps, then xpu:0..n-1."""
+    found = [torch.device("cpu")]
+    if torch.cuda.is_available():
+        found += [torch.device("cuda", index) for index in range(torch.cuda.device_count())]
+    if torch.backends.mps.is_available():
+        found.append(torch.device("mps"))
+    xpu = getattr(torch, "xpu", None)  # torch.xpu is missing from some older builds
+    if xpu is not None and xpu.is_available():
+        found += [torch.device("xpu", index) for index in range(xpu.device_count())]
+    return found
+
+
+def resolve_devices(spec: str) -> list[torch.device]:
+    """The devices a spec such as "auto", "cuda:1" or "cpu, cuda" names, deduplicated in the order given.
+
+    "cuda" and "xpu" mean device 0, as they do in PyTorch. Raises DeviceError for a name devicebench does not
+    know or a device this machine does not have.
+    """
+    present = local_devices()
+    resolved: list[torch.device] = []
+    for name in _split_spec(spec):
+        for device in present if name == "auto" else [_present_device(name, spec, present)]:
+            if device not in resolved:
+                resolved.append(device)
+    return resolved
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait until all work queued on the device has finished, so a clock read afterwards measures it."""
+    kind = device.type
+    if kind == "cpu":
+        return  # eager CPU kernels finish before they return, so there is no queue to wait on
+    if kind == "cuda":
+        torch.cuda.synchronize(device)
+    elif kind == "mps":
+        torch.mps.synchronize()  # MPS has a single device, so its synchronize takes none
+    elif kind == "xpu":
+        torch.xpu.synchronize(device)
+    else:
+        _synchronize_other_kind(device)
+
+
+def device_name(device: torch.device) -> str:
+    """A human name: the CPU model for cpu, the product name for a GPU."""
+    kind = device.type
+    if kind == "cpu":
+        return environment.cpu_model()
+    if kind == "cuda":
+        return torch.cuda.get_device_name(device)
+    if kind == "mps":
+        return f"{environment.cpu_model()} GPU"  # Apple's GPU is part of the chip, so the chip names it
+    if kind == "xpu":
+        return torch.xpu.get_device_name(device)
+    return str(device)
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    """Start counting peak device memory afresh, so peak_memory_mib() afterwards covers only what follows."""
+    kind = device.type
+    if kind == "cpu":
+        return  # no device counter to reset: peak_memory_mib() is None for cpu
+    if kind == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    elif kind == "mps":
+        # MPS keeps no peak counter; emptying its cache makes the driver's allocation start from the live tensors
+        torch.mps.empty_cache()
+    elif kind == "xpu":
+        torch.xpu.reset_peak_memory_stats(device)
+    else:
+        accelerator = _generic_memory_statistics(device)
+        if accelerator is not None:
+            accelerator.reset_peak_memory_stats(device)
+
+
+def peak_memory_mib(device: torch.device) -> float | None:
+    """Peak device memory allocated since reset_peak_memory(), in MiB; None where it cannot be measured (cpu).
+
+    On MPS this is the memory the Metal driver holds now: PyTorch's caching allocator keeps freed blocks, so after
+    reset_peak_memory() it grows to the run's high-water mark of reserved memory, an upper bound on the peak.
+    """
+    kind = device.type
+    if kind == "cpu":
+        return None  # the process's RSS, the CPU's counterpart, is engine.monitor's to sample
+    if kind == "cuda":
+        peak_bytes = torch.cuda.max_memory_allocated(device)
+    elif kind == "mps":
+        peak_bytes = torch.mps.driver_allocated_memory()
+    elif kind == "xpu":
+        peak_bytes = torch.xpu.max_memory_allocated(device)
+    else:
+        accelerator = _generic_memory_statistics(device)
+        if accelerator is None:
+            return None
+        peak_bytes = accelerator.max_memory_allocated(device)
+    return peak_bytes / environment.BYTES_PER_MIB
+
+
+def _synchronize_other_kind(device: torch.device) -> None:
+    accelerator = _generic_accelerator(device)
+    if accelerator is None:
+        raise DeviceError(
+            f"devicebench cannot synchronize a {device.type!r} device: this PyTorch ({torch.__version__}) offers no "
+            f"torch.accelerator for it. Devices present: {_listing(local_devices())}."
+        )
+    accelerator.synchronize(device)
+
+
+def _split_spec(spec: str) -> list[str]:
+    names = "".join(spec.split()).lower().split(",")  # spaces anywhere are tolerated: "cpu, CUDA: 1"
+    if "" in names:
+        raise DeviceError(
+            f"device spec {spec!r} has an empty name. Use {SPEC_HELP}. Devices present: {_listing(local_devices())}."
+        )
+    return names
+
+
+def _present_device(name: str, spec: str, present: list[torch.device]) -> torch.device:
+    asked = f"{name!r}" if "," not in spec else f"{name!r} (in {spec!r})"
+    match = _DEVICE_PATTERN.fullmatch(name)
+    if match is None:
+        raise DeviceError(
+            f"unknown device {asked}. devicebench knows {SPEC_HELP}. Devices present: {_listing(present)}."
+        )
+    kind, index = match["kind"], int(match["index"] or 0)
+    device = torch.device(kind) if kind in _SINGLE_DEVICE_KINDS and index == 0 else torch.device(kind, index)
+    if device not in present:
+        reason = _why_missing(kind, present)
+        raise DeviceError(
+            f"device {asked} is not available on this machine. Devices present: {_listing(present)}. "
+            f"{reason[:1].upper()}{reason[1:]}"  # the reasons start in lower case, to read well inside other text
+        )
+    return device
+
+
+def _why_missing(kind: str, present: list[torch.device]) -> str:
+    """Why no device of this kind and index is present, and how to get one."""
+    of_kind = [device for device in present if device.type == kind]
+    if not of_kind:
+        return environment.unavailable_reason(kind) or f"PyTorch reports no {kind} device."
+    if kind in _SINGLE_DEVICE_KINDS:
+        return f"PyTorch has one {kind} device, written {kind!r}."
+    count = f"{len(of_kind)} {kind.upper()} device{'s' if len(of_kind) > 1 else ''}"
+    reason = f"PyTorch sees {count} here: {_listing(of_kind)}."
+    hiding = environment.device_hiding_settings(kind)
+    if hiding:
+        reason += f" {hiding} may hide the others."
+    return reason
+
+
+def _listing(devices: list[torch.device]) -> str:
+    return ", ".join(str(device) for device in devices)
+
+
+def _generic_accelerator(device: torch.device) -> ModuleType | None:
+    """torch.accelerator (PyTorch 2.6 and later) when it drives this device's kind, else None."""
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is None or not accelerator.is_available():
+        return None
+    current = accelerator.current_accelerator()
+    return accelerator if current is not None and current.type == device.type else None
+
+
+def _generic_memory_statistics(device: torch.device) -> ModuleType | None:
+    accelerator = _generic_accelerator(device)
+    if accelerator is None or not hasattr(accelerator, "max_memory_allocated"):
+        return None  # torch.accelerator gained memory statistics only after 2.6
+    return accelerator

@@ -1,0 +1,441 @@
+"""The machine fingerprint and the reasons given for a missing GPU, on this machine and on faked ones."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import socket
+import sys
+import types
+
+import numpy
+import psutil
+import pytest
+import torch
+
+import devicebench
+from devicebench import environment
+from devicebench.environment import (
+    format_cudnn_version,
+    isa_from_cpuinfo,
+    isa_from_torch_capability,
+    machine_fingerprint,
+    machine_id,
+    no_accelerator_reason,
+)
+
+FINGERPRINT_KEYS = [
+    "hostname", "os", "python", "torch", "torch_cuda_build", "torch_hip_build", "cudnn", "numpy", "devicebench",
+    "cpu", "memory_total_mib", "accelerators", "no_accelerator_reason", "machine_id",
+]  # fmt: skip
+CPU_KEYS = [
+    "model", "architecture", "physical_cores", "logical_cores", "torch_threads", "torch_interop_threads", "isa",
+    "torch_cpu_capability",
+]  # fmt: skip
+CACHED = (
+    environment.cpu_model,
+    environment._cpu_isa,
+    environment._cpuinfo_text,
+    environment._software_versions,
+    environment._cudnn_version,
+    environment._accelerator_descriptions,
+    environment._nvidia_driver_version,
+)
+
+# Two CPUs of a Sapphire Rapids machine, as /proc/cpuinfo shows them (trimmed)
+SAPPHIRE_RAPIDS_CPUINFO = """\
+processor\t: 0
+vendor_id\t: GenuineIntel
+model name\t: Intel(R) Xeon(R) Platinum 8480+
+flags\t\t: fpu vme sse sse2 avx avx2 avx512f avx512dq avx512_bf16 avx512_fp16 amx_bf16 amx_tile amx_int8
+
+processor\t: 1
+vendor_id\t: GenuineIntel
+model name\t: Intel(R) Xeon(R) Platinum 8480+
+flags\t\t: fpu vme sse sse2 avx avx2 avx512f avx512dq avx512_bf16 avx512_fp16 amx_bf16 amx_tile amx_int8
+"""
+HASWELL_CPUINFO = """\
+processor\t: 0
+model name\t: Intel(R) Core(TM) i7-4770 CPU @ 3.40GHz
+flags\t\t: fpu sse sse2 avx avx2 fma avx512fp16_not_a_real_flag
+"""
+GRAVITON_CPUINFO = """\
+processor\t: 0
+BogoMIPS\t: 243.75
+Features\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm sve bf16
+CPU implementer\t: 0x41
+"""
+
+
+@pytest.fixture(autouse=True)
+def fresh_caches():
+    """Each test sees its own monkeypatched machine, not facts cached by an earlier test."""
+    for cached in CACHED:
+        cached.cache_clear()
+    yield
+    for cached in CACHED:
+        cached.cache_clear()
+
+
+@pytest.fixture
+def no_accelerator_visible(monkeypatch):
+    """A Linux machine on which PyTorch sees no GPU; tests then choose the build, the driver and the variables."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    monkeypatch.setattr(torch.xpu, "is_available", lambda: False)
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(torch.version, "xpu", None, raising=False)
+    monkeypatch.setattr(platform, "system", lambda: "Linux")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+
+def fake_driver(monkeypatch, paths: set[str] = frozenset(), tools: set[str] = frozenset()) -> None:
+    """Make exactly these driver paths exist and these tools be on PATH, among the ones environment looks for."""
+    looked_for = {"/proc/driver/nvidia", "/dev/kfd"}
+    real_exists = environment.os.path.exists
+    monkeypatch.setattr(
+        environment.os.path, "exists", lambda path: path in paths if path in looked_for else real_exists(path)
+    )
+    monkeypatch.setattr(environment.shutil, "which", lambda tool: f"/usr/bin/{tool}" if tool in tools else None)
+
+
+@pytest.fixture
+def fake_h100s(monkeypatch):
+    """Two H100s behind a CUDA 12.4 build with cuDNN 9.1.0 and NVML reporting driver 550.54.15 (as bytes)."""
+    properties = types.SimpleNamespace(
+        name="NVIDIA H100 80GB HBM3", total_memory=81559 * 2**20, major=9, minor=0, multi_processor_count=132
+    )
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: properties)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: properties.name)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    monkeypatch.setattr(torch.xpu, "is_available", lambda: False)
+    monkeypatch.setattr(torch.version, "cuda", "12.4")
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 90100)
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(driver=b"550.54.15"))
+
+
+def fake_pynvml(driver: bytes | str, init_fails: bool = False) -> types.ModuleType:
+    pynvml = types.ModuleType("pynvml")
+    pynvml.NVMLError = type("NVMLError", (Exception,), {})
+
+    def nvml_init() -> None:
+        if init_fails:
+            raise pynvml.NVMLError("NVML Shared Library Not Found")
+
+    pynvml.nvmlInit = nvml_init
+    pynvml.nvmlShutdown = lambda: None
+    pynvml.nvmlSystemGetDriverVersion = lambda: driver
+    return pynvml
+
+
+def test_fingerprint_has_exactly_the_documented_keys_and_types():
+    fingerprint = machine_fingerprint()
+    assert list(fingerprint) == FINGERPRINT_KEYS
+    assert list(fingerprint["cpu"]) == CPU_KEYS
+    assert list(fingerprint["cpu"]["isa"]) == ["avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"]
+    assert all(isinstance(value, bool) for value in fingerprint["cpu"]["isa"].values())
+    for key in ("hostname", "os", "python", "torch", "numpy", "devicebench", "machine_id"):
+        assert isinstance(fingerprint[key], str) and fingerprint[key], key
+    for key in ("logical_cores", "torch_threads", "torch_interop_threads"):
+        assert isinstance(fingerprint["cpu"][key], int) and fingerprint["cpu"][key] >= 1, key
+    assert fingerprint["cpu"]["physical_cores"] is None or fingerprint["cpu"]["physical_cores"] >= 1
+    assert isinstance(fingerprint["memory_total_mib"], int)
+    assert isinstance(fingerprint["accelerators"], list)
+
+
+def test_fingerprint_reports_this_machine():
+    fingerprint = machine_fingerprint()
+    assert fingerprint["hostname"] == socket.gethostname()
+    assert fingerprint["python"] == platform.python_version()
+    assert fingerprint["torch"] == torch.__version__
+    assert fingerprint["torch_cuda_build"] == torch.version.cuda
+    assert fingerprint["numpy"] == numpy.__version__
+    assert fingerprint["devicebench"] == devicebench.__version__
+    assert fingerprint["memory_total_mib"] == psutil.virtual_memory().total // 2**20
+    assert fingerprint["cpu"]["model"] == environment.cpu_model()
+    assert fingerprint["cpu"]["architecture"] == platform.machine()
+    assert fingerprint["cpu"]["logical_cores"] == psutil.cpu_count()
+    assert fingerprint["cpu"]["torch_cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert fingerprint["no_accelerator_reason"] == no_accelerator_reason()
+
+
+def test_fingerprint_round_trips_through_json():
+    fingerprint = machine_fingerprint()
+    assert json.loads(json.dumps(fingerprint)) == fingerprint
+
+
+def test_fingerprint_reports_the_thread_count_set_since_the_last_call():
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert machine_fingerprint()["cpu"]["torch_threads"] == 1
+        torch.set_num_threads(threads + 1)
+        assert machine_fingerprint()["cpu"]["torch_threads"] == threads + 1
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_machine_id_is_stable_and_follows_the_hostname(monkeypatch):
+    first, second = machine_fingerprint()["machine_id"], machine_fingerprint()["machine_id"]
+    assert first == second
+    assert len(first) == 12 and int(first, 16) >= 0
+    monkeypatch.setattr(socket, "gethostname", lambda: "another-host")
+    moved = machine_fingerprint()
+    assert moved["hostname"] == "another-host"
+    assert moved["machine_id"] != first
+    assert moved["machine_id"] == machine_id("another-host", environment.cpu_model(), [])
+
+
+def test_machine_id_hashes_hostname_cpu_and_sorted_accelerator_names():
+    expected = hashlib.sha256(b"node1\nAMD EPYC 9654\nNVIDIA A100\nNVIDIA H100").hexdigest()[:12]
+    assert machine_id("node1", "AMD EPYC 9654", ["NVIDIA H100", "NVIDIA A100"]) == expected
+    assert machine_id("node1", "AMD EPYC 9654", ["NVIDIA A100", "NVIDIA H100"]) == expected
+    assert machine_id("node1", "AMD EPYC 9654", ["NVIDIA A100"]) != expected
+
+
+@pytest.mark.parametrize(
+    ("cpuinfo", "present"),
+    [
+        (SAPPHIRE_RAPIDS_CPUINFO, {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}),
+        (HASWELL_CPUINFO, {"avx2"}),  # a flag that merely starts with "avx512f" is not avx512f
+        (GRAVITON_CPUINFO, set()),  # Arm lists "Features", none of them x86 ISA
+        ("", set()),
+    ],
+)
+def test_isa_from_cpuinfo_reads_the_flags_line(cpuinfo, present):
+    assert isa_from_cpuinfo(cpuinfo) == {flag: flag in present for flag in environment.ISA_FLAGS}
+
+
+@pytest.mark.parametrize(
+    ("capability", "present"),
+    [("AVX512", {"avx2", "avx512f"}), ("AVX2", {"avx2"}), ("DEFAULT", set()), ("SVE256", set())],
+)
+def test_isa_from_torch_capability_implies_only_what_it_names(capability, present):
+    assert isa_from_torch_capability(capability) == {flag: flag in present for flag in environment.ISA_FLAGS}
+
+
+def test_fingerprint_isa_comes_from_proc_cpuinfo_on_linux(monkeypatch):
+    monkeypatch.setattr(environment, "_cpuinfo_text", lambda: HASWELL_CPUINFO)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")  # must not be consulted
+    isa = machine_fingerprint()["cpu"]["isa"]
+    assert isa == {"avx2": True, "avx512f": False, "avx512_bf16": False, "amx_bf16": False, "amx_tile": False}
+
+
+def test_fingerprint_isa_comes_from_torch_without_proc_cpuinfo(monkeypatch):
+    monkeypatch.setattr(environment, "_cpuinfo_text", lambda: "")
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    isa = machine_fingerprint()["cpu"]["isa"]
+    assert isa == {"avx2": True, "avx512f": False, "avx512_bf16": False, "amx_bf16": False, "amx_tile": False}
+
+
+def test_cpu_model_reads_model_name_from_proc_cpuinfo(monkeypatch):
+    monkeypatch.setattr(environment, "_cpuinfo_text", lambda: SAPPHIRE_RAPIDS_CPUINFO)
+    assert environment.cpu_model() == "Intel(R) Xeon(R) Platinum 8480+"
+
+
+def test_cpu_model_asks_sysctl_on_macos(monkeypatch):
+    monkeypatch.setattr(environment, "_cpuinfo_text", lambda: "")
+    monkeypatch.setattr(platform, "system", lambda: "Darwin")
+    asked = []
+
+    def fake_run(command, **options):
+        asked.append(command)
+        return types.SimpleNamespace(stdout="Apple M2 Pro\n")
+
+    monkeypatch.setattr(environment.subprocess, "run", fake_run)
+    assert environment.cpu_model() == "Apple M2 Pro"
+    assert asked == [["sysctl", "-n", "machdep.cpu.brand_string"]]
+
+
+@pytest.mark.parametrize(
+    ("processor", "expected"),
+    [("Intel64 Family 6 Model 85 Stepping 7, GenuineIntel", "Intel64 Family 6 Model 85 Stepping 7, GenuineIntel"),
+     ("", "AMD64")],
+)  # fmt: skip
+def test_cpu_model_falls_back_to_platform(monkeypatch, processor, expected):
+    monkeypatch.setattr(environment, "_cpuinfo_text", lambda: "")
+    monkeypatch.setattr(platform, "system", lambda: "Windows")
+    monkeypatch.setattr(platform, "processor", lambda: processor)
+    monkeypatch.setattr(platform, "machine", lambda: "AMD64")
+    assert environment.cpu_model() == expected
+
+
+@pytest.mark.parametrize(
+    ("raw", "rocm", "expected"),
+    [(90100, False, "9.1.0"), (91002, False, "9.10.2"), (8902, False, "8.9.2"), (7605, False, "7.6.5"),
+     (3001000, True, "MIOpen 3.1.0")],
+)  # fmt: skip
+def test_format_cudnn_version(raw, rocm, expected):
+    assert format_cudnn_version(raw, rocm=rocm) == expected
+
+
+def test_fingerprint_describes_each_cuda_gpu(fake_h100s):
+    fingerprint = machine_fingerprint()
+    h100 = {
+        "kind": "cuda",
+        "name": "NVIDIA H100 80GB HBM3",
+        "memory_total_mib": 81559,
+        "compute_capability": "9.0",
+        "multiprocessors": 132,
+        "driver": "550.54.15",
+        "cuda_runtime": "12.4",
+        "cudnn": "9.1.0",
+    }
+    assert fingerprint["accelerators"] == [{"device": "cuda:0", **h100}, {"device": "cuda:1", **h100}]
+    assert fingerprint["cudnn"] == "9.1.0"
+    assert fingerprint["torch_cuda_build"] == "12.4"
+    assert fingerprint["no_accelerator_reason"] is None
+    assert fingerprint["machine_id"] == machine_id(
+        socket.gethostname(), environment.cpu_model(), ["NVIDIA H100 80GB HBM3"] * 2
+    )
+    assert json.loads(json.dumps(fingerprint)) == fingerprint
+
+
+def test_changing_a_returned_fingerprint_leaves_the_next_one_intact(fake_h100s):
+    machine_fingerprint()["accelerators"][0]["name"] = "changed"
+    assert machine_fingerprint()["accelerators"][0]["name"] == "NVIDIA H100 80GB HBM3"
+
+
+@pytest.mark.parametrize("pynvml", [None, fake_pynvml(driver="", init_fails=True)], ids=["absent", "no-driver"])
+def test_driver_is_none_without_working_nvml(fake_h100s, monkeypatch, pynvml):
+    monkeypatch.setitem(sys.modules, "pynvml", pynvml)  # None in sys.modules makes `import pynvml` fail
+    assert [entry["driver"] for entry in machine_fingerprint()["accelerators"]] == [None, None]
+
+
+def test_fingerprint_describes_apple_and_intel_gpus(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    monkeypatch.setattr(torch.mps, "recommended_max_memory", lambda: 21 * 2**30)
+    monkeypatch.setattr(environment, "cpu_model", lambda: "Apple M2 Pro")
+    xpu_properties = types.SimpleNamespace(total_memory=64 * 2**30, driver_version="1.3.27642")
+    monkeypatch.setattr(torch.xpu, "is_available", lambda: True)
+    monkeypatch.setattr(torch.xpu, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.xpu, "get_device_properties", lambda device: xpu_properties)
+    monkeypatch.setattr(torch.xpu, "get_device_name", lambda device: "Intel(R) Data Center GPU Max 1100")
+    assert machine_fingerprint()["accelerators"] == [
+        {"device": "mps", "kind": "mps", "name": "Apple M2 Pro GPU", "memory_total_mib": 21 * 1024},
+        {
+            "device": "xpu:0",
+            "kind": "xpu",
+            "name": "Intel(R) Data Center GPU Max 1100",
+            "memory_total_mib": 64 * 1024,
+            "driver": "1.3.27642",
+        },
+    ]
+
+
+@pytest.mark.skipif(
+    torch.version.cuda is not None or torch.version.hip is not None, reason="this PyTorch is a GPU build"
+)
+def test_on_this_machine_the_reason_is_the_cpu_only_build():
+    reason = no_accelerator_reason()
+    assert reason.startswith(f"this PyTorch ({torch.__version__}) is a CPU-only build: ")
+    assert "https://pytorch.org/get-started/locally/" in reason
+
+
+def test_reason_is_none_when_a_gpu_is_usable(fake_h100s):
+    assert no_accelerator_reason() is None
+
+
+def test_reason_for_a_cpu_only_build(no_accelerator_visible, monkeypatch):
+    monkeypatch.setattr(torch.version, "cuda", None)
+    monkeypatch.setattr(torch, "__version__", "2.13.0+cpu")
+    assert no_accelerator_reason() == (
+        "this PyTorch (2.13.0+cpu) is a CPU-only build: it cannot use a GPU even if one is present. "
+        "Install a CUDA build from https://pytorch.org/get-started/locally/"
+    )
+
+
+def test_reason_for_a_cuda_build_without_a_driver(no_accelerator_visible, monkeypatch):
+    monkeypatch.setattr(torch.version, "cuda", "12.4")
+    fake_driver(monkeypatch)
+    assert no_accelerator_reason() == (
+        "this PyTorch has CUDA 12.4 but no NVIDIA driver was found (no /proc/driver/nvidia, no nvidia-smi)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("paths", "tools"), [({"/proc/driver/nvidia"}, set()), (set(), {"nvidia-smi"})], ids=["proc", "nvidia-smi"]
+)
+@pytest.mark.parametrize("visible", ["", "-1", "GPU-deadbeef"])
+def test_reason_for_gpus_hidden_by_cuda_visible_devices(no_accelerator_visible, monkeypatch, paths, tools, visible):
+    monkeypatch.setattr(torch.version, "cuda", "12.4")
+    fake_driver(monkeypatch, paths=paths, tools=tools)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert no_accelerator_reason() == (
+        f"this PyTorch has CUDA 12.4 and a driver is present, but no GPU is visible (CUDA_VISIBLE_DEVICES={visible!r})"
+    )
+
+
+def test_reason_for_a_driver_that_finds_no_gpu(no_accelerator_visible, monkeypatch):
+    monkeypatch.setattr(torch.version, "cuda", "12.4")
+    fake_driver(monkeypatch, paths={"/proc/driver/nvidia"}, tools={"nvidia-smi"})
+    reason = no_accelerator_reason()
+    assert reason.startswith("this PyTorch has CUDA 12.4 and a driver is present, but it finds no usable GPU: ")
+    assert "too old for CUDA 12.4" in reason
+    assert "nvidia-smi shows the driver" in reason
+
+
+def test_reason_for_a_rocm_build_without_a_driver(no_accelerator_visible, monkeypatch):
+    monkeypatch.setattr(torch.version, "cuda", None)
+    monkeypatch.setattr(torch.version, "hip", "6.1.40091")
+    fake_driver(monkeypatch)
+    assert no_accelerator_reason() == (
+        "this PyTorch has ROCm 6.1.40091 but no AMD GPU driver was found (no /dev/kfd, no rocm-smi, no amd-smi)"
+    )
+
+
+def test_reason_for_a_rocm_build_with_hidden_gpus(no_accelerator_visible, monkeypatch):
+    monkeypatch.setattr(torch.version, "hip", "6.1.40091")
+    fake_driver(monkeypatch, paths={"/dev/kfd"})
+    monkeypatch.setenv("HIP_VISIBLE_DEVICES", "")
+    assert no_accelerator_reason() == (
+        "this PyTorch has ROCm 6.1.40091 and a driver is present, but no GPU is visible (HIP_VISIBLE_DEVICES='')"
+    )
+
+
+@pytest.mark.parametrize(
+    ("mps_built", "expected"),
+    [
+        (False, "this PyTorch (2.13.0) was built without MPS. Install a macOS build from "
+                "https://pytorch.org/get-started/locally/"),
+        (True, "this PyTorch has MPS, but macOS offers it no GPU: MPS needs macOS 12.3 or later on Apple silicon"),
+    ],
+)  # fmt: skip
+def test_reason_on_macos_is_about_mps(no_accelerator_visible, monkeypatch, mps_built, expected):
+    monkeypatch.setattr(platform, "system", lambda: "Darwin")
+    monkeypatch.setattr(torch.backends.mps, "is_built", lambda: mps_built)
+    monkeypatch.setattr(torch, "__version__", "2.13.0")
+    assert no_accelerator_reason() == expected
+    assert environment.unavailable_reason("cuda") == "PyTorch has no CUDA on macOS: the Apple GPU is the device 'mps'."
+
+
+def test_reason_for_an_xpu_build_without_an_intel_gpu(no_accelerator_visible, monkeypatch):
+    monkeypatch.setattr(torch.version, "cuda", None)
+    monkeypatch.setattr(torch.version, "xpu", "20250101", raising=False)
+    assert no_accelerator_reason() == (
+        "this PyTorch has XPU (20250101) but finds no Intel GPU: check the Intel GPU driver "
+        "and that ZE_AFFINITY_MASK does not hide the devices"
+    )
+
+
+def test_unavailable_reason_is_none_for_the_cpu_and_for_a_usable_kind(fake_h100s):
+    assert environment.unavailable_reason("cpu") is None
+    assert environment.unavailable_reason("cuda") is None
+
+
+def test_hiding_settings_name_only_the_variables_this_build_obeys(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    monkeypatch.setenv("HIP_VISIBLE_DEVICES", "1")
+    monkeypatch.delenv("ROCR_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("ZE_AFFINITY_MASK", "0.0")
+    monkeypatch.setattr(torch.version, "hip", None)
+    assert environment.device_hiding_settings("cuda") == "CUDA_VISIBLE_DEVICES='0'"
+    monkeypatch.setattr(torch.version, "hip", "6.1.40091")
+    assert environment.device_hiding_settings("cuda") == "CUDA_VISIBLE_DEVICES='0', HIP_VISIBLE_DEVICES='1'"
+    assert environment.device_hiding_settings("xpu") == "ZE_AFFINITY_MASK='0.0'"
+    assert environment.device_hiding_settings("mps") == ""
