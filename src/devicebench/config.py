@@ -1,0 +1,102 @@
+"""What a user asks `devicebench run` for, checked at the edge, and the suites.
+
+A suite is a list of workloads plus how long to train each: `quick` trains every workload for a few reduced
+epochs (the default main job, minutes on a laptop CPU); `seeds` trains each as its seed did. Naming workloads
+on the command line runs those at their seed settings, or at the suite's when `--suite` is given too.
+Explicit flags (`--epochs`, `--batch-size`, `--max-steps`, `--max-eval-steps`) beat both.
+
+    python -c "from devicebench.config import RunConfig; print(RunConfig().plan_for('mnist-cnn2'))"
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from devicebench.engine.loop import TrainingPlan
+from devicebench.workloads import Workload, get_workload, list_workloads
+
+SuiteName = Literal["quick", "seeds"]
+SUITES: dict[str, str] = {
+    "quick": "every workload, a few reduced epochs each: the default main job",
+    "seeds": "every workload at the settings its seed experiment published (hours on a CPU)",
+}
+DATA_CHOICES = ("auto", "real", "synthetic")
+
+
+class ConfigError(ValueError):
+    """A request that cannot be run; the message says what is wrong and what to do instead."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    workloads: tuple[str, ...] = ()  # names or shell patterns; empty = the suite's workloads
+    suite: SuiteName | None = None  # None: "quick" when no workload is named, else "seeds"
+    devices: str = "auto"
+    epochs: int | None = None
+    batch_size: int | None = None
+    max_steps: int | None = None
+    max_eval_steps: int | None = None
+    repeats: int = 1
+    seed: int = 0
+    threads: int | None = None  # torch intra-op threads; None leaves torch's default
+    data: str = "auto"
+    data_dir: str | None = None
+    target_accuracy: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.suite is not None and self.suite not in SUITES:
+            raise ConfigError(f"unknown suite {self.suite!r}; choose one of: {', '.join(SUITES)}")
+        if self.data not in DATA_CHOICES:
+            raise ConfigError(f"unknown data source {self.data!r}; choose one of: {', '.join(DATA_CHOICES)}")
+        for name in ("epochs", "batch_size", "max_steps", "max_eval_steps", "repeats", "threads"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                flag = "--" + name.replace("_", "-")
+                raise ConfigError(f"{flag} must be a whole number of at least 1, got {value}")
+        if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
+            raise ConfigError(
+                f"--target-accuracy is a fraction in (0, 1], got {self.target_accuracy} (write 0.98 for 98%)"
+            )
+        self.selected_workloads()  # unknown names fail here, before any device is touched
+
+    @property
+    def effective_suite(self) -> SuiteName:
+        return self.suite or ("seeds" if self.workloads else "quick")
+
+    def selected_workloads(self) -> list[Workload]:
+        if not self.workloads:
+            return list_workloads()
+        selected: list[Workload] = []
+        for name in self.workloads:
+            matches = list_workloads(name) if any(c in name for c in "*?[") else [_known(name)]
+            if not matches:
+                known = ", ".join(w.name for w in list_workloads())
+                raise ConfigError(f"no workload matches {name!r}; known workloads: {known}")
+            selected += [match for match in matches if match not in selected]
+        return selected
+
+    def batch_size_for(self, workload: Workload) -> int:
+        return self.batch_size or workload.defaults["batch_size"]
+
+    def plan_for(self, workload: Workload | str) -> TrainingPlan:
+        """How long to train `workload`: explicit flags, else the suite's reduced settings, else the seed's."""
+        workload = _known(workload) if isinstance(workload, str) else workload
+        quick = self.effective_suite == "quick"
+        return TrainingPlan(
+            epochs=self.epochs or (workload.quick.epochs if quick else workload.defaults["epochs"]),
+            max_steps=self.max_steps or (workload.quick.max_steps if quick else None),
+            max_eval_steps=self.max_eval_steps or (workload.quick.max_eval_steps if quick else None),
+            target_accuracy=self.target_accuracy,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "workloads": list(self.workloads), "suite": self.effective_suite}
+
+
+def _known(name: str) -> Workload:
+    try:
+        return get_workload(name)
+    except KeyError as error:
+        raise ConfigError(error.args[0]) from None

@@ -1,0 +1,169 @@
+"""Train and evaluate, epoch by epoch, timing each phase at synchronized boundaries.
+
+The loop is the same for every device: it never asks what kind of device it runs on. Inside a timed epoch
+nothing reads a value back to the host: per-step losses go into a device tensor and correct predictions into
+a device counter, both read once when the epoch's clock has stopped. A NaN or infinite loss is therefore found
+at the end of its epoch, and the run stops there with status `diverged` and the step it first happened at.
+
+    python -m pytest tests/test_loop.py -q
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from devicebench.data.pipeline import HostBatches
+from devicebench.devices import peak_memory_mib, reset_peak_memory
+from devicebench.engine.timing import Stopwatch, is_warmup_epoch
+from devicebench.results.schema import EpochRecord, RunRecord
+
+PROGRESS_UPDATES_PER_EPOCH = 100  # the reporter hears about steps this often, not on every step
+
+
+@dataclass
+class TrainingSetup:
+    """What a workload builds for one run: a fresh model, its loss and its optimizer, all on the run's device."""
+
+    model: nn.Module
+    loss_function: nn.Module
+    optimizer: torch.optim.Optimizer
+
+
+@dataclass(frozen=True)
+class TrainingPlan:
+    epochs: int
+    max_steps: int | None = None  # cap on training steps per epoch
+    max_eval_steps: int | None = None  # cap on evaluation batches per epoch
+    target_accuracy: float | None = None  # test accuracy whose first reaching is timed
+
+
+class Reporter:
+    """Hears what a run is doing, to show it; every method does nothing unless a subclass says otherwise."""
+
+    def run_started(self, record: RunRecord) -> None: ...
+
+    def epoch_started(self, epoch: int, steps: int) -> None: ...
+
+    def steps_finished(self, steps_done: int) -> None: ...
+
+    def epoch_finished(self, record: RunRecord, epoch: EpochRecord) -> None: ...
+
+    def run_finished(self, record: RunRecord) -> None: ...
+
+
+def capped(available: int, cap: int | None) -> int:
+    return available if cap is None else min(available, cap)
+
+
+def train(
+    record: RunRecord,
+    build: Callable[[], TrainingSetup],
+    train_batches: HostBatches,
+    test_batches: HostBatches,
+    plan: TrainingPlan,
+    watch: Stopwatch,
+    reporter: Reporter | None = None,
+) -> None:
+    """Build a model and train it per `plan`, appending each finished epoch to `record` as it finishes.
+
+    Because epochs land in `record` one by one, an interruption keeps every finished epoch.
+    """
+    reporter = reporter or Reporter()
+    reset_peak_memory(watch.device)
+    started = watch.now()
+    setup = build()  # inside end-to-end time: the seeds timed model creation too
+    record.model_build_s = watch.now() - started
+    steps = capped(len(train_batches), plan.max_steps)
+    steps_before = 0
+    for epoch in range(1, plan.epochs + 1):
+        reporter.epoch_started(epoch, steps)
+        step_losses, correct, train_time_s = _train_epoch(setup, train_batches, epoch, steps, watch, reporter)
+        samples = sum(train_batches.batch_sizes(steps))
+        losses = step_losses.tolist()  # the epoch's one read-back, after its clock stopped
+        finite = all(math.isfinite(loss) for loss in losses)
+        entry = EpochRecord(
+            epoch=epoch,
+            phase="warmup" if is_warmup_epoch(epoch) else "steady",
+            steps=steps,
+            samples=samples,
+            train_time_s=train_time_s,
+            samples_per_s=samples / train_time_s,
+            step_time_ms=train_time_s / steps * 1000,
+            train_loss=sum(l * n for l, n in zip(losses, train_batches.batch_sizes(steps))) / samples,
+            train_accuracy=correct / samples,
+        )
+        if finite:  # evaluating a diverged model would only time arithmetic on NaNs
+            entry.test_loss, entry.test_accuracy, entry.eval_samples, entry.eval_time_s = _evaluate(
+                setup, test_batches, capped(len(test_batches), plan.max_eval_steps), watch
+            )
+        record.epochs.append(entry)
+        reporter.epoch_finished(record, entry)
+        if not finite:
+            first_bad = next(index for index, loss in enumerate(losses) if not math.isfinite(loss))
+            record.status = "diverged"
+            record.diverged_at_step = steps_before + first_bad + 1
+            record.error = f"loss became {losses[first_bad]} at step {record.diverged_at_step} (epoch {epoch})"
+            break
+        if _reached(plan.target_accuracy, entry) and record.time_to_target_train_s is None:
+            record.time_to_target_train_s = sum(e.train_time_s for e in record.epochs)
+            record.time_to_target_wall_s = watch.now() - started
+        steps_before += steps
+    record.end_to_end_s = watch.now() - started
+    record.peak_device_memory_mib = peak_memory_mib(watch.device)
+
+
+def _reached(target: float | None, epoch: EpochRecord) -> bool:
+    return target is not None and epoch.test_accuracy is not None and epoch.test_accuracy >= target
+
+
+def _train_epoch(
+    setup: TrainingSetup,
+    batches: HostBatches,
+    epoch: int,
+    steps: int,
+    watch: Stopwatch,
+    reporter: Reporter,
+) -> tuple[torch.Tensor, float, float]:
+    """One epoch of `steps` training steps: (per-step losses on the device, correct predictions, seconds)."""
+    model, loss_function, optimizer = setup.model, setup.loss_function, setup.optimizer
+    model.train()
+    step_losses = torch.zeros(steps, device=watch.device)
+    correct = torch.zeros((), dtype=torch.int64, device=watch.device)
+    report_every = max(1, steps // PROGRESS_UPDATES_PER_EPOCH)
+    start = watch.now()
+    for step, (images, labels) in zip(range(steps), batches.epoch(epoch)):  # range first: no batch drawn past the cap
+        outputs = model(images)
+        loss = loss_function(outputs, labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        step_losses[step] = loss.detach()
+        correct += (outputs.detach().argmax(dim=1) == labels).sum()
+        if (step + 1) % report_every == 0:
+            reporter.steps_finished(step + 1)
+    seconds = watch.now() - start
+    return step_losses, int(correct), seconds
+
+
+def _evaluate(
+    setup: TrainingSetup, batches: HostBatches, steps: int, watch: Stopwatch
+) -> tuple[float, float, int, float]:
+    """Test loss, test accuracy, samples evaluated and seconds taken, over the first `steps` test batches."""
+    model, loss_function = setup.model, setup.loss_function
+    model.eval()
+    loss_sum = torch.zeros((), device=watch.device)
+    correct = torch.zeros((), dtype=torch.int64, device=watch.device)
+    start = watch.now()
+    with torch.inference_mode():
+        for _, (images, labels) in zip(range(steps), batches.epoch(0)):
+            outputs = model(images)
+            loss_sum += loss_function(outputs, labels) * len(labels)
+            correct += (outputs.argmax(dim=1) == labels).sum()
+    seconds = watch.now() - start
+    samples = sum(batches.batch_sizes(steps))
+    return float(loss_sum) / samples, int(correct) / samples, samples, seconds

@@ -1,0 +1,52 @@
+"""The only code in devicebench that reads a clock.
+
+Every reading is taken at a *synchronized* boundary: the device is made to finish all queued work before the
+clock is read, so asynchronous accelerators (CUDA, MPS, XPU) cannot make a step look faster than it was.
+Warm-up is a named phase: the first epoch of every run is reported apart and never mixed into steady state.
+
+    python -c "from devicebench.engine.timing import Stopwatch; import torch; w = Stopwatch(torch.device('cpu')); print(w.now())"
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from devicebench.devices import synchronize as synchronize_device
+
+Clock = Callable[[], float]  # seconds, monotonic
+Synchronizer = Callable[[torch.device], None]
+
+
+@dataclass
+class Stopwatch:
+    """Reads a monotonic clock after synchronizing one device.
+
+    `clock` and `synchronize` are injectable so tests can prove, with a fake clock, that every reading sits
+    behind a synchronization and which phase each interval lands in.
+    """
+
+    device: torch.device
+    clock: Clock = time.perf_counter
+    synchronize: Synchronizer = synchronize_device
+
+    def now(self) -> float:
+        """Seconds on the monotonic clock, after all work queued on the device has finished."""
+        self.synchronize(self.device)
+        return self.clock()
+
+
+def wall_clock_utc() -> str:
+    """The current UTC date and time, ISO 8601 to the second: when a run started, for the record."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+WARMUP_EPOCHS = 1  # the first epoch carries allocator growth, kernel selection and cache warm-up
+
+
+def is_warmup_epoch(epoch: int) -> bool:
+    """Whether `epoch` (1-based) belongs to the warm-up phase rather than to steady state."""
+    return epoch <= WARMUP_EPOCHS

@@ -1,0 +1,193 @@
+"""What a run produces, field by field, with the unit in every name that has one.
+
+A `Result` is one invocation of `devicebench run`: the machine it ran on, the configuration asked for, and a
+`RunRecord` per (workload, device, repeat). Each RunRecord keeps every epoch, so nothing measured is summarised
+away, and carries the settings that change speed so that runs which cannot be compared are never pooled.
+
+    python -c "from devicebench.results.schema import SCHEMA_VERSION; print(SCHEMA_VERSION)"
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import statistics
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+SCHEMA_VERSION = 1
+
+RunStatus = Literal["running", "ok", "diverged", "failed", "oom", "interrupted"]
+EpochPhase = Literal["warmup", "steady"]
+
+
+@dataclass
+class EpochRecord:
+    epoch: int  # 1-based
+    phase: EpochPhase  # "warmup" epochs never enter steady-state figures
+    steps: int
+    samples: int
+    train_time_s: float  # data loading + forward + loss + backward + optimizer step, device synchronized
+    samples_per_s: float
+    step_time_ms: float
+    train_loss: float | None  # mean over the epoch's samples; None in JSON when it was NaN or infinite
+    train_accuracy: float  # fraction of the epoch's training samples classified correctly
+    eval_time_s: float | None = None  # kept out of training throughput
+    eval_samples: int = 0
+    test_loss: float | None = None
+    test_accuracy: float | None = None
+
+
+@dataclass
+class RunSettings:
+    """Everything that changes the numbers; two runs are comparable only when these agree."""
+
+    batch_size: int
+    epochs: int
+    max_steps: int | None  # cap on training steps per epoch, None for full epochs
+    max_eval_steps: int | None
+    seed: int
+    threads: int  # torch intra-op threads during the run
+    data_source: str  # "real" or "synthetic"
+    precision: str = "fp32"
+    mode: str = "seed"  # "seed": the published settings
+    workers: int = 0  # host loader processes; 0 = the training process loads
+    tf32_matmul: bool = False
+    hyperparameters: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RunSummary:
+    """One repeat in a few numbers. Steady-state figures are medians over the epochs after warm-up."""
+
+    epochs_completed: int
+    warmup_epoch_time_s: float | None
+    steady_epochs: int
+    steady_epoch_time_s: float | None
+    steady_epoch_time_min_s: float | None
+    steady_epoch_time_max_s: float | None
+    steady_samples_per_s: float | None
+    steady_step_time_ms: float | None
+    final_test_accuracy: float | None
+    best_test_accuracy: float | None
+
+
+@dataclass
+class RunRecord:
+    workload: str
+    seed_experiment: str  # S1…S5 of SEEDS.md
+    device: str  # "cpu", "cuda:0", …
+    device_name: str  # the product: CPU model or GPU name
+    repeat: int  # 0-based
+    settings: RunSettings
+    started_utc: str
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    status: RunStatus = "running"
+    error: str | None = None  # what went wrong, for status failed / oom / diverged
+    parameter_count: int | None = None
+    epochs: list[EpochRecord] = field(default_factory=list)
+    model_build_s: float | None = None
+    end_to_end_s: float | None = None  # model creation to the end of the last epoch, evaluation included
+    diverged_at_step: int | None = None  # 1-based global step whose loss was first NaN or infinite
+    target_accuracy: float | None = None
+    time_to_target_train_s: float | None = None  # training time only, up to the first epoch reaching the target
+    time_to_target_wall_s: float | None = None  # from model creation, evaluation included
+    peak_device_memory_mib: float | None = None  # peak allocated on the accelerator; None on the CPU
+    peak_rss_mib: float | None = None  # the process's peak resident memory up to the end of this run
+
+    @property
+    def steady_epochs(self) -> list[EpochRecord]:
+        return [epoch for epoch in self.epochs if epoch.phase == "steady"]
+
+    def summary(self) -> RunSummary:
+        steady = self.steady_epochs
+        warmup = [epoch for epoch in self.epochs if epoch.phase == "warmup"]
+        times = [epoch.train_time_s for epoch in steady]
+        accuracies = [epoch.test_accuracy for epoch in self.epochs if epoch.test_accuracy is not None]
+        return RunSummary(
+            epochs_completed=len(self.epochs),
+            warmup_epoch_time_s=warmup[0].train_time_s if warmup else None,
+            steady_epochs=len(steady),
+            steady_epoch_time_s=statistics.median(times) if times else None,
+            steady_epoch_time_min_s=min(times) if times else None,
+            steady_epoch_time_max_s=max(times) if times else None,
+            steady_samples_per_s=statistics.median(e.samples_per_s for e in steady) if steady else None,
+            steady_step_time_ms=statistics.median(e.step_time_ms for e in steady) if steady else None,
+            final_test_accuracy=accuracies[-1] if accuracies else None,
+            best_test_accuracy=max(accuracies) if accuracies else None,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "summary": dataclasses.asdict(self.summary())}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunRecord:
+        fields = {name: value for name, value in data.items() if name != "summary"}  # summary is derived
+        fields["settings"] = RunSettings(**fields["settings"])
+        fields["epochs"] = [EpochRecord(**epoch) for epoch in fields["epochs"]]
+        return cls(**fields)
+
+
+@dataclass
+class Result:
+    machine: dict[str, Any]  # devicebench.environment.machine_fingerprint()
+    config: dict[str, Any]  # the RunConfig as asked for
+    created_utc: str
+    devicebench_version: str
+    runs: list[RunRecord] = field(default_factory=list)
+    interrupted: bool = False  # the user stopped the run; the finished epochs are all here
+    schema_version: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "devicebench_version": self.devicebench_version,
+            "created_utc": self.created_utc,
+            "interrupted": self.interrupted,
+            "machine": self.machine,
+            "config": self.config,
+            "runs": [run.to_dict() for run in self.runs],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Result:
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise ValueError(
+                f"results of schema version {version!r} cannot be read by this devicebench "
+                f"(schema version {SCHEMA_VERSION}); upgrade devicebench or re-export them"
+            )
+        return cls(
+            machine=data["machine"],
+            config=data["config"],
+            created_utc=data["created_utc"],
+            devicebench_version=data["devicebench_version"],
+            runs=[RunRecord.from_dict(run) for run in data["runs"]],
+            interrupted=data.get("interrupted", False),
+        )
+
+    def write_json(self, path: Path) -> None:
+        """Write strict JSON atomically: a crash mid-write leaves the previous file, never half a file.
+
+        NaN and infinity (a diverged loss) are written as null; the run's status and error say what happened.
+        """
+        partial = path.with_name(path.name + ".partial")
+        partial.write_text(json.dumps(_finite_or_none(self.to_dict()), indent=2, allow_nan=False) + "\n")
+        partial.replace(path)
+
+    @classmethod
+    def read_json(cls, path: Path) -> Result:
+        return cls.from_dict(json.loads(path.read_text()))
+
+
+def _finite_or_none(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite_or_none(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_finite_or_none(item) for item in value]
+    return value

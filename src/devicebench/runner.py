@@ -1,0 +1,179 @@
+"""Run a configuration: every selected workload on every selected device, `repeats` times each.
+
+The data is loaded once per dataset and shared by every device, so each device trains on the same bytes in
+the same order. A run that fails (an error, out of memory) is recorded with its reason and the suite moves on;
+Ctrl-C stops at once, marks the current run `interrupted` and keeps every finished epoch.
+
+    python -c "from devicebench import runner, RunConfig; r = runner.run(RunConfig(devices='cpu', data='synthetic', max_steps=5)); print(len(r.runs))"
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from functools import partial
+
+import torch
+
+from devicebench import __version__
+from devicebench.config import RunConfig
+from devicebench.data import ArrayDataset, DataUnavailable, load_dataset
+from devicebench.data.pipeline import HostBatches
+from devicebench.devices import device_name, resolve_devices
+from devicebench.engine.loop import Reporter, TrainingSetup, train
+from devicebench.engine.timing import Stopwatch, wall_clock_utc
+from devicebench.environment import machine_fingerprint
+from devicebench.results.schema import Result, RunRecord, RunSettings
+from devicebench.workloads import Workload
+
+
+class RunReporter(Reporter):
+    """A Reporter that also hears which dataset each workload got (to say loudly when it is synthetic)."""
+
+    def dataset_loaded(self, workload: Workload, dataset: ArrayDataset) -> None: ...
+
+
+def run(config: RunConfig, reporter: RunReporter | None = None) -> Result:
+    """Train what `config` selects and return every measurement, finished or not."""
+    reporter = reporter or RunReporter()
+    devices = resolve_devices(config.devices)  # a missing device fails before any data is fetched
+    workloads = config.selected_workloads()
+    if config.threads is not None:
+        torch.set_num_threads(config.threads)
+    result = Result(
+        machine=machine_fingerprint(),
+        config=config.to_dict(),
+        created_utc=wall_clock_utc(),
+        devicebench_version=__version__,
+    )
+    datasets: dict[str, ArrayDataset | DataUnavailable] = {}
+    try:
+        for workload in workloads:
+            if workload.dataset not in datasets:
+                datasets[workload.dataset] = _load(workload.dataset, config)
+            dataset = datasets[workload.dataset]
+            if isinstance(dataset, ArrayDataset):
+                reporter.dataset_loaded(workload, dataset)
+            for device in devices:
+                for repeat in range(config.repeats):
+                    record = new_record(workload, dataset, device, repeat, config)
+                    result.runs.append(record)
+                    if isinstance(dataset, ArrayDataset):
+                        train_record(record, workload, dataset, device, config, reporter)
+                    else:  # `--data real` without the data: say so for every run it stops
+                        record.status, record.error = "failed", str(dataset)
+                        reporter.run_finished(record)
+    except KeyboardInterrupt:
+        result.interrupted = True
+        for record in result.runs:
+            if record.status == "running":
+                record.status = "interrupted"
+                record.error = "interrupted by the user"
+    return result
+
+
+def _load(name: str, config: RunConfig) -> ArrayDataset | DataUnavailable:
+    try:
+        return load_dataset(name, config.data, data_dir=config.data_dir, seed=config.seed)
+    except DataUnavailable as error:
+        return error
+
+
+def new_record(
+    workload: Workload,
+    dataset: ArrayDataset | DataUnavailable,
+    device: torch.device,
+    repeat: int,
+    config: RunConfig,
+) -> RunRecord:
+    """A record in status `running` holding the settings this (workload, device, repeat) will train with."""
+    plan = config.plan_for(workload)
+    return RunRecord(
+        workload=workload.name,
+        seed_experiment=workload.seed,
+        device=str(device),
+        device_name=device_name(device),
+        repeat=repeat,
+        started_utc=wall_clock_utc(),
+        target_accuracy=plan.target_accuracy,
+        settings=RunSettings(
+            batch_size=config.batch_size_for(workload),
+            epochs=plan.epochs,
+            max_steps=plan.max_steps,
+            max_eval_steps=plan.max_eval_steps,
+            seed=config.seed,
+            threads=torch.get_num_threads(),
+            data_source=dataset.source if isinstance(dataset, ArrayDataset) else config.data,
+            tf32_matmul=torch.backends.cuda.matmul.allow_tf32,
+            hyperparameters={**workload.defaults, "batch_size": config.batch_size_for(workload)},
+        ),
+    )
+
+
+def train_record(
+    record: RunRecord,
+    workload: Workload,
+    dataset: ArrayDataset,
+    device: torch.device,
+    config: RunConfig,
+    reporter: RunReporter | None = None,
+) -> None:
+    """Train `workload` on `dataset` and `device` into `record`, which ends with its final status."""
+    reporter = reporter or RunReporter()
+    reporter.run_started(record)
+    batch_size = record.settings.batch_size
+    try:
+        record.parameter_count = workload.parameter_count(record.settings.hyperparameters)
+        train(
+            record,
+            build=partial(_build, workload, record.settings.hyperparameters, device, config.seed),
+            train_batches=HostBatches(
+                dataset.train_images, dataset.train_labels, batch_size, device, seed=config.seed
+            ),
+            test_batches=HostBatches(dataset.test_images, dataset.test_labels, batch_size, device, shuffle=False),
+            plan=config.plan_for(workload),
+            watch=Stopwatch(device),
+            reporter=reporter,
+        )
+        if record.status == "running":
+            record.status = "ok"
+    except torch.cuda.OutOfMemoryError as error:  # torch.OutOfMemoryError from 2.5 on; this name works from 2.3
+        record.status = "oom"
+        record.error = f"out of memory at batch size {batch_size} on {device}: try a smaller --batch-size ({error})"
+    except RuntimeError as error:
+        if "can't allocate memory" in str(error):  # the CPU allocator's way of saying it
+            record.status = "oom"
+            record.error = f"out of host memory at batch size {batch_size}: try a smaller --batch-size ({error})"
+        else:
+            _record_failure(record, error)
+    except Exception as error:  # a broken workload must not end the suite: record it and move on
+        _record_failure(record, error)
+    finally:
+        record.peak_rss_mib = _peak_rss_mib()
+        if record.status != "running":  # an interrupted run is closed by run(), which re-raises nothing
+            reporter.run_finished(record)
+
+
+def _build(workload: Workload, hyperparameters: dict, device: torch.device, seed: int) -> TrainingSetup:
+    torch.manual_seed(seed)  # the same initial weights on every device and repeat
+    model = workload.build_model(hyperparameters).to(device)
+    return TrainingSetup(
+        model=model,
+        loss_function=workload.build_loss().to(device),
+        optimizer=workload.build_optimizer(model.parameters(), hyperparameters),
+    )
+
+
+def _record_failure(record: RunRecord, error: Exception) -> None:
+    record.status = "failed"
+    record.error = f"{type(error).__name__}: {error}"
+    logging.getLogger(__name__).error("%s on %s failed", record.workload, record.device, exc_info=error)
+
+
+def _peak_rss_mib() -> float | None:
+    try:
+        import resource
+    except ImportError:  # not on Windows
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 1024 if sys.platform != "darwin" else peak / 2**20  # kB on Linux, bytes on macOS

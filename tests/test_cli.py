@@ -1,0 +1,112 @@
+"""The command line as a user meets it: every command, the errors, and what a run writes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from devicebench import __version__
+from devicebench.cli import EXIT_USAGE, app
+from devicebench.workloads import list_workloads
+
+cli = CliRunner()
+TINY_RUN = ["--devices", "cpu", "--data", "synthetic", "--epochs", "2", "--max-steps", "3", "--max-eval-steps", "1"]
+
+
+def test_version():
+    result = cli.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.stdout.strip() == f"devicebench {__version__}"
+
+
+def test_devices_describes_the_cpu_and_says_why_there_is_no_gpu():
+    result = cli.invoke(app, ["devices"])
+    assert result.exit_code == 0, result.output
+    assert "CPU" in result.stdout and "Torch threads" in result.stdout
+    if not torch.cuda.is_available():
+        assert "No GPU" in result.stdout and "CPU-only build" in result.stdout
+
+
+def test_devices_json_is_the_machine_fingerprint():
+    result = cli.invoke(app, ["devices", "--json"])
+    fingerprint = json.loads(result.stdout)
+    assert fingerprint["cpu"]["logical_cores"] >= 1
+    assert fingerprint["torch"] == torch.__version__
+
+
+def test_list_shows_every_workload_with_published_figures():
+    result = cli.invoke(app, ["list"])
+    assert result.exit_code == 0
+    for entry in list_workloads():
+        assert entry.name in result.stdout
+    assert "3,274,634" in result.stdout  # mnist-cnn2's parameters
+    assert "6.6x" in result.stdout  # S2's published speedup
+
+
+def test_list_json_and_pattern():
+    result = cli.invoke(app, ["list", "*mlp", "--json"])
+    rows = json.loads(result.stdout)
+    assert [row["name"] for row in rows] == ["cifar10-mlp", "cifar100-mlp"]
+    assert rows[0]["parameter_count"] == 12_230_010 and rows[0]["defaults"]["batch_size"] == 32
+    assert rows[1]["published"]["end_to_end_s"] == {"cpu": 1075.0, "gpu": 343.0}
+
+
+def test_list_of_an_unknown_pattern_is_an_error():
+    result = cli.invoke(app, ["list", "resnet*"])
+    assert result.exit_code == EXIT_USAGE
+    assert "no workload matches 'resnet*'" in result.output
+
+
+def test_run_prints_epoch_lines_and_a_table_and_writes_json(tmp_path):
+    output = tmp_path / "run.json"
+    result = cli.invoke(app, ["run", "mnist-cnn2", *TINY_RUN, "--repeats", "2", "--json", str(output)])
+    assert result.exit_code == 0, result.output
+    assert "Epoch 2/2  3/3" in result.output and "(warm-up)" in result.output
+    assert "1.00x (baseline)" in result.stdout and "SYNTHETIC DATA" in result.stdout
+    data = json.loads(output.read_text())
+    assert [run["status"] for run in data["runs"]] == ["ok", "ok"]
+    run = data["runs"][0]
+    assert run["settings"]["data_source"] == "synthetic" and run["settings"]["batch_size"] == 50
+    assert [epoch["phase"] for epoch in run["epochs"]] == ["warmup", "steady"]
+    assert run["epochs"][1]["samples"] == 150 and run["summary"]["steady_samples_per_s"] > 0
+    assert data["machine"]["cpu"]["logical_cores"] >= 1
+
+
+def test_run_with_an_unknown_workload_names_the_known_ones():
+    result = cli.invoke(app, ["run", "resnet50", *TINY_RUN])
+    assert result.exit_code == EXIT_USAGE
+    assert "unknown workload 'resnet50'" in result.output and "mnist-cnn2" in result.output
+
+
+@pytest.mark.parametrize("device", ["cuda:7", "tpu"])
+def test_run_on_a_missing_device_lists_the_present_ones(device):
+    result = cli.invoke(app, ["run", "mnist-cnn2", *TINY_RUN[:0], "--devices", device, "--data", "synthetic"])
+    assert result.exit_code == EXIT_USAGE
+    assert device in result.output and "cpu" in result.output
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [(["--epochs", "0"], "--epochs must be"), (["--suite", "huge"], "unknown suite 'huge'"),
+     (["--data", "imaginary"], "unknown data source"), (["--batch-size", "-1"], "--batch-size must be")],
+)
+def test_run_refuses_impossible_values(flags, message):
+    result = cli.invoke(app, ["run", "mnist-cnn2", *flags])
+    assert result.exit_code == EXIT_USAGE
+    assert message in result.output
+
+
+def test_run_without_real_data_fails_clearly_when_real_is_demanded(tmp_path, monkeypatch):
+    import devicebench.data as data
+
+    def unavailable(*arguments, **keywords):
+        raise data.DataUnavailable("t10k.gz", tmp_path / "somewhere", [("https://x.invalid/t10k.gz", "refused")],
+                                   "md5:00")
+
+    monkeypatch.setattr("devicebench.runner.load_dataset", unavailable)
+    result = cli.invoke(app, ["run", "mnist-cnn2", "--devices", "cpu", "--data", "real", "--epochs", "2"])
+    assert result.exit_code == 1
+    assert "failed" in result.output and "https://x.invalid/t10k.gz: refused" in result.output
+    assert str(tmp_path / "somewhere") in result.output  # where to put the file by hand

@@ -1,0 +1,120 @@
+"""The training loop: it learns, it counts, it stops on NaN at the right step, and it keeps finished epochs."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from devicebench.data.pipeline import HostBatches
+from devicebench.engine.loop import Reporter, TrainingPlan, TrainingSetup, train
+from devicebench.engine.timing import Stopwatch
+from devicebench.results.schema import RunRecord, RunSettings
+from training_fixtures import learnable_dataset, linear_setup
+
+CPU = torch.device("cpu")
+
+
+def new_record(epochs: int = 3) -> RunRecord:
+    settings = RunSettings(batch_size=32, epochs=epochs, max_steps=None, max_eval_steps=None, seed=0, threads=1,
+                           data_source="synthetic")
+    return RunRecord("tiny", "S1", "cpu", "test cpu", 0, settings, "2026-01-01T00:00:00Z")
+
+
+def run(plan: TrainingPlan, build=linear_setup, reporter: Reporter | None = None, record=None) -> RunRecord:
+    data = learnable_dataset()
+    record = record or new_record(plan.epochs)
+    train(
+        record,
+        build,
+        HostBatches(data.train_images, data.train_labels, 32, CPU),
+        HostBatches(data.test_images, data.test_labels, 32, CPU, shuffle=False),
+        plan,
+        Stopwatch(CPU),
+        reporter,
+    )
+    return record
+
+
+def test_loss_falls_and_accuracy_rises_on_learnable_data():
+    record = run(TrainingPlan(epochs=3))
+    losses = [epoch.train_loss for epoch in record.epochs]
+    assert losses[-1] < losses[0] * 0.5
+    assert record.epochs[-1].test_accuracy > 0.9  # 4 classes: chance is 0.25
+    assert record.status == "running"  # the loop reports; the runner decides the final status
+
+
+def test_epoch_counts_and_rates_are_consistent():
+    record = run(TrainingPlan(epochs=2, max_steps=5, max_eval_steps=1))
+    for epoch in record.epochs:
+        assert (epoch.steps, epoch.samples, epoch.eval_samples) == (5, 160, 32)
+        assert epoch.samples_per_s == pytest.approx(epoch.samples / epoch.train_time_s)
+        assert epoch.step_time_ms == pytest.approx(epoch.train_time_s / 5 * 1000)
+        assert 0 <= epoch.train_accuracy <= 1
+
+
+def test_a_partial_last_batch_counts_its_real_samples():
+    data = learnable_dataset(train=100)  # 32 + 32 + 32 + 4
+    record = new_record(1)
+    train(record, linear_setup, HostBatches(data.train_images, data.train_labels, 32, CPU),
+          HostBatches(data.test_images, data.test_labels, 32, CPU, shuffle=False), TrainingPlan(epochs=1),
+          Stopwatch(CPU))
+    assert (record.epochs[0].steps, record.epochs[0].samples) == (4, 100)
+
+
+class NanOnCall(nn.Module):
+    """Cross-entropy that returns NaN from its `bad_call`-th training call (1-based) on."""
+
+    def __init__(self, bad_call: int) -> None:
+        super().__init__()
+        self.calls, self.bad_call = 0, bad_call
+
+    def forward(self, outputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        loss = nn.functional.cross_entropy(outputs, labels)
+        if torch.is_grad_enabled():
+            self.calls += 1
+            if self.calls >= self.bad_call:
+                return loss * math.nan
+        return loss
+
+
+def test_nan_loss_stops_the_run_as_diverged_at_its_step():
+    def build() -> TrainingSetup:
+        setup = linear_setup()
+        return TrainingSetup(setup.model, NanOnCall(bad_call=11), setup.optimizer)
+
+    record = run(TrainingPlan(epochs=5, max_steps=4), build=build)  # step 11 is the 3rd step of epoch 3
+    assert record.status == "diverged"
+    assert record.diverged_at_step == 11
+    assert len(record.epochs) == 3  # epochs 4 and 5 never ran
+    assert record.epochs[-1].test_accuracy is None  # no evaluation of a NaN model
+    assert "step 11" in record.error and "epoch 3" in record.error
+
+
+def test_time_to_target_is_recorded_once_and_only_when_reached():
+    reached = run(TrainingPlan(epochs=3, target_accuracy=0.3))
+    first = reached.epochs[0]
+    assert first.test_accuracy >= 0.3
+    assert reached.time_to_target_train_s == pytest.approx(first.train_time_s)
+    assert reached.time_to_target_wall_s >= first.train_time_s + first.eval_time_s
+    never = run(TrainingPlan(epochs=2, target_accuracy=1.0, max_steps=1), build=lambda: linear_setup(learning_rate=0))
+    assert never.time_to_target_train_s is None and never.time_to_target_wall_s is None
+
+
+class InterruptAtEpoch(Reporter):
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def epoch_started(self, epoch: int, steps: int) -> None:
+        if epoch == self.epoch:
+            raise KeyboardInterrupt
+
+
+def test_an_interruption_keeps_the_finished_epochs():
+    record = new_record(4)
+    with pytest.raises(KeyboardInterrupt):
+        run(TrainingPlan(epochs=4), reporter=InterruptAtEpoch(3), record=record)
+    assert [epoch.epoch for epoch in record.epochs] == [1, 2]
+    assert all(epoch.test_accuracy is not None for epoch in record.epochs)

@@ -1,0 +1,119 @@
+"""Every registered workload, tested from the registry: a new workload is covered without a new test."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import devicebench.workloads as registry
+from devicebench.data.pipeline import HostBatches
+from devicebench.data.synthetic import synthetic_dataset
+from devicebench.workloads import SEED_EXPERIMENTS, get_workload, list_workloads
+from devicebench.workloads.cifar_mlp import KerasNormalizedCrossEntropy
+
+WORKLOADS = list_workloads()
+NAMES = [entry.name for entry in WORKLOADS]
+
+
+def test_the_seed_workloads_of_this_release_are_registered():
+    assert {"mnist-cnn2", "mnist-cnn4", "cifar10-mlp", "cifar100-mlp"} <= set(NAMES)
+
+
+@pytest.mark.parametrize("entry", WORKLOADS, ids=NAMES)
+def test_workload_declares_what_a_user_needs(entry):
+    assert entry.seed in SEED_EXPERIMENTS
+    assert entry.defaults["batch_size"] >= 1 and entry.defaults["epochs"] >= 1
+    assert entry.quick.epochs >= 2  # the quick suite must show a steady state after the warm-up epoch
+    assert entry.published.hardware and entry.published.basis
+
+
+@pytest.mark.parametrize("entry", WORKLOADS, ids=NAMES)
+def test_workload_trains_and_its_loss_falls(entry):
+    """A handful of real steps on one small, learnable batch must lower the loss."""
+    dataset = synthetic_dataset(entry.dataset, seed=0, train_size=64, test_size=8)
+    batches = HostBatches(dataset.train_images, dataset.train_labels, 64, torch.device("cpu"), shuffle=False)
+    images, labels = next(iter(batches.epoch(1)))
+    torch.manual_seed(0)
+    model = entry.build_model(entry.defaults)
+    loss_function = entry.build_loss()
+    optimizer = entry.build_optimizer(model.parameters(), entry.defaults)  # the seed's own learning rate
+    outputs = model(images)
+    assert outputs.shape == (64, dataset.num_classes)
+    losses = []
+    for _ in range(20):
+        loss = loss_function(model(images), labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0] * 0.8, losses
+
+
+@pytest.mark.parametrize("entry", WORKLOADS, ids=NAMES)
+def test_parameter_count_on_meta_equals_the_real_model(entry):
+    real = sum(parameter.numel() for parameter in entry.build_model(entry.defaults).parameters())
+    assert entry.parameter_count() == real
+
+
+def test_models_are_the_published_architectures():
+    # Conv 5x5x1x32 + Conv 5x5x32x64 + Dense 7*7*64x1024 + Dense 1024x10, with biases
+    assert get_workload("mnist-cnn2").parameter_count() == 832 + 51_264 + 3_212_288 + 10_250
+    # four 'SAME' pools take 28 to 2: the dense layer sees 2*2*256 features
+    cnn4 = get_workload("mnist-cnn4").build_model({})
+    assert cnn4.classifier[1].in_features == 2 * 2 * 256
+    # 3072 → 3000 → 1000 → 10, sigmoid out
+    mlp = get_workload("cifar10-mlp").build_model({})
+    assert [layer.out_features for layer in mlp if isinstance(layer, nn.Linear)] == [3000, 1000, 10]
+    assert isinstance(mlp[-1], nn.Sigmoid)
+    mlp100 = get_workload("cifar100-mlp").build_model({})
+    assert [layer.out_features for layer in mlp100 if isinstance(layer, nn.Linear)] == [512, 256, 100]
+
+
+def test_training_settings_are_the_seeds():
+    cnn2 = get_workload("mnist-cnn2")
+    optimizer = cnn2.build_optimizer(cnn2.build_model(cnn2.defaults).parameters(), cnn2.defaults)
+    assert isinstance(optimizer, torch.optim.Adam) and optimizer.defaults["lr"] == 1e-4
+    assert cnn2.defaults["batch_size"] == 50
+    mlp10 = get_workload("cifar10-mlp")
+    optimizer = mlp10.build_optimizer(mlp10.build_model(mlp10.defaults).parameters(), mlp10.defaults)
+    assert isinstance(optimizer, torch.optim.SGD)
+    assert (optimizer.defaults["lr"], optimizer.defaults["momentum"]) == (0.01, 0.0)
+    assert (mlp10.defaults["batch_size"], mlp10.defaults["epochs"]) == (32, 10)
+    mlp100 = get_workload("cifar100-mlp")
+    optimizer = mlp100.build_optimizer(mlp100.build_model(mlp100.defaults).parameters(), mlp100.defaults)
+    assert isinstance(optimizer, torch.optim.Adam)
+    assert (optimizer.defaults["lr"], optimizer.defaults["eps"]) == (1e-3, 1e-7)
+    assert (mlp100.defaults["batch_size"], mlp100.defaults["epochs"]) == (32, 100)
+
+
+def test_keras_normalized_cross_entropy_matches_a_hand_computation():
+    probabilities = torch.tensor([[0.9, 0.3, 0.3], [0.2, 0.2, 0.0]])
+    labels = torch.tensor([0, 2])
+    # row 1: 0.9 / 1.5 = 0.6 → -log 0.6; row 2: 0 / 0.4 = 0 → clipped to 1e-7 → -log 1e-7
+    expected = (-torch.log(torch.tensor(0.6)) - torch.log(torch.tensor(1e-7))) / 2
+    assert KerasNormalizedCrossEntropy()(probabilities, labels).item() == pytest.approx(expected.item(), rel=1e-5)
+
+
+def test_lookup_by_name_and_pattern():
+    assert get_workload("MNIST-CNN2").name == "mnist-cnn2"
+    assert [entry.name for entry in list_workloads("mnist-*")] == ["mnist-cnn2", "mnist-cnn4"]
+    assert {entry.name for entry in list_workloads("*mlp")} == {"cifar10-mlp", "cifar100-mlp"}
+    assert list_workloads("nothing-*") == []
+    with pytest.raises(KeyError, match="unknown workload 'resnet'.*mnist-cnn2"):
+        get_workload("resnet")
+
+
+def test_registering_a_bad_workload_is_refused():
+    with pytest.raises(ValueError, match="unknown seed experiment 'S9'"):
+        registry.workload(name="x", seed="S9", dataset="mnist", summary="", loss=nn.CrossEntropyLoss,
+                          optimizer=registry.adam, defaults={"batch_size": 1, "epochs": 1},
+                          published=registry.Published(None, "", ""))
+    with pytest.raises(ValueError, match="lack epochs"):
+        registry.workload(name="x", seed="S1", dataset="mnist", summary="", loss=nn.CrossEntropyLoss,
+                          optimizer=registry.adam, defaults={"batch_size": 1},
+                          published=registry.Published(None, "", ""))
+    with pytest.raises(ValueError, match="registered twice"):
+        registry.workload(name="mnist-cnn2", seed="S1", dataset="mnist", summary="", loss=nn.CrossEntropyLoss,
+                          optimizer=registry.adam, defaults={"batch_size": 1, "epochs": 1},
+                          published=registry.Published(None, "", ""))(lambda hyperparameters: nn.Identity())

@@ -1,0 +1,31 @@
+"""Tiny, learnable training material for engine tests: a prototype-per-class image set and a small model."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from devicebench.data import ArrayDataset
+from devicebench.engine.loop import TrainingSetup
+
+
+def learnable_dataset(train: int = 256, test: int = 64, classes: int = 4, seed: int = 0) -> ArrayDataset:
+    """Each class is a fixed random 8x8 image; samples are it plus noise. A linear model separates them."""
+    rng = np.random.default_rng(seed)
+    prototypes = rng.integers(0, 256, size=(classes, 1, 8, 8))
+
+    def split(count: int) -> tuple[np.ndarray, np.ndarray]:
+        labels = np.arange(count) % classes
+        noise = rng.normal(0, 30, size=(count, 1, 8, 8))
+        return np.clip(prototypes[labels] + noise, 0, 255).astype(np.uint8), labels.astype(np.int64)
+
+    train_images, train_labels = split(train)
+    test_images, test_labels = split(test)
+    return ArrayDataset("tiny", "synthetic", train_images, train_labels, test_images, test_labels, classes)
+
+
+def linear_setup(classes: int = 4, learning_rate: float = 0.5) -> TrainingSetup:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(64, classes))
+    return TrainingSetup(model, nn.CrossEntropyLoss(), torch.optim.SGD(model.parameters(), lr=learning_rate))
