@@ -27,7 +27,7 @@ EXIT_INTERRUPTED = 130  # Ctrl-C; everything finished before it is kept
 
 app = typer.Typer(
     help="Measure how much faster deep-learning training runs on one device than another, and why.\n\n"
-    "Trains the published CPU-vs-GPU experiments (and soon your own model) on every device this machine has, "
+    "Trains the published CPU-vs-GPU experiments on every device this machine has, "
     "with one PyTorch engine, and prints throughput, epoch time, accuracy and the speedup with its spread.",
     no_args_is_help=True,
     rich_markup_mode="rich",
@@ -152,8 +152,13 @@ def run(
 ) -> None:
     """Train workloads on each device and print throughput, epoch times, accuracy and the speedup vs CPU.
 
-    Examples:  devicebench run  ·  devicebench run mnist-cnn2 --devices cpu,cuda  ·
-    devicebench run 'cifar*' --suite quick --repeats 3 --json out.json
+    [bold]devicebench run[/]: every workload, reduced (the quick suite), on every device.
+
+    [bold]devicebench run mnist-cnn2 --devices cpu,cuda[/]: one workload at its published settings.
+
+    [bold]devicebench run 'cifar*' --suite quick --repeats 3 --json out.json[/]: three repeats, saved.
+
+    Exit status: 0 done, 1 a run failed or ran out of memory, 2 a bad request, 130 interrupted (Ctrl-C).
     """
     try:
         config = RunConfig(
@@ -177,8 +182,9 @@ def run(
         errors.print(f"Results written to {json_file}")
     if result.interrupted:
         finished = sum(len(record.epochs) for record in result.runs)
-        raise _fail(f"interrupted; the {finished} finished epochs are kept above"
-                    + (f" and in {json_file}" if json_file else ""), EXIT_INTERRUPTED)
+        kept = f"{finished} finished epoch{'' if finished == 1 else 's'}"
+        raise _fail(f"interrupted; {kept} kept above" + (f" and in {json_file}" if json_file else ""),
+                    EXIT_INTERRUPTED)
     if any(record.status in ("failed", "oom") for record in result.runs):
         raise typer.Exit(EXIT_FAILED_RUN)
 

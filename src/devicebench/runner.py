@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import warnings
 from functools import partial
 
 import torch
@@ -74,7 +75,9 @@ def run(config: RunConfig, reporter: RunReporter | None = None) -> Result:
 
 def _load(name: str, config: RunConfig) -> ArrayDataset | DataUnavailable:
     try:
-        return load_dataset(name, config.data, data_dir=config.data_dir, seed=config.seed)
+        with warnings.catch_warnings():  # the reporter shows the fallback reason, which the dataset carries
+            warnings.filterwarnings("ignore", message="real .* could not be had", category=UserWarning)
+            return load_dataset(name, config.data, data_dir=config.data_dir, seed=config.seed)
     except DataUnavailable as error:
         return error
 

@@ -37,13 +37,15 @@ class RichReporter(RunReporter):
         self.quiet = quiet
         self.progress: Progress | None = None
         self.task = None
+        self.announced: set[str] = set()  # datasets whose synthetic stand-in was already announced
 
     def dataset_loaded(self, workload: Workload, dataset: ArrayDataset) -> None:
-        if dataset.source == "synthetic":
-            why = getattr(dataset, "fallback_reason", None) or "--data synthetic was asked for"
+        if dataset.source == "synthetic" and dataset.name not in self.announced:
+            self.announced.add(dataset.name)
+            why = dataset.fallback_reason or "--data synthetic was asked for"
             self.console.print(
                 Panel(
-                    f"{workload.name} trains on SYNTHETIC {dataset.name} data: {why}\n"
+                    f"{workload.name} and every later workload on {dataset.name} train on SYNTHETIC data: {why}\n"
                     "Speeds are real; accuracies cannot be compared with the published ones.",
                     title="synthetic data",
                     border_style="bold yellow",
@@ -72,6 +74,7 @@ class RichReporter(RunReporter):
             TimeRemainingColumn(),
             console=self.console,
             transient=True,
+            disable=not self.console.is_terminal,  # a bar in a log file is only noise
         )
         self.progress.start()
         self.task = self.progress.add_task("train", total=steps)

@@ -192,7 +192,7 @@ def _notes(runs: list[RunRecord]) -> list[str]:
     notes = []
     if any(run.settings.data_source == "synthetic" for run in runs):
         notes.append("SYNTHETIC DATA: speeds are real; accuracies cannot be compared with the published ones.")
-    if runs and all(not run.steady_epochs for run in runs):
+    if runs and all(run.settings.epochs < 2 for run in runs):
         notes.append("No steady-state figures: epoch 1 is warm-up, so run at least 2 epochs (--epochs 2).")
     for run in runs:
         if run.error:
