@@ -84,3 +84,10 @@ def test_a_missing_device_fails_before_any_training():
 
     with pytest.raises(DeviceError, match="cuda:3"):
         runner.run(RunConfig(workloads=("mnist-cnn2",), **{**TINY, "devices": "cuda:3"}))
+
+
+def test_threads_apply_to_the_run_are_recorded_and_are_restored_after():
+    before = torch.get_num_threads()
+    result = runner.run(RunConfig(workloads=("cifar100-mlp",), threads=1, **TINY))
+    assert result.runs[0].settings.threads == 1
+    assert torch.get_num_threads() == before

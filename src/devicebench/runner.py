@@ -39,8 +39,18 @@ def run(config: RunConfig, reporter: RunReporter | None = None) -> Result:
     reporter = reporter or RunReporter()
     devices = resolve_devices(config.devices)  # a missing device fails before any data is fetched
     workloads = config.selected_workloads()
+    threads_before = torch.get_num_threads()
     if config.threads is not None:
         torch.set_num_threads(config.threads)
+    try:
+        return _run_workloads(config, workloads, devices, reporter)
+    finally:
+        torch.set_num_threads(threads_before)  # a library call leaves the process as it found it
+
+
+def _run_workloads(
+    config: RunConfig, workloads: list[Workload], devices: list[torch.device], reporter: RunReporter
+) -> Result:
     result = Result(
         machine=machine_fingerprint(),
         config=config.to_dict(),

@@ -31,12 +31,19 @@ TRAINING = {
     "adam_epsilon": 1e-8,  # TensorFlow 1's AdamOptimizer default
 }
 
-PUBLISHED = Published(
-    speedup=8.0,
-    basis="training time, GPU vs CPU, for both networks",
-    hardware="GeForce GTX 860M (laptop) vs an 8-thread laptop CPU, TensorFlow",
-    accuracy=0.993,
-)
+S1 = {  # what both networks share: the seed, the data, the training and the published figures
+    "seed": "S1",
+    "dataset": "mnist",
+    "loss": nn.CrossEntropyLoss,
+    "optimizer": adam,
+    "defaults": TRAINING,
+    "published": Published(
+        speedup=8.0,
+        basis="training time, GPU vs CPU, for both networks",
+        hardware="GeForce GTX 860M (laptop) vs an 8-thread laptop CPU, TensorFlow",
+        accuracy=0.993,
+    ),
+}
 
 
 class MnistCNN(nn.Module):
@@ -70,29 +77,13 @@ class MnistCNN(nn.Module):
         return self.classifier(self.features(images))
 
 
-@workload(
-    name="mnist-cnn2",
-    seed="S1",
-    dataset="mnist",
-    summary="2 x (Conv 5x5 + MaxPool) 32, 64 → Dense 1024 → Dropout 0.5 → Dense 10",
-    loss=nn.CrossEntropyLoss,
-    optimizer=adam,
-    defaults=TRAINING,
-    published=PUBLISHED,
-)
+@workload(name="mnist-cnn2", summary="2 x (Conv 5x5 + MaxPool) 32, 64 → Dense 1024 → Dropout 0.5 → Dense 10", **S1)
 def mnist_cnn2(hyperparameters: Hyperparameters) -> nn.Module:
     return MnistCNN(filters=(32, 64))
 
 
 @workload(
-    name="mnist-cnn4",
-    seed="S1",
-    dataset="mnist",
-    summary="4 x (Conv 5x5 + MaxPool) 32, 64, 128, 256 → Dense 1024 → Dropout 0.5 → Dense 10",
-    loss=nn.CrossEntropyLoss,
-    optimizer=adam,
-    defaults=TRAINING,
-    published=PUBLISHED,
+    name="mnist-cnn4", summary="4 x (Conv 5x5 + MaxPool) 32, 64, 128, 256 → Dense 1024 → Dropout 0.5 → Dense 10", **S1
 )
 def mnist_cnn4(hyperparameters: Hyperparameters) -> nn.Module:
     return MnistCNN(filters=(32, 64, 128, 256))  # our reading of "four stages"
