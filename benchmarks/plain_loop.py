@@ -105,17 +105,14 @@ def main() -> None:
           f"{arguments.rounds} rounds of {arguments.epochs} epochs x {arguments.steps} steps")
     print(f"{'workload':<13} {'batch':>5}  {'plain samples/s':>24}  {'devicebench samples/s':>24}  {'ratio':>5}")
     for name in arguments.workloads:
-        plain: list[float] = []
-        measured: list[float] = []
+        measure = {"plain": plain_samples_per_s_in_new_process, "devicebench": devicebench_samples_per_s}
+        rounds: dict[str, list[float]] = {"plain": [], "devicebench": []}
         for round_index in range(arguments.rounds):
-            sides = [
-                lambda: plain.append(statistics.median(plain_samples_per_s_in_new_process(
-                    name, arguments.device, arguments.steps, arguments.epochs, arguments.seed))),
-                lambda: measured.append(statistics.median(devicebench_samples_per_s(
-                    name, arguments.device, arguments.steps, arguments.epochs, arguments.seed))),
-            ]
-            for side in sides if round_index % 2 == 0 else reversed(sides):  # each goes first in turn
-                side()
+            order = ["plain", "devicebench"] if round_index % 2 == 0 else ["devicebench", "plain"]  # each first in turn
+            for side in order:
+                rates = measure[side](name, arguments.device, arguments.steps, arguments.epochs, arguments.seed)
+                rounds[side].append(statistics.median(rates))
+        plain, measured = rounds["plain"], rounds["devicebench"]
         batch_size = get_workload(name).defaults["batch_size"]
         print(f"{name:<13} {batch_size:>5}  {_median_range(plain):>24}  {_median_range(measured):>24}  "
               f"{statistics.median(measured) / statistics.median(plain):>5.3f}")

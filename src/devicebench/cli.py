@@ -19,7 +19,7 @@ from devicebench.devices import DeviceError
 from devicebench.environment import machine_fingerprint
 from devicebench.report.progress import RichReporter
 from devicebench.report.tables import machine_view, results_tables, workloads_table
-from devicebench.workloads import list_workloads
+from devicebench.workloads import Workload, list_workloads
 
 EXIT_FAILED_RUN = 1  # some run failed or ran out of memory; its reason is in the table and the JSON
 EXIT_USAGE = 2  # the request itself was wrong: unknown workload, device, suite or value
@@ -90,7 +90,7 @@ def list_command(
         console.print(workloads_table(found))
 
 
-def _workload_json(entry) -> dict:
+def _workload_json(entry: Workload) -> dict:
     published = entry.published
     return {
         "name": entry.name,

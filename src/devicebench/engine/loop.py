@@ -79,11 +79,11 @@ def train(
     setup = build()  # inside end-to-end time: the seeds timed model creation too
     record.model_build_s = watch.now() - started
     steps = capped(len(train_batches), plan.max_steps)
-    steps_before = 0
+    batch_sizes = train_batches.batch_sizes(steps)  # every epoch draws the same sizes, in a new order
+    samples = sum(batch_sizes)
     for epoch in range(1, plan.epochs + 1):
         reporter.epoch_started(epoch, steps)
         step_losses, correct, train_time_s = _train_epoch(setup, train_batches, epoch, steps, watch, reporter)
-        samples = sum(train_batches.batch_sizes(steps))
         losses = step_losses.tolist()  # the epoch's one read-back, after its clock stopped
         finite = all(math.isfinite(loss) for loss in losses)
         entry = EpochRecord(
@@ -94,7 +94,7 @@ def train(
             train_time_s=train_time_s,
             samples_per_s=samples / train_time_s,
             step_time_ms=train_time_s / steps * 1000,
-            train_loss=sum(l * n for l, n in zip(losses, train_batches.batch_sizes(steps))) / samples,
+            train_loss=sum(loss * size for loss, size in zip(losses, batch_sizes)) / samples,
             train_accuracy=correct / samples,
         )
         if finite:  # evaluating a diverged model would only time arithmetic on NaNs
@@ -106,13 +106,12 @@ def train(
         if not finite:
             first_bad = next(index for index, loss in enumerate(losses) if not math.isfinite(loss))
             record.status = "diverged"
-            record.diverged_at_step = steps_before + first_bad + 1
+            record.diverged_at_step = (epoch - 1) * steps + first_bad + 1
             record.error = f"loss became {losses[first_bad]} at step {record.diverged_at_step} (epoch {epoch})"
             break
         if _reached(plan.target_accuracy, entry) and record.time_to_target_train_s is None:
             record.time_to_target_train_s = sum(e.train_time_s for e in record.epochs)
             record.time_to_target_wall_s = watch.now() - started
-        steps_before += steps
     record.end_to_end_s = watch.now() - started
     record.peak_device_memory_mib = peak_memory_mib(watch.device)
 
