@@ -110,3 +110,10 @@ def test_run_without_real_data_fails_clearly_when_real_is_demanded(tmp_path, mon
     assert result.exit_code == 1
     assert "failed" in result.output and "https://x.invalid/t10k.gz: refused" in result.output
     assert str(tmp_path / "somewhere") in result.output  # where to put the file by hand
+
+
+def test_json_into_a_missing_folder_is_refused_before_training(tmp_path, monkeypatch):
+    monkeypatch.setattr("devicebench.runner.run", lambda *a, **k: pytest.fail("training started"))
+    result = cli.invoke(app, ["run", "mnist-cnn2", *TINY_RUN, "--json", str(tmp_path / "no" / "out.json")])
+    assert result.exit_code == EXIT_USAGE
+    assert "does not exist" in result.output

@@ -276,3 +276,13 @@ def test_unknown_dataset_and_source_are_rejected_with_the_choices():
         load_dataset("svhn")
     with pytest.raises(ValueError, match="source must be 'auto', 'real' or 'synthetic'"):
         load_dataset("mnist", "download")  # type: ignore[arg-type]
+
+
+def test_a_data_folder_that_cannot_be_created_is_unavailable_not_a_crash(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("in the way")
+    with pytest.raises(DataUnavailable, match="cannot be written .*--data-dir or \\$DEVICEBENCH_DATA"):
+        load_dataset("mnist", "real", data_dir=blocker, progress=False)
+    with pytest.warns(UserWarning):
+        fallback = load_dataset("mnist", "auto", data_dir=blocker, progress=False)
+    assert fallback.source == "synthetic" and "cannot be written" in fallback.fallback_reason

@@ -168,6 +168,8 @@ def run(
         )
     except ConfigError as error:
         raise _fail(str(error)) from None
+    if json_file is not None and not json_file.parent.is_dir():  # find out now, not after an hour of training
+        raise _fail(f"cannot write --json {json_file}: folder {json_file.parent} does not exist; create it first")
     reporter = RichReporter(errors, quiet=quiet)
     try:
         result = runner.run(config, reporter)
@@ -178,7 +180,11 @@ def run(
     for table in results_tables(result):
         console.print(table)
     if json_file is not None:
-        result.write_json(json_file)
+        try:
+            result.write_json(json_file)
+        except OSError as error:  # a full disk, say: the tables above still hold every number
+            raise _fail(f"could not write {json_file} ({error}); the tables above hold the results",
+                        EXIT_FAILED_RUN) from None
         errors.print(f"Results written to {json_file}")
     if result.interrupted:
         finished = sum(len(record.epochs) for record in result.runs)

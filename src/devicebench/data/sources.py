@@ -225,7 +225,11 @@ def fetch(remote: RemoteFile, folder: Path, *, progress: bool = True, timeout_s:
         )
         target.unlink()
 
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:  # a file in the way, a read-only disk: no mirror can help, so say what would
+        reason = f"not downloaded: {_unwritable(folder, error)}"
+        raise DataUnavailable(remote.filename, folder, [(url, reason) for url in remote.urls], remote.checksum) from None
     failures: list[tuple[str, str]] = []
     for url in remote.urls:
         reason = _download(url, remote, target, progress=progress, timeout_s=timeout_s)
@@ -237,7 +241,10 @@ def fetch(remote: RemoteFile, folder: Path, *, progress: bool = True, timeout_s:
 
 def _download(url: str, remote: RemoteFile, target: Path, *, progress: bool, timeout_s: float) -> str | None:
     """Download `url` to `target` through a verified temporary file; None on success, else why it failed."""
-    handle, partial_name = tempfile.mkstemp(dir=target.parent, prefix=f".{remote.filename}.", suffix=".partial")
+    try:
+        handle, partial_name = tempfile.mkstemp(dir=target.parent, prefix=f".{remote.filename}.", suffix=".partial")
+    except OSError as error:
+        return f"not downloaded: {_unwritable(target.parent, error)}"
     partial = Path(partial_name)
     try:
         with os.fdopen(handle, "wb") as partial_file:
@@ -272,6 +279,13 @@ def _download(url: str, remote: RemoteFile, target: Path, *, progress: bool, tim
         return _describe_network_error(error, timeout_s)
     finally:
         partial.unlink(missing_ok=True)  # gone already after os.replace; never left behind otherwise
+
+
+def _unwritable(folder: Path, error: OSError) -> str:
+    return (
+        f"the data folder {folder} cannot be written ({error.strerror or error}); "
+        f"choose another with --data-dir or ${DATA_DIR_ENVIRONMENT_VARIABLE}"
+    )
 
 
 def _describe_network_error(error: object, timeout_s: float) -> str:
