@@ -26,7 +26,7 @@ from devicebench.environment import (
 )
 
 FINGERPRINT_KEYS = [
-    "hostname", "os", "python", "torch", "torch_cuda_build", "torch_hip_build", "cudnn", "numpy", "devicebench",
+    "hostname", "machine_name", "os", "python", "torch", "torch_cuda_build", "torch_hip_build", "cudnn", "numpy", "devicebench",
     "cpu", "memory_total_mib", "accelerators", "no_accelerator_reason", "machine_id",
 ]  # fmt: skip
 CPU_KEYS = [
@@ -188,6 +188,15 @@ def test_machine_id_is_stable_and_follows_the_hostname(monkeypatch):
     assert moved["hostname"] == "another-host"
     assert moved["machine_id"] != first
     assert moved["machine_id"] == machine_id("another-host", environment.cpu_model(), [])
+
+
+def test_a_chosen_machine_name_labels_the_machine_and_sets_its_id(monkeypatch):
+    monkeypatch.setenv("DEVICEBENCH_MACHINE", "  laptop ")
+    named = machine_fingerprint()
+    assert named["machine_name"] == "laptop" and named["hostname"] == socket.gethostname()
+    assert named["machine_id"] == machine_id("laptop", environment.cpu_model(), [])
+    monkeypatch.setenv("DEVICEBENCH_MACHINE", "")
+    assert machine_fingerprint()["machine_name"] == socket.gethostname()
 
 
 def test_machine_id_hashes_hostname_cpu_and_sorted_accelerator_names():

@@ -91,3 +91,31 @@ def test_threads_apply_to_the_run_are_recorded_and_are_restored_after():
     result = runner.run(RunConfig(workloads=("cifar100-mlp",), threads=1, **TINY))
     assert result.runs[0].settings.threads == 1
     assert torch.get_num_threads() == before
+
+
+class Journal(RunReporter):
+    """Writes down every event a run sends, in order."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+    def session_started(self, result):
+        self.events.append("session")
+
+    def run_started(self, record):
+        self.events.append(f"start {record.workload}")
+
+    def epoch_finished(self, record, epoch):
+        self.events.append(f"epoch {epoch.epoch}")
+
+    def run_finished(self, record):
+        self.events.append(f"finish {record.workload} {record.status}")
+
+
+def test_every_listener_hears_every_event_including_an_interrupted_finish():
+    first, second = Journal(), Journal()
+    stopper = InterruptDuring("mnist-cnn4", 2)
+    runner.run(RunConfig(workloads=("mnist-*",), **TINY), runner.ReporterGroup(first, second, stopper))
+    assert first.events == second.events == [
+        "session", "start mnist-cnn2", "epoch 1", "epoch 2", "finish mnist-cnn2 ok",
+        "start mnist-cnn4", "epoch 1", "finish mnist-cnn4 interrupted"]

@@ -44,16 +44,29 @@ def machine_fingerprint() -> dict:
     Built afresh on each call from cached slow parts, so a thread count set since the last call is reported.
     """
     hostname = socket.gethostname()
+    name = machine_name()
     accelerators = [dict(entry) for entry in _accelerator_descriptions()]  # copies: the cached entries stay intact
     return {
         "hostname": hostname,
+        "machine_name": name,
         **_software_versions(),
         "cpu": _cpu_description(),
         "memory_total_mib": psutil.virtual_memory().total // BYTES_PER_MIB,
         "accelerators": accelerators,
         "no_accelerator_reason": no_accelerator_reason(),
-        "machine_id": machine_id(hostname, cpu_model(), [entry["name"] for entry in accelerators]),
+        "machine_id": machine_id(name, cpu_model(), [entry["name"] for entry in accelerators]),
     }
+
+
+MACHINE_NAME_VARIABLE = "DEVICEBENCH_MACHINE"
+
+
+def machine_name() -> str:
+    """What tables call this machine: $DEVICEBENCH_MACHINE ("laptop", "vm", "a100-box"), else the hostname.
+
+    Cloud machines get random hostnames; a chosen name keeps their results together and readable.
+    """
+    return os.environ.get(MACHINE_NAME_VARIABLE, "").strip() or socket.gethostname()
 
 
 def machine_id(hostname: str, cpu_name: str, accelerator_names: Iterable[str]) -> str:

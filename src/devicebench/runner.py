@@ -29,9 +29,43 @@ from devicebench.workloads import Workload
 
 
 class RunReporter(Reporter):
-    """A Reporter that also hears which dataset each workload got (to say loudly when it is synthetic)."""
+    """A Reporter that also hears when a session starts and which dataset each workload got."""
+
+    def session_started(self, result: Result) -> None: ...
 
     def dataset_loaded(self, workload: Workload, dataset: ArrayDataset) -> None: ...
+
+
+class ReporterGroup(RunReporter):
+    """Tells every one of several reporters everything: the screen, the database, TensorBoard."""
+
+    def __init__(self, *reporters: RunReporter) -> None:
+        self.reporters = reporters
+
+    def _tell_all(self, event: str, *details: object) -> None:
+        for reporter in self.reporters:
+            getattr(reporter, event)(*details)
+
+    def session_started(self, result):
+        self._tell_all("session_started", result)
+
+    def dataset_loaded(self, workload, dataset):
+        self._tell_all("dataset_loaded", workload, dataset)
+
+    def run_started(self, record):
+        self._tell_all("run_started", record)
+
+    def epoch_started(self, epoch, steps):
+        self._tell_all("epoch_started", epoch, steps)
+
+    def steps_finished(self, steps_done):
+        self._tell_all("steps_finished", steps_done)
+
+    def epoch_finished(self, record, epoch):
+        self._tell_all("epoch_finished", record, epoch)
+
+    def run_finished(self, record):
+        self._tell_all("run_finished", record)
 
 
 def run(config: RunConfig, reporter: RunReporter | None = None) -> Result:
@@ -57,6 +91,7 @@ def _run_workloads(
         created_utc=wall_clock_utc(),
         devicebench_version=__version__,
     )
+    reporter.session_started(result)
     datasets: dict[str, ArrayDataset | DataUnavailable] = {}
     try:
         for workload in workloads:
@@ -72,6 +107,7 @@ def _run_workloads(
                     if isinstance(dataset, ArrayDataset):
                         train_record(record, workload, dataset, device, config, reporter)
                     else:  # `--data real` without the data: say so for every run it stops
+                        reporter.run_started(record)
                         record.status, record.error = "failed", str(dataset)
                         reporter.run_finished(record)
     except KeyboardInterrupt:
@@ -80,6 +116,7 @@ def _run_workloads(
             if record.status == "running":
                 record.status = "interrupted"
                 record.error = "interrupted by the user"
+                reporter.run_finished(record)
     return result
 
 
@@ -163,7 +200,7 @@ def train_record(
         _record_failure(record, error)
     finally:
         record.peak_rss_mib = _peak_rss_mib()
-        if record.status != "running":  # an interrupted run is closed by run(), which re-raises nothing
+        if record.status != "running":  # an interrupted run is closed by run(), once it is marked so
             reporter.run_finished(record)
 
 

@@ -12,8 +12,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from devicebench.results.schema import Result, RunRecord
-from devicebench.results.stats import Speedup, speedup, spread
+from devicebench.results.compare import Row
+from devicebench.results.stats import Spread
 from devicebench.workloads import Workload, get_workload
 
 BASELINE_DEVICE = "cpu"
@@ -104,97 +104,93 @@ def published_text(entry: Workload) -> str:
 # --- results -----------------------------------------------------------------------------------------------
 
 
-def results_tables(result: Result) -> list[RenderableType]:
-    """One table per workload, rows per device, in the order they ran."""
-    workloads = list(dict.fromkeys(run.workload for run in result.runs))
-    return [_workload_table(result, name) for name in workloads]
+def comparison_tables(rows_by_workload: dict[str, list[Row]]) -> list[RenderableType]:
+    """One table per workload: a row per (machine, device, settings), with the speedup against its baseline."""
+    return [_workload_table(name, rows) for name, rows in rows_by_workload.items()]
 
 
 def _device_kind(device: str) -> str:
     return "cpu" if device == "cpu" else "gpu"
 
 
-def _steady_rates(runs: list[RunRecord]) -> list[float]:
-    return [epoch.samples_per_s for run in runs for epoch in run.steady_epochs]
-
-
-def _workload_table(result: Result, name: str) -> RenderableType:
-    runs = [run for run in result.runs if run.workload == name]
-    by_device: dict[str, list[RunRecord]] = {}
-    for run in runs:
-        by_device.setdefault(run.device, []).append(run)
+def _workload_table(name: str, rows: list[Row]) -> RenderableType:
     entry = get_workload(name)
-    settings = runs[0].settings
-    steps = f"{settings.max_steps} steps" if settings.max_steps else "full length"
-    data = f"[bold yellow]{settings.data_source} data[/]" if settings.data_source == "synthetic" else "real data"
-    table = Table(
-        title=f"[bold]{name}[/] ({entry.seed}): batch {settings.batch_size}, {settings.epochs} epochs of {steps}, "
-        f"{data}, {settings.threads} CPU threads",
-        title_justify="left",
-    )
-    for column in ("Device", "Epoch s", "Samples/s", "ms/step", "Warm-up s", "End-to-end s", "Test acc",
-                   "Speedup vs CPU", "Published samples/s"):
-        table.add_column(column, justify="left" if column == "Device" else "right")
-    baseline_rates = _steady_rates(by_device.get(BASELINE_DEVICE, []))
-    for device, device_runs in by_device.items():
-        table.add_row(*_row(device, device_runs, baseline_rates, entry))
+    one_machine = len({row.machine_id for row in rows}) == 1
+    first = rows[0].runs[0].settings
+    steps = f"{first.max_steps} steps" if first.max_steps else "full length"
+    sources = {row.settings["data_source"] for row in rows}
+    data = " and ".join(f"[bold yellow]{s} data[/]" if s == "synthetic" else f"{s} data" for s in sorted(sources))
+    title = f"[bold]{name}[/] ({entry.seed}): batch {first.batch_size}, {first.epochs} epochs of {steps}, {data}"
+    table = Table(title=title, title_justify="left")
+    priced = any(row.price_per_hour is not None for row in rows)
+    energy = any(row.energy_wh is not None for row in rows)
+    columns = ["Device" if one_machine else "Machine/device", "Epoch s", "Samples/s", "ms/step", "Warm-up s",
+               "End-to-end s", "Test acc", "Speedup", "Published samples/s"]
+    columns += ["Cost/1M samples", "Cost vs baseline"] if priced else []
+    columns += ["Energy Wh"] if energy else []
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("Device", "Machine/device") else "right")
+    for row in rows:
+        table.add_row(*_cells(row, one_machine, priced, energy, entry))
     lines = [
-        "Epoch s: steady-state median [min–max] over the epochs after the warm-up one, every repeat; "
-        "speedup: ratio of median samples/s [95% bootstrap interval].",
-        *(f"{device}: {device_runs[0].device_name}" for device, device_runs in by_device.items()),
+        "Epoch s: steady-state median [min–max] over the epochs after the warm-up one, every repeat; speedup: "
+        "ratio of median samples/s against the baseline [95% bootstrap interval].",
+        *dict.fromkeys(f"{row.machine_name}/{row.device}: {row.device_name}" for row in rows),
         f"Published: {published_text(entry)}".replace("\n", "; "),
     ]
-    notes = _notes(runs)
-    return Group(table, *(Text(line, style="dim") for line in lines), *(Text(note, style="yellow") for note in notes))
+    return Group(table, *(Text(line, style="dim") for line in lines), *(Text(n, style="yellow") for n in _notes(rows)))
 
 
-def _row(device: str, runs: list[RunRecord], baseline_rates: list[float], entry: Workload) -> list[str]:
-    steady = [epoch for run in runs for epoch in run.steady_epochs]
-    warmups = [epoch.train_time_s for run in runs for epoch in run.epochs if epoch.phase == "warmup"]
-    ends = [run.end_to_end_s for run in runs if run.end_to_end_s is not None and run.status == "ok"]
-    accuracies = [run.summary().final_test_accuracy for run in runs]
-    accuracies = [value for value in accuracies if value is not None]
-    statuses = sorted({run.status for run in runs} - {"ok"})
-    label = device + (" [red](" + ", ".join(statuses) + ")[/]" if statuses else "")
-    common = {
-        "warmup": _number(spread(warmups).median if warmups else None, 2),
-        "end": _number(spread(ends).median if ends else None, 1),
-        "accuracy": _percent(spread(accuracies).median if accuracies else None),
-        "published": _number(entry.published.samples_per_s.get(_device_kind(device)), 0),
-    }
-    if not steady:
-        return [label, "—", "—", "—", common["warmup"], common["end"], common["accuracy"], "—", common["published"]]
-    epoch_times = spread([epoch.train_time_s for epoch in steady])
-    rates = [epoch.samples_per_s for epoch in steady]
-    return [
+def _median(value: Spread | None, digits: int) -> str:
+    return _number(value.median if value else None, digits)
+
+
+def _cells(row: Row, one_machine: bool, priced: bool, energy: bool, entry: Workload) -> list[str]:
+    label = (f"{row.device} ({row.differs_by})" if row.differs_by else row.device) if one_machine else row.label
+    problems = sorted(set(row.statuses) - {"ok"})
+    if problems:
+        label += " [red](" + ", ".join(problems) + ")[/]"
+    epoch = row.epoch_time_s
+    cells = [
         label,
-        f"{epoch_times.median:,.2f} [{epoch_times.low:,.2f}–{epoch_times.high:,.2f}]",
-        _number(spread(rates).median, 0),
-        _number(spread([epoch.step_time_ms for epoch in steady]).median, 2),
-        common["warmup"],
-        common["end"],
-        common["accuracy"],
-        "1.00x (baseline)" if device == BASELINE_DEVICE else _speedup_text(
-            speedup(baseline_rates, rates) if baseline_rates else None),
-        common["published"],
+        "—" if epoch is None else f"{epoch.median:,.2f} [{epoch.low:,.2f}–{epoch.high:,.2f}]",
+        _median(row.samples_per_s, 0),
+        _median(row.step_time_ms, 2),
+        _median(row.warmup_epoch_s, 2),
+        _median(row.end_to_end_s, 1),
+        _percent(row.test_accuracy.median if row.test_accuracy else None),
+        _speedup_text(row),
+        _number(entry.published.samples_per_s.get(_device_kind(row.device)), 0),
     ]
+    if priced:
+        ratio = row.cost_vs_baseline
+        cells += [_number(row.cost_per_million_samples, 3), "—" if ratio is None else f"{ratio:.3g}x"]
+    if energy:
+        cells.append(_median(row.energy_wh, 2))
+    return cells
 
 
-def _speedup_text(value: Speedup | None) -> str:
+def _speedup_text(row: Row) -> str:
+    if row.baseline is row:
+        return "1.00x (baseline)"
+    value = row.speedup
     if value is None:
-        return "— (no CPU run)"
+        return "—"
     if value.low is None or value.high is None:
         return f"{value.ratio:.2f}x"
     return f"{value.ratio:.2f}x [{value.low:.2f}–{value.high:.2f}]"
 
 
-def _notes(runs: list[RunRecord]) -> list[str]:
+def _notes(rows: list[Row]) -> list[str]:
     notes = []
-    if any(run.settings.data_source == "synthetic" for run in runs):
+    if any(row.settings["data_source"] == "synthetic" for row in rows):
         notes.append("SYNTHETIC DATA: speeds are real; accuracies cannot be compared with the published ones.")
-    if runs and all(run.settings.epochs < 2 for run in runs):
+    if all(run.settings.epochs < 2 for row in rows for run in row.runs):
         notes.append("No steady-state figures: epoch 1 is warm-up, so run at least 2 epochs (--epochs 2).")
-    for run in runs:
-        if run.error:
-            notes.append(f"{run.device} repeat {run.repeat + 1}: {run.status}: {run.error}")
+    for row in rows:
+        if row.speedup is None and row.baseline is not row and row.speedup_note:
+            notes.append(f"{row.label}: no speedup: {row.speedup_note}")
+        for run in row.runs:
+            if run.error:
+                notes.append(f"{row.label} repeat {run.repeat + 1}: {run.status}: {run.error}")
     return notes

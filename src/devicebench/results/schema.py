@@ -97,6 +97,7 @@ class RunRecord:
     time_to_target_wall_s: float | None = None  # from model creation, evaluation included
     peak_device_memory_mib: float | None = None  # peak allocated on the accelerator; None on the CPU
     peak_rss_mib: float | None = None  # the process's peak resident memory up to the end of this run
+    energy_j: float | None = None  # energy the device drew during training, where a monitor can tell
 
     @property
     def steady_epochs(self) -> list[EpochRecord]:
@@ -133,17 +134,21 @@ class RunRecord:
 
 @dataclass
 class Result:
+    """One invocation on one machine: a session of runs. Its id makes importing it twice a no-op."""
+
     machine: dict[str, Any]  # devicebench.environment.machine_fingerprint()
     config: dict[str, Any]  # the RunConfig as asked for
     created_utc: str
     devicebench_version: str
     runs: list[RunRecord] = field(default_factory=list)
     interrupted: bool = False  # the user stopped the run; the finished epochs are all here
+    result_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema_version": self.schema_version,
+            "result_id": self.result_id,
             "devicebench_version": self.devicebench_version,
             "created_utc": self.created_utc,
             "interrupted": self.interrupted,
@@ -167,6 +172,7 @@ class Result:
             devicebench_version=data["devicebench_version"],
             runs=[RunRecord.from_dict(run) for run in data["runs"]],
             interrupted=data.get("interrupted", False),
+            result_id=data["result_id"],
         )
 
     def write_json(self, path: Path) -> None:

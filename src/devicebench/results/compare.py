@@ -1,0 +1,213 @@
+"""Which runs may be pooled, and how much faster each row is than its baseline.
+
+Runs are grouped per workload into rows of (machine, device, speed settings). Runs whose speed settings differ
+are never pooled: each setting gets its own row, and the row names what sets it apart from its neighbours. A
+speedup is measured against a baseline row with the same workload settings (by default the CPU of the same
+machine); a row with no such baseline says why instead of showing a number.
+
+    python -c "from devicebench.results.compare import compare; help(compare)"
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from devicebench.results.prices import Prices
+from devicebench.results.schema import EpochRecord, Result, RunRecord
+from devicebench.results.stats import Speedup, Spread, speedup, spread
+
+# Settings that change speed. Runs that differ in any of them form separate rows.
+SPEED_SETTINGS = ("mode", "precision", "batch_size", "data_source", "workers", "threads", "tf32_matmul")
+# Of those, the ones a baseline must share: the work itself. Threads and TF32 describe how a device was run.
+SAME_WORK_SETTINGS = ("mode", "precision", "batch_size", "data_source", "workers")
+DEFAULT_BASELINE = "cpu"
+SECONDS_PER_HOUR = 3600.0
+JOULES_PER_WATT_HOUR = 3600.0
+
+
+@dataclass
+class Row:
+    """Runs of one workload on one (machine, device) with identical speed settings: safe to pool."""
+
+    workload: str
+    machine: dict[str, Any]  # the fingerprint of the machine the runs came from
+    device: str
+    device_name: str
+    settings: dict[str, Any]  # the speed settings every run here shares
+    runs: list[RunRecord] = field(default_factory=list)
+    differs_by: str = ""  # what sets this row apart from the others on the same machine and device
+    baseline: Row | None = None
+    speedup: Speedup | None = None
+    speedup_note: str = ""  # why there is no speedup, or where its interval comes from
+    price_per_hour: float | None = None
+
+    @property
+    def machine_id(self) -> str:
+        return self.machine["machine_id"]
+
+    @property
+    def machine_name(self) -> str:
+        return self.machine.get("machine_name") or self.machine["hostname"]
+
+    @property
+    def label(self) -> str:
+        """`laptop/cuda:0`, plus the settings that set the row apart: `laptop/cpu (batch_size=64)`."""
+        return f"{self.machine_name}/{self.device}" + (f" ({self.differs_by})" if self.differs_by else "")
+
+    @property
+    def steady_epochs(self) -> list[EpochRecord]:
+        return [epoch for run in self.runs for epoch in run.steady_epochs]
+
+    @property
+    def epoch_time_s(self) -> Spread | None:
+        return _spread_or_none([epoch.train_time_s for epoch in self.steady_epochs])
+
+    @property
+    def samples_per_s(self) -> Spread | None:
+        return _spread_or_none([epoch.samples_per_s for epoch in self.steady_epochs])
+
+    @property
+    def step_time_ms(self) -> Spread | None:
+        return _spread_or_none([epoch.step_time_ms for epoch in self.steady_epochs])
+
+    @property
+    def warmup_epoch_s(self) -> Spread | None:
+        return _spread_or_none([e.train_time_s for run in self.runs for e in run.epochs if e.phase == "warmup"])
+
+    @property
+    def end_to_end_s(self) -> Spread | None:
+        return _spread_or_none([run.end_to_end_s for run in self.runs if run.status == "ok" and run.end_to_end_s])
+
+    @property
+    def test_accuracy(self) -> Spread | None:
+        finals = [run.summary().final_test_accuracy for run in self.runs]
+        return _spread_or_none([value for value in finals if value is not None])
+
+    @property
+    def energy_wh(self) -> Spread | None:
+        return _spread_or_none([run.energy_j / JOULES_PER_WATT_HOUR for run in self.runs if run.energy_j is not None])
+
+    @property
+    def statuses(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for run in self.runs:
+            counts[run.status] = counts.get(run.status, 0) + 1
+        return counts
+
+    @property
+    def cost_per_million_samples(self) -> float | None:
+        """Money to train on a million samples at the steady rate, in the price's currency."""
+        rate = self.samples_per_s
+        if self.price_per_hour is None or rate is None:
+            return None
+        return self.price_per_hour / SECONDS_PER_HOUR / rate.median * 1e6
+
+    @property
+    def cost_per_run(self) -> float | None:
+        """Money for one whole run, model creation to the last epoch."""
+        end_to_end = self.end_to_end_s
+        if self.price_per_hour is None or end_to_end is None:
+            return None
+        return self.price_per_hour / SECONDS_PER_HOUR * end_to_end.median
+
+    @property
+    def cost_vs_baseline(self) -> float | None:
+        """This row's cost per sample over the baseline's: 0.03 means a thirtieth of the baseline's cost per job."""
+        if self.baseline is None or self.baseline.cost_per_million_samples in (None, 0):
+            return None
+        own = self.cost_per_million_samples
+        return None if own is None else own / self.baseline.cost_per_million_samples
+
+
+def compare(
+    results: Iterable[Result], *, baseline: str = DEFAULT_BASELINE, prices: Prices | None = None
+) -> dict[str, list[Row]]:
+    """Rows per workload, in the order first seen, each with its speedup against `baseline`.
+
+    `baseline` is a device ("cpu", "cuda:0") on each row's own machine, or "MACHINE/DEVICE" for one fixed row.
+    """
+    rows: dict[tuple, Row] = {}
+    for result in results:
+        for run in result.runs:
+            settings = {name: getattr(run.settings, name) for name in SPEED_SETTINGS}
+            key = (run.workload, result.machine["machine_id"], run.device, tuple(settings.items()))
+            if key not in rows:
+                rows[key] = Row(run.workload, result.machine, run.device, run.device_name, settings)
+            rows[key].runs.append(run)
+    by_workload: dict[str, list[Row]] = {}
+    for row in rows.values():
+        by_workload.setdefault(row.workload, []).append(row)
+    for workload_rows in by_workload.values():
+        _name_differences(workload_rows)
+        for row in workload_rows:
+            if prices is not None:
+                row.price_per_hour = prices.per_hour(row.machine, row.device)
+            _attach_speedup(row, workload_rows, baseline)
+    return by_workload
+
+
+def _spread_or_none(values: list[float]) -> Spread | None:
+    return spread(values) if values else None
+
+
+def _name_differences(rows: list[Row]) -> None:
+    """Give each row that shares (machine, device) with another the settings in which they differ."""
+    siblings: dict[tuple[str, str], list[Row]] = {}
+    for row in rows:
+        siblings.setdefault((row.machine_id, row.device), []).append(row)
+    for group in siblings.values():
+        if len(group) < 2:
+            continue
+        varying = [name for name in SPEED_SETTINGS if len({str(row.settings[name]) for row in group}) > 1]
+        for row in group:
+            row.differs_by = ", ".join(f"{name}={row.settings[name]}" for name in varying)
+
+
+def _same_work(first: Row, second: Row) -> bool:
+    return all(first.settings[name] == second.settings[name] for name in SAME_WORK_SETTINGS)
+
+
+def _find_baseline(row: Row, rows: list[Row], spec: str) -> Row | None:
+    machine, _, device = spec.rpartition("/")
+    candidates = [
+        other
+        for other in rows
+        if other.device == device
+        and (other.machine_id == row.machine_id if not machine else machine in (other.machine_name, other.machine_id))
+        and _same_work(row, other)
+        and other.samples_per_s is not None
+    ]
+    if not candidates:
+        return None
+    same_threads = [other for other in candidates if other.settings["threads"] == row.settings["threads"]]
+    return (same_threads or candidates)[0]
+
+
+def _attach_speedup(row: Row, rows: list[Row], spec: str) -> None:
+    row.baseline = _find_baseline(row, rows, spec)
+    if row.baseline is None:
+        where = f"on {spec.rpartition('/')[0]}" if "/" in spec else f"on {row.machine_name}"
+        work = ", ".join(f"{name}={row.settings[name]}" for name in SAME_WORK_SETTINGS[:4])
+        row.speedup_note = f"no {spec.rpartition('/')[2]} run {where} with the same work ({work})"
+        return
+    if row.samples_per_s is None:
+        row.speedup_note = "no steady-state epochs (epoch 1 is warm-up)"
+        return
+    baseline_rates, own_rates, source = _interval_samples(row.baseline, row)
+    row.speedup = speedup(baseline_rates, own_rates)
+    row.speedup_note = f"95% interval from {source}" if row.speedup.low is not None else "one sample: no interval"
+
+
+def _interval_samples(baseline: Row, row: Row) -> tuple[list[float], list[float], str]:
+    """Per-repeat steady medians when both sides have two repeats or more, else every steady epoch."""
+
+    def per_repeat(target: Row) -> list[float]:
+        return [statistics.median(e.samples_per_s for e in run.steady_epochs) for run in target.runs if run.steady_epochs]
+
+    baseline_repeats, own_repeats = per_repeat(baseline), per_repeat(row)
+    if len(baseline_repeats) >= 2 and len(own_repeats) >= 2:
+        return baseline_repeats, own_repeats, "repeats"
+    return [e.samples_per_s for e in baseline.steady_epochs], [e.samples_per_s for e in row.steady_epochs], "epochs"
