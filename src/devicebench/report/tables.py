@@ -12,6 +12,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from devicebench.reproduce import Reproduction
 from devicebench.results.compare import Row
 from devicebench.results.stats import Spread
 from devicebench.workloads import Workload, get_workload
@@ -194,3 +195,39 @@ def _notes(rows: list[Row]) -> list[str]:
             if run.error:
                 notes.append(f"{row.label} repeat {run.repeat + 1}: {run.status}: {run.error}")
     return notes
+
+
+# --- reproduce ---------------------------------------------------------------------------------------------
+
+
+def reproduction_table(reproductions: list[Reproduction]) -> Table:
+    """Published against measured here, a pair of lines per workload."""
+    table = Table(title="Published vs measured here", title_justify="left", show_lines=True)
+    for column in ("Workload", "", "Hardware", "CPU samples/s", "GPU samples/s", "Speedup", "Accuracy"):
+        table.add_column(column, justify="left" if column in ("Workload", "", "Hardware") else "right",
+                         overflow="fold")
+    for entry in reproductions:
+        published = entry.published
+        table.add_row(
+            f"[bold]{entry.workload.name}[/] ({entry.workload.seed})",
+            "published",
+            published.hardware,
+            _number(published.samples_per_s.get("cpu"), 0),
+            _number(published.samples_per_s.get("gpu"), 0),
+            "—" if published.speedup is None else f"{published.speedup:g}x ({published.basis})",
+            _percent(published.accuracy) + (f" {published.accuracy_kind}" if published.accuracy else ""),
+        )
+        measured_speedup = "— (no GPU here)" if entry.measured_speedup is None else (
+            f"{entry.measured_speedup:.2f}x (steady samples/s)"
+            + (f"; end to end {entry.measured_end_to_end_ratio:.2f}x" if entry.measured_end_to_end_ratio else ""))
+        data = f"[bold yellow]{entry.data_sources} data[/]" if "synthetic" in entry.data_sources else "real data"
+        table.add_row(
+            "",
+            "measured here",
+            f"{entry.measured_hardware}; {data}",
+            _number(entry.measured_cpu_samples_per_s, 0),
+            _number(entry.measured_gpu_samples_per_s, 0),
+            measured_speedup,
+            _percent(entry.measured_accuracy) + (f" {published.accuracy_kind}" if entry.measured_accuracy else ""),
+        )
+    return table

@@ -1,0 +1,80 @@
+"""TensorBoard logs of a run: per-epoch loss, accuracy and throughput, and the model's graph (S1 showed its
+graphs in TensorBoard). Needs the optional extra: `pip install 'devicebench[tensorboard]'`.
+
+    devicebench run mnist-cnn2 --devices cpu --data synthetic --epochs 3 --max-steps 50 --tensorboard runs/
+    tensorboard --logdir runs/
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import torch
+
+from devicebench.data import ArrayDataset
+from devicebench.results.schema import EpochRecord, RunRecord
+from devicebench.runner import RunReporter
+from devicebench.workloads import Workload, get_workload
+
+
+class TensorBoardUnavailable(RuntimeError):
+    """The tensorboard package is missing; the message says how to install it."""
+
+
+class TensorBoardReporter(RunReporter):
+    """Writes one TensorBoard run per (workload, device, repeat) under `log_dir`."""
+
+    def __init__(self, log_dir: Path) -> None:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            raise TensorBoardUnavailable(
+                "--tensorboard needs the tensorboard package: pip install 'devicebench[tensorboard]'"
+            ) from None
+        self.writer_class = SummaryWriter
+        self.log_dir = Path(log_dir)
+        self.image_shapes: dict[str, tuple[int, ...]] = {}  # workload → the shape of one input image
+        self.writer = None
+
+    def dataset_loaded(self, workload: Workload, dataset: ArrayDataset) -> None:
+        self.image_shapes[workload.name] = dataset.image_shape
+
+    def run_started(self, record: RunRecord) -> None:
+        device = record.device.replace(":", "")
+        self.writer = self.writer_class(
+            str(self.log_dir / record.workload / f"{device}-repeat{record.repeat + 1}-{record.run_id[:8]}")
+        )
+        settings = ", ".join(f"{key}={value}" for key, value in vars(record.settings).items())
+        self.writer.add_text("settings", f"{record.device} ({record.device_name}): {settings}")
+        self._add_graph(record)
+
+    def epoch_finished(self, record: RunRecord, epoch: EpochRecord) -> None:
+        scalars = {
+            "loss/train": epoch.train_loss,
+            "accuracy/train": epoch.train_accuracy,
+            "accuracy/test": epoch.test_accuracy,
+            "throughput/samples_per_s": epoch.samples_per_s,
+            "time/epoch_s": epoch.train_time_s,
+            "time/step_ms": epoch.step_time_ms,
+            "time/eval_s": epoch.eval_time_s,
+        }
+        for tag, value in scalars.items():
+            if value is not None:
+                self.writer.add_scalar(tag, value, global_step=epoch.epoch)
+        self.writer.flush()  # an interrupted run keeps what it logged
+
+    def run_finished(self, record: RunRecord) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+    def _add_graph(self, record: RunRecord) -> None:
+        """The graph of a CPU copy of the model, traced on one blank image: the run's own model stays untouched."""
+        shape = self.image_shapes.get(record.workload)
+        if shape is None:
+            return
+        model = get_workload(record.workload).build_model(record.settings.hyperparameters).eval()
+        with warnings.catch_warnings():  # add_graph traces with torch.jit, which warns of its own deprecation
+            warnings.simplefilter("ignore", DeprecationWarning)
+            self.writer.add_graph(model, torch.zeros(1, *shape))

@@ -1,0 +1,86 @@
+"""Comparison rows: what is pooled, what is kept apart, and speedups whose answers are known."""
+
+from __future__ import annotations
+
+import pytest
+
+from devicebench.results.compare import compare
+from devicebench.results.prices import Prices
+from result_fixtures import machine, run, session
+
+LAPTOP, SERVER = machine("laptop", "aaaa1111"), machine("server", "bbbb2222")
+
+
+def test_speedup_against_the_cpu_of_the_same_machine():
+    # CPU steady epochs take 10 s, GPU 2 s: five times the samples per second
+    rows = compare([session(LAPTOP, [run("cpu", [12, 10, 10, 10]), run("cuda:0", [5, 2, 2, 2])])])["mnist-cnn2"]
+    cpu, gpu = rows
+    assert cpu.baseline is cpu and cpu.speedup.ratio == pytest.approx(1.0)
+    assert gpu.baseline is cpu
+    assert gpu.speedup.ratio == pytest.approx(5.0)
+    assert (gpu.speedup.low, gpu.speedup.high) == pytest.approx((5.0, 5.0))  # no spread, no width
+    assert gpu.epoch_time_s.median == 2 and gpu.warmup_epoch_s.median == 5  # warm-up kept apart
+
+
+def test_repeats_pool_into_one_row_and_the_interval_comes_from_them():
+    runs = [run("cpu", [12, 10, 10], repeat=0), run("cpu", [12, 11, 11], repeat=1), run("cpu", [12, 9, 9], repeat=2),
+            run("cuda:0", [5, 2, 2], repeat=0), run("cuda:0", [5, 2.5, 2.5], repeat=1), run("cuda:0", [5, 2, 2], repeat=2)]
+    cpu, gpu = compare([session(LAPTOP, runs)])["mnist-cnn2"]
+    assert len(cpu.runs) == len(gpu.runs) == 3
+    assert gpu.speedup.ratio == pytest.approx((1000 / 2) / (1000 / 10))
+    assert gpu.speedup.low < gpu.speedup.ratio <= gpu.speedup.high
+    assert gpu.speedup_note == "95% interval from repeats"
+
+
+def test_runs_with_different_speed_settings_are_never_pooled_and_the_difference_is_named():
+    runs = [run("cpu", [12, 10, 10]), run("cpu", [12, 6, 6], batch_size=200), run("cuda:0", [5, 2, 2], batch_size=200)]
+    rows = compare([session(LAPTOP, runs)])["mnist-cnn2"]
+    assert [(row.device, row.differs_by) for row in rows] == [
+        ("cpu", "batch_size=50"), ("cpu", "batch_size=200"), ("cuda:0", "")]
+    gpu = rows[2]
+    assert gpu.baseline is rows[1]  # the CPU run doing the same work, at batch 200
+    assert gpu.speedup.ratio == pytest.approx(3.0)
+
+
+def test_no_baseline_doing_the_same_work_means_no_number_and_a_reason():
+    rows = compare([session(LAPTOP, [run("cpu", [12, 10, 10]), run("cuda:0", [5, 2, 2], batch_size=512)])])
+    gpu = rows["mnist-cnn2"][1]
+    assert gpu.speedup is None
+    assert "no cpu run on laptop" in gpu.speedup_note and "batch_size=512" in gpu.speedup_note
+
+
+def test_real_and_synthetic_data_are_different_work():
+    rows = compare([session(LAPTOP, [run("cpu", [12, 10, 10], data_source="real"), run("cuda:0", [5, 2, 2])])])
+    assert rows["mnist-cnn2"][1].speedup is None
+
+
+def test_each_machine_is_measured_against_its_own_cpu_by_default():
+    laptop = session(LAPTOP, [run("cpu", [12, 10, 10]), run("cuda:0", [5, 2, 2])])
+    server = session(SERVER, [run("cpu", [6, 4, 4], threads=16), run("cuda:0", [2, 1, 1], threads=16)])
+    rows = compare([laptop, server])["mnist-cnn2"]
+    assert [row.label for row in rows] == ["laptop/cpu", "laptop/cuda:0", "server/cpu", "server/cuda:0"]
+    assert [round(row.speedup.ratio, 2) for row in rows] == [1.0, 5.0, 1.0, 4.0]
+
+
+def test_a_fixed_baseline_on_another_machine():
+    laptop = session(LAPTOP, [run("cpu", [12, 10, 10])])
+    server = session(SERVER, [run("cpu", [6, 4, 4], threads=16), run("cuda:0", [2, 1, 1], threads=16)])
+    rows = compare([laptop, server], baseline="laptop/cpu")["mnist-cnn2"]
+    assert [round(row.speedup.ratio, 2) for row in rows] == [1.0, 2.5, 10.0]  # against the laptop's 100 samples/s
+    assert all(row.baseline is rows[0] for row in rows)
+
+
+def test_prices_make_cost_per_job_and_the_cost_ratio():
+    # S5: "30 units of CPU time vs 1 of GPU time": a GPU 30x faster at 3x the hourly price costs a tenth per job
+    rows = compare([session(LAPTOP, [run("cpu", [31, 30, 30]), run("cuda:0", [2, 1, 1])])],
+                   prices=Prices(default={"cpu": 1.0, "cuda": 3.0}))["mnist-cnn2"]
+    cpu, gpu = rows
+    assert cpu.cost_per_million_samples == pytest.approx(1.0 / 3600 / (1000 / 30) * 1e6)
+    assert gpu.cost_vs_baseline == pytest.approx(0.1)
+    assert gpu.cost_per_run == pytest.approx(3.0 / 3600 * (2 + 1 + 1 + 1.0))
+
+
+def test_energy_in_watt_hours_when_known():
+    rows = compare([session(LAPTOP, [run("cpu", [2, 1, 1], energy_j=7200.0)])])["mnist-cnn2"]
+    assert rows[0].energy_wh.median == pytest.approx(2.0)
+    assert compare([session(LAPTOP, [run("cpu", [2, 1, 1])])])["mnist-cnn2"][0].energy_wh is None
