@@ -21,6 +21,9 @@ import numpy as np
 import pytest
 
 from devicebench.data.formats import CIFAR10_BINARY, CIFAR100_BINARY, MNIST_FILES, CifarLayout, Splits
+from devicebench.environment import machine_id
+from devicebench.results.schema import EpochRecord, Result, RunRecord, RunSettings
+from devicebench.results.store import DB_ENVIRONMENT_VARIABLE
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_MNIST_FOLDER = REPO_ROOT.parent / "shared" / "data" / "mnist"  # the real MNIST test set, when present
@@ -241,3 +244,86 @@ def dead_base_url() -> str:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     return f"http://127.0.0.1:{port}/"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Results and the results database
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def default_results_db(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test's default results database is a fresh temporary file: no test ever touches the user's real one."""
+    path = tmp_path_factory.mktemp("results-db") / "results.sqlite"
+    monkeypatch.setenv(DB_ENVIRONMENT_VARIABLE, str(path))
+    return path
+
+
+SAMPLES_PER_TEST_EPOCH = 1000
+
+
+def _sample_run(
+    workload: str = "mnist-cnn2",
+    device: str = "cpu",
+    *,
+    epoch_times_s: tuple[float, ...] = (2.0, 1.0, 1.25),
+    started_utc: str = "2026-03-01T10:00:00Z",
+    status: str = "ok",
+    **fields: object,
+) -> RunRecord:
+    """A finished run with every field filled in; epoch i took epoch_times_s[i] s for 1000 samples, epoch 1 warm-up.
+
+    `fields` sets any other RunRecord field (run_id, epochs, error...).
+    """
+    epochs = [
+        EpochRecord(epoch=index + 1, phase="warmup" if index == 0 else "steady", steps=20,
+                    samples=SAMPLES_PER_TEST_EPOCH, train_time_s=seconds,
+                    samples_per_s=SAMPLES_PER_TEST_EPOCH / seconds, step_time_ms=seconds / 20 * 1000,
+                    train_loss=2.0 / (index + 1), train_accuracy=0.3 + 0.1 * index, eval_time_s=0.25,
+                    eval_samples=500, test_loss=1.5 / (index + 1), test_accuracy=0.5 + 0.1 * index)
+        for index, seconds in enumerate(epoch_times_s)
+    ]
+    settings = RunSettings(batch_size=50, epochs=len(epoch_times_s), max_steps=20, max_eval_steps=10, seed=0,
+                           threads=8, data_source="synthetic", tf32_matmul=True,
+                           hyperparameters={"learning_rate": 0.001, "layers": [32, 64], "dropout": None})
+    values: dict = dict(
+        workload=workload, seed_experiment="S1", device=device, device_name=f"{device} model", repeat=0,
+        settings=settings, started_utc=started_utc, status=status, epochs=epochs, parameter_count=3_274_634,
+        model_build_s=0.5, end_to_end_s=sum(epoch_times_s) + 1.5, target_accuracy=0.6, time_to_target_train_s=3.0,
+        time_to_target_wall_s=3.75, peak_device_memory_mib=None if device == "cpu" else 812.5, peak_rss_mib=480.25,
+        energy_j=None if device == "cpu" else 1234.5,
+    )
+    return RunRecord(**{**values, **fields})
+
+
+def _sample_result(
+    machine_name: str = "laptop",
+    runs: list[RunRecord] | None = None,
+    *,
+    created_utc: str = "2026-03-01T09:59:00Z",
+    hostname: str | None = None,
+) -> Result:
+    """A session on a made-up machine whose fingerprint has the keys machine_fingerprint() gives."""
+    machine = {
+        "hostname": hostname or f"{machine_name}.local",
+        "machine_name": machine_name,
+        "torch": "2.13.0",
+        "cpu": {"model": "Test CPU", "logical_cores": 8, "isa": {"avx2": True, "avx512f": False}},
+        "memory_total_mib": 16384,
+        "accelerators": [],
+        "no_accelerator_reason": "made up for a test",
+        "machine_id": machine_id(machine_name, "Test CPU", []),
+    }
+    config = {"workloads": ["mnist-cnn2"], "devices": "cpu", "repeats": 1, "suite": "quick", "threads": None}
+    return Result(machine=machine, config=config, created_utc=created_utc, devicebench_version="0.1.0",
+                  runs=list(runs or []))
+
+
+@pytest.fixture
+def make_run() -> Callable[..., RunRecord]:
+    return _sample_run
+
+
+@pytest.fixture
+def make_result() -> Callable[..., Result]:
+    return _sample_result

@@ -12,7 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from devicebench.results.compare import Row
-from devicebench.workloads import SEED_EXPERIMENTS, Published, Workload, get_workload, list_workloads
+from devicebench.workloads import (
+    SEED_EXPERIMENTS,
+    Published,
+    Workload,
+    get_workload,
+    list_workloads,
+)
 
 
 class ReproduceError(ValueError):

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -14,16 +15,39 @@ from devicebench import runner
 from devicebench.cli import (
     EXIT_FAILED_RUN,
     EXIT_INTERRUPTED,
+    DatabaseOption,
     app,
     console,
     errors,
     fail,
+    open_store,
 )
 from devicebench.config import ConfigError, RunConfig
 from devicebench.devices import DeviceError
 from devicebench.report.progress import RichReporter
 from devicebench.report.tables import comparison_tables
+from devicebench.report.tensorboard import TensorBoardReporter, TensorBoardUnavailable
 from devicebench.results.compare import compare
+from devicebench.results.schema import Result
+from devicebench.results.store import StoreReporter
+
+# Options `run` shares with `reproduce`.
+DevicesOption = Annotated[str, typer.Option(
+    help="auto (every local device), cpu, cuda, cuda:1, mps, or a list: cpu,cuda.")]
+RepeatsOption = Annotated[int, typer.Option(help="Runs per (workload, device), for the spread.")]
+SeedOption = Annotated[int, typer.Option(help="Random seed: weights, data order, synthetic data.")]
+ThreadsOption = Annotated[Optional[int], typer.Option(help="CPU threads for torch (default: torch's choice).",
+                                                      show_default=False)]
+DataOption = Annotated[str, typer.Option(help="auto (real if cached or downloadable, else synthetic, loudly), "
+                                              "real, or synthetic.")]
+DataDirOption = Annotated[Optional[Path], typer.Option(
+    help="Folder holding the datasets (default: $DEVICEBENCH_DATA, else the user cache).", show_default=False)]
+JsonOption = Annotated[Optional[Path], typer.Option("--json", help="Write every measurement to this JSON file.",
+                                                    show_default=False)]
+QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or epoch lines.")]
+TensorBoardOption = Annotated[Optional[Path], typer.Option(
+    help="Also log per-epoch loss, accuracy, throughput and the model graph here for TensorBoard "
+         "(needs pip install 'devicebench[tensorboard]').", show_default=False)]
 
 
 @app.command()
@@ -38,29 +62,24 @@ def run(
         typer.Option(help="quick: every workload, reduced (the default with no names); "
                           "seeds: the published settings (the default with names).", show_default=False),
     ] = None,
-    devices: Annotated[
-        str, typer.Option(help="auto (every local device), cpu, cuda, cuda:1, mps, or a list: cpu,cuda.")
-    ] = "auto",
+    devices: DevicesOption = "auto",
     epochs: Annotated[Optional[int], typer.Option(help="Epochs per run; the first is warm-up.", show_default=False)] = None,
     batch_size: Annotated[Optional[int], typer.Option(help="Samples per step (default: the seed's).",
                                                       show_default=False)] = None,
     max_steps: Annotated[Optional[int], typer.Option(help="Cap on training steps per epoch.", show_default=False)] = None,
     max_eval_steps: Annotated[Optional[int], typer.Option(help="Cap on evaluation batches per epoch.",
                                                           show_default=False)] = None,
-    repeats: Annotated[int, typer.Option(help="Runs per (workload, device), for the spread.")] = 1,
-    seed: Annotated[int, typer.Option(help="Random seed: weights, data order, synthetic data.")] = 0,
-    threads: Annotated[Optional[int], typer.Option(help="CPU threads for torch (default: torch's choice).",
-                                                   show_default=False)] = None,
-    data: Annotated[str, typer.Option(help="auto (real if cached or downloadable, else synthetic, loudly), "
-                                           "real, or synthetic.")] = "auto",
-    data_dir: Annotated[Optional[Path], typer.Option(
-        help="Folder holding the datasets (default: $DEVICEBENCH_DATA, else the user cache).",
-        show_default=False)] = None,
+    repeats: RepeatsOption = 1,
+    seed: SeedOption = 0,
+    threads: ThreadsOption = None,
+    data: DataOption = "auto",
+    data_dir: DataDirOption = None,
     target_accuracy: Annotated[Optional[float], typer.Option(
         help="Record the time to reach this test accuracy (a fraction, e.g. 0.98).", show_default=False)] = None,
-    json_file: Annotated[Optional[Path], typer.Option("--json", help="Write every measurement to this JSON file.",
-                                                      show_default=False)] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or epoch lines.")] = False,
+    json_file: JsonOption = None,
+    quiet: QuietOption = False,
+    db: DatabaseOption = None,
+    tensorboard: TensorBoardOption = None,
 ) -> None:
     """Train workloads on each device and print throughput, epoch times, accuracy and the speedup vs CPU.
 
@@ -80,15 +99,45 @@ def run(
         )
     except ConfigError as error:
         raise fail(str(error)) from None
+    outcome = train_and_show(config, json_file=json_file, quiet=quiet, db=db, tensorboard=tensorboard)
+    exit_for(outcome)
+
+
+@dataclass
+class Outcome:
+    """A finished (or interrupted) `run`: the result, and where its numbers went."""
+
+    result: Result
+    json_file: Path | None
+    store_path: Path
+    store_failure: str | None  # why the database stopped taking runs, if it did
+
+
+def train_and_show(
+    config: RunConfig, *, json_file: Path | None, quiet: bool, db: Path | None, tensorboard: Path | None
+) -> Outcome:
+    """Train with every listener attached, print the comparison tables, write the JSON: what `run` and
+    `reproduce` share. Every failure to start (a bad path, a foreign database, a missing device) comes before
+    any training."""
     if json_file is not None and not json_file.parent.is_dir():  # find out now, not after an hour of training
         raise fail(f"cannot write --json {json_file}: folder {json_file.parent} does not exist; create it first")
-    reporter = RichReporter(errors, quiet=quiet)
+    listeners = []
+    if tensorboard is not None:
+        try:
+            listeners.append(TensorBoardReporter(tensorboard))
+        except TensorBoardUnavailable as error:
+            raise fail(str(error)) from None
+    store = open_store(db)  # a database that is not ours is refused here, before any training
+    recorder = StoreReporter(store)
+    screen = RichReporter(errors, quiet=quiet)
     try:
-        result = runner.run(config, reporter)
+        # the store hears each event first: an epoch is kept before it is shown, so Ctrl-C loses nothing printed
+        result = runner.run(config, runner.ReporterGroup(recorder, screen, *listeners))
     except DeviceError as error:
         raise fail(str(error)) from None
     finally:
-        reporter.close()
+        screen.close()
+        store.close()
     for table in comparison_tables(compare([result])):
         console.print(table)
     if json_file is not None:
@@ -96,12 +145,23 @@ def run(
             result.write_json(json_file)
         except OSError as error:  # a full disk, say: the tables above still hold every number
             raise fail(f"could not write {json_file} ({error}); the tables above hold the results",
-                        EXIT_FAILED_RUN) from None
+                       EXIT_FAILED_RUN) from None
         errors.print(f"Results written to {json_file}")
+    if recorder.failure is None:
+        errors.print(f"Runs stored in {store.path}")
+    return Outcome(result, json_file, store.path, None if recorder.failure is None else str(recorder.failure))
+
+
+def exit_for(outcome: Outcome) -> None:
+    """Exit with the status that says how the runs ended (see `devicebench run --help`)."""
+    result = outcome.result
+    if outcome.store_failure is not None:
+        raise fail(f"could not store the runs in {outcome.store_path} ({outcome.store_failure}); the tables above "
+                   "hold every number", EXIT_FAILED_RUN)
     if result.interrupted:
         finished = sum(len(record.epochs) for record in result.runs)
         kept = f"{finished} finished epoch{'' if finished == 1 else 's'}"
-        raise fail(f"interrupted; {kept} kept above" + (f" and in {json_file}" if json_file else ""),
-                    EXIT_INTERRUPTED)
+        places = ["above", f"in {outcome.store_path}"] + ([f"in {outcome.json_file}"] if outcome.json_file else [])
+        raise fail(f"interrupted; {kept} kept " + ", ".join(places), EXIT_INTERRUPTED)
     if any(record.status in ("failed", "oom") for record in result.runs):
         raise typer.Exit(EXIT_FAILED_RUN)

@@ -62,7 +62,13 @@ class ArrayDataset:
 
 # Imported here, not at the top, because synthetic.py builds ArrayDatasets and imports the class from this module.
 from devicebench.data.formats import DataFormatError, read_release  # noqa: E402
-from devicebench.data.sources import DataUnavailable, dataset_folder, dataset_spec, fetch, known_datasets  # noqa: E402
+from devicebench.data.sources import (  # noqa: E402
+    DataUnavailable,
+    dataset_folder,
+    dataset_spec,
+    fetch,
+    known_datasets,
+)
 from devicebench.data.synthetic import synthetic_dataset  # noqa: E402
 
 __all__ = [

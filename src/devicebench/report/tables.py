@@ -6,25 +6,28 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
+from rich import box
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
 from devicebench.reproduce import Reproduction
 from devicebench.results.compare import Row
+from devicebench.results.schema import Result
 from devicebench.results.stats import Spread
 from devicebench.workloads import Workload, get_workload
 
 BASELINE_DEVICE = "cpu"
 
 
-def _number(value: float | None, digits: int = 1, unit: str = "") -> str:
+def number_text(value: float | None, digits: int = 1, unit: str = "") -> str:
     return "—" if value is None else f"{value:,.{digits}f}{unit}"
 
 
-def _percent(value: float | None) -> str:
+def percent_text(value: float | None) -> str:
     return "—" if value is None else f"{value * 100:.1f}%"
 
 
@@ -110,7 +113,7 @@ def comparison_tables(rows_by_workload: dict[str, list[Row]]) -> list[Renderable
     return [_workload_table(name, rows) for name, rows in rows_by_workload.items()]
 
 
-def _device_kind(device: str) -> str:
+def device_kind(device: str) -> str:
     return "cpu" if device == "cpu" else "gpu"
 
 
@@ -139,11 +142,11 @@ def _workload_table(name: str, rows: list[Row]) -> RenderableType:
         *dict.fromkeys(f"{row.machine_name}/{row.device}: {row.device_name}" for row in rows),
         f"Published: {published_text(entry)}".replace("\n", "; "),
     ]
-    return Group(table, *(Text(line, style="dim") for line in lines), *(Text(n, style="yellow") for n in _notes(rows)))
+    return Group(table, *(Text(line, style="dim") for line in lines), *(Text(n, style="yellow") for n in row_notes(rows)))
 
 
-def _median(value: Spread | None, digits: int) -> str:
-    return _number(value.median if value else None, digits)
+def median_text(value: Spread | None, digits: int) -> str:
+    return number_text(value.median if value else None, digits)
 
 
 def _cells(row: Row, one_machine: bool, priced: bool, energy: bool, entry: Workload) -> list[str]:
@@ -155,23 +158,23 @@ def _cells(row: Row, one_machine: bool, priced: bool, energy: bool, entry: Workl
     cells = [
         label,
         "—" if epoch is None else f"{epoch.median:,.2f} [{epoch.low:,.2f}–{epoch.high:,.2f}]",
-        _median(row.samples_per_s, 0),
-        _median(row.step_time_ms, 2),
-        _median(row.warmup_epoch_s, 2),
-        _median(row.end_to_end_s, 1),
-        _percent(row.test_accuracy.median if row.test_accuracy else None),
-        _speedup_text(row),
-        _number(entry.published.samples_per_s.get(_device_kind(row.device)), 0),
+        median_text(row.samples_per_s, 0),
+        median_text(row.step_time_ms, 2),
+        median_text(row.warmup_epoch_s, 2),
+        median_text(row.end_to_end_s, 1),
+        percent_text(row.test_accuracy.median if row.test_accuracy else None),
+        speedup_text(row),
+        number_text(entry.published.samples_per_s.get(device_kind(row.device)), 0),
     ]
     if priced:
         ratio = row.cost_vs_baseline
-        cells += [_number(row.cost_per_million_samples, 3), "—" if ratio is None else f"{ratio:.3g}x"]
+        cells += [number_text(row.cost_per_million_samples, 3), "—" if ratio is None else f"{ratio:.3g}x"]
     if energy:
-        cells.append(_median(row.energy_wh, 2))
+        cells.append(median_text(row.energy_wh, 2))
     return cells
 
 
-def _speedup_text(row: Row) -> str:
+def speedup_text(row: Row) -> str:
     if row.baseline is row:
         return "1.00x (baseline)"
     value = row.speedup
@@ -182,7 +185,7 @@ def _speedup_text(row: Row) -> str:
     return f"{value.ratio:.2f}x [{value.low:.2f}–{value.high:.2f}]"
 
 
-def _notes(rows: list[Row]) -> list[str]:
+def row_notes(rows: list[Row]) -> list[str]:
     notes = []
     if any(row.settings["data_source"] == "synthetic" for row in rows):
         notes.append("SYNTHETIC DATA: speeds are real; accuracies cannot be compared with the published ones.")
@@ -195,6 +198,45 @@ def _notes(rows: list[Row]) -> list[str]:
             if run.error:
                 notes.append(f"{row.label} repeat {run.repeat + 1}: {run.status}: {run.error}")
     return notes
+
+
+# --- history -----------------------------------------------------------------------------------------------
+
+STATUS_STYLES = {"ok": "green", "running": "yellow", "interrupted": "yellow"}  # the failures are red
+
+
+def history_table(results: list[Result], path: Path) -> Table:
+    """`devicebench history`: one line per stored run."""
+    runs = sum(len(result.runs) for result in results)
+    # a rule under the header and single spaces between columns: twelve columns fit in about 110 characters
+    table = Table(title=f"{runs} run{'' if runs == 1 else 's'} in {path}", title_justify="left", box=box.SIMPLE_HEAD,
+                  show_edge=False, pad_edge=False, collapse_padding=True,
+                  caption="Samples/s and epoch s: medians of the steady epochs, warm-up left out. "
+                          "Test acc: after the last epoch.", caption_justify="left")
+    for header in ("Started (UTC)", "Machine", "Workload", "Device", "Status", "Epochs"):
+        table.add_column(header, no_wrap=True)
+    for header in ("Samples/s", "Epoch s", "Test acc"):
+        table.add_column(header, justify="right", no_wrap=True)
+    for header in ("Data", "Batch", "Run id"):
+        table.add_column(header, no_wrap=True)
+    for result in results:
+        for run in result.runs:
+            summary = run.summary()
+            table.add_row(
+                run.started_utc[:16].replace("T", " "),  # to the minute: the run id tells runs apart
+                result.machine["machine_name"],
+                run.workload,
+                run.device,
+                f"[{STATUS_STYLES.get(run.status, 'red')}]{run.status}[/]",
+                f"{summary.epochs_completed}/{run.settings.epochs}",
+                number_text(summary.steady_samples_per_s, 0),
+                number_text(summary.steady_epoch_time_s, 2),
+                number_text(summary.final_test_accuracy, 4),
+                run.settings.data_source,
+                str(run.settings.batch_size),
+                run.run_id[:8],
+            )
+    return table
 
 
 # --- reproduce ---------------------------------------------------------------------------------------------
@@ -212,10 +254,10 @@ def reproduction_table(reproductions: list[Reproduction]) -> Table:
             f"[bold]{entry.workload.name}[/] ({entry.workload.seed})",
             "published",
             published.hardware,
-            _number(published.samples_per_s.get("cpu"), 0),
-            _number(published.samples_per_s.get("gpu"), 0),
+            number_text(published.samples_per_s.get("cpu"), 0),
+            number_text(published.samples_per_s.get("gpu"), 0),
             "—" if published.speedup is None else f"{published.speedup:g}x ({published.basis})",
-            _percent(published.accuracy) + (f" {published.accuracy_kind}" if published.accuracy else ""),
+            percent_text(published.accuracy) + (f" {published.accuracy_kind}" if published.accuracy else ""),
         )
         measured_speedup = "— (no GPU here)" if entry.measured_speedup is None else (
             f"{entry.measured_speedup:.2f}x (steady samples/s)"
@@ -225,9 +267,9 @@ def reproduction_table(reproductions: list[Reproduction]) -> Table:
             "",
             "measured here",
             f"{entry.measured_hardware}; {data}",
-            _number(entry.measured_cpu_samples_per_s, 0),
-            _number(entry.measured_gpu_samples_per_s, 0),
+            number_text(entry.measured_cpu_samples_per_s, 0),
+            number_text(entry.measured_gpu_samples_per_s, 0),
             measured_speedup,
-            _percent(entry.measured_accuracy) + (f" {published.accuracy_kind}" if entry.measured_accuracy else ""),
+            percent_text(entry.measured_accuracy) + (f" {published.accuracy_kind}" if entry.measured_accuracy else ""),
         )
     return table

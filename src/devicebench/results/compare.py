@@ -83,7 +83,8 @@ class Row:
 
     @property
     def test_accuracy(self) -> Spread | None:
-        finals = [run.summary().final_test_accuracy for run in self.runs]
+        """Final test accuracy of the runs that finished: a run cut short never reached its final epoch."""
+        finals = [run.summary().final_test_accuracy for run in self.runs if run.status == "ok"]
         return _spread_or_none([value for value in finals if value is not None])
 
     @property

@@ -181,7 +181,7 @@ class Result:
         NaN and infinity (a diverged loss) are written as null; the run's status and error say what happened.
         """
         partial = path.with_name(path.name + ".partial")
-        partial.write_text(json.dumps(_finite_or_none(self.to_dict()), indent=2, allow_nan=False) + "\n")
+        partial.write_text(json.dumps(finite_or_none(self.to_dict()), indent=2, allow_nan=False) + "\n")
         partial.replace(path)
 
     @classmethod
@@ -189,11 +189,11 @@ class Result:
         return cls.from_dict(json.loads(path.read_text()))
 
 
-def _finite_or_none(value: Any) -> Any:
+def finite_or_none(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {key: _finite_or_none(item) for key, item in value.items()}
+        return {key: finite_or_none(item) for key, item in value.items()}
     if isinstance(value, list):
-        return [_finite_or_none(item) for item in value]
+        return [finite_or_none(item) for item in value]
     return value

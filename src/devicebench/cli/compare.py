@@ -1,0 +1,49 @@
+"""`devicebench compare`: stored runs, per workload, as rows of (machine, device, settings) with speedups.
+
+    devicebench compare --workload 'mnist-*' --price cpu=0.10,cuda=2.50
+"""
+
+from __future__ import annotations
+
+from devicebench.cli import (
+    BaselineOption,
+    DatabaseOption,
+    LastFilter,
+    MachineFilter,
+    PriceOption,
+    WorkloadFilter,
+    app,
+    console,
+    open_store,
+    prices_from,
+)
+from devicebench.report.tables import comparison_tables
+from devicebench.results.compare import DEFAULT_BASELINE, compare
+
+
+@app.command("compare")
+def compare_command(
+    workload: WorkloadFilter = None,
+    machine: MachineFilter = None,
+    last: LastFilter = None,
+    baseline: BaselineOption = DEFAULT_BASELINE,
+    price: PriceOption = None,
+    db: DatabaseOption = None,
+) -> None:
+    """Compare stored runs across devices and machines: medians with spread, speedups with 95% intervals.
+
+    Runs whose settings change speed (batch size, data source, threads…) are never pooled: they get rows of
+    their own, and the table names what sets them apart.
+
+    [bold]devicebench compare --baseline laptop/cpu --price cpu=0.10,cuda=2.50[/]: every machine against the
+    laptop's CPU, with the cost of a job on each.
+    """
+    prices = prices_from(price)
+    with open_store(db) as store:
+        results = store.results(workload=workload, machine=machine, last=last)
+    if not results:
+        console.print(f"No stored runs match in {store.path}. Make some with `devicebench run`, or bring some from "
+                      "another machine with `devicebench import FILE.json`.", highlight=False)
+        return
+    for table in comparison_tables(compare(results, baseline=baseline, prices=prices)):
+        console.print(table)

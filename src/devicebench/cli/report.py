@@ -1,0 +1,64 @@
+"""`devicebench report`: the stored runs as one self-contained HTML page of charts and tables.
+
+    devicebench report --out report.html --price cpu=0.10,cuda=2.50 --png charts/
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.markup import escape
+
+from devicebench.cli import (
+    BaselineOption,
+    DatabaseOption,
+    LastFilter,
+    MachineFilter,
+    PriceOption,
+    WorkloadFilter,
+    app,
+    console,
+    fail,
+    open_store,
+    prices_from,
+)
+from devicebench.report.html import ReportDependencyError, write_report
+from devicebench.results.compare import DEFAULT_BASELINE
+
+
+@app.command()
+def report(
+    out: Annotated[Path, typer.Option(help="The HTML file to write.")] = Path("report.html"),
+    workload: WorkloadFilter = None,
+    machine: MachineFilter = None,
+    last: LastFilter = None,
+    baseline: BaselineOption = DEFAULT_BASELINE,
+    price: PriceOption = None,
+    png: Annotated[Optional[Path], typer.Option(help="Also write every chart as a PNG file into this folder.",
+                                                show_default=False)] = None,
+    db: DatabaseOption = None,
+) -> None:
+    """Write an HTML report: per workload, epoch time, samples/s, speedup and accuracy charts, and the numbers
+    with the machine and software behind each. One file, images inlined: it opens offline and can be mailed.
+
+    [bold]devicebench report[/]: every stored run, into report.html.
+
+    [bold]devicebench report --workload 'mnist-*' --machine laptop --out mnist.html[/]: a part of them.
+    """
+    prices = prices_from(price)
+    with open_store(db) as store:
+        results = store.results(workload=workload, machine=machine, last=last)
+    try:
+        written = write_report(results, out, baseline=baseline, prices=prices, png_dir=png)
+    except ReportDependencyError as error:
+        raise fail(str(error)) from None
+    except OSError as error:
+        raise fail(f"cannot write the report to {out}: {error}") from None
+    runs = sum(len(result.runs) for result in results)
+    machines = len({result.machine["machine_id"] for result in results})
+    summary = (f"Wrote {written}: {runs} run{'' if runs == 1 else 's'} from {machines} "
+               f"machine{'' if machines == 1 else 's'}" + (f"; charts in {png}" if png else "")
+               + ("" if runs else " (no runs matched: the page says how to make some)"))
+    console.print(escape(summary), highlight=False)

@@ -1,0 +1,75 @@
+"""`devicebench reproduce`: re-run a seed experiment here and set it beside what its post published.
+
+    devicebench reproduce S1 --quick --devices cpu
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from devicebench.cli import DatabaseOption, app, console, errors, fail
+from devicebench.cli.run import (
+    DataDirOption,
+    DataOption,
+    DevicesOption,
+    JsonOption,
+    QuietOption,
+    RepeatsOption,
+    SeedOption,
+    TensorBoardOption,
+    ThreadsOption,
+    exit_for,
+    train_and_show,
+)
+from devicebench.config import ConfigError, RunConfig
+from devicebench.report.tables import reproduction_table
+from devicebench.reproduce import (
+    ReproduceError,
+    reproductions,
+    seed_workloads,
+    seeds_without_workloads,
+)
+from devicebench.results.compare import compare
+
+
+@app.command()
+def reproduce(
+    seeds: Annotated[Optional[list[str]], typer.Argument(
+        help="Seed experiments of SEEDS.md: S1 … S5, or all (the default).", show_default=False)] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="Reduced epochs and steps (the quick suite) instead of the "
+                                                        "published settings.")] = False,
+    devices: DevicesOption = "auto",
+    repeats: RepeatsOption = 1,
+    seed: SeedOption = 0,
+    threads: ThreadsOption = None,
+    data: DataOption = "auto",
+    data_dir: DataDirOption = None,
+    json_file: JsonOption = None,
+    quiet: QuietOption = False,
+    db: DatabaseOption = None,
+    tensorboard: TensorBoardOption = None,
+) -> None:
+    """Train each seed's workloads at its published settings and print published vs measured here, side by side:
+    hardware, throughput, speedup and accuracy. The runs are stored like any other.
+
+    [bold]devicebench reproduce S2 --devices cpu,cuda[/]: the CIFAR-10 MLP, 10 full epochs on each device.
+
+    [bold]devicebench reproduce all --quick[/]: every seed, reduced, in minutes.
+    """
+    asked = seeds or ["all"]
+    try:
+        workloads = seed_workloads(asked)
+        config = RunConfig(workloads=tuple(entry.name for entry in workloads), suite="quick" if quick else "seeds",
+                           devices=devices, repeats=repeats, seed=seed, threads=threads, data=data,
+                           data_dir=str(data_dir) if data_dir else None)
+    except (ReproduceError, ConfigError) as error:
+        raise fail(str(error)) from None
+    for missing in seeds_without_workloads(asked):
+        errors.print(f"{missing} has no workloads in this version of devicebench yet; skipped.", highlight=False)
+    outcome = train_and_show(config, json_file=json_file, quiet=quiet, db=db, tensorboard=tensorboard)
+    console.print(reproduction_table(reproductions(compare([outcome.result]))))
+    exit_for(outcome)
+
+

@@ -1,0 +1,85 @@
+"""`devicebench export` and `devicebench import`: move stored runs between machines, or out to a spreadsheet.
+
+    devicebench export laptop.json --machine laptop && devicebench import laptop.json --db other.sqlite
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from devicebench.cli import (
+    DatabaseOption,
+    LastFilter,
+    MachineFilter,
+    WorkloadFilter,
+    app,
+    console,
+    fail,
+    open_store,
+)
+from devicebench.results.store import (
+    ResultsFileError,
+    read_results_file,
+    write_csv_export,
+    write_json_export,
+)
+
+EXPORT_WRITERS = {".json": write_json_export, ".csv": write_csv_export}
+
+
+@app.command()
+def export(
+    file: Annotated[Path, typer.Argument(help="Where to write: FILE.json (importable again) or FILE.csv "
+                                              "(one row per epoch).", show_default=False)],
+    workload: WorkloadFilter = None,
+    machine: MachineFilter = None,
+    last: LastFilter = None,
+    db: DatabaseOption = None,
+) -> None:
+    """Write stored runs to a JSON file for `devicebench import` on another machine, or to CSV.
+
+    [bold]devicebench export laptop.json[/]: every stored run.
+
+    [bold]devicebench export mnist.csv --workload 'mnist-*'[/]: the MNIST runs, one row per epoch.
+    """
+    write = EXPORT_WRITERS.get(file.suffix.lower())
+    if write is None:
+        raise fail(f"cannot export to {file}: the name must end in {' or '.join(EXPORT_WRITERS)}")
+    if not file.parent.is_dir():
+        raise fail(f"cannot write {file}: folder {file.parent} does not exist; create it first")
+    with open_store(db) as store:
+        results = store.results(workload=workload, machine=machine, last=last)
+    write(file, results)
+    runs = sum(len(result.runs) for result in results)
+    console.print(f"Wrote {runs} run{'' if runs == 1 else 's'} from {store.path} to {file}")
+
+
+@app.command("import")
+def import_command(
+    files: Annotated[list[Path], typer.Argument(help="Files from `devicebench export` or `devicebench run --json`.",
+                                                show_default=False)],
+    db: DatabaseOption = None,
+) -> None:
+    """Add runs from other machines; runs already stored are skipped, so importing twice adds nothing.
+
+    Each file is imported whole or not at all.
+
+    [bold]devicebench import server.json gpu-box.json[/]
+    """
+    failure: typer.Exit | None = None
+    with open_store(db) as store:
+        for file in files:
+            try:
+                results = read_results_file(file)
+            except ResultsFileError as error:
+                failure = fail(str(error))  # say so now, and go on with the other files
+                continue
+            added = store.import_results(results)
+            present = sum(len(result.runs) for result in results) - added
+            console.print(f"{file}: {added} run{'' if added == 1 else 's'} added, {present} already present",
+                          highlight=False)
+    if failure is not None:
+        raise failure

@@ -1,0 +1,263 @@
+"""One self-contained HTML report: every workload's charts and numbers, and the machines behind them.
+
+The page needs nothing but itself: CSS inline, charts inlined as base64 PNG, no script, no external URL, so it
+opens offline and can be mailed. Every number comes from `devicebench.results.compare` rows, formatted as the
+terminal tables format them. jinja2 escapes everything, because machine names, hostnames, errors and even
+workload names can come from imported files.
+
+    devicebench report --out report.html --png charts/
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from devicebench.engine.timing import wall_clock_utc
+from devicebench.report.plots import Chart, file_stem, summary_chart, workload_charts
+from devicebench.report.tables import (
+    median_text,
+    number_text,
+    percent_text,
+    row_notes,
+    speedup_text,
+)
+from devicebench.results.compare import DEFAULT_BASELINE, Row, compare
+from devicebench.results.prices import Prices
+from devicebench.results.schema import Result
+from devicebench.results.stats import Spread
+from devicebench.workloads import SEED_EXPERIMENTS, Published, Workload, get_workload
+
+INSTALL_HINT = "pip install 'devicebench[report]'"
+MIB_PER_GIB = 1024
+
+
+class ReportDependencyError(RuntimeError):
+    """matplotlib or jinja2 is missing; the message says how to install them."""
+
+
+@dataclass
+class Cell:
+    text: str
+    note: str = ""  # a smaller second line: where an interval comes from, why there is no number
+    css_class: str = ""
+
+
+@dataclass
+class WorkloadSection:
+    name: str
+    anchor: str  # the section's id, for the contents list
+    seed: str
+    seed_title: str
+    summary: str  # the model in words; empty for a workload this devicebench does not know
+    published: list[tuple[str, str]]  # (what, figure) as the seed's post gave them
+    epoch_lengths: str  # how long the measured epochs were, so they are not read against full published epochs
+    charts: list[Chart]
+    columns: list[tuple[str, str]]  # (heading, what it holds in small print)
+    rows: list[list[Cell]]
+    notes: list[str]  # synthetic data, errors, missing baselines: read before trusting a row
+
+
+def write_report(results: list[Result], out: Path, *, baseline: str = DEFAULT_BASELINE,
+                 prices: Prices | None = None, png_dir: Path | None = None) -> Path:
+    """Write the HTML report of `results` to `out` (and every chart to `png_dir` as PNG); returns `out`."""
+    environment = _template_environment()
+    rows_by_workload = compare(results, baseline=baseline, prices=prices)
+    sections = [_workload_section(name, rows) for name, rows in rows_by_workload.items()]
+    summary = summary_chart(rows_by_workload)
+    charts = ([summary] if summary else []) + [chart for section in sections for chart in section.charts]
+    if png_dir is not None:
+        png_dir.mkdir(parents=True, exist_ok=True)
+        for chart in charts:
+            (png_dir / f"{chart.slug}.png").write_bytes(chart.png)
+    page = environment.get_template("report.html.j2").render(
+        generated_utc=wall_clock_utc(),
+        run_count=sum(len(result.runs) for result in results),
+        session_count=len(results),
+        machines=_machines(results),
+        baseline=baseline,
+        prices=_price_lines(prices),
+        summary=summary,
+        sections=sections,
+        data_uri=_data_uri,
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(out.name + ".partial")  # a crash mid-write leaves the previous report, not half a page
+    partial.write_text(page, encoding="utf-8")
+    partial.replace(out)
+    return out
+
+
+def _template_environment() -> Any:
+    try:
+        import jinja2
+        import matplotlib  # noqa: F401  (imported here only to fail early, with the install hint)
+    except ImportError as error:
+        raise ReportDependencyError(f"the HTML report needs {error.name}, which is not installed: {INSTALL_HINT}") \
+            from None
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("devicebench.report", "templates"),
+        autoescape=True,  # always: names, hostnames and errors come from other machines' files
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+def _data_uri(chart: Chart) -> str:
+    return "data:image/png;base64," + base64.b64encode(chart.png).decode("ascii")
+
+
+# --- one workload ------------------------------------------------------------------------------------------
+
+
+def _workload_section(name: str, rows: list[Row]) -> WorkloadSection:
+    entry = _known_workload(name)
+    seed = entry.seed if entry else rows[0].runs[0].seed_experiment
+    priced = any(row.price_per_hour is not None for row in rows)
+    energy = any(row.energy_wh is not None for row in rows)
+    # headings wrap at spaces to keep the table on screen; U+2011, a hyphen that never breaks, keeps "warm-up" whole
+    columns = [("Row", "batch, threads"), ("Machine", "device"), ("Epoch s", "median [min–max]"),
+               ("Samples/s", "median"), ("ms/step", "median"), ("Warm\u2011up s", "epoch 1"),
+               ("End\u2011to\u2011end s", "median"), ("Test acc", "final, median"), ("Speedup", "[95% interval]"),
+               ("Data", ""), ("Runs", "statuses")]
+    columns += [("Cost/1M samples", "at the price/h"), ("Cost/run", "end to end"), ("Cost", "vs baseline")] \
+        if priced else []
+    columns += [("Energy Wh", "per run")] if energy else []
+    return WorkloadSection(
+        name=name,
+        anchor="workload-" + file_stem(name),
+        seed=seed,
+        seed_title=SEED_EXPERIMENTS.get(seed, "not a seed experiment this devicebench knows"),
+        summary=entry.summary if entry else "",
+        published=_published_figures(entry.published) if entry else [],
+        epoch_lengths=_epoch_lengths(rows),
+        charts=workload_charts(name, rows, entry.published if entry else None),
+        columns=columns,
+        rows=[_cells(row, priced, energy) for row in rows],
+        notes=row_notes(rows),
+    )
+
+
+def _known_workload(name: str) -> Workload | None:
+    """The registered workload, or None for one from an imported file that this devicebench does not have."""
+    try:
+        return get_workload(name)
+    except KeyError:
+        return None
+
+
+def _published_figures(published: Published) -> list[tuple[str, str]]:
+    figures = [("Hardware", published.hardware)]
+    if published.speedup is not None:
+        figures.append(("GPU speedup", f"{published.speedup:g}x ({published.basis})"))
+    if published.accuracy is not None:
+        figures.append((f"{published.accuracy_kind.capitalize()} accuracy", percent_text(published.accuracy)))
+    for what, by_kind, digits in (("Steady epoch s", published.epoch_time_s, 1),
+                                  ("End-to-end s", published.end_to_end_s, 0),
+                                  ("Samples/s", published.samples_per_s, 0)):
+        if by_kind:
+            figures.append((what, ", ".join(f"{kind.upper()} {number_text(value, digits)}" for kind, value in
+                                            by_kind.items())))
+    return figures
+
+
+def _epoch_lengths(rows: list[Row]) -> str:
+    lengths = sorted({(run.settings.epochs, run.settings.max_steps or 0) for row in rows for run in row.runs})
+    return "; ".join(f"{epochs} epochs of " + (f"at most {steps} steps" if steps else "the full training set")
+                     for epochs, steps in lengths)
+
+
+def _cells(row: Row, priced: bool, energy: bool) -> list[Cell]:
+    synthetic = row.settings["data_source"] == "synthetic"
+    cells = [
+        Cell(row.label, note=f"batch {row.settings['batch_size']}, {row.settings['threads']} threads",
+             css_class="label"),
+        Cell(row.machine_name, note=f"{row.device_name} ({row.device})", css_class="text"),
+        _spread_cell(row.epoch_time_s),
+        Cell(median_text(row.samples_per_s, 0)),
+        Cell(median_text(row.step_time_ms, 2)),
+        Cell(median_text(row.warmup_epoch_s, 2)),
+        Cell(median_text(row.end_to_end_s, 1)),
+        Cell(percent_text(row.test_accuracy.median if row.test_accuracy else None)),
+        _speedup_cell(row),
+        Cell("SYNTHETIC" if synthetic else row.settings["data_source"], css_class="synthetic" if synthetic else ""),
+        _runs_cell(row),
+    ]
+    if priced:
+        ratio = row.cost_vs_baseline
+        price = "" if row.price_per_hour is None else f"at {row.price_per_hour:g}/h"
+        cells += [Cell(number_text(row.cost_per_million_samples, 3), note=price), Cell(number_text(row.cost_per_run, 4)),
+                  Cell("—" if ratio is None else f"{ratio:.3g}x")]
+    if energy:
+        cells.append(Cell(median_text(row.energy_wh, 2)))
+    return cells
+
+
+def _spread_cell(value: Spread | None) -> Cell:
+    if value is None:
+        return Cell("—", note="no steady-state epochs")
+    return Cell(f"{value.median:,.2f}", note=f"[{value.low:,.2f}–{value.high:,.2f}]", css_class="spread")
+
+
+def _speedup_cell(row: Row) -> Cell:
+    text = speedup_text(row)
+    if row.baseline is row:
+        return Cell(text, css_class="baseline")
+    note = row.speedup_note if row.speedup is None else f"vs {row.baseline.label}; {row.speedup_note}"
+    return Cell(text, note=note, css_class="" if row.speedup else "missing")
+
+
+def _runs_cell(row: Row) -> Cell:
+    statuses = ", ".join(f"{status} {count}" for status, count in sorted(row.statuses.items()))
+    repeats = len({run.repeat for run in row.runs})
+    return Cell(f"{len(row.runs)}", note=f"{repeats} repeat{'s' if repeats != 1 else ''}; {statuses}",
+                css_class="" if set(row.statuses) == {"ok"} else "problem")
+
+
+# --- the machines ------------------------------------------------------------------------------------------
+
+
+def _machines(results: Sequence[Result]) -> list[dict[str, str]]:
+    """One entry per machine id, described from its first session's fingerprint; versions from every session."""
+    machines: dict[str, dict[str, Any]] = {}
+    versions: dict[str, set[str]] = {}
+    for result in results:
+        machine_id = result.machine["machine_id"]
+        machines.setdefault(machine_id, result.machine)
+        versions.setdefault(machine_id, set()).add(result.devicebench_version)
+    return [_machine_description(machine, sorted(versions[machine_id])) for machine_id, machine in machines.items()]
+
+
+def _machine_description(machine: dict[str, Any], devicebench_versions: list[str]) -> dict[str, str]:
+    cpu = machine.get("cpu") or {}
+    memory = machine.get("memory_total_mib")
+    accelerators = [
+        f"{entry.get('device', '?')}: {entry.get('name') or '?'}"
+        + "".join(f", {what} {entry[key]}" for what, key in (("driver", "driver"), ("CUDA", "cuda_runtime"))
+                  if entry.get(key))
+        for entry in machine.get("accelerators") or []
+    ]
+    return {  # column heading → value, in the table's order
+        "Name": machine.get("machine_name") or machine.get("hostname") or "?",
+        "Hostname": machine.get("hostname") or "?",
+        "Machine id": machine["machine_id"],
+        "CPU": cpu.get("model") or "?",
+        "Cores": f"{cpu.get('physical_cores') or '?'} physical, {cpu.get('logical_cores') or '?'} logical",
+        "Memory": "?" if memory is None else f"{memory / MIB_PER_GIB:,.1f} GiB",
+        "Accelerators": "; ".join(accelerators) or f"none ({machine.get('no_accelerator_reason') or 'none seen'})",
+        "torch": machine.get("torch") or "?",
+        "devicebench": ", ".join(devicebench_versions),
+        "Python": machine.get("python") or "?",
+    }
+
+
+def _price_lines(prices: Prices | None) -> list[str]:
+    if prices is None:
+        return []
+    tables = [("default", prices.default), *((f"machine {name}", table) for name, table in prices.machines.items())]
+    return [f"{where}: " + ", ".join(f"{device} {price:g}/h" for device, price in table.items())
+            for where, table in tables if table]

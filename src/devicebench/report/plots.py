@@ -1,0 +1,271 @@
+"""The report's charts: matplotlib figures rendered to PNG bytes, one set per workload and one summary.
+
+Every number drawn comes from the comparison rows (`devicebench.results.compare.Row`), so a chart and the table
+beside it cannot disagree. matplotlib is imported inside the functions: `import devicebench` stays light, and
+figures are built with `matplotlib.figure.Figure` rather than pyplot, so no global backend or figure registry
+is touched (nothing to `plt.close`, nothing left open in a notebook that imports us).
+
+    python -c "from devicebench.report.plots import summary_chart; help(summary_chart)"
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+import statistics
+import textwrap
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from devicebench.report.tables import device_kind
+from devicebench.results.compare import Row
+from devicebench.results.stats import Spread
+from devicebench.workloads import Published
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+Colour = tuple[float, float, float]  # red, green, blue in 0..1, as matplotlib takes them
+
+DPI = 110  # dots per inch: a 7-inch chart is 770 pixels wide, sharp on screen and small inlined
+CHART_WIDTH_IN = 7.0
+ROW_HEIGHT_IN = 0.42  # per bar, and half as much again for each extra line of a wrapped label
+CHART_MARGIN_HEIGHT_IN = 1.5  # title, axis label and legend
+LABEL_WIDTH_CHARS = 34  # longer row labels wrap instead of squeezing the plot
+SYNTHETIC_HATCH = "///"  # synthetic-data bars are hatched, so a glance tells them from real data
+PUBLISHED_MARKER = "D"
+CURVE_MARKERS = "osv^PX"  # one shape per accuracy curve, so curves that coincide still show each row
+NICE_RATIOS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)  # speedup axis ticks
+ANNOTATION_ROOM = 0.7  # decades of free axis past the largest speedup, per decade of data: room for the labels
+
+
+@dataclass(frozen=True)
+class Chart:
+    slug: str  # file stem for --png: "mnist-cnn2-epoch-time"
+    title: str  # the image's alt text: what a reader without the picture is missing
+    png: bytes
+
+
+def workload_charts(workload: str, rows: Sequence[Row], published: Published | None) -> list[Chart]:
+    """The charts of one workload, in reading order; a chart with nothing to show is left out."""
+    drawn = [
+        ("epoch-time", "Steady epoch time", _epoch_time_figure(workload, rows)),
+        ("samples-per-s", "Training throughput", _throughput_figure(workload, rows, published)),
+        ("speedup", "Speedup against the baseline", _speedup_figure(workload, rows)),
+        ("test-accuracy", "Test accuracy per epoch", _accuracy_figure(workload, rows, published)),
+    ]
+    return [Chart(f"{file_stem(workload)}-{kind}", f"{workload}: {title}", _png(figure))
+            for kind, title, figure in drawn if figure is not None]
+
+
+def summary_chart(rows_by_workload: Mapping[str, Sequence[Row]]) -> Chart | None:
+    """The speedup of every row that has one, across all workloads; None when no row has a speedup."""
+    measured = [(name, row) for name, rows in rows_by_workload.items() for row in rows if _has_speedup(row)]
+    if not measured:
+        return None
+    labels = [f"{name}: {row.label}" for name, row in measured]
+    palette = _palette(len(rows_by_workload))
+    colour_of = dict(zip(rows_by_workload, palette))
+    figure, axes = _bar_figure(labels)
+    _draw_speedups(axes, [row for _, row in measured], [colour_of[name] for name, _ in measured])
+    axes.set_title("Speedup against the baseline, every workload")
+    _legend(figure, axes, [row for _, row in measured])
+    return Chart("summary-speedup", "Speedup across all workloads", _png(figure))
+
+
+def file_stem(name: str) -> str:
+    """`name` as a safe, readable file name part: workload names from imported files may hold anything."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.") or "workload"
+
+
+# --- the four per-workload charts --------------------------------------------------------------------------
+
+
+def _epoch_time_figure(workload: str, rows: Sequence[Row]) -> Figure | None:
+    if all(row.epoch_time_s is None for row in rows):
+        return None
+    figure, axes = _bar_figure([row.label for row in rows])
+    _draw_spread_bars(axes, rows, [row.epoch_time_s for row in rows], unit="s", digits=2)
+    axes.set_xlabel("steady epoch time, s (median; whiskers: min–max)")
+    axes.set_title(f"{workload}: steady epoch time (shorter is faster)")
+    _legend(figure, axes, rows)
+    return figure
+
+
+def _throughput_figure(workload: str, rows: Sequence[Row], published: Published | None) -> Figure | None:
+    if all(row.samples_per_s is None for row in rows):
+        return None
+    figure, axes = _bar_figure([row.label for row in rows])
+    published_rates = published.samples_per_s if published else {}
+    _draw_spread_bars(axes, rows, [row.samples_per_s for row in rows], unit="", digits=0,
+                      published=[published_rates.get(device_kind(row.device)) for row in rows])
+    axes.set_xlabel("training throughput, samples/s (median; whiskers: min–max)")
+    axes.set_title(f"{workload}: samples per second (longer is faster)")
+    _legend(figure, axes, rows)
+    return figure
+
+
+def _speedup_figure(workload: str, rows: Sequence[Row]) -> Figure | None:
+    if not any(_has_speedup(row) for row in rows):
+        return None
+    figure, axes = _bar_figure([row.label for row in rows])
+    _draw_speedups(axes, rows, _palette(len(rows)))
+    axes.set_title(f"{workload}: speedup against the baseline")
+    _legend(figure, axes, rows)
+    return figure
+
+
+def _accuracy_figure(workload: str, rows: Sequence[Row], published: Published | None) -> Figure | None:
+    curves = [(row, _accuracy_by_epoch(row)) for row in rows]
+    if not any(curve for _, curve in curves):
+        return None
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator, PercentFormatter
+
+    figure = Figure(figsize=(CHART_WIDTH_IN, 4.2), dpi=DPI, layout="constrained")
+    axes = figure.add_subplot()
+    for index, ((row, curve), colour) in enumerate(zip(curves, _palette(len(rows)))):
+        if curve:
+            epochs = sorted(curve)
+            axes.plot(epochs, [curve[epoch] * 100 for epoch in epochs], color=colour, label=_wrap(row.label),
+                      marker=CURVE_MARKERS[index % len(CURVE_MARKERS)], markersize=7, markerfacecolor="none",
+                      linestyle="--" if _is_synthetic(row) else "-")
+    if published and published.accuracy is not None:
+        axes.axhline(published.accuracy * 100, color="black", linestyle=":", linewidth=1.2,
+                     label=f"published {published.accuracy_kind} accuracy")
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes.yaxis.set_major_formatter(PercentFormatter(decimals=0))
+    axes.set_xlabel("epoch (1 is warm-up)")
+    axes.set_ylabel("test accuracy, % (median over repeats)")
+    axes.set_title(f"{workload}: test accuracy per epoch" + (" (dashed: synthetic data)" if any(
+        _is_synthetic(row) for row in rows) else ""))
+    axes.grid(alpha=0.3)
+    figure.legend(fontsize="small", loc="outside lower center", ncols=2, frameon=False)
+    return figure
+
+
+def _accuracy_by_epoch(row: Row) -> dict[int, float]:
+    """Median test accuracy per epoch number over the row's repeats, for the epochs that were evaluated."""
+    by_epoch: dict[int, list[float]] = {}
+    for run in row.runs:
+        for epoch in run.epochs:
+            if epoch.test_accuracy is not None:
+                by_epoch.setdefault(epoch.epoch, []).append(epoch.test_accuracy)
+    return {epoch: statistics.median(values) for epoch, values in by_epoch.items()}
+
+
+# --- drawing helpers -----------------------------------------------------------------------------------------
+
+
+def _bar_figure(labels: Sequence[str]) -> tuple[Figure, Axes]:
+    """A horizontal-bar figure tall enough for `labels`, first label at the top (the table's order)."""
+    from matplotlib.figure import Figure
+
+    wrapped = [_wrap(label) for label in labels]
+    extra_lines = sum(label.count("\n") for label in wrapped)
+    height = CHART_MARGIN_HEIGHT_IN + ROW_HEIGHT_IN * (len(labels) + 0.5 * extra_lines)
+    figure = Figure(figsize=(CHART_WIDTH_IN, height), dpi=DPI, layout="constrained")
+    axes = figure.add_subplot()
+    axes.set_yticks(range(len(labels)), wrapped)
+    axes.set_ylim(len(labels) - 0.5, -0.5)  # inverted: the first row on top
+    axes.grid(axis="x", alpha=0.3)
+    axes.set_axisbelow(True)
+    return figure, axes
+
+
+def _draw_spread_bars(axes: Axes, rows: Sequence[Row], values: Sequence[Spread | None], *, unit: str,
+                      digits: int, published: Sequence[float | None] = ()) -> None:
+    """Bars at the median with min–max whiskers and the median written at the bar's end; `published` figures,
+    one per row or None, as markers on the same axis."""
+    marked = [(index, rate) for index, rate in enumerate(published) if rate is not None]
+    if marked:
+        axes.scatter([rate for _, rate in marked], [index for index, _ in marked], marker=PUBLISHED_MARKER, s=46,
+                     color="black", zorder=3, label="published figure, same device kind")
+    largest = max([value.high for value in values if value is not None] + [rate for _, rate in marked])
+    for index, (row, value, colour) in enumerate(zip(rows, values, _palette(len(rows)))):
+        if value is None:
+            axes.text(0, index, "  no steady-state epochs", va="center", fontsize="small", color="dimgray")
+            continue
+        axes.barh(index, value.median, color=colour, alpha=0.85, hatch=SYNTHETIC_HATCH if _is_synthetic(row) else None,
+                  edgecolor="white", xerr=[[value.median - value.low], [value.high - value.median]],
+                  error_kw={"ecolor": "black", "capsize": 3, "elinewidth": 1})
+        axes.text(value.high + largest * 0.01, index, f" {value.median:,.{digits}f}{' ' + unit if unit else ''}",
+                  va="center", fontsize="small")
+    axes.set_xlim(0, largest * 1.2)  # room for the value labels
+
+
+def _draw_speedups(axes: Axes, rows: Sequence[Row], colours: Sequence[Colour]) -> None:
+    """Bars from 1x to each ratio on a log axis (slower rows point left), 95% intervals as error bars."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter
+
+    extremes = [1.0]
+    for index, (row, colour) in enumerate(zip(rows, colours)):
+        value = row.speedup
+        if not _has_speedup(row):
+            text = "baseline (1x)" if row.baseline is row else "no speedup: see the table"
+            axes.text(1, index, f"  {text}", va="center", fontsize="small", color="dimgray")
+            continue
+        has_interval = value.low is not None and value.high is not None
+        axes.barh(index, value.ratio - 1, left=1, color=colour, alpha=0.85, edgecolor="white",
+                  hatch=SYNTHETIC_HATCH if _is_synthetic(row) else None)
+        if has_interval:
+            axes.errorbar(value.ratio, index, xerr=[[value.ratio - value.low], [value.high - value.ratio]],
+                          fmt="none", ecolor="black", capsize=3, elinewidth=1)
+        right = max(value.ratio, value.high if has_interval else value.ratio, 1.0)
+        interval = f" [{value.low:.2f}–{value.high:.2f}]" if has_interval else ""
+        axes.text(right * 1.04, index, f"{value.ratio:.2f}x{interval}", va="center", fontsize="small")
+        extremes += [value.ratio, *((value.low, value.high) if has_interval else ())]
+    low = min(extremes) / 1.25
+    decades = max(math.log10(max(extremes) / low), 0.5)
+    high = max(extremes) * 10 ** (decades * ANNOTATION_ROOM)  # the value labels take about 40% of the width
+    axes.set_xscale("log")
+    axes.set_xlim(low, high)
+    axes.xaxis.set_major_locator(FixedLocator([tick for tick in NICE_RATIOS if low <= tick <= high]))
+    axes.xaxis.set_minor_formatter(FuncFormatter(lambda value, _: ""))
+    axes.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}x"))
+    axes.axvline(1, color="black", linewidth=1)
+    axes.set_xlabel("speedup, times (log scale; error bars: 95% interval)")
+
+
+def _legend(figure: Figure, axes: Axes, rows: Sequence[Row]) -> None:
+    """A legend under the plot, never over a bar, and only where it says something: the published marker, or
+    which hatched bars are synthetic."""
+    from matplotlib.patches import Patch
+
+    handles, labels = axes.get_legend_handles_labels()
+    if any(_is_synthetic(row) for row in rows):
+        handles.append(Patch(facecolor="white", edgecolor="gray", hatch=SYNTHETIC_HATCH))
+        labels.append("SYNTHETIC data")
+    if handles:
+        figure.legend(handles, labels, fontsize="small", loc="outside lower center", ncols=len(handles),
+                      frameon=False)
+
+
+def _has_speedup(row: Row) -> bool:
+    """Whether the row has a speedup against another row: a baseline row's own 1x says nothing."""
+    return row.speedup is not None and row.baseline is not row
+
+
+def _is_synthetic(row: Row) -> bool:
+    return row.settings["data_source"] == "synthetic"
+
+
+def _palette(count: int) -> list[Colour]:
+    """One colour per row, the same across a workload's charts, so a row is found by colour as well as name."""
+    from matplotlib import colormaps
+
+    colours = colormaps["tab10"].colors
+    return [colours[index % len(colours)] for index in range(count)]
+
+
+def _wrap(label: str) -> str:
+    return textwrap.fill(label, LABEL_WIDTH_CHARS, break_on_hyphens=False)
+
+
+def _png(figure: Figure) -> bytes:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=DPI)
+    return buffer.getvalue()

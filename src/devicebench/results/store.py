@@ -1,0 +1,553 @@
+"""The results store: every run in one SQLite file, written as it happens and read back as `Result`s.
+
+A session (`Result`) is inserted when it starts, each run when it starts (status `running`), each epoch the moment it
+finishes and the run again when it ends. Every write is its own committed transaction, so Ctrl-C or a crash keeps every
+finished epoch. WAL mode and a busy timeout let several devicebench processes write to one file at once. A file that is
+not ours (damaged, another application's, or made by a newer devicebench) is refused and never modified.
+
+Exports move results between machines: JSON (the `Result` dicts, importable again) or CSV (one row per epoch).
+
+    devicebench run mnist-cnn2 --devices cpu --data synthetic --epochs 2 --max-steps 5 && devicebench history
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import os
+import random
+import sqlite3
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from devicebench.results.schema import (
+    SCHEMA_VERSION,
+    EpochRecord,
+    Result,
+    RunRecord,
+    RunSettings,
+    finite_or_none,
+)
+from devicebench.runner import RunReporter
+
+DB_ENVIRONMENT_VARIABLE = "DEVICEBENCH_DB"
+APPLICATION_ID = 0x4476426E  # "DvBn" in ASCII: PRAGMA application_id, how our files tell themselves from others'
+BUSY_TIMEOUT_S = 30.0  # how long a write waits for another process's write to finish before giving up
+WAL_SWITCH_ATTEMPTS = 100  # about 5 s of retries at a random 0.01-0.1 s apart
+SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
+EXPORT_KIND = "devicebench-export"
+MACHINE_IDENTITY_KEYS = ("machine_id", "machine_name", "hostname")  # the fingerprint keys the store indexes
+_WHAT_TO_DO = f"pass another --db (or set {DB_ENVIRONMENT_VARIABLE}) to keep results elsewhere"
+
+
+class StoreError(RuntimeError):
+    """The database file cannot be used: it says which file, what is wrong with it, and what to do."""
+
+
+class ResultsFileError(ValueError):
+    """A file to import is missing, is not JSON, or holds no devicebench results this version can read."""
+
+
+def default_db_path(db: str | Path | None = None) -> Path:
+    """`db` when given, else $DEVICEBENCH_DB, else results.sqlite in the user's data folder."""
+    chosen = db or os.environ.get(DB_ENVIRONMENT_VARIABLE, "").strip()
+    if chosen:
+        return Path(chosen).expanduser()
+    return Path(platformdirs.user_data_dir("devicebench")) / "results.sqlite"
+
+
+# --- the schema and its migrations -----------------------------------------------------------------------------
+
+# Stored as real columns named as the dataclass fields (units included); settings and fingerprints are JSON text
+RUN_COLUMNS = tuple(field.name for field in dataclasses.fields(RunRecord) if field.name not in ("settings", "epochs"))
+EPOCH_COLUMNS = tuple(field.name for field in dataclasses.fields(EpochRecord))
+SESSION_COLUMNS = ("result_id", "machine_id", "hostname", "created_utc", "devicebench_version", "interrupted",
+                   "machine_json", "config_json")
+
+
+def _create_tables(connection: sqlite3.Connection) -> None:
+    """Schema 1. A migration is a snapshot: it lists its columns rather than deriving them from today's dataclasses."""
+    statements = (
+        """CREATE TABLE machines (
+            machine_id TEXT PRIMARY KEY,  -- environment.machine_id(): stays the same for one machine
+            machine_name TEXT NOT NULL
+        )""",
+        """CREATE TABLE sessions (
+            result_id TEXT PRIMARY KEY,
+            machine_id TEXT NOT NULL REFERENCES machines (machine_id),
+            hostname TEXT NOT NULL,
+            created_utc TEXT NOT NULL,
+            devicebench_version TEXT NOT NULL,
+            interrupted INTEGER NOT NULL,
+            machine_json TEXT NOT NULL,  -- the whole fingerprint as it was for this session (threads, versions)
+            config_json TEXT NOT NULL
+        )""",
+        """CREATE TABLE runs (
+            run_id TEXT PRIMARY KEY,
+            result_id TEXT NOT NULL REFERENCES sessions (result_id),
+            position INTEGER NOT NULL,  -- order within its session
+            workload TEXT NOT NULL,
+            seed_experiment TEXT NOT NULL,
+            device TEXT NOT NULL,
+            device_name TEXT NOT NULL,
+            repeat INTEGER NOT NULL,
+            started_utc TEXT NOT NULL,
+            status TEXT NOT NULL,
+            error TEXT,
+            parameter_count INTEGER,
+            model_build_s REAL,
+            end_to_end_s REAL,
+            diverged_at_step INTEGER,
+            target_accuracy REAL,
+            time_to_target_train_s REAL,
+            time_to_target_wall_s REAL,
+            peak_device_memory_mib REAL,
+            peak_rss_mib REAL,
+            energy_j REAL,
+            settings_json TEXT NOT NULL
+        )""",
+        """CREATE TABLE epochs (
+            run_id TEXT NOT NULL REFERENCES runs (run_id),
+            epoch INTEGER NOT NULL,
+            phase TEXT NOT NULL,
+            steps INTEGER NOT NULL,
+            samples INTEGER NOT NULL,
+            train_time_s REAL,
+            samples_per_s REAL,
+            step_time_ms REAL,
+            train_loss REAL,  -- NULL where the loss was NaN or infinite, as in the JSON files
+            train_accuracy REAL,
+            eval_time_s REAL,
+            eval_samples INTEGER NOT NULL,
+            test_loss REAL,
+            test_accuracy REAL,
+            PRIMARY KEY (run_id, epoch)
+        )""",
+        "CREATE INDEX sessions_by_machine ON sessions (machine_id)",
+        "CREATE INDEX sessions_by_creation ON sessions (created_utc)",
+        "CREATE INDEX runs_by_session ON runs (result_id, position)",
+        "CREATE INDEX runs_by_workload ON runs (workload)",
+        "CREATE INDEX runs_by_device ON runs (device)",
+        "CREATE INDEX runs_by_status ON runs (status)",
+        "CREATE INDEX runs_by_start ON runs (started_utc)",
+    )
+    for statement in statements:  # one by one: executescript() would commit the migration's transaction midway
+        connection.execute(statement)
+
+
+# MIGRATIONS[n] takes a database from schema n to n + 1; the newest schema is len(MIGRATIONS). Append, never edit.
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_create_tables]
+
+
+def _insert_sql(table: str, columns: Iterable[str], values: dict[str, str] | None = None) -> str:
+    """INSERT OR IGNORE of named parameters, one per column; `values` gives SQL for the columns that need it."""
+    columns = list(columns)
+    expressions = [(values or {}).get(column, f":{column}") for column in columns]
+    return f"INSERT OR IGNORE INTO {table} ({', '.join(columns)}) VALUES ({', '.join(expressions)})"
+
+
+# A run's position is the number of runs its session already has: runs are inserted in the order they start
+_INSERT_RUN = _insert_sql("runs", ("result_id", "position", *RUN_COLUMNS, "settings_json"),
+                          {"position": "(SELECT COUNT(*) FROM runs WHERE result_id = :result_id)"})
+_UPDATE_RUN = (f"UPDATE runs SET {', '.join(f'{column} = :{column}' for column in (*RUN_COLUMNS, 'settings_json'))} "
+               "WHERE run_id = :run_id")
+_INSERT_EPOCH = _insert_sql("epochs", ("run_id", *EPOCH_COLUMNS))
+_INSERT_SESSION = _insert_sql("sessions", SESSION_COLUMNS)
+
+
+# --- the store -------------------------------------------------------------------------------------------------
+
+
+class Store:
+    """One results database, open for reading and writing. Use it as a context manager to close it."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        _refuse_if_not_sqlite(self.path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # isolation_level=None: every transaction is begun and ended here, explicitly
+            self._connection = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        except (OSError, sqlite3.Error) as error:
+            raise StoreError(f"cannot open the results database {self.path} ({error}); {_WHAT_TO_DO}") from None
+        self._connection.row_factory = sqlite3.Row
+        try:
+            self._open()
+        except sqlite3.Error as error:  # e.g. a read-only folder, or a lock held past the busy timeout
+            self._connection.close()
+            raise StoreError(f"cannot open the results database {self.path} ({error}); {_WHAT_TO_DO}") from None
+        except BaseException:
+            self._connection.close()
+            raise
+
+    def _open(self) -> None:
+        version = self._schema_version()  # reads only: a file that is not ours is refused before anything is written
+        self._switch_to_wal()
+        self._connection.execute("PRAGMA foreign_keys = ON")
+        if version < len(MIGRATIONS):
+            self._migrate()
+
+    def _switch_to_wal(self) -> None:
+        """WAL mode: readers never wait, and writers from several processes take turns.
+
+        When several processes open a new file at once, each can hold the lock another needs to switch; SQLite
+        then answers "locked" at once instead of waiting out the busy timeout, so try again after a random pause.
+        """
+        for attempt in range(1, WAL_SWITCH_ATTEMPTS + 1):
+            try:
+                self._connection.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as error:
+                if "locked" not in str(error) or attempt == WAL_SWITCH_ATTEMPTS:
+                    raise
+            time.sleep(random.uniform(0.01, 0.1))  # seconds; random, so that two processes do not retry in step
+
+    def _schema_version(self) -> int:
+        """The file's schema version, 0 for a new empty database; raises StoreError for a file that is not ours."""
+        try:  # one statement, so one snapshot: the tables and the version a migration commits are seen together
+            application_id, version, tables = self._connection.execute(
+                "SELECT (SELECT application_id FROM pragma_application_id), "
+                "(SELECT user_version FROM pragma_user_version), "
+                "(SELECT group_concat(name, ', ') FROM sqlite_master WHERE type = 'table')"
+            ).fetchone()
+        except sqlite3.DatabaseError as error:
+            raise StoreError(f"{self.path} is not a devicebench results database: it cannot be read as SQLite "
+                             f"({error}). It was left as it is; {_WHAT_TO_DO}") from None
+        if application_id == 0 and version == 0 and not tables:
+            return 0
+        if application_id != APPLICATION_ID:
+            raise StoreError(f"{self.path} is an SQLite database of another application (application id "
+                             f"{application_id}, tables: {tables or 'none'}), not devicebench results. It was left "
+                             "as it is; "
+                             f"{_WHAT_TO_DO}")
+        if version > len(MIGRATIONS):
+            raise StoreError(f"{self.path} was made by a newer devicebench (schema {version}); upgrade devicebench "
+                             f"to read it (this one knows schema {len(MIGRATIONS)}), or {_WHAT_TO_DO}")
+        return version
+
+    def _migrate(self) -> None:
+        """Bring the file to the newest schema in one transaction: a failure leaves it exactly as it was."""
+        try:
+            with self._transaction():
+                version = self._schema_version()  # again, under the write lock: another process may have migrated
+                for migration in MIGRATIONS[version:]:
+                    migration(self._connection)
+                self._connection.execute(f"PRAGMA user_version = {len(MIGRATIONS):d}")
+                self._connection.execute(f"PRAGMA application_id = {APPLICATION_ID:d}")
+        except sqlite3.Error as error:
+            raise StoreError(f"could not upgrade {self.path} to schema {len(MIGRATIONS)} ({error}); the file is "
+                             "unchanged") from None
+
+    def close(self) -> None:
+        self._connection.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exception: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _transaction(self, begin: str = "BEGIN IMMEDIATE") -> Iterator[None]:
+        """Commit everything inside at once, or nothing. IMMEDIATE takes the write lock up front, so a writer
+        waits its turn (up to BUSY_TIMEOUT_S) instead of failing when another process writes at the same time."""
+        self._connection.execute(begin)
+        try:
+            yield
+        except BaseException:  # Ctrl-C too: never leave a transaction open on the connection
+            self._connection.rollback()
+            raise
+        self._connection.execute("COMMIT")
+
+    # --- writing, as a run happens ---
+
+    def add_session(self, result: Result) -> None:
+        """Record the machine and the session, without runs; adding it again changes nothing."""
+        with self._transaction():
+            self._insert_session(result)
+
+    def start_run(self, result_id: str, record: RunRecord) -> None:
+        """Record a run of session `result_id` as it starts, with its current status (`running`)."""
+        with self._transaction():
+            self._insert_run(result_id, record)
+
+    def add_epoch(self, run_id: str, epoch: EpochRecord) -> None:
+        with self._transaction():
+            self._connection.execute(_INSERT_EPOCH, _epoch_row(run_id, epoch))
+
+    def finish_run(self, record: RunRecord) -> None:
+        """Record the run's final status, error and every run-level figure.
+
+        Its epochs are written again where missing, in case Ctrl-C struck while one was being stored. A session
+        with an interrupted run was itself interrupted.
+        """
+        with self._transaction():
+            if self._connection.execute(_UPDATE_RUN, _run_row(record)).rowcount == 0:
+                raise ValueError(f"run {record.run_id} was never started in {self.path}")
+            self._insert_epochs(record)
+            if record.status == "interrupted":
+                self._connection.execute("UPDATE sessions SET interrupted = 1 WHERE result_id = "
+                                         "(SELECT result_id FROM runs WHERE run_id = ?)", (record.run_id,))
+
+    # --- moving results between databases ---
+
+    def import_result(self, result: Result) -> int:
+        """Add a session from elsewhere, keeping its ids and fingerprint; returns how many of its runs were new."""
+        return self.import_results([result])
+
+    def import_results(self, results: Iterable[Result]) -> int:
+        """Add sessions in one transaction, all or nothing; returns how many runs were new."""
+        added = 0
+        with self._transaction():
+            for result in results:
+                self._insert_session(result)
+                for record in result.runs:
+                    if self._insert_run(result.result_id, record):
+                        self._insert_epochs(record)
+                        added += 1
+        return added
+
+    def _insert_session(self, result: Result) -> None:
+        machine = result.machine
+        self._connection.execute(
+            "INSERT OR IGNORE INTO machines (machine_id, machine_name) VALUES (?, ?)",
+            (machine["machine_id"], machine["machine_name"]),
+        )
+        self._connection.execute(_INSERT_SESSION, {
+            "result_id": result.result_id,
+            "machine_id": machine["machine_id"],
+            "hostname": machine["hostname"],
+            "created_utc": result.created_utc,
+            "devicebench_version": result.devicebench_version,
+            "interrupted": result.interrupted,
+            "machine_json": _json_text(machine),
+            "config_json": _json_text(result.config),
+        })
+
+    def _insert_run(self, result_id: str, record: RunRecord) -> bool:
+        """Insert the run unless its id is already stored; returns whether it was new."""
+        return self._connection.execute(_INSERT_RUN, {"result_id": result_id, **_run_row(record)}).rowcount == 1
+
+    def _insert_epochs(self, record: RunRecord) -> None:
+        self._connection.executemany(_INSERT_EPOCH, [_epoch_row(record.run_id, epoch) for epoch in record.epochs])
+
+    # --- reading ---
+
+    def results(
+        self,
+        *,
+        workload: str | None = None,
+        machine: str | None = None,
+        last: int | None = None,
+        status: str | None = None,
+    ) -> list[Result]:
+        """Sessions, oldest first, holding only their matching runs; a session with none is left out.
+
+        workload: a name or shell pattern ("mnist-*"); machine: a machine name, hostname or machine id prefix;
+        status: ok, failed, interrupted…; last: only the `last` most recently started runs that match.
+        """
+        conditions = ["1"]
+        if workload is not None:
+            conditions.append("runs.workload GLOB :workload")
+        if machine is not None:
+            conditions.append("(machines.machine_name = :machine OR sessions.hostname = :machine "
+                              "OR substr(sessions.machine_id, 1, length(:machine)) = :machine)")
+        if status is not None:
+            conditions.append("runs.status = :status")
+        matching = (
+            "WITH matching AS (SELECT runs.run_id FROM runs JOIN sessions USING (result_id) "
+            f"JOIN machines USING (machine_id) WHERE {' AND '.join(conditions)} "
+            "ORDER BY runs.started_utc DESC, runs.rowid DESC LIMIT :limit) "
+        )
+        parameters = {"workload": workload, "machine": machine, "status": status,
+                      "limit": -1 if last is None else last}  # LIMIT -1: no limit
+        with self._transaction("BEGIN"):  # one snapshot for the three reads, whatever other processes write
+            sessions = self._connection.execute(
+                f"{matching} SELECT {', '.join(SESSION_COLUMNS)} FROM sessions WHERE result_id IN "
+                "(SELECT result_id FROM runs WHERE run_id IN matching) ORDER BY created_utc, rowid",
+                parameters,
+            ).fetchall()
+            runs = self._connection.execute(
+                f"{matching} SELECT result_id, run_id, {', '.join(RUN_COLUMNS)}, settings_json FROM runs "
+                "WHERE run_id IN matching ORDER BY result_id, position",
+                parameters,
+            ).fetchall()
+            epochs = self._connection.execute(
+                f"{matching} SELECT run_id, {', '.join(EPOCH_COLUMNS)} FROM epochs WHERE run_id IN matching "
+                "ORDER BY run_id, epoch",
+                parameters,
+            ).fetchall()
+        return _assemble(sessions, runs, epochs)
+
+
+def _refuse_if_not_sqlite(path: Path) -> None:
+    """Refuse a file that is neither empty nor SQLite before SQLite opens it, so nothing can write to it."""
+    try:
+        with path.open("rb") as file:
+            header = file.read(len(SQLITE_HEADER))
+    except (FileNotFoundError, IsADirectoryError):
+        return  # a new database; a folder fails clearly when SQLite tries to open it
+    except OSError as error:
+        raise StoreError(f"cannot read the results database {path} ({error.strerror}); {_WHAT_TO_DO}") from None
+    if header and header != SQLITE_HEADER:
+        raise StoreError(f"{path} is not a devicebench results database: it is not an SQLite file (damaged, or "
+                         f"another kind of file). It was left as it is; {_WHAT_TO_DO}")
+
+
+def _json_text(value: Any) -> str:
+    return json.dumps(finite_or_none(value), allow_nan=False)
+
+
+def _run_row(record: RunRecord) -> dict[str, Any]:
+    data = finite_or_none(record.to_dict())  # strict JSON's convention: a NaN or infinite figure is stored NULL
+    return {**{column: data[column] for column in RUN_COLUMNS}, "settings_json": json.dumps(data["settings"])}
+
+
+def _epoch_row(run_id: str, epoch: EpochRecord) -> dict[str, Any]:
+    return {"run_id": run_id, **finite_or_none(dataclasses.asdict(epoch))}
+
+
+def _assemble(sessions: list[sqlite3.Row], runs: list[sqlite3.Row], epochs: list[sqlite3.Row]) -> list[Result]:
+    """Rows back into Results, through the dict form Result.from_dict reads."""
+    epochs_by_run: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in epochs:
+        epochs_by_run[row["run_id"]].append({column: row[column] for column in EPOCH_COLUMNS})
+    runs_by_session: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in runs:
+        runs_by_session[row["result_id"]].append({
+            **{column: row[column] for column in RUN_COLUMNS},
+            "settings": json.loads(row["settings_json"]),
+            "epochs": epochs_by_run[row["run_id"]],
+        })
+    return [
+        Result.from_dict({
+            "schema_version": SCHEMA_VERSION,  # migrations keep stored rows in the current schema
+            "result_id": row["result_id"],
+            "devicebench_version": row["devicebench_version"],
+            "created_utc": row["created_utc"],
+            "interrupted": bool(row["interrupted"]),
+            "machine": json.loads(row["machine_json"]),
+            "config": json.loads(row["config_json"]),
+            "runs": runs_by_session[row["result_id"]],
+        })
+        for row in sessions
+    ]
+
+
+# --- writing a run to the store as it happens --------------------------------------------------------------------
+
+
+class StoreReporter(RunReporter):
+    """Stores a session as `runner.run` reports it: the session, each run at its start and end, each epoch.
+
+    A write that fails (a full disk, another process holding the lock too long) is kept in `failure` and ends the
+    storing, never the training: the run's tables and JSON still hold every number.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.result_id: str | None = None
+        self.failure: sqlite3.Error | None = None
+
+    def session_started(self, result: Result) -> None:
+        self.result_id = result.result_id
+        self._write(self.store.add_session, result)
+
+    def run_started(self, record: RunRecord) -> None:
+        self._write(self.store.start_run, self.result_id, record)
+
+    def epoch_finished(self, record: RunRecord, epoch: EpochRecord) -> None:
+        self._write(self.store.add_epoch, record.run_id, epoch)
+
+    def run_finished(self, record: RunRecord) -> None:
+        self._write(self.store.finish_run, record)
+
+    def _write(self, write: Callable[..., None], *arguments: Any) -> None:
+        if self.failure is not None:
+            return  # later writes would only add to a record already incomplete
+        try:
+            write(*arguments)
+        except sqlite3.Error as error:
+            self.failure = error
+
+
+# --- export and import files -------------------------------------------------------------------------------------
+
+
+def export_document(results: Iterable[Result]) -> dict[str, Any]:
+    """What an export JSON file holds; `devicebench import` reads it back."""
+    return {"schema_version": SCHEMA_VERSION, "kind": EXPORT_KIND, "results": [result.to_dict() for result in results]}
+
+
+def write_json_export(path: Path, results: list[Result]) -> None:
+    _write_atomically(path, json.dumps(finite_or_none(export_document(results)), indent=2, allow_nan=False) + "\n")
+
+
+# One CSV row per epoch: the run's identity, its machine and device, its settings, then the epoch's figures
+CSV_RUN_FIELDS = ("run_id", "workload", "seed_experiment", "device", "device_name", "repeat", "started_utc",
+                  "status", "error")
+SETTINGS_COLUMNS = tuple(field.name for field in dataclasses.fields(RunSettings))
+CSV_COLUMNS = ("result_id", "machine_name", "machine_id", *CSV_RUN_FIELDS, *SETTINGS_COLUMNS, *EPOCH_COLUMNS)
+
+
+def write_csv_export(path: Path, results: list[Result]) -> None:
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=CSV_COLUMNS)
+    writer.writeheader()
+    writer.writerows(_csv_rows(results))
+    _write_atomically(path, text.getvalue())
+
+
+def _csv_rows(results: list[Result]) -> Iterator[dict[str, Any]]:
+    for result in results:
+        for run in result.runs:
+            identity = {"result_id": result.result_id, "machine_name": result.machine["machine_name"],
+                        "machine_id": result.machine["machine_id"],
+                        **{column: getattr(run, column) for column in CSV_RUN_FIELDS}}
+            settings = dataclasses.asdict(run.settings)
+            settings["hyperparameters"] = json.dumps(settings["hyperparameters"])  # one cell
+            for epoch in run.epochs:
+                yield {**identity, **settings, **finite_or_none(dataclasses.asdict(epoch))}
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """A crash mid-write leaves the previous file, never half a file."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text, newline="")  # as written: the csv module chose its own line endings
+    partial.replace(path)
+
+
+def read_results_file(path: Path) -> list[Result]:
+    """The sessions in an export file or in a `devicebench run --json` file; ResultsFileError says what is wrong."""
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ResultsFileError(f"{path}: no such file") from None
+    except OSError as error:
+        raise ResultsFileError(f"cannot read {path} ({error.strerror})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ResultsFileError(f"{path} is not valid JSON ({error})") from None
+    if not isinstance(data, dict) or ("runs" not in data and data.get("kind") != EXPORT_KIND):
+        raise ResultsFileError(f"{path} is neither a devicebench export nor a `devicebench run --json` file")
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise ResultsFileError(f"{path} holds results of schema version {data.get('schema_version')!r}; this "
+                               f"devicebench reads version {SCHEMA_VERSION}: upgrade devicebench or re-export them")
+    try:
+        items = data["results"] if data.get("kind") == EXPORT_KIND else [data]  # an export, or one run's --json
+        results = [Result.from_dict(item) for item in items]
+    except (KeyError, TypeError, ValueError) as error:
+        raise ResultsFileError(f"{path} holds a result devicebench cannot read ({type(error).__name__}: "
+                               f"{error})") from None
+    for result in results:
+        missing = [key for key in MACHINE_IDENTITY_KEYS if key not in result.machine]
+        if missing:
+            raise ResultsFileError(f"{path}: result {result.result_id} has no {', '.join(missing)} in its machine")
+    return results
