@@ -27,7 +27,7 @@ from devicebench.report.tables import (
 )
 from devicebench.results.compare import DEFAULT_BASELINE, Row, compare
 from devicebench.results.prices import Prices
-from devicebench.results.schema import Result
+from devicebench.results.schema import Result, write_atomically
 from devicebench.results.stats import Spread
 from devicebench.workloads import SEED_EXPERIMENTS, Published, Workload, get_workload
 
@@ -85,9 +85,7 @@ def write_report(results: list[Result], out: Path, *, baseline: str = DEFAULT_BA
         data_uri=_data_uri,
     )
     out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(out.name + ".partial")  # a crash mid-write leaves the previous report, not half a page
-    partial.write_text(page, encoding="utf-8")
-    partial.replace(out)
+    write_atomically(out, page)  # a crash mid-write leaves the previous report, not half a page
     return out
 
 

@@ -180,13 +180,18 @@ class Result:
 
         NaN and infinity (a diverged loss) are written as null; the run's status and error say what happened.
         """
-        partial = path.with_name(path.name + ".partial")
-        partial.write_text(json.dumps(finite_or_none(self.to_dict()), indent=2, allow_nan=False) + "\n")
-        partial.replace(path)
+        write_atomically(path, json.dumps(finite_or_none(self.to_dict()), indent=2, allow_nan=False) + "\n")
 
     @classmethod
     def read_json(cls, path: Path) -> Result:
         return cls.from_dict(json.loads(path.read_text()))
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write `text` to `path` so that a crash mid-write leaves the previous file, never half a file."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text, encoding="utf-8", newline="")  # newline="": line endings exactly as given
+    partial.replace(path)
 
 
 def finite_or_none(value: Any) -> Any:

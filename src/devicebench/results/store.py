@@ -35,6 +35,7 @@ from devicebench.results.schema import (
     RunRecord,
     RunSettings,
     finite_or_none,
+    write_atomically,
 )
 from devicebench.runner import RunReporter
 
@@ -488,7 +489,7 @@ def export_document(results: Iterable[Result]) -> dict[str, Any]:
 
 
 def write_json_export(path: Path, results: list[Result]) -> None:
-    _write_atomically(path, json.dumps(finite_or_none(export_document(results)), indent=2, allow_nan=False) + "\n")
+    write_atomically(path, json.dumps(finite_or_none(export_document(results)), indent=2, allow_nan=False) + "\n")
 
 
 # One CSV row per epoch: the run's identity, its machine and device, its settings, then the epoch's figures
@@ -503,7 +504,7 @@ def write_csv_export(path: Path, results: list[Result]) -> None:
     writer = csv.DictWriter(text, fieldnames=CSV_COLUMNS)
     writer.writeheader()
     writer.writerows(_csv_rows(results))
-    _write_atomically(path, text.getvalue())
+    write_atomically(path, text.getvalue())
 
 
 def _csv_rows(results: list[Result]) -> Iterator[dict[str, Any]]:
@@ -516,13 +517,6 @@ def _csv_rows(results: list[Result]) -> Iterator[dict[str, Any]]:
             settings["hyperparameters"] = json.dumps(settings["hyperparameters"])  # one cell
             for epoch in run.epochs:
                 yield {**identity, **settings, **finite_or_none(dataclasses.asdict(epoch))}
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    """A crash mid-write leaves the previous file, never half a file."""
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(text, newline="")  # as written: the csv module chose its own line endings
-    partial.replace(path)
 
 
 def read_results_file(path: Path) -> list[Result]:
