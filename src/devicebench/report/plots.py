@@ -137,7 +137,7 @@ def _accuracy_figure(workload: str, rows: Sequence[Row], published: Published | 
         axes.axhline(published.accuracy * 100, color="black", linestyle=":", linewidth=1.2,
                      label=f"published {published.accuracy_kind} accuracy")
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axes.yaxis.set_major_formatter(PercentFormatter(decimals=0))
+    axes.yaxis.set_major_formatter(PercentFormatter())  # decimals chosen from the tick spacing: no 100%, 100%
     axes.set_xlabel("epoch (1 is warm-up)")
     axes.set_ylabel("test accuracy, % (median over repeats)")
     axes.set_title(f"{workload}: test accuracy per epoch" + (" (dashed: synthetic data)" if any(
