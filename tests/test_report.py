@@ -245,6 +245,7 @@ def stored(tmp_path: Path, results: list[Result]) -> Path:
 def test_cli_reports_the_stored_runs(results, tmp_path):
     database = stored(tmp_path, results)
     out, charts = tmp_path / "out" / "report.html", tmp_path / "charts"
+    out.parent.mkdir()  # the report's folder must exist; the charts' folder is made for them
     outcome = cli.invoke(app, ["report", "--db", str(database), "--out", str(out), "--png", str(charts),
                                "--price", "cpu=0.10,cuda=2.50"])
     assert outcome.exit_code == 0, outcome.output

@@ -89,3 +89,10 @@ def test_run_writes_tensorboard_logs(tmp_path):
                               "--tensorboard", str(logs)])
     assert result.exit_code == 0, result.output
     assert list((logs / "cifar100-mlp").glob("cpu-repeat1-*/events.out.tfevents.*"))
+
+
+def test_report_into_a_missing_folder_is_refused_and_creates_nothing(tmp_path):
+    missing = tmp_path / "no-such-folder"
+    result = cli.invoke(app, ["report", "--db", str(tmp_path / "r.sqlite"), "--out", str(missing / "r.html")])
+    assert result.exit_code == EXIT_USAGE and "does not exist" in result.output
+    assert not missing.exists()

@@ -84,7 +84,6 @@ def write_report(results: list[Result], out: Path, *, baseline: str = DEFAULT_BA
         sections=sections,
         data_uri=_data_uri,
     )
-    out.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(out, page)  # a crash mid-write leaves the previous report, not half a page
     return out
 
