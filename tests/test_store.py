@@ -219,7 +219,7 @@ def test_a_new_database_is_versioned_marked_as_ours_and_in_wal_mode(tmp_path):
     path = tmp_path / "deep" / "folder" / "results.sqlite"  # missing folders are made
     Store(path).close()
     database = sqlite3.connect(path)
-    assert database.execute("PRAGMA user_version").fetchone() == (1,)
+    assert database.execute("PRAGMA user_version").fetchone() == (len(store_module.MIGRATIONS),)
     assert database.execute("PRAGMA application_id").fetchone() == (APPLICATION_ID,)
     assert database.execute("PRAGMA journal_mode").fetchone() == ("wal",)
 
@@ -241,6 +241,7 @@ def _broken_migration(connection: sqlite3.Connection) -> None:
 
 def test_a_new_migration_upgrades_the_file_and_keeps_the_data(tmp_path, make_result, make_run, monkeypatch):
     path = tmp_path / "results.sqlite"
+    current = len(store_module.MIGRATIONS)
     with Store(path) as store:
         store.import_result(make_result("laptop", [make_run(), make_run(device="cuda:0")]))
         before = [result.to_dict() for result in store.results()]
@@ -248,19 +249,20 @@ def test_a_new_migration_upgrades_the_file_and_keeps_the_data(tmp_path, make_res
     with Store(path) as store:
         assert [result.to_dict() for result in store.results()] == before
     database = sqlite3.connect(path)
-    assert database.execute("PRAGMA user_version").fetchone() == (2,)
+    assert database.execute("PRAGMA user_version").fetchone() == (current + 1,)
     assert database.execute("SELECT note FROM runs").fetchall() == [("from schema 1",)] * 2
 
 
 def test_a_failed_migration_rolls_back_every_step_of_it(tmp_path, make_result, make_run, monkeypatch):
     path = tmp_path / "results.sqlite"
+    current = len(store_module.MIGRATIONS)
     with Store(path) as store:
         store.import_result(make_result("laptop", [make_run()]))
     monkeypatch.setattr(store_module, "MIGRATIONS", [*store_module.MIGRATIONS, _add_note_column, _broken_migration])
-    with pytest.raises(StoreError, match="could not upgrade .* to schema 3 .*disk I/O error.* unchanged"):
+    with pytest.raises(StoreError, match=f"could not upgrade .* to schema {current + 2} .*disk I/O error.* unchanged"):
         Store(path)
     database = sqlite3.connect(path)
-    assert database.execute("PRAGMA user_version").fetchone() == (1,)
+    assert database.execute("PRAGMA user_version").fetchone() == (current,)
     assert "note" not in [row[1] for row in database.execute("PRAGMA table_info(runs)")]
     assert database.execute("SELECT COUNT(*) FROM runs").fetchone() == (1,)
 
@@ -269,11 +271,12 @@ def test_a_database_from_a_newer_devicebench_is_refused_untouched(tmp_path, make
     path = tmp_path / "results.sqlite"
     with Store(path) as store:
         store.import_result(make_result("laptop", [make_run()]))
+    newer = len(store_module.MIGRATIONS) + 1
     database = sqlite3.connect(path)
-    database.execute("PRAGMA user_version = 2")
+    database.execute(f"PRAGMA user_version = {newer}")
     database.close()  # the last connection out moves everything from the WAL into the file itself
     before = digest(path)
-    with pytest.raises(StoreError, match=r"made by a newer devicebench \(schema 2\); upgrade devicebench"):
+    with pytest.raises(StoreError, match=rf"made by a newer devicebench \(schema {newer}\); upgrade devicebench"):
         Store(path)
     assert digest(path) == before
 
@@ -396,3 +399,56 @@ def test_ctrl_c_during_a_real_run_keeps_every_finished_epoch_and_marks_the_run_i
     stored = [epoch.epoch for epoch in run.epochs]
     assert 1 <= len(stored) < 50 and stored == list(range(1, len(stored) + 1))
     assert set(printed) <= set(stored) and len(printed) >= 1
+
+
+
+def test_a_schema_1_file_upgrades_to_track_live_runs_and_keeps_its_data(tmp_path, make_result, make_run,
+                                                                        monkeypatch):
+    path = tmp_path / "results.sqlite"
+    with monkeypatch.context() as schema_1:  # a devicebench of schema 1 had neither the table nor the check
+        schema_1.setattr(store_module, "MIGRATIONS", store_module.MIGRATIONS[:1])
+        schema_1.setattr(Store, "_close_abandoned_runs", lambda store: None)
+        with Store(path) as store:
+            store.import_result(make_result("laptop", [make_run()]))
+            before = [result.to_dict() for result in store.results()]
+    with Store(path) as store:
+        assert [result.to_dict() for result in store.results()] == before
+    database = sqlite3.connect(path)
+    assert database.execute("PRAGMA user_version").fetchone() == (2,)
+    assert database.execute("SELECT COUNT(*) FROM live_runs").fetchone() == (0,)
+
+
+def test_a_killed_run_is_closed_as_interrupted_with_its_finished_epochs(tmp_path):
+    """SIGKILL gives the process no chance to say anything: the next opening of the store notices."""
+    path = tmp_path / "results.sqlite"
+    command = [sys.executable, "-m", "devicebench", "run", "mnist-cnn2", "--devices", "cpu", "--data", "synthetic",
+               "--epochs", "50", "--max-steps", "20", "--max-eval-steps", "1", "--quiet", "--db", str(path)]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(600):  # polls of 0.05 s: at most 30 s for Python, torch and one epoch
+            if _stored_epochs(path) >= 1 or process.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert process.poll() is None, "the run ended before it could be killed"
+    finally:
+        process.kill()
+        process.wait(timeout=60)
+    with Store(path) as store:
+        [result] = store.results()
+    [run] = result.runs
+    assert run.status == "interrupted" and run.error == store_module.ABANDONED
+    assert len(run.epochs) >= 1
+    database = sqlite3.connect(path)
+    assert database.execute("SELECT COUNT(*) FROM live_runs").fetchone() == (0,)
+
+
+def test_a_run_still_being_written_is_left_alone(tmp_path, make_result, make_run):
+    """A live process's run stays `running`: only runs whose process has died are closed."""
+    path = tmp_path / "results.sqlite"
+    result = make_result("laptop", [])
+    with Store(path) as store:
+        store.add_session(result)
+        store.start_run(result.result_id, make_run(status="running", epoch_times_s=()))
+    with Store(path) as store:  # reopening runs the check: this test's own process, alive, wrote the run
+        [stored] = store.results()
+    assert stored.runs[0].status == "running"

@@ -18,6 +18,7 @@ import io
 import json
 import os
 import random
+import socket
 import sqlite3
 import time
 from collections import defaultdict
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import platformdirs
+import psutil
 
 from devicebench.results.schema import (
     SCHEMA_VERSION,
@@ -144,8 +146,19 @@ def _create_tables(connection: sqlite3.Connection) -> None:
         connection.execute(statement)
 
 
+def _add_live_runs(connection: sqlite3.Connection) -> None:
+    """Schema 2: which process on which host is writing each unfinished run, so that a run whose process died
+    without a word (killed, crashed, power lost) can be closed as interrupted instead of `running` forever."""
+    connection.execute("""CREATE TABLE live_runs (
+        run_id TEXT PRIMARY KEY REFERENCES runs (run_id),
+        hostname TEXT NOT NULL,
+        process_id INTEGER NOT NULL
+    )""")
+
+
 # MIGRATIONS[n] takes a database from schema n to n + 1; the newest schema is len(MIGRATIONS). Append, never edit.
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_create_tables]
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_create_tables, _add_live_runs]
+ABANDONED = "the process running it ended without finishing it (killed or crashed); its finished epochs are kept"
 
 
 def _insert_sql(table: str, columns: Iterable[str], values: dict[str, str] | None = None) -> str:
@@ -195,6 +208,20 @@ class Store:
         self._connection.execute("PRAGMA foreign_keys = ON")
         if version < len(MIGRATIONS):
             self._migrate()
+        self._close_abandoned_runs()
+
+    def _close_abandoned_runs(self) -> None:
+        """Mark `interrupted` every run that a process on this host started and can no longer finish."""
+        host = socket.gethostname()
+        live = self._connection.execute("SELECT run_id, process_id FROM live_runs WHERE hostname = ?", (host,))
+        abandoned = [(run_id,) for run_id, process_id in live.fetchall() if not psutil.pid_exists(process_id)]
+        if not abandoned:
+            return
+        with self._transaction():
+            self._connection.executemany(
+                "UPDATE runs SET status = 'interrupted', error = ? WHERE run_id = ? AND status = 'running'",
+                [(ABANDONED, run_id) for (run_id,) in abandoned])
+            self._connection.executemany("DELETE FROM live_runs WHERE run_id = ?", abandoned)
 
     def _switch_to_wal(self) -> None:
         """WAL mode: readers never wait, and writers from several processes take turns.
@@ -279,6 +306,8 @@ class Store:
         """Record a run of session `result_id` as it starts, with its current status (`running`)."""
         with self._transaction():
             self._insert_run(result_id, record)
+            self._connection.execute("INSERT INTO live_runs VALUES (?, ?, ?)",
+                                     (record.run_id, socket.gethostname(), os.getpid()))
 
     def add_epoch(self, run_id: str, epoch: EpochRecord) -> None:
         with self._transaction():
@@ -294,6 +323,7 @@ class Store:
             if self._connection.execute(_UPDATE_RUN, _run_row(record)).rowcount == 0:
                 raise ValueError(f"run {record.run_id} was never started in {self.path}")
             self._insert_epochs(record)
+            self._connection.execute("DELETE FROM live_runs WHERE run_id = ?", (record.run_id,))
             if record.status == "interrupted":
                 self._connection.execute("UPDATE sessions SET interrupted = 1 WHERE result_id = "
                                          "(SELECT result_id FROM runs WHERE run_id = ?)", (record.run_id,))
