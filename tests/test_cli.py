@@ -117,3 +117,18 @@ def test_json_into_a_missing_folder_is_refused_before_training(tmp_path, monkeyp
     result = cli.invoke(app, ["run", "mnist-cnn2", *TINY_RUN, "--json", str(tmp_path / "no" / "out.json")])
     assert result.exit_code == EXIT_USAGE
     assert "does not exist" in result.output
+
+
+def test_set_changes_the_training_and_is_recorded(tmp_path):
+    output = tmp_path / "run.json"
+    result = cli.invoke(app, ["run", "cifar100-mlp", *TINY_RUN, "--set", "learning_rate=0.01", "--json", str(output)])
+    assert result.exit_code == 0, result.output
+    settings = json.loads(output.read_text())["runs"][0]["settings"]
+    assert settings["overrides"] == {"learning_rate": 0.01}
+    assert settings["hyperparameters"]["learning_rate"] == 0.01
+
+
+def test_set_of_an_unknown_parameter_lists_the_known_ones():
+    result = cli.invoke(app, ["run", "cifar100-mlp", *TINY_RUN, "--set", "depth=40"])
+    assert result.exit_code == EXIT_USAGE
+    assert "cifar100-mlp has no parameter 'depth'" in result.output and "learning_rate" in result.output

@@ -84,3 +84,12 @@ def test_energy_in_watt_hours_when_known():
     rows = compare([session(LAPTOP, [run("cpu", [2, 1, 1], energy_j=7200.0)])])["mnist-cnn2"]
     assert rows[0].energy_wh.median == pytest.approx(2.0)
     assert compare([session(LAPTOP, [run("cpu", [2, 1, 1])])])["mnist-cnn2"][0].energy_wh is None
+
+
+def test_runs_with_set_overrides_are_their_own_rows_and_need_a_baseline_with_the_same_overrides():
+    changed = run("cuda:0", [5, 2, 2])
+    changed.settings.overrides = {"learning_rate": 0.1}
+    rows = compare([session(LAPTOP, [run("cpu", [12, 10, 10]), run("cuda:0", [5, 2, 2]), changed])])["mnist-cnn2"]
+    assert [row.differs_by for row in rows] == ["", "no --set", "learning_rate=0.1"]
+    assert rows[1].speedup.ratio == pytest.approx(5.0)
+    assert rows[2].speedup is None  # no CPU run trained with learning_rate=0.1

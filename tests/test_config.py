@@ -53,3 +53,45 @@ def test_patterns_select_without_duplicates():
 def test_impossible_requests_are_refused_with_the_fix(arguments, message):
     with pytest.raises(ConfigError, match=message):
         RunConfig(**arguments)
+
+
+def test_set_overrides_a_parameter_with_the_type_of_its_default():
+    config = RunConfig(workloads=("cifar10-mlp",), overrides=("learning_rate=0.1", "momentum=0.9"))
+    entry = get_workload("cifar10-mlp")
+    assert config.overrides_for(entry) == {"learning_rate": 0.1, "momentum": 0.9}
+    hyperparameters = config.hyperparameters_for(entry)
+    assert (hyperparameters["learning_rate"], hyperparameters["batch_size"]) == (0.1, 32)
+    optimizer = entry.build_optimizer(entry.build_model(hyperparameters).parameters(), hyperparameters)
+    assert (optimizer.defaults["lr"], optimizer.defaults["momentum"]) == (0.1, 0.9)
+
+
+def test_set_batch_size_and_epochs_act_like_their_flags():
+    config = RunConfig(workloads=("mnist-cnn2",), overrides=("batch_size=128", "epochs=2"))
+    assert config.batch_size_for(get_workload("mnist-cnn2")) == 128
+    assert config.plan_for("mnist-cnn2").epochs == 2
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [(("depth=8",), "cifar10-mlp has no parameter 'depth'; its parameters: batch_size, epochs, learning_rate"),
+     (("learning_rate",), "is not KEY=VALUE"),
+     (("learning_rate=fast",), "learning_rate is a float \\(its default is 0.01\\)"),
+     (("batch_size=3.5",), "batch_size is a int"),
+     (("learning_rate=-1",), "zero or more"),
+     (("learning_rate=nan",), "finite"),
+     (("batch_size=0",), "at least 1"),
+     (("momentum=0.5", "momentum=0.9"), "given twice")],
+)
+def test_bad_set_values_are_refused_with_what_was_expected(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        RunConfig(workloads=("cifar10-mlp",), overrides=overrides)
+
+
+def test_set_and_its_flag_together_are_refused():
+    with pytest.raises(ConfigError, match="--set batch_size and --batch-size both given"):
+        RunConfig(workloads=("cifar10-mlp",), overrides=("batch_size=64",), batch_size=32)
+
+
+def test_a_parameter_must_exist_in_every_selected_workload():
+    with pytest.raises(ConfigError, match="mnist-cnn2 has no parameter 'momentum'"):
+        RunConfig(workloads=("mnist-cnn2", "cifar10-mlp"), overrides=("momentum=0.9",))

@@ -11,6 +11,7 @@ Explicit flags (`--epochs`, `--batch-size`, `--max-steps`, `--max-eval-steps`) b
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -44,6 +45,7 @@ class RunConfig:
     data: str = "auto"
     data_dir: str | None = None
     target_accuracy: float | None = None
+    overrides: tuple[str, ...] = ()  # `--set key=value`: workload parameters other than the seed's
 
     def __post_init__(self) -> None:
         if self.suite is not None and self.suite not in SUITES:
@@ -59,7 +61,8 @@ class RunConfig:
             raise ConfigError(
                 f"--target-accuracy is a fraction in (0, 1], got {self.target_accuracy} (write 0.98 for 98%)"
             )
-        self.selected_workloads()  # unknown names fail here, before any device is touched
+        for workload in self.selected_workloads():  # unknown names and parameters fail here, before any training
+            self.overrides_for(workload)
 
     @property
     def effective_suite(self) -> SuiteName:
@@ -77,15 +80,39 @@ class RunConfig:
             selected += [match for match in matches if match not in selected]
         return selected
 
+    def overrides_for(self, workload: Workload) -> dict[str, Any]:
+        """The `--set` values for `workload`, each converted to the type of the parameter's default."""
+        parsed: dict[str, Any] = {}
+        for item in self.overrides:
+            name, equals, text = item.partition("=")
+            name = name.strip()
+            if not equals or not name:
+                raise ConfigError(f"--set {item!r} is not KEY=VALUE; write e.g. --set learning_rate=0.001")
+            if name not in workload.defaults:
+                raise ConfigError(f"{workload.name} has no parameter {name!r}; its parameters: "
+                                  f"{', '.join(workload.defaults)} (see `devicebench list {workload.name}`)")
+            if name in parsed:
+                raise ConfigError(f"--set {name} is given twice")
+            parsed[name] = _parameter_value(workload, name, text.strip())
+        for name, flag in (("batch_size", self.batch_size), ("epochs", self.epochs)):
+            if name in parsed and flag is not None:
+                raise ConfigError(f"--set {name} and --{name.replace('_', '-')} both given; keep one")
+        return parsed
+
+    def hyperparameters_for(self, workload: Workload) -> dict[str, Any]:
+        """The seed's hyperparameters with every override applied: what the model and optimizer are built from."""
+        return {**workload.defaults, **self.overrides_for(workload), "batch_size": self.batch_size_for(workload)}
+
     def batch_size_for(self, workload: Workload) -> int:
-        return self.batch_size or workload.defaults["batch_size"]
+        return self.batch_size or self.overrides_for(workload).get("batch_size") or workload.defaults["batch_size"]
 
     def plan_for(self, workload: Workload | str) -> TrainingPlan:
         """How long to train `workload`: explicit flags, else the suite's reduced settings, else the seed's."""
         workload = _known(workload) if isinstance(workload, str) else workload
         quick = self.effective_suite == "quick"
+        epochs = self.epochs or self.overrides_for(workload).get("epochs")
         return TrainingPlan(
-            epochs=self.epochs or (workload.quick.epochs if quick else workload.defaults["epochs"]),
+            epochs=epochs or (workload.quick.epochs if quick else workload.defaults["epochs"]),
             max_steps=self.max_steps or (workload.quick.max_steps if quick else None),
             max_eval_steps=self.max_eval_steps or (workload.quick.max_eval_steps if quick else None),
             target_accuracy=self.target_accuracy,
@@ -93,6 +120,34 @@ class RunConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "workloads": list(self.workloads), "suite": self.effective_suite}
+
+
+TRUE_WORDS, FALSE_WORDS = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+
+
+def _parameter_value(workload: Workload, name: str, text: str) -> Any:
+    """`text` as the type of the parameter's default, or a ConfigError that says what was expected."""
+    default = workload.defaults[name]
+    kind = type(default)
+    try:
+        if kind is bool:
+            if text.lower() not in TRUE_WORDS + FALSE_WORDS:
+                raise ValueError(text)
+            value: Any = text.lower() in TRUE_WORDS
+        elif kind is int:
+            value = int(text)
+        elif kind is float:
+            value = float(text)
+        else:
+            value = text
+    except ValueError:
+        raise ConfigError(f"--set {name}={text!r}: {workload.name}'s {name} is a {kind.__name__} "
+                          f"(its default is {default!r})") from None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if not math.isfinite(value) or value < 0 or (name in ("batch_size", "epochs") and value < 1):
+            raise ConfigError(f"--set {name}={text!r}: must be a finite number"
+                              f"{' of at least 1' if name in ('batch_size', 'epochs') else ', zero or more'}")
+    return value
 
 
 def _known(name: str) -> Workload:

@@ -155,7 +155,8 @@ def new_record(
             threads=torch.get_num_threads(),
             data_source=dataset.source if isinstance(dataset, ArrayDataset) else config.data,
             tf32_matmul=torch.backends.cuda.matmul.allow_tf32,
-            hyperparameters={**workload.defaults, "batch_size": config.batch_size_for(workload)},
+            hyperparameters=config.hyperparameters_for(workload),
+            overrides=config.overrides_for(workload),
         ),
     )
 

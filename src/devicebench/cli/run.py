@@ -74,6 +74,10 @@ def run(
     threads: ThreadsOption = None,
     data: DataOption = "auto",
     data_dir: DataDirOption = None,
+    overrides: Annotated[Optional[list[str]], typer.Option(
+        "--set", help="Change a workload parameter, e.g. --set learning_rate=0.001 (repeatable; `devicebench list "
+                      "NAME` shows each workload's parameters). Runs with --set are never pooled with runs without.",
+        show_default=False)] = None,
     target_accuracy: Annotated[Optional[float], typer.Option(
         help="Record the time to reach this test accuracy (a fraction, e.g. 0.98).", show_default=False)] = None,
     json_file: JsonOption = None,
@@ -96,6 +100,7 @@ def run(
             workloads=tuple(workloads or ()), suite=suite, devices=devices, epochs=epochs, batch_size=batch_size,
             max_steps=max_steps, max_eval_steps=max_eval_steps, repeats=repeats, seed=seed, threads=threads,
             data=data, data_dir=str(data_dir) if data_dir else None, target_accuracy=target_accuracy,
+            overrides=tuple(overrides or ()),
         )
     except ConfigError as error:
         raise fail(str(error)) from None

@@ -10,6 +10,7 @@ machine); a row with no such baseline says why instead of showing a number.
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -20,9 +21,9 @@ from devicebench.results.schema import EpochRecord, Result, RunRecord
 from devicebench.results.stats import Speedup, Spread, speedup, spread
 
 # Settings that change speed. Runs that differ in any of them form separate rows.
-SPEED_SETTINGS = ("mode", "precision", "batch_size", "data_source", "workers", "threads", "tf32_matmul")
+SPEED_SETTINGS = ("mode", "precision", "batch_size", "data_source", "workers", "overrides", "threads", "tf32_matmul")
 # Of those, the ones a baseline must share: the work itself. Threads and TF32 describe how a device was run.
-SAME_WORK_SETTINGS = ("mode", "precision", "batch_size", "data_source", "workers")
+SAME_WORK_SETTINGS = ("mode", "precision", "batch_size", "data_source", "workers", "overrides")
 DEFAULT_BASELINE = "cpu"
 SECONDS_PER_HOUR = 3600.0
 JOULES_PER_WATT_HOUR = 3600.0
@@ -134,7 +135,7 @@ def compare(
     for result in results:
         for run in result.runs:
             settings = {name: getattr(run.settings, name) for name in SPEED_SETTINGS}
-            key = (run.workload, result.machine["machine_id"], run.device, tuple(settings.items()))
+            key = (run.workload, result.machine["machine_id"], run.device, json.dumps(settings, sort_keys=True))
             if key not in rows:
                 rows[key] = Row(run.workload, result.machine, run.device, run.device_name, settings)
             rows[key].runs.append(run)
@@ -164,7 +165,14 @@ def _name_differences(rows: list[Row]) -> None:
             continue
         varying = [name for name in SPEED_SETTINGS if len({str(row.settings[name]) for row in group}) > 1]
         for row in group:
-            row.differs_by = ", ".join(f"{name}={row.settings[name]}" for name in varying)
+            row.differs_by = ", ".join(_setting_text(name, row.settings[name]) for name in varying)
+
+
+def _setting_text(name: str, value: Any) -> str:
+    """`batch_size=64`; overrides read as the --set that made them: `learning_rate=0.1`, or `no --set`."""
+    if name == "overrides":
+        return ", ".join(f"{key}={item}" for key, item in value.items()) or "no --set"
+    return f"{name}={value}"
 
 
 def _same_work(first: Row, second: Row) -> bool:

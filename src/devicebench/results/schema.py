@@ -57,6 +57,7 @@ class RunSettings:
     workers: int = 0  # host loader processes; 0 = the training process loads
     tf32_matmul: bool = False
     hyperparameters: dict[str, Any] = field(default_factory=dict)
+    overrides: dict[str, Any] = field(default_factory=dict)  # the --set values: a different model or training
 
 
 @dataclass
