@@ -20,7 +20,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from devicebench.data.formats import CIFAR10_BINARY, CIFAR100_BINARY, MNIST_FILES, CifarLayout, Splits
+from devicebench.data.formats import (
+    CIFAR10_BINARY,
+    CIFAR100_BINARY,
+    MNIST_FILES,
+    CifarLayout,
+    Splits,
+)
 from devicebench.environment import machine_id
 from devicebench.results.schema import EpochRecord, Result, RunRecord, RunSettings
 from devicebench.results.store import DB_ENVIRONMENT_VARIABLE

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from result_fixtures import machine, run, session
 
 from devicebench.results.compare import compare
 from devicebench.results.prices import Prices
-from result_fixtures import machine, run, session
 
 LAPTOP, SERVER = machine("laptop", "aaaa1111"), machine("server", "bbbb2222")
 

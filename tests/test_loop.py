@@ -7,12 +7,12 @@ import math
 import pytest
 import torch
 from torch import nn
+from training_fixtures import learnable_dataset, linear_setup
 
 from devicebench.data.pipeline import HostBatches
 from devicebench.engine.loop import Reporter, TrainingPlan, TrainingSetup, train
 from devicebench.engine.timing import Stopwatch
 from devicebench.results.schema import RunRecord, RunSettings
-from training_fixtures import learnable_dataset, linear_setup
 
 CPU = torch.device("cpu")
 
@@ -118,3 +118,32 @@ def test_an_interruption_keeps_the_finished_epochs():
         run(TrainingPlan(epochs=4), reporter=InterruptAtEpoch(3), record=record)
     assert [epoch.epoch for epoch in record.epochs] == [1, 2]
     assert all(epoch.test_accuracy is not None for epoch in record.epochs)
+
+
+def slow_setup() -> TrainingSetup:
+    """A linear model made slow on purpose, so that each epoch lasts long enough for the CPU to be measured."""
+    setup = linear_setup()
+
+    class Busy(nn.Module):
+        def forward(self, images):
+            end = torch.randn(300, 300)
+            for _ in range(400):  # over 0.1 s of real CPU work per step
+                end = torch.tanh(end @ end)
+            return setup.model(images) + 0 * end.sum()
+
+    return TrainingSetup(Busy(), setup.loss_function, setup.optimizer)
+
+
+def test_each_epoch_records_how_busy_the_cpu_was_while_training():
+    record = run(TrainingPlan(epochs=2, max_steps=3), build=slow_setup)
+    for epoch in record.epochs:
+        assert epoch.train_time_s > 0.1
+        assert epoch.process_cpu_percent is not None and epoch.process_cpu_percent > 30
+        assert epoch.device_utilization_percent is None and epoch.device_energy_j is None  # no device to watch
+    assert record.energy_j is None and record.monitor_note is None
+
+
+def test_an_epoch_too_short_to_measure_says_unknown_not_zero():
+    record = run(TrainingPlan(epochs=1, max_steps=1))
+    assert record.epochs[0].train_time_s < 0.1
+    assert record.epochs[0].process_cpu_percent is None

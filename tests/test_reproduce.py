@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import pytest
-
-from devicebench.reproduce import ReproduceError, reproductions, seed_workloads, seeds_without_workloads
-from devicebench.results.compare import compare
 from result_fixtures import machine, run, session
+
+from devicebench.reproduce import (
+    ReproduceError,
+    reproductions,
+    seed_workloads,
+    seeds_without_workloads,
+)
+from devicebench.results.compare import compare
 
 
 def test_seeds_select_their_workloads():

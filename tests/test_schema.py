@@ -7,7 +7,13 @@ import math
 
 import pytest
 
-from devicebench.results.schema import SCHEMA_VERSION, EpochRecord, Result, RunRecord, RunSettings
+from devicebench.results.schema import (
+    SCHEMA_VERSION,
+    EpochRecord,
+    Result,
+    RunRecord,
+    RunSettings,
+)
 
 
 def epoch(number: int, seconds: float, loss: float = 1.0) -> EpochRecord:

@@ -402,19 +402,41 @@ def test_ctrl_c_during_a_real_run_keeps_every_finished_epoch_and_marks_the_run_i
 
 
 
-def test_a_schema_1_file_upgrades_to_track_live_runs_and_keeps_its_data(tmp_path, make_result, make_run,
-                                                                        monkeypatch):
-    path = tmp_path / "results.sqlite"
-    with monkeypatch.context() as schema_1:  # a devicebench of schema 1 had neither the table nor the check
-        schema_1.setattr(store_module, "MIGRATIONS", store_module.MIGRATIONS[:1])
-        schema_1.setattr(Store, "_close_abandoned_runs", lambda store: None)
-        with Store(path) as store:
-            store.import_result(make_result("laptop", [make_run()]))
-            before = [result.to_dict() for result in store.results()]
-    with Store(path) as store:
-        assert [result.to_dict() for result in store.results()] == before
+def _schema_1_file(path: Path) -> None:
+    """A results file as devicebench's first schema wrote it: its tables, one session, one run, two epochs."""
     database = sqlite3.connect(path)
-    assert database.execute("PRAGMA user_version").fetchone() == (2,)
+    store_module._create_tables(database)
+    database.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    database.execute("PRAGMA user_version = 1")
+    machine = {"machine_id": "aaaa1111", "machine_name": "laptop", "hostname": "laptop-host"}
+    database.execute("INSERT INTO machines VALUES ('aaaa1111', 'laptop')")
+    database.execute("INSERT INTO sessions VALUES ('s1', 'aaaa1111', 'laptop-host', '2026-01-01T00:00:00Z', '0.1.0', 0, "
+                     "?, '{}')", (json.dumps(machine),))
+    settings = {"batch_size": 50, "epochs": 2, "max_steps": 5, "max_eval_steps": 1, "seed": 0, "threads": 2,
+                "data_source": "synthetic"}
+    database.execute("INSERT INTO runs (run_id, result_id, position, workload, seed_experiment, device, device_name, "
+                     "repeat, started_utc, status, settings_json) VALUES ('r1', 's1', 0, 'mnist-cnn2', 'S1', 'cpu', "
+                     "'Some CPU', 0, '2026-01-01T00:00:00Z', 'ok', ?)", (json.dumps(settings),))
+    for epoch, seconds in ((1, 2.0), (2, 1.0)):
+        database.execute("INSERT INTO epochs (run_id, epoch, phase, steps, samples, train_time_s, samples_per_s, "
+                         "step_time_ms, train_loss, train_accuracy, eval_samples) VALUES "
+                         "('r1', ?, ?, 5, 250, ?, ?, ?, 1.0, 0.5, 50)",
+                         (epoch, "warmup" if epoch == 1 else "steady", seconds, 250 / seconds, seconds * 200))
+    database.commit()
+    database.close()
+
+
+def test_a_schema_1_file_upgrades_and_keeps_its_data(tmp_path):
+    path = tmp_path / "results.sqlite"
+    _schema_1_file(path)
+    with Store(path) as store:
+        [result] = store.results()
+    [run] = result.runs
+    assert (run.workload, run.status, [epoch.train_time_s for epoch in run.epochs]) == ("mnist-cnn2", "ok", [2.0, 1.0])
+    assert run.epochs[1].process_cpu_percent is None and run.monitor_note is None  # unknown before schema 3
+    assert run.summary().steady_samples_per_s == 250.0
+    database = sqlite3.connect(path)
+    assert database.execute("PRAGMA user_version").fetchone() == (len(store_module.MIGRATIONS),)
     assert database.execute("SELECT COUNT(*) FROM live_runs").fetchone() == (0,)
 
 

@@ -8,12 +8,12 @@ import statistics
 import pytest
 import torch
 from torch import nn
+from training_fixtures import learnable_dataset
 
 from devicebench.data.pipeline import HostBatches
 from devicebench.engine.loop import TrainingPlan, TrainingSetup, train
 from devicebench.engine.timing import Stopwatch
 from devicebench.results.schema import RunRecord, RunSettings
-from training_fixtures import learnable_dataset
 
 CPU = torch.device("cpu")
 

@@ -32,7 +32,7 @@ app = typer.Typer(
     rich_markup_mode="rich",
     pretty_exceptions_enable=False,
 )
-WIDTH_WHEN_PIPED = 130  # columns for logs and pipes, where rich would otherwise fold tables into 80
+WIDTH_WHEN_PIPED = 160  # columns for logs and pipes, where rich would otherwise fold tables into 80
 
 console = Console()
 errors = Console(stderr=True)

@@ -19,6 +19,7 @@ from torch import nn
 
 from devicebench.data.pipeline import HostBatches
 from devicebench.devices import peak_memory_mib, reset_peak_memory
+from devicebench.engine.monitor import Monitor
 from devicebench.engine.timing import Stopwatch, is_warmup_epoch
 from devicebench.results.schema import EpochRecord, RunRecord
 
@@ -75,6 +76,22 @@ def train(
     """
     reporter = reporter or Reporter()
     reset_peak_memory(watch.device)
+    with Monitor(watch.device) as monitor:
+        _train_epochs(record, build, train_batches, test_batches, plan, watch, reporter, monitor)
+    energies = [epoch.device_energy_j for epoch in record.epochs]
+    record.energy_j = sum(energies) if energies and None not in energies else None
+
+
+def _train_epochs(
+    record: RunRecord,
+    build: Callable[[], TrainingSetup],
+    train_batches: HostBatches,
+    test_batches: HostBatches,
+    plan: TrainingPlan,
+    watch: Stopwatch,
+    reporter: Reporter,
+    monitor: Monitor,
+) -> None:
     started = watch.now()
     setup = build()  # inside end-to-end time: the seeds timed model creation too
     record.model_build_s = watch.now() - started
@@ -83,7 +100,9 @@ def train(
     samples = sum(batch_sizes)
     for epoch in range(1, plan.epochs + 1):
         reporter.epoch_started(epoch, steps)
+        monitor.window()  # closes the window of model building or the last evaluation: not this epoch's
         step_losses, correct, train_time_s = _train_epoch(setup, train_batches, epoch, steps, watch, reporter)
+        usage = monitor.window()  # exactly this epoch's training, outside its timed region
         losses = step_losses.tolist()  # the epoch's one read-back, after its clock stopped
         finite = all(math.isfinite(loss) for loss in losses)
         entry = EpochRecord(
@@ -96,7 +115,12 @@ def train(
             step_time_ms=train_time_s / steps * 1000,
             train_loss=sum(loss * size for loss, size in zip(losses, batch_sizes)) / samples,
             train_accuracy=correct / samples,
+            process_cpu_percent=usage.process_cpu_percent,
+            device_utilization_percent=usage.device_utilization_percent,
+            device_power_mean_w=usage.device_power_mean_w,
+            device_energy_j=usage.device_energy_j,
         )
+        record.monitor_note = usage.device_note
         if finite:  # evaluating a diverged model would only time arithmetic on NaNs
             entry.test_loss, entry.test_accuracy, entry.eval_samples, entry.eval_time_s = _evaluate(
                 setup, test_batches, capped(len(test_batches), plan.max_eval_steps), watch

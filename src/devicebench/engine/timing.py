@@ -39,6 +39,11 @@ class Stopwatch:
         return self.clock()
 
 
+def host_seconds() -> float:
+    """Monotonic host clock, NOT synchronized with any device: for background sampling, never for timing work."""
+    return time.perf_counter()
+
+
 def wall_clock_utc() -> str:
     """The current UTC date and time, ISO 8601 to the second: when a run started, for the record."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

@@ -19,6 +19,7 @@ from typing import Any
 from devicebench.engine.timing import wall_clock_utc
 from devicebench.report.plots import Chart, file_stem, summary_chart, workload_charts
 from devicebench.report.tables import (
+    busy_text,
     median_text,
     number_text,
     percent_text,
@@ -118,7 +119,7 @@ def _workload_section(name: str, rows: list[Row]) -> WorkloadSection:
     energy = any(row.energy_wh is not None for row in rows)
     # headings wrap at spaces to keep the table on screen; U+2011, a hyphen that never breaks, keeps "warm-up" whole
     columns = [("Row", "batch, threads"), ("Machine", "device"), ("Epoch s", "median [min–max]"),
-               ("Samples/s", "median"), ("ms/step", "median"), ("Warm\u2011up s", "epoch 1"),
+               ("Samples/s", "median"), ("ms/step", "median"), ("Busy", "while training"), ("Warm\u2011up s", "epoch 1"),
                ("End\u2011to\u2011end s", "median"), ("Test acc", "final, median"), ("Speedup", "[95% interval]"),
                ("Data", ""), ("Runs", "statuses")]
     columns += [("Cost/1M samples", "at the price/h"), ("Cost/run", "end to end"), ("Cost", "vs baseline")] \
@@ -177,6 +178,7 @@ def _cells(row: Row, priced: bool, energy: bool) -> list[Cell]:
         _spread_cell(row.epoch_time_s),
         Cell(median_text(row.samples_per_s, 0)),
         Cell(median_text(row.step_time_ms, 2)),
+        Cell(busy_text(row)),
         Cell(median_text(row.warmup_epoch_s, 2)),
         Cell(median_text(row.end_to_end_s, 1)),
         Cell(percent_text(row.test_accuracy.median if row.test_accuracy else None)),

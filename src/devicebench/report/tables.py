@@ -128,7 +128,7 @@ def _workload_table(name: str, rows: list[Row]) -> RenderableType:
     table = Table(title=title, title_justify="left")
     priced = any(row.price_per_hour is not None for row in rows)
     energy = any(row.energy_wh is not None for row in rows)
-    columns = ["Device" if one_machine else "Machine/device", "Epoch s", "Samples/s", "ms/step", "Warm-up s",
+    columns = ["Device" if one_machine else "Machine/device", "Epoch s", "Samples/s", "ms/step", "Busy", "Warm-up s",
                "End-to-end s", "Test acc", "Speedup", "Published samples/s"]
     columns += ["Cost/1M samples", "Cost vs baseline"] if priced else []
     columns += ["Energy Wh"] if energy else []
@@ -137,8 +137,9 @@ def _workload_table(name: str, rows: list[Row]) -> RenderableType:
     for row in rows:
         table.add_row(*_cells(row, one_machine, priced, energy, entry))
     lines = [
-        "Epoch s: steady-state median [min–max] over the epochs after the warm-up one, every repeat; speedup: "
-        "ratio of median samples/s against the baseline [95% bootstrap interval].",
+        "Epoch s: steady-state median [min–max] over the epochs after the warm-up one, every repeat; busy: the "
+        "device's utilisation and this process's CPU use while training (100% CPU = one core); speedup: ratio of "
+        "median samples/s against the baseline [95% bootstrap interval].",
         *dict.fromkeys(f"{row.machine_name}/{row.device}: {row.device_name}" for row in rows),
         f"Published: {published_text(entry)}".replace("\n", "; "),
     ]
@@ -160,6 +161,7 @@ def _cells(row: Row, one_machine: bool, priced: bool, energy: bool, entry: Workl
         "—" if epoch is None else f"{epoch.median:,.2f} [{epoch.low:,.2f}–{epoch.high:,.2f}]",
         median_text(row.samples_per_s, 0),
         median_text(row.step_time_ms, 2),
+        busy_text(row),
         median_text(row.warmup_epoch_s, 2),
         median_text(row.end_to_end_s, 1),
         percent_text(row.test_accuracy.median if row.test_accuracy else None),
@@ -172,6 +174,16 @@ def _cells(row: Row, one_machine: bool, priced: bool, energy: bool, entry: Workl
     if energy:
         cells.append(median_text(row.energy_wh, 2))
     return cells
+
+
+def busy_text(row: Row) -> str:
+    """How busy the device was while training: `73% GPU, 98% CPU`, or `190% CPU` (100% = one core)."""
+    parts = []
+    if row.device_utilization_percent is not None:
+        parts.append(f"{row.device_utilization_percent.median:.0f}% GPU")
+    if row.process_cpu_percent is not None:
+        parts.append(f"{row.process_cpu_percent.median:.0f}% CPU")
+    return ", ".join(parts) or "—"
 
 
 def speedup_text(row: Row) -> str:
@@ -191,6 +203,8 @@ def row_notes(rows: list[Row]) -> list[str]:
         notes.append("SYNTHETIC DATA: speeds are real; accuracies cannot be compared with the published ones.")
     if all(run.settings.epochs < 2 for row in rows for run in row.runs):
         notes.append("No steady-state figures: epoch 1 is warm-up, so run at least 2 epochs (--epochs 2).")
+    for note in dict.fromkeys(run.monitor_note for row in rows for run in row.runs if run.monitor_note):
+        notes.append(f"Device utilisation and energy unknown: {note}")
     for row in rows:
         if row.speedup is None and row.baseline is not row and row.speedup_note:
             notes.append(f"{row.label}: no speedup: {row.speedup_note}")

@@ -75,6 +75,15 @@ class Row:
         return _spread_or_none([epoch.step_time_ms for epoch in self.steady_epochs])
 
     @property
+    def process_cpu_percent(self) -> Spread | None:
+        return _spread_or_none([e.process_cpu_percent for e in self.steady_epochs if e.process_cpu_percent is not None])
+
+    @property
+    def device_utilization_percent(self) -> Spread | None:
+        return _spread_or_none([e.device_utilization_percent for e in self.steady_epochs
+                                if e.device_utilization_percent is not None])
+
+    @property
     def warmup_epoch_s(self) -> Spread | None:
         return _spread_or_none([e.train_time_s for run in self.runs for e in run.epochs if e.phase == "warmup"])
 

@@ -39,6 +39,11 @@ class EpochRecord:
     eval_samples: int = 0
     test_loss: float | None = None
     test_accuracy: float | None = None
+    # sampled in the background during this epoch's training (engine/monitor.py); None where it cannot be told
+    process_cpu_percent: float | None = None  # this process's CPU use, 100 = one core busy
+    device_utilization_percent: float | None = None  # the GPU's own busy figure (NVML)
+    device_power_mean_w: float | None = None
+    device_energy_j: float | None = None
 
 
 @dataclass
@@ -98,7 +103,8 @@ class RunRecord:
     time_to_target_wall_s: float | None = None  # from model creation, evaluation included
     peak_device_memory_mib: float | None = None  # peak allocated on the accelerator; None on the CPU
     peak_rss_mib: float | None = None  # the process's peak resident memory up to the end of this run
-    energy_j: float | None = None  # energy the device drew during training, where a monitor can tell
+    energy_j: float | None = None  # energy the device drew while training (every epoch), where NVML can tell
+    monitor_note: str | None = None  # why device utilisation or energy is missing, when it is
 
     @property
     def steady_epochs(self) -> list[EpochRecord]:

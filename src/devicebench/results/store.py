@@ -156,8 +156,15 @@ def _add_live_runs(connection: sqlite3.Connection) -> None:
     )""")
 
 
+def _add_usage(connection: sqlite3.Connection) -> None:
+    """Schema 3: what the background monitor saw in each epoch's training, and why the device went unwatched."""
+    for column in ("process_cpu_percent", "device_utilization_percent", "device_power_mean_w", "device_energy_j"):
+        connection.execute(f"ALTER TABLE epochs ADD COLUMN {column} REAL")
+    connection.execute("ALTER TABLE runs ADD COLUMN monitor_note TEXT")
+
+
 # MIGRATIONS[n] takes a database from schema n to n + 1; the newest schema is len(MIGRATIONS). Append, never edit.
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_create_tables, _add_live_runs]
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_create_tables, _add_live_runs, _add_usage]
 ABANDONED = "the process running it ended without finishing it (killed or crashed); its finished epochs are kept"
 
 
