@@ -375,17 +375,24 @@ def _stored_epochs(path: Path) -> int:
         return sum(len(run.epochs) for result in store.results() for run in result.runs)
 
 
+def _run_until_an_epoch_is_stored(path: Path, *flags: str, **popen: object) -> subprocess.Popen:
+    """A real `devicebench run` of 50 epochs, returned once the database holds its first finished epoch."""
+    command = [sys.executable, "-m", "devicebench", "run", "mnist-cnn2", "--devices", "cpu", "--data", "synthetic",
+               "--epochs", "50", "--max-steps", "20", "--max-eval-steps", "1", "--db", str(path), *flags]
+    process = subprocess.Popen(command, **popen)
+    for _ in range(600):  # polls of 0.05 s: at most 30 s for Python, torch and one epoch
+        if _stored_epochs(path) >= 1 or process.poll() is not None:
+            break
+        time.sleep(0.05)
+    if process.poll() is not None:
+        pytest.fail("the run ended before it could be stopped")
+    return process
+
+
 def test_ctrl_c_during_a_real_run_keeps_every_finished_epoch_and_marks_the_run_interrupted(tmp_path):
     path = tmp_path / "results.sqlite"
-    command = [sys.executable, "-m", "devicebench", "run", "mnist-cnn2", "--devices", "cpu", "--data", "synthetic",
-               "--epochs", "50", "--max-steps", "20", "--max-eval-steps", "1", "--db", str(path)]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = _run_until_an_epoch_is_stored(path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        for _ in range(600):  # polls of 0.05 s: at most 30 s for Python, torch and one epoch
-            if _stored_epochs(path) >= 1 or process.poll() is not None:
-                break
-            time.sleep(0.05)
-        assert process.poll() is None, "the run ended before it could be interrupted"
         process.send_signal(signal.SIGINT)
         _, stderr = process.communicate(timeout=60)
     finally:
@@ -410,8 +417,8 @@ def _schema_1_file(path: Path) -> None:
     database.execute("PRAGMA user_version = 1")
     machine = {"machine_id": "aaaa1111", "machine_name": "laptop", "hostname": "laptop-host"}
     database.execute("INSERT INTO machines VALUES ('aaaa1111', 'laptop')")
-    database.execute("INSERT INTO sessions VALUES ('s1', 'aaaa1111', 'laptop-host', '2026-01-01T00:00:00Z', '0.1.0', 0, "
-                     "?, '{}')", (json.dumps(machine),))
+    database.execute("INSERT INTO sessions VALUES ('s1', 'aaaa1111', 'laptop-host', '2026-01-01T00:00:00Z', "
+                     "'0.1.0', 0, ?, '{}')", (json.dumps(machine),))
     settings = {"batch_size": 50, "epochs": 2, "max_steps": 5, "max_eval_steps": 1, "seed": 0, "threads": 2,
                 "data_source": "synthetic"}
     database.execute("INSERT INTO runs (run_id, result_id, position, workload, seed_experiment, device, device_name, "
@@ -443,18 +450,9 @@ def test_a_schema_1_file_upgrades_and_keeps_its_data(tmp_path):
 def test_a_killed_run_is_closed_as_interrupted_with_its_finished_epochs(tmp_path):
     """SIGKILL gives the process no chance to say anything: the next opening of the store notices."""
     path = tmp_path / "results.sqlite"
-    command = [sys.executable, "-m", "devicebench", "run", "mnist-cnn2", "--devices", "cpu", "--data", "synthetic",
-               "--epochs", "50", "--max-steps", "20", "--max-eval-steps", "1", "--quiet", "--db", str(path)]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(600):  # polls of 0.05 s: at most 30 s for Python, torch and one epoch
-            if _stored_epochs(path) >= 1 or process.poll() is not None:
-                break
-            time.sleep(0.05)
-        assert process.poll() is None, "the run ended before it could be killed"
-    finally:
-        process.kill()
-        process.wait(timeout=60)
+    process = _run_until_an_epoch_is_stored(path, "--quiet", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process.kill()
+    process.wait(timeout=60)
     with Store(path) as store:
         [result] = store.results()
     [run] = result.runs

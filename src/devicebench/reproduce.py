@@ -25,9 +25,14 @@ class ReproduceError(ValueError):
     """A seed that cannot be reproduced; the message names the seeds that can."""
 
 
+def _wanted(seeds: list[str]) -> list[str]:
+    """Seed ids as written in SEEDS.md, in the order asked; "all" means every one."""
+    return list(SEED_EXPERIMENTS) if any(seed.lower() == "all" for seed in seeds) else [s.upper() for s in seeds]
+
+
 def seed_workloads(seeds: list[str]) -> list[Workload]:
     """The workloads of the given seed ids ("S1", "s2", or "all"), in registry order."""
-    wanted = set(SEED_EXPERIMENTS) if any(seed.lower() == "all" for seed in seeds) else {s.upper() for s in seeds}
+    wanted = set(_wanted(seeds))
     unknown = wanted - set(SEED_EXPERIMENTS)
     if unknown:
         raise ReproduceError(f"unknown seed experiment {', '.join(sorted(unknown))}; known: "
@@ -42,9 +47,8 @@ def seed_workloads(seeds: list[str]) -> list[Workload]:
 
 def seeds_without_workloads(seeds: list[str]) -> list[str]:
     """Which of the asked-for seeds (or all) have no workloads yet, to say so instead of staying silent."""
-    wanted = SEED_EXPERIMENTS if any(seed.lower() == "all" for seed in seeds) else [s.upper() for s in seeds]
     covered = {entry.seed for entry in list_workloads()}
-    return [seed for seed in wanted if seed not in covered]
+    return [seed for seed in _wanted(seeds) if seed not in covered]
 
 
 @dataclass(frozen=True)

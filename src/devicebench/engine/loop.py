@@ -77,67 +77,54 @@ def train(
     reporter = reporter or Reporter()
     reset_peak_memory(watch.device)
     with Monitor(watch.device) as monitor:
-        _train_epochs(record, build, train_batches, test_batches, plan, watch, reporter, monitor)
+        started = watch.now()
+        setup = build()  # inside end-to-end time: the seeds timed model creation too
+        record.model_build_s = watch.now() - started
+        steps = capped(len(train_batches), plan.max_steps)
+        batch_sizes = train_batches.batch_sizes(steps)  # every epoch draws the same sizes, in a new order
+        samples = sum(batch_sizes)
+        for epoch in range(1, plan.epochs + 1):
+            reporter.epoch_started(epoch, steps)
+            monitor.window()  # closes the window of model building or the last evaluation: not this epoch's
+            step_losses, correct, train_time_s = _train_epoch(setup, train_batches, epoch, steps, watch, reporter)
+            usage = monitor.window()  # exactly this epoch's training, outside its timed region
+            losses = step_losses.tolist()  # the epoch's one read-back, after its clock stopped
+            finite = all(math.isfinite(loss) for loss in losses)
+            entry = EpochRecord(
+                epoch=epoch,
+                phase="warmup" if is_warmup_epoch(epoch) else "steady",
+                steps=steps,
+                samples=samples,
+                train_time_s=train_time_s,
+                samples_per_s=samples / train_time_s,
+                step_time_ms=train_time_s / steps * 1000,
+                train_loss=sum(loss * size for loss, size in zip(losses, batch_sizes)) / samples,
+                train_accuracy=correct / samples,
+                process_cpu_percent=usage.process_cpu_percent,
+                device_utilization_percent=usage.device_utilization_percent,
+                device_power_mean_w=usage.device_power_mean_w,
+                device_energy_j=usage.device_energy_j,
+            )
+            record.monitor_note = usage.device_note
+            if finite:  # evaluating a diverged model would only time arithmetic on NaNs
+                entry.test_loss, entry.test_accuracy, entry.eval_samples, entry.eval_time_s = _evaluate(
+                    setup, test_batches, capped(len(test_batches), plan.max_eval_steps), watch
+                )
+            record.epochs.append(entry)
+            reporter.epoch_finished(record, entry)
+            if not finite:
+                first_bad = next(index for index, loss in enumerate(losses) if not math.isfinite(loss))
+                record.status = "diverged"
+                record.diverged_at_step = (epoch - 1) * steps + first_bad + 1
+                record.error = f"loss became {losses[first_bad]} at step {record.diverged_at_step} (epoch {epoch})"
+                break
+            if _reached(plan.target_accuracy, entry) and record.time_to_target_train_s is None:
+                record.time_to_target_train_s = sum(e.train_time_s for e in record.epochs)
+                record.time_to_target_wall_s = watch.now() - started
+        record.end_to_end_s = watch.now() - started
+        record.peak_device_memory_mib = peak_memory_mib(watch.device)
     energies = [epoch.device_energy_j for epoch in record.epochs]
     record.energy_j = sum(energies) if energies and None not in energies else None
-
-
-def _train_epochs(
-    record: RunRecord,
-    build: Callable[[], TrainingSetup],
-    train_batches: HostBatches,
-    test_batches: HostBatches,
-    plan: TrainingPlan,
-    watch: Stopwatch,
-    reporter: Reporter,
-    monitor: Monitor,
-) -> None:
-    started = watch.now()
-    setup = build()  # inside end-to-end time: the seeds timed model creation too
-    record.model_build_s = watch.now() - started
-    steps = capped(len(train_batches), plan.max_steps)
-    batch_sizes = train_batches.batch_sizes(steps)  # every epoch draws the same sizes, in a new order
-    samples = sum(batch_sizes)
-    for epoch in range(1, plan.epochs + 1):
-        reporter.epoch_started(epoch, steps)
-        monitor.window()  # closes the window of model building or the last evaluation: not this epoch's
-        step_losses, correct, train_time_s = _train_epoch(setup, train_batches, epoch, steps, watch, reporter)
-        usage = monitor.window()  # exactly this epoch's training, outside its timed region
-        losses = step_losses.tolist()  # the epoch's one read-back, after its clock stopped
-        finite = all(math.isfinite(loss) for loss in losses)
-        entry = EpochRecord(
-            epoch=epoch,
-            phase="warmup" if is_warmup_epoch(epoch) else "steady",
-            steps=steps,
-            samples=samples,
-            train_time_s=train_time_s,
-            samples_per_s=samples / train_time_s,
-            step_time_ms=train_time_s / steps * 1000,
-            train_loss=sum(loss * size for loss, size in zip(losses, batch_sizes)) / samples,
-            train_accuracy=correct / samples,
-            process_cpu_percent=usage.process_cpu_percent,
-            device_utilization_percent=usage.device_utilization_percent,
-            device_power_mean_w=usage.device_power_mean_w,
-            device_energy_j=usage.device_energy_j,
-        )
-        record.monitor_note = usage.device_note
-        if finite:  # evaluating a diverged model would only time arithmetic on NaNs
-            entry.test_loss, entry.test_accuracy, entry.eval_samples, entry.eval_time_s = _evaluate(
-                setup, test_batches, capped(len(test_batches), plan.max_eval_steps), watch
-            )
-        record.epochs.append(entry)
-        reporter.epoch_finished(record, entry)
-        if not finite:
-            first_bad = next(index for index, loss in enumerate(losses) if not math.isfinite(loss))
-            record.status = "diverged"
-            record.diverged_at_step = (epoch - 1) * steps + first_bad + 1
-            record.error = f"loss became {losses[first_bad]} at step {record.diverged_at_step} (epoch {epoch})"
-            break
-        if _reached(plan.target_accuracy, entry) and record.time_to_target_train_s is None:
-            record.time_to_target_train_s = sum(e.train_time_s for e in record.epochs)
-            record.time_to_target_wall_s = watch.now() - started
-    record.end_to_end_s = watch.now() - started
-    record.peak_device_memory_mib = peak_memory_mib(watch.device)
 
 
 def _reached(target: float | None, epoch: EpochRecord) -> bool:
