@@ -185,7 +185,7 @@ def test_is_cached_only_when_every_file_verifies(tiny_mnist, dead_base_url, monk
 
 
 def test_registry_pins_https_urls_sizes_and_sha256_for_every_file():
-    assert known_datasets() == ("mnist", "cifar10", "cifar100")
+    assert known_datasets() == ("mnist", "cifar10", "cifar100", "cats-vs-dogs")
     shapes = {
         name: (spec.image_shape, spec.num_classes, spec.train_size, spec.test_size)
         for name, spec in sources.DATASETS.items()
@@ -194,6 +194,7 @@ def test_registry_pins_https_urls_sizes_and_sha256_for_every_file():
         "mnist": ((1, 28, 28), 10, 60_000, 10_000),
         "cifar10": ((3, 32, 32), 10, 50_000, 10_000),
         "cifar100": ((3, 32, 32), 100, 50_000, 10_000),
+        "cats-vs-dogs": ((3, 64, 64), 2, 8_000, 2_000),  # the seeds' split of the PetImages photos
     }
     for spec in sources.DATASETS.values():
         for remote in spec.files:

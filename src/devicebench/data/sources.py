@@ -99,6 +99,7 @@ class DatasetSpec:
     num_classes: int
     train_size: int  # images in the released train split
     test_size: int
+    class_names: tuple[str, ...] = ()  # in label order; empty where the release only numbers its classes
 
 
 # Checksums below are the sha256 of each file as served, with its size in bytes. Where each is published:
@@ -108,6 +109,8 @@ class DatasetSpec:
 #   (9fb629c4..., ec29112d...) are the ones published with MNIST and used by torchvision.datasets.MNIST.
 # - CIFAR: https://www.cs.toronto.edu/~kriz/cifar.html publishes md5s of the binary versions:
 #   CIFAR-10 c32a1d4ab5d03f1284b67883e8d87530, CIFAR-100 03b5dce01913d631647c71ecec9e9cb8.
+# - Cats vs Dogs: the sha256 is pinned in the gomlx project's dogsvscats example (examples/dogsvscats/dogsvscats.go);
+#   the size is the Content-Length download.microsoft.com sends (824,887,076 bytes).
 MNIST_MIRRORS = ("https://yann.lecun.com/exdb/mnist/", "https://ossci-datasets.s3.amazonaws.com/mnist/")
 MNIST_SHA256_AND_SIZE = {  # file name -> (sha256, bytes)
     MNIST_FILES["train_images"]: ("440fcabf73cc546fa21475e81ea370265605f56be210a4024d2ca8f203523609", 9_912_422),
@@ -134,6 +137,7 @@ DATASETS: dict[str, DatasetSpec] = {
         num_classes=10,
         train_size=60_000,
         test_size=10_000,
+        class_names=tuple("0123456789"),
     ),
     "cifar10": DatasetSpec(
         name="cifar10",
@@ -150,6 +154,7 @@ DATASETS: dict[str, DatasetSpec] = {
         num_classes=10,
         train_size=50_000,
         test_size=10_000,
+        class_names=("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"),
     ),
     "cifar100": DatasetSpec(
         name="cifar100",
@@ -166,6 +171,28 @@ DATASETS: dict[str, DatasetSpec] = {
         num_classes=100,  # the fine labels
         train_size=50_000,
         test_size=10_000,
+    ),
+    "cats-vs-dogs": DatasetSpec(
+        name="cats-vs-dogs",
+        title="Microsoft Cats vs Dogs (PetImages)",
+        files=(
+            RemoteFile(
+                filename="kagglecatsanddogs_5340.zip",
+                urls=(
+                    "https://download.microsoft.com/download/3/E/1/3E1C3F21-ECDB-4869-8368-6DEBA77B919F/"
+                    "kagglecatsanddogs_5340.zip",
+                ),
+                checksum="sha256:b7974bd00a84a99921f36ee4403f089853777b5ae8d151c76a86e64900334af9",
+                size_bytes=824_887_076,
+            ),
+        ),
+        # The originals vary in size (about 500 x 375); each workload decodes them to its own input size, and
+        # 64 x 64 is the seeds' tutorial's.
+        image_shape=(3, 64, 64),
+        num_classes=2,
+        train_size=8_000,  # the seeds' training_set: 4,000 per class
+        test_size=2_000,  # the seeds' test_set: 1,000 per class
+        class_names=("cat", "dog"),
     ),
 }
 
