@@ -38,7 +38,7 @@ def plain_samples_per_s(name: str, device: torch.device, steps: int, epochs: int
     torch.manual_seed(seed)
     model = entry.build_model(entry.defaults).to(device)
     loss_function = entry.build_loss().to(device)
-    optimizer = entry.build_optimizer(model.parameters(), entry.defaults)
+    optimizer = entry.build_optimizer(model, entry.defaults)
     model.train()
     rates = []
     for epoch in range(epochs):

@@ -61,7 +61,7 @@ def test_set_overrides_a_parameter_with_the_type_of_its_default():
     assert config.overrides_for(entry) == {"learning_rate": 0.1, "momentum": 0.9}
     hyperparameters = config.hyperparameters_for(entry)
     assert (hyperparameters["learning_rate"], hyperparameters["batch_size"]) == (0.1, 32)
-    optimizer = entry.build_optimizer(entry.build_model(hyperparameters).parameters(), hyperparameters)
+    optimizer = entry.build_optimizer(entry.build_model(hyperparameters), hyperparameters)
     assert (optimizer.defaults["lr"], optimizer.defaults["momentum"]) == (0.1, 0.9)
 
 

@@ -32,6 +32,32 @@ class FakeClock:
     def synchronize(self, device: torch.device) -> None:
         self.events.append("sync")
 
+    def read_host(self) -> float:
+        self.events.append("host")
+        return self.seconds
+
+
+class SlowBatches:
+    """Wraps batches so that handing over each one costs `seconds` on the fake clock: a slow input pipeline."""
+
+    def __init__(self, batches: HostBatches, clock: FakeClock, seconds: float) -> None:
+        self.batches, self.clock, self.seconds = batches, clock, seconds
+        self.batch_size, self.workers = batches.batch_size, 0
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def batch_sizes(self, steps: int) -> list[int]:
+        return self.batches.batch_sizes(steps)
+
+    def epoch(self, epoch: int, steps: int | None = None):
+        for batch in self.batches.epoch(epoch, steps):
+            self.clock.seconds += self.seconds
+            yield batch
+
+    def close(self) -> None:
+        pass
+
 
 class CostlyModel(nn.Module):
     """A linear model whose every training step costs `train_costs[i]` seconds and every eval batch 0.5 s."""
@@ -55,7 +81,9 @@ def record() -> RunRecord:
     return RunRecord("tiny", "S1", "cpu", "test cpu", 0, settings, "2026-01-01T00:00:00Z")
 
 
-def run_with_costs(train_costs: list[float], epochs: int = 3) -> tuple[RunRecord, FakeClock]:
+def run_with_costs(
+    train_costs: list[float], epochs: int = 3, batch_seconds: float = 0.0
+) -> tuple[RunRecord, FakeClock]:
     clock = FakeClock()
     data = learnable_dataset()
 
@@ -68,10 +96,10 @@ def run_with_costs(train_costs: list[float], epochs: int = 3) -> tuple[RunRecord
     train(
         result,
         build,
-        HostBatches(data.train_images, data.train_labels, 32, CPU),
+        SlowBatches(HostBatches(data.train_images, data.train_labels, 32, CPU), clock, batch_seconds),
         HostBatches(data.test_images, data.test_labels, 32, CPU, shuffle=False),
         TrainingPlan(epochs=epochs, max_steps=4, max_eval_steps=2),
-        Stopwatch(CPU, clock=clock.read, synchronize=clock.synchronize),
+        Stopwatch(CPU, clock=clock.read, synchronize=clock.synchronize, host_clock=clock.read_host),
     )
     return result, clock
 
@@ -86,7 +114,7 @@ def test_every_clock_reading_follows_a_synchronize():
 def test_no_synchronize_between_training_steps():
     """Steps of one epoch run back to back: a sync between two steps would serialize an accelerator."""
     _, clock = run_with_costs([1.0] * 4 + [0.25] * 8)
-    events = "".join({"step": "s", "eval": "e", "sync": "|", "clock": "c"}[event] for event in clock.events)
+    events = "".join({"step": "s", "eval": "e", "sync": "|", "clock": "c", "host": ""}[event] for event in clock.events)
     assert "s|" not in events.replace("ssss|", "")  # a sync comes only after the 4th step of an epoch
     assert events.count("ssss") == 3
 
@@ -117,3 +145,13 @@ def test_a_single_epoch_has_no_steady_state():
     assert result.summary().steady_epoch_time_s is None
     assert result.summary().warmup_epoch_time_s == pytest.approx(4.0)
 
+
+
+def test_waiting_for_batches_is_measured_without_synchronizing_and_stays_inside_training_time():
+    result, clock = run_with_costs([0.25] * 12, batch_seconds=0.5)  # each batch takes 0.5 s to arrive
+    for epoch in result.epochs:
+        assert epoch.input_wait_s == pytest.approx(4 * 0.5)
+        assert epoch.train_time_s == pytest.approx(4 * (0.5 + 0.25))  # waiting is part of training time
+    host_readings = [index for index, event in enumerate(clock.events) if event == "host"]
+    assert len(host_readings) == 3 * 4 * 2  # before and after each of 4 batches in 3 epochs
+    assert all(clock.events[index - 1] != "sync" for index in host_readings)

@@ -17,7 +17,8 @@ NAMES = [entry.name for entry in WORKLOADS]
 
 
 def test_the_seed_workloads_of_this_release_are_registered():
-    assert {"mnist-cnn2", "mnist-cnn4", "cifar10-mlp", "cifar100-mlp"} <= set(NAMES)
+    assert {"mnist-cnn2", "mnist-cnn4", "cifar10-mlp", "cifar100-mlp", "cifar10-cnn", "catdog-original",
+            "catdog-improved", "catdog-hires", "catdog-deep"} <= set(NAMES)
 
 
 @pytest.mark.parametrize("entry", WORKLOADS, ids=NAMES)
@@ -28,26 +29,36 @@ def test_workload_declares_what_a_user_needs(entry):
     assert entry.published.hardware and entry.published.basis
 
 
+def small(entry: registry.Workload) -> dict:
+    """The seed's hyperparameters, but a shallow catdog-deep: 32 layers would take a minute here."""
+    return {**entry.defaults, "depth": 4} if "depth" in entry.defaults else dict(entry.defaults)
+
+
 @pytest.mark.parametrize("entry", WORKLOADS, ids=NAMES)
 def test_workload_trains_and_its_loss_falls(entry):
     """A handful of real steps on one small, learnable batch must lower the loss."""
-    dataset = synthetic_dataset(entry.dataset, seed=0, train_size=64, test_size=8)
-    batches = HostBatches(dataset.train_images, dataset.train_labels, 64, torch.device("cpu"), shuffle=False)
+    hyperparameters = small(entry)
+    dataset = synthetic_dataset(entry.dataset, seed=0, train_size=16, test_size=8, image_shape=entry.image_shape)
+    batches = HostBatches(dataset.train_images, dataset.train_labels, 16, torch.device("cpu"), shuffle=False,
+                          preprocessing=entry.build_preprocessing(hyperparameters))
     images, labels = next(iter(batches.epoch(1)))
     torch.manual_seed(0)
-    model = entry.build_model(entry.defaults)
+    model = entry.build_model(hyperparameters)
     loss_function = entry.build_loss()
-    optimizer = entry.build_optimizer(model.parameters(), entry.defaults)  # the seed's own learning rate
+    optimizer = entry.build_optimizer(model, hyperparameters)  # the seed's own learning rate
     outputs = model(images)
-    assert outputs.shape == (64, dataset.num_classes)
+    assert outputs.shape == (16, 1 if entry.output == "binary_logit" else dataset.num_classes)
+    assert entry.num_classes == dataset.num_classes
     losses = []
-    for _ in range(20):
+    for _ in range(30):  # the dropout-regularised binary nets take ~25 steps to leave ln 2
         loss = loss_function(model(images), labels)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
     assert losses[-1] < losses[0] * 0.8, losses
+    predicted = registry.predicted_classes(model(images), entry.output)
+    assert predicted.shape == labels.shape and set(predicted.tolist()) <= set(range(dataset.num_classes))
 
 
 @pytest.mark.parametrize("entry", WORKLOADS, ids=NAMES)
@@ -72,16 +83,16 @@ def test_models_are_the_published_architectures():
 
 def test_training_settings_are_the_seeds():
     cnn2 = get_workload("mnist-cnn2")
-    optimizer = cnn2.build_optimizer(cnn2.build_model(cnn2.defaults).parameters(), cnn2.defaults)
+    optimizer = cnn2.build_optimizer(cnn2.build_model(cnn2.defaults), cnn2.defaults)
     assert isinstance(optimizer, torch.optim.Adam) and optimizer.defaults["lr"] == 1e-4
     assert cnn2.defaults["batch_size"] == 50
     mlp10 = get_workload("cifar10-mlp")
-    optimizer = mlp10.build_optimizer(mlp10.build_model(mlp10.defaults).parameters(), mlp10.defaults)
+    optimizer = mlp10.build_optimizer(mlp10.build_model(mlp10.defaults), mlp10.defaults)
     assert isinstance(optimizer, torch.optim.SGD)
     assert (optimizer.defaults["lr"], optimizer.defaults["momentum"]) == (0.01, 0.0)
     assert (mlp10.defaults["batch_size"], mlp10.defaults["epochs"]) == (32, 10)
     mlp100 = get_workload("cifar100-mlp")
-    optimizer = mlp100.build_optimizer(mlp100.build_model(mlp100.defaults).parameters(), mlp100.defaults)
+    optimizer = mlp100.build_optimizer(mlp100.build_model(mlp100.defaults), mlp100.defaults)
     assert isinstance(optimizer, torch.optim.Adam)
     assert (optimizer.defaults["lr"], optimizer.defaults["eps"]) == (1e-3, 1e-7)
     assert (mlp100.defaults["batch_size"], mlp100.defaults["epochs"]) == (32, 100)
@@ -108,12 +119,12 @@ def test_registering_a_bad_workload_is_refused():
     with pytest.raises(ValueError, match="unknown seed experiment 'S9'"):
         registry.workload(name="x", seed="S9", dataset="mnist", summary="", loss=nn.CrossEntropyLoss,
                           optimizer=registry.adam, defaults={"batch_size": 1, "epochs": 1},
-                          published=registry.Published(None, "", ""))
+                          published=registry.Published(None, "", ""), image_shape=(1, 28, 28))
     with pytest.raises(ValueError, match="lack epochs"):
         registry.workload(name="x", seed="S1", dataset="mnist", summary="", loss=nn.CrossEntropyLoss,
                           optimizer=registry.adam, defaults={"batch_size": 1},
-                          published=registry.Published(None, "", ""))
+                          published=registry.Published(None, "", ""), image_shape=(1, 28, 28))
     with pytest.raises(ValueError, match="registered twice"):
         registry.workload(name="mnist-cnn2", seed="S1", dataset="mnist", summary="", loss=nn.CrossEntropyLoss,
                           optimizer=registry.adam, defaults={"batch_size": 1, "epochs": 1},
-                          published=registry.Published(None, "", ""))(lambda hyperparameters: nn.Identity())
+                          published=registry.Published(None, "", ""), image_shape=(1, 28, 28))(lambda hyperparameters: nn.Identity())

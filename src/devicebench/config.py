@@ -42,6 +42,7 @@ class RunConfig:
     repeats: int = 1
     seed: int = 0
     threads: int | None = None  # torch intra-op threads; None leaves torch's default
+    workers: int | None = None  # loader processes; None: 0 for in-memory data, else one per core up to 4
     data: str = "auto"
     data_dir: str | None = None
     target_accuracy: float | None = None
@@ -57,12 +58,23 @@ class RunConfig:
             if value is not None and value < 1:
                 flag = "--" + name.replace("_", "-")
                 raise ConfigError(f"{flag} must be a whole number of at least 1, got {value}")
+        if self.workers is not None and self.workers < 0:
+            raise ConfigError(f"--workers must be 0 (load in the training process) or more, got {self.workers}")
         if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
             raise ConfigError(
                 f"--target-accuracy is a fraction in (0, 1], got {self.target_accuracy} (write 0.98 for 98%)"
             )
         for workload in self.selected_workloads():  # unknown names and parameters fail here, before any training
-            self.overrides_for(workload)
+            if self.overrides_for(workload):
+                self._check_buildable(workload)
+
+    def _check_buildable(self, workload: Workload) -> None:
+        """Build the model on the meta device (no memory) so that a value it refuses fails now, not mid-suite."""
+        try:
+            workload.parameter_count(self.hyperparameters_for(workload))
+        except (ValueError, RuntimeError) as error:
+            settings = " ".join(f"--set {item}" for item in self.overrides)
+            raise ConfigError(f"{workload.name} cannot be built with {settings}: {error}") from None
 
     @property
     def effective_suite(self) -> SuiteName:

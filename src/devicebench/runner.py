@@ -10,22 +10,29 @@ Ctrl-C stops at once, marks the current run `interrupted` and keeps every finish
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import warnings
 from functools import partial
+from pathlib import Path
 
 import torch
 
 from devicebench import __version__
+from devicebench.checkpoint import save_checkpoint
 from devicebench.config import RunConfig
-from devicebench.data import ArrayDataset, DataUnavailable, load_dataset
-from devicebench.data.pipeline import HostBatches
+from devicebench.data import ArrayDataset, DataFormatError, DataUnavailable, ImageFolderDataset, load_dataset
+from devicebench.data.pipeline import batches_for, default_workers
 from devicebench.devices import device_name, resolve_devices
 from devicebench.engine.loop import Reporter, TrainingSetup, train
 from devicebench.engine.timing import Stopwatch, wall_clock_utc
 from devicebench.environment import machine_fingerprint
+from devicebench.results.diagnosis import diagnose
 from devicebench.results.schema import Result, RunRecord, RunSettings
-from devicebench.workloads import Workload
+from devicebench.workloads import Workload, predicted_classes
+
+Dataset = ArrayDataset | ImageFolderDataset
+DataProblem = DataUnavailable | DataFormatError  # why a workload got no data: every run of it fails with this
 
 
 class RunReporter(Reporter):
@@ -33,7 +40,7 @@ class RunReporter(Reporter):
 
     def session_started(self, result: Result) -> None: ...
 
-    def dataset_loaded(self, workload: Workload, dataset: ArrayDataset) -> None: ...
+    def dataset_loaded(self, workload: Workload, dataset: Dataset) -> None: ...
 
 
 class ReporterGroup(RunReporter):
@@ -68,48 +75,62 @@ class ReporterGroup(RunReporter):
         self._tell_all("run_finished", record)
 
 
-def run(config: RunConfig, reporter: RunReporter | None = None) -> Result:
-    """Train what `config` selects and return every measurement, finished or not."""
+def run(config: RunConfig, reporter: RunReporter | None = None, *, save_to: Path | None = None) -> Result:
+    """Train what `config` selects and return every measurement, finished or not.
+
+    `save_to`: write the model of the last run that finishes well there, as a checkpoint for `predict`.
+    """
+    return sweep([config], reporter, save_to=save_to)
+
+
+def sweep(configs: list[RunConfig], reporter: RunReporter | None = None, *, save_to: Path | None = None) -> Result:
+    """Run several configurations (the points of a sweep) as one session, loading each dataset once."""
     reporter = reporter or RunReporter()
-    devices = resolve_devices(config.devices)  # a missing device fails before any data is fetched
-    workloads = config.selected_workloads()
+    devices = resolve_devices(configs[0].devices)  # a missing device fails before any data is fetched
     threads_before = torch.get_num_threads()
-    if config.threads is not None:
-        torch.set_num_threads(config.threads)
-    try:
-        return _run_workloads(config, workloads, devices, reporter)
-    finally:
-        torch.set_num_threads(threads_before)  # a library call leaves the process as it found it
-
-
-def _run_workloads(
-    config: RunConfig, workloads: list[Workload], devices: list[torch.device], reporter: RunReporter
-) -> Result:
+    if configs[0].threads is not None:
+        torch.set_num_threads(configs[0].threads)
     result = Result(
         machine=machine_fingerprint(),
-        config=config.to_dict(),
+        config=configs[0].to_dict() if len(configs) == 1 else {"sweep": [config.to_dict() for config in configs]},
         created_utc=wall_clock_utc(),
         devicebench_version=__version__,
     )
     reporter.session_started(result)
-    datasets: dict[str, ArrayDataset | DataUnavailable] = {}
     try:
-        for workload in workloads:
-            if workload.dataset not in datasets:
-                datasets[workload.dataset] = _load(workload.dataset, config)
-            dataset = datasets[workload.dataset]
-            if isinstance(dataset, ArrayDataset):
-                reporter.dataset_loaded(workload, dataset)
-            for device in devices:
-                for repeat in range(config.repeats):
-                    record = new_record(workload, dataset, device, repeat, config)
-                    result.runs.append(record)
-                    if isinstance(dataset, ArrayDataset):
-                        train_record(record, workload, dataset, device, config, reporter)
-                    else:  # `--data real` without the data: say so for every run it stops
-                        reporter.run_started(record)
-                        record.status, record.error = "failed", str(dataset)
-                        reporter.run_finished(record)
+        _run_configs(configs, devices, result, reporter, save_to)
+    finally:
+        torch.set_num_threads(threads_before)  # a library call leaves the process as it found it
+    return result
+
+
+def _run_configs(
+    configs: list[RunConfig],
+    devices: list[torch.device],
+    result: Result,
+    reporter: RunReporter,
+    save_to: Path | None,
+) -> None:
+    datasets: dict[tuple, Dataset | DataProblem] = {}
+    try:
+        for config in configs:
+            for workload in config.selected_workloads():
+                key = (workload.dataset, workload.image_shape, config.data, config.data_dir, config.seed)
+                if key not in datasets:
+                    datasets[key] = _load(workload, config)
+                    if not isinstance(datasets[key], DataProblem):
+                        reporter.dataset_loaded(workload, datasets[key])
+                dataset = datasets[key]
+                for device in devices:
+                    for repeat in range(config.repeats):
+                        record = new_record(workload, dataset, device, repeat, config)
+                        result.runs.append(record)
+                        if isinstance(dataset, DataProblem):  # no data: say so for every run it stops
+                            reporter.run_started(record)
+                            record.status, record.error = "failed", str(dataset)
+                            reporter.run_finished(record)
+                        else:
+                            train_record(record, workload, dataset, device, config, reporter, save_to=save_to)
     except KeyboardInterrupt:
         result.interrupted = True
         for record in result.runs:
@@ -117,27 +138,33 @@ def _run_workloads(
                 record.status = "interrupted"
                 record.error = "interrupted by the user"
                 reporter.run_finished(record)
-    return result
 
 
-def _load(name: str, config: RunConfig) -> ArrayDataset | DataUnavailable:
+def _load(workload: Workload, config: RunConfig) -> Dataset | DataProblem:
     try:
         with warnings.catch_warnings():  # the reporter shows the fallback reason, which the dataset carries
             warnings.filterwarnings("ignore", message="real .* could not be had", category=UserWarning)
-            return load_dataset(name, config.data, data_dir=config.data_dir, seed=config.seed)
-    except DataUnavailable as error:
+            return load_dataset(workload.dataset, config.data, data_dir=config.data_dir, seed=config.seed,
+                                image_shape=workload.image_shape)
+    except (DataUnavailable, DataFormatError) as error:
         return error
 
 
 def new_record(
     workload: Workload,
-    dataset: ArrayDataset | DataUnavailable,
+    dataset: Dataset | DataProblem,
     device: torch.device,
     repeat: int,
     config: RunConfig,
 ) -> RunRecord:
     """A record in status `running` holding the settings this (workload, device, repeat) will train with."""
     plan = config.plan_for(workload)
+    hyperparameters = config.hyperparameters_for(workload)
+    workers = config.workers
+    if workers is None:
+        workers = 0 if isinstance(dataset, DataProblem) else default_workers(
+            dataset, workload.build_preprocessing(hyperparameters)
+        )
     return RunRecord(
         workload=workload.name,
         seed_experiment=workload.seed,
@@ -153,9 +180,10 @@ def new_record(
             max_eval_steps=plan.max_eval_steps,
             seed=config.seed,
             threads=torch.get_num_threads(),
-            data_source=dataset.source if isinstance(dataset, ArrayDataset) else config.data,
+            data_source=config.data if isinstance(dataset, DataProblem) else dataset.source,
+            workers=workers,
             tf32_matmul=torch.backends.cuda.matmul.allow_tf32,
-            hyperparameters=config.hyperparameters_for(workload),
+            hyperparameters=hyperparameters,
             overrides=config.overrides_for(workload),
         ),
     )
@@ -164,30 +192,41 @@ def new_record(
 def train_record(
     record: RunRecord,
     workload: Workload,
-    dataset: ArrayDataset,
+    dataset: Dataset,
     device: torch.device,
     config: RunConfig,
     reporter: RunReporter | None = None,
+    *,
+    save_to: Path | None = None,
 ) -> None:
     """Train `workload` on `dataset` and `device` into `record`, which ends with its final status."""
     reporter = reporter or RunReporter()
     reporter.run_started(record)
-    batch_size = record.settings.batch_size
+    settings = record.settings
+    batch_size = settings.batch_size
+    batches = []
     try:
-        record.parameter_count = workload.parameter_count(record.settings.hyperparameters)
-        train(
+        _check_classes(workload, dataset)
+        record.parameter_count = workload.parameter_count(settings.hyperparameters)
+        preprocessing = workload.build_preprocessing(settings.hyperparameters)
+        batches = batches_for(dataset, workload.image_shape, preprocessing, batch_size, device,
+                              workers=settings.workers, seed=config.seed)
+        model = train(
             record,
-            build=partial(_build, workload, record.settings.hyperparameters, device, config.seed),
-            train_batches=HostBatches(
-                dataset.train_images, dataset.train_labels, batch_size, device, seed=config.seed
-            ),
-            test_batches=HostBatches(dataset.test_images, dataset.test_labels, batch_size, device, shuffle=False),
+            build=partial(_build, workload, settings.hyperparameters, device, config.seed),
+            train_batches=batches[0],
+            test_batches=batches[1],
             plan=config.plan_for(workload),
             watch=Stopwatch(device),
             reporter=reporter,
         )
+        diagnosis = diagnose(record, cores=os.cpu_count() or 1)
+        if diagnosis is not None:
+            record.input_verdict, record.input_diagnosis = diagnosis.verdict, diagnosis.text
         if record.status == "running":
             record.status = "ok"
+            if save_to is not None:
+                save_checkpoint(save_to, model, workload, record, dataset)
     except torch.cuda.OutOfMemoryError as error:  # torch.OutOfMemoryError from 2.5 on; this name works from 2.3
         record.status = "oom"
         record.error = f"out of memory at batch size {batch_size} on {device}: try a smaller --batch-size ({error})"
@@ -200,9 +239,19 @@ def train_record(
     except Exception as error:  # a broken workload must not end the suite: record it and move on
         _record_failure(record, error)
     finally:
+        for stream in batches:
+            stream.close()  # stops loader workers, also after Ctrl-C
         record.peak_rss_mib = _peak_rss_mib()
         if record.status != "running":  # an interrupted run is closed by run(), once it is marked so
             reporter.run_finished(record)
+
+
+def _check_classes(workload: Workload, dataset: Dataset) -> None:
+    """A model cannot learn more classes than its output layer has; say so before any training."""
+    model_classes = workload.num_classes
+    if model_classes is not None and dataset.num_classes > model_classes:
+        raise ValueError(f"{workload.name} tells {model_classes} classes apart but {dataset.name} has "
+                         f"{dataset.num_classes}; pick a workload with at least that many outputs")
 
 
 def _build(workload: Workload, hyperparameters: dict, device: torch.device, seed: int) -> TrainingSetup:
@@ -211,7 +260,8 @@ def _build(workload: Workload, hyperparameters: dict, device: torch.device, seed
     return TrainingSetup(
         model=model,
         loss_function=workload.build_loss().to(device),
-        optimizer=workload.build_optimizer(model.parameters(), hyperparameters),
+        optimizer=workload.build_optimizer(model, hyperparameters),
+        predict=partial(predicted_classes, output=workload.output),
     )
 
 

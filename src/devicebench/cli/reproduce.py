@@ -68,7 +68,7 @@ def reproduce(
         raise fail(str(error)) from None
     for missing in seeds_without_workloads(asked):
         errors.print(f"{missing} has no workloads in this version of devicebench yet; skipped.", highlight=False)
-    outcome = train_and_show(config, json_file=json_file, quiet=quiet, db=db, tensorboard=tensorboard)
+    outcome = train_and_show([config], json_file=json_file, quiet=quiet, db=db, tensorboard=tensorboard)
     console.print(reproduction_table(reproductions(compare([outcome.result]))))
     exit_for(outcome)
 

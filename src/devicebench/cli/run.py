@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Optional
@@ -41,7 +42,13 @@ ThreadsOption = Annotated[Optional[int], typer.Option(help="CPU threads for torc
 DataOption = Annotated[str, typer.Option(help="auto (real if cached or downloadable, else synthetic, loudly), "
                                               "real, or synthetic.")]
 DataDirOption = Annotated[Optional[Path], typer.Option(
-    help="Folder holding the datasets (default: $DEVICEBENCH_DATA, else the user cache).", show_default=False)]
+    help="Your own images, laid out DIR/train/<class>/* and DIR/test/<class>/* (or training_set/, test_set/), "
+         "for every image workload; or else the folder that caches downloaded datasets (default: "
+         "$DEVICEBENCH_DATA, else the user cache).", show_default=False)]
+WorkersOption = Annotated[Optional[int], typer.Option(
+    help="Loader processes that read, decode and augment images (0: the training process does it between "
+         "steps). Default: 0 for in-memory data without augmentation, else one per core up to 4.",
+    show_default=False)]
 JsonOption = Annotated[Optional[Path], typer.Option("--json", help="Write every measurement to this JSON file.",
                                                     show_default=False)]
 QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or epoch lines.")]
@@ -74,6 +81,7 @@ def run(
     threads: ThreadsOption = None,
     data: DataOption = "auto",
     data_dir: DataDirOption = None,
+    workers: WorkersOption = None,
     overrides: Annotated[Optional[list[str]], typer.Option(
         "--set", help="Change a workload parameter, e.g. --set learning_rate=0.001 (repeatable; `devicebench list "
                       "NAME` shows each workload's parameters). Runs with --set are never pooled with runs without.",
@@ -84,6 +92,9 @@ def run(
     quiet: QuietOption = False,
     db: DatabaseOption = None,
     tensorboard: TensorBoardOption = None,
+    save: Annotated[Optional[Path], typer.Option(
+        help="Save the trained model, with the preprocessing it was trained with, for `devicebench predict` "
+             "(one workload only; the model of the last run that finished).", show_default=False)] = None,
 ) -> None:
     """Train workloads on each device and print throughput, epoch times, accuracy and the speedup vs CPU.
 
@@ -93,18 +104,29 @@ def run(
 
     [bold]devicebench run 'cifar*' --suite quick --repeats 3 --json out.json[/]: three repeats, saved.
 
+    [bold]devicebench run catdog-original --data-dir pets/ --workers 2 --save pets.pt[/]: your images; keep the model.
+
     Exit status: 0 done, 1 a run failed or ran out of memory, 2 a bad request, 130 interrupted (Ctrl-C).
     """
     try:
         config = RunConfig(
             workloads=tuple(workloads or ()), suite=suite, devices=devices, epochs=epochs, batch_size=batch_size,
             max_steps=max_steps, max_eval_steps=max_eval_steps, repeats=repeats, seed=seed, threads=threads,
-            data=data, data_dir=str(data_dir) if data_dir else None, target_accuracy=target_accuracy,
-            overrides=tuple(overrides or ()),
+            data=data, data_dir=str(data_dir) if data_dir else None, workers=workers,
+            target_accuracy=target_accuracy, overrides=tuple(overrides or ()),
         )
     except ConfigError as error:
         raise fail(str(error)) from None
-    outcome = train_and_show(config, json_file=json_file, quiet=quiet, db=db, tensorboard=tensorboard)
+    if save is not None:
+        selected = config.selected_workloads()
+        if len(selected) != 1:
+            raise fail(f"--save keeps one model, but {len(selected)} workloads are selected; name one workload")
+        if not save.parent.is_dir():
+            raise fail(f"cannot write --save {save}: folder {save.parent} does not exist; create it first")
+    outcome = train_and_show([config], json_file=json_file, quiet=quiet, db=db, tensorboard=tensorboard,
+                             save_to=save)
+    if save is not None and save.is_file():
+        errors.print(f"Model saved to {save}: `devicebench predict {save} IMAGE...` classifies images with it")
     exit_for(outcome)
 
 
@@ -119,10 +141,17 @@ class Outcome:
 
 
 def train_and_show(
-    config: RunConfig, *, json_file: Path | None, quiet: bool, db: Path | None, tensorboard: Path | None
+    configs: list[RunConfig],
+    *,
+    json_file: Path | None,
+    quiet: bool,
+    db: Path | None,
+    tensorboard: Path | None,
+    save_to: Path | None = None,
+    tables: Callable[[Result], list] = lambda result: comparison_tables(compare([result])),
 ) -> Outcome:
-    """Train with every listener attached, print the comparison tables, write the JSON: what `run` and
-    `reproduce` share. Every failure to start (a bad path, a foreign database, a missing device) comes before
+    """Train with every listener attached, print the tables, write the JSON: what `run`, `reproduce` and
+    `sweep` share. Every failure to start (a bad path, a foreign database, a missing device) comes before
     any training."""
     if json_file is not None and not json_file.parent.is_dir():  # find out now, not after an hour of training
         raise fail(f"cannot write --json {json_file}: folder {json_file.parent} does not exist; create it first")
@@ -137,13 +166,13 @@ def train_and_show(
     screen = RichReporter(errors, quiet=quiet)
     try:
         # the store hears each event first: an epoch is kept before it is shown, so Ctrl-C loses nothing printed
-        result = runner.run(config, runner.ReporterGroup(recorder, screen, *listeners))
+        result = runner.sweep(configs, runner.ReporterGroup(recorder, screen, *listeners), save_to=save_to)
     except DeviceError as error:
         raise fail(str(error)) from None
     finally:
         screen.close()
         store.close()
-    for table in comparison_tables(compare([result])):
+    for table in tables(result):
         console.print(table)
     if json_file is not None:
         try:

@@ -1,7 +1,10 @@
 """Datasets as in-memory arrays: where they come from (real or synthetic) travels with them.
 
 `load_dataset` is the one entry point: real data from the cache or a verified download, or synthetic data of
-the same shape when asked for, or (with "auto") when the real data cannot be had, saying why.
+the same shape when asked for, or (with "auto") when the real data cannot be had, saying why. A `data_dir`
+laid out as an image folder (`train/<class>/*`, `test/<class>/*`) is the real data of every image workload.
+Small releases (MNIST, CIFAR) come back as in-memory arrays (`ArrayDataset`); photo collections (cats vs
+dogs, image folders) as lists of files (`ImageFolderDataset`) that the loader workers decode.
 
     python -c "from devicebench.data import load_dataset; print(load_dataset('mnist', source='synthetic'))"
 """
@@ -62,6 +65,12 @@ class ArrayDataset:
 
 # Imported here, not at the top, because synthetic.py builds ArrayDatasets and imports the class from this module.
 from devicebench.data.formats import DataFormatError, read_release  # noqa: E402
+from devicebench.data.images import (  # noqa: E402
+    ImageFolderDataset,
+    is_image_folder,
+    read_image_folder,
+    read_pet_images,
+)
 from devicebench.data.sources import (  # noqa: E402
     DataUnavailable,
     dataset_folder,
@@ -77,6 +86,7 @@ __all__ = [
     "DataFormatError",
     "DataSource",
     "DataUnavailable",
+    "ImageFolderDataset",
     "known_datasets",
     "load_dataset",
     "synthetic_dataset",
@@ -89,19 +99,23 @@ def load_dataset(
     *,
     data_dir: str | Path | None = None,
     seed: int = 0,
+    image_shape: tuple[int, int, int] | None = None,
     progress: bool = True,
     timeout_s: float = 15.0,
-) -> ArrayDataset:
+) -> ArrayDataset | ImageFolderDataset:
     """Load dataset `name` from `source`.
 
-    "real": from `<data root>/<name>/`, downloading and verifying what is missing; DataUnavailable when it cannot.
-    "synthetic": seeded synthetic data of the real shapes (see synthetic.py).
+    "real": the image folder `data_dir` if it is one; else from `<data root>/<name>/` (the root is `data_dir`
+    when given), downloading and verifying what is missing; DataUnavailable when it cannot.
+    "synthetic": seeded synthetic data of the real shapes, or of `image_shape` when given (see synthetic.py).
     "auto": real when cached or downloadable, otherwise synthetic with `fallback_reason` set (and a warning).
     `seed` only affects synthetic data; `timeout_s` is per network operation, in seconds.
     """
     spec = dataset_spec(name)
     if source == "synthetic":
-        return synthetic_dataset(spec.name, seed=seed)
+        return synthetic_dataset(spec.name, seed=seed, image_shape=image_shape)
+    if data_dir is not None and is_image_folder(data_dir):
+        return read_image_folder(data_dir)
     if source == "real":
         return _load_real(spec.name, data_dir, progress=progress, timeout_s=timeout_s)
     if source != "auto":
@@ -115,14 +129,17 @@ def load_dataset(
             f"same shape. Put {filenames} in {error.folder} or check the network."
         )
     warnings.warn(reason, stacklevel=2)
-    return dataclasses.replace(synthetic_dataset(spec.name, seed=seed), fallback_reason=reason)
+    return dataclasses.replace(synthetic_dataset(spec.name, seed=seed, image_shape=image_shape), fallback_reason=reason)
 
 
-def _load_real(name: str, data_dir: str | Path | None, *, progress: bool, timeout_s: float) -> ArrayDataset:
+def _load_real(
+    name: str, data_dir: str | Path | None, *, progress: bool, timeout_s: float
+) -> ArrayDataset | ImageFolderDataset:
     folder = dataset_folder(name, data_dir)
     spec = dataset_spec(name)
-    for remote in spec.files:
-        fetch(remote, folder, progress=progress, timeout_s=timeout_s)
+    paths = [fetch(remote, folder, progress=progress, timeout_s=timeout_s) for remote in spec.files]
+    if name == "cats-vs-dogs":
+        return read_pet_images(paths[0])
     splits = read_release(name, folder)
     return ArrayDataset(
         name=name,

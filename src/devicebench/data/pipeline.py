@@ -1,7 +1,15 @@
-"""Mini-batches from an in-memory dataset to a device, the way the seeds fed Keras: on the host.
+"""Mini-batches for the training loop, made on the host the way the seeds made them, and moved to the device.
 
-Each epoch shuffles with its own seeded order, gathers one batch of uint8 images, scales it to [0, 1] on the
-host and moves it to the device. The last, partial batch is kept (Keras' 1563 steps for 50,000 samples at 32).
+Two ways to make them, chosen by `batches_for`:
+- `HostBatches`: images already in memory and nothing random to do to them. A batch is gathered, scaled and
+  moved in one go in the training process: the fast path, Keras' `model.fit(x, y)`.
+- `LoaderBatches`: a PyTorch DataLoader whose workers read each image (decoding a JPEG with Pillow when it
+  comes from a folder), resize it and augment it one by one, the seeds' `ImageDataGenerator` way. `workers=0`
+  does all that in the training process, between steps, which is what the input-pipeline diagnosis catches.
+
+Both shuffle each epoch with an order that depends only on (seed, epoch), and each image's augmentation only
+on (seed, epoch, index): every device, and every number of workers, sees the same data. The last, partial
+batch is kept (Keras' 1563 steps for 50,000 samples at 32).
 
     python -c "from devicebench.data import load_dataset; from devicebench.data.pipeline import HostBatches; import torch; d = load_dataset('mnist', 'synthetic'); b = HostBatches(d.train_images, d.train_labels, 50, torch.device('cpu')); print(len(b), next(iter(b.epoch(1)))[0].shape)"
 """
@@ -9,16 +17,53 @@ host and moves it to the device. The last, partial batch is kept (Keras' 1563 st
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterator
+from typing import Protocol
 
 import numpy as np
 import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
 
-PIXEL_SCALE = 255.0  # uint8 pixels → [0, 1], as every seed did
+from devicebench.data import ArrayDataset
+from devicebench.data.augmentation import Preprocessing, Rescale
+from devicebench.data.images import ImageFiles, ImageFolderDataset, decode_image
+
+Batch = tuple[torch.Tensor, torch.Tensor]  # (model inputs, class indices), on the run's device
+MOST_DEFAULT_WORKERS = 4  # the seeds' largest setting; more rarely helps a single small model
+
+
+class Batches(Protocol):
+    """What the training loop draws from: `len()` steps per full pass, each epoch in its own order."""
+
+    batch_size: int
+    workers: int
+
+    def __len__(self) -> int: ...
+
+    def batch_sizes(self, steps: int) -> list[int]: ...
+
+    def epoch(self, epoch: int, steps: int | None = None) -> Iterator[Batch]: ...
+
+    def close(self) -> None: ...
+
+
+def epoch_order(num_samples: int, epoch: int, seed: int, shuffle: bool) -> torch.Tensor:
+    """The sample indices of one epoch, in the order they are drawn."""
+    if not shuffle:
+        return torch.arange(num_samples)
+    return torch.randperm(num_samples, generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
+
+
+def _batch_sizes(num_samples: int, batch_size: int, steps: int) -> list[int]:
+    """The number of samples in each of the first `steps` batches (only the last of a full pass is short)."""
+    return [min(batch_size, num_samples - step * batch_size) for step in range(steps)]
 
 
 class HostBatches:
-    """Shuffled mini-batches of uint8 images, scaled on the host and moved to `device`."""
+    """Shuffled mini-batches of in-memory uint8 images, preprocessed a batch at a time and moved to `device`."""
+
+    workers = 0  # the training process makes every batch
 
     def __init__(
         self,
@@ -27,6 +72,7 @@ class HostBatches:
         batch_size: int,
         device: torch.device,
         *,
+        preprocessing: Preprocessing = Rescale(),
         shuffle: bool = True,
         seed: int = 0,
     ) -> None:
@@ -36,32 +82,195 @@ class HostBatches:
         self.labels = torch.from_numpy(labels)
         self.batch_size = batch_size
         self.device = device
+        self.preprocessing = preprocessing
         self.shuffle = shuffle
         self.seed = seed
 
-    @property
-    def num_samples(self) -> int:
-        return len(self.labels)
-
     def __len__(self) -> int:
-        """Steps in one full pass."""
-        return math.ceil(self.num_samples / self.batch_size)
+        return math.ceil(len(self.labels) / self.batch_size)
 
     def batch_sizes(self, steps: int) -> list[int]:
-        """The number of samples in each of the first `steps` batches (only the last of a full pass is short)."""
-        return [min(self.batch_size, self.num_samples - step * self.batch_size) for step in range(steps)]
+        return _batch_sizes(len(self.labels), self.batch_size, steps)
 
-    def epoch(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """The batches of one epoch; the order depends only on (seed, epoch), so every device sees the same data."""
-        if self.shuffle:
-            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
-            order = torch.randperm(self.num_samples, generator=generator)
-        else:
-            order = torch.arange(self.num_samples)
-        for start in range(0, self.num_samples, self.batch_size):
-            index = order[start : start + self.batch_size]
-            images = self.images[index].float().div_(PIXEL_SCALE)
-            yield (
-                images.to(self.device, non_blocking=True),
-                self.labels[index].to(self.device, non_blocking=True),
+    def epoch(self, epoch: int, steps: int | None = None) -> Iterator[Batch]:
+        order = epoch_order(len(self.labels), epoch, self.seed, self.shuffle)
+        for step in range(len(self) if steps is None else steps):
+            index = order[step * self.batch_size : (step + 1) * self.batch_size]
+            images = self.preprocessing.test(self.images[index])  # test: nothing random, so a whole batch at once
+            yield images.to(self.device, non_blocking=True), self.labels[index].to(self.device, non_blocking=True)
+
+    def close(self) -> None:
+        pass  # nothing runs in the background
+
+
+class ImageSource(Protocol):
+    """Images one at a time, as uint8 (C, H, W): from memory, or decoded from files."""
+
+    def __len__(self) -> int: ...
+
+    def read(self, index: int) -> torch.Tensor: ...
+
+
+class ArrayImages:
+    def __init__(self, images: np.ndarray) -> None:
+        self.images = torch.from_numpy(images)
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def read(self, index: int) -> torch.Tensor:
+        return self.images[index]
+
+
+class FileImages:
+    """Image files decoded with Pillow, converted to `image_shape`'s channels and resized to its height and width."""
+
+    def __init__(self, files: ImageFiles, image_shape: tuple[int, int, int]) -> None:
+        self.files = files
+        self.channels, height, width = image_shape
+        self.size = (height, width)
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def read(self, index: int) -> torch.Tensor:
+        pixels = decode_image(
+            self.files.read_bytes(index), channels=self.channels, size=self.size, name=self.files.describe(index)
+        )
+        return torch.from_numpy(pixels)
+
+
+class _PreprocessedImages(Dataset):
+    """Item (epoch, index): image `index` preprocessed, augmented (when training) from a seed of its own."""
+
+    def __init__(self, images: ImageSource, labels: np.ndarray, preprocessing: Preprocessing, training: bool,
+                 seed: int) -> None:
+        self.images = images
+        self.labels = torch.from_numpy(labels)
+        self.preprocessing = preprocessing
+        self.training = training
+        self.seed = seed
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, key: tuple[int, int]) -> Batch:
+        epoch, index = key
+        image = self.images.read(index)[None]  # a batch of one: preprocessing works on batches
+        if self.training:
+            generator = torch.Generator().manual_seed((self.seed * 1_000_003 + epoch) * 1_000_000_007 + index)
+            return self.preprocessing.train(image, generator)[0], self.labels[index]
+        return self.preprocessing.test(image)[0], self.labels[index]
+
+
+class _EpochBatches(Sampler):
+    """Yields each batch as a list of (epoch, index) keys; `epoch` and `steps` are set before each pass."""
+
+    def __init__(self, num_samples: int, batch_size: int, seed: int, shuffle: bool) -> None:
+        self.num_samples, self.batch_size, self.seed, self.shuffle = num_samples, batch_size, seed, shuffle
+        self.epoch, self.steps = 0, math.ceil(num_samples / batch_size)
+
+    def __len__(self) -> int:
+        return self.steps
+
+    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
+        order = epoch_order(self.num_samples, self.epoch, self.seed, self.shuffle).tolist()
+        for step in range(self.steps):
+            yield [(self.epoch, index) for index in order[step * self.batch_size : (step + 1) * self.batch_size]]
+
+
+class LoaderBatches:
+    """Mini-batches made image by image in DataLoader workers (or in this process with `workers=0`)."""
+
+    def __init__(
+        self,
+        images: ImageSource,
+        labels: np.ndarray,
+        batch_size: int,
+        device: torch.device,
+        *,
+        preprocessing: Preprocessing,
+        workers: int,
+        training: bool = True,
+        seed: int = 0,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch size must be at least 1, got {batch_size}")
+        if workers < 0:
+            raise ValueError(f"workers must be 0 or more, got {workers}")
+        self.batch_size = batch_size
+        self.workers = workers
+        self.device = device
+        self._num_samples = len(labels)
+        self._order = _EpochBatches(len(labels), batch_size, seed, shuffle=training)
+        self._loader: DataLoader | None = DataLoader(
+            _PreprocessedImages(images, labels, preprocessing, training, seed),
+            batch_sampler=self._order,
+            num_workers=workers,
+            pin_memory=device.type == "cuda",  # page-locked host batches copy to the GPU asynchronously
+            persistent_workers=workers > 0,  # workers start once per run (in the warm-up epoch), not per epoch
+        )
+
+    def __len__(self) -> int:
+        return math.ceil(self._num_samples / self.batch_size)
+
+    def batch_sizes(self, steps: int) -> list[int]:
+        return _batch_sizes(self._num_samples, self.batch_size, steps)
+
+    def epoch(self, epoch: int, steps: int | None = None) -> Iterator[Batch]:
+        if self._loader is None:
+            raise RuntimeError("these batches are closed")
+        self._order.epoch, self._order.steps = epoch, len(self) if steps is None else steps
+        for images, labels in self._loader:
+            yield images.to(self.device, non_blocking=True), labels.to(self.device, non_blocking=True)
+
+    def close(self) -> None:
+        """Stop the worker processes (dropping the loader drops its iterator, which shuts them down)."""
+        self._loader = None
+
+
+def default_workers(dataset: ArrayDataset | ImageFolderDataset, preprocessing: Preprocessing) -> int:
+    """Loader processes when the user names none: none for in-memory data with nothing random to do,
+    otherwise one per core up to MOST_DEFAULT_WORKERS."""
+    if isinstance(dataset, ArrayDataset) and not preprocessing.augments:
+        return 0
+    return min(MOST_DEFAULT_WORKERS, os.cpu_count() or 1)
+
+
+def batches_for(
+    dataset: ArrayDataset | ImageFolderDataset,
+    image_shape: tuple[int, int, int],
+    preprocessing: Preprocessing,
+    batch_size: int,
+    device: torch.device,
+    *,
+    workers: int,
+    seed: int,
+) -> tuple[Batches, Batches]:
+    """(training batches, test batches) of `dataset`, as a model taking `image_shape` images needs them."""
+    if isinstance(dataset, ArrayDataset):
+        if dataset.image_shape != tuple(image_shape):
+            raise ValueError(f"the model takes {_shape_text(image_shape)} images but {dataset.name} holds "
+                             f"{_shape_text(dataset.image_shape)}; give --data-dir a folder of images to resize")
+        if workers == 0 and not preprocessing.augments:
+            return (
+                HostBatches(dataset.train_images, dataset.train_labels, batch_size, device,
+                            preprocessing=preprocessing, seed=seed),
+                HostBatches(dataset.test_images, dataset.test_labels, batch_size, device,
+                            preprocessing=preprocessing, shuffle=False),
             )
+        train_images, test_images = ArrayImages(dataset.train_images), ArrayImages(dataset.test_images)
+        train_labels, test_labels = dataset.train_labels, dataset.test_labels
+    else:
+        train_images, test_images = FileImages(dataset.train, image_shape), FileImages(dataset.test, image_shape)
+        train_labels, test_labels = dataset.train.labels, dataset.test.labels
+    return (
+        LoaderBatches(train_images, train_labels, batch_size, device, preprocessing=preprocessing, workers=workers,
+                      seed=seed),
+        LoaderBatches(test_images, test_labels, batch_size, device, preprocessing=preprocessing, workers=workers,
+                      training=False),
+    )
+
+
+def _shape_text(shape: tuple[int, ...]) -> str:
+    return "x".join(str(size) for size in shape)

@@ -21,9 +21,15 @@ PROTOTYPE_OFFSET = 64  # grey levels
 
 
 def synthetic_dataset(
-    name: str, *, seed: int = 0, train_size: int | None = None, test_size: int | None = None
+    name: str,
+    *,
+    seed: int = 0,
+    train_size: int | None = None,
+    test_size: int | None = None,
+    image_shape: tuple[int, int, int] | None = None,
 ) -> ArrayDataset:
-    """A deterministic synthetic dataset shaped like `name`; sizes default to those of the real release."""
+    """A deterministic synthetic dataset shaped like `name`; sizes default to those of the real release, the
+    image shape to the release's (datasets of photos of every size take the shape the model is fed)."""
     spec = dataset_spec(name)
     train_size = spec.train_size if train_size is None else train_size
     test_size = spec.test_size if test_size is None else test_size
@@ -33,7 +39,7 @@ def synthetic_dataset(
     # Independent streams, so the test split does not change when only train_size does.
     seeds = np.random.SeedSequence(seed).spawn(3)
     prototype_rng, train_rng, test_rng = (np.random.default_rng(child_seed) for child_seed in seeds)
-    channels, height, width = spec.image_shape
+    channels, height, width = image_shape or spec.image_shape
     blocks_high, blocks_wide = -(-height // PROTOTYPE_BLOCK_PIXELS), -(-width // PROTOTYPE_BLOCK_PIXELS)
     coarse = prototype_rng.integers(0, 128, size=(spec.num_classes, channels, blocks_high, blocks_wide), dtype=np.uint8)
     prototypes = coarse.repeat(PROTOTYPE_BLOCK_PIXELS, axis=2).repeat(PROTOTYPE_BLOCK_PIXELS, axis=3)

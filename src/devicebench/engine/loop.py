@@ -5,6 +5,11 @@ nothing reads a value back to the host: per-step losses go into a device tensor 
 a device counter, both read once when the epoch's clock has stopped. A NaN or infinite loss is therefore found
 at the end of its epoch, and the run stops there with status `diverged` and the step it first happened at.
 
+Each epoch also adds up the time the loop spent waiting for its next batch, on the host clock and without
+synchronizing the device (a synchronize there would stall the very overlap being measured). On a CPU that wait
+is time not spent computing; on a GPU the device may still be busy with queued steps meanwhile, which is why
+the diagnosis (results/diagnosis.py) reads it together with the device's own utilisation.
+
     python -m pytest tests/test_loop.py -q
 """
 
@@ -17,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from devicebench.data.pipeline import HostBatches
+from devicebench.data.pipeline import Batches
 from devicebench.devices import peak_memory_mib, reset_peak_memory
 from devicebench.engine.monitor import Monitor
 from devicebench.engine.timing import Stopwatch, is_warmup_epoch
@@ -33,6 +38,7 @@ class TrainingSetup:
     model: nn.Module
     loss_function: nn.Module
     optimizer: torch.optim.Optimizer
+    predict: Callable[[torch.Tensor], torch.Tensor] = lambda outputs: outputs.argmax(dim=1)  # outputs → classes
 
 
 @dataclass(frozen=True)
@@ -64,15 +70,16 @@ def capped(available: int, cap: int | None) -> int:
 def train(
     record: RunRecord,
     build: Callable[[], TrainingSetup],
-    train_batches: HostBatches,
-    test_batches: HostBatches,
+    train_batches: Batches,
+    test_batches: Batches,
     plan: TrainingPlan,
     watch: Stopwatch,
     reporter: Reporter | None = None,
-) -> None:
+) -> nn.Module:
     """Build a model and train it per `plan`, appending each finished epoch to `record` as it finishes.
 
-    Because epochs land in `record` one by one, an interruption keeps every finished epoch.
+    Because epochs land in `record` one by one, an interruption keeps every finished epoch. Returns the trained
+    model (on its device), for a checkpoint.
     """
     reporter = reporter or Reporter()
     reset_peak_memory(watch.device)
@@ -86,7 +93,7 @@ def train(
         for epoch in range(1, plan.epochs + 1):
             reporter.epoch_started(epoch, steps)
             monitor.window()  # closes the window of model building or the last evaluation: not this epoch's
-            step_losses, correct, train_time_s = _train_epoch(setup, train_batches, epoch, steps, watch, reporter)
+            step_losses, correct, train_time_s, wait_s = _train_epoch(setup, train_batches, epoch, steps, watch, reporter)
             usage = monitor.window()  # exactly this epoch's training, outside its timed region
             losses = step_losses.tolist()  # the epoch's one read-back, after its clock stopped
             finite = all(math.isfinite(loss) for loss in losses)
@@ -100,6 +107,7 @@ def train(
                 step_time_ms=train_time_s / steps * 1000,
                 train_loss=sum(loss * size for loss, size in zip(losses, batch_sizes)) / samples,
                 train_accuracy=correct / samples,
+                input_wait_s=wait_s,
                 process_cpu_percent=usage.process_cpu_percent,
                 device_utilization_percent=usage.device_utilization_percent,
                 device_power_mean_w=usage.device_power_mean_w,
@@ -125,6 +133,7 @@ def train(
         record.peak_device_memory_mib = peak_memory_mib(watch.device)
     energies = [epoch.device_energy_j for epoch in record.epochs]
     record.energy_j = sum(energies) if energies and None not in energies else None
+    return setup.model
 
 
 def _reached(target: float | None, epoch: EpochRecord) -> bool:
@@ -133,35 +142,41 @@ def _reached(target: float | None, epoch: EpochRecord) -> bool:
 
 def _train_epoch(
     setup: TrainingSetup,
-    batches: HostBatches,
+    batches: Batches,
     epoch: int,
     steps: int,
     watch: Stopwatch,
     reporter: Reporter,
-) -> tuple[torch.Tensor, float, float]:
-    """One epoch of `steps` training steps: (per-step losses on the device, correct predictions, seconds)."""
+) -> tuple[torch.Tensor, int, float, float]:
+    """One epoch of `steps` training steps: (per-step losses on the device, correct predictions, seconds,
+    seconds of those spent waiting for batches)."""
     model, loss_function, optimizer = setup.model, setup.loss_function, setup.optimizer
     model.train()
     step_losses = torch.zeros(steps, device=watch.device)
     correct = torch.zeros((), dtype=torch.int64, device=watch.device)
     report_every = max(1, steps // PROGRESS_UPDATES_PER_EPOCH)
+    waited = 0.0
     start = watch.now()
-    for step, (images, labels) in zip(range(steps), batches.epoch(epoch)):  # range first: no batch drawn past the cap
+    batch_stream = batches.epoch(epoch, steps)
+    for step in range(steps):
+        asked = watch.host_now()
+        images, labels = next(batch_stream)
+        waited += watch.host_now() - asked
         outputs = model(images)
         loss = loss_function(outputs, labels)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
         step_losses[step] = loss.detach()
-        correct += (outputs.detach().argmax(dim=1) == labels).sum()
+        correct += (setup.predict(outputs.detach()) == labels).sum()
         if (step + 1) % report_every == 0:
             reporter.steps_finished(step + 1)
     seconds = watch.now() - start
-    return step_losses, int(correct), seconds
+    return step_losses, int(correct), seconds, waited
 
 
 def _evaluate(
-    setup: TrainingSetup, batches: HostBatches, steps: int, watch: Stopwatch
+    setup: TrainingSetup, batches: Batches, steps: int, watch: Stopwatch
 ) -> tuple[float, float, int, float]:
     """Test loss, test accuracy, samples evaluated and seconds taken, over the first `steps` test batches."""
     model, loss_function = setup.model, setup.loss_function
@@ -170,10 +185,10 @@ def _evaluate(
     correct = torch.zeros((), dtype=torch.int64, device=watch.device)
     start = watch.now()
     with torch.inference_mode():
-        for _, (images, labels) in zip(range(steps), batches.epoch(0)):
+        for images, labels in batches.epoch(0, steps):
             outputs = model(images)
             loss_sum += loss_function(outputs, labels) * len(labels)
-            correct += (outputs.argmax(dim=1) == labels).sum()
+            correct += (setup.predict(outputs) == labels).sum()
     seconds = watch.now() - start
     samples = sum(batches.batch_sizes(steps))
     return float(loss_sum) / samples, int(correct) / samples, samples, seconds

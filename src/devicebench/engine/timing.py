@@ -32,11 +32,17 @@ class Stopwatch:
     device: torch.device
     clock: Clock = time.perf_counter
     synchronize: Synchronizer = synchronize_device
+    host_clock: Clock = time.perf_counter  # the same clock, read without synchronizing (a separate name for tests)
 
     def now(self) -> float:
         """Seconds on the monotonic clock, after all work queued on the device has finished."""
         self.synchronize(self.device)
         return self.clock()
+
+    def host_now(self) -> float:
+        """Seconds on the same clock WITHOUT synchronizing: only for how long the host itself waited (for a
+        batch), an interval during which the device may rightly still be working."""
+        return self.host_clock()
 
 
 def host_seconds() -> float:

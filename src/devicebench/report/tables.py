@@ -128,8 +128,8 @@ def _workload_table(name: str, rows: list[Row]) -> RenderableType:
     table = Table(title=title, title_justify="left")
     priced = any(row.price_per_hour is not None for row in rows)
     energy = any(row.energy_wh is not None for row in rows)
-    columns = ["Device" if one_machine else "Machine/device", "Epoch s", "Samples/s", "ms/step", "Busy", "Warm-up s",
-               "End-to-end s", "Test acc", "Speedup", "Published samples/s"]
+    columns = ["Device" if one_machine else "Machine/device", "Epoch s", "Samples/s", "ms/step", "Busy", "Waiting",
+               "Warm-up s", "End-to-end s", "Test acc", "Speedup", "Published samples/s"]
     columns += ["Cost/1M samples", "Cost vs baseline"] if priced else []
     columns += ["Energy Wh"] if energy else []
     for column in columns:
@@ -138,8 +138,9 @@ def _workload_table(name: str, rows: list[Row]) -> RenderableType:
         table.add_row(*_cells(row, one_machine, priced, energy, entry))
     lines = [
         "Epoch s: steady-state median [min–max] over the epochs after the warm-up one, every repeat; busy: the "
-        "device's utilisation and this process's CPU use while training (100% CPU = one core); speedup: ratio of "
-        "median samples/s against the baseline [95% bootstrap interval].",
+        "device's utilisation and this process's CPU use while training (100% CPU = one core); waiting: the share "
+        "of training spent waiting for the next batch, and the verdict; speedup: ratio of median samples/s "
+        "against the baseline [95% bootstrap interval].",
         *dict.fromkeys(f"{row.machine_name}/{row.device}: {row.device_name}" for row in rows),
         f"Published: {published_text(entry)}".replace("\n", "; "),
     ]
@@ -162,6 +163,7 @@ def _cells(row: Row, one_machine: bool, priced: bool, energy: bool, entry: Workl
         median_text(row.samples_per_s, 0),
         median_text(row.step_time_ms, 2),
         busy_text(row),
+        waiting_text(row),
         median_text(row.warmup_epoch_s, 2),
         median_text(row.end_to_end_s, 1),
         percent_text(row.test_accuracy.median if row.test_accuracy else None),
@@ -184,6 +186,17 @@ def busy_text(row: Row) -> str:
     if row.process_cpu_percent is not None:
         parts.append(f"{row.process_cpu_percent.median:.0f}% CPU")
     return ", ".join(parts) or "—"
+
+
+def waiting_text(row: Row) -> str:
+    """`72% input-bound`: the median share of training spent waiting for batches, and the runs' verdict."""
+    share, verdict = row.input_wait_share, row.input_verdict
+    if share is None:
+        return "—"
+    text = f"{share.median:.0%}"
+    if verdict == "input-bound":
+        return f"[bold red]{text} input-bound[/]"
+    return f"{text} {verdict}" if verdict else text
 
 
 def speedup_text(row: Row) -> str:
@@ -211,7 +224,47 @@ def row_notes(rows: list[Row]) -> list[str]:
         for run in row.runs:
             if run.error:
                 notes.append(f"{row.label} repeat {run.repeat + 1}: {run.status}: {run.error}")
+        for diagnosis in dict.fromkeys(run.input_diagnosis for run in row.runs if run.input_verdict == "input-bound"):
+            notes.append(f"{row.label}: input-bound: {diagnosis}")
     return notes
+
+
+# --- sweeps ------------------------------------------------------------------------------------------------
+
+
+def swept_value(row: Row, name: str) -> str:
+    """The value of a swept setting (batch_size, workers, or a --set parameter) in `row`."""
+    if name in ("batch_size", "workers"):
+        return str(row.settings[name])
+    return str(row.settings["overrides"].get(name, get_workload(row.workload).defaults.get(name, "—")))
+
+
+def sweep_tables(rows_by_workload: dict[str, list[Row]], swept: list[str]) -> list[RenderableType]:
+    """Per workload and device, one line per grid point: throughput, waiting, verdict, and the ratio to the
+    baseline device at the same point."""
+    tables: list[RenderableType] = []
+    for name, rows in rows_by_workload.items():
+        for device in dict.fromkeys(row.device for row in rows):
+            own = [row for row in rows if row.device == device]
+            table = Table(title=f"[bold]{name}[/] on {device} ({own[0].device_name}): a row per grid point",
+                          title_justify="left")
+            for column in [*swept, "Samples/s", "ms/step", "Waiting", "Busy", "Test acc", "vs baseline"]:
+                table.add_column(column.replace("_", " "), justify="right")
+            for row in own:
+                problems = sorted(set(row.statuses) - {"ok"})
+                table.add_row(
+                    *(swept_value(row, setting) for setting in swept),
+                    median_text(row.samples_per_s, 0) + (f" [red]({', '.join(problems)})[/]" if problems else ""),
+                    median_text(row.step_time_ms, 2),
+                    waiting_text(row),
+                    busy_text(row),
+                    percent_text(row.test_accuracy.median if row.test_accuracy else None),
+                    speedup_text(row),
+                )
+            tables.append(table)
+        notes = row_notes(rows)
+        tables += [Text(note, style="yellow") for note in notes]
+    return tables
 
 
 # --- history -----------------------------------------------------------------------------------------------

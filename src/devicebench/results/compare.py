@@ -84,6 +84,18 @@ class Row:
                                 if e.device_utilization_percent is not None])
 
     @property
+    def input_wait_share(self) -> Spread | None:
+        """Of each steady epoch's training time, the share spent waiting for the next batch."""
+        return _spread_or_none([e.input_wait_s / e.train_time_s for e in self.steady_epochs
+                                if e.input_wait_s is not None and e.train_time_s > 0])
+
+    @property
+    def input_verdict(self) -> str | None:
+        """The runs' verdict (input-bound or compute-bound), or "mixed" when repeats disagree."""
+        verdicts = {run.input_verdict for run in self.runs if run.input_verdict}
+        return verdicts.pop() if len(verdicts) == 1 else ("mixed" if verdicts else None)
+
+    @property
     def warmup_epoch_s(self) -> Spread | None:
         return _spread_or_none([e.train_time_s for run in self.runs for e in run.epochs if e.phase == "warmup"])
 

@@ -35,6 +35,7 @@ class EpochRecord:
     step_time_ms: float
     train_loss: float | None  # mean over the epoch's samples; None in JSON when it was NaN or infinite
     train_accuracy: float  # fraction of the epoch's training samples classified correctly
+    input_wait_s: float | None = None  # of train_time_s, how long the loop waited for its next batch (host clock)
     eval_time_s: float | None = None  # kept out of training throughput
     eval_samples: int = 0
     test_loss: float | None = None
@@ -105,6 +106,8 @@ class RunRecord:
     peak_rss_mib: float | None = None  # the process's peak resident memory up to the end of this run
     energy_j: float | None = None  # energy the device drew while training (every epoch), where NVML can tell
     monitor_note: str | None = None  # why device utilisation or energy is missing, when it is
+    input_verdict: str | None = None  # "input-bound" or "compute-bound" (results/diagnosis.py)
+    input_diagnosis: str | None = None  # the verdict's numbers and the lever that would help, in a sentence
 
     @property
     def steady_epochs(self) -> list[EpochRecord]:

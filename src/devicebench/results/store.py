@@ -163,8 +163,17 @@ def _add_usage(connection: sqlite3.Connection) -> None:
     connection.execute("ALTER TABLE runs ADD COLUMN monitor_note TEXT")
 
 
+def _add_input_diagnosis(connection: sqlite3.Connection) -> None:
+    """Schema 4: how long each epoch waited for its batches, and the run's input-bound or compute-bound verdict."""
+    connection.execute("ALTER TABLE epochs ADD COLUMN input_wait_s REAL")
+    connection.execute("ALTER TABLE runs ADD COLUMN input_verdict TEXT")
+    connection.execute("ALTER TABLE runs ADD COLUMN input_diagnosis TEXT")
+
+
 # MIGRATIONS[n] takes a database from schema n to n + 1; the newest schema is len(MIGRATIONS). Append, never edit.
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_create_tables, _add_live_runs, _add_usage]
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
+    _create_tables, _add_live_runs, _add_usage, _add_input_diagnosis
+]
 ABANDONED = "the process running it ended without finishing it (killed or crashed); its finished epochs are kept"
 
 

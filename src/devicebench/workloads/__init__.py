@@ -11,18 +11,24 @@ from __future__ import annotations
 
 import fnmatch
 import importlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
 
+from devicebench.data.augmentation import Preprocessing, Rescale
+
 Hyperparameters = Mapping[str, Any]
 ModelBuilder = Callable[[Hyperparameters], nn.Module]
 LossBuilder = Callable[[], nn.Module]
-OptimizerBuilder = Callable[[Iterable[nn.Parameter], Hyperparameters], torch.optim.Optimizer]
+OptimizerBuilder = Callable[[nn.Module, Hyperparameters], torch.optim.Optimizer]  # given the model being trained
+PreprocessingBuilder = Callable[[Hyperparameters], Preprocessing]
+# What a model's output means: "logits" (one per class, softmax in the loss), "probabilities" (one per class,
+# already squashed, as Keras sigmoid layers give) or "binary_logit" (one number; sigmoid > 0.5 is class 1).
+OutputKind = Literal["logits", "probabilities", "binary_logit"]
 
 SEED_EXPERIMENTS = {
     "S1": "GPU vs CPU in Convolutional Neural Networks using TensorFlow (MNIST CNNs)",
@@ -68,7 +74,19 @@ class Workload:
     build_optimizer: OptimizerBuilder
     defaults: Hyperparameters  # as the seed trained it; batch_size and epochs always present
     published: Published
+    image_shape: tuple[int, int, int]  # (channels, height, width) every image is decoded or resized to
+    output: OutputKind = "logits"
+    build_preprocessing: PreprocessingBuilder = lambda hyperparameters: Rescale()
     quick: QuickSettings = QuickSettings()
+
+    @property
+    def num_classes(self) -> int | None:
+        """Classes the model tells apart, from its output layer (None when it cannot be told without building)."""
+        if self.output == "binary_logit":
+            return 2
+        with torch.device("meta"):
+            last = [module for module in self.build_model(self.defaults).modules() if isinstance(module, nn.Linear)]
+        return last[-1].out_features if last else None
 
     def parameter_count(self, hyperparameters: Hyperparameters | None = None) -> int:
         """Trainable parameters, counted on the meta device so that no memory is allocated."""
@@ -78,7 +96,7 @@ class Workload:
 
 
 _REGISTRY: dict[str, Workload] = {}
-_FAMILIES = ("mnist", "cifar_mlp")  # modules under devicebench.workloads, one family each
+_FAMILIES = ("mnist", "cifar_mlp", "cifar_cnn", "catdog")  # modules under devicebench.workloads, one family each
 
 
 def workload(
@@ -91,6 +109,9 @@ def workload(
     optimizer: OptimizerBuilder,
     defaults: Hyperparameters,
     published: Published,
+    image_shape: tuple[int, int, int],
+    output: OutputKind = "logits",
+    preprocessing: PreprocessingBuilder | None = None,
     quick: QuickSettings = QuickSettings(),
 ) -> Callable[[ModelBuilder], ModelBuilder]:
     """Register the decorated model builder as a workload named `name`."""
@@ -113,6 +134,9 @@ def workload(
             build_optimizer=optimizer,
             defaults=MappingProxyType(dict(defaults)),
             published=published,
+            image_shape=image_shape,
+            output=output,
+            build_preprocessing=preprocessing or (lambda hyperparameters: Rescale()),
             quick=quick,
         )
         return build_model
@@ -144,11 +168,38 @@ def get_workload(name: str) -> Workload:
 # Optimizers and losses the seeds used, shared by the workload files.
 
 
-def adam(parameters: Iterable[nn.Parameter], hyperparameters: Hyperparameters) -> torch.optim.Optimizer:
+def adam(model: nn.Module, hyperparameters: Hyperparameters) -> torch.optim.Optimizer:
     return torch.optim.Adam(
-        parameters, lr=hyperparameters["learning_rate"], eps=hyperparameters["adam_epsilon"]
+        model.parameters(), lr=hyperparameters["learning_rate"], eps=hyperparameters["adam_epsilon"]
     )
 
 
-def sgd(parameters: Iterable[nn.Parameter], hyperparameters: Hyperparameters) -> torch.optim.Optimizer:
-    return torch.optim.SGD(parameters, lr=hyperparameters["learning_rate"], momentum=hyperparameters["momentum"])
+def sgd(model: nn.Module, hyperparameters: Hyperparameters) -> torch.optim.Optimizer:
+    return torch.optim.SGD(model.parameters(), lr=hyperparameters["learning_rate"], momentum=hyperparameters["momentum"])
+
+
+# What a model's outputs mean, for the loop's accuracy and for `predict`.
+
+
+def predicted_classes(outputs: torch.Tensor, output: OutputKind) -> torch.Tensor:
+    """The class index each output row stands for."""
+    if output == "binary_logit":
+        return (outputs.squeeze(1) > 0).long()  # a logit above 0 is a sigmoid above 0.5
+    return outputs.argmax(dim=1)
+
+
+def class_probabilities(outputs: torch.Tensor, output: OutputKind) -> torch.Tensor:
+    """(N, classes) probabilities summing to 1 per row."""
+    if output == "binary_logit":
+        positive = torch.sigmoid(outputs.squeeze(1))
+        return torch.stack([1 - positive, positive], dim=1)
+    if output == "probabilities":
+        return outputs / outputs.sum(dim=1, keepdim=True)  # how Keras' cross-entropy reads sigmoid outputs
+    return torch.softmax(outputs, dim=1)
+
+
+class BinaryCrossEntropy(nn.Module):
+    """Keras' `binary_crossentropy` after a sigmoid, computed from the logit for numerical stability."""
+
+    def forward(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return nn.functional.binary_cross_entropy_with_logits(logits.squeeze(1), labels.float())

@@ -22,6 +22,7 @@ from torch import nn
 
 from devicebench.workloads import Hyperparameters, Published, adam, sgd, workload
 
+IMAGE_SHAPE = (3, 32, 32)  # channels, height, width
 INPUT_FEATURES = 3 * 32 * 32  # a flattened CIFAR image
 KERAS_EPSILON = 1e-7  # Keras' backend epsilon: the clip of probabilities and Adam's epsilon
 
@@ -53,6 +54,8 @@ class KerasNormalizedCrossEntropy(nn.Module):
     seed="S2",
     dataset="cifar10",
     summary="Flatten → Dense 3000 ReLU → Dense 1000 ReLU → Dense 10 sigmoid; SGD 0.01",
+    image_shape=IMAGE_SHAPE,
+    output="probabilities",  # ten sigmoids, read as a distribution by the loss
     loss=KerasNormalizedCrossEntropy,
     optimizer=sgd,
     defaults={
@@ -80,6 +83,7 @@ def cifar10_mlp(hyperparameters: Hyperparameters) -> nn.Module:
     name="cifar100-mlp",
     seed="S4",
     dataset="cifar100",
+    image_shape=IMAGE_SHAPE,
     summary="Flatten → Dense 512 ReLU → Dense 256 ReLU → Dense 100 softmax; Adam 1e-3",
     loss=nn.CrossEntropyLoss,
     optimizer=adam,

@@ -34,6 +34,7 @@ TRAINING = {
 S1 = {  # what both networks share: the seed, the data, the training and the published figures
     "seed": "S1",
     "dataset": "mnist",
+    "image_shape": (1, IMAGE_SIZE, IMAGE_SIZE),
     "loss": nn.CrossEntropyLoss,
     "optimizer": adam,
     "defaults": TRAINING,

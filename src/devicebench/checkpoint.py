@@ -1,0 +1,165 @@
+"""Trained models on disk, and predictions from them with exactly the preprocessing they were trained with.
+
+S3's tutorial predicted on raw 0-255 pixels after training on pixels scaled to [0, 1] (so every answer leaned
+to "dog") and tested `== 1` instead of `> 0.5`. Here the preprocessing travels with the weights: image size,
+channels, resize filter, scaling or standardisation, class names and what the output means. The file is a
+`torch.save` of tensors and plain data only, loaded with `weights_only=True`, so opening a checkpoint from
+someone else cannot run their code.
+
+    devicebench run catdog-original --devices cpu --data synthetic --epochs 1 --max-steps 5 --save model.pt && devicebench predict model.pt IMAGE.jpg
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from devicebench.data import ArrayDataset, DataFormatError, ImageFolderDataset
+from devicebench.data.augmentation import Preprocessing, describe, rebuild
+from devicebench.data.images import decode_image
+from devicebench.data.sources import dataset_spec
+from devicebench.results.schema import RunRecord
+from devicebench.workloads import Workload, class_probabilities, get_workload
+
+CHECKPOINT_FORMAT = "devicebench-checkpoint"
+CHECKPOINT_VERSION = 1
+
+
+class CheckpointError(ValueError):
+    """A file is not a devicebench checkpoint this version can read; the message says which and why."""
+
+
+@dataclass
+class Checkpoint:
+    model: nn.Module  # on the CPU, in evaluation mode
+    workload: str
+    image_shape: tuple[int, int, int]  # (channels, height, width) every image is resized to
+    preprocessing: Preprocessing  # its `test` half is applied; training's random half never is
+    output: str
+    class_names: tuple[str, ...]
+    trained: dict[str, Any]  # where and how: device, epochs, test accuracy, data source, run id
+
+
+@dataclass(frozen=True)
+class Prediction:
+    path: str
+    class_name: str | None = None
+    probability: float | None = None  # of `class_name`
+    probabilities: dict[str, float] | None = None
+    error: str | None = None  # why this file got no prediction
+
+
+def class_names_of(dataset: ArrayDataset | ImageFolderDataset) -> tuple[str, ...]:
+    if isinstance(dataset, ImageFolderDataset):
+        return dataset.class_names
+    known = dataset_spec(dataset.name).class_names
+    return known or tuple(str(index) for index in range(dataset.num_classes))
+
+
+def save_checkpoint(
+    path: Path, model: nn.Module, workload: Workload, record: RunRecord, dataset: ArrayDataset | ImageFolderDataset
+) -> None:
+    """Write `model`, trained as `record` says, with everything `predict` needs; atomically."""
+    hyperparameters = record.settings.hyperparameters
+    payload = {
+        "format": CHECKPOINT_FORMAT,
+        "version": CHECKPOINT_VERSION,
+        "workload": workload.name,
+        "hyperparameters": dict(hyperparameters),
+        "state_dict": {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()},
+        "image_shape": list(workload.image_shape),
+        "channel_order": "L" if workload.image_shape[0] == 1 else "RGB",  # what Pillow converts images to
+        "preprocessing": describe(workload.build_preprocessing(hyperparameters)),
+        "output": workload.output,
+        "class_names": list(class_names_of(dataset)),
+        "trained": {
+            "device": record.device_name,
+            "epochs": len(record.epochs),
+            "test_accuracy": record.summary().final_test_accuracy,
+            "data_source": record.settings.data_source,
+            "run_id": record.run_id,
+        },
+    }
+    path = Path(path)
+    partial = path.with_name(path.name + ".partial")  # a crash mid-write leaves the previous file whole
+    torch.save(payload, partial)
+    partial.replace(path)
+
+
+def load_checkpoint(path: str | Path) -> Checkpoint:
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such file; write one with `devicebench run WORKLOAD --save {path}`")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError) as error:
+        raise CheckpointError(f"{path}: not a checkpoint devicebench can read safely ({_first_line(error)})") from None
+    if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
+        raise CheckpointError(f"{path}: not a devicebench checkpoint (written by `devicebench run --save`?)")
+    if payload.get("version") != CHECKPOINT_VERSION:
+        raise CheckpointError(f"{path}: checkpoint version {payload.get('version')}; this devicebench reads "
+                              f"version {CHECKPOINT_VERSION}: upgrade devicebench")
+    try:
+        workload = get_workload(payload["workload"])
+    except KeyError as error:
+        raise CheckpointError(f"{path}: {error.args[0]}") from None
+    model = workload.build_model(payload["hyperparameters"])
+    try:
+        model.load_state_dict(payload["state_dict"])
+    except RuntimeError as error:
+        raise CheckpointError(f"{path}: its weights do not fit {workload.name} as this devicebench builds it "
+                              f"({_first_line(error)})") from None
+    return Checkpoint(
+        model=model.eval(),
+        workload=workload.name,
+        image_shape=tuple(payload["image_shape"]),
+        preprocessing=rebuild(payload["preprocessing"]),
+        output=payload["output"],
+        class_names=tuple(payload["class_names"]),
+        trained=payload["trained"],
+    )
+
+
+def prepare(checkpoint: Checkpoint, data: bytes, name: str) -> torch.Tensor:
+    """One image file's bytes as the model input it was trained on: (1, C, H, W) float."""
+    channels, height, width = checkpoint.image_shape
+    pixels = torch.from_numpy(decode_image(data, channels=channels, size=(height, width), name=name))
+    return checkpoint.preprocessing.test(pixels[None])
+
+
+def predict(checkpoint: Checkpoint, paths: list[str | Path], *, inputs=prepare) -> list[Prediction]:
+    """A prediction, or the reason there is none, for every path, in order. `inputs` turns bytes into a
+    model input; tests swap it to show what skipping the scaling does."""
+    predictions = []
+    for path in paths:
+        try:
+            data = Path(path).read_bytes()
+            batch = inputs(checkpoint, data, str(path))
+        except (OSError, DataFormatError) as error:
+            predictions.append(Prediction(str(path), error=_first_line(error)))
+            continue
+        with torch.inference_mode():
+            probabilities = class_probabilities(checkpoint.model(batch), checkpoint.output)[0].tolist()
+        best = max(range(len(probabilities)), key=probabilities.__getitem__)
+        names = _names(checkpoint, len(probabilities))
+        predictions.append(Prediction(
+            str(path),
+            class_name=names[best],
+            probability=probabilities[best],
+            probabilities=dict(zip(names, probabilities)),
+        ))
+    return predictions
+
+
+def _names(checkpoint: Checkpoint, count: int) -> list[str]:
+    names = list(checkpoint.class_names[:count])
+    return names + [f"class {index}" for index in range(len(names), count)]  # outputs the data never used
+
+
+def _first_line(error: BaseException) -> str:
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__

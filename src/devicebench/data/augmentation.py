@@ -1,0 +1,156 @@
+"""Preprocessing: uint8 images in, the float inputs a model takes out, with the seeds' augmentations.
+
+Every function takes a batch (N, C, H, W) of uint8 pixels, so the same code serves a DataLoader worker
+(one image, N = 1, the seeds' way) and the in-memory fast path (a whole batch at once). `train` may draw
+random distortions from the generator it is given; `test` never does. A preprocessing is a frozen dataclass
+of plain values, so a checkpoint can carry it and `predict` can apply exactly what training applied.
+
+    python -c "import torch; from devicebench.data.augmentation import KerasAugmentation as K; x = torch.full((1, 3, 8, 8), 255, dtype=torch.uint8); print(K().train(x, torch.Generator().manual_seed(0)).mean())"
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+PIXEL_SCALE = 255.0  # uint8 pixels → [0, 1], as every Keras seed did with rescale=1/255
+
+
+@dataclass(frozen=True)
+class Rescale:
+    """Pixels divided by 255, no augmentation: what MNIST, the CIFAR MLPs and `--set augment=false` get."""
+
+    @property
+    def augments(self) -> bool:
+        return False
+
+    def train(self, images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        return self.test(images)
+
+    def test(self, images: torch.Tensor) -> torch.Tensor:
+        return images.float().div_(PIXEL_SCALE)
+
+    def output_shape(self, image_shape: tuple[int, int, int]) -> tuple[int, int, int]:
+        """The shape of one model input made from an image of `image_shape` (C, H, W)."""
+        return image_shape
+
+
+@dataclass(frozen=True)
+class KerasAugmentation(Rescale):
+    """Keras `ImageDataGenerator(rescale=1/255, shear_range, zoom_range, horizontal_flip=True)`, per image.
+
+    Keras draws for each image a shear angle in [-shear, shear], zoom factors for rows and columns in
+    [1 - zoom, 1 + zoom] independently, and a coin for the flip; it resamples bilinearly and fills outside
+    the image with the nearest edge pixel. `grid_sample(padding_mode="border")` is exactly that fill.
+    Our reading: the shear is in radians, as Keras read `shear_range` until 2.2 (the tutorial's era); Keras
+    2.2 and later read degrees, which makes 0.2 an invisible 0.2°.
+    """
+
+    shear: float = 0.2  # radians, the largest shear angle either way
+    zoom: float = 0.2  # zoom factors are drawn from [1 - zoom, 1 + zoom]
+    horizontal_flip: bool = True
+
+    @property
+    def augments(self) -> bool:
+        return self.shear > 0 or self.zoom > 0 or self.horizontal_flip
+
+    def train(self, images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        pixels = self.test(images)
+        count = len(pixels)
+        draws = torch.rand(count, 4, generator=generator)
+        angle = (draws[:, 0] * 2 - 1) * self.shear
+        zoom_rows = 1 + (draws[:, 1] * 2 - 1) * self.zoom
+        zoom_columns = 1 + (draws[:, 2] * 2 - 1) * self.zoom
+        # Keras maps each output pixel (row, column) to the input through shear @ zoom; written for
+        # affine_grid, whose coordinates are (x = column, y = row) normalised to [-1, 1] around the centre:
+        theta = torch.zeros(count, 2, 3)
+        theta[:, 0, 0] = torch.cos(angle) * zoom_columns
+        theta[:, 1, 0] = -torch.sin(angle) * zoom_columns
+        theta[:, 1, 1] = zoom_rows
+        grid = F.affine_grid(theta, list(pixels.shape), align_corners=False)
+        pixels = F.grid_sample(pixels, grid, mode="bilinear", padding_mode="border", align_corners=False)
+        if self.horizontal_flip:
+            flip = draws[:, 3] < 0.5
+            pixels[flip] = pixels[flip].flip(-1)
+        return pixels
+
+
+@dataclass(frozen=True)
+class CifarDistortion:
+    """The TensorFlow CIFAR-10 tutorial's `distorted_inputs` (training) and `inputs` (evaluation).
+
+    Training: a random 24x24 crop, a random left-right flip, brightness shifted by up to 63 grey levels,
+    contrast scaled by 0.2-1.8 about each channel's mean, then per-image standardisation. Evaluation: the
+    central 24x24 crop, standardised. Pixels stay on the 0-255 scale throughout, as in the tutorial (the
+    standardisation makes the scale irrelevant, except for its floor on the deviation, 1/sqrt(pixels)).
+    With `augment=False` training gets the evaluation preprocessing.
+    """
+
+    crop: int = 24  # pixels per side of the model's input
+    brightness: float = 63.0  # grey levels, the largest shift either way
+    contrast_low: float = 0.2
+    contrast_high: float = 1.8
+    augment: bool = True
+
+    @property
+    def augments(self) -> bool:
+        return self.augment
+
+    def train(self, images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        if not self.augment:
+            return self.test(images)
+        count, _, height, width = images.shape
+        pixels = images.float()
+        rows = torch.randint(0, height - self.crop + 1, (count,), generator=generator)
+        columns = torch.randint(0, width - self.crop + 1, (count,), generator=generator)
+        draws = torch.rand(count, 3, generator=generator)
+        crops = torch.stack([
+            image[:, row : row + self.crop, column : column + self.crop]
+            for image, row, column in zip(pixels, rows.tolist(), columns.tolist())
+        ])
+        flip = draws[:, 0] < 0.5
+        crops[flip] = crops[flip].flip(-1)
+        crops += ((draws[:, 1] * 2 - 1) * self.brightness).view(-1, 1, 1, 1)
+        factor = (self.contrast_low + draws[:, 2] * (self.contrast_high - self.contrast_low)).view(-1, 1, 1, 1)
+        channel_means = crops.mean(dim=(2, 3), keepdim=True)
+        crops = (crops - channel_means) * factor + channel_means
+        return _standardize(crops)
+
+    def test(self, images: torch.Tensor) -> torch.Tensor:
+        _, _, height, width = images.shape
+        top, left = (height - self.crop) // 2, (width - self.crop) // 2
+        return _standardize(images[:, :, top : top + self.crop, left : left + self.crop].float())
+
+    def output_shape(self, image_shape: tuple[int, int, int]) -> tuple[int, int, int]:
+        return (image_shape[0], self.crop, self.crop)
+
+
+def _standardize(pixels: torch.Tensor) -> torch.Tensor:
+    """TensorFlow's `per_image_standardization`: zero mean, unit deviation per image, deviation floored."""
+    per_image = pixels.flatten(1)
+    floor = 1 / math.sqrt(per_image.shape[1])
+    mean = per_image.mean(dim=1).view(-1, 1, 1, 1)
+    deviation = per_image.std(dim=1, correction=0).clamp(min=floor).view(-1, 1, 1, 1)
+    return (pixels - mean) / deviation
+
+
+Preprocessing = Rescale | KerasAugmentation | CifarDistortion
+KINDS: dict[str, type] = {kind.__name__: kind for kind in (Rescale, KerasAugmentation, CifarDistortion)}
+
+
+def describe(preprocessing: Preprocessing) -> dict[str, Any]:
+    """Plain data that `rebuild` turns back into the same preprocessing (for checkpoints)."""
+    return {"kind": type(preprocessing).__name__, **dataclasses.asdict(preprocessing)}
+
+
+def rebuild(description: dict[str, Any]) -> Preprocessing:
+    fields = dict(description)
+    kind = fields.pop("kind", None)
+    if kind not in KINDS:
+        raise ValueError(f"unknown preprocessing {kind!r}; known: {', '.join(KINDS)}")
+    return KINDS[kind](**fields)
