@@ -10,7 +10,6 @@ Ctrl-C stops at once, marks the current run `interrupted` and keeps every finish
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import warnings
 from functools import partial
@@ -22,7 +21,7 @@ from devicebench import __version__
 from devicebench.checkpoint import save_checkpoint
 from devicebench.config import RunConfig
 from devicebench.data import ArrayDataset, DataFormatError, DataUnavailable, ImageFolderDataset, load_dataset
-from devicebench.data.pipeline import batches_for, default_workers
+from devicebench.data.pipeline import batches_for, default_workers, usable_cores
 from devicebench.devices import device_name, resolve_devices
 from devicebench.engine.loop import Reporter, TrainingSetup, train
 from devicebench.engine.timing import Stopwatch, wall_clock_utc
@@ -220,7 +219,7 @@ def train_record(
             watch=Stopwatch(device),
             reporter=reporter,
         )
-        diagnosis = diagnose(record, cores=os.cpu_count() or 1)
+        diagnosis = diagnose(record, cores=usable_cores())
         if diagnosis is not None:
             record.input_verdict, record.input_diagnosis = diagnosis.verdict, diagnosis.text
         if record.status == "running":

@@ -70,13 +70,12 @@ class KerasAugmentation(Rescale):
         # affine_grid, whose coordinates are (x = column, y = row) normalised to [-1, 1] around the centre:
         theta = torch.zeros(count, 2, 3)
         theta[:, 0, 0] = torch.cos(angle) * zoom_columns
-        theta[:, 1, 0] = -torch.sin(angle) * zoom_columns
+        theta[:, 1, 0] = -torch.sin(angle) * zoom_columns * pixels.shape[-1] / pixels.shape[-2]  # x, y scale apart
         theta[:, 1, 1] = zoom_rows
         grid = F.affine_grid(theta, list(pixels.shape), align_corners=False)
         pixels = F.grid_sample(pixels, grid, mode="bilinear", padding_mode="border", align_corners=False)
         if self.horizontal_flip:
-            flip = draws[:, 3] < 0.5
-            pixels[flip] = pixels[flip].flip(-1)
+            pixels = _flip_where(draws[:, 3] < 0.5, pixels)
         return pixels
 
 
@@ -113,8 +112,7 @@ class CifarDistortion:
             image[:, row : row + self.crop, column : column + self.crop]
             for image, row, column in zip(pixels, rows.tolist(), columns.tolist())
         ])
-        flip = draws[:, 0] < 0.5
-        crops[flip] = crops[flip].flip(-1)
+        crops = _flip_where(draws[:, 0] < 0.5, crops)
         crops += ((draws[:, 1] * 2 - 1) * self.brightness).view(-1, 1, 1, 1)
         factor = (self.contrast_low + draws[:, 2] * (self.contrast_high - self.contrast_low)).view(-1, 1, 1, 1)
         channel_means = crops.mean(dim=(2, 3), keepdim=True)
@@ -128,6 +126,11 @@ class CifarDistortion:
 
     def output_shape(self, image_shape: tuple[int, int, int]) -> tuple[int, int, int]:
         return (image_shape[0], self.crop, self.crop)
+
+
+def _flip_where(chosen: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
+    """`images` with the `chosen` ones mirrored left to right (a masked assignment is 1000x slower on the CPU)."""
+    return torch.where(chosen.view(-1, 1, 1, 1), images.flip(-1), images)
 
 
 def _standardize(pixels: torch.Tensor) -> torch.Tensor:

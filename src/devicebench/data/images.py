@@ -115,7 +115,7 @@ def decode_image(data: bytes, *, channels: int, size: tuple[int, int], name: str
         # NEAREST, not BILINEAR: the seeds' tutorial loaded images with Keras flow_from_directory, whose
         # interpolation defaults to "nearest"; we resize the same way so the pixels match.
         resized = converted.resize((width, height), Image.Resampling.NEAREST)
-        pixels = np.asarray(resized, dtype=np.uint8)
+        pixels = np.array(resized, dtype=np.uint8)  # a writable copy: torch.from_numpy needs one
     except PILLOW_READ_ERRORS as error:
         raise DataFormatError(f"{name}: not a readable image ({_describe_pillow_error(error)})") from error
     if channels == 1:

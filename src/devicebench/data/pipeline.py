@@ -52,7 +52,8 @@ def epoch_order(num_samples: int, epoch: int, seed: int, shuffle: bool) -> torch
     """The sample indices of one epoch, in the order they are drawn."""
     if not shuffle:
         return torch.arange(num_samples)
-    return torch.randperm(num_samples, generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
+    # reduced to 64 bits: manual_seed refuses larger integers, and any --seed is allowed
+    return torch.randperm(num_samples, generator=torch.Generator().manual_seed((seed * 1_000_003 + epoch) % 2**64))
 
 
 def _batch_sizes(num_samples: int, batch_size: int, steps: int) -> list[int]:
@@ -158,7 +159,8 @@ class _PreprocessedImages(Dataset):
         epoch, index = key
         image = self.images.read(index)[None]  # a batch of one: preprocessing works on batches
         if self.training:
-            generator = torch.Generator().manual_seed((self.seed * 1_000_003 + epoch) * 1_000_000_007 + index)
+            image_seed = (self.seed * 1_000_003 + epoch) * 1_000_000_007 + index  # past 64 bits from seed 18,447
+            generator = torch.Generator().manual_seed(image_seed % 2**64)  # manual_seed takes 64 bits at most
             return self.preprocessing.train(image, generator)[0], self.labels[index]
         return self.preprocessing.test(image)[0], self.labels[index]
 
@@ -234,7 +236,14 @@ def default_workers(dataset: ArrayDataset | ImageFolderDataset, preprocessing: P
     otherwise one per core up to MOST_DEFAULT_WORKERS."""
     if isinstance(dataset, ArrayDataset) and not preprocessing.augments:
         return 0
-    return min(MOST_DEFAULT_WORKERS, os.cpu_count() or 1)
+    return min(MOST_DEFAULT_WORKERS, usable_cores())
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (a container's or taskset's limit, where the OS tells it)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def batches_for(

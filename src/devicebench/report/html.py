@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from devicebench.engine.timing import wall_clock_utc
-from devicebench.report.plots import Chart, file_stem, summary_chart, workload_charts
+from devicebench.report.plots import Chart, file_stem, summary_chart, sweep_charts, workload_charts
 from devicebench.report.tables import (
     busy_text,
     median_text,
@@ -57,6 +57,7 @@ class WorkloadSection:
     published: list[tuple[str, str]]  # (what, figure) as the seed's post gave them
     epoch_lengths: str  # how long the measured epochs were, so they are not read against full published epochs
     charts: list[Chart]
+    sweeps: list[Chart]  # throughput (and the ratio to the baseline) against each swept setting; empty if none
     columns: list[tuple[str, str]]  # (heading, what it holds in small print)
     rows: list[list[Cell]]
     notes: list[str]  # synthetic data, errors, missing baselines: read before trusting a row
@@ -67,9 +68,12 @@ def write_report(results: list[Result], out: Path, *, baseline: str = DEFAULT_BA
     """Write the HTML report of `results` to `out` (and every chart to `png_dir` as PNG); returns `out`."""
     environment = _template_environment()
     rows_by_workload = compare(results, baseline=baseline, prices=prices)
-    sections = [_workload_section(name, rows) for name, rows in rows_by_workload.items()]
+    # `devicebench sweep` stores its grid as one session whose config lists every point (runner.sweep)
+    grid_runs = {run.run_id for result in results if "sweep" in result.config for run in result.runs}
+    sections = [_workload_section(name, rows, grid_runs) for name, rows in rows_by_workload.items()]
     summary = summary_chart(rows_by_workload)
-    charts = ([summary] if summary else []) + [chart for section in sections for chart in section.charts]
+    charts = ([summary] if summary else []) + [chart for section in sections
+                                               for chart in (*section.charts, *section.sweeps)]
     if png_dir is not None:
         png_dir.mkdir(parents=True, exist_ok=True)
         for chart in charts:
@@ -112,7 +116,8 @@ def _data_uri(chart: Chart) -> str:
 # --- one workload ------------------------------------------------------------------------------------------
 
 
-def _workload_section(name: str, rows: list[Row]) -> WorkloadSection:
+def _workload_section(name: str, rows: list[Row], grid_runs: set[str]) -> WorkloadSection:
+    """`grid_runs`: the ids of the runs that `devicebench sweep` made; the rows holding them get sweep charts."""
     entry = _known_workload(name)
     seed = entry.seed if entry else rows[0].runs[0].seed_experiment
     priced = any(row.price_per_hour is not None for row in rows)
@@ -134,6 +139,7 @@ def _workload_section(name: str, rows: list[Row]) -> WorkloadSection:
         published=_published_figures(entry.published) if entry else [],
         epoch_lengths=_epoch_lengths(rows),
         charts=workload_charts(name, rows, entry.published if entry else None),
+        sweeps=sweep_charts(name, [row for row in rows if any(run.run_id in grid_runs for run in row.runs)]),
         columns=columns,
         rows=[_cells(row, priced, energy) for row in rows],
         notes=row_notes(rows),
