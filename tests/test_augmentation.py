@@ -15,7 +15,13 @@ import json
 import pytest
 import torch
 
-from devicebench.data.augmentation import CifarDistortion, KerasAugmentation, Rescale, describe, rebuild
+from devicebench.data.augmentation import (
+    CifarDistortion,
+    KerasAugmentation,
+    Rescale,
+    describe,
+    rebuild,
+)
 
 CIFAR_SIZE = 32  # pixels per side of a CIFAR image
 CROP = 24  # pixels per side of the TF tutorial's crop

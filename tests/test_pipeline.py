@@ -25,7 +25,12 @@ import torch
 from PIL import Image
 
 from devicebench.data import ArrayDataset, ImageFolderDataset
-from devicebench.data.augmentation import CifarDistortion, KerasAugmentation, Preprocessing, Rescale
+from devicebench.data.augmentation import (
+    CifarDistortion,
+    KerasAugmentation,
+    Preprocessing,
+    Rescale,
+)
 from devicebench.data.formats import DataFormatError
 from devicebench.data.images import read_image_folder
 from devicebench.data.pipeline import (

@@ -12,7 +12,13 @@ from result_fixtures import SAMPLES_PER_EPOCH, machine, run, session
 from test_report import assert_valid_png, images, parse
 
 from devicebench.report.html import write_report
-from devicebench.report.plots import MOST_SWEEP_LINES, Sweep, SweepLine, sweep_charts, sweep_series
+from devicebench.report.plots import (
+    MOST_SWEEP_LINES,
+    Sweep,
+    SweepLine,
+    sweep_charts,
+    sweep_series,
+)
 from devicebench.results.compare import compare
 from devicebench.results.schema import Result, RunRecord
 

@@ -8,7 +8,7 @@ import statistics
 import pytest
 import torch
 from torch import nn
-from training_fixtures import learnable_dataset
+from training_fixtures import DelayedBatches, learnable_dataset
 
 from devicebench.data.pipeline import HostBatches
 from devicebench.engine.loop import TrainingPlan, TrainingSetup, train
@@ -36,27 +36,8 @@ class FakeClock:
         self.events.append("host")
         return self.seconds
 
-
-class SlowBatches:
-    """Wraps batches so that handing over each one costs `seconds` on the fake clock: a slow input pipeline."""
-
-    def __init__(self, batches: HostBatches, clock: FakeClock, seconds: float) -> None:
-        self.batches, self.clock, self.seconds = batches, clock, seconds
-        self.batch_size, self.workers = batches.batch_size, 0
-
-    def __len__(self) -> int:
-        return len(self.batches)
-
-    def batch_sizes(self, steps: int) -> list[int]:
-        return self.batches.batch_sizes(steps)
-
-    def epoch(self, epoch: int, steps: int | None = None):
-        for batch in self.batches.epoch(epoch, steps):
-            self.clock.seconds += self.seconds
-            yield batch
-
-    def close(self) -> None:
-        pass
+    def advance(self, seconds: float) -> None:
+        self.seconds += seconds
 
 
 class CostlyModel(nn.Module):
@@ -96,7 +77,8 @@ def run_with_costs(
     train(
         result,
         build,
-        SlowBatches(HostBatches(data.train_images, data.train_labels, 32, CPU), clock, batch_seconds),
+        DelayedBatches(HostBatches(data.train_images, data.train_labels, 32, CPU),
+                       lambda: clock.advance(batch_seconds)),
         HostBatches(data.test_images, data.test_labels, 32, CPU, shuffle=False),
         TrainingPlan(epochs=epochs, max_steps=4, max_eval_steps=2),
         Stopwatch(CPU, clock=clock.read, synchronize=clock.synchronize, host_clock=clock.read_host),

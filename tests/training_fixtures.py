@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 from torch import nn
@@ -29,3 +31,26 @@ def linear_setup(classes: int = 4, learning_rate: float = 0.5) -> TrainingSetup:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Flatten(), nn.Linear(64, classes))
     return TrainingSetup(model, nn.CrossEntropyLoss(), torch.optim.SGD(model.parameters(), lr=learning_rate))
+
+
+class DelayedBatches:
+    """Wraps batches so that `delay()` runs before each one is handed over: a slow input pipeline, in real
+    time (a sleep) or on a test's fake clock."""
+
+    def __init__(self, batches, delay: Callable[[], None]) -> None:
+        self.batches, self.delay = batches, delay
+        self.batch_size, self.workers = batches.batch_size, 0
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def batch_sizes(self, steps: int) -> list[int]:
+        return self.batches.batch_sizes(steps)
+
+    def epoch(self, epoch: int, steps: int | None = None):
+        for batch in self.batches.epoch(epoch, steps):
+            self.delay()
+            yield batch
+
+    def close(self) -> None:
+        self.batches.close()

@@ -20,7 +20,13 @@ import torch
 from devicebench import __version__
 from devicebench.checkpoint import save_checkpoint
 from devicebench.config import RunConfig
-from devicebench.data import ArrayDataset, DataFormatError, DataUnavailable, ImageFolderDataset, load_dataset
+from devicebench.data import (
+    ArrayDataset,
+    DataFormatError,
+    DataUnavailable,
+    ImageFolderDataset,
+    load_dataset,
+)
 from devicebench.data.pipeline import batches_for, default_workers, usable_cores
 from devicebench.devices import device_name, resolve_devices
 from devicebench.engine.loop import Reporter, TrainingSetup, train

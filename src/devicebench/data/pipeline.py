@@ -73,7 +73,7 @@ class HostBatches:
         batch_size: int,
         device: torch.device,
         *,
-        preprocessing: Preprocessing = Rescale(),
+        preprocessing: Preprocessing = Rescale(),  # noqa: B008 (frozen, so one shared instance is safe)
         shuffle: bool = True,
         seed: int = 0,
     ) -> None:

@@ -17,7 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from devicebench.engine.timing import wall_clock_utc
-from devicebench.report.plots import Chart, file_stem, summary_chart, sweep_charts, workload_charts
+from devicebench.report.plots import (
+    Chart,
+    file_stem,
+    summary_chart,
+    sweep_charts,
+    workload_charts,
+)
 from devicebench.report.tables import (
     busy_text,
     median_text,

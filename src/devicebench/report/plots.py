@@ -222,16 +222,13 @@ def _value_text(row: Row, name: str) -> str:
     """A setting's value in `row`: a swept one as the terminal's sweep table shows it, another as stored."""
     if name in OTHER_SPEED_SETTINGS:
         return str(row.settings[name])
-    try:
-        return swept_value(row, name)
-    except KeyError:  # swept_value looks up the workload's defaults: one from an imported file is unknown here
-        return "?"
+    return swept_value(row, name)  # "—" for a default of a workload this devicebench does not know
 
 
 def _swept_number(row: Row, name: str) -> float | None:
     try:
         return float(_value_text(row, name))
-    except ValueError:  # not a number: --set optimizer=adam, or unknown
+    except ValueError:  # not a number: --set optimizer=adam, or "—" (unknown)
         return None
 
 

@@ -236,7 +236,13 @@ def swept_value(row: Row, name: str) -> str:
     """The value of a swept setting (batch_size, workers, or a --set parameter) in `row`."""
     if name in ("batch_size", "workers"):
         return str(row.settings[name])
-    return str(row.settings["overrides"].get(name, get_workload(row.workload).defaults.get(name, "—")))
+    overrides = row.settings["overrides"]
+    if name in overrides:
+        return str(overrides[name])
+    try:
+        return str(get_workload(row.workload).defaults.get(name, "—"))  # the point kept the workload's default
+    except KeyError:  # a workload this devicebench does not know (an imported result)
+        return "—"
 
 
 def sweep_tables(rows_by_workload: dict[str, list[Row]], swept: list[str]) -> list[RenderableType]:
