@@ -11,6 +11,7 @@ constant image and its removal of a brightness shift); and the describe/rebuild 
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -258,3 +259,19 @@ def test_rebuild_of_an_unknown_kind_names_the_known_ones() -> None:
         rebuild({"kind": "Mixup", "alpha": 0.2})
 
     assert "Rescale, KerasAugmentation, CifarDistortion" in str(raised.value)
+
+
+def test_keras_shear_moves_rows_by_the_same_angle_on_a_wide_image():
+    """Shear maps output pixel (row, column) to input row - sin(angle) * column (from the centre), in pixels,
+    whatever the aspect ratio: affine_grid's normalised x and y must be rescaled to one another."""
+    height, width = 16, 64
+    rows = torch.arange(height, dtype=torch.uint8).mul(16).view(1, 1, height, 1).expand(1, 1, height, width)
+    shear = KerasAugmentation(shear=0.3, zoom=0.0, horizontal_flip=False)
+    out = shear.train(rows.contiguous(), torch.Generator().manual_seed(5))[0, 0]
+    draws = torch.rand(1, 4, generator=torch.Generator().manual_seed(5))  # the same draws train() made
+    angle = float((draws[0, 0] * 2 - 1) * 0.3)
+    assert abs(angle) > 0.05  # a shear worth measuring
+    row = 8
+    for column in range(20, 44):
+        source_row = row - math.sin(angle) * (column - (width - 1) / 2)
+        assert float(out[row, column]) == pytest.approx(source_row * 16 / 255, abs=1e-4)

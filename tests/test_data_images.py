@@ -7,6 +7,7 @@ Every image here is written by Pillow into tmp_path; the zip is also served from
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import inspect
 import io
@@ -21,6 +22,7 @@ import pytest
 import torch
 from PIL import Image
 
+from devicebench import RunConfig, runner
 from devicebench.data import DataUnavailable
 from devicebench.data.formats import DataFormatError
 from devicebench.data.images import (
@@ -392,3 +394,20 @@ def test_the_registry_entry_matches_the_readers_default_split():
     assert spec.num_classes == 2 and [remote.filename for remote in spec.files] == [ZIP_NAME]
     assert spec.train_size == spec.num_classes * defaults["train_per_class"].default == 8_000
     assert spec.test_size == spec.num_classes * defaults["test_per_class"].default == 2_000
+
+
+def test_a_cats_vs_dogs_run_downloads_the_zip_and_trains_on_its_photos(pet_zip, loopback_server, tmp_path,
+                                                                        monkeypatch):
+    """`--data real` end to end: the registry's URL (here the loopback server), the checksum, the split, a run."""
+    url = loopback_server.publish(pet_zip)
+    data = pet_zip.read_bytes()
+    remote = RemoteFile(ZIP_NAME, (url,), f"sha256:{hashlib.sha256(data).hexdigest()}", size_bytes=len(data))
+    monkeypatch.setitem(DATASETS, "cats-vs-dogs",
+                        dataclasses.replace(DATASETS["cats-vs-dogs"], files=(remote,), train_size=16, test_size=4))
+    result = runner.run(RunConfig(workloads=("catdog-original",), devices="cpu", data="real",
+                                  data_dir=str(tmp_path / "cache"), epochs=2, batch_size=4, workers=0))
+    [record] = result.runs
+    assert record.status == "ok", record.error
+    assert record.settings.data_source == "real"
+    assert [epoch.samples for epoch in record.epochs] == [16, 16] and record.epochs[0].eval_samples == 4
+    assert (tmp_path / "cache" / "cats-vs-dogs" / ZIP_NAME).read_bytes() == data

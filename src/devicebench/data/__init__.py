@@ -138,8 +138,9 @@ def _load_real(
     folder = dataset_folder(name, data_dir)
     spec = dataset_spec(name)
     paths = [fetch(remote, folder, progress=progress, timeout_s=timeout_s) for remote in spec.files]
-    if name == "cats-vs-dogs":
-        return read_pet_images(paths[0])
+    if name == "cats-vs-dogs":  # the registry's sizes are the split: 4,000 + 1,000 per class, as the seeds had
+        per_class = spec.train_size // spec.num_classes, spec.test_size // spec.num_classes
+        return read_pet_images(paths[0], train_per_class=per_class[0], test_per_class=per_class[1])
     splits = read_release(name, folder)
     return ArrayDataset(
         name=name,
