@@ -166,3 +166,16 @@ def test_predict_refuses_a_file_that_is_not_a_checkpoint(tmp_path, content):
 def test_save_needs_exactly_one_workload(tmp_path):
     result = cli.invoke(app, ["run", "catdog-*", "--save", str(tmp_path / "m.pt"), *SHORT])
     assert result.exit_code == EXIT_USAGE and "one model" in result.output
+
+
+def test_files_left_out_and_empty_classes_are_shown_before_training(tmp_path):
+    rng = __import__("numpy").random.default_rng(0)
+    for name, brightness in BRIGHTNESS.items():
+        for index in range(2):
+            write_image(tmp_path / "train" / name / f"{index}.jpg", brightness, rng)
+    write_image(tmp_path / "test" / "dark" / "0.jpg", BRIGHTNESS["dark"], rng)
+    (tmp_path / "train" / "dark" / "broken.jpg").write_text("not a picture")
+    result = cli.invoke(app, ["run", "catdog-original", "--data-dir", str(tmp_path), "--workers", "0", *SHORT])
+    assert result.exit_code == 0, result.output
+    assert "left out 1 unreadable image file(s)" in result.stderr and "broken.jpg" in result.stderr
+    assert "class 'light' has no readable images in test" in result.stderr

@@ -15,8 +15,9 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.text import Text
 
-from devicebench.data import ArrayDataset
+from devicebench.data import ArrayDataset, ImageFolderDataset
 from devicebench.results.schema import EpochRecord, RunRecord
 from devicebench.runner import RunReporter
 from devicebench.workloads import Workload
@@ -46,7 +47,11 @@ class RichReporter(RunReporter):
         self.task = None
         self.announced: set[str] = set()  # datasets whose synthetic stand-in was already announced
 
-    def dataset_loaded(self, workload: Workload, dataset: ArrayDataset) -> None:
+    def dataset_loaded(self, workload: Workload, dataset: ArrayDataset | ImageFolderDataset) -> None:
+        notes = getattr(dataset, "notes", ())  # an image folder's: files left out, empty classes
+        if notes and dataset.origin not in self.announced:
+            self.announced.add(dataset.origin)
+            self.console.print(Text(f"{dataset.origin}: " + "; ".join(notes), style="yellow"))
         if dataset.source == "synthetic" and dataset.name not in self.announced:
             self.announced.add(dataset.name)
             why = dataset.fallback_reason or "--data synthetic was asked for"
@@ -68,6 +73,7 @@ class RichReporter(RunReporter):
             f"[bold]{record.workload}[/] on [bold]{record.device}[/] ({record.device_name}), "
             f"repeat {record.repeat + 1}, batch {settings.batch_size}, {settings.epochs} epochs of {steps}, "
             f"{settings.data_source} data, {settings.threads} threads"
+            + (f", {settings.workers} loader workers" if settings.workers else "")
         )
 
     def epoch_started(self, epoch: int, steps: int) -> None:
