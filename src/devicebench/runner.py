@@ -1,7 +1,8 @@
-"""Run a configuration: every selected workload on every selected device, `repeats` times each.
+"""Run a configuration (or the points of a sweep): every selected workload on every selected device, `repeats`
+times each.
 
-The data is loaded once per dataset and shared by every device, so each device trains on the same bytes in
-the same order. A run that fails (an error, out of memory) is recorded with its reason and the suite moves on;
+The data is loaded once for every device and every consecutive workload or grid point that wants it, so each
+device trains on the same bytes in the same order. A run that fails (an error, out of memory) is recorded with its reason and the suite moves on;
 Ctrl-C stops at once, marks the current run `interrupted` and keeps every finished epoch.
 
     python -c "from devicebench import runner, RunConfig; r = runner.run(RunConfig(devices='cpu', data='synthetic', max_steps=5)); print(len(r.runs))"
@@ -116,16 +117,19 @@ def _run_configs(
     reporter: RunReporter,
     save_to: Path | None,
 ) -> None:
-    datasets: dict[tuple, Dataset | DataProblem] = {}
+    # One dataset in memory at a time (the quick suite's together weigh about 1 GB), reused for as long as the
+    # next workload or grid point wants the same one.
+    loaded: tuple | None = None
+    dataset: Dataset | DataProblem | None = None
     try:
         for config in configs:
             for workload in config.selected_workloads():
-                key = (workload.dataset, workload.image_shape, config.data, config.data_dir, config.seed)
-                if key not in datasets:
-                    datasets[key] = _load(workload, config)
-                    if not isinstance(datasets[key], DataProblem):
-                        reporter.dataset_loaded(workload, datasets[key])
-                dataset = datasets[key]
+                wanted = (workload.dataset, workload.image_shape, config.data, config.data_dir, config.seed)
+                if wanted != loaded:
+                    dataset = None  # let the last one go before the next one is read
+                    loaded, dataset = wanted, _load(workload, config)
+                    if not isinstance(dataset, DataProblem):
+                        reporter.dataset_loaded(workload, dataset)
                 for device in devices:
                     for repeat in range(config.repeats):
                         record = new_record(workload, dataset, device, repeat, config)
