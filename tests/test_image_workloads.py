@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from image_fixtures import BRIGHTNESS, write_brightness_folder, write_image
 from typer.testing import CliRunner
 
 from devicebench import RunConfig, runner
-from devicebench.checkpoint import load_checkpoint, predict
+from devicebench.checkpoint import load_checkpoint, predict, prepare
 from devicebench.cli import EXIT_FAILED_RUN, EXIT_USAGE, app
 from devicebench.cli.sweep import parse_set_grid
 from devicebench.results.store import Store
@@ -38,7 +39,7 @@ def test_any_image_workload_trains_on_a_folder_converted_to_what_its_model_takes
 
 
 def test_a_folder_with_more_classes_than_the_model_fails_that_run_clearly(tmp_path):
-    rng = __import__("numpy").random.default_rng(0)
+    rng = np.random.default_rng(0)
     for split in ("train", "test"):
         for name in ("a", "b", "c"):
             write_image(tmp_path / split / name / "0.png", 100, rng)
@@ -49,7 +50,7 @@ def test_a_folder_with_more_classes_than_the_model_fails_that_run_clearly(tmp_pa
 
 
 def test_a_folder_without_a_test_split_fails_every_run_with_the_expected_layout(tmp_path):
-    write_image(tmp_path / "train" / "a" / "0.png", 100, __import__("numpy").random.default_rng(0))
+    write_image(tmp_path / "train" / "a" / "0.png", 100, np.random.default_rng(0))
     result = runner.run(RunConfig(workloads=("catdog-original",), devices="cpu", data_dir=str(tmp_path), epochs=1))
     assert [record.status for record in result.runs] == ["failed"]
     assert "test" in result.runs[0].error and "DIR/train/<class>" in result.runs[0].error
@@ -111,7 +112,7 @@ def saved_model(folder, tmp_path_factory) -> Path:
 
 def held_out(tmp_path: Path) -> dict[Path, str]:
     """Eight new images per class, of sizes the model never saw."""
-    rng = __import__("numpy").random.default_rng(7)
+    rng = np.random.default_rng(7)
     return {write_image(tmp_path / f"{name}{index}.jpg", brightness, rng, (100 + index, 70)): name
             for name, brightness in BRIGHTNESS.items() for index in range(8)}
 
@@ -131,7 +132,7 @@ def test_skipping_the_rescale_tilts_every_answer_one_way(saved_model, tmp_path):
     checkpoint = load_checkpoint(saved_model)
 
     def raw_pixels(checkpoint, data, name):
-        return predict.__globals__["prepare"](checkpoint, data, name) * 255  # undo the 1/255
+        return prepare(checkpoint, data, name) * 255  # undo the 1/255
 
     answers = [prediction.class_name for prediction in predict(checkpoint, list(images), inputs=raw_pixels)]
     assert answers != list(images.values())
@@ -139,7 +140,7 @@ def test_skipping_the_rescale_tilts_every_answer_one_way(saved_model, tmp_path):
 
 
 def test_predict_cli_reports_bad_files_and_still_classifies_the_rest(saved_model, tmp_path):
-    good = write_image(tmp_path / "ok.png", BRIGHTNESS["light"], __import__("numpy").random.default_rng(1))
+    good = write_image(tmp_path / "ok.png", BRIGHTNESS["light"], np.random.default_rng(1))
     not_an_image = tmp_path / "notes.jpg"
     not_an_image.write_text("hello")
     result = cli.invoke(app, ["predict", str(saved_model), str(not_an_image), str(good),
@@ -169,7 +170,7 @@ def test_save_needs_exactly_one_workload(tmp_path):
 
 
 def test_files_left_out_and_empty_classes_are_shown_before_training(tmp_path):
-    rng = __import__("numpy").random.default_rng(0)
+    rng = np.random.default_rng(0)
     for name, brightness in BRIGHTNESS.items():
         for index in range(2):
             write_image(tmp_path / "train" / name / f"{index}.jpg", brightness, rng)
