@@ -9,22 +9,25 @@ from torch import nn
 import devicebench.workloads as registry
 from devicebench.data.pipeline import HostBatches
 from devicebench.data.synthetic import synthetic_dataset
+from devicebench.data.text import synthetic_text
 from devicebench.workloads import SEED_EXPERIMENTS, get_workload, list_workloads
 from devicebench.workloads.cifar_mlp import KerasNormalizedCrossEntropy
 
 WORKLOADS = list_workloads()
 NAMES = [entry.name for entry in WORKLOADS]
+TORCH_WORKLOADS = [entry for entry in WORKLOADS if entry.trainer is None]  # the trees are tested in test_gbdt.py
 
 
 def test_the_seed_workloads_of_this_release_are_registered():
     assert {"mnist-cnn2", "mnist-cnn4", "cifar10-mlp", "cifar100-mlp", "cifar10-cnn", "catdog-original",
-            "catdog-improved", "catdog-hires", "catdog-deep"} <= set(NAMES)
+            "catdog-improved", "catdog-hires", "catdog-deep", "imdb-bilstm", "imdb-transformer"} <= set(NAMES)
 
 
 @pytest.mark.parametrize("entry", WORKLOADS, ids=NAMES)
 def test_workload_declares_what_a_user_needs(entry):
     assert entry.seed in SEED_EXPERIMENTS
-    assert entry.defaults["batch_size"] >= 1 and entry.defaults["epochs"] >= 1
+    assert entry.defaults["epochs"] >= 1
+    assert entry.defaults["batch_size"] >= 1 if entry.trainer is None else "batch_size" not in entry.defaults
     assert entry.quick.epochs >= 2  # the quick suite must show a steady state after the warm-up epoch
     assert entry.published.hardware and entry.published.basis
 
@@ -34,12 +37,20 @@ def small(entry: registry.Workload) -> dict:
     return {**entry.defaults, "depth": 4} if "depth" in entry.defaults else dict(entry.defaults)
 
 
-@pytest.mark.parametrize("entry", WORKLOADS, ids=NAMES)
+def tiny_dataset(entry: registry.Workload, hyperparameters: dict):
+    """16 training samples of the workload's synthetic data: images, or token ids for a text model."""
+    if entry.image_shape is None:
+        return synthetic_text(entry.dataset, seed=0, train_size=16, test_size=8, **entry.data_request(hyperparameters))
+    return synthetic_dataset(entry.dataset, seed=0, train_size=16, test_size=8, image_shape=entry.image_shape)
+
+
+@pytest.mark.parametrize("entry", TORCH_WORKLOADS, ids=[entry.name for entry in TORCH_WORKLOADS])
 def test_workload_trains_and_its_loss_falls(entry):
     """A handful of real steps on one small, learnable batch must lower the loss."""
     hyperparameters = small(entry)
-    dataset = synthetic_dataset(entry.dataset, seed=0, train_size=16, test_size=8, image_shape=entry.image_shape)
-    batches = HostBatches(dataset.train_images, dataset.train_labels, 16, torch.device("cpu"), shuffle=False,
+    dataset = tiny_dataset(entry, hyperparameters)
+    inputs = dataset.train_tokens if entry.image_shape is None else dataset.train_images
+    batches = HostBatches(inputs, dataset.train_labels, 16, torch.device("cpu"), shuffle=False,
                           preprocessing=entry.build_preprocessing(hyperparameters))
     images, labels = next(iter(batches.epoch(1)))
     torch.manual_seed(0)
@@ -61,7 +72,7 @@ def test_workload_trains_and_its_loss_falls(entry):
     assert predicted.shape == labels.shape and set(predicted.tolist()) <= set(range(dataset.num_classes))
 
 
-@pytest.mark.parametrize("entry", WORKLOADS, ids=NAMES)
+@pytest.mark.parametrize("entry", TORCH_WORKLOADS, ids=[entry.name for entry in TORCH_WORKLOADS])
 def test_parameter_count_on_meta_equals_the_real_model(entry):
     real = sum(parameter.numel() for parameter in entry.build_model(entry.defaults).parameters())
     assert entry.parameter_count() == real
@@ -128,3 +139,13 @@ def test_registering_a_bad_workload_is_refused():
         registry.workload(name="mnist-cnn2", seed="S1", dataset="mnist", summary="", loss=nn.CrossEntropyLoss,
                           optimizer=registry.adam, defaults={"batch_size": 1, "epochs": 1},
                           published=registry.Published(None, "", ""), image_shape=(1, 28, 28))(lambda hyperparameters: nn.Identity())
+
+
+def test_text_models_have_the_keras_examples_sizes():
+    # Keras' summary of "Text classification with Transformer": 657,758 parameters
+    assert get_workload("imdb-transformer").parameter_count() == 657_758
+    # Keras' "Bidirectional LSTM on IMDB": 2,757,761; PyTorch LSTMs carry a second bias vector per direction and
+    # layer (4 gates x 64 units x 2 directions x 2 layers = 1,024 more, held at zero at the start)
+    assert get_workload("imdb-bilstm").parameter_count() == 2_757_761 + 1_024
+    forget_bias = get_workload("imdb-bilstm").build_model(get_workload("imdb-bilstm").defaults).first.bias_ih_l0
+    assert forget_bias[64:128].eq(1).all() and forget_bias[:64].eq(0).all()  # Keras' unit_forget_bias

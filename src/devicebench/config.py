@@ -81,16 +81,26 @@ class RunConfig:
         return self.suite or ("seeds" if self.workloads else "quick")
 
     def selected_workloads(self) -> list[Workload]:
+        """The workloads to run; the suite leaves out those this installation cannot run (see `skipped`)."""
         if not self.workloads:
-            return list_workloads()
+            return [entry for entry in list_workloads() if entry.requires() is None]
         selected: list[Workload] = []
         for name in self.workloads:
             matches = list_workloads(name) if any(c in name for c in "*?[") else [_known(name)]
             if not matches:
                 known = ", ".join(w.name for w in list_workloads())
                 raise ConfigError(f"no workload matches {name!r}; known workloads: {known}")
+            for match in matches:
+                if match.requires() is not None:
+                    raise ConfigError(f"{match.name} {match.requires()}")
             selected += [match for match in matches if match not in selected]
         return selected
+
+    def skipped(self) -> list[tuple[Workload, str]]:
+        """The suite's workloads this installation cannot run, each with what it needs."""
+        if self.workloads:
+            return []
+        return [(entry, entry.requires()) for entry in list_workloads() if entry.requires() is not None]
 
     def overrides_for(self, workload: Workload) -> dict[str, Any]:
         """The `--set` values for `workload`, each converted to the type of the parameter's default."""
@@ -116,6 +126,9 @@ class RunConfig:
         return {**workload.defaults, **self.overrides_for(workload), "batch_size": self.batch_size_for(workload)}
 
     def batch_size_for(self, workload: Workload) -> int:
+        """Samples per step; 0 for a workload without batches (boosted trees: every round sees every row)."""
+        if "batch_size" not in workload.defaults:
+            return 0
         return self.batch_size or self.overrides_for(workload).get("batch_size") or workload.defaults["batch_size"]
 
     def plan_for(self, workload: Workload | str) -> TrainingPlan:

@@ -124,10 +124,11 @@ def _run_configs(
     try:
         for config in configs:
             for workload in config.selected_workloads():
-                wanted = (workload.dataset, workload.image_shape, config.data, config.data_dir, config.seed)
+                request = workload.data_request(config.hyperparameters_for(workload))
+                wanted = (workload.dataset, sorted(request.items()), config.data, config.data_dir, config.seed)
                 if wanted != loaded:
                     dataset = None  # let the last one go before the next one is read
-                    loaded, dataset = wanted, _load(workload, config)
+                    loaded, dataset = wanted, _load(workload.dataset, request, config)
                     if not isinstance(dataset, DataProblem):
                         reporter.dataset_loaded(workload, dataset)
                 for device in devices:
@@ -149,12 +150,11 @@ def _run_configs(
                 reporter.run_finished(record)
 
 
-def _load(workload: Workload, config: RunConfig) -> Dataset | DataProblem:
+def _load(name: str, request: dict, config: RunConfig) -> Dataset | DataProblem:
     try:
         with warnings.catch_warnings():  # the reporter shows the fallback reason, which the dataset carries
             warnings.filterwarnings("ignore", message="real .* could not be had", category=UserWarning)
-            return load_dataset(workload.dataset, config.data, data_dir=config.data_dir, seed=config.seed,
-                                image_shape=workload.image_shape)
+            return load_dataset(name, config.data, data_dir=config.data_dir, seed=config.seed, **request)
     except (DataUnavailable, DataFormatError) as error:
         return error
 
@@ -217,24 +217,29 @@ def train_record(
     try:
         _check_classes(workload, dataset)
         record.parameter_count = workload.parameter_count(settings.hyperparameters)
-        preprocessing = workload.build_preprocessing(settings.hyperparameters)
-        batches = batches_for(dataset, workload.image_shape, preprocessing, batch_size, device,
-                              workers=settings.workers, seed=config.seed)
-        model = train(
-            record,
-            build=partial(_build, workload, settings.hyperparameters, device, config.seed),
-            train_batches=batches[0],
-            test_batches=batches[1],
-            plan=config.plan_for(workload),
-            watch=Stopwatch(device),
-            reporter=reporter,
-        )
-        diagnosis = diagnose(record, cores=usable_cores())
-        if diagnosis is not None:
-            record.input_verdict, record.input_diagnosis = diagnosis.verdict, diagnosis.text
+        model = None
+        if workload.trainer is not None:  # not a torch model: it trains itself, timed by the same Stopwatch
+            workload.trainer(record, dataset, device, settings.hyperparameters, config.plan_for(workload),
+                             Stopwatch(device), reporter)
+        else:
+            preprocessing = workload.build_preprocessing(settings.hyperparameters)
+            batches = batches_for(dataset, workload.image_shape, preprocessing, batch_size, device,
+                                  workers=settings.workers, seed=config.seed)
+            model = train(
+                record,
+                build=partial(_build, workload, settings.hyperparameters, device, config.seed),
+                train_batches=batches[0],
+                test_batches=batches[1],
+                plan=config.plan_for(workload),
+                watch=Stopwatch(device),
+                reporter=reporter,
+            )
+            diagnosis = diagnose(record, cores=usable_cores())
+            if diagnosis is not None:
+                record.input_verdict, record.input_diagnosis = diagnosis.verdict, diagnosis.text
         if record.status == "running":
             record.status = "ok"
-            if save_to is not None:
+            if save_to is not None and model is not None:
                 save_checkpoint(save_to, model, workload, record, dataset)
     except torch.cuda.OutOfMemoryError as error:  # torch.OutOfMemoryError from 2.5 on; this name works from 2.3
         record.status = "oom"

@@ -52,6 +52,7 @@ def _workload_json(entry: Workload) -> dict:
         "dataset": entry.dataset,
         "summary": entry.summary,
         "parameter_count": entry.parameter_count(),
+        "unavailable": entry.requires(),  # what this installation lacks to run it, or null
         "defaults": dict(entry.defaults),
         "quick": {"epochs": entry.quick.epochs, "max_steps": entry.quick.max_steps,
                   "max_eval_steps": entry.quick.max_eval_steps},

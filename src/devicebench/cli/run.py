@@ -117,10 +117,14 @@ def run(
         )
     except ConfigError as error:
         raise fail(str(error)) from None
+    for entry, reason in config.skipped():
+        errors.print(f"{entry.name} is left out: it {reason}", highlight=False)
     if save is not None:
         selected = config.selected_workloads()
         if len(selected) != 1:
             raise fail(f"--save keeps one model, but {len(selected)} workloads are selected; name one workload")
+        if selected[0].trainer is not None:
+            raise fail(f"--save keeps torch models; {selected[0].name} is not one")
         if not save.parent.is_dir():
             raise fail(f"cannot write --save {save}: folder {save.parent} does not exist; create it first")
     outcome = train_and_show([config], json_file=json_file, quiet=quiet, db=db, tensorboard=tensorboard,

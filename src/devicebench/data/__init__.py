@@ -15,7 +15,7 @@ import dataclasses
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -72,6 +72,7 @@ from devicebench.data.images import (  # noqa: E402
     read_pet_images,
 )
 from devicebench.data.sources import (  # noqa: E402
+    DatasetSpec,
     DataUnavailable,
     dataset_folder,
     dataset_spec,
@@ -79,6 +80,17 @@ from devicebench.data.sources import (  # noqa: E402
     known_datasets,
 )
 from devicebench.data.synthetic import synthetic_dataset  # noqa: E402
+from devicebench.data.tables import TableDataset, read_covertype, synthetic_table  # noqa: E402
+from devicebench.data.text import (  # noqa: E402
+    TokenDataset,
+    is_text_folder,
+    read_imdb,
+    read_text_folder,
+    synthetic_text,
+)
+
+Dataset = ArrayDataset | ImageFolderDataset | TokenDataset | TableDataset
+SYNTHETIC_TABLE = "synthetic-table"  # the dataset of gbdt-synthetic: generated to the size asked, never downloaded
 
 __all__ = [
     "ArrayDataset",
@@ -86,7 +98,10 @@ __all__ = [
     "DataFormatError",
     "DataSource",
     "DataUnavailable",
+    "Dataset",
     "ImageFolderDataset",
+    "TableDataset",
+    "TokenDataset",
     "known_datasets",
     "load_dataset",
     "synthetic_dataset",
@@ -99,29 +114,34 @@ def load_dataset(
     *,
     data_dir: str | Path | None = None,
     seed: int = 0,
-    image_shape: tuple[int, int, int] | None = None,
     progress: bool = True,
     timeout_s: float = 15.0,
-) -> ArrayDataset | ImageFolderDataset:
-    """Load dataset `name` from `source`.
+    **shape: Any,
+) -> Dataset:
+    """Load dataset `name` from `source`, shaped as `shape` says the model takes it: `image_shape=(C, H, W)` for
+    images, `vocab_size` and `sequence_length` for text, `rows` and `features` for a synthetic table.
 
-    "real": the image folder `data_dir` if it is one; else from `<data root>/<name>/` (the root is `data_dir`
-    when given), downloading and verifying what is missing; DataUnavailable when it cannot.
-    "synthetic": seeded synthetic data of the real shapes, or of `image_shape` when given (see synthetic.py).
+    "real": your own folder `data_dir` if it is one (images or texts, by the dataset's kind); else from
+    `<data root>/<name>/` (the root is `data_dir` when given), downloading and verifying what is missing;
+    DataUnavailable when it cannot.
+    "synthetic": seeded synthetic data of the real shapes (see synthetic.py, text.py, tables.py).
     "auto": real when cached or downloadable, otherwise synthetic with `fallback_reason` set (and a warning).
     `seed` only affects synthetic data; `timeout_s` is per network operation, in seconds.
     """
+    if source not in ("auto", "real", "synthetic"):
+        raise ValueError(f"source must be 'auto', 'real' or 'synthetic', got {source!r}")
+    if name == SYNTHETIC_TABLE:  # generated whatever the source: there is no real one
+        return synthetic_table(name, seed=seed, **shape)
     spec = dataset_spec(name)
     if source == "synthetic":
-        return synthetic_dataset(spec.name, seed=seed, image_shape=image_shape)
-    if data_dir is not None and is_image_folder(data_dir):
-        return read_image_folder(data_dir)
+        return _synthetic(spec, seed, shape)
+    own = _own_folder(spec, data_dir, shape)
+    if own is not None:
+        return own
     if source == "real":
-        return _load_real(spec.name, data_dir, progress=progress, timeout_s=timeout_s)
-    if source != "auto":
-        raise ValueError(f"source must be 'auto', 'real' or 'synthetic', got {source!r}")
+        return _load_real(spec.name, data_dir, shape, progress=progress, timeout_s=timeout_s)
     try:
-        return _load_real(spec.name, data_dir, progress=progress, timeout_s=timeout_s)
+        return _load_real(spec.name, data_dir, shape, progress=progress, timeout_s=timeout_s)
     except DataUnavailable as error:
         filenames = ", ".join(remote.filename for remote in spec.files)
         reason = (
@@ -129,15 +149,39 @@ def load_dataset(
             f"same shape. Put {filenames} in {error.folder} or check the network."
         )
     warnings.warn(reason, stacklevel=2)
-    return dataclasses.replace(synthetic_dataset(spec.name, seed=seed, image_shape=image_shape), fallback_reason=reason)
+    return dataclasses.replace(_synthetic(spec, seed, shape), fallback_reason=reason)
+
+
+def _synthetic(spec: DatasetSpec, seed: int, shape: dict[str, Any]) -> Dataset:
+    if spec.kind == "text":
+        return synthetic_text(spec.name, seed=seed, **shape)
+    if spec.kind == "table":
+        return synthetic_table(spec.name, seed=seed, rows=spec.train_size + spec.test_size, features=spec.features,
+                               classes=spec.num_classes, test_fraction=spec.test_size / (spec.train_size + spec.test_size))
+    return synthetic_dataset(spec.name, seed=seed, **shape)
+
+
+def _own_folder(spec: DatasetSpec, data_dir: str | Path | None, shape: dict[str, Any]) -> Dataset | None:
+    """The user's own images or texts in `data_dir`, when it is laid out as such a folder."""
+    if data_dir is None:
+        return None
+    if spec.kind == "images" and is_image_folder(data_dir):
+        return read_image_folder(data_dir)
+    if spec.kind == "text" and is_text_folder(data_dir):
+        return read_text_folder(data_dir, **shape)
+    return None
 
 
 def _load_real(
-    name: str, data_dir: str | Path | None, *, progress: bool, timeout_s: float
-) -> ArrayDataset | ImageFolderDataset:
+    name: str, data_dir: str | Path | None, shape: dict[str, Any], *, progress: bool, timeout_s: float
+) -> Dataset:
     folder = dataset_folder(name, data_dir)
     spec = dataset_spec(name)
     paths = [fetch(remote, folder, progress=progress, timeout_s=timeout_s) for remote in spec.files]
+    if spec.kind == "text":
+        return read_imdb(paths[0], **shape)
+    if spec.kind == "table":
+        return read_covertype(paths[0])
     if name == "cats-vs-dogs":  # the registry's sizes are the split: 4,000 + 1,000 per class, as the seeds had
         per_class = spec.train_size // spec.num_classes, spec.test_size // spec.num_classes
         return read_pet_images(paths[0], train_per_class=per_class[0], test_per_class=per_class[1])

@@ -128,6 +128,24 @@ class CifarDistortion:
         return (image_shape[0], self.crop, self.crop)
 
 
+@dataclass(frozen=True)
+class Unchanged:
+    """Inputs that are not pixels (token ids): handed to the model as they are."""
+
+    @property
+    def augments(self) -> bool:
+        return False
+
+    def train(self, inputs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        return inputs
+
+    def test(self, inputs: torch.Tensor) -> torch.Tensor:
+        return inputs
+
+    def output_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        return shape
+
+
 def _flip_where(chosen: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
     """`images` with the `chosen` ones mirrored left to right (a masked assignment is 1000x slower on the CPU)."""
     return torch.where(chosen.view(-1, 1, 1, 1), images.flip(-1), images)
@@ -142,8 +160,8 @@ def _standardize(pixels: torch.Tensor) -> torch.Tensor:
     return (pixels - mean) / deviation
 
 
-Preprocessing = Rescale | KerasAugmentation | CifarDistortion
-KINDS: dict[str, type] = {kind.__name__: kind for kind in (Rescale, KerasAugmentation, CifarDistortion)}
+Preprocessing = Rescale | KerasAugmentation | CifarDistortion | Unchanged
+KINDS: dict[str, type] = {kind.__name__: kind for kind in (Rescale, KerasAugmentation, CifarDistortion, Unchanged)}
 
 
 def describe(preprocessing: Preprocessing) -> dict[str, Any]:

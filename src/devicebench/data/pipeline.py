@@ -1,8 +1,8 @@
 """Mini-batches for the training loop, made on the host the way the seeds made them, and moved to the device.
 
 Two ways to make them, chosen by `batches_for`:
-- `HostBatches`: images already in memory and nothing random to do to them. A batch is gathered, scaled and
-  moved in one go in the training process: the fast path, Keras' `model.fit(x, y)`.
+- `HostBatches`: images (or token ids) already in memory and nothing random to do to them. A batch is gathered,
+  scaled and moved in one go in the training process: the fast path, Keras' `model.fit(x, y)`.
 - `LoaderBatches`: a PyTorch DataLoader whose workers read each image (decoding a JPEG with Pillow when it
   comes from a folder), resize it and augment it one by one, the seeds' `ImageDataGenerator` way. `workers=0`
   does all that in the training process, between steps, which is what the input-pipeline diagnosis catches.
@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from devicebench.data import ArrayDataset
+from devicebench.data import ArrayDataset, TokenDataset
 from devicebench.data.augmentation import Preprocessing, Rescale
 from devicebench.data.images import ImageFiles, ImageFolderDataset, decode_image
 
@@ -62,13 +62,14 @@ def _batch_sizes(num_samples: int, batch_size: int, steps: int) -> list[int]:
 
 
 class HostBatches:
-    """Shuffled mini-batches of in-memory uint8 images, preprocessed a batch at a time and moved to `device`."""
+    """Shuffled mini-batches of in-memory inputs (uint8 images, token ids), preprocessed a batch at a time and
+    moved to `device`."""
 
     workers = 0  # the training process makes every batch
 
     def __init__(
         self,
-        images: np.ndarray,
+        inputs: np.ndarray,
         labels: np.ndarray,
         batch_size: int,
         device: torch.device,
@@ -79,7 +80,7 @@ class HostBatches:
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch size must be at least 1, got {batch_size}")
-        self.images = torch.from_numpy(images)  # shares memory with the dataset: no copy
+        self.inputs = torch.from_numpy(inputs)  # shares memory with the dataset: no copy
         self.labels = torch.from_numpy(labels)
         self.batch_size = batch_size
         self.device = device
@@ -97,8 +98,8 @@ class HostBatches:
         order = epoch_order(len(self.labels), epoch, self.seed, self.shuffle)
         for step in range(len(self) if steps is None else steps):
             index = order[step * self.batch_size : (step + 1) * self.batch_size]
-            images = self.preprocessing.test(self.images[index])  # test: nothing random, so a whole batch at once
-            yield images.to(self.device, non_blocking=True), self.labels[index].to(self.device, non_blocking=True)
+            inputs = self.preprocessing.test(self.inputs[index])  # test: nothing random, so a whole batch at once
+            yield inputs.to(self.device, non_blocking=True), self.labels[index].to(self.device, non_blocking=True)
 
     def close(self) -> None:
         pass  # nothing runs in the background
@@ -231,10 +232,10 @@ class LoaderBatches:
         self._loader = None
 
 
-def default_workers(dataset: ArrayDataset | ImageFolderDataset, preprocessing: Preprocessing) -> int:
+def default_workers(dataset: ArrayDataset | ImageFolderDataset | TokenDataset, preprocessing: Preprocessing) -> int:
     """Loader processes when the user names none: none for in-memory data with nothing random to do,
     otherwise one per core up to MOST_DEFAULT_WORKERS."""
-    if isinstance(dataset, ArrayDataset) and not preprocessing.augments:
+    if isinstance(dataset, (ArrayDataset, TokenDataset)) and not preprocessing.augments:
         return 0
     return min(MOST_DEFAULT_WORKERS, usable_cores())
 
@@ -247,8 +248,8 @@ def usable_cores() -> int:
 
 
 def batches_for(
-    dataset: ArrayDataset | ImageFolderDataset,
-    image_shape: tuple[int, int, int],
+    dataset: ArrayDataset | ImageFolderDataset | TokenDataset,
+    image_shape: tuple[int, int, int] | None,
     preprocessing: Preprocessing,
     batch_size: int,
     device: torch.device,
@@ -257,6 +258,13 @@ def batches_for(
     seed: int,
 ) -> tuple[Batches, Batches]:
     """(training batches, test batches) of `dataset`, as a model taking `image_shape` images needs them."""
+    if isinstance(dataset, TokenDataset):  # token ids in memory, nothing random: the fast path; no workers to use
+        return (
+            HostBatches(dataset.train_tokens, dataset.train_labels, batch_size, device, preprocessing=preprocessing,
+                        seed=seed),
+            HostBatches(dataset.test_tokens, dataset.test_labels, batch_size, device, preprocessing=preprocessing,
+                        shuffle=False),
+        )
     if isinstance(dataset, ArrayDataset):
         if dataset.image_shape != tuple(image_shape):
             raise ValueError(f"the model takes {_shape_text(image_shape)} images but {dataset.name} holds "

@@ -95,11 +95,13 @@ class DatasetSpec:
     name: str  # registry key: "mnist", "cifar10", "cifar100"
     title: str  # how people write it: "MNIST", "CIFAR-10"
     files: tuple[RemoteFile, ...]
-    image_shape: tuple[int, int, int]  # (channels, height, width)
+    image_shape: tuple[int, int, int] | None  # (channels, height, width); None for text and tables
     num_classes: int
     train_size: int  # images in the released train split
     test_size: int
     class_names: tuple[str, ...] = ()  # in label order; empty where the release only numbers its classes
+    kind: str = "images"  # "images", "text" or "table": which reader and which synthetic stand-in
+    features: int | None = None  # columns of a table
 
 
 # Checksums below are the sha256 of each file as served, with its size in bytes. Where each is published:
@@ -109,6 +111,10 @@ class DatasetSpec:
 #   (9fb629c4..., ec29112d...) are the ones published with MNIST and used by torchvision.datasets.MNIST.
 # - CIFAR: https://www.cs.toronto.edu/~kriz/cifar.html publishes md5s of the binary versions:
 #   CIFAR-10 c32a1d4ab5d03f1284b67883e8d87530, CIFAR-100 03b5dce01913d631647c71ecec9e9cb8.
+# - IMDB (aclImdb_v1.tar.gz): the sha256 is the one MLDatasets.jl, the gomlx imdb example and others pin; the size
+#   is tensorflow-datasets' (url_checksums/imdb_reviews.txt).
+# - Covertype (covtype.data.gz): the sha256 scikit-learn's fetch_covtype pins for the same file on its figshare mirror;
+#   the size is the one other public dataset registries list for the UCI file.
 # - Cats vs Dogs: the sha256 is pinned in the gomlx project's dogsvscats example (examples/dogsvscats/dogsvscats.go);
 #   the size is the Content-Length download.microsoft.com sends (824,887,076 bytes).
 MNIST_MIRRORS = ("https://yann.lecun.com/exdb/mnist/", "https://ossci-datasets.s3.amazonaws.com/mnist/")
@@ -193,6 +199,45 @@ DATASETS: dict[str, DatasetSpec] = {
         train_size=8_000,  # the seeds' training_set: 4,000 per class
         test_size=2_000,  # the seeds' test_set: 1,000 per class
         class_names=("cat", "dog"),
+    ),
+    "imdb": DatasetSpec(
+        name="imdb",
+        title="IMDB movie reviews (Large Movie Review Dataset v1.0)",
+        files=(
+            RemoteFile(
+                filename="aclImdb_v1.tar.gz",
+                urls=("https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz",),
+                checksum="sha256:c40f74a18d3b61f90feba1e17730e0d38e8b97c05fde7008942e91923d1658fe",
+                size_bytes=84_125_825,
+            ),
+        ),
+        image_shape=None,
+        num_classes=2,
+        train_size=25_000,
+        test_size=25_000,
+        class_names=("neg", "pos"),  # the archive's folder names, alphabetical
+        kind="text",
+    ),
+    "covertype": DatasetSpec(
+        name="covertype",
+        title="UCI Covertype",
+        files=(
+            RemoteFile(
+                filename="covtype.data.gz",
+                urls=(
+                    "https://archive.ics.uci.edu/ml/machine-learning-databases/covtype/covtype.data.gz",
+                    "https://ndownloader.figshare.com/files/5976039",
+                ),
+                checksum="sha256:614360d0257557dd1792834a85a1cdebfadc3c4f30b011d56afee7ffb5b15771",
+                size_bytes=11_240_707,
+            ),
+        ),
+        image_shape=None,
+        num_classes=7,  # cover types 1-7, stored as 0-6
+        train_size=464_809,  # 80% of the 581,012 rows, chosen by a fixed hash of the line number (data/tables.py)
+        test_size=116_203,
+        kind="table",
+        features=54,  # 10 measurements, 4 wilderness areas and 40 soil types (one-hot)
     ),
 }
 

@@ -83,11 +83,13 @@ def workloads_table(workloads: Iterable[Workload]) -> Table:
     for entry in workloads:
         defaults = ", ".join(f"{key}={value:g}" if isinstance(value, float) else f"{key}={value}"
                              for key, value in entry.defaults.items())
+        missing = entry.requires()
+        parameters = entry.parameter_count()
         table.add_row(
-            f"[bold]{entry.name}[/]\n{entry.summary}",
+            f"[bold]{entry.name}[/]\n{entry.summary}" + (f"\n[yellow]unavailable: {missing}[/]" if missing else ""),
             entry.seed,
             entry.dataset,
-            f"{entry.parameter_count():,}",
+            "— (trees)" if parameters is None else f"{parameters:,}",
             defaults,
             published_text(entry),
         )

@@ -10,12 +10,9 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
-import torch
-
-from devicebench.data import ArrayDataset
 from devicebench.results.schema import EpochRecord, RunRecord
 from devicebench.runner import RunReporter
-from devicebench.workloads import Workload, get_workload
+from devicebench.workloads import get_workload
 
 
 class TensorBoardUnavailable(RuntimeError):
@@ -34,11 +31,7 @@ class TensorBoardReporter(RunReporter):
             ) from None
         self.writer_class = SummaryWriter
         self.log_dir = Path(log_dir)
-        self.image_shapes: dict[str, tuple[int, ...]] = {}  # workload → the shape of one input image
         self.writer = None
-
-    def dataset_loaded(self, workload: Workload, dataset: ArrayDataset) -> None:
-        self.image_shapes[workload.name] = dataset.image_shape
 
     def run_started(self, record: RunRecord) -> None:
         device = record.device.replace(":", "")
@@ -70,11 +63,12 @@ class TensorBoardReporter(RunReporter):
             self.writer = None
 
     def _add_graph(self, record: RunRecord) -> None:
-        """The graph of a CPU copy of the model, traced on one blank image: the run's own model stays untouched."""
-        shape = self.image_shapes.get(record.workload)
-        if shape is None:
+        """The graph of a CPU copy of the model, traced on one blank input: the run's own model stays untouched."""
+        workload = get_workload(record.workload)
+        example = workload.example_input(record.settings.hyperparameters)
+        if example is None:  # not a torch model: no graph to draw
             return
-        model = get_workload(record.workload).build_model(record.settings.hyperparameters).eval()
+        model = workload.build_model(record.settings.hyperparameters).eval()
         with warnings.catch_warnings():  # add_graph traces with torch.jit, which warns of its own deprecation
             warnings.simplefilter("ignore", DeprecationWarning)
-            self.writer.add_graph(model, torch.zeros(1, *shape))
+            self.writer.add_graph(model, example)

@@ -26,6 +26,10 @@ ModelBuilder = Callable[[Hyperparameters], nn.Module]
 LossBuilder = Callable[[], nn.Module]
 OptimizerBuilder = Callable[[nn.Module, Hyperparameters], torch.optim.Optimizer]  # given the model being trained
 PreprocessingBuilder = Callable[[Hyperparameters], Preprocessing]
+DataOptions = Callable[[Hyperparameters], dict[str, Any]]  # what load_dataset needs beyond the dataset's name
+# A workload that is not a torch model trained by engine/loop.py (gradient-boosted trees) brings its own trainer:
+# trainer(record, dataset, device, hyperparameters, plan, watch, reporter) fills `record` epoch by epoch.
+Trainer = Callable[..., None]
 # What a model's output means: "logits" (one per class, softmax in the loss), "probabilities" (one per class,
 # already squashed, as Keras sigmoid layers give) or "binary_logit" (one number; sigmoid > 0.5 is class 1).
 OutputKind = Literal["logits", "probabilities", "binary_logit"]
@@ -69,34 +73,57 @@ class Workload:
     seed: str  # experiment id in SEEDS.md: S1…S5
     dataset: str  # a name known to devicebench.data
     summary: str  # one line: the model in words
-    build_model: ModelBuilder
-    build_loss: LossBuilder
-    build_optimizer: OptimizerBuilder
-    defaults: Hyperparameters  # as the seed trained it; batch_size and epochs always present
+    build_model: ModelBuilder  # for a workload with its own trainer: what that trainer builds from
+    defaults: Hyperparameters  # as the seed trained it; epochs always present, batch_size for torch models
     published: Published
-    image_shape: tuple[int, int, int]  # (channels, height, width) every image is decoded or resized to
+    build_loss: LossBuilder | None = None  # None only for a workload with its own trainer
+    build_optimizer: OptimizerBuilder | None = None
+    image_shape: tuple[int, int, int] | None = None  # (channels, height, width) images are decoded to; None: no images
     output: OutputKind = "logits"
     build_preprocessing: PreprocessingBuilder = lambda hyperparameters: Rescale()
+    data_options: DataOptions | None = None  # None: {"image_shape": image_shape}
+    trainer: Trainer | None = None  # None: engine/loop.py trains the torch model
+    requires: Callable[[], str | None] = lambda: None  # why it cannot run here (a missing extra), or None
     quick: QuickSettings = QuickSettings()
+
+    def example_input(self, hyperparameters: Hyperparameters) -> torch.Tensor | None:
+        """One blank input of the shape the model takes (to trace its graph); None when it is not a torch model."""
+        if self.trainer is not None:
+            return None
+        if self.image_shape is None:  # token ids
+            return torch.zeros(1, hyperparameters["sequence_length"], dtype=torch.long)
+        return torch.zeros(1, *self.build_preprocessing(hyperparameters).output_shape(self.image_shape))
+
+    def data_request(self, hyperparameters: Hyperparameters) -> dict[str, Any]:
+        """The keyword arguments of load_dataset that fit this workload's model: image shape, vocabulary…"""
+        if self.data_options is not None:
+            return self.data_options(hyperparameters)
+        return {"image_shape": self.image_shape}
 
     @property
     def num_classes(self) -> int | None:
         """Classes the model tells apart, from its output layer (None when it cannot be told without building)."""
         if self.output == "binary_logit":
             return 2
+        if self.trainer is not None:
+            return None
         with torch.device("meta"):
             last = [module for module in self.build_model(self.defaults).modules() if isinstance(module, nn.Linear)]
         return last[-1].out_features if last else None
 
-    def parameter_count(self, hyperparameters: Hyperparameters | None = None) -> int:
-        """Trainable parameters, counted on the meta device so that no memory is allocated."""
+    def parameter_count(self, hyperparameters: Hyperparameters | None = None) -> int | None:
+        """Trainable parameters, counted on the meta device so that no memory is allocated; None for a workload
+        that is not a torch model."""
+        if self.trainer is not None:
+            self.build_model(hyperparameters or self.defaults)  # still refuses values it cannot build with
+            return None
         with torch.device("meta"):
             model = self.build_model(hyperparameters or self.defaults)
         return sum(parameter.numel() for parameter in model.parameters() if parameter.requires_grad)
 
 
 _REGISTRY: dict[str, Workload] = {}
-_FAMILIES = ("mnist", "cifar_mlp", "cifar_cnn", "catdog")  # modules under devicebench.workloads, one family each
+_FAMILIES = ("mnist", "cifar_mlp", "cifar_cnn", "catdog", "text", "gbdt")  # modules under devicebench.workloads, one family each
 
 
 def workload(
@@ -105,19 +132,24 @@ def workload(
     seed: str,
     dataset: str,
     summary: str,
-    loss: LossBuilder,
-    optimizer: OptimizerBuilder,
     defaults: Hyperparameters,
     published: Published,
-    image_shape: tuple[int, int, int],
+    loss: LossBuilder | None = None,
+    optimizer: OptimizerBuilder | None = None,
+    image_shape: tuple[int, int, int] | None = None,
     output: OutputKind = "logits",
     preprocessing: PreprocessingBuilder | None = None,
+    data_options: DataOptions | None = None,
+    trainer: Trainer | None = None,
+    requires: Callable[[], str | None] | None = None,
     quick: QuickSettings = QuickSettings(),
 ) -> Callable[[ModelBuilder], ModelBuilder]:
     """Register the decorated model builder as a workload named `name`."""
     if seed not in SEED_EXPERIMENTS:
         raise ValueError(f"workload {name!r}: unknown seed experiment {seed!r}; known: {', '.join(SEED_EXPERIMENTS)}")
-    missing = {"batch_size", "epochs"} - set(defaults)
+    if trainer is None and (loss is None or optimizer is None):
+        raise ValueError(f"workload {name!r}: a torch model needs a loss and an optimizer")
+    missing = ({"epochs"} | ({"batch_size"} if trainer is None else set())) - set(defaults)
     if missing:
         raise ValueError(f"workload {name!r}: defaults lack {', '.join(sorted(missing))}")
 
@@ -137,6 +169,9 @@ def workload(
             image_shape=image_shape,
             output=output,
             build_preprocessing=preprocessing or (lambda hyperparameters: Rescale()),
+            data_options=data_options,
+            trainer=trainer,
+            requires=requires or (lambda: None),
             quick=quick,
         )
         return build_model

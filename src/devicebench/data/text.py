@@ -1,0 +1,511 @@
+"""Text classification data as token arrays: the IMDB reviews, a folder of your own texts, or a synthetic stand-in.
+
+A text becomes words (`tokenize`), its words become ids in a vocabulary of the training split's most frequent
+words (`build_vocabulary`), and the ids one fixed-length row (`encode`), cut and padded as Keras' `pad_sequences`
+does by default. Every source comes back as a `TokenDataset` of int64 arrays, whatever its size.
+
+IMDB (`aclImdb_v1.tar.gz`) is extracted once beside its archive, with tarfile's "data" filter, and its encoded
+arrays are cached there as `imdb-v<vocab size>-l<sequence length>.npz` (plain arrays, never a pickle), so every
+read after the first loads a file instead of tokenizing 50,000 reviews.
+
+    python -c "from devicebench.data.text import synthetic_text as s; print(s(vocab_size=20000, sequence_length=200))"
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import tarfile
+import tempfile
+import warnings
+import zipfile
+import zlib
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from devicebench.data import DataSource
+from devicebench.data.formats import DataFormatError
+from devicebench.data.sources import dataset_spec
+
+PAD, UNKNOWN = "<pad>", "<unk>"
+RESERVED_WORDS = (PAD, UNKNOWN)  # ids 0 and 1 of every vocabulary; the tokenizer never makes a word with "<"
+UNKNOWN_ID = RESERVED_WORDS.index(UNKNOWN)
+MIN_VOCAB_SIZE = len(RESERVED_WORDS) + 1  # padding, unknown and at least one word
+
+HTML_TAG = re.compile(r"</?[a-z][^<>]*>")  # "<br />", IMDB's line break; "<3" and "a < b" are not tags
+WORD = re.compile(r"(?:[^\W_]|')+")  # letters and digits of any script, and apostrophes: "didn't", "café", "1990's"
+
+IMDB_FOLDER = "aclImdb"  # the archive's top folder, extracted beside the archive
+IMDB_SPLITS = ("train", "test")  # train/unsup/ (50,000 unlabelled reviews) is never extracted
+IMDB_REVIEW_FILE = re.compile(r"([0-9]+)_([0-9]+)\.txt")  # <review id>_<rating 1-10>.txt
+IMDB_REVIEW_MEMBER = re.compile(rf"{IMDB_FOLDER}/(?:train|test)/(?:neg|pos)/{IMDB_REVIEW_FILE.pattern}")
+EXTRACTED_MARKER = ".devicebench-extracted"  # written last, so an interrupted extraction is done again
+CACHE_FORMAT = 1  # stored in each cache file; bump it when tokenize, build_vocabulary or encode change
+
+TEXT_FOLDER_LAYOUT = (
+    "a text folder is laid out as DIR/train/<label>/*.txt and DIR/test/<label>/*.txt, one UTF-8 text per file"
+)
+
+# Synthetic reviews: a Zipf-like background of common and rare words, with a few words that give the class away.
+SENTIMENT_WORDS_PER_CLASS = 25  # ids a class prefers, as "great" or "awful" mark a review; no two classes share one
+SENTIMENT_WORD_FRACTION = 0.05  # of a review's words drawn from its class's own ids; the rest from the background
+# Review lengths in words: log-normal with median 174 and mean 230, roughly the lengths of IMDB's reviews, so that
+# about half of the rows of 200 tokens are padded in front, as real ones are.
+REVIEW_WORDS_MEDIAN = 174
+REVIEW_WORDS_SIGMA = 0.75  # of the natural logarithm of the length
+REVIEW_WORDS_MIN = 10  # the shortest synthetic review, in words
+
+
+@dataclass(frozen=True, eq=False)
+class TokenDataset:
+    """A whole text-classification dataset as token ids in host memory.
+
+    Each row holds a text's last `sequence_length` token ids, padded at the front with 0 (`<pad>`); a word not in
+    the vocabulary is 1 (`<unk>`). Labels are int64 class indices.
+    """
+
+    name: str  # "imdb", or the name of your text folder
+    source: DataSource  # "real" or "synthetic": shown in every table and stored in every result
+    train_tokens: np.ndarray  # int64, (N, sequence_length)
+    train_labels: np.ndarray  # int64, (N,)
+    test_tokens: np.ndarray  # int64, (M, sequence_length)
+    test_labels: np.ndarray  # int64, (M,)
+    num_classes: int
+    class_names: tuple[str, ...]  # index -> name
+    vocabulary: tuple[str, ...]  # token id -> word; "<pad>" and "<unk>" first
+    origin: str = ""  # where the texts came from: a file path, or the generator and its seed
+    fallback_reason: str | None = None  # why "auto" gave synthetic data instead of real; None when it did not
+
+    def __post_init__(self) -> None:
+        if self.vocabulary[: len(RESERVED_WORDS)] != RESERVED_WORDS:
+            raise ValueError(f"{self.name}: the vocabulary must start with {RESERVED_WORDS}, got {self.vocabulary[:2]}")
+        if len(self.class_names) != self.num_classes:
+            raise ValueError(f"{self.name}: {len(self.class_names)} class names for {self.num_classes} classes")
+        for split, tokens, labels in (
+            ("train", self.train_tokens, self.train_labels),
+            ("test", self.test_tokens, self.test_labels),
+        ):
+            if tokens.dtype != np.int64 or tokens.ndim != 2:
+                raise ValueError(f"{self.name} {split} tokens must be int64 (N, L), got {tokens.dtype} {tokens.shape}")
+            if labels.dtype != np.int64 or labels.shape != (len(tokens),):
+                raise ValueError(f"{self.name} {split}: {len(tokens)} texts but labels {labels.dtype} {labels.shape}")
+            # Checked here because an id out of range fails deep inside an Embedding (on CUDA, as a device assert).
+            limits = (("token ids", tokens, len(self.vocabulary)), ("labels", labels, self.num_classes))
+            for what, values, limit in limits:
+                if values.size and (values.min() < 0 or values.max() >= limit):
+                    raise ValueError(
+                        f"{self.name} {split} {what} span {values.min()}..{values.max()}, outside 0..{limit - 1}"
+                    )
+        if self.train_tokens.shape[1] != self.test_tokens.shape[1]:
+            lengths = self.train_tokens.shape[1], self.test_tokens.shape[1]
+            raise ValueError(f"{self.name}: train rows hold {lengths[0]} tokens, test rows {lengths[1]}")
+
+    @property
+    def sequence_length(self) -> int:
+        return self.train_tokens.shape[1]
+
+    @property
+    def vocab_size(self) -> int:
+        """Entries of the vocabulary, "<pad>" and "<unk>" included: the size of an Embedding that takes these ids."""
+        return len(self.vocabulary)
+
+    def __repr__(self) -> str:
+        return (
+            f"TokenDataset({self.name!r}, source={self.source!r}, train={len(self.train_labels)}, "
+            f"test={len(self.test_labels)}, sequence_length={self.sequence_length}, vocab_size={self.vocab_size}, "
+            f"classes={self.num_classes}"
+            + (f", fallback_reason={self.fallback_reason!r})" if self.fallback_reason else ")")
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Words, vocabulary, token ids
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def tokenize(text: str) -> list[str]:
+    """The lower-cased words of `text`, in order.
+
+    HTML tags (IMDB's reviews break lines with "<br />") count as spaces. A word is a run of letters, digits and
+    apostrophes, so "didn't" and "1990's" stay whole while punctuation, "_" and other symbols split words;
+    apostrophes at a word's ends are quotes and are dropped ("'hello'" -> "hello").
+    """
+    words = WORD.findall(HTML_TAG.sub(" ", text.lower()))
+    return [stripped for word in words if (stripped := word.strip("'"))]
+
+
+def build_vocabulary(texts: Iterable[str], size: int) -> tuple[str, ...]:
+    """"<pad>", "<unk>", then the `size - 2` most frequent words of `texts`, most frequent first and ties in
+    alphabetical order, so the same texts always give the same ids. Shorter when the texts have fewer words."""
+    return _vocabulary_from_tokens((tokenize(text) for text in texts), size)
+
+
+def encode(texts: Iterable[str], vocabulary: Sequence[str], sequence_length: int) -> np.ndarray:
+    """Token ids int64 (len(texts), sequence_length) of `texts` in `vocabulary`; a word not in it becomes 1."""
+    return _encode_tokens([tokenize(text) for text in texts], vocabulary, sequence_length)
+
+
+def _vocabulary_from_tokens(token_lists: Iterable[list[str]], size: int) -> tuple[str, ...]:
+    _check_vocab_size(size)
+    counts: Counter[str] = Counter()
+    for tokens in token_lists:
+        counts.update(tokens)
+    most_frequent = sorted(counts.items(), key=lambda word_and_count: (-word_and_count[1], word_and_count[0]))
+    return RESERVED_WORDS + tuple(word for word, _ in most_frequent[: size - len(RESERVED_WORDS)])
+
+
+def _encode_tokens(token_lists: Sequence[list[str]], vocabulary: Sequence[str], sequence_length: int) -> np.ndarray:
+    _check_sequence_length(sequence_length)
+    word_ids = {word: index for index, word in enumerate(vocabulary)}
+    rows = np.zeros((len(token_lists), sequence_length), dtype=np.int64)  # 0 is "<pad>"
+    for row, tokens in zip(rows, token_lists):
+        # Keras' pad_sequences defaults, which its IMDB examples use: truncating="pre" keeps a long text's LAST
+        # tokens, padding="pre" puts the zeros in front of a short one.
+        ids = [word_ids.get(word, UNKNOWN_ID) for word in tokens[-sequence_length:]]
+        row[sequence_length - len(ids) :] = ids
+    return rows
+
+
+def _check_vocab_size(size: int) -> None:
+    if size < MIN_VOCAB_SIZE:
+        raise ValueError(f"a vocabulary needs at least {MIN_VOCAB_SIZE} entries ({PAD}, {UNKNOWN}, a word), got {size}")
+
+
+def _check_sequence_length(sequence_length: int) -> None:
+    if sequence_length < 1:
+        raise ValueError(f"sequence_length must be at least 1 token, got {sequence_length}")
+
+
+def _encode_splits(
+    name: str,
+    class_names: tuple[str, ...],
+    train_paths_by_label: list[list[Path]],
+    test_paths_by_label: list[list[Path]],
+    *,
+    vocab_size: int,
+    sequence_length: int,
+    origin: str,
+) -> TokenDataset:
+    """Read both splits' files, build the vocabulary from the train split alone, and encode both splits with it."""
+    train_texts, train_labels = _read_labelled_texts(train_paths_by_label)
+    test_texts, test_labels = _read_labelled_texts(test_paths_by_label)
+    train_token_lists = [tokenize(text) for text in train_texts]
+    vocabulary = _vocabulary_from_tokens(train_token_lists, vocab_size)
+    return TokenDataset(
+        name=name,
+        source="real",
+        train_tokens=_encode_tokens(train_token_lists, vocabulary, sequence_length),
+        train_labels=train_labels,
+        test_tokens=_encode_tokens([tokenize(text) for text in test_texts], vocabulary, sequence_length),
+        test_labels=test_labels,
+        num_classes=len(class_names),
+        class_names=class_names,
+        vocabulary=vocabulary,
+        origin=origin,
+    )
+
+
+def _read_labelled_texts(paths_by_label: list[list[Path]]) -> tuple[list[str], np.ndarray]:
+    """The texts of the files, label by label in the order given, and their labels (the index in the list)."""
+    # errors="replace": a stray byte in one review should cost one character, not the whole dataset
+    texts = [path.read_text(encoding="utf-8", errors="replace") for paths in paths_by_label for path in paths]
+    counts = [len(paths) for paths in paths_by_label]
+    return texts, np.repeat(np.arange(len(paths_by_label), dtype=np.int64), counts)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# IMDB: aclImdb_v1.tar.gz, holding aclImdb/{train,test}/{neg,pos}/<id>_<rating>.txt
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def read_imdb(archive: str | Path, *, vocab_size: int, sequence_length: int) -> TokenDataset:
+    """The IMDB reviews of `archive` as token ids: labels neg 0 and pos 1, ordered by label then review id, the
+    vocabulary from the train split. Served from the cache beside the archive when it holds these sizes."""
+    archive = Path(archive)
+    _check_vocab_size(vocab_size)
+    _check_sequence_length(sequence_length)
+    cache = archive.parent / f"imdb-v{vocab_size}-l{sequence_length}.npz"
+    archive_bytes = archive.stat().st_size  # ties a cache to its archive: a different download is rebuilt
+    origin = f"{archive} (IMDB reviews, vocabulary of the train split), encoded and cached as {cache}"
+    class_names = dataset_spec("imdb").class_names  # ("neg", "pos"): the archive's folders
+    cached = _load_imdb_cache(
+        cache, class_names, archive_bytes=archive_bytes, vocab_size=vocab_size, sequence_length=sequence_length,
+        origin=origin,
+    )
+    if cached is not None:
+        return cached
+
+    reviews_folder = _extract_reviews(archive)
+    train_paths, test_paths = (
+        _imdb_review_paths(archive, reviews_folder / split, class_names) for split in IMDB_SPLITS
+    )
+    dataset = _encode_splits(
+        "imdb",
+        class_names,
+        train_paths,
+        test_paths,
+        vocab_size=vocab_size,
+        sequence_length=sequence_length,
+        origin=origin,
+    )
+    _write_imdb_cache(cache, dataset, archive_bytes=archive_bytes)
+    return dataset
+
+
+def _extract_reviews(archive: Path) -> Path:
+    """`<archive folder>/aclImdb/` with the train and test reviews in it, extracted from `archive` unless they were."""
+    reviews_folder = archive.parent / IMDB_FOLDER
+    marker = reviews_folder / EXTRACTED_MARKER
+    if marker.is_file():
+        return reviews_folder
+    data_filter = getattr(tarfile, "data_filter", None)  # Python 3.10.12, 3.11.4, 3.12 and later
+    if data_filter is None:
+        raise RuntimeError(
+            f"refusing to extract {archive}: this Python ({platform.python_version()}) lacks "
+            "tarfile's 'data' extraction filter, which stops members from landing outside the data folder; "
+            "use Python 3.10.12, 3.11.4, 3.12 or later"
+        )
+
+    def reviews_only(member: tarfile.TarInfo, destination: str) -> tarfile.TarInfo | None:
+        safe = data_filter(member, destination)  # FilterError for a member or link that would reach outside
+        return safe if IMDB_REVIEW_MEMBER.fullmatch(safe.name) else None  # None skips unsup/, imdb.vocab, README...
+
+    try:
+        # "r|gz" reads the archive front to back once; every member passes the filter, the reviews are written
+        with tarfile.open(archive, mode="r|gz") as reader:
+            reader.extractall(archive.parent, filter=reviews_only)
+    except tarfile.FilterError as error:
+        raise DataFormatError(f"{archive}: refused to extract an unsafe member ({error})") from error
+    except (tarfile.TarError, EOFError, zlib.error) as error:  # a missing file stays a FileNotFoundError
+        raise DataFormatError(f"{archive}: not a readable .tar.gz ({error})") from error
+    reviews_folder.mkdir(exist_ok=True)  # absent when the archive held no reviews; reading says so
+    marker.write_text(f"reviews extracted from {archive.name}\n")
+    return reviews_folder
+
+
+def _imdb_review_paths(archive: Path, split_folder: Path, class_names: tuple[str, ...]) -> list[list[Path]]:
+    """Per class, the review files of one split in the order of their numeric ids."""
+    paths_by_label = []
+    for class_name in class_names:
+        folder = split_folder / class_name
+        numbered = sorted(
+            (int(match[1]), path)
+            for path in (folder.iterdir() if folder.is_dir() else ())
+            if (match := IMDB_REVIEW_FILE.fullmatch(path.name))
+        )
+        if not numbered:
+            raise DataFormatError(
+                f"{archive}: no reviews in {IMDB_FOLDER}/{split_folder.name}/{class_name}/ "
+                f"(extracted to {folder}; want files named <id>_<rating>.txt)"
+            )
+        paths_by_label.append([path for _, path in numbered])
+    return paths_by_label
+
+
+def _load_imdb_cache(
+    cache: Path,
+    class_names: tuple[str, ...],
+    *,
+    archive_bytes: int,
+    vocab_size: int,
+    sequence_length: int,
+    origin: str,
+) -> TokenDataset | None:
+    """The cached dataset, or None when there is none or it is corrupt or not ours (with a warning)."""
+    if not cache.is_file():
+        return None
+    try:
+        with np.load(cache, allow_pickle=False) as arrays:
+            if int(arrays["format"]) != CACHE_FORMAT or int(arrays["archive_bytes"]) != archive_bytes:
+                raise ValueError("written by another version of devicebench, or from another archive")
+            dataset = TokenDataset(
+                name="imdb",
+                source="real",
+                train_tokens=arrays["train_tokens"],
+                train_labels=arrays["train_labels"],
+                test_tokens=arrays["test_tokens"],
+                test_labels=arrays["test_labels"],
+                num_classes=len(class_names),
+                class_names=class_names,
+                vocabulary=tuple(arrays["vocabulary"].tolist()),
+                origin=origin,
+            )
+        if dataset.sequence_length != sequence_length or dataset.vocab_size > vocab_size:
+            raise ValueError(f"holds {dataset.vocab_size} words and sequences of {dataset.sequence_length} tokens")
+    except (OSError, ValueError, TypeError, KeyError, EOFError, zipfile.BadZipFile) as error:
+        warnings.warn(f"ignoring the cache {cache} ({error}); building it again", stacklevel=3)
+        return None
+    return dataset
+
+
+def _write_imdb_cache(cache: Path, dataset: TokenDataset, *, archive_bytes: int) -> None:
+    """Write the cache through a temporary file and a rename, so a cache at its final name is always whole."""
+    handle, partial_name = tempfile.mkstemp(dir=cache.parent, prefix=f".{cache.name}.", suffix=".partial")
+    partial = Path(partial_name)
+    try:
+        with os.fdopen(handle, "wb") as partial_file:
+            np.savez(
+                partial_file,
+                format=np.int64(CACHE_FORMAT),
+                archive_bytes=np.int64(archive_bytes),
+                vocabulary=np.array(dataset.vocabulary),  # fixed-width unicode, which loads without pickle
+                train_tokens=dataset.train_tokens,
+                train_labels=dataset.train_labels,
+                test_tokens=dataset.test_tokens,
+                test_labels=dataset.test_labels,
+            )
+        os.replace(partial, cache)
+    finally:
+        partial.unlink(missing_ok=True)  # gone already after os.replace; never left behind otherwise
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Your own texts: DIR/train/<label>/*.txt and DIR/test/<label>/*.txt
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def is_text_folder(directory: str | Path) -> bool:
+    """Whether `directory` has train/<label>/ folders holding .txt files, so is a text folder, not a cache root."""
+    train_folder = Path(directory) / "train"
+    return train_folder.is_dir() and any(_text_files(folder) for folder in _label_folders(train_folder))
+
+
+def read_text_folder(directory: str | Path, *, vocab_size: int, sequence_length: int) -> TokenDataset:
+    """Your texts as token ids: labels are the train split's folders in alphabetical order, texts within a label in
+    file-name order, and the vocabulary comes from the train split."""
+    directory = Path(directory).expanduser()
+    _check_vocab_size(vocab_size)
+    _check_sequence_length(sequence_length)
+    split_folders = [directory / split for split in ("train", "test")]
+    for folder in split_folders:
+        if not folder.is_dir():
+            raise DataFormatError(f"{directory}: no {folder.name}/ folder; {TEXT_FOLDER_LAYOUT}")
+    train_folder, test_folder = split_folders
+    class_names = tuple(folder.name for folder in _label_folders(train_folder))
+    if not class_names:
+        raise DataFormatError(f"{train_folder}: no label folders; {TEXT_FOLDER_LAYOUT}")
+    unknown = sorted({folder.name for folder in _label_folders(test_folder)} - set(class_names))
+    if unknown:
+        raise DataFormatError(
+            f"{test_folder}: label folder(s) {', '.join(map(repr, unknown))} not in {train_folder}, whose labels are "
+            f"{', '.join(map(repr, class_names))}; the test split's labels must be among the train split's"
+        )
+
+    train_paths, test_paths = ([_text_files(folder / name) for name in class_names] for folder in split_folders)
+    empty = [name for name, paths in zip(class_names, train_paths, strict=True) if not paths]
+    if empty:
+        raise DataFormatError(
+            f"{train_folder}: no .txt files in label folder(s) {', '.join(map(repr, empty))}; every label needs "
+            f"training texts; {TEXT_FOLDER_LAYOUT}"
+        )
+    if not any(test_paths):
+        raise DataFormatError(f"{test_folder}: no .txt files in its label folders; {TEXT_FOLDER_LAYOUT}")
+
+    text_counts = [sum(map(len, paths)) for paths in (train_paths, test_paths)]
+    return _encode_splits(
+        directory.resolve().name,
+        class_names,
+        train_paths,
+        test_paths,
+        vocab_size=vocab_size,
+        sequence_length=sequence_length,
+        origin=(
+            f"{directory} (text folder: {text_counts[0]} train, {text_counts[1]} test texts, "
+            f"{len(class_names)} labels)"
+        ),
+    )
+
+
+def _label_folders(split_folder: Path) -> list[Path]:
+    return sorted(entry for entry in split_folder.iterdir() if entry.is_dir() and not entry.name.startswith("."))
+
+
+def _text_files(label_folder: Path) -> list[Path]:
+    """The .txt files right inside `label_folder`, hidden ones left out, in name order; none when it is absent."""
+    if not label_folder.is_dir():
+        return []
+    return sorted(
+        entry
+        for entry in label_folder.iterdir()
+        if entry.suffix.lower() == ".txt" and not entry.name.startswith(".") and entry.is_file()
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Synthetic reviews
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def synthetic_text(
+    name: str = "imdb",
+    *,
+    seed: int = 0,
+    vocab_size: int,
+    sequence_length: int,
+    train_size: int | None = None,
+    test_size: int | None = None,
+) -> TokenDataset:
+    """A deterministic synthetic stand-in for text dataset `name`: its classes and split sizes (unless given),
+    token rows shaped and padded like encoded reviews, and words that tell the classes apart."""
+    spec = dataset_spec(name)
+    train_size = spec.train_size if train_size is None else train_size
+    test_size = spec.test_size if test_size is None else test_size
+    if train_size < 1 or test_size < 1:
+        raise ValueError(f"synthetic {name}: sizes must be at least 1, got train={train_size} test={test_size}")
+    _check_sequence_length(sequence_length)
+    word_count = vocab_size - len(RESERVED_WORDS)
+    if word_count < spec.num_classes:
+        raise ValueError(
+            f"synthetic {name}: vocab_size {vocab_size} leaves fewer words than its {spec.num_classes} classes "
+            f"(besides {PAD} and {UNKNOWN})"
+        )
+
+    # Independent streams, so the test split does not change when only train_size does.
+    seeds = np.random.SeedSequence(seed).spawn(3)
+    vocabulary_rng, train_rng, test_rng = (np.random.default_rng(child_seed) for child_seed in seeds)
+    words_per_class = min(SENTIMENT_WORDS_PER_CLASS, word_count // spec.num_classes)
+    sentiment_ids = vocabulary_rng.choice(
+        np.arange(len(RESERVED_WORDS), vocab_size), size=(spec.num_classes, words_per_class), replace=False
+    )
+    train_tokens, train_labels = _synthetic_reviews(sentiment_ids, vocab_size, sequence_length, train_size, train_rng)
+    test_tokens, test_labels = _synthetic_reviews(sentiment_ids, vocab_size, sequence_length, test_size, test_rng)
+    return TokenDataset(
+        name=spec.name,
+        source="synthetic",
+        train_tokens=train_tokens,
+        train_labels=train_labels,
+        test_tokens=test_tokens,
+        test_labels=test_labels,
+        num_classes=spec.num_classes,
+        class_names=spec.class_names or tuple(str(label) for label in range(spec.num_classes)),
+        vocabulary=RESERVED_WORDS + tuple(f"w{index}" for index in range(len(RESERVED_WORDS), vocab_size)),
+        origin=(
+            f"synthetic: Zipf-like words over {word_count} ids, {SENTIMENT_WORD_FRACTION:.0%} of them from "
+            f"{words_per_class} ids of the review's class, log-normal lengths around {REVIEW_WORDS_MEDIAN} words, "
+            f"numpy SeedSequence({seed})"
+        ),
+    )
+
+
+def _synthetic_reviews(
+    sentiment_ids: np.ndarray, vocab_size: int, sequence_length: int, count: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """`count` encoded reviews with balanced labels (class counts differ by at most one), shuffled."""
+    num_classes, words_per_class = sentiment_ids.shape
+    labels = rng.permutation(np.arange(count) % num_classes).astype(np.int64)
+    # Background words: rank floor(R ** u), u uniform in [0, 1), falls on rank k with probability log(1 + 1/k) / log R,
+    # about 1/k as Zipf's law has it; rank k is id k + 1, so low ids are the common words, as in a real vocabulary.
+    ranks_limit = vocab_size - 1  # ranks 1..vocab_size - 2, ids 2..vocab_size - 1
+    tokens = np.power(float(ranks_limit), rng.random((count, sequence_length))).astype(np.int64)
+    tokens += 1
+    rows, columns = np.nonzero(rng.random((count, sequence_length)) < SENTIMENT_WORD_FRACTION)
+    tokens[rows, columns] = sentiment_ids[labels[rows], rng.integers(0, words_per_class, size=len(rows))]
+    lengths = rng.lognormal(np.log(REVIEW_WORDS_MEDIAN), REVIEW_WORDS_SIGMA, size=count)
+    lengths = np.clip(lengths.round(), REVIEW_WORDS_MIN, sequence_length)
+    tokens[np.arange(sequence_length) < (sequence_length - lengths)[:, np.newaxis]] = 0  # pre-padding, as encode does
+    return tokens, labels
