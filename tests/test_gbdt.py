@@ -19,7 +19,12 @@ import torch
 
 from devicebench.data.formats import DataFormatError
 from devicebench.data.sources import dataset_spec
-from devicebench.data.tables import TableDataset, covertype_split, read_covertype, synthetic_table
+from devicebench.data.tables import (
+    TableDataset,
+    covertype_split,
+    read_covertype,
+    synthetic_table,
+)
 from devicebench.engine.loop import Reporter, TrainingPlan
 from devicebench.engine.timing import Stopwatch
 from devicebench.results.schema import EpochRecord, RunRecord, RunSettings

@@ -24,7 +24,7 @@ from torch import nn
 
 from devicebench.data.pipeline import Batches
 from devicebench.devices import peak_memory_mib, reset_peak_memory
-from devicebench.engine.monitor import Monitor
+from devicebench.engine.monitor import Monitor, Usage
 from devicebench.engine.timing import Stopwatch, is_warmup_epoch
 from devicebench.results.schema import EpochRecord, RunRecord
 
@@ -97,23 +97,12 @@ def train(
             usage = monitor.window()  # exactly this epoch's training, outside its timed region
             losses = step_losses.tolist()  # the epoch's one read-back, after its clock stopped
             finite = all(math.isfinite(loss) for loss in losses)
-            entry = EpochRecord(
-                epoch=epoch,
-                phase="warmup" if is_warmup_epoch(epoch) else "steady",
-                steps=steps,
-                samples=samples,
-                train_time_s=train_time_s,
-                samples_per_s=samples / train_time_s,
-                step_time_ms=train_time_s / steps * 1000,
+            entry = timed_epoch(
+                record, epoch, steps, samples, train_time_s, usage,
                 train_loss=sum(loss * size for loss, size in zip(losses, batch_sizes)) / samples,
                 train_accuracy=correct / samples,
                 input_wait_s=wait_s,
-                process_cpu_percent=usage.process_cpu_percent,
-                device_utilization_percent=usage.device_utilization_percent,
-                device_power_mean_w=usage.device_power_mean_w,
-                device_energy_j=usage.device_energy_j,
             )
-            record.monitor_note = usage.device_note
             if finite:  # evaluating a diverged model would only time arithmetic on NaNs
                 entry.test_loss, entry.test_accuracy, entry.eval_samples, entry.eval_time_s = _evaluate(
                     setup, test_batches, capped(len(test_batches), plan.max_eval_steps), watch
@@ -126,18 +115,62 @@ def train(
                 record.diverged_at_step = (epoch - 1) * steps + first_bad + 1
                 record.error = f"loss became {losses[first_bad]} at step {record.diverged_at_step} (epoch {epoch})"
                 break
-            if _reached(plan.target_accuracy, entry) and record.time_to_target_train_s is None:
-                record.time_to_target_train_s = sum(e.train_time_s for e in record.epochs)
-                record.time_to_target_wall_s = watch.now() - started
+            note_time_to_target(record, plan.target_accuracy, watch.now() - started)
         record.end_to_end_s = watch.now() - started
         record.peak_device_memory_mib = peak_memory_mib(watch.device)
-    energies = [epoch.device_energy_j for epoch in record.epochs]
-    record.energy_j = sum(energies) if energies and None not in energies else None
+    record.energy_j = total_energy_j(record)
     return setup.model
 
 
-def _reached(target: float | None, epoch: EpochRecord) -> bool:
-    return target is not None and epoch.test_accuracy is not None and epoch.test_accuracy >= target
+# Shared with trainers of workloads that are not torch models (workloads/gbdt.py), so every epoch reads the same.
+
+
+def timed_epoch(
+    record: RunRecord,
+    epoch: int,
+    steps: int,
+    samples: int,
+    train_time_s: float,
+    usage: Usage,
+    *,
+    train_loss: float,
+    train_accuracy: float,
+    input_wait_s: float | None = None,
+) -> EpochRecord:
+    """The record of a timed epoch, with what the monitor saw over it (whose device note lands in `record`)."""
+    record.monitor_note = usage.device_note
+    return EpochRecord(
+        epoch=epoch,
+        phase="warmup" if is_warmup_epoch(epoch) else "steady",
+        steps=steps,
+        samples=samples,
+        train_time_s=train_time_s,
+        samples_per_s=samples / train_time_s,
+        step_time_ms=train_time_s / steps * 1000,
+        train_loss=train_loss,
+        train_accuracy=train_accuracy,
+        input_wait_s=input_wait_s,
+        process_cpu_percent=usage.process_cpu_percent,
+        device_utilization_percent=usage.device_utilization_percent,
+        device_power_mean_w=usage.device_power_mean_w,
+        device_energy_j=usage.device_energy_j,
+    )
+
+
+def note_time_to_target(record: RunRecord, target: float | None, elapsed_s: float) -> None:
+    """When the latest epoch first reaches `target` test accuracy: training time so far, and `elapsed_s` since
+    model creation (evaluation included)."""
+    latest = record.epochs[-1]
+    reached = target is not None and latest.test_accuracy is not None and latest.test_accuracy >= target
+    if reached and record.time_to_target_train_s is None:
+        record.time_to_target_train_s = sum(epoch.train_time_s for epoch in record.epochs)
+        record.time_to_target_wall_s = elapsed_s
+
+
+def total_energy_j(record: RunRecord) -> float | None:
+    """Energy over every epoch's training, or None when any epoch's is unknown."""
+    energies = [epoch.device_energy_j for epoch in record.epochs]
+    return sum(energies) if energies and None not in energies else None
 
 
 def _train_epoch(

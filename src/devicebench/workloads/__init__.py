@@ -22,7 +22,7 @@ from torch import nn
 from devicebench.data.augmentation import Preprocessing, Rescale
 
 Hyperparameters = Mapping[str, Any]
-ModelBuilder = Callable[[Hyperparameters], nn.Module]
+ModelBuilder = Callable[[Hyperparameters], Any]  # a torch model; for a workload with its own trainer, what it trains
 LossBuilder = Callable[[], nn.Module]
 OptimizerBuilder = Callable[[nn.Module, Hyperparameters], torch.optim.Optimizer]  # given the model being trained
 PreprocessingBuilder = Callable[[Hyperparameters], Preprocessing]

@@ -30,10 +30,18 @@ import torch
 
 from devicebench.data.sources import dataset_spec
 from devicebench.data.tables import TableDataset
-from devicebench.engine.loop import PROGRESS_UPDATES_PER_EPOCH, Reporter, TrainingPlan, capped
+from devicebench.engine.loop import (
+    PROGRESS_UPDATES_PER_EPOCH,
+    Reporter,
+    TrainingPlan,
+    capped,
+    note_time_to_target,
+    timed_epoch,
+    total_energy_j,
+)
 from devicebench.engine.monitor import Monitor
-from devicebench.engine.timing import Stopwatch, is_warmup_epoch
-from devicebench.results.schema import EpochRecord, RunRecord
+from devicebench.engine.timing import Stopwatch
+from devicebench.results.schema import RunRecord
 from devicebench.workloads import Hyperparameters, Published, workload
 
 INSTALL_HINT = "needs xgboost: pip install 'devicebench[gbdt]'"
@@ -138,22 +146,8 @@ def train_boosted_trees(
             train_time_s = _boost_epoch(booster, train_matrix, (epoch - 1) * rounds, rounds, watch, reporter)
             usage = monitor.window()  # exactly this epoch's boosting, outside its timed region
             train_loss, train_accuracy = log_loss_and_accuracy(booster.predict(train_matrix), dataset.train_labels)
-            entry = EpochRecord(
-                epoch=epoch,
-                phase="warmup" if is_warmup_epoch(epoch) else "steady",
-                steps=rounds,
-                samples=samples,
-                train_time_s=train_time_s,
-                samples_per_s=samples / train_time_s,
-                step_time_ms=train_time_s / rounds * 1000,
-                train_loss=train_loss,
-                train_accuracy=train_accuracy,
-                process_cpu_percent=usage.process_cpu_percent,
-                device_utilization_percent=usage.device_utilization_percent,
-                device_power_mean_w=usage.device_power_mean_w,
-                device_energy_j=usage.device_energy_j,
-            )
-            record.monitor_note = usage.device_note
+            entry = timed_epoch(record, epoch, rounds, samples, train_time_s, usage,
+                                train_loss=train_loss, train_accuracy=train_accuracy)
             finite = math.isfinite(train_loss)
             if finite:  # evaluating a diverged model would only time arithmetic on NaNs
                 evaluation_started = watch.now()
@@ -169,12 +163,9 @@ def train_boosted_trees(
                 record.diverged_at_step = _first_diverged_round(booster, train_matrix, dataset, epoch, rounds)
                 record.error = f"training loss became {train_loss} at round {record.diverged_at_step} (epoch {epoch})"
                 break
-            if _reached(plan.target_accuracy, entry) and record.time_to_target_train_s is None:
-                record.time_to_target_train_s = sum(e.train_time_s for e in record.epochs)
-                record.time_to_target_wall_s = watch.now() - started
+            note_time_to_target(record, plan.target_accuracy, watch.now() - started)
         record.end_to_end_s = watch.now() - started
-    energies = [epoch.device_energy_j for epoch in record.epochs]
-    record.energy_j = sum(energies) if energies and None not in energies else None
+    record.energy_j = total_energy_j(record)
 
 
 def _boost_epoch(booster: Any, train_matrix: Any, first_round: int, rounds: int, watch: Stopwatch,
@@ -209,10 +200,6 @@ def _first_diverged_round(booster: Any, train_matrix: Any, dataset: TableDataset
         if not math.isfinite(log_loss_and_accuracy(probabilities, dataset.train_labels)[0]):
             return round_number
     return epoch * rounds
-
-
-def _reached(target: float | None, epoch: EpochRecord) -> bool:
-    return target is not None and epoch.test_accuracy is not None and epoch.test_accuracy >= target
 
 
 S5 = {

@@ -25,7 +25,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from devicebench.data.augmentation import Unchanged
-from devicebench.workloads import BinaryCrossEntropy, Hyperparameters, Published, QuickSettings, adam, workload
+from devicebench.workloads import (
+    BinaryCrossEntropy,
+    Hyperparameters,
+    Published,
+    QuickSettings,
+    adam,
+    workload,
+)
 
 EMBEDDING_INIT = 0.05  # Keras' Embedding: uniform in ±0.05
 KERAS_EPSILON = 1e-7  # Adam's epsilon in Keras
