@@ -61,6 +61,10 @@ def reproduce(
     asked = seeds or ["all"]
     try:
         workloads = seed_workloads(asked)
+        for entry in workloads:
+            if entry.requires() is not None:
+                errors.print(f"{entry.name} is left out: it {entry.requires()}", highlight=False)
+        workloads = [entry for entry in workloads if entry.requires() is None]
         config = RunConfig(workloads=tuple(entry.name for entry in workloads), suite="quick" if quick else "seeds",
                            devices=devices, repeats=repeats, seed=seed, threads=threads, data=data,
                            data_dir=str(data_dir) if data_dir else None)

@@ -18,6 +18,7 @@ from rich.progress import (
 from rich.text import Text
 
 from devicebench.data import ArrayDataset, ImageFolderDataset
+from devicebench.report.tables import batch_text
 from devicebench.results.schema import EpochRecord, RunRecord
 from devicebench.runner import RunReporter
 from devicebench.workloads import Workload
@@ -71,7 +72,7 @@ class RichReporter(RunReporter):
         steps = f"{settings.max_steps} steps each" if settings.max_steps else "full epochs"
         self.console.rule(
             f"[bold]{record.workload}[/] on [bold]{record.device}[/] ({record.device_name}), "
-            f"repeat {record.repeat + 1}, batch {settings.batch_size}, {settings.epochs} epochs of {steps}, "
+            f"repeat {record.repeat + 1}, {batch_text(settings.batch_size)}, {settings.epochs} epochs of {steps}, "
             f"{settings.data_source} data, {settings.threads} threads"
             + (f", {settings.workers} loader workers" if settings.workers else "")
         )

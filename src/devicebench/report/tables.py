@@ -115,6 +115,11 @@ def comparison_tables(rows_by_workload: dict[str, list[Row]]) -> list[Renderable
     return [_workload_table(name, rows) for name, rows in rows_by_workload.items()]
 
 
+def batch_text(batch_size: int) -> str:
+    """`batch 32`, or what a batch size of 0 means: boosted trees read every row in every round."""
+    return f"batch {batch_size}" if batch_size else "every row each step"
+
+
 def device_kind(device: str) -> str:
     return "cpu" if device == "cpu" else "gpu"
 
@@ -122,11 +127,15 @@ def device_kind(device: str) -> str:
 def _workload_table(name: str, rows: list[Row]) -> RenderableType:
     entry = get_workload(name)
     one_machine = len({row.machine_id for row in rows}) == 1
-    first = rows[0].runs[0].settings
-    steps = f"{first.max_steps} steps" if first.max_steps else "full length"
+    first_run = rows[0].runs[0]
+    first = first_run.settings
+    if first_run.epochs:  # what the epochs really had: a cap above an epoch's length changes nothing
+        steps = f"{first_run.epochs[0].steps} steps"
+    else:
+        steps = f"{first.max_steps} steps" if first.max_steps else "full length"
     sources = {row.settings["data_source"] for row in rows}
     data = " and ".join(f"[bold yellow]{s} data[/]" if s == "synthetic" else f"{s} data" for s in sorted(sources))
-    title = f"[bold]{name}[/] ({entry.seed}): batch {first.batch_size}, {first.epochs} epochs of {steps}, {data}"
+    title = f"[bold]{name}[/] ({entry.seed}): {batch_text(first.batch_size)}, {first.epochs} epochs of {steps}, {data}"
     table = Table(title=title, title_justify="left")
     priced = any(row.price_per_hour is not None for row in rows)
     energy = any(row.energy_wh is not None for row in rows)
