@@ -30,6 +30,7 @@ from devicebench.data import (
 )
 from devicebench.data.pipeline import batches_for, default_workers, usable_cores
 from devicebench.devices import device_name, resolve_devices
+from devicebench.engine.flops import training_flops_per_sample
 from devicebench.engine.loop import Reporter, TrainingSetup, train
 from devicebench.engine.timing import Stopwatch, wall_clock_utc
 from devicebench.environment import machine_fingerprint
@@ -217,6 +218,7 @@ def train_record(
     try:
         _check_classes(workload, dataset)
         record.parameter_count = workload.parameter_count(settings.hyperparameters)
+        record.flops_per_sample = training_flops_per_sample(workload, settings.hyperparameters)
         model = None
         if workload.trainer is not None:  # not a torch model: it trains itself, timed by the same Stopwatch
             workload.trainer(record, dataset, device, settings.hyperparameters, config.plan_for(workload),

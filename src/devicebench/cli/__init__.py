@@ -32,7 +32,7 @@ app = typer.Typer(
     rich_markup_mode="rich",
     pretty_exceptions_enable=False,
 )
-WIDTH_WHEN_PIPED = 160  # columns for logs and pipes, where rich would otherwise fold tables into 80
+WIDTH_WHEN_PIPED = 200  # columns for logs and pipes, where rich would otherwise fold the 12-column tables
 
 console = Console()
 errors = Console(stderr=True)

@@ -139,8 +139,8 @@ def _workload_table(name: str, rows: list[Row]) -> RenderableType:
     table = Table(title=title, title_justify="left")
     priced = any(row.price_per_hour is not None for row in rows)
     energy = any(row.energy_wh is not None for row in rows)
-    columns = ["Device" if one_machine else "Machine/device", "Epoch s", "Samples/s", "ms/step", "Busy", "Waiting",
-               "Warm-up s", "End-to-end s", "Test acc", "Speedup", "Published samples/s"]
+    columns = ["Device" if one_machine else "Machine/device", "Epoch s", "Samples/s", "ms/step", "TFLOP/s", "Busy",
+               "Waiting", "Warm-up s", "End-to-end s", "Test acc", "Speedup", "Published samples/s"]
     columns += ["Cost/1M samples", "Cost vs baseline"] if priced else []
     columns += ["Energy Wh"] if energy else []
     for column in columns:
@@ -149,7 +149,8 @@ def _workload_table(name: str, rows: list[Row]) -> RenderableType:
         table.add_row(*_cells(row, one_machine, priced, energy, entry))
     lines = [
         "Epoch s: steady-state median [min–max] over the epochs after the warm-up one, every repeat; busy: the "
-        "device's utilisation and this process's CPU use while training (100% CPU = one core); waiting: the share "
+        "device's utilisation and this process's CPU use while training (100% CPU = one core); TFLOP/s: the matrix "
+        "products and convolutions of forward and backward per sample (engine/flops.py) x samples/s; waiting: the share "
         "of training spent waiting for the next batch, and the verdict; speedup: ratio of median samples/s "
         "against the baseline [95% bootstrap interval].",
         *dict.fromkeys(f"{row.machine_name}/{row.device}: {row.device_name}" for row in rows),
@@ -173,6 +174,7 @@ def _cells(row: Row, one_machine: bool, priced: bool, energy: bool, entry: Workl
         "—" if epoch is None else f"{epoch.median:,.2f} [{epoch.low:,.2f}–{epoch.high:,.2f}]",
         median_text(row.samples_per_s, 0),
         median_text(row.step_time_ms, 2),
+        tflops_text(row),
         busy_text(row),
         waiting_text(row),
         median_text(row.warmup_epoch_s, 2),
@@ -197,6 +199,12 @@ def busy_text(row: Row) -> str:
     if row.process_cpu_percent is not None:
         parts.append(f"{row.process_cpu_percent.median:.0f}% CPU")
     return ", ".join(parts) or "—"
+
+
+def tflops_text(row: Row) -> str:
+    """Achieved TFLOP/s, to three significant digits: CPUs reach hundredths, GPUs hundreds."""
+    value = row.tflops
+    return "—" if value is None else f"{value.median:.3g}"
 
 
 def waiting_text(row: Row) -> str:

@@ -27,6 +27,7 @@ SAME_WORK_SETTINGS = ("mode", "precision", "batch_size", "data_source", "workers
 DEFAULT_BASELINE = "cpu"
 SECONDS_PER_HOUR = 3600.0
 JOULES_PER_WATT_HOUR = 3600.0
+TERA = 1e12  # FLOP/s per TFLOP/s
 
 
 @dataclass
@@ -82,6 +83,12 @@ class Row:
     def device_utilization_percent(self) -> Spread | None:
         return _spread_or_none([e.device_utilization_percent for e in self.steady_epochs
                                 if e.device_utilization_percent is not None])
+
+    @property
+    def tflops(self) -> Spread | None:
+        """Achieved TFLOP/s in the steady epochs: FLOPs per sample x samples/s."""
+        return _spread_or_none([run.flops_per_sample * epoch.samples_per_s / TERA for run in self.runs
+                                for epoch in run.steady_epochs if run.flops_per_sample is not None])
 
     @property
     def input_wait_share(self) -> Spread | None:

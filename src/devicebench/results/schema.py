@@ -106,6 +106,7 @@ class RunRecord:
     peak_rss_mib: float | None = None  # the process's peak resident memory up to the end of this run
     energy_j: float | None = None  # energy the device drew while training (every epoch), where NVML can tell
     monitor_note: str | None = None  # why device utilisation or energy is missing, when it is
+    flops_per_sample: float | None = None  # one training step's matmul/conv FLOPs per sample (engine/flops.py)
     input_verdict: str | None = None  # "input-bound" or "compute-bound" (results/diagnosis.py)
     input_diagnosis: str | None = None  # the verdict's numbers and the lever that would help, in a sentence
 

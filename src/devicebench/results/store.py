@@ -170,9 +170,14 @@ def _add_input_diagnosis(connection: sqlite3.Connection) -> None:
     connection.execute("ALTER TABLE runs ADD COLUMN input_diagnosis TEXT")
 
 
+def _add_flops(connection: sqlite3.Connection) -> None:
+    """Schema 5: FLOPs per training sample, from which achieved TFLOP/s follow."""
+    connection.execute("ALTER TABLE runs ADD COLUMN flops_per_sample REAL")
+
+
 # MIGRATIONS[n] takes a database from schema n to n + 1; the newest schema is len(MIGRATIONS). Append, never edit.
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
-    _create_tables, _add_live_runs, _add_usage, _add_input_diagnosis
+    _create_tables, _add_live_runs, _add_usage, _add_input_diagnosis, _add_flops
 ]
 ABANDONED = "the process running it ended without finishing it (killed or crashed); its finished epochs are kept"
 

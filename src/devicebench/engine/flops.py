@@ -1,0 +1,51 @@
+"""FLOPs per training sample: the work one sample costs, so throughput can be read as TFLOP/s.
+
+`torch.utils.flop_counter` counts the floating-point operations of the matrix products and convolutions (and
+attention) of one forward pass, the loss and the backward pass, on the meta device: no memory, no arithmetic,
+the same count on every machine. Element-wise work (activations, normalisation, the optimizer step) is left
+out, as in every MFU figure. A backward pass costs about twice its forward pass, except where no gradient is
+needed (the input layer's gradient with respect to the data).
+
+    python -c "from devicebench.engine.flops import training_flops_per_sample as f; from devicebench.workloads import get_workload as g; w = g('cifar10-mlp'); print(f(w, dict(w.defaults)))"
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from typing import Any
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from devicebench.workloads import Workload, get_workload
+
+COUNTED_BATCH = 2  # samples in the counted step: more than one, so per-sample costs cannot hide in batch-1 shortcuts
+
+
+def training_flops_per_sample(workload: Workload, hyperparameters: dict[str, Any]) -> float | None:
+    """FLOPs of one training step per sample for `workload` built with `hyperparameters`; None for a workload that
+    is not a torch model, or when a layer cannot be counted."""
+    if workload.trainer is not None:
+        return None
+    return _counted(workload.name, json.dumps(hyperparameters, sort_keys=True, default=str))
+
+
+@functools.lru_cache(maxsize=64)  # the LSTM takes seconds to count: once per process and setting
+def _counted(name: str, hyperparameters_json: str) -> float | None:
+    workload = get_workload(name)
+    hyperparameters = json.loads(hyperparameters_json)
+    try:
+        with torch.device("meta"):
+            model = workload.build_model(hyperparameters)
+            example = workload.example_input(hyperparameters).to("meta")
+            inputs = example.expand(COUNTED_BATCH, *example.shape[1:])
+            labels = torch.zeros(COUNTED_BATCH, dtype=torch.long)
+            loss_function = workload.build_loss()
+        with FlopCounterMode(display=False) as counter:
+            loss_function(model(inputs), labels).backward()
+    except (RuntimeError, NotImplementedError, TypeError) as error:  # an op the meta device cannot run
+        logging.getLogger(__name__).warning("could not count the FLOPs of %s: %s", name, error)
+        return None
+    return counter.get_total_flops() / COUNTED_BATCH
