@@ -35,7 +35,7 @@ app = typer.Typer(
 WIDTH_WHEN_PIPED = 200  # columns for logs and pipes, where rich would otherwise fold the 12-column tables
 
 console = Console()
-errors = Console(stderr=True)
+errors = Console(stderr=True, soft_wrap=True)  # messages and paths stay whole lines in logs; panels still fit
 for _stream in (console, errors):
     if not _stream.is_terminal and "COLUMNS" not in os.environ:
         _stream.width = WIDTH_WHEN_PIPED
