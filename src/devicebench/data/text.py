@@ -151,7 +151,7 @@ def encode(texts: Iterable[str], vocabulary: Sequence[str], sequence_length: int
 
 
 def _vocabulary_from_tokens(token_lists: Iterable[list[str]], size: int) -> tuple[str, ...]:
-    _check_vocab_size(size)
+    check_vocab_size(size)
     counts: Counter[str] = Counter()
     for tokens in token_lists:
         counts.update(tokens)
@@ -160,7 +160,7 @@ def _vocabulary_from_tokens(token_lists: Iterable[list[str]], size: int) -> tupl
 
 
 def _encode_tokens(token_lists: Sequence[list[str]], vocabulary: Sequence[str], sequence_length: int) -> np.ndarray:
-    _check_sequence_length(sequence_length)
+    check_sequence_length(sequence_length)
     word_ids = {word: index for index, word in enumerate(vocabulary)}
     rows = np.zeros((len(token_lists), sequence_length), dtype=np.int64)  # 0 is "<pad>"
     for row, tokens in zip(rows, token_lists):
@@ -171,12 +171,13 @@ def _encode_tokens(token_lists: Sequence[list[str]], vocabulary: Sequence[str], 
     return rows
 
 
-def _check_vocab_size(size: int) -> None:
+def check_vocab_size(size: int) -> None:
+    """A vocabulary holds padding and unknown before any word (also the text models' check on --set vocab_size)."""
     if size < MIN_VOCAB_SIZE:
-        raise ValueError(f"a vocabulary needs at least {MIN_VOCAB_SIZE} entries ({PAD}, {UNKNOWN}, a word), got {size}")
+        raise ValueError(f"vocab_size must be at least {MIN_VOCAB_SIZE} entries ({PAD}, {UNKNOWN}, a word), got {size}")
 
 
-def _check_sequence_length(sequence_length: int) -> None:
+def check_sequence_length(sequence_length: int) -> None:
     if sequence_length < 1:
         raise ValueError(f"sequence_length must be at least 1 token, got {sequence_length}")
 
@@ -227,8 +228,8 @@ def read_imdb(archive: str | Path, *, vocab_size: int, sequence_length: int) -> 
     """The IMDB reviews of `archive` as token ids: labels neg 0 and pos 1, ordered by label then review id, the
     vocabulary from the train split. Served from the cache beside the archive when it holds these sizes."""
     archive = Path(archive)
-    _check_vocab_size(vocab_size)
-    _check_sequence_length(sequence_length)
+    check_vocab_size(vocab_size)
+    check_sequence_length(sequence_length)
     cache = archive.parent / f"imdb-v{vocab_size}-l{sequence_length}.npz"
     archive_bytes = archive.stat().st_size  # ties a cache to its archive: a different download is rebuilt
     origin = f"{archive} (IMDB reviews, vocabulary of the train split), encoded and cached as {cache}"
@@ -379,8 +380,8 @@ def read_text_folder(directory: str | Path, *, vocab_size: int, sequence_length:
     """Your texts as token ids: labels are the train split's folders in alphabetical order, texts within a label in
     file-name order, and the vocabulary comes from the train split."""
     directory = Path(directory).expanduser()
-    _check_vocab_size(vocab_size)
-    _check_sequence_length(sequence_length)
+    check_vocab_size(vocab_size)
+    check_sequence_length(sequence_length)
     split_folders = [directory / split for split in ("train", "test")]
     for folder in split_folders:
         if not folder.is_dir():
@@ -457,7 +458,7 @@ def synthetic_text(
     test_size = spec.test_size if test_size is None else test_size
     if train_size < 1 or test_size < 1:
         raise ValueError(f"synthetic {name}: sizes must be at least 1, got train={train_size} test={test_size}")
-    _check_sequence_length(sequence_length)
+    check_sequence_length(sequence_length)
     word_count = vocab_size - len(RESERVED_WORDS)
     if word_count < spec.num_classes:
         raise ValueError(

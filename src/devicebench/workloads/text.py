@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from devicebench.data.augmentation import Unchanged
+from devicebench.data.text import check_sequence_length, check_vocab_size
 from devicebench.workloads import (
     BinaryCrossEntropy,
     Hyperparameters,
@@ -168,9 +169,7 @@ def imdb_transformer(hyperparameters: Hyperparameters) -> nn.Module:
 
 
 def _checked(hyperparameters: Hyperparameters) -> Hyperparameters:
-    """The vocabulary holds padding and unknown before any word; a review has at least one token."""
-    if hyperparameters["vocab_size"] < 3:
-        raise ValueError(f"vocab_size must be at least 3 (padding, unknown, one word), got {hyperparameters['vocab_size']}")
-    if hyperparameters["sequence_length"] < 1:
-        raise ValueError(f"sequence_length must be at least 1, got {hyperparameters['sequence_length']}")
+    """Sizes the data could not be made to, refused when the model is built (so `--set` fails before training)."""
+    check_vocab_size(hyperparameters["vocab_size"])
+    check_sequence_length(hyperparameters["sequence_length"])
     return hyperparameters
