@@ -35,7 +35,7 @@ CPU_KEYS = [
 ]  # fmt: skip
 CACHED = (
     environment.cpu_model,
-    environment._cpu_isa,
+    environment.cpu_isa,
     environment._cpuinfo_text,
     environment._software_versions,
     environment._cudnn_version,

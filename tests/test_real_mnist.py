@@ -1,36 +1,18 @@
 """mnist-cnn2, exactly as the workload defines it, learns real handwritten digits through the whole engine.
 
-The project's shared data holds the real MNIST test set (10,000 digits). The first 8,000 train, the last 2,000
-test. A broken pipeline (labels shuffled against images, wrong scaling, a model that does not learn) stays near
-10% accuracy; the real network reaches about 94% in two epochs at the seed's slow learning rate (Adam 1e-4).
+The project's shared data holds the real MNIST test set (10,000 digits); the `real_digits` fixture (conftest.py)
+trains on the first 8,000 and tests on the last 2,000. A broken pipeline (labels shuffled against images, wrong
+scaling, a model that does not learn) stays near 10% accuracy; the real network reaches about 94% in two epochs at the seed's slow learning rate (Adam 1e-4).
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 import torch
 
 from devicebench import RunConfig
-from devicebench.data import ArrayDataset
-from devicebench.data.formats import read_idx
 from devicebench.runner import new_record, train_record
 from devicebench.workloads import get_workload
-
-SHARED_MNIST = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "mnist"
-TRAIN_DIGITS = 8_000
-
-
-@pytest.fixture(scope="module")
-def real_digits() -> ArrayDataset:
-    images_file, labels_file = SHARED_MNIST / "t10k-images-idx3-ubyte.gz", SHARED_MNIST / "t10k-labels-idx1-ubyte.gz"
-    if not (images_file.exists() and labels_file.exists()):
-        pytest.skip(f"the real MNIST test set is not at {SHARED_MNIST} (the project's shared data folder)")
-    images = read_idx(images_file)[:, None]  # (10000, 1, 28, 28)
-    labels = read_idx(labels_file).astype("int64")
-    return ArrayDataset("mnist", "real", images[:TRAIN_DIGITS], labels[:TRAIN_DIGITS], images[TRAIN_DIGITS:],
-                        labels[TRAIN_DIGITS:], num_classes=10, origin=str(SHARED_MNIST))
 
 
 @pytest.mark.slow

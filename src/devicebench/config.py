@@ -24,6 +24,12 @@ SUITES: dict[str, str] = {
     "seeds": "every workload at the settings its seed experiment published (hours on a CPU)",
 }
 DATA_CHOICES = ("auto", "real", "synthetic")
+MODES = {
+    "seed": "the published settings: fp32, eager, host-side data loading, the seed's batch size",
+    "tuned": "each device at its best for the same model, data and samples (engine/tuning.py)",
+}
+PRECISIONS = ("auto", "fp32", "bf16")  # auto: tuned mode tries bf16 where the device computes it natively
+COMPILE_CHOICES = ("auto", "on", "off")  # auto: tuned mode tries torch.compile on GPUs
 
 
 class ConfigError(ValueError):
@@ -47,8 +53,19 @@ class RunConfig:
     data_dir: str | None = None
     target_accuracy: float | None = None
     overrides: tuple[str, ...] = ()  # `--set key=value`: workload parameters other than the seed's
+    mode: str = "seed"
+    precision: str = "auto"
+    compile: str = "auto"
 
     def __post_init__(self) -> None:
+        for flag, value, choices in (("--mode", self.mode, MODES), ("--precision", self.precision, PRECISIONS),
+                                     ("--compile", self.compile, COMPILE_CHOICES)):
+            if value not in choices:
+                raise ConfigError(f"unknown {flag} {value!r}; choose one of: {', '.join(choices)}")
+        if self.mode == "seed" and (self.precision, self.compile) != ("auto", "auto"):
+            given = "--precision" if self.precision != "auto" else "--compile"
+            raise ConfigError(f"{given} is a tuned-mode choice; seed mode trains in fp32, eager, as the seeds did. "
+                              f"Add --mode tuned")
         if self.suite is not None and self.suite not in SUITES:
             raise ConfigError(f"unknown suite {self.suite!r}; choose one of: {', '.join(SUITES)}")
         if self.data not in DATA_CHOICES:

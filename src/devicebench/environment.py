@@ -151,13 +151,14 @@ def _cpu_description() -> dict:
         "logical_cores": psutil.cpu_count(logical=True),
         "torch_threads": torch.get_num_threads(),  # read on every call: torch.set_num_threads() changes it
         "torch_interop_threads": torch.get_num_interop_threads(),
-        "isa": dict(_cpu_isa()),
+        "isa": dict(cpu_isa()),
         "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
     }
 
 
 @functools.cache
-def _cpu_isa() -> dict[str, bool]:
+def cpu_isa() -> dict[str, bool]:
+    """Which of ISA_FLAGS this CPU has: what decides whether bf16 runs natively."""
     cpuinfo = _cpuinfo_text()
     if cpuinfo:
         return isa_from_cpuinfo(cpuinfo)

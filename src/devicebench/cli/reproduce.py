@@ -15,6 +15,7 @@ from devicebench.cli.run import (
     DataOption,
     DevicesOption,
     JsonOption,
+    ModeOption,
     QuietOption,
     RepeatsOption,
     SeedOption,
@@ -46,6 +47,7 @@ def reproduce(
     threads: ThreadsOption = None,
     data: DataOption = "auto",
     data_dir: DataDirOption = None,
+    mode: ModeOption = "seed",
     json_file: JsonOption = None,
     quiet: QuietOption = False,
     db: DatabaseOption = None,
@@ -67,7 +69,7 @@ def reproduce(
         workloads = [entry for entry in workloads if entry.requires() is None]
         config = RunConfig(workloads=tuple(entry.name for entry in workloads), suite="quick" if quick else "seeds",
                            devices=devices, repeats=repeats, seed=seed, threads=threads, data=data,
-                           data_dir=str(data_dir) if data_dir else None)
+                           data_dir=str(data_dir) if data_dir else None, mode=mode)
     except (ReproduceError, ConfigError) as error:
         raise fail(str(error)) from None
     for missing in seeds_without_workloads(asked):

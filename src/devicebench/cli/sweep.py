@@ -23,7 +23,7 @@ from devicebench.cli.run import (
     exit_for,
     train_and_show,
 )
-from devicebench.config import ConfigError, RunConfig
+from devicebench.config import MODES, ConfigError, RunConfig
 from devicebench.report.tables import sweep_tables
 from devicebench.results.compare import compare
 
@@ -62,6 +62,8 @@ def sweep(
     overrides: Annotated[Optional[list[str]], typer.Option(
         "--set", help="A workload parameter and its values, e.g. --set depth=8,16,32 (repeatable: every "
                       "combination runs).", show_default=False)] = None,
+    mode: Annotated[str, typer.Option(
+        help="seed, tuned, or seed,tuned: both, to see what tuning each device is worth (see `run --help`).")] = "seed",
     devices: DevicesOption = "auto",
     epochs: Annotated[Optional[int], typer.Option(help="Epochs per point; the first is warm-up (default 3).",
                                                   show_default=False)] = None,
@@ -87,8 +89,12 @@ def sweep(
 
     [bold]devicebench sweep catdog-deep --set depth=8,16,32 --devices cpu,cuda[/]: the GPU/CPU ratio against depth.
     """
+    modes = list(dict.fromkeys(part.strip() for part in mode.split(",") if part.strip()))
+    if not modes or any(part not in MODES for part in modes):
+        raise fail(f"--mode {mode!r}: write seed, tuned, or seed,tuned")
     grid = list(itertools.product(
-        parse_values("--batch-size", batch_size), parse_values("--workers", workers), parse_set_grid(overrides or [])
+        parse_values("--batch-size", batch_size), parse_values("--workers", workers), parse_set_grid(overrides or []),
+        modes,
     ))
     if len(grid) > MOST_GRID_POINTS:
         raise fail(f"the grid has {len(grid)} points (more than {MOST_GRID_POINTS}); sweep fewer values at once")
@@ -98,8 +104,9 @@ def sweep(
                 workloads=(workload,), suite="quick", devices=devices, epochs=epochs, batch_size=size,
                 max_steps=max_steps, max_eval_steps=max_eval_steps, repeats=repeats, seed=seed, threads=threads,
                 data=data, data_dir=str(data_dir) if data_dir else None, workers=loaders, overrides=settings,
+                mode=point_mode,
             )
-            for size, loaders, settings in grid
+            for size, loaders, settings, point_mode in grid
         ]
         if len(configs[0].selected_workloads()) != 1:
             raise ConfigError(f"sweep takes one workload; {workload!r} matches several")
@@ -107,7 +114,7 @@ def sweep(
         raise fail(str(error)) from None
     swept = (["batch_size"] if batch_size else []) + (["workers"] if workers else []) + [
         item.partition("=")[0].strip() for item in overrides or []
-    ]
+    ] + (["mode"] if len(modes) > 1 else [])
     outcome = train_and_show(configs, json_file=json_file, quiet=quiet, db=db, tensorboard=None,
                              tables=lambda result: sweep_tables(compare([result]), swept))
     exit_for(outcome)

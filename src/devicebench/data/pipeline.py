@@ -38,6 +38,7 @@ class Batches(Protocol):
 
     batch_size: int
     workers: int
+    resident: bool  # the data is held on the device
 
     def __len__(self) -> int: ...
 
@@ -77,11 +78,16 @@ class HostBatches:
         preprocessing: Preprocessing = Rescale(),  # noqa: B008 (frozen, so one shared instance is safe)
         shuffle: bool = True,
         seed: int = 0,
+        resident: bool = False,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch size must be at least 1, got {batch_size}")
         self.inputs = torch.from_numpy(inputs)  # shares memory with the dataset: no copy
         self.labels = torch.from_numpy(labels)
+        # Tuned mode on an accelerator: the uint8 data moves once, and each batch is gathered and scaled there
+        self.resident = resident and device.type != "cpu" and _fits_on(device, self.inputs.nbytes)
+        if self.resident:
+            self.inputs, self.labels = self.inputs.to(device), self.labels.to(device)
         self.batch_size = batch_size
         self.device = device
         self.preprocessing = preprocessing
@@ -95,7 +101,7 @@ class HostBatches:
         return _batch_sizes(len(self.labels), self.batch_size, steps)
 
     def epoch(self, epoch: int, steps: int | None = None) -> Iterator[Batch]:
-        order = epoch_order(len(self.labels), epoch, self.seed, self.shuffle)
+        order = epoch_order(len(self.labels), epoch, self.seed, self.shuffle).to(self.inputs.device)
         for step in range(len(self) if steps is None else steps):
             index = order[step * self.batch_size : (step + 1) * self.batch_size]
             inputs = self.preprocessing.test(self.inputs[index])  # test: nothing random, so a whole batch at once
@@ -103,6 +109,16 @@ class HostBatches:
 
     def close(self) -> None:
         pass  # nothing runs in the background
+
+
+RESIDENT_SHARE = 0.5  # of the device's free memory, the most a resident dataset may take: the rest is training's
+
+
+def _fits_on(device: torch.device, size_bytes: int) -> bool:
+    if device.type != "cuda":
+        return False  # other accelerators report no free memory to check against
+    free_bytes, _ = torch.cuda.mem_get_info(device)
+    return size_bytes <= RESIDENT_SHARE * free_bytes
 
 
 class ImageSource(Protocol):
@@ -185,6 +201,8 @@ class _EpochBatches(Sampler):
 class LoaderBatches:
     """Mini-batches made image by image in DataLoader workers (or in this process with `workers=0`)."""
 
+    resident = False  # workers make each batch on the host
+
     def __init__(
         self,
         images: ImageSource,
@@ -256,14 +274,18 @@ def batches_for(
     *,
     workers: int,
     seed: int,
+    resident: bool = False,
 ) -> tuple[Batches, Batches]:
-    """(training batches, test batches) of `dataset`, as a model taking `image_shape` images needs them."""
+    """(training batches, test batches) of `dataset`, as a model taking `image_shape` images needs them.
+
+    `resident`: hold in-memory data on the device when it fits (tuned mode); see `HostBatches.resident`.
+    """
     if isinstance(dataset, TokenDataset):  # token ids in memory, nothing random: the fast path; no workers to use
         return (
             HostBatches(dataset.train_tokens, dataset.train_labels, batch_size, device, preprocessing=preprocessing,
-                        seed=seed),
+                        seed=seed, resident=resident),
             HostBatches(dataset.test_tokens, dataset.test_labels, batch_size, device, preprocessing=preprocessing,
-                        shuffle=False),
+                        shuffle=False, resident=resident),
         )
     if isinstance(dataset, ArrayDataset):
         if dataset.image_shape != tuple(image_shape):
@@ -272,9 +294,9 @@ def batches_for(
         if workers == 0 and not preprocessing.augments:
             return (
                 HostBatches(dataset.train_images, dataset.train_labels, batch_size, device,
-                            preprocessing=preprocessing, seed=seed),
+                            preprocessing=preprocessing, seed=seed, resident=resident),
                 HostBatches(dataset.test_images, dataset.test_labels, batch_size, device,
-                            preprocessing=preprocessing, shuffle=False),
+                            preprocessing=preprocessing, shuffle=False, resident=resident),
             )
         train_images, test_images = ArrayImages(dataset.train_images), ArrayImages(dataset.test_images)
         train_labels, test_labels = dataset.train_labels, dataset.test_labels

@@ -39,6 +39,10 @@ class TrainingSetup:
     loss_function: nn.Module
     optimizer: torch.optim.Optimizer
     predict: Callable[[torch.Tensor], torch.Tensor] = lambda outputs: outputs.argmax(dim=1)  # outputs → classes
+    forward: Callable[[torch.Tensor], torch.Tensor] | None = None  # the model's tuned forward pass, if not the model
+
+    def outputs(self, inputs: torch.Tensor) -> torch.Tensor:
+        return (self.forward or self.model)(inputs)
 
 
 @dataclass(frozen=True)
@@ -195,7 +199,7 @@ def _train_epoch(
         asked = watch.host_now()
         images, labels = next(batch_stream)
         waited += watch.host_now() - asked
-        outputs = model(images)
+        outputs = setup.outputs(images)
         loss = loss_function(outputs, labels)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -219,7 +223,7 @@ def _evaluate(
     start = watch.now()
     with torch.inference_mode():
         for images, labels in batches.epoch(0, steps):
-            outputs = model(images)
+            outputs = setup.outputs(images)
             loss_sum += loss_function(outputs, labels) * len(labels)
             correct += (setup.predict(outputs) == labels).sum()
     seconds = watch.now() - start
