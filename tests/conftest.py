@@ -20,19 +20,39 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from devicebench.data import ArrayDataset
 from devicebench.data.formats import (
     CIFAR10_BINARY,
     CIFAR100_BINARY,
     MNIST_FILES,
     CifarLayout,
     Splits,
+    read_idx,
 )
+from devicebench.engine.calibrate import CALIBRATION_DIR_VARIABLE
 from devicebench.environment import machine_id
 from devicebench.results.schema import EpochRecord, Result, RunRecord, RunSettings
 from devicebench.results.store import DB_ENVIRONMENT_VARIABLE
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_MNIST_FOLDER = REPO_ROOT.parent / "shared" / "data" / "mnist"  # the real MNIST test set, when present
+
+REAL_TRAIN_DIGITS = 8_000  # of the 10,000 real test digits: the first train, the rest test
+
+
+@pytest.fixture(scope="session")
+def real_digits():
+    """The real MNIST digits of the shared data folder as a dataset: 8,000 to train on, 2,000 to test."""
+    images_file = SHARED_MNIST_FOLDER / "t10k-images-idx3-ubyte.gz"
+    labels_file = SHARED_MNIST_FOLDER / "t10k-labels-idx1-ubyte.gz"
+    if not (images_file.exists() and labels_file.exists()):
+        pytest.skip(f"the real MNIST test set is not at {SHARED_MNIST_FOLDER} (the project's shared data folder)")
+    images = read_idx(images_file)[:, None]  # (10000, 1, 28, 28)
+    labels = read_idx(labels_file).astype("int64")
+    split = REAL_TRAIN_DIGITS
+    return ArrayDataset("mnist", "real", images[:split], labels[:split], images[split:], labels[split:],
+                        num_classes=10, origin=str(SHARED_MNIST_FOLDER))
+
 
 IDX_TYPE_CODES = {np.dtype(np.uint8): 0x08, np.dtype(np.int32): 0x0C, np.dtype(np.float32): 0x0D}
 
@@ -255,6 +275,15 @@ def dead_base_url() -> str:
 # ---------------------------------------------------------------------------------------------------------------
 # Results and the results database
 # ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def no_stored_calibration(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test starts with an empty calibration folder: a calibration of the machine running the tests never
+    changes what a test sees."""
+    folder = tmp_path_factory.mktemp("calibration") / "stored"  # not created: calibrating creates it
+    monkeypatch.setenv(CALIBRATION_DIR_VARIABLE, str(folder))
+    return folder
 
 
 @pytest.fixture(autouse=True)

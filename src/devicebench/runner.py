@@ -10,6 +10,8 @@ Ctrl-C stops at once, marks the current run `interrupted` and keeps every finish
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import sys
 import warnings
@@ -30,9 +32,19 @@ from devicebench.data import (
 )
 from devicebench.data.pipeline import batches_for, default_workers, usable_cores
 from devicebench.devices import device_name, resolve_devices
+from devicebench.engine.calibrate import peak_tflops
 from devicebench.engine.flops import training_flops_per_sample
 from devicebench.engine.loop import Reporter, TrainingSetup, train
 from devicebench.engine.timing import Stopwatch, wall_clock_utc
+from devicebench.engine.tuning import (
+    Tuning,
+    base_tuning,
+    candidates,
+    choose_tuning,
+    process_settings,
+    tuned_setup,
+    tuned_threads,
+)
 from devicebench.environment import machine_fingerprint
 from devicebench.results.diagnosis import diagnose
 from devicebench.results.schema import Result, RunRecord, RunSettings
@@ -95,8 +107,9 @@ def sweep(configs: list[RunConfig], reporter: RunReporter | None = None, *, save
     reporter = reporter or RunReporter()
     devices = resolve_devices(configs[0].devices)  # a missing device fails before any data is fetched
     threads_before = torch.get_num_threads()
-    if configs[0].threads is not None:
-        torch.set_num_threads(configs[0].threads)
+    threads = configs[0].threads or (tuned_threads() if configs[0].mode == "tuned" else None)
+    if threads is not None:
+        torch.set_num_threads(threads)
     result = Result(
         machine=machine_fingerprint(),
         config=configs[0].to_dict() if len(configs) == 1 else {"sweep": [config.to_dict() for config in configs]},
@@ -122,6 +135,7 @@ def _run_configs(
     # next workload or grid point wants the same one.
     loaded: tuple | None = None
     dataset: Dataset | DataProblem | None = None
+    tunings: dict[tuple, tuple[Tuning, str]] = {}  # tuned mode chooses once per session: repeats then agree
     try:
         for config in configs:
             for workload in config.selected_workloads():
@@ -141,7 +155,8 @@ def _run_configs(
                             record.status, record.error = "failed", str(dataset)
                             reporter.run_finished(record)
                         else:
-                            train_record(record, workload, dataset, device, config, reporter, save_to=save_to)
+                            train_record(record, workload, dataset, device, config, reporter, save_to=save_to,
+                                         tunings=tunings)
     except KeyboardInterrupt:
         result.interrupted = True
         for record in result.runs:
@@ -192,6 +207,7 @@ def new_record(
             threads=torch.get_num_threads(),
             data_source=config.data if isinstance(dataset, DataProblem) else dataset.source,
             workers=workers,
+            mode=config.mode,
             tf32_matmul=torch.backends.cuda.matmul.allow_tf32,
             hyperparameters=hyperparameters,
             overrides=config.overrides_for(workload),
@@ -208,8 +224,12 @@ def train_record(
     reporter: RunReporter | None = None,
     *,
     save_to: Path | None = None,
+    tunings: dict[tuple, tuple[Tuning, str]] | None = None,
 ) -> None:
-    """Train `workload` on `dataset` and `device` into `record`, which ends with its final status."""
+    """Train `workload` on `dataset` and `device` into `record`, which ends with its final status.
+
+    `tunings`: tuned-mode choices already made in this session, reused (and added to) here.
+    """
     reporter = reporter or RunReporter()
     reporter.run_started(record)
     settings = record.settings
@@ -225,20 +245,30 @@ def train_record(
                              Stopwatch(device), reporter)
         else:
             preprocessing = workload.build_preprocessing(settings.hyperparameters)
+            tuned = config.mode == "tuned"
+            base = _base_tuning(workload, settings.hyperparameters, device) if tuned else Tuning()
             batches = batches_for(dataset, workload.image_shape, preprocessing, batch_size, device,
-                                  workers=settings.workers, seed=config.seed)
-            model = train(
-                record,
-                build=partial(_build, workload, settings.hyperparameters, device, config.seed),
-                train_batches=batches[0],
-                test_batches=batches[1],
-                plan=config.plan_for(workload),
-                watch=Stopwatch(device),
-                reporter=reporter,
-            )
+                                  workers=settings.workers, seed=config.seed, resident=base.device_resident)
+            base = dataclasses.replace(base, device_resident=batches[0].resident)
+            build = partial(_build, workload, settings.hyperparameters, device, config.seed)
+            with process_settings(base):
+                if tuned:
+                    tuning = _choose(base, build, batches[0], device, config, record, {} if tunings is None
+                                     else tunings)
+                    build = partial(_build_tuned, build, tuning, device, record)
+                model = train(
+                    record,
+                    build=build,
+                    train_batches=batches[0],
+                    test_batches=batches[1],
+                    plan=config.plan_for(workload),
+                    watch=Stopwatch(device),
+                    reporter=reporter,
+                )
             diagnosis = diagnose(record, cores=usable_cores())
             if diagnosis is not None:
                 record.input_verdict, record.input_diagnosis = diagnosis.verdict, diagnosis.text
+        record.peak_tflops = _calibrated_peak_tflops(record)
         if record.status == "running":
             record.status = "ok"
             if save_to is not None and model is not None:
@@ -279,6 +309,48 @@ def _build(workload: Workload, hyperparameters: dict, device: torch.device, seed
         optimizer=workload.build_optimizer(model, hyperparameters),
         predict=partial(predicted_classes, output=workload.output),
     )
+
+
+def _base_tuning(workload: Workload, hyperparameters: dict, device: torch.device) -> Tuning:
+    with torch.device("meta"):  # only its layers are looked at: no memory, no time
+        model = workload.build_model(hyperparameters)
+    return base_tuning(device, model, resident_possible=True)
+
+
+def _choose(
+    base: Tuning,
+    build: partial,
+    batches,
+    device: torch.device,
+    config: RunConfig,
+    record: RunRecord,
+    tunings: dict[tuple, tuple[Tuning, str]],
+) -> Tuning:
+    """Tuned mode's choice for this run: measured on a trial the first time, the same for every repeat after."""
+    key = (record.workload, record.device, json.dumps(record.settings.hyperparameters, sort_keys=True, default=str),
+           config.precision, config.compile)
+    if key not in tunings:
+        options = candidates(base, device, config.precision, config.compile)
+        tunings[key] = choose_tuning(options, lambda option: tuned_setup(build(), option, device)[0], batches,
+                                     Stopwatch(device))
+    tuning, record.tuning_note = tunings[key]
+    return tuning
+
+
+def _build_tuned(build: partial, tuning: Tuning, device: torch.device, record: RunRecord) -> TrainingSetup:
+    """The run's model, built as in seed mode and then run the tuned way; the settings say what could be applied."""
+    setup, applied = tuned_setup(build(), tuning, device)
+    record.settings = dataclasses.replace(record.settings, **dataclasses.asdict(applied))
+    return setup
+
+
+def _calibrated_peak_tflops(record: RunRecord) -> float | None:
+    """The device's calibrated matmul peak at the precision this run's matmuls used, for its MFU."""
+    settings = record.settings
+    precision = settings.precision
+    if precision == "fp32" and record.device.startswith("cuda") and settings.tf32_matmul:
+        precision = "tf32"  # fp32 tensors multiplied on TF32 tensor cores
+    return peak_tflops(machine_fingerprint()["machine_id"], record.device, precision)
 
 
 def _record_failure(record: RunRecord, error: Exception) -> None:

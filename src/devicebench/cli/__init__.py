@@ -98,5 +98,6 @@ def prices_from(price: str | None) -> Prices | None:
         raise fail(str(error)) from None
 
 
-for _command in ("machine", "run", "sweep", "predict", "reproduce", "history", "compare", "transfer", "report"):
+for _command in ("machine", "run", "sweep", "predict", "reproduce", "history", "compare", "transfer", "report",
+                 "calibrate"):
     importlib.import_module(f"{__name__}.{_command}")

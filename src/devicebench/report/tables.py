@@ -16,7 +16,7 @@ from rich.text import Text
 
 from devicebench.reproduce import Reproduction
 from devicebench.results.compare import Row
-from devicebench.results.schema import Result
+from devicebench.results.schema import Result, RunRecord
 from devicebench.results.stats import Spread
 from devicebench.workloads import Workload, get_workload
 
@@ -150,7 +150,8 @@ def _workload_table(name: str, rows: list[Row]) -> RenderableType:
     lines = [
         "Epoch s: steady-state median [min–max] over the epochs after the warm-up one, every repeat; busy: the "
         "device's utilisation and this process's CPU use while training (100% CPU = one core); TFLOP/s: the matrix "
-        "products and convolutions of forward and backward per sample (engine/flops.py) x samples/s; waiting: the share "
+        "products and convolutions of forward and backward per sample (engine/flops.py) x samples/s, and as a share "
+        "of the device's calibrated matmul peak at the run's precision (MFU; `devicebench calibrate`); waiting: the share "
         "of training spent waiting for the next batch, and the verdict; speedup: ratio of median samples/s "
         "against the baseline [95% bootstrap interval].",
         *dict.fromkeys(f"{row.machine_name}/{row.device}: {row.device_name}" for row in rows),
@@ -202,9 +203,12 @@ def busy_text(row: Row) -> str:
 
 
 def tflops_text(row: Row) -> str:
-    """Achieved TFLOP/s, to three significant digits: CPUs reach hundredths, GPUs hundreds."""
-    value = row.tflops
-    return "—" if value is None else f"{value.median:.3g}"
+    """Achieved TFLOP/s, to three significant digits (CPUs reach hundredths, GPUs hundreds), and the MFU where the
+    device is calibrated: `0.23 (31% MFU)`."""
+    value, mfu = row.tflops, row.mfu
+    if value is None:
+        return "—"
+    return f"{value.median:.3g}" + (f" ({mfu.median:.0%} MFU)" if mfu is not None else "")
 
 
 def waiting_text(row: Row) -> str:
@@ -245,7 +249,21 @@ def row_notes(rows: list[Row]) -> list[str]:
                 notes.append(f"{row.label} repeat {run.repeat + 1}: {run.status}: {run.error}")
         for diagnosis in dict.fromkeys(run.input_diagnosis for run in row.runs if run.input_verdict == "input-bound"):
             notes.append(f"{row.label}: input-bound: {diagnosis}")
+        for choices in dict.fromkeys(tuning_text(run) for run in row.runs if run.settings.mode == "tuned"):
+            notes.append(f"{row.label}: tuned: {choices}")
     return notes
+
+
+def tuning_text(run: RunRecord) -> str:
+    """What tuned mode chose for a run, and what its trial measured: 'bf16, channels last, fused optimizer
+    (trial samples/s: fp32 1,953, bf16 2,810; kept bf16)'."""
+    settings = run.settings
+    chosen = [settings.precision] + [name.replace("_", " ") for name in TUNING_CHOICES if getattr(settings, name)]
+    return ", ".join(chosen) + (f" ({run.tuning_note})" if run.tuning_note else "")
+
+
+TUNING_CHOICES = ("channels_last", "fused_optimizer", "compiled", "tf32_matmul", "cudnn_benchmark", "device_resident",
+                  "allocator_keeps_memory")
 
 
 # --- sweeps ------------------------------------------------------------------------------------------------
@@ -253,7 +271,7 @@ def row_notes(rows: list[Row]) -> list[str]:
 
 def swept_value(row: Row, name: str) -> str:
     """The value of a swept setting (batch_size, workers, or a --set parameter) in `row`."""
-    if name in ("batch_size", "workers"):
+    if name in ("batch_size", "workers", "mode"):
         return str(row.settings[name])
     overrides = row.settings["overrides"]
     if name in overrides:

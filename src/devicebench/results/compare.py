@@ -91,6 +91,14 @@ class Row:
                                 for epoch in run.steady_epochs if run.flops_per_sample is not None])
 
     @property
+    def mfu(self) -> Spread | None:
+        """Model FLOPs utilisation: achieved TFLOP/s as a share of the device's calibrated matmul peak at the
+        precision each run used (`devicebench calibrate`)."""
+        return _spread_or_none([run.flops_per_sample * epoch.samples_per_s / TERA / run.peak_tflops
+                                for run in self.runs for epoch in run.steady_epochs
+                                if run.flops_per_sample is not None and run.peak_tflops])
+
+    @property
     def input_wait_share(self) -> Spread | None:
         """Of each steady epoch's training time, the share spent waiting for the next batch."""
         return _spread_or_none([e.input_wait_s / e.train_time_s for e in self.steady_epochs

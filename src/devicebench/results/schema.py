@@ -58,10 +58,18 @@ class RunSettings:
     seed: int
     threads: int  # torch intra-op threads during the run
     data_source: str  # "real" or "synthetic"
-    precision: str = "fp32"
-    mode: str = "seed"  # "seed": the published settings
+    precision: str = "fp32"  # "bf16": autocast (weights and optimizer stay fp32)
+    mode: str = "seed"  # "seed": the published settings; "tuned": each device at its best (engine/tuning.py)
     workers: int = 0  # host loader processes; 0 = the training process loads
     tf32_matmul: bool = False
+    # tuned mode's other choices (engine/tuning.py), all off in seed mode
+    channels_last: bool = False
+    fused_optimizer: bool = False
+    compiled: bool = False  # torch.compile
+    cudnn_benchmark: bool = False
+    device_resident: bool = False  # the dataset held on the device
+    allocator_keeps_memory: bool = False  # glibc keeps freed blocks for reuse
+    batch_size_auto: bool = False  # the batch size was grown for throughput (--batch-size auto), not the seed's
     hyperparameters: dict[str, Any] = field(default_factory=dict)
     overrides: dict[str, Any] = field(default_factory=dict)  # the --set values: a different model or training
 
@@ -109,6 +117,8 @@ class RunRecord:
     flops_per_sample: float | None = None  # one training step's matmul/conv FLOPs per sample (engine/flops.py)
     input_verdict: str | None = None  # "input-bound" or "compute-bound" (results/diagnosis.py)
     input_diagnosis: str | None = None  # the verdict's numbers and the lever that would help, in a sentence
+    tuning_note: str | None = None  # tuned mode: what each option measured in its trial, and which was kept
+    peak_tflops: float | None = None  # the device's calibrated matmul peak at the run's precision, for MFU
 
     @property
     def steady_epochs(self) -> list[EpochRecord]:

@@ -175,9 +175,15 @@ def _add_flops(connection: sqlite3.Connection) -> None:
     connection.execute("ALTER TABLE runs ADD COLUMN flops_per_sample REAL")
 
 
+def _add_tuning(connection: sqlite3.Connection) -> None:
+    """Schema 6: tuned mode's trial and the calibrated peak that MFU is measured against."""
+    connection.execute("ALTER TABLE runs ADD COLUMN tuning_note TEXT")
+    connection.execute("ALTER TABLE runs ADD COLUMN peak_tflops REAL")
+
+
 # MIGRATIONS[n] takes a database from schema n to n + 1; the newest schema is len(MIGRATIONS). Append, never edit.
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
-    _create_tables, _add_live_runs, _add_usage, _add_input_diagnosis, _add_flops
+    _create_tables, _add_live_runs, _add_usage, _add_input_diagnosis, _add_flops, _add_tuning
 ]
 ABANDONED = "the process running it ended without finishing it (killed or crashed); its finished epochs are kept"
 
