@@ -93,3 +93,22 @@ def test_runs_with_set_overrides_are_their_own_rows_and_need_a_baseline_with_the
     assert [row.differs_by for row in rows] == ["", "no --set", "learning_rate=0.1"]
     assert rows[1].speedup.ratio == pytest.approx(5.0)
     assert rows[2].speedup is None  # no CPU run trained with learning_rate=0.1
+
+
+def test_tuned_devices_are_compared_at_their_own_precision_and_auto_batch_sizes_at_their_own_size():
+    cpu, gpu = run("cpu", [2.0, 2.0, 2.0]), run("cuda:0", [2.0, 0.5, 0.5])
+    for record in (cpu, gpu):
+        record.settings.mode = "tuned"
+    gpu.settings.precision = "bf16"  # the GPU's trial kept bf16, the CPU's fp32: still the same work
+    rows = compare([session(machine("box", "m1"), [cpu, gpu])])["mnist-cnn2"]
+    assert rows[1].speedup.ratio == pytest.approx(4.0)
+
+    cpu, gpu = run("cpu", [2.0, 2.0, 2.0], batch_size=64), run("cuda:0", [2.0, 0.5, 0.5], batch_size=1024)
+    for record in (cpu, gpu):
+        record.settings.batch_size_auto = True
+    rows = compare([session(machine("box", "m1"), [cpu, gpu])])["mnist-cnn2"]
+    assert rows[1].speedup.ratio == pytest.approx(4.0)
+
+    cpu, gpu = run("cpu", [2.0, 2.0, 2.0], batch_size=64), run("cuda:0", [2.0, 0.5, 0.5], batch_size=1024)
+    rows = compare([session(machine("box", "m1"), [cpu, gpu])])["mnist-cnn2"]  # fixed sizes that differ
+    assert rows[1].speedup is None and "batch_size=1024" in rows[1].speedup_note

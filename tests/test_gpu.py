@@ -36,3 +36,25 @@ def test_synchronize_waits_for_queued_gpu_work():
         matrix = matrix @ matrix / 4096  # queued, not finished, when the loop returns
     synchronize(device)
     assert torch.cuda.current_stream(device).query()  # nothing left in the queue
+
+
+def test_tuned_mode_on_the_gpu_holds_the_data_there_and_records_every_choice():
+    config = RunConfig(workloads=("mnist-cnn2",), devices="cuda", data="synthetic", epochs=2, max_steps=20,
+                       max_eval_steps=2, mode="tuned", compile="off")
+    (run,) = runner.run(config).runs
+    assert run.status == "ok", run.error
+    settings = run.settings
+    assert settings.mode == "tuned" and settings.device_resident and settings.tf32_matmul
+    assert settings.cudnn_benchmark and settings.channels_last and settings.fused_optimizer
+    assert not settings.allocator_keeps_memory  # a CPU choice
+    assert settings.precision in ("fp32", "bf16") and run.tuning_note.startswith("trial samples/s: fp32 ")
+    assert not torch.backends.cuda.matmul.allow_tf32  # put back after the run
+
+
+def test_auto_batch_size_on_the_gpu_grows_past_the_seed_s():
+    config = RunConfig(workloads=("cifar10-mlp",), devices="cuda", data="synthetic", epochs=2, max_steps=20,
+                       max_eval_steps=1, batch_size_auto=True)
+    (run,) = runner.run(config).runs
+    assert run.status == "ok", run.error
+    assert run.settings.batch_size_auto and run.settings.batch_size > 32  # a GPU is starved at 32
+    assert run.tuning_note.startswith("batch sizes tried, samples/s: 32 ")

@@ -371,3 +371,12 @@ def test_a_truncated_image_fails_its_batch_with_an_error_naming_the_file(tmp_pat
     finally:
         train.close()
     assert str(truncated) in str(raised.value)
+
+
+def test_resident_batches_stay_on_the_host_for_a_cpu_run():
+    images = np.zeros((20, 1, 4, 4), dtype=np.uint8)
+    labels = np.zeros(20, dtype=np.int64)
+    batches = HostBatches(images, labels, 5, torch.device("cpu"), resident=True)
+    assert not batches.resident  # the CPU's memory is the host's: nothing to move
+    inputs, _ = next(batches.epoch(1))
+    assert inputs.device.type == "cpu" and inputs.dtype == torch.float32

@@ -144,31 +144,32 @@ def test_table_numbers_are_the_comparison_rows(results, tmp_path):
 
     gpu = row_by_label(rows, "mnist-cnn2", "laptop/cuda:0")
     assert gpu.speedup.ratio == pytest.approx(10.0)  # per-repeat medians: 1000 and 909.1 over 100 and 90.9
-    speedup_cell = table["laptop/cuda:0"][9]
+    speedup_cell = table["laptop/cuda:0"][10]
     assert speedup_cell.startswith(f"10.00x [{gpu.speedup.low:.2f}–{gpu.speedup.high:.2f}]")
     assert "vs laptop/cpu (batch_size=50)" in speedup_cell and "95% interval from repeats" in speedup_cell
 
     cpu = table["laptop/cpu (batch_size=50)"]
-    assert cpu[0] == "laptop/cpu (batch_size=50) batch 50, 2 threads"
+    assert cpu[0] == "laptop/cpu (batch_size=50) seed mode, batch 50, 2 threads"
     assert cpu[1] == "laptop cpu model (cpu)"  # the machine, then its device's name in small print
     assert cpu[2] == "10.50 [10.00–11.00]"  # steady epochs 10, 10, 11, 11
     assert cpu[3] == "95" and cpu[4] == "1,050.00"  # median of 100 and 90.9 samples/s; 10.5 s / 10 steps in ms
-    assert cpu[5] == "—"  # busy: these fixture epochs carry no monitor figures
-    assert cpu[6] == "21.00" and cpu[7] == "43.0"  # warm-up 20 and 22 s; end to end 20+10+10+1 and 22+11+11+1
-    assert cpu[8] == "80.0%" and cpu[9] == "1.00x (baseline)"
-    assert cpu[10:12] == ["real", "2 2 repeats; ok 2"]
+    assert cpu[5] == "—"  # TFLOP/s: these fixture runs carry no FLOPs per sample
+    assert cpu[6] == "—"  # busy: these fixture epochs carry no monitor figures
+    assert cpu[7] == "21.00" and cpu[8] == "43.0"  # warm-up 20 and 22 s; end to end 20+10+10+1 and 22+11+11+1
+    assert cpu[9] == "80.0%" and cpu[10] == "1.00x (baseline)"
+    assert cpu[11:13] == ["real", "2 2 repeats; ok 2"]
 
     wide_batch = table["laptop/cpu (batch_size=64)"]
-    assert wide_batch[0].endswith("batch 64, 2 threads") and wide_batch[2] == "12.00 [12.00–12.00]"
+    assert wide_batch[0].endswith("seed mode, batch 64, 2 threads") and wide_batch[2] == "12.00 [12.00–12.00]"
 
     server_gpu_row = row_by_label(rows, "cifar10-mlp", "server/cuda:0")
     server_gpu = table["server/cuda:0"]
-    assert server_gpu[10] == "SYNTHETIC"
-    assert server_gpu[11] == "2 2 repeats; failed 1, ok 1"
-    assert server_gpu[12] == f"{server_gpu_row.cost_per_million_samples:,.3f} at 2.5/h"
-    assert server_gpu[13] == f"{server_gpu_row.cost_per_run:,.4f}"
-    assert server_gpu[14] == f"{server_gpu_row.cost_vs_baseline:.3g}x" == "2.5x"  # 25 times the price, 10x as fast
-    assert server_gpu[15] == "0.50"  # 1800 J = 0.5 Wh
+    assert server_gpu[11] == "SYNTHETIC"
+    assert server_gpu[12] == "2 2 repeats; failed 1, ok 1"
+    assert server_gpu[13] == f"{server_gpu_row.cost_per_million_samples:,.3f} at 2.5/h"
+    assert server_gpu[14] == f"{server_gpu_row.cost_per_run:,.4f}"
+    assert server_gpu[15] == f"{server_gpu_row.cost_vs_baseline:.3g}x" == "2.5x"  # 25 times the price, 10x as fast
+    assert server_gpu[16] == "0.50"  # 1800 J = 0.5 Wh
     assert "SYNTHETIC DATA" in html
 
 

@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from devicebench import RunConfig, runner
 from devicebench.cli import app
 from devicebench.config import ConfigError
+from devicebench.data import ArrayDataset
 from devicebench.data.pipeline import HostBatches
 from devicebench.engine import tuning
 from devicebench.engine.loop import TrainingSetup
@@ -237,3 +238,98 @@ def test_the_cli_shows_what_tuned_mode_chose(tmp_path):
     assert "cpu: tuned: fp32, fused optimizer" in completed.output
     settings = json.loads(output.read_text())["runs"][0]["settings"]
     assert (settings["mode"], settings["precision"], settings["channels_last"]) == ("tuned", "fp32", False)
+
+
+# --- --batch-size auto -------------------------------------------------------------------------------------------
+
+
+def sized_builder(clock: FakeClock, seconds_per_step, out_of_memory_from: int | None = None):
+    """A build whose step takes `seconds_per_step(batch size)` of fake time, and runs out of memory from a size."""
+
+    def build() -> TrainingSetup:
+        model = nn.Sequential(nn.Flatten(), nn.Linear(16, 3))
+
+        def forward(inputs: torch.Tensor) -> torch.Tensor:
+            if out_of_memory_from is not None and len(inputs) >= out_of_memory_from:
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+            clock.seconds += seconds_per_step(len(inputs))
+            return model(inputs)
+
+        return TrainingSetup(model=model, loss_function=nn.CrossEntropyLoss(),
+                             optimizer=torch.optim.SGD(model.parameters(), lr=0.1), forward=forward)
+
+    return build
+
+
+def choose_sizes(seconds_per_step, out_of_memory_from=None, largest=400):
+    clock = FakeClock()
+    watch = Stopwatch(CPU, clock=clock, synchronize=lambda device: None)
+    build = sized_builder(clock, seconds_per_step, out_of_memory_from)
+    return tuning.choose_batch_size(10, largest, build, lambda size: tiny_batches(4_000, size), watch)
+
+
+def test_auto_batch_size_grows_while_doubling_pays():
+    # a fixed 0.1 s per step up to 40 samples (throughput doubles), then time grows with the batch (flat throughput)
+    size, note = choose_sizes(lambda batch: 0.1 * max(1.0, batch / 40))
+    assert size == 40
+    assert note == ("batch sizes tried, samples/s: 10 100, 20 200, 40 400, 80 400 (stopped: 80 gained less than 5%); "
+                    "kept 40")
+
+
+def test_auto_batch_size_backs_off_from_out_of_memory():
+    size, note = choose_sizes(lambda batch: 0.1, out_of_memory_from=40)
+    assert size == 20
+    assert note == "batch sizes tried, samples/s: 10 100, 20 200 (stopped: 40 ran out of memory); kept 20"
+
+
+def test_auto_batch_size_out_of_memory_at_the_first_size_is_the_run_s_error():
+    with pytest.raises(torch.OutOfMemoryError):
+        choose_sizes(lambda batch: 0.1, out_of_memory_from=10)
+
+
+def test_auto_batch_size_stops_at_the_data_and_at_slow_steps():
+    size, note = choose_sizes(lambda batch: 0.01, largest=40)  # always faster, but the data runs out
+    assert size == 40 and "(stopped: 40 is the most that fits the training set)" in note
+    size, note = choose_sizes(lambda batch: batch / 10)  # 10 samples/s whatever the size: stops gaining
+    assert size == 10
+    size, note = choose_sizes(lambda batch: 1.5 if batch == 10 else 2.5)  # 20 is 20% faster, but 2.5 s a step
+    assert size == 20 and "(stopped: a step of 20 took 2.5 s)" in note
+
+
+def test_a_run_with_auto_batch_size_records_the_size_it_trained_with():
+    generator = np.random.default_rng(0)
+    images = generator.integers(0, 256, (1_400, 1, 28, 28), dtype=np.uint8)
+    labels = generator.integers(0, 10, 1_400).astype(np.int64)
+    dataset = ArrayDataset("mnist", "synthetic", images[:1_050], labels[:1_050], images[1_050:], labels[1_050:],
+                           num_classes=10)
+    entry = get_workload("mnist-cnn2")
+    config = RunConfig(workloads=("mnist-cnn2",), devices="cpu", data="synthetic", epochs=2, batch_size_auto=True)
+    record = new_record(entry, dataset, CPU, 0, config)
+    train_record(record, entry, dataset, CPU, config)
+    assert record.status == "ok", record.error
+    chosen = record.settings.batch_size
+    assert chosen in (50, 100)  # 1,050 samples leave a 7-step trial up to 150: 50 and 100 are tried
+    assert record.settings.batch_size_auto and record.settings.hyperparameters["batch_size"] == chosen
+    assert record.epochs[0].steps == math.ceil(1_050 / chosen)
+    assert record.tuning_note.startswith("batch sizes tried, samples/s: 50 ")
+
+
+def test_the_cli_says_what_a_batch_size_may_be(tmp_path):
+    completed = CliRunner().invoke(app, ["run", "mnist-cnn2", "--batch-size", "many", "--db", str(tmp_path / "d")])
+    assert completed.exit_code == 2
+    assert "--batch-size 'many': write a whole number, e.g. --batch-size 64, or --batch-size auto" in completed.output
+
+
+def test_a_sweep_over_modes_runs_every_seed_point_before_any_tuned_one(monkeypatch):
+    from devicebench.cli import sweep as sweep_command
+
+    asked = []
+
+    def capture(configs, **options):
+        asked.extend(configs)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(sweep_command, "train_and_show", capture)
+    CliRunner().invoke(app, ["sweep", "mnist-cnn2", "--batch-size", "32,64", "--mode", "seed,tuned"])
+    assert [(config.mode, config.batch_size) for config in asked] == [
+        ("seed", 32), ("seed", 64), ("tuned", 32), ("tuned", 64)]  # tuned mode's allocator outlives its runs

@@ -56,12 +56,15 @@ class RunConfig:
     mode: str = "seed"
     precision: str = "auto"
     compile: str = "auto"
+    batch_size_auto: bool = False  # grow the batch for throughput (engine/tuning.py: choose_batch_size)
 
     def __post_init__(self) -> None:
         for flag, value, choices in (("--mode", self.mode, MODES), ("--precision", self.precision, PRECISIONS),
                                      ("--compile", self.compile, COMPILE_CHOICES)):
             if value not in choices:
                 raise ConfigError(f"unknown {flag} {value!r}; choose one of: {', '.join(choices)}")
+        if self.batch_size_auto and self.batch_size is not None:
+            raise ConfigError("--batch-size is either a number or auto, not both")
         if self.mode == "seed" and (self.precision, self.compile) != ("auto", "auto"):
             given = "--precision" if self.precision != "auto" else "--compile"
             raise ConfigError(f"{given} is a tuned-mode choice; seed mode trains in fp32, eager, as the seeds did. "

@@ -40,6 +40,7 @@ from devicebench.engine.tuning import (
     Tuning,
     base_tuning,
     candidates,
+    choose_batch_size,
     choose_tuning,
     process_settings,
     tuned_setup,
@@ -135,7 +136,7 @@ def _run_configs(
     # next workload or grid point wants the same one.
     loaded: tuple | None = None
     dataset: Dataset | DataProblem | None = None
-    tunings: dict[tuple, tuple[Tuning, str]] = {}  # tuned mode chooses once per session: repeats then agree
+    tunings: dict[tuple, tuple] = {}  # tuned choices and auto batch sizes, made once per session: repeats agree
     try:
         for config in configs:
             for workload in config.selected_workloads():
@@ -224,7 +225,7 @@ def train_record(
     reporter: RunReporter | None = None,
     *,
     save_to: Path | None = None,
-    tunings: dict[tuple, tuple[Tuning, str]] | None = None,
+    tunings: dict[tuple, tuple] | None = None,
 ) -> None:
     """Train `workload` on `dataset` and `device` into `record`, which ends with its final status.
 
@@ -233,8 +234,7 @@ def train_record(
     reporter = reporter or RunReporter()
     reporter.run_started(record)
     settings = record.settings
-    batch_size = settings.batch_size
-    batches = []
+    batches: list = []
     try:
         _check_classes(workload, dataset)
         record.parameter_count = workload.parameter_count(settings.hyperparameters)
@@ -244,27 +244,8 @@ def train_record(
             workload.trainer(record, dataset, device, settings.hyperparameters, config.plan_for(workload),
                              Stopwatch(device), reporter)
         else:
-            preprocessing = workload.build_preprocessing(settings.hyperparameters)
-            tuned = config.mode == "tuned"
-            base = _base_tuning(workload, settings.hyperparameters, device) if tuned else Tuning()
-            batches = batches_for(dataset, workload.image_shape, preprocessing, batch_size, device,
-                                  workers=settings.workers, seed=config.seed, resident=base.device_resident)
-            base = dataclasses.replace(base, device_resident=batches[0].resident)
-            build = partial(_build, workload, settings.hyperparameters, device, config.seed)
-            with process_settings(base):
-                if tuned:
-                    tuning = _choose(base, build, batches[0], device, config, record, {} if tunings is None
-                                     else tunings)
-                    build = partial(_build_tuned, build, tuning, device, record)
-                model = train(
-                    record,
-                    build=build,
-                    train_batches=batches[0],
-                    test_batches=batches[1],
-                    plan=config.plan_for(workload),
-                    watch=Stopwatch(device),
-                    reporter=reporter,
-                )
+            model = _train_model(record, workload, dataset, device, config, reporter,
+                                 {} if tunings is None else tunings, opened=batches)
             diagnosis = diagnose(record, cores=usable_cores())
             if diagnosis is not None:
                 record.input_verdict, record.input_diagnosis = diagnosis.verdict, diagnosis.text
@@ -275,11 +256,12 @@ def train_record(
                 save_checkpoint(save_to, model, workload, record, dataset)
     except torch.cuda.OutOfMemoryError as error:  # torch.OutOfMemoryError from 2.5 on; this name works from 2.3
         record.status = "oom"
+        batch_size = record.settings.batch_size
         record.error = f"out of memory at batch size {batch_size} on {device}: try a smaller --batch-size ({error})"
     except RuntimeError as error:
         if "can't allocate memory" in str(error):  # the CPU allocator's way of saying it
             record.status = "oom"
-            record.error = f"out of host memory at batch size {batch_size}: try a smaller --batch-size ({error})"
+            record.error = f"out of host memory at batch size {record.settings.batch_size}: try a smaller --batch-size ({error})"
         else:
             _record_failure(record, error)
     except Exception as error:  # a broken workload must not end the suite: record it and move on
@@ -290,6 +272,71 @@ def train_record(
         record.peak_rss_mib = _peak_rss_mib()
         if record.status != "running":  # an interrupted run is closed by run(), once it is marked so
             reporter.run_finished(record)
+
+
+def _train_model(
+    record: RunRecord,
+    workload: Workload,
+    dataset: Dataset,
+    device: torch.device,
+    config: RunConfig,
+    reporter: RunReporter,
+    tunings: dict[tuple, tuple],
+    *,
+    opened: list,
+) -> torch.nn.Module:
+    """Train a torch model into `record`, tuned and with its batch size grown where `config` asks, and return it.
+    The batches it draws from land in `opened`, for the caller to close however training ends."""
+    settings = record.settings
+    preprocessing = workload.build_preprocessing(settings.hyperparameters)
+    tuned = config.mode == "tuned"
+    base = _base_tuning(workload, settings.hyperparameters, device) if tuned else Tuning()
+
+    def batches_of(batch_size: int) -> list:
+        return list(batches_for(dataset, workload.image_shape, preprocessing, batch_size, device,
+                                workers=settings.workers, seed=config.seed, resident=base.device_resident))
+
+    build = partial(_build, workload, settings.hyperparameters, device, config.seed)
+    with process_settings(base):
+        if config.batch_size_auto:
+            _grow_batch_size(record, dataset, base, build, batches_of, device, tunings)
+            build = partial(_build, workload, record.settings.hyperparameters, device, config.seed)
+        batches = batches_of(record.settings.batch_size)
+        opened += batches
+        base = dataclasses.replace(base, device_resident=batches[0].resident)
+        if tuned:
+            tuning = _choose(base, build, batches[0], device, config, record, tunings)
+            build = partial(_build_tuned, build, tuning, device, record)
+        model = train(record, build=build, train_batches=batches[0], test_batches=batches[1],
+                      plan=config.plan_for(workload), watch=Stopwatch(device), reporter=reporter)
+    return model
+
+
+AUTO_BATCH_TRIAL_STEPS = 7  # the batches one trial draws: the largest auto batch leaves this many in the data
+
+
+def _grow_batch_size(record: RunRecord, dataset: Dataset, base: Tuning, build: partial, batches_of, device,
+                     tunings: dict[tuple, tuple]) -> None:
+    """`--batch-size auto`: the fastest batch size on this device, found once per session, into the record."""
+    settings = record.settings
+    key = ("batch size", record.workload, record.device, settings.batch_size, settings.mode)
+    if key not in tunings:
+        def single(size: int):
+            train_batches, test_batches = batches_of(size)
+            test_batches.close()
+            return train_batches
+
+        setup = (lambda: tuned_setup(build(), base, device)[0]) if settings.mode == "tuned" else build
+        largest = max(settings.batch_size, _training_samples(dataset) // AUTO_BATCH_TRIAL_STEPS)
+        tunings[key] = choose_batch_size(settings.batch_size, largest, setup, single, Stopwatch(device))
+    batch_size, note = tunings[key]
+    record.settings = dataclasses.replace(settings, batch_size=batch_size, batch_size_auto=True,
+                                          hyperparameters={**settings.hyperparameters, "batch_size": batch_size})
+    record.tuning_note = note
+
+
+def _training_samples(dataset: Dataset) -> int:
+    return len(dataset.train.labels) if isinstance(dataset, ImageFolderDataset) else len(dataset.train_labels)
 
 
 def _check_classes(workload: Workload, dataset: Dataset) -> None:
@@ -324,16 +371,17 @@ def _choose(
     device: torch.device,
     config: RunConfig,
     record: RunRecord,
-    tunings: dict[tuple, tuple[Tuning, str]],
+    tunings: dict[tuple, tuple],
 ) -> Tuning:
     """Tuned mode's choice for this run: measured on a trial the first time, the same for every repeat after."""
-    key = (record.workload, record.device, json.dumps(record.settings.hyperparameters, sort_keys=True, default=str),
-           config.precision, config.compile)
+    key = ("tuning", record.workload, record.device,
+           json.dumps(record.settings.hyperparameters, sort_keys=True, default=str), config.precision, config.compile)
     if key not in tunings:
         options = candidates(base, device, config.precision, config.compile)
         tunings[key] = choose_tuning(options, lambda option: tuned_setup(build(), option, device)[0], batches,
                                      Stopwatch(device))
-    tuning, record.tuning_note = tunings[key]
+    tuning, note = tunings[key]
+    record.tuning_note = "; ".join(filter(None, [record.tuning_note, note])) or None
     return tuning
 
 

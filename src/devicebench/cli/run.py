@@ -79,8 +79,10 @@ def run(
     ] = None,
     devices: DevicesOption = "auto",
     epochs: Annotated[Optional[int], typer.Option(help="Epochs per run; the first is warm-up.", show_default=False)] = None,
-    batch_size: Annotated[Optional[int], typer.Option(help="Samples per step (default: the seed's).",
-                                                      show_default=False)] = None,
+    batch_size: Annotated[Optional[str], typer.Option(
+        help="Samples per step (default: the seed's), or auto: for a throughput question, double it while that "
+             "gains 5% or more (out of memory is caught and backed off from); marked in every table.",
+        show_default=False)] = None,
     max_steps: Annotated[Optional[int], typer.Option(help="Cap on training steps per epoch.", show_default=False)] = None,
     max_eval_steps: Annotated[Optional[int], typer.Option(help="Cap on evaluation batches per epoch.",
                                                           show_default=False)] = None,
@@ -122,8 +124,10 @@ def run(
     Exit status: 0 done, 1 a run failed or ran out of memory, 2 a bad request, 130 interrupted (Ctrl-C).
     """
     try:
+        auto = batch_size is not None and batch_size.strip().lower() == "auto"
         config = RunConfig(
-            workloads=tuple(workloads or ()), suite=suite, devices=devices, epochs=epochs, batch_size=batch_size,
+            workloads=tuple(workloads or ()), suite=suite, devices=devices, epochs=epochs,
+            batch_size=None if auto else whole_number("--batch-size", batch_size), batch_size_auto=auto,
             max_steps=max_steps, max_eval_steps=max_eval_steps, repeats=repeats, seed=seed, threads=threads,
             data=data, data_dir=str(data_dir) if data_dir else None, workers=workers,
             target_accuracy=target_accuracy, overrides=tuple(overrides or ()), mode=mode, precision=precision,
@@ -146,6 +150,16 @@ def run(
     if save is not None and save.is_file():
         errors.print(f"Model saved to {save}: `devicebench predict {save} IMAGE...` classifies images with it")
     exit_for(outcome)
+
+
+def whole_number(flag: str, text: str | None) -> int | None:
+    """`text` as an int, or a ConfigError saying what the flag takes."""
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError(f"{flag} {text!r}: write a whole number, e.g. {flag} 64, or {flag} auto") from None
 
 
 @dataclass

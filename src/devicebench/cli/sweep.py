@@ -92,10 +92,10 @@ def sweep(
     modes = list(dict.fromkeys(part.strip() for part in mode.split(",") if part.strip()))
     if not modes or any(part not in MODES for part in modes):
         raise fail(f"--mode {mode!r}: write seed, tuned, or seed,tuned")
-    grid = list(itertools.product(
-        parse_values("--batch-size", batch_size), parse_values("--workers", workers), parse_set_grid(overrides or []),
-        modes,
-    ))
+    # Every seed point before any tuned one: tuned mode's allocator setting outlives its runs (engine/tuning.py)
+    grid = [(size, loaders, settings, point_mode) for point_mode, size, loaders, settings in itertools.product(
+        modes, parse_values("--batch-size", batch_size), parse_values("--workers", workers),
+        parse_set_grid(overrides or []))]
     if len(grid) > MOST_GRID_POINTS:
         raise fail(f"the grid has {len(grid)} points (more than {MOST_GRID_POINTS}); sweep fewer values at once")
     try:

@@ -46,6 +46,8 @@ TRIAL_MIN_STEPS = 4  # timed steps per candidate, at least ...
 TRIAL_SECONDS = 1.0  # ... and until this much time has passed
 TRIAL_MAX_STEPS = 50
 CLEARLY_FASTER = 1.03  # a riskier choice (bf16, compile) is kept only when this much faster than the plain one
+GROWTH_WORTH = 1.05  # --batch-size auto doubles the batch while each doubling gains at least 5%
+SLOWEST_AUTO_STEP_S = 2.0  # ... and while a step takes no longer than this
 KEPT_FREED_BYTES = 1 << 29  # glibc's mmap threshold while tuned: freed blocks up to 512 MiB are reused
 
 
@@ -137,15 +139,72 @@ def choose_tuning(
     return best, f"{note}; kept {_label(best)}"
 
 
+def choose_batch_size(
+    first: int,
+    largest: int,
+    build: Callable[[], TrainingSetup],
+    batches_of: Callable[[int], Batches],
+    watch: Stopwatch,
+) -> tuple[int, str]:
+    """`--batch-size auto`: the fastest batch size, growing from `first` by doubling, and a sentence saying what
+    each size measured and why the growing stopped.
+
+    It stops when a doubling gains less than GROWTH_WORTH, when a step takes longer than SLOWEST_AUTO_STEP_S
+    (the trial would take minutes, and a batch that slow has long stopped paying), at `largest` (the training
+    set), or at the first size that runs out of memory, which is caught and backed off from.
+    """
+    rates: dict[int, float] = {}
+    size, reason = first, f"{first} is the whole training set"
+    while size <= largest:
+        batches = batches_of(size)
+        try:
+            rates[size], step_s = _trial(build(), batches, watch)
+        except (torch.OutOfMemoryError, RuntimeError) as error:
+            if not _out_of_memory(error):
+                raise
+            if not rates:
+                raise
+            reason = f"{size} ran out of memory"
+            break
+        finally:
+            batches.close()
+            _release_cached_memory(watch.device)
+        best_before = max((rate for tried, rate in rates.items() if tried != size), default=None)
+        if best_before is not None and rates[size] < best_before * GROWTH_WORTH:
+            reason = f"{size} gained less than {GROWTH_WORTH - 1:.0%}"
+            break
+        if step_s > SLOWEST_AUTO_STEP_S:
+            reason = f"a step of {size} took {step_s:.1f} s"
+            break
+        size, reason = size * 2, f"{size} is the most that fits the training set"
+    best = max(rates, key=rates.get)
+    measured = ", ".join(f"{tried} {rate:,.0f}" for tried, rate in rates.items())
+    return best, f"batch sizes tried, samples/s: {measured} (stopped: {reason}); kept {best}"
+
+
+def _out_of_memory(error: BaseException) -> bool:
+    return isinstance(error, torch.OutOfMemoryError) or "can't allocate memory" in str(error)
+
+
+def _release_cached_memory(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.empty_cache()  # a failed or finished trial's blocks, so the next size starts clean
+
+
 def _label(option: Tuning) -> str:
     return option.precision + ("+compiled" if option.compiled else "")
 
 
 def _trial_samples_per_s(setup: TrainingSetup, batches: Batches, watch: Stopwatch) -> float:
+    return _trial(setup, batches, watch)[0]
+
+
+def _trial(setup: TrainingSetup, batches: Batches, watch: Stopwatch) -> tuple[float, float]:
+    """A few untimed steps, then timed ones for about TRIAL_SECONDS: (samples/s, seconds per step)."""
     setup.model.train()
     steps = min(len(batches), TRIAL_WARMUP_STEPS + TRIAL_MAX_STEPS)
     stream = batches.epoch(1, steps)
-    samples, start = 0, None
+    samples, timed, start = 0, 0, None
     for step in range(steps):
         if step == TRIAL_WARMUP_STEPS:
             start = watch.now()
@@ -155,13 +214,13 @@ def _trial_samples_per_s(setup: TrainingSetup, batches: Batches, watch: Stopwatc
         loss.backward()
         setup.optimizer.step()
         if start is not None:
-            samples += len(labels)
-            timed = step + 1 - TRIAL_WARMUP_STEPS
+            samples, timed = samples + len(labels), timed + 1
             if timed >= TRIAL_MIN_STEPS and watch.now() - start >= TRIAL_SECONDS:
                 break
     if start is None:
         raise RuntimeError("too few batches for a trial")
-    return samples / (watch.now() - start)
+    seconds = watch.now() - start
+    return samples / seconds, seconds / timed
 
 
 # --- applying ------------------------------------------------------------------------------------------------
@@ -230,7 +289,9 @@ def process_settings(tuning: Tuning) -> Iterator[None]:
 
 # glibc starts at 128 KiB and raises the threshold to the largest block freed so far, up to 32 MiB on 64-bit
 # systems (trim: twice that). Once set, it no longer moves, so it is put back where it settles in a training
-# process: seed-mode runs later in the same process then allocate as they would have.
+# process. That is as close as a process can come to undoing it: the freed blocks the heap kept while tuned are
+# still there to be reused, so a seed-mode run later in the same process can run faster than in a fresh one.
+# `sweep --mode seed,tuned` therefore runs every seed point first, and benchmarks/ runs tuned mode in its own process.
 GLIBC_SETTLED_MMAP_BYTES = 32 * 2**20
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameter numbers (malloc.h)
 

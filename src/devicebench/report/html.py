@@ -31,6 +31,7 @@ from devicebench.report.tables import (
     percent_text,
     row_notes,
     speedup_text,
+    tflops_text,
 )
 from devicebench.results.compare import DEFAULT_BASELINE, Row, compare
 from devicebench.results.prices import Prices
@@ -129,8 +130,8 @@ def _workload_section(name: str, rows: list[Row], grid_runs: set[str]) -> Worklo
     priced = any(row.price_per_hour is not None for row in rows)
     energy = any(row.energy_wh is not None for row in rows)
     # headings wrap at spaces to keep the table on screen; U+2011, a hyphen that never breaks, keeps "warm-up" whole
-    columns = [("Row", "batch, threads"), ("Machine", "device"), ("Epoch s", "median [min–max]"),
-               ("Samples/s", "median"), ("ms/step", "median"), ("Busy", "while training"), ("Warm\u2011up s", "epoch 1"),
+    columns = [("Row", "mode, batch, threads"), ("Machine", "device"), ("Epoch s", "median [min–max]"),
+               ("Samples/s", "median"), ("ms/step", "median"), ("TFLOP/s", "and MFU"), ("Busy", "while training"), ("Warm\u2011up s", "epoch 1"),
                ("End\u2011to\u2011end s", "median"), ("Test acc", "final, median"), ("Speedup", "[95% interval]"),
                ("Data", ""), ("Runs", "statuses")]
     columns += [("Cost/1M samples", "at the price/h"), ("Cost/run", "end to end"), ("Cost", "vs baseline")] \
@@ -184,12 +185,14 @@ def _epoch_lengths(rows: list[Row]) -> str:
 def _cells(row: Row, priced: bool, energy: bool) -> list[Cell]:
     synthetic = row.settings["data_source"] == "synthetic"
     cells = [
-        Cell(row.label, note=f"batch {row.settings['batch_size']}, {row.settings['threads']} threads",
+        Cell(row.label, note=f"{row.settings['mode']} mode, batch {row.settings['batch_size']}"
+                             f"{' (auto)' if row.settings['batch_size_auto'] else ''}, {row.settings['threads']} threads",
              css_class="label"),
         Cell(row.machine_name, note=f"{row.device_name} ({row.device})", css_class="text"),
         _spread_cell(row.epoch_time_s),
         Cell(median_text(row.samples_per_s, 0)),
         Cell(median_text(row.step_time_ms, 2)),
+        Cell(tflops_text(row)),
         Cell(busy_text(row)),
         Cell(median_text(row.warmup_epoch_s, 2)),
         Cell(median_text(row.end_to_end_s, 1)),

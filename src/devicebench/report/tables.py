@@ -135,7 +135,9 @@ def _workload_table(name: str, rows: list[Row]) -> RenderableType:
         steps = f"{first.max_steps} steps" if first.max_steps else "full length"
     sources = {row.settings["data_source"] for row in rows}
     data = " and ".join(f"[bold yellow]{s} data[/]" if s == "synthetic" else f"{s} data" for s in sorted(sources))
-    title = f"[bold]{name}[/] ({entry.seed}): {batch_text(first.batch_size)}, {first.epochs} epochs of {steps}, {data}"
+    batches = ("batch auto (each device's fastest: a throughput setting, not the seed's)"
+               if any(row.settings["batch_size_auto"] for row in rows) else batch_text(first.batch_size))
+    title = f"[bold]{name}[/] ({entry.seed}): {batches}, {first.epochs} epochs of {steps}, {data}"
     table = Table(title=title, title_justify="left")
     priced = any(row.price_per_hour is not None for row in rows)
     energy = any(row.energy_wh is not None for row in rows)
@@ -166,6 +168,8 @@ def median_text(value: Spread | None, digits: int) -> str:
 
 def _cells(row: Row, one_machine: bool, priced: bool, energy: bool, entry: Workload) -> list[str]:
     label = (f"{row.device} ({row.differs_by})" if row.differs_by else row.device) if one_machine else row.label
+    if row.settings["batch_size_auto"] and "batch_size=" not in label:
+        label += f" (batch {row.settings['batch_size']}, auto)"
     problems = sorted(set(row.statuses) - {"ok"})
     if problems:
         label += " [red](" + ", ".join(problems) + ")[/]"

@@ -21,9 +21,12 @@ from devicebench.results.schema import EpochRecord, Result, RunRecord
 from devicebench.results.stats import Speedup, Spread, speedup, spread
 
 # Settings that change speed. Runs that differ in any of them form separate rows.
-SPEED_SETTINGS = ("mode", "precision", "batch_size", "data_source", "workers", "overrides", "threads", "tf32_matmul")
-# Of those, the ones a baseline must share: the work itself. Threads and TF32 describe how a device was run.
-SAME_WORK_SETTINGS = ("mode", "precision", "batch_size", "data_source", "workers", "overrides")
+SPEED_SETTINGS = ("mode", "precision", "batch_size", "batch_size_auto", "data_source", "workers", "overrides",
+                  "threads", "tf32_matmul", "compiled")
+# Of those, the ones a baseline must share: the work itself. Threads, TF32 and compiling describe how a device ran
+# it. Two exceptions (`_same_work`): in tuned mode each device picks its own precision, and with --batch-size auto
+# its own batch size: the comparison is then each device at its best.
+SAME_WORK_SETTINGS = ("mode", "precision", "batch_size", "batch_size_auto", "data_source", "workers", "overrides")
 DEFAULT_BASELINE = "cpu"
 SECONDS_PER_HOUR = 3600.0
 JOULES_PER_WATT_HOUR = 3600.0
@@ -212,7 +215,10 @@ def _setting_text(name: str, value: Any) -> str:
 
 
 def _same_work(first: Row, second: Row) -> bool:
-    return all(first.settings[name] == second.settings[name] for name in SAME_WORK_SETTINGS)
+    own_choice = {"precision"} if first.settings["mode"] == "tuned" else set()
+    if first.settings["batch_size_auto"]:
+        own_choice.add("batch_size")
+    return all(first.settings[name] == second.settings[name] for name in SAME_WORK_SETTINGS if name not in own_choice)
 
 
 def _find_baseline(row: Row, rows: list[Row], spec: str) -> Row | None:
