@@ -333,3 +333,13 @@ def test_a_sweep_over_modes_runs_every_seed_point_before_any_tuned_one(monkeypat
     CliRunner().invoke(app, ["sweep", "mnist-cnn2", "--batch-size", "32,64", "--mode", "seed,tuned"])
     assert [(config.mode, config.batch_size) for config in asked] == [
         ("seed", 32), ("seed", 64), ("tuned", 32), ("tuned", 64)]  # tuned mode's allocator outlives its runs
+
+
+def test_a_workload_that_is_not_a_torch_model_says_tuned_mode_left_it_alone():
+    pytest.importorskip("xgboost")
+    config = RunConfig(workloads=("gbdt-synthetic",), devices="cpu", data="synthetic", epochs=2, max_steps=1,
+                       overrides=("rows=2000", "features=5"), mode="tuned")
+    (record,) = runner.run(config).runs
+    assert record.status == "ok", record.error
+    assert record.tuning_note == "not a torch model: it trains as in seed mode, with nothing to tune"
+    assert record.settings.precision == "fp32" and not record.settings.fused_optimizer

@@ -241,6 +241,8 @@ def train_record(
         record.flops_per_sample = training_flops_per_sample(workload, settings.hyperparameters)
         model = None
         if workload.trainer is not None:  # not a torch model: it trains itself, timed by the same Stopwatch
+            if config.mode == "tuned" or config.batch_size_auto:
+                record.tuning_note = "not a torch model: it trains as in seed mode, with nothing to tune"
             workload.trainer(record, dataset, device, settings.hyperparameters, config.plan_for(workload),
                              Stopwatch(device), reporter)
         else:
