@@ -57,12 +57,19 @@ class RunConfig:
     precision: str = "auto"
     compile: str = "auto"
     batch_size_auto: bool = False  # grow the batch for throughput (engine/tuning.py: choose_batch_size)
+    nproc: int = 1  # processes per machine training together (engine/distributed.py)
+    nnodes: int = 1  # machines training together
+    per_device_batch: bool = False  # --batch-size is each process's, not the global batch
 
     def __post_init__(self) -> None:
         for flag, value, choices in (("--mode", self.mode, MODES), ("--precision", self.precision, PRECISIONS),
                                      ("--compile", self.compile, COMPILE_CHOICES)):
             if value not in choices:
                 raise ConfigError(f"unknown {flag} {value!r}; choose one of: {', '.join(choices)}")
+        if self.nproc < 1 or self.nnodes < 1:
+            raise ConfigError(f"--nproc and --nnodes must be at least 1, got {self.nproc} and {self.nnodes}")
+        if self.nproc * self.nnodes > 1:
+            self._check_distributable()
         if self.batch_size_auto and self.batch_size is not None:
             raise ConfigError("--batch-size is either a number or auto, not both")
         if self.mode == "seed" and (self.precision, self.compile) != ("auto", "auto"):
@@ -87,6 +94,20 @@ class RunConfig:
         for workload in self.selected_workloads():  # unknown names and parameters fail here, before any training
             if self.overrides_for(workload):
                 self._check_buildable(workload)
+
+    def _check_distributable(self) -> None:
+        """What several processes cannot do yet, refused before any process starts."""
+        if self.mode == "tuned" or self.batch_size_auto:
+            raise ConfigError("--nproc trains in seed mode at a fixed batch size for now; drop --mode tuned and "
+                              "--batch-size auto")
+        world = self.nproc * self.nnodes
+        for workload in self.selected_workloads():
+            if workload.trainer is not None:
+                raise ConfigError(f"{workload.name} is not a torch model: it cannot train in several processes")
+            batch = self.batch_size_for(workload)
+            if not self.per_device_batch and batch % world:
+                raise ConfigError(f"{workload.name}'s global batch of {batch} does not split evenly over {world} "
+                                  f"processes; give --batch-size a multiple of {world}, or --per-device-batch")
 
     def _check_buildable(self, workload: Workload) -> None:
         """Build the model on the meta device (no memory) so that a value it refuses fails now, not mid-suite."""

@@ -33,6 +33,7 @@ from devicebench.data import (
 from devicebench.data.pipeline import batches_for, default_workers, usable_cores
 from devicebench.devices import device_name, resolve_devices
 from devicebench.engine.calibrate import peak_tflops
+from devicebench.engine.distributed import current_shard, data_parallel, world_size
 from devicebench.engine.flops import training_flops_per_sample
 from devicebench.engine.loop import Reporter, TrainingSetup, train
 from devicebench.engine.timing import Stopwatch, wall_clock_utc
@@ -191,6 +192,10 @@ def new_record(
         workers = 0 if isinstance(dataset, DataProblem) else default_workers(
             dataset, workload.build_preprocessing(hyperparameters)
         )
+    world = world_size()
+    batch_size = config.batch_size_for(workload) * (world if config.per_device_batch else 1)
+    if batch_size != config.batch_size_for(workload):
+        hyperparameters = {**hyperparameters, "batch_size": batch_size}
     return RunRecord(
         workload=workload.name,
         seed_experiment=workload.seed,
@@ -200,7 +205,7 @@ def new_record(
         started_utc=wall_clock_utc(),
         target_accuracy=plan.target_accuracy,
         settings=RunSettings(
-            batch_size=config.batch_size_for(workload),
+            batch_size=batch_size,  # the global batch when several processes train together
             epochs=plan.epochs,
             max_steps=plan.max_steps,
             max_eval_steps=plan.max_eval_steps,
@@ -212,6 +217,8 @@ def new_record(
             tf32_matmul=torch.backends.cuda.matmul.allow_tf32,
             hyperparameters=hyperparameters,
             overrides=config.overrides_for(workload),
+            world_size=world,
+            per_device_batch=config.per_device_batch,
         ),
     )
 
@@ -296,9 +303,12 @@ def _train_model(
 
     def batches_of(batch_size: int) -> list:
         return list(batches_for(dataset, workload.image_shape, preprocessing, batch_size, device,
-                                workers=settings.workers, seed=config.seed, resident=base.device_resident))
+                                workers=settings.workers, seed=config.seed, resident=base.device_resident,
+                                shard=current_shard(batch_size)))
 
     build = partial(_build, workload, settings.hyperparameters, device, config.seed)
+    if settings.world_size > 1:
+        build = partial(_in_data_parallel, build, device)
     with process_settings(base):
         if config.batch_size_auto:
             _grow_batch_size(record, dataset, base, build, batches_of, device, tunings)
@@ -385,6 +395,10 @@ def _choose(
     tuning, note = tunings[key]
     record.tuning_note = "; ".join(filter(None, [record.tuning_note, note])) or None
     return tuning
+
+
+def _in_data_parallel(build: partial, device: torch.device) -> TrainingSetup:
+    return data_parallel(build(), device)
 
 
 def _build_tuned(build: partial, tuning: Tuning, device: torch.device, record: RunRecord) -> TrainingSetup:

@@ -5,11 +5,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Optional
 
+import torch
 import typer
 
 from devicebench import runner
@@ -25,6 +27,7 @@ from devicebench.cli import (
 )
 from devicebench.config import ConfigError, RunConfig
 from devicebench.devices import DeviceError
+from devicebench.engine.distributed import DistributedError, Launch, run_distributed
 from devicebench.report.progress import RichReporter
 from devicebench.report.tables import comparison_tables
 from devicebench.report.tensorboard import TensorBoardReporter, TensorBoardUnavailable
@@ -34,7 +37,8 @@ from devicebench.results.store import StoreReporter
 
 # Options `run` shares with `reproduce`.
 DevicesOption = Annotated[str, typer.Option(
-    help="auto (every local device), cpu, cuda, cuda:1, mps, or a list: cpu,cuda.")]
+    help="auto (every local device), cpu, cuda, cuda:1, mps, or a list: cpu,cuda; with `run`, all-gpus: every local "
+         "GPU training together, one process each.")]
 RepeatsOption = Annotated[int, typer.Option(help="Runs per (workload, device), for the spread.")]
 SeedOption = Annotated[int, typer.Option(help="Random seed: weights, data order, synthetic data.")]
 ThreadsOption = Annotated[Optional[int], typer.Option(help="CPU threads for torch (default: torch's choice).",
@@ -101,6 +105,17 @@ def run(
     mode: ModeOption = "seed",
     precision: PrecisionOption = "auto",
     compile_choice: CompileOption = "auto",
+    nproc: Annotated[int, typer.Option(
+        help="Train in N processes at once through torchrun (one device each: --devices cpu, cuda or all-gpus), "
+             "data-parallel with DistributedDataParallel.")] = 1,
+    per_device_batch: Annotated[bool, typer.Option(
+        "--per-device-batch", help="With --nproc: --batch-size is each process's batch, not the global one.")] = False,
+    nnodes: Annotated[int, typer.Option(help="With --nproc: machines training together (run the same command on "
+                                             "each, with its --node-rank).")] = 1,
+    node_rank: Annotated[int, typer.Option(help="This machine's number, 0 to --nnodes - 1.")] = 0,
+    rdzv_endpoint: Annotated[Optional[str], typer.Option(
+        help="HOST:PORT of machine 0 that every machine can reach (several machines; default on one machine: a "
+             "free local port).", show_default=False)] = None,
     json_file: JsonOption = None,
     quiet: QuietOption = False,
     db: DatabaseOption = None,
@@ -123,6 +138,11 @@ def run(
 
     Exit status: 0 done, 1 a run failed or ran out of memory, 2 a bad request, 130 interrupted (Ctrl-C).
     """
+    if devices == "all-gpus":  # every local GPU, one process each
+        if not torch.cuda.is_available():
+            raise fail("--devices all-gpus: this machine has no GPU that torch can use (see `devicebench devices`)")
+        nproc = torch.cuda.device_count() if nproc == 1 else nproc
+        devices = "cuda"
     try:
         auto = batch_size is not None and batch_size.strip().lower() == "auto"
         config = RunConfig(
@@ -131,7 +151,7 @@ def run(
             max_steps=max_steps, max_eval_steps=max_eval_steps, repeats=repeats, seed=seed, threads=threads,
             data=data, data_dir=str(data_dir) if data_dir else None, workers=workers,
             target_accuracy=target_accuracy, overrides=tuple(overrides or ()), mode=mode, precision=precision,
-            compile=compile_choice,
+            compile=compile_choice, nproc=nproc, nnodes=nnodes, per_device_batch=per_device_batch,
         )
     except ConfigError as error:
         raise fail(str(error)) from None
@@ -145,11 +165,57 @@ def run(
             raise fail(f"--save keeps torch models; {selected[0].name} is not one")
         if not save.parent.is_dir():
             raise fail(f"cannot write --save {save}: folder {save.parent} does not exist; create it first")
+    if nproc * nnodes > 1:
+        exit_for(train_distributed(config, node_rank, rdzv_endpoint, json_file=json_file, db=db))
+        return
     outcome = train_and_show([config], json_file=json_file, quiet=quiet, db=db, tensorboard=tensorboard,
                              save_to=save)
     if save is not None and save.is_file():
         errors.print(f"Model saved to {save}: `devicebench predict {save} IMAGE...` classifies images with it")
     exit_for(outcome)
+
+
+def train_distributed(config: RunConfig, node_rank: int, rdzv_endpoint: str | None, *, json_file: Path | None,
+                      db: Path | None) -> Outcome:
+    """`run --nproc N`: start the ranks through torchrun, then store and show rank 0's result like any other."""
+    try:
+        launch = Launch(nproc=config.nproc, nnodes=config.nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint)
+    except ValueError as error:
+        raise fail(str(error)) from None
+    kind = _one_device_kind(config.devices, config.nproc)
+    store = open_store(db)  # a database that is not ours is refused here, before any process starts
+    errors.print(f"Training on {launch.world_size} {kind} processes ({config.nproc} on this machine) through "
+                 "torchrun; rank 0 reports when they finish", highlight=False)
+    try:
+        result = run_distributed({**dataclasses.asdict(config), "devices": kind}, launch)
+    except DistributedError as error:
+        store.close()
+        raise fail(str(error), EXIT_FAILED_RUN) from None
+    if result is None:  # another machine's rank 0 keeps the result
+        store.close()
+        errors.print("This machine's ranks finished; the machine that ran rank 0 shows and stores the result")
+        raise typer.Exit(0)
+    with store:
+        store.import_result(result)
+    for table in comparison_tables(compare([result])):
+        console.print(table)
+    if json_file is not None:
+        result.write_json(json_file)
+        errors.print(f"Results written to {json_file}")
+    errors.print(f"Runs stored in {store.path}")
+    return Outcome(result, json_file, store.path, None)
+
+
+def _one_device_kind(devices: str, nproc: int) -> str:
+    """cpu or cuda: every rank gets one device of one kind (cuda: rank i on cuda:i)."""
+    kind = {"cpu": "cpu", "cuda": "cuda", "auto": "cuda" if torch.cuda.is_available() else "cpu"}
+    if devices not in kind:
+        raise fail(f"--nproc needs one kind of device for every process: --devices cpu or cuda, not {devices!r}")
+    if kind[devices] == "cuda" and nproc > torch.cuda.device_count():
+        raise fail(f"--nproc {nproc} needs {nproc} GPUs, but this machine has {torch.cuda.device_count()}; use "
+                   f"--nproc {torch.cuda.device_count() or 1}" + ("" if torch.cuda.device_count() else
+                                                                   " with --devices cpu"))
+    return kind[devices]
 
 
 def whole_number(flag: str, text: str | None) -> int | None:

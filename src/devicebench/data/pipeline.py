@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -62,6 +63,37 @@ def _batch_sizes(num_samples: int, batch_size: int, steps: int) -> list[int]:
     return [min(batch_size, num_samples - step * batch_size) for step in range(steps)]
 
 
+@dataclass(frozen=True)
+class Shard:
+    """One process's part of every global batch, in data-parallel training (engine/distributed.py).
+
+    Step k's global batch is the same `global_batch` samples as in one process; rank r takes the r-th of its
+    `world` equal slices, so the ranks together see exactly what one process would. The last, partial global
+    batch of an epoch is dropped: every rank must take the same number of equal steps.
+    """
+
+    rank: int
+    world: int
+    global_batch: int
+
+    @property
+    def batch_size(self) -> int:
+        return self.global_batch // self.world
+
+    def steps(self, num_samples: int) -> int:
+        return num_samples // self.global_batch
+
+    def indices(self, order: torch.Tensor, step: int) -> torch.Tensor:
+        start = step * self.global_batch + self.rank * self.batch_size
+        return order[start : start + self.batch_size]
+
+
+def _step_indices(order: torch.Tensor, step: int, batch_size: int, shard: Shard | None) -> torch.Tensor:
+    if shard is not None:
+        return shard.indices(order, step)
+    return order[step * batch_size : (step + 1) * batch_size]
+
+
 class HostBatches:
     """Shuffled mini-batches of in-memory inputs (uint8 images, token ids), preprocessed a batch at a time and
     moved to `device`."""
@@ -79,31 +111,37 @@ class HostBatches:
         shuffle: bool = True,
         seed: int = 0,
         resident: bool = False,
+        shard: Shard | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch size must be at least 1, got {batch_size}")
+        self.shard = shard
         self.inputs = torch.from_numpy(inputs)  # shares memory with the dataset: no copy
         self.labels = torch.from_numpy(labels)
         # Tuned mode on an accelerator: the uint8 data moves once, and each batch is gathered and scaled there
         self.resident = resident and device.type != "cpu" and _fits_on(device, self.inputs.nbytes)
         if self.resident:
             self.inputs, self.labels = self.inputs.to(device), self.labels.to(device)
-        self.batch_size = batch_size
+        self.batch_size = shard.batch_size if shard else batch_size
         self.device = device
         self.preprocessing = preprocessing
         self.shuffle = shuffle
         self.seed = seed
 
     def __len__(self) -> int:
+        if self.shard is not None:
+            return self.shard.steps(len(self.labels))
         return math.ceil(len(self.labels) / self.batch_size)
 
     def batch_sizes(self, steps: int) -> list[int]:
+        if self.shard is not None:
+            return [self.batch_size] * steps
         return _batch_sizes(len(self.labels), self.batch_size, steps)
 
     def epoch(self, epoch: int, steps: int | None = None) -> Iterator[Batch]:
         order = epoch_order(len(self.labels), epoch, self.seed, self.shuffle).to(self.inputs.device)
         for step in range(len(self) if steps is None else steps):
-            index = order[step * self.batch_size : (step + 1) * self.batch_size]
+            index = _step_indices(order, step, self.batch_size, self.shard)
             inputs = self.preprocessing.test(self.inputs[index])  # test: nothing random, so a whole batch at once
             yield inputs.to(self.device, non_blocking=True), self.labels[index].to(self.device, non_blocking=True)
 
@@ -185,17 +223,18 @@ class _PreprocessedImages(Dataset):
 class _EpochBatches(Sampler):
     """Yields each batch as a list of (epoch, index) keys; `epoch` and `steps` are set before each pass."""
 
-    def __init__(self, num_samples: int, batch_size: int, seed: int, shuffle: bool) -> None:
+    def __init__(self, num_samples: int, batch_size: int, seed: int, shuffle: bool, shard: Shard | None) -> None:
         self.num_samples, self.batch_size, self.seed, self.shuffle = num_samples, batch_size, seed, shuffle
+        self.shard = shard
         self.epoch, self.steps = 0, math.ceil(num_samples / batch_size)
 
     def __len__(self) -> int:
         return self.steps
 
     def __iter__(self) -> Iterator[list[tuple[int, int]]]:
-        order = epoch_order(self.num_samples, self.epoch, self.seed, self.shuffle).tolist()
+        order = epoch_order(self.num_samples, self.epoch, self.seed, self.shuffle)
         for step in range(self.steps):
-            yield [(self.epoch, index) for index in order[step * self.batch_size : (step + 1) * self.batch_size]]
+            yield [(self.epoch, index) for index in _step_indices(order, step, self.batch_size, self.shard).tolist()]
 
 
 class LoaderBatches:
@@ -214,16 +253,18 @@ class LoaderBatches:
         workers: int,
         training: bool = True,
         seed: int = 0,
+        shard: Shard | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch size must be at least 1, got {batch_size}")
         if workers < 0:
             raise ValueError(f"workers must be 0 or more, got {workers}")
-        self.batch_size = batch_size
+        self.shard = shard
+        self.batch_size = shard.batch_size if shard else batch_size
         self.workers = workers
         self.device = device
         self._num_samples = len(labels)
-        self._order = _EpochBatches(len(labels), batch_size, seed, shuffle=training)
+        self._order = _EpochBatches(len(labels), self.batch_size, seed, shuffle=training, shard=shard)
         self._loader: DataLoader | None = DataLoader(
             _PreprocessedImages(images, labels, preprocessing, training, seed),
             batch_sampler=self._order,
@@ -233,9 +274,13 @@ class LoaderBatches:
         )
 
     def __len__(self) -> int:
+        if self.shard is not None:
+            return self.shard.steps(self._num_samples)
         return math.ceil(self._num_samples / self.batch_size)
 
     def batch_sizes(self, steps: int) -> list[int]:
+        if self.shard is not None:
+            return [self.batch_size] * steps
         return _batch_sizes(self._num_samples, self.batch_size, steps)
 
     def epoch(self, epoch: int, steps: int | None = None) -> Iterator[Batch]:
@@ -275,15 +320,18 @@ def batches_for(
     workers: int,
     seed: int,
     resident: bool = False,
+    shard: Shard | None = None,
 ) -> tuple[Batches, Batches]:
     """(training batches, test batches) of `dataset`, as a model taking `image_shape` images needs them.
 
     `resident`: hold in-memory data on the device when it fits (tuned mode); see `HostBatches.resident`.
+    `shard`: this process's slice of every training batch (data-parallel training); every process evaluates on
+    the whole test split.
     """
     if isinstance(dataset, TokenDataset):  # token ids in memory, nothing random: the fast path; no workers to use
         return (
             HostBatches(dataset.train_tokens, dataset.train_labels, batch_size, device, preprocessing=preprocessing,
-                        seed=seed, resident=resident),
+                        seed=seed, resident=resident, shard=shard),
             HostBatches(dataset.test_tokens, dataset.test_labels, batch_size, device, preprocessing=preprocessing,
                         shuffle=False, resident=resident),
         )
@@ -294,7 +342,7 @@ def batches_for(
         if workers == 0 and not preprocessing.augments:
             return (
                 HostBatches(dataset.train_images, dataset.train_labels, batch_size, device,
-                            preprocessing=preprocessing, seed=seed, resident=resident),
+                            preprocessing=preprocessing, seed=seed, resident=resident, shard=shard),
                 HostBatches(dataset.test_images, dataset.test_labels, batch_size, device,
                             preprocessing=preprocessing, shuffle=False, resident=resident),
             )
@@ -305,7 +353,7 @@ def batches_for(
         train_labels, test_labels = dataset.train.labels, dataset.test.labels
     return (
         LoaderBatches(train_images, train_labels, batch_size, device, preprocessing=preprocessing, workers=workers,
-                      seed=seed),
+                      seed=seed, shard=shard),
         LoaderBatches(test_images, test_labels, batch_size, device, preprocessing=preprocessing, workers=workers,
                       training=False),
     )

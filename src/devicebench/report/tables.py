@@ -170,6 +170,8 @@ def _cells(row: Row, one_machine: bool, priced: bool, energy: bool, entry: Workl
     label = (f"{row.device} ({row.differs_by})" if row.differs_by else row.device) if one_machine else row.label
     if row.settings["batch_size_auto"] and "batch_size=" not in label:
         label += f" (batch {row.settings['batch_size']}, auto)"
+    if row.settings["world_size"] > 1 and "world_size=" not in label:
+        label += f" ({row.settings['world_size']} processes)"
     problems = sorted(set(row.statuses) - {"ok"})
     if problems:
         label += " [red](" + ", ".join(problems) + ")[/]"
@@ -253,6 +255,10 @@ def row_notes(rows: list[Row]) -> list[str]:
                 notes.append(f"{row.label} repeat {run.repeat + 1}: {run.status}: {run.error}")
         for diagnosis in dict.fromkeys(run.input_diagnosis for run in row.runs if run.input_verdict == "input-bound"):
             notes.append(f"{row.label}: input-bound: {diagnosis}")
+        if row.scaling_efficiency is not None:
+            world = row.settings["world_size"]
+            notes.append(f"{row.label}: scaling efficiency {row.scaling_efficiency:.0%}: {world} processes gave "
+                         f"{row.speedup.ratio:.2f}x the throughput of one ({world:.0f}x would be perfect)")
         for choices in dict.fromkeys(tuning_text(run) for run in row.runs if run.settings.mode == "tuned"):
             notes.append(f"{row.label}: tuned: {choices}")
     return notes

@@ -22,7 +22,7 @@ from devicebench.results.stats import Speedup, Spread, speedup, spread
 
 # Settings that change speed. Runs that differ in any of them form separate rows.
 SPEED_SETTINGS = ("mode", "precision", "batch_size", "batch_size_auto", "data_source", "workers", "overrides",
-                  "threads", "tf32_matmul", "compiled")
+                  "threads", "tf32_matmul", "compiled", "world_size")
 # Of those, the ones a baseline must share: the work itself. Threads, TF32 and compiling describe how a device ran
 # it. Two exceptions (`_same_work`): in tuned mode each device picks its own precision, and with --batch-size auto
 # its own batch size: the comparison is then each device at its best.
@@ -92,6 +92,15 @@ class Row:
         """Achieved TFLOP/s in the steady epochs: FLOPs per sample x samples/s."""
         return _spread_or_none([run.flops_per_sample * epoch.samples_per_s / TERA for run in self.runs
                                 for epoch in run.steady_epochs if run.flops_per_sample is not None])
+
+    @property
+    def scaling_efficiency(self) -> float | None:
+        """For N processes against one on the same device: N-process throughput / (N x 1-process throughput)."""
+        world = self.settings["world_size"]
+        baseline = self.baseline
+        if world == 1 or self.speedup is None or baseline is None or baseline.settings["world_size"] != 1:
+            return None
+        return self.speedup.ratio / world if baseline.device == self.device else None
 
     @property
     def mfu(self) -> Spread | None:
@@ -233,6 +242,8 @@ def _find_baseline(row: Row, rows: list[Row], spec: str) -> Row | None:
     ]
     if not candidates:
         return None
+    single = [other for other in candidates if other.settings["world_size"] == 1]  # one process: what scaling is
+    candidates = single or candidates                                                 # measured against
     same_threads = [other for other in candidates if other.settings["threads"] == row.settings["threads"]]
     return (same_threads or candidates)[0]
 

@@ -45,6 +45,8 @@ class EpochRecord:
     device_utilization_percent: float | None = None  # the GPU's own busy figure (NVML)
     device_power_mean_w: float | None = None
     device_energy_j: float | None = None
+    # data-parallel runs (engine/distributed.py): train_time_s is the slowest rank's, this the fastest's
+    fastest_rank_train_time_s: float | None = None
 
 
 @dataclass
@@ -70,6 +72,8 @@ class RunSettings:
     device_resident: bool = False  # the dataset held on the device
     allocator_keeps_memory: bool = False  # glibc keeps freed blocks for reuse
     batch_size_auto: bool = False  # the batch size was grown for throughput (--batch-size auto), not the seed's
+    world_size: int = 1  # processes training together (engine/distributed.py); batch_size is their global batch
+    per_device_batch: bool = False  # --per-device-batch: the batch size asked for was each process's
     hyperparameters: dict[str, Any] = field(default_factory=dict)
     overrides: dict[str, Any] = field(default_factory=dict)  # the --set values: a different model or training
 

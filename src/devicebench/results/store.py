@@ -181,9 +181,14 @@ def _add_tuning(connection: sqlite3.Connection) -> None:
     connection.execute("ALTER TABLE runs ADD COLUMN peak_tflops REAL")
 
 
+def _add_ranks(connection: sqlite3.Connection) -> None:
+    """Schema 7: data-parallel runs: the fastest rank's time beside the slowest's (the epoch's own time)."""
+    connection.execute("ALTER TABLE epochs ADD COLUMN fastest_rank_train_time_s REAL")
+
+
 # MIGRATIONS[n] takes a database from schema n to n + 1; the newest schema is len(MIGRATIONS). Append, never edit.
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
-    _create_tables, _add_live_runs, _add_usage, _add_input_diagnosis, _add_flops, _add_tuning
+    _create_tables, _add_live_runs, _add_usage, _add_input_diagnosis, _add_flops, _add_tuning, _add_ranks
 ]
 ABANDONED = "the process running it ended without finishing it (killed or crashed); its finished epochs are kept"
 

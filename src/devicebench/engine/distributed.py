@@ -1,0 +1,222 @@
+"""Data-parallel training over torch.distributed: N processes started by torchrun, one device each, DDP.
+
+`run_distributed` starts `python -m torch.distributed.run ... -m devicebench.engine.distributed CONFIG OUT`. Every
+rank joins the process group (gloo on CPUs, NCCL on GPUs), trains the same seeded model on its slice of every
+global batch (data/pipeline.py: `Shard`) inside DistributedDataParallel, which averages the gradients in the
+backward pass, and times its own epochs. Rank 0 then gathers every rank's epochs and keeps, per epoch, the
+global samples over the *slowest* rank's time: the ranks wait for each other at every all-reduce, so the
+slowest decides, and a sum of per-rank rates would overstate it. Only rank 0 writes the result.
+
+    devicebench run mnist-cnn2 --devices cpu --nproc 2 --max-steps 50
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import json
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from devicebench.data.pipeline import Shard
+from devicebench.engine.loop import TrainingSetup
+from devicebench.results.schema import EpochRecord, Result, RunRecord
+
+RANK_TIMEOUT_S = 300  # a collective that waits longer than this ends the run: a rank has died or hung
+
+
+class DistributedError(RuntimeError):
+    """A distributed run that could not start or did not finish; the message says which and what to do."""
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How torchrun starts the ranks: `nproc` per machine, on `nnodes` machines."""
+
+    nproc: int
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None  # host:port every machine can reach; None on one machine: a free local port
+
+    def __post_init__(self) -> None:
+        if self.nproc < 1 or self.nnodes < 1:
+            raise ValueError(f"--nproc and --nnodes must be at least 1, got {self.nproc} and {self.nnodes}")
+        if not 0 <= self.node_rank < self.nnodes:
+            raise ValueError(f"--node-rank must be 0 to {self.nnodes - 1} for {self.nnodes} machines, got "
+                             f"{self.node_rank}")
+        if self.nnodes > 1 and not self.rdzv_endpoint:
+            raise ValueError("a run on several machines needs --rdzv-endpoint HOST:PORT of machine 0, "
+                             "reachable from every machine")
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc * self.nnodes
+
+
+def torchrun_command(launch: Launch, config_file: Path, output_file: Path) -> list[str]:
+    """The torchrun command line that starts this machine's ranks."""
+    if launch.rdzv_endpoint:
+        where = ["--nnodes", str(launch.nnodes), "--node-rank", str(launch.node_rank), "--rdzv-backend", "c10d",
+                 "--rdzv-endpoint", launch.rdzv_endpoint, "--rdzv-id", "devicebench"]
+    else:
+        where = ["--standalone"]  # one machine: torchrun picks a free port itself
+    return [sys.executable, "-m", "torch.distributed.run", *where, "--nproc-per-node", str(launch.nproc),
+            "--max-restarts", "0", "-m", "devicebench.engine.distributed", str(config_file), str(output_file)]
+
+
+def run_distributed(config_fields: dict, launch: Launch) -> Result | None:
+    """Start this machine's ranks and return the result, which the machine running global rank 0 holds (the
+    rendezvous numbers ranks in the order machines arrive); None on the others."""
+    if launch.rdzv_endpoint and launch.node_rank == 0:
+        _check_port_free(launch.rdzv_endpoint)
+    with tempfile.TemporaryDirectory(prefix="devicebench-ranks-") as folder:
+        config_file, output_file = Path(folder) / "config.json", Path(folder) / "result.json"
+        config_file.write_text(json.dumps(config_fields))
+        completed = subprocess.run(torchrun_command(launch, config_file, output_file), stderr=subprocess.PIPE,
+                                   text=True)
+        if completed.returncode != 0:
+            raise DistributedError(_failure_text(completed.stderr, completed.returncode))
+        if output_file.exists():
+            return Result.read_json(output_file)
+        if launch.nnodes > 1:  # the rendezvous made a process on another machine rank 0: that machine has it
+            return None
+        raise DistributedError("the ranks finished but rank 0 wrote no result; run again with fewer processes")
+
+
+def _check_port_free(endpoint: str) -> None:
+    """Machine 0 serves the rendezvous at `endpoint`: a port something else already listens on would leave every
+    machine waiting on a server that never answers, so it is refused before anything starts."""
+    host, _, port = endpoint.rpartition(":")
+    if not port.isdigit() or not host:
+        raise DistributedError(f"--rdzv-endpoint {endpoint!r} is not HOST:PORT, e.g. 10.0.0.1:29400")
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, int(port)))
+        except OSError as error:
+            if error.errno == errno.EADDRINUSE:
+                raise DistributedError(f"port {port} of {host} is already in use; pick a free one with "
+                                       f"--rdzv-endpoint {host}:PORT") from None
+            # not an address of this machine: the rendezvous is served elsewhere, nothing to check here
+
+
+def _failure_text(stderr: str, code: int) -> str:
+    """torchrun's report boiled down to the rank that failed first, how it ended, and its own error."""
+    if "address already in use" in stderr.lower():
+        return "the rendezvous port is already in use; pick another with --rdzv-endpoint HOST:PORT"
+    root = stderr.partition("Root Cause")[2]  # torchrun's summary of the first rank that failed
+    rank = re.search(r"rank\s*:\s*(\d+)", root)
+    ending = re.search(r"exitcode\s*:\s*(.+?)\s*$", root, re.MULTILINE)
+    raised = [line.strip() for line in stderr.splitlines()
+              if re.match(r"\s*\w+(Error|Exception): ", line) and "torch.distributed.elastic" not in line]
+    who = f"rank {rank.group(1)}" if rank else "a rank"
+    how = f"exit code {ending.group(1)}" if ending else f"torchrun exit code {code}"
+    killed = ending is not None and ending.group(1).startswith("-")  # a signal: the others' errors are its echo
+    cause = f": {raised[-1]}" if raised and not killed else ""
+    return f"{who} failed ({how}){cause}; the other ranks were stopped"
+
+
+# --- inside each rank ----------------------------------------------------------------------------------------
+
+
+def world_size() -> int:
+    """Processes in this run's process group; 1 outside a distributed run."""
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def current_shard(global_batch: int) -> Shard | None:
+    """This rank's slice of every global batch of `global_batch` samples; None outside a distributed run."""
+    world = world_size()
+    return None if world == 1 else Shard(rank=dist.get_rank(), world=world, global_batch=global_batch)
+
+
+def data_parallel(setup: TrainingSetup, device: torch.device) -> TrainingSetup:
+    """`setup` with its forward pass in DistributedDataParallel: gradients are averaged over the ranks during the
+    backward pass, so every rank's optimizer takes the same step."""
+    module = setup.forward if isinstance(setup.forward, nn.Module) else setup.model
+    wrapped = DistributedDataParallel(module, device_ids=[device.index] if device.type == "cuda" else None)
+    return dataclasses.replace(setup, forward=wrapped)
+
+
+
+def merge_rank_epochs(epochs_by_rank: list[list[EpochRecord]]) -> list[EpochRecord]:
+    """Every rank's records of the same epochs as one record per epoch: global samples over the slowest rank's
+    time, the mean of the ranks' losses and accuracies (their batches are the same size), and rank 0's
+    evaluation (every rank evaluates the same weights on the whole test split)."""
+    merged = []
+    for same_epoch in zip(*epochs_by_rank):
+        first = same_epoch[0]
+        slowest = max(epoch.train_time_s for epoch in same_epoch)
+        samples = sum(epoch.samples for epoch in same_epoch)
+        losses = [epoch.train_loss for epoch in same_epoch]
+        waits = [epoch.input_wait_s for epoch in same_epoch]
+        merged.append(dataclasses.replace(
+            first,
+            samples=samples,
+            train_time_s=slowest,
+            samples_per_s=samples / slowest,
+            step_time_ms=slowest / first.steps * 1000,
+            train_loss=None if None in losses else statistics.fmean(losses),
+            train_accuracy=statistics.fmean(epoch.train_accuracy for epoch in same_epoch),
+            input_wait_s=None if None in waits else max(waits),
+            fastest_rank_train_time_s=min(epoch.train_time_s for epoch in same_epoch),
+        ))
+    return merged
+
+
+def merge_rank_runs(runs_by_rank: list[list[RunRecord]]) -> list[RunRecord]:
+    """Rank 0's runs, each with every rank's epochs merged and the first failure of any rank as its status."""
+    merged = []
+    for same_run in zip(*runs_by_rank):
+        run = same_run[0]
+        run.epochs = merge_rank_epochs([record.epochs for record in same_run])
+        failed = next(((rank, record) for rank, record in enumerate(same_run) if record.status not in ("ok",)),
+                      None)
+        if failed is not None and run.status == "ok":
+            rank, record = failed
+            run.status, run.error = record.status, f"rank {rank}: {record.error}"
+        merged.append(run)
+    return merged
+
+
+def _main(config_file: str, output_file: str) -> None:
+    from devicebench import runner
+    from devicebench.config import RunConfig
+    from devicebench.data.pipeline import usable_cores
+
+    fields = json.loads(Path(config_file).read_text())
+    config = RunConfig(**{name: tuple(value) if isinstance(value, list) else value for name, value in fields.items()})
+    local_rank, local_world = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
+    on_gpus = config.devices.startswith("cuda")
+    if on_gpus:
+        torch.cuda.set_device(local_rank)
+    elif config.threads is None:
+        torch.set_num_threads(max(1, usable_cores() // local_world))  # the machine's cores, split between its ranks
+    dist.init_process_group("nccl" if on_gpus else "gloo", timeout=timedelta(seconds=RANK_TIMEOUT_S))
+    try:
+        devices = f"cuda:{local_rank}" if on_gpus else "cpu"
+        result = runner.run(dataclasses.replace(config, devices=devices, threads=torch.get_num_threads()))
+        runs_by_rank: list = [None] * dist.get_world_size()
+        dist.all_gather_object(runs_by_rank, result.runs)
+        if dist.get_rank() == 0:
+            result.runs = merge_rank_runs(runs_by_rank)
+            result.write_json(Path(output_file))
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    _main(*sys.argv[1:3])

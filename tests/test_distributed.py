@@ -1,0 +1,214 @@
+"""Data-parallel training: shards that add up to one process's batches, the slowest rank's time, and 2 processes
+over gloo that learn exactly what 1 process learns.
+
+    python -m pytest tests/test_distributed.py -q
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+import threading
+import time
+
+import numpy as np
+import psutil
+import pytest
+import torch
+from result_fixtures import machine, run, session
+from typer.testing import CliRunner
+
+from devicebench import RunConfig, runner
+from devicebench.cli import app
+from devicebench.config import ConfigError
+from devicebench.data.pipeline import HostBatches, Shard
+from devicebench.engine.distributed import (
+    DistributedError,
+    Launch,
+    merge_rank_epochs,
+    merge_rank_runs,
+    run_distributed,
+    torchrun_command,
+)
+from devicebench.results.compare import compare
+from devicebench.results.schema import EpochRecord
+
+
+def epoch(seconds: float, loss: float, samples: int = 100) -> EpochRecord:
+    return EpochRecord(epoch=2, phase="steady", steps=4, samples=samples, train_time_s=seconds,
+                       samples_per_s=samples / seconds, step_time_ms=seconds / 4 * 1000, train_loss=loss,
+                       train_accuracy=0.5, input_wait_s=0.1, test_accuracy=0.7)
+
+
+def test_throughput_is_global_samples_over_the_slowest_rank():
+    (merged,) = merge_rank_epochs([[epoch(2.0, 1.0)], [epoch(2.5, 3.0)]])
+    assert merged.samples == 200 and merged.train_time_s == 2.5
+    assert merged.samples_per_s == 80  # not 100/2.0 + 100/2.5 = 90: the ranks wait for each other
+    assert merged.step_time_ms == 625 and merged.fastest_rank_train_time_s == 2.0
+    assert merged.train_loss == 2.0  # equal batches: the global mean loss is the mean of the ranks'
+    assert merged.test_accuracy == 0.7  # rank 0's evaluation
+
+
+def test_a_rank_that_failed_fails_the_run_and_is_named():
+    healthy, broken = run("cpu", [1.0, 1.0]), run("cpu", [1.0, 1.0])
+    broken.status, broken.error = "diverged", "loss became nan at step 7 (epoch 2)"
+    (merged,) = merge_rank_runs([[healthy], [broken]])
+    assert merged.status == "diverged" and merged.error == "rank 1: loss became nan at step 7 (epoch 2)"
+
+
+def test_the_ranks_shards_add_up_to_one_process_s_batches():
+    images = np.arange(50, dtype=np.uint8).reshape(50, 1, 1, 1)
+    labels = np.arange(50, dtype=np.int64)
+    whole = HostBatches(images, labels, 8, torch.device("cpu"), seed=3)
+    shards = [HostBatches(images, labels, 8, torch.device("cpu"), seed=3, shard=Shard(rank, 2, 8)) for rank in (0, 1)]
+    assert [len(shard) for shard in shards] == [6, 6] and len(whole) == 7  # the partial global batch is dropped
+    assert shards[0].batch_sizes(6) == [4] * 6
+    for step, ((expected, _), (first, _), (second, _)) in enumerate(zip(whole.epoch(2), *(s.epoch(2) for s in shards))):
+        assert torch.equal(torch.cat([first, second]), expected), step
+
+
+def test_what_several_processes_cannot_do_is_refused_before_they_start():
+    with pytest.raises(ConfigError, match="global batch of 50 does not split evenly over 3 processes"):
+        RunConfig(workloads=("mnist-cnn2",), nproc=3)
+    RunConfig(workloads=("mnist-cnn2",), nproc=3, per_device_batch=True)  # 50 each: 150 in all
+    with pytest.raises(ConfigError, match="drop --mode tuned"):
+        RunConfig(workloads=("mnist-cnn2",), nproc=2, mode="tuned")
+    with pytest.raises(ConfigError, match="gbdt-synthetic is not a torch model"):
+        RunConfig(workloads=("gbdt-synthetic",), nproc=2)
+    with pytest.raises(ValueError, match="needs --rdzv-endpoint"):
+        Launch(nproc=2, nnodes=2)
+    with pytest.raises(ValueError, match="--node-rank must be 0 to 1"):
+        Launch(nproc=1, nnodes=2, node_rank=2, rdzv_endpoint="127.0.0.1:29500")
+
+
+def test_torchrun_gets_a_free_port_on_one_machine_and_the_rendezvous_on_several(tmp_path):
+    single = torchrun_command(Launch(nproc=2), tmp_path / "c", tmp_path / "o")
+    assert "--standalone" in single and single[single.index("--nproc-per-node") + 1] == "2"
+    several = torchrun_command(Launch(nproc=4, nnodes=2, node_rank=1, rdzv_endpoint="10.0.0.1:29400"),
+                               tmp_path / "c", tmp_path / "o")
+    assert several[several.index("--rdzv-endpoint") + 1] == "10.0.0.1:29400"
+    assert several[several.index("--node-rank") + 1] == "1" and "--standalone" not in several
+
+
+def test_scaling_efficiency_is_n_process_throughput_over_n_times_one():
+    one = run("cpu", [2.0, 1.0, 1.0])  # 1,000 samples/s
+    two = run("cpu", [2.0, 0.8, 0.8])  # 1,250 samples/s from 2 processes
+    two.settings.world_size = 2
+    rows = compare([session(machine("box", "m1"), [one, two])])["mnist-cnn2"]
+    assert rows[1].baseline is rows[0]
+    assert rows[1].scaling_efficiency == pytest.approx(0.625)  # 1.25x of the 2x that would be perfect
+
+
+@pytest.mark.slow
+def test_two_processes_learn_exactly_what_one_process_learns():
+    """cifar10-mlp has no dropout, so the only difference is where each half batch's gradient is computed."""
+    config = RunConfig(workloads=("cifar10-mlp",), devices="cpu", data="synthetic", epochs=2, max_steps=6,
+                       max_eval_steps=1)
+    one = runner.run(config).runs[0]
+    two = run_distributed(dataclasses.asdict(dataclasses.replace(config, nproc=2)), Launch(nproc=2)).runs[0]
+    assert two.status == "ok" and two.settings.world_size == 2 and two.settings.batch_size == 32
+    assert [e.samples for e in two.epochs] == [e.samples for e in one.epochs] == [192, 192]
+    assert [e.train_loss for e in two.epochs] == pytest.approx([e.train_loss for e in one.epochs], rel=1e-5)
+    assert [e.test_loss for e in two.epochs] == pytest.approx([e.test_loss for e in one.epochs], rel=1e-5)
+    assert all(e.fastest_rank_train_time_s <= e.train_time_s for e in two.epochs)
+
+
+@pytest.mark.slow
+def test_the_cli_trains_in_two_processes_as_a_new_user_would(tmp_path):
+    output = tmp_path / "result.json"
+    completed = CliRunner().invoke(app, [
+        "run", "mnist-cnn2", "--devices", "cpu", "--nproc", "2", "--epochs", "2", "--max-steps", "4",
+        "--max-eval-steps", "1", "--data", "synthetic", "--db", str(tmp_path / "db.sqlite"), "--json", str(output),
+    ])
+    assert completed.exit_code == 0, completed.output
+    assert "Training on 2 cpu processes" in completed.output and "cpu (2 processes)" in completed.output
+    assert '"world_size": 2' in output.read_text()
+
+
+@pytest.mark.slow
+def test_a_killed_rank_ends_the_run_at_once_with_an_error_naming_it():
+    config = RunConfig(workloads=("mnist-cnn2",), devices="cpu", data="synthetic", epochs=50, max_steps=50,
+                       max_eval_steps=1)
+    outcome: dict[str, BaseException] = {}
+
+    def train() -> None:
+        try:
+            run_distributed(dataclasses.asdict(dataclasses.replace(config, nproc=2)), Launch(nproc=2))
+        except DistributedError as error:
+            outcome["error"] = error
+
+    thread = threading.Thread(target=train)
+    thread.start()
+    victim = _wait_for_rank(1)
+    time.sleep(3)  # into training: the ranks are exchanging gradients
+    victim.kill()
+    thread.join(timeout=90)
+    assert not thread.is_alive()  # no hang: the other rank was stopped
+    assert str(outcome["error"]).startswith("rank 1 failed (exit code -9")
+    assert str(outcome["error"]).endswith("(SIGKILL)); the other ranks were stopped")
+
+
+def _wait_for_rank(rank: int, timeout_s: float = 60) -> psutil.Process:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for process in psutil.Process().children(recursive=True):
+            try:
+                if process.environ().get("RANK") == str(rank) and "engine.distributed" in " ".join(process.cmdline()):
+                    return process
+            except psutil.Error:  # gone, or not ours to read
+                continue
+        time.sleep(0.2)
+    raise AssertionError(f"rank {rank} never started")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_two_machines_meet_at_a_rendezvous_on_loopback():
+    """Two torchrun launches, one "machine" each, sharing a rendezvous on 127.0.0.1: one run of world size 2."""
+    endpoint = f"127.0.0.1:{_free_port()}"
+    config = RunConfig(workloads=("cifar10-mlp",), devices="cpu", data="synthetic", epochs=2, max_steps=4,
+                       max_eval_steps=1, nnodes=2)
+    results: dict[int, object] = {}
+
+    def machine_number(node_rank: int) -> None:
+        launch = Launch(nproc=1, nnodes=2, node_rank=node_rank, rdzv_endpoint=endpoint)
+        results[node_rank] = run_distributed(dataclasses.asdict(config), launch)
+
+    machines = [threading.Thread(target=machine_number, args=(node_rank,)) for node_rank in (0, 1)]
+    machines[0].start()
+    time.sleep(1)  # machine 0 serves the rendezvous
+    machines[1].start()
+    for thread in machines:
+        thread.join(timeout=120)
+    held = [result for result in results.values() if result is not None]
+    assert len(results) == 2 and len(held) == 1  # exactly one machine ran rank 0 and holds the result
+    (record,) = held[0].runs
+    assert record.status == "ok" and record.settings.world_size == 2
+    assert [epoch.samples for epoch in record.epochs] == [128, 128]  # 4 global batches of 32 an epoch
+
+
+def test_a_rendezvous_port_in_use_is_refused_with_the_flag_to_change_it():
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        config = RunConfig(workloads=("cifar10-mlp",), devices="cpu", data="synthetic", nproc=2)
+        with pytest.raises(DistributedError, match=f"port {port} of 127.0.0.1 is already in use; pick a free one "
+                                                   "with --rdzv-endpoint 127.0.0.1:PORT"):
+            run_distributed(dataclasses.asdict(config), Launch(nproc=2, rdzv_endpoint=f"127.0.0.1:{port}"))
+
+
+def test_the_cli_refuses_what_it_cannot_start(tmp_path):
+    database = ["--db", str(tmp_path / "db.sqlite")]
+    mixed = CliRunner().invoke(app, ["run", "mnist-cnn2", "--nproc", "2", "--devices", "cpu,cuda", *database])
+    assert mixed.exit_code == 2 and "--nproc needs one kind of device for every process" in mixed.output
+    if not torch.cuda.is_available():
+        no_gpus = CliRunner().invoke(app, ["run", "mnist-cnn2", "--devices", "all-gpus", *database])
+        assert no_gpus.exit_code == 2 and "this machine has no GPU that torch can use" in no_gpus.output
+        too_many = CliRunner().invoke(app, ["run", "mnist-cnn2", "--nproc", "2", "--devices", "cuda", *database])
+        assert too_many.exit_code == 2 and "--nproc 2 needs 2 GPUs, but this machine has 0" in too_many.output
