@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import socket
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import psutil
@@ -126,10 +128,10 @@ def test_the_cli_trains_in_two_processes_as_a_new_user_would(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_killed_rank_ends_the_run_at_once_with_an_error_naming_it():
-    config = RunConfig(workloads=("mnist-cnn2",), devices="cpu", data="synthetic", epochs=50, max_steps=50,
+def test_a_killed_rank_ends_the_run_at_once_naming_it_and_keeps_the_finished_epochs():
+    config = RunConfig(workloads=("mnist-cnn2",), devices="cpu", data="synthetic", epochs=200, max_steps=5,
                        max_eval_steps=1)
-    outcome: dict[str, BaseException] = {}
+    outcome: dict[str, DistributedError] = {}
 
     def train() -> None:
         try:
@@ -137,15 +139,29 @@ def test_a_killed_rank_ends_the_run_at_once_with_an_error_naming_it():
         except DistributedError as error:
             outcome["error"] = error
 
+    started = time.time()
     thread = threading.Thread(target=train)
     thread.start()
     victim = _wait_for_rank(1)
-    time.sleep(3)  # into training: the ranks are exchanging gradients
-    victim.kill()
+    _wait_for(lambda: any(path.stat().st_mtime > started
+                          for path in Path(tempfile.gettempdir()).glob("devicebench-ranks-*/partial-result.json")))
+    victim.kill()  # mid-run: an epoch has finished, many have not
     thread.join(timeout=90)
     assert not thread.is_alive()  # no hang: the other rank was stopped
-    assert str(outcome["error"]).startswith("rank 1 failed (exit code -9")
-    assert str(outcome["error"]).endswith("(SIGKILL)); the other ranks were stopped")
+    error = outcome["error"]
+    assert str(error).startswith("rank 1 failed (exit code -9")
+    assert str(error).endswith("(SIGKILL)); the other ranks were stopped")
+    (partial,) = error.partial.runs
+    assert partial.status == "failed" and partial.error == str(error)
+    assert 1 <= len(partial.epochs) < 200 and partial.epochs[0].samples == 250  # 5 global batches of 50
+
+
+def _wait_for(condition, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("waited in vain")
+        time.sleep(0.1)
 
 
 def _wait_for_rank(rank: int, timeout_s: float = 60) -> psutil.Process:

@@ -166,7 +166,7 @@ def run(
         if not save.parent.is_dir():
             raise fail(f"cannot write --save {save}: folder {save.parent} does not exist; create it first")
     if nproc * nnodes > 1:
-        exit_for(train_distributed(config, node_rank, rdzv_endpoint, json_file=json_file, db=db))
+        exit_for(train_distributed(config, node_rank, rdzv_endpoint, json_file=json_file, db=db, quiet=quiet))
         return
     outcome = train_and_show([config], json_file=json_file, quiet=quiet, db=db, tensorboard=tensorboard,
                              save_to=save)
@@ -176,7 +176,7 @@ def run(
 
 
 def train_distributed(config: RunConfig, node_rank: int, rdzv_endpoint: str | None, *, json_file: Path | None,
-                      db: Path | None) -> Outcome:
+                      db: Path | None, quiet: bool) -> Outcome:
     """`run --nproc N`: start the ranks through torchrun, then store and show rank 0's result like any other."""
     try:
         launch = Launch(nproc=config.nproc, nnodes=config.nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint)
@@ -185,24 +185,28 @@ def train_distributed(config: RunConfig, node_rank: int, rdzv_endpoint: str | No
     kind = _one_device_kind(config.devices, config.nproc)
     store = open_store(db)  # a database that is not ours is refused here, before any process starts
     errors.print(f"Training on {launch.world_size} {kind} processes ({config.nproc} on this machine) through "
-                 "torchrun; rank 0 reports when they finish", highlight=False)
+                 "torchrun; rank 0 shows each epoch as it ends", highlight=False)
+    failure = None
     try:
-        result = run_distributed({**dataclasses.asdict(config), "devices": kind}, launch)
+        result = run_distributed({**dataclasses.asdict(config), "devices": kind}, launch, quiet=quiet)
     except DistributedError as error:
+        failure, result = error, error.partial
+    if result is None:
         store.close()
-        raise fail(str(error), EXIT_FAILED_RUN) from None
-    if result is None:  # another machine's rank 0 keeps the result
-        store.close()
+        if failure is not None:
+            raise fail(str(failure), EXIT_FAILED_RUN) from None
         errors.print("This machine's ranks finished; the machine that ran rank 0 shows and stores the result")
         raise typer.Exit(0)
     with store:
-        store.import_result(result)
+        store.import_result(result)  # a failed run's finished epochs too
     for table in comparison_tables(compare([result])):
         console.print(table)
     if json_file is not None:
         result.write_json(json_file)
         errors.print(f"Results written to {json_file}")
     errors.print(f"Runs stored in {store.path}")
+    if failure is not None:
+        raise fail(f"{failure}; the epochs that finished before are kept above and in {store.path}", EXIT_FAILED_RUN)
     return Outcome(result, json_file, store.path, None)
 
 

@@ -32,14 +32,19 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from devicebench.data.pipeline import Shard
-from devicebench.engine.loop import TrainingSetup
+from devicebench.engine.loop import Reporter, TrainingSetup
 from devicebench.results.schema import EpochRecord, Result, RunRecord
 
 RANK_TIMEOUT_S = 300  # a collective that waits longer than this ends the run: a rank has died or hung
 
 
 class DistributedError(RuntimeError):
-    """A distributed run that could not start or did not finish; the message says which and what to do."""
+    """A distributed run that could not start or did not finish; the message says which and what to do, and
+    `partial` holds every epoch that finished before it failed (status `failed`), if any did."""
+
+    def __init__(self, message: str, partial: Result | None = None) -> None:
+        super().__init__(message)
+        self.partial = partial
 
 
 @dataclass(frozen=True)
@@ -77,23 +82,41 @@ def torchrun_command(launch: Launch, config_file: Path, output_file: Path) -> li
             "--max-restarts", "0", "-m", "devicebench.engine.distributed", str(config_file), str(output_file)]
 
 
-def run_distributed(config_fields: dict, launch: Launch) -> Result | None:
+def run_distributed(config_fields: dict, launch: Launch, *, quiet: bool = True) -> Result | None:
     """Start this machine's ranks and return the result, which the machine running global rank 0 holds (the
-    rendezvous numbers ranks in the order machines arrive); None on the others."""
+    rendezvous numbers ranks in the order machines arrive); None on the others. Unless `quiet`, rank 0 shows each
+    epoch as it ends."""
     if launch.rdzv_endpoint and launch.node_rank == 0:
         _check_port_free(launch.rdzv_endpoint)
     with tempfile.TemporaryDirectory(prefix="devicebench-ranks-") as folder:
         config_file, output_file = Path(folder) / "config.json", Path(folder) / "result.json"
-        config_file.write_text(json.dumps(config_fields))
+        config_file.write_text(json.dumps({"config": config_fields, "quiet": quiet}))
         completed = subprocess.run(torchrun_command(launch, config_file, output_file), stderr=subprocess.PIPE,
                                    text=True)
         if completed.returncode != 0:
-            raise DistributedError(_failure_text(completed.stderr, completed.returncode))
+            message = _failure_text(completed.stderr, completed.returncode)
+            raise DistributedError(message, _partial_result(output_file, message))
         if output_file.exists():
             return Result.read_json(output_file)
         if launch.nnodes > 1:  # the rendezvous made a process on another machine rank 0: that machine has it
             return None
         raise DistributedError("the ranks finished but rank 0 wrote no result; run again with fewer processes")
+
+
+def _partial_result(output_file: Path, message: str) -> Result | None:
+    """What rank 0 kept of a run that failed: every epoch merged before the failure, the unfinished runs failed."""
+    partial_file = _partial_file(output_file)
+    if not partial_file.exists():
+        return None
+    result = Result.read_json(partial_file)
+    for record in result.runs:
+        if record.status == "running":
+            record.status, record.error = "failed", message
+    return result
+
+
+def _partial_file(output_file: Path) -> Path:
+    return output_file.with_name("partial-" + output_file.name)
 
 
 def _check_port_free(endpoint: str) -> None:
@@ -192,13 +215,62 @@ def merge_rank_runs(runs_by_rank: list[list[RunRecord]]) -> list[RunRecord]:
     return merged
 
 
+class RankReporter(Reporter):
+    """Every rank hands each finished epoch to rank 0, which merges them (engine/distributed.py: the slowest rank's
+    time), shows the merged epoch, and keeps the merged runs in a file, so that a rank dying later loses nothing
+    that finished. The hand-over comes after the epoch's clock has stopped, at the same epoch on every rank."""
+
+    def __init__(self, partial_file: Path, screen: Reporter) -> None:
+        self.partial_file, self.screen = partial_file, screen
+        self.leader = dist.get_rank() == 0
+        self.result: Result | None = None
+
+    def session_started(self, result: Result) -> None:
+        self.result = dataclasses.replace(result, runs=[])
+
+    def dataset_loaded(self, workload, dataset) -> None:
+        if self.leader:
+            self.screen.dataset_loaded(workload, dataset)
+
+    def run_started(self, record: RunRecord) -> None:
+        self.result.runs.append(dataclasses.replace(record, epochs=[]))
+        if self.leader:
+            self.screen.run_started(record)
+
+    def epoch_started(self, epoch: int, steps: int) -> None:
+        if self.leader:
+            self.screen.epoch_started(epoch, steps)
+
+    def steps_finished(self, steps_done: int) -> None:
+        if self.leader:
+            self.screen.steps_finished(steps_done)
+
+    def epoch_finished(self, record: RunRecord, epoch: EpochRecord) -> None:
+        epochs: list = [None] * dist.get_world_size()
+        dist.all_gather_object(epochs, epoch)
+        if self.leader:
+            merged_run = self.result.runs[-1]
+            (merged,) = merge_rank_epochs([[rank_epoch] for rank_epoch in epochs])
+            merged_run.epochs.append(merged)
+            self.result.write_json(self.partial_file)
+            self.screen.epoch_finished(merged_run, merged)
+
+    def run_finished(self, record: RunRecord) -> None:
+        if self.leader:
+            self.screen.run_finished(record)
+
+
 def _main(config_file: str, output_file: str) -> None:
+    from rich.console import Console
+
     from devicebench import runner
     from devicebench.config import RunConfig
     from devicebench.data.pipeline import usable_cores
+    from devicebench.report.progress import RichReporter
 
-    fields = json.loads(Path(config_file).read_text())
-    config = RunConfig(**{name: tuple(value) if isinstance(value, list) else value for name, value in fields.items()})
+    request = json.loads(Path(config_file).read_text())
+    config = RunConfig(**{name: tuple(value) if isinstance(value, list) else value
+                          for name, value in request["config"].items()})
     local_rank, local_world = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
     on_gpus = config.devices.startswith("cuda")
     if on_gpus:
@@ -208,7 +280,13 @@ def _main(config_file: str, output_file: str) -> None:
     dist.init_process_group("nccl" if on_gpus else "gloo", timeout=timedelta(seconds=RANK_TIMEOUT_S))
     try:
         devices = f"cuda:{local_rank}" if on_gpus else "cpu"
-        result = runner.run(dataclasses.replace(config, devices=devices, threads=torch.get_num_threads()))
+        screen = RichReporter(Console(), quiet=request["quiet"])  # on stdout, which torchrun passes through
+        reporter = RankReporter(_partial_file(Path(output_file)), screen)
+        try:
+            result = runner.run(dataclasses.replace(config, devices=devices, threads=torch.get_num_threads()),
+                                reporter)
+        finally:
+            screen.close()
         runs_by_rank: list = [None] * dist.get_world_size()
         dist.all_gather_object(runs_by_rank, result.runs)
         if dist.get_rank() == 0:
