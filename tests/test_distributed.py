@@ -228,3 +228,31 @@ def test_the_cli_refuses_what_it_cannot_start(tmp_path):
         assert no_gpus.exit_code == 2 and "this machine has no GPU that torch can use" in no_gpus.output
         too_many = CliRunner().invoke(app, ["run", "mnist-cnn2", "--nproc", "2", "--devices", "cuda", *database])
         assert too_many.exit_code == 2 and "--nproc 2 needs 2 GPUs, but this machine has 0" in too_many.output
+
+
+TORCHRUN_REPORT = """\
+[rank1]: Traceback (most recent call last):
+[rank1]:   File "distributed.py", line 300, in _main
+[rank1]: ValueError: mnist has 10 classes but the model tells 2 apart
+E1122 01:22:30 torch/distributed/elastic/multiprocessing/api.py:882] failed (exitcode: 1) local_rank: 1
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+=======================================================
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-22_01:22:30
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : 1 (pid: 30305)
+  error_file: <N/A>
+=======================================================
+"""
+
+
+def test_torchrun_s_report_becomes_the_failed_rank_and_its_own_error():
+    from devicebench.engine.distributed import _failure_text
+
+    assert _failure_text(TORCHRUN_REPORT, 1) == ("rank 1 failed (exit code 1 (pid: 30305)): ValueError: mnist has 10 "
+                                                 "classes but the model tells 2 apart; the other ranks were stopped")
+    aborted = TORCHRUN_REPORT.replace("[rank1]: ValueError: mnist has 10 classes but the model tells 2 apart",
+                                      "  what():  [gloo/transport/tcp/pair.cc:534] Connection closed by peer")
+    assert "what():  [gloo/transport/tcp/pair.cc:534] Connection closed by peer" in _failure_text(aborted, 1)

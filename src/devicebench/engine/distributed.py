@@ -93,9 +93,11 @@ def run_distributed(config_fields: dict, launch: Launch, *, quiet: bool = True) 
         config_file.write_text(json.dumps({"config": config_fields, "quiet": quiet}))
         completed = subprocess.run(torchrun_command(launch, config_file, output_file), stderr=subprocess.PIPE,
                                    text=True)
-        if completed.returncode != 0:
+        if completed.returncode != 0 and not output_file.exists():
             message = _failure_text(completed.stderr, completed.returncode)
             raise DistributedError(message, _partial_result(output_file, message))
+        # The final result exists only once every rank has handed in its last epoch: a rank that failed after
+        # that (gloo can abort a process while the group is torn down) cost nothing measured.
         if output_file.exists():
             return Result.read_json(output_file)
         if launch.nnodes > 1:  # the rendezvous made a process on another machine rank 0: that machine has it
@@ -143,11 +145,12 @@ def _failure_text(stderr: str, code: int) -> str:
     root = stderr.partition("Root Cause")[2]  # torchrun's summary of the first rank that failed
     rank = re.search(r"rank\s*:\s*(\d+)", root)
     ending = re.search(r"exitcode\s*:\s*(.+?)\s*$", root, re.MULTILINE)
-    raised = [line.strip() for line in stderr.splitlines()
-              if re.match(r"\s*\w+(Error|Exception): ", line) and "torch.distributed.elastic" not in line]
+    raised = [found.group(1) for line in stderr.splitlines() if "torch.distributed.elastic" not in line
+              # a Python exception's last line (torchrun prefixes it with "[rankN]:"), or the C++ one of an abort
+              for found in [re.search(r"(\b\w+(?:Error|Exception): .+|what\(\): .+)$", line)] if found]
     who = f"rank {rank.group(1)}" if rank else "a rank"
     how = f"exit code {ending.group(1)}" if ending else f"torchrun exit code {code}"
-    killed = ending is not None and ending.group(1).startswith("-")  # a signal: the others' errors are its echo
+    killed = ending is not None and "SIGKILL" in ending.group(1)  # killed: the others' errors are only its echo
     cause = f": {raised[-1]}" if raised and not killed else ""
     return f"{who} failed ({how}){cause}; the other ranks were stopped"
 
@@ -292,6 +295,7 @@ def _main(config_file: str, output_file: str) -> None:
         if dist.get_rank() == 0:
             result.runs = merge_rank_runs(runs_by_rank)
             result.write_json(Path(output_file))
+        dist.barrier()  # no rank tears the group down while another is still in a collective
     finally:
         dist.destroy_process_group()
 
