@@ -256,3 +256,18 @@ def test_torchrun_s_report_becomes_the_failed_rank_and_its_own_error():
     aborted = TORCHRUN_REPORT.replace("[rank1]: ValueError: mnist has 10 classes but the model tells 2 apart",
                                       "  what():  [gloo/transport/tcp/pair.cc:534] Connection closed by peer")
     assert "what():  [gloo/transport/tcp/pair.cc:534] Connection closed by peer" in _failure_text(aborted, 1)
+
+
+def test_the_report_draws_throughput_against_the_number_of_processes():
+    from devicebench.report.plots import scaling_series, workload_charts
+
+    one, two = run("cpu", [2.0, 1.0, 1.0], threads=2), run("cpu", [2.0, 0.8, 0.8], threads=1)
+    two.settings.world_size = 2
+    other_batch = run("cpu", [2.0, 0.5, 0.5], batch_size=64)  # different work: not on the same line
+    rows = compare([session(machine("box", "m1"), [one, two, other_batch])])["mnist-cnn2"]
+    assert scaling_series(rows) == {"box/cpu": [(1, 1000.0), (2, 1250.0)]}
+    charts = workload_charts("mnist-cnn2", rows, None)
+    assert [chart.slug for chart in charts][-1] == "mnist-cnn2-scaling"
+    assert charts[-1].png.startswith(b"\x89PNG")
+    single = compare([session(machine("box", "m1"), [run("cpu", [2.0, 1.0, 1.0])])])["mnist-cnn2"]
+    assert scaling_series(single) == {}  # one process count: nothing to draw

@@ -86,6 +86,7 @@ def workload_charts(workload: str, rows: Sequence[Row], published: Published | N
         ("samples-per-s", "Training throughput", _throughput_figure(workload, rows, published)),
         ("speedup", "Speedup against the baseline", _speedup_figure(workload, rows)),
         ("test-accuracy", "Test accuracy per epoch", _accuracy_figure(workload, rows, published)),
+        ("scaling", "Throughput against the number of processes", _scaling_figure(workload, rows)),
     ]
     return [Chart(f"{file_stem(workload)}-{kind}", f"{workload}: {title}", _png(figure))
             for kind, title, figure in drawn if figure is not None]
@@ -134,7 +135,7 @@ def file_stem(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.") or "workload"
 
 
-# --- the four per-workload charts --------------------------------------------------------------------------
+# --- the per-workload charts -------------------------------------------------------------------------------
 
 
 def _epoch_time_figure(workload: str, rows: Sequence[Row]) -> Figure | None:
@@ -197,6 +198,41 @@ def _accuracy_figure(workload: str, rows: Sequence[Row], published: Published | 
         _is_synthetic(row) for row in rows) else ""))
     axes.grid(alpha=0.3)
     figure.legend(fontsize="small", loc="outside lower center", ncols=2, frameon=False)
+    return figure
+
+
+def scaling_series(rows: Sequence[Row]) -> dict[str, list[tuple[int, float]]]:
+    """Per machine and device that ran with more than one process count: (processes, median samples/s), in
+    increasing order of processes. Rows that differ in anything but the process count and threads are not mixed."""
+    groups: dict[tuple, dict[int, float]] = {}
+    for row in rows:
+        if row.samples_per_s is None:
+            continue
+        same_work = tuple(str(row.settings[name]) for name in SPEED_SETTINGS if name not in ("world_size", "threads"))
+        key = (f"{row.machine_name}/{row.device}", same_work)
+        groups.setdefault(key, {})[row.settings["world_size"]] = row.samples_per_s.median
+    return {label: sorted(points.items()) for (label, _), points in groups.items() if len(points) > 1}
+
+
+def _scaling_figure(workload: str, rows: Sequence[Row]) -> Figure | None:
+    series = scaling_series(rows)
+    if not series:
+        return None
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(CHART_WIDTH_IN, SWEEP_PANEL_HEIGHT_IN), layout="constrained")
+    axes = figure.add_subplot()
+    for colour, (label, points) in zip(_palette(len(series)), series.items()):
+        processes, rates = zip(*points)
+        axes.plot(processes, rates, marker="o", color=colour, label=label)
+        if processes[0] == 1:  # perfect scaling: N times one process
+            axes.plot(processes, [rates[0] * count for count in processes], linestyle=":", color=colour,
+                      label=f"{label}, perfect scaling")
+    axes.set_xlabel("processes (one device each)")
+    axes.set_ylabel("samples/s (median)")
+    axes.set_xticks(sorted({count for points in series.values() for count, _ in points}))
+    axes.set_title(f"{workload}: throughput against the number of processes")
+    axes.legend(loc="upper left", fontsize="small")
     return figure
 
 
