@@ -271,3 +271,10 @@ def test_the_report_draws_throughput_against_the_number_of_processes():
     assert charts[-1].png.startswith(b"\x89PNG")
     single = compare([session(machine("box", "m1"), [run("cpu", [2.0, 1.0, 1.0])])])["mnist-cnn2"]
     assert scaling_series(single) == {}  # one process count: nothing to draw
+
+
+def test_what_one_process_alone_can_do_is_refused_with_nproc(tmp_path):
+    completed = CliRunner().invoke(app, ["run", "mnist-cnn2", "--devices", "cpu", "--nproc", "2", "--save",
+                                         str(tmp_path / "model.pt"), "--db", str(tmp_path / "db.sqlite")])
+    assert completed.exit_code == 2
+    assert "--save and --tensorboard do not work with --nproc yet" in completed.output

@@ -166,6 +166,8 @@ def run(
         if not save.parent.is_dir():
             raise fail(f"cannot write --save {save}: folder {save.parent} does not exist; create it first")
     if nproc * nnodes > 1:
+        if save is not None or tensorboard is not None:
+            raise fail("--save and --tensorboard do not work with --nproc yet; run in one process to use them")
         exit_for(train_distributed(config, node_rank, rdzv_endpoint, json_file=json_file, db=db, quiet=quiet))
         return
     outcome = train_and_show([config], json_file=json_file, quiet=quiet, db=db, tensorboard=tensorboard,
