@@ -7,7 +7,11 @@ over gloo that learn exactly what 1 process learns.
 from __future__ import annotations
 
 import dataclasses
+import os
+import signal
 import socket
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -34,6 +38,7 @@ from devicebench.engine.distributed import (
 )
 from devicebench.results.compare import compare
 from devicebench.results.schema import EpochRecord
+from devicebench.results.store import Store
 
 
 def epoch(seconds: float, loss: float, samples: int = 100) -> EpochRecord:
@@ -278,3 +283,24 @@ def test_what_one_process_alone_can_do_is_refused_with_nproc(tmp_path):
                                          str(tmp_path / "model.pt"), "--db", str(tmp_path / "db.sqlite")])
     assert completed.exit_code == 2
     assert "--save and --tensorboard do not work with --nproc yet" in completed.output
+
+
+@pytest.mark.slow
+def test_ctrl_c_keeps_every_epoch_the_ranks_finished(tmp_path):
+    database = tmp_path / "db.sqlite"
+    started = time.time()
+    command = [sys.executable, "-m", "devicebench", "run", "mnist-cnn2", "--devices", "cpu", "--nproc", "2",
+               "--epochs", "200", "--max-steps", "5", "--max-eval-steps", "1", "--data", "synthetic", "--quiet",
+               "--db", str(database)]
+    process = subprocess.Popen(command, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    _wait_for(lambda: any(path.stat().st_mtime > started
+                          for path in Path(tempfile.gettempdir()).glob("devicebench-ranks-*/partial-result.json")))
+    os.killpg(process.pid, signal.SIGINT)  # Ctrl-C in a terminal reaches the whole process group
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    assert "finished epoch" in stderr and "kept" in stderr
+    with Store(database) as store:
+        (result,) = store.results()
+    (record,) = result.runs
+    assert record.status == "interrupted" and 1 <= len(record.epochs) < 200

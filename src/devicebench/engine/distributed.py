@@ -36,6 +36,7 @@ from devicebench.engine.loop import Reporter, TrainingSetup
 from devicebench.results.schema import EpochRecord, Result, RunRecord
 
 RANK_TIMEOUT_S = 300  # a collective that waits longer than this ends the run: a rank has died or hung
+INTERRUPT_GRACE_S = 60  # after Ctrl-C, how long the ranks get to hand in what they finished
 
 
 class DistributedError(RuntimeError):
@@ -91,29 +92,47 @@ def run_distributed(config_fields: dict, launch: Launch, *, quiet: bool = True) 
     with tempfile.TemporaryDirectory(prefix="devicebench-ranks-") as folder:
         config_file, output_file = Path(folder) / "config.json", Path(folder) / "result.json"
         config_file.write_text(json.dumps({"config": config_fields, "quiet": quiet}))
-        completed = subprocess.run(torchrun_command(launch, config_file, output_file), stderr=subprocess.PIPE,
-                                   text=True)
-        if completed.returncode != 0 and not output_file.exists():
-            message = _failure_text(completed.stderr, completed.returncode)
+        ranks = subprocess.Popen(torchrun_command(launch, config_file, output_file), stderr=subprocess.PIPE,
+                                 text=True)
+        try:
+            _, stderr = ranks.communicate()
+        except KeyboardInterrupt:  # Ctrl-C reached every rank too: each marks its run interrupted and hands it in
+            try:
+                ranks.communicate(timeout=INTERRUPT_GRACE_S)
+            except subprocess.TimeoutExpired:
+                ranks.kill()
+                ranks.wait()
+            result = _final_result(output_file) or _partial_result(output_file, "interrupted by the user",
+                                                                    status="interrupted")
+            if result is None:
+                raise
+            result.interrupted = True
+            return result
+        if ranks.returncode != 0 and not output_file.exists():
+            message = _failure_text(stderr, ranks.returncode)
             raise DistributedError(message, _partial_result(output_file, message))
-        # The final result exists only once every rank has handed in its last epoch: a rank that failed after
-        # that (gloo can abort a process while the group is torn down) cost nothing measured.
-        if output_file.exists():
-            return Result.read_json(output_file)
-        if launch.nnodes > 1:  # the rendezvous made a process on another machine rank 0: that machine has it
-            return None
+        result = _final_result(output_file)
+        if result is not None or launch.nnodes > 1:  # None: the rendezvous made another machine's process rank 0
+            return result
         raise DistributedError("the ranks finished but rank 0 wrote no result; run again with fewer processes")
 
 
-def _partial_result(output_file: Path, message: str) -> Result | None:
-    """What rank 0 kept of a run that failed: every epoch merged before the failure, the unfinished runs failed."""
+def _final_result(output_file: Path) -> Result | None:
+    """Rank 0's result. It exists only once every rank has handed in its last epoch, so a rank that failed after
+    that (gloo can abort a process while the group is torn down) cost nothing measured."""
+    return Result.read_json(output_file) if output_file.exists() else None
+
+
+def _partial_result(output_file: Path, message: str, status: str = "failed") -> Result | None:
+    """What rank 0 kept of a run that ended early: every epoch merged before it ended, the unfinished runs given
+    `status` and `message`."""
     partial_file = _partial_file(output_file)
     if not partial_file.exists():
         return None
     result = Result.read_json(partial_file)
     for record in result.runs:
         if record.status == "running":
-            record.status, record.error = "failed", message
+            record.status, record.error = status, message
     return result
 
 
