@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from devicebench.engine.tuning import Tuning
 from devicebench.reproduce import Reproduction
 from devicebench.results.compare import Row
 from devicebench.results.schema import Result, RunRecord
@@ -272,8 +274,7 @@ def tuning_text(run: RunRecord) -> str:
     return ", ".join(chosen) + (f" ({run.tuning_note})" if run.tuning_note else "")
 
 
-TUNING_CHOICES = ("channels_last", "fused_optimizer", "compiled", "tf32_matmul", "cudnn_benchmark", "device_resident",
-                  "allocator_keeps_memory")
+TUNING_CHOICES = tuple(field.name for field in dataclasses.fields(Tuning) if field.name != "precision")  # on/off
 
 
 # --- sweeps ------------------------------------------------------------------------------------------------
