@@ -56,6 +56,12 @@ def resolve_devices(spec: str) -> list[torch.device]:
     return resolved
 
 
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether `error` is a device or the host running out of memory (the CPU allocator raises a plain
+    RuntimeError that says "can't allocate memory")."""
+    return isinstance(error, torch.OutOfMemoryError) or "can't allocate memory" in str(error)
+
+
 def synchronize(device: torch.device) -> None:
     """Wait until all work queued on the device has finished, so a clock read afterwards measures it."""
     kind = device.type

@@ -31,7 +31,7 @@ from devicebench.data import (
     load_dataset,
 )
 from devicebench.data.pipeline import batches_for, default_workers, usable_cores
-from devicebench.devices import device_name, resolve_devices
+from devicebench.devices import device_name, is_out_of_memory, resolve_devices
 from devicebench.engine.calibrate import peak_tflops
 from devicebench.engine.distributed import current_shard, data_parallel, world_size
 from devicebench.engine.flops import training_flops_per_sample
@@ -268,7 +268,7 @@ def train_record(
         batch_size = record.settings.batch_size
         record.error = f"out of memory at batch size {batch_size} on {device}: try a smaller --batch-size ({error})"
     except RuntimeError as error:
-        if "can't allocate memory" in str(error):  # the CPU allocator's way of saying it
+        if is_out_of_memory(error):  # the host's: a device's was caught above
             record.status = "oom"
             record.error = f"out of host memory at batch size {record.settings.batch_size}: try a smaller --batch-size ({error})"
         else:

@@ -36,6 +36,7 @@ import torch
 from torch import nn
 
 from devicebench.data.pipeline import Batches, usable_cores
+from devicebench.devices import is_out_of_memory
 from devicebench.engine.loop import TrainingSetup
 from devicebench.engine.timing import Stopwatch
 from devicebench.environment import cpu_isa
@@ -125,7 +126,7 @@ def choose_tuning(
     failures: list[str] = []
     for option in options:
         try:
-            rates[option] = _trial_samples_per_s(build(option), batches, watch)
+            rates[option] = _trial(build(option), batches, watch)[0]
         except (RuntimeError, NotImplementedError, torch.OutOfMemoryError) as error:
             failures.append(f"{_label(option)} failed ({type(error).__name__})")
     if not rates:
@@ -159,10 +160,8 @@ def choose_batch_size(
         batches = batches_of(size)
         try:
             rates[size], step_s = _trial(build(), batches, watch)
-        except (torch.OutOfMemoryError, RuntimeError) as error:
-            if not _out_of_memory(error):
-                raise
-            if not rates:
+        except RuntimeError as error:  # torch.OutOfMemoryError is one
+            if not is_out_of_memory(error) or not rates:
                 raise
             reason = f"{size} ran out of memory"
             break
@@ -182,10 +181,6 @@ def choose_batch_size(
     return best, f"batch sizes tried, samples/s: {measured} (stopped: {reason}); kept {best}"
 
 
-def _out_of_memory(error: BaseException) -> bool:
-    return isinstance(error, torch.OutOfMemoryError) or "can't allocate memory" in str(error)
-
-
 def _release_cached_memory(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.empty_cache()  # a failed or finished trial's blocks, so the next size starts clean
@@ -193,10 +188,6 @@ def _release_cached_memory(device: torch.device) -> None:
 
 def _label(option: Tuning) -> str:
     return option.precision + ("+compiled" if option.compiled else "")
-
-
-def _trial_samples_per_s(setup: TrainingSetup, batches: Batches, watch: Stopwatch) -> float:
-    return _trial(setup, batches, watch)[0]
 
 
 def _trial(setup: TrainingSetup, batches: Batches, watch: Stopwatch) -> tuple[float, float]:
