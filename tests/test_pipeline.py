@@ -39,6 +39,7 @@ from devicebench.data.pipeline import (
     Batches,
     HostBatches,
     LoaderBatches,
+    PreprocessedImages,
     batches_for,
     default_workers,
     epoch_order,
@@ -64,9 +65,10 @@ def host_batches(dataset: ArrayDataset, **options: object) -> HostBatches:
     return HostBatches(dataset.train_images, dataset.train_labels, BATCH_SIZE, CPU, **settings)
 
 
-def loader_batches(dataset: ArrayDataset, **options: object) -> LoaderBatches:
-    settings = dict(preprocessing=Rescale(), workers=0, seed=SEED) | options
-    return LoaderBatches(ArrayImages(dataset.train_images), dataset.train_labels, BATCH_SIZE, CPU, **settings)
+def loader_batches(dataset: ArrayDataset, batch_size: int = BATCH_SIZE, *, preprocessing=Rescale(),  # noqa: B008
+                   training: bool = True, seed: int = SEED, workers: int = 0) -> LoaderBatches:
+    images = PreprocessedImages(ArrayImages(dataset.train_images), dataset.train_labels, preprocessing, training, seed)
+    return LoaderBatches(images, batch_size, CPU, workers=workers, training=training, seed=seed)
 
 
 def concatenated(batches: list[Batch]) -> Batch:
@@ -186,8 +188,7 @@ def test_each_image_is_augmented_the_same_whatever_batch_it_falls_in(mnist_like:
     # An image's augmentation depends only on (seed, epoch, index), and the order only on (seed, epoch).
     augmentation = KerasAugmentation()
     by_16 = loader_batches(mnist_like, preprocessing=augmentation)
-    by_7 = LoaderBatches(ArrayImages(mnist_like.train_images), mnist_like.train_labels, 7, CPU,
-                         preprocessing=augmentation, workers=0, seed=SEED)
+    by_7 = loader_batches(mnist_like, 7, preprocessing=augmentation)
 
     images_16, labels_16 = concatenated(list(by_16.epoch(1)))
     images_7, labels_7 = concatenated(list(by_7.epoch(1)))

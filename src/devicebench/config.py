@@ -11,12 +11,15 @@ Explicit flags (`--epochs`, `--batch-size`, `--max-steps`, `--max-eval-steps`) b
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from devicebench.engine.loop import TrainingPlan
 from devicebench.workloads import Workload, get_workload, list_workloads
+from devicebench.workloads.own import ORIGIN as OWN_ORIGIN
+from devicebench.workloads.own import OwnModelError, own_workload_from_specs
 
 SuiteName = Literal["quick", "seeds"]
 SUITES: dict[str, str] = {
@@ -60,8 +63,13 @@ class RunConfig:
     nproc: int = 1  # processes per machine training together (engine/distributed.py)
     nnodes: int = 1  # machines training together
     per_device_batch: bool = False  # --batch-size is each process's, not the global batch
+    # your own model instead of named workloads (workloads/own.py): MODULE:FUNCTION specs; `data` is then one too
+    model: str | None = None
+    loss: str = "cross_entropy"  # a name of workloads.own.LOSSES, or MODULE:ATTRIBUTE
+    optimizer: str = "adam"  # a name of workloads.own.OPTIMIZERS, or MODULE:ATTRIBUTE
 
     def __post_init__(self) -> None:
+        self._check_own_model()
         for flag, value, choices in (("--mode", self.mode, MODES), ("--precision", self.precision, PRECISIONS),
                                      ("--compile", self.compile, COMPILE_CHOICES)):
             if value not in choices:
@@ -78,8 +86,9 @@ class RunConfig:
                               f"Add --mode tuned")
         if self.suite is not None and self.suite not in SUITES:
             raise ConfigError(f"unknown suite {self.suite!r}; choose one of: {', '.join(SUITES)}")
-        if self.data not in DATA_CHOICES:
-            raise ConfigError(f"unknown data source {self.data!r}; choose one of: {', '.join(DATA_CHOICES)}")
+        if self.data not in DATA_CHOICES and self.model is None:
+            raise ConfigError(f"unknown data source {self.data!r}; choose one of: {', '.join(DATA_CHOICES)}, or "
+                              "MODULE:FUNCTION with --model")
         for name in ("epochs", "batch_size", "max_steps", "max_eval_steps", "repeats", "threads"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -94,6 +103,24 @@ class RunConfig:
         for workload in self.selected_workloads():  # unknown names and parameters fail here, before any training
             if self.overrides_for(workload):
                 self._check_buildable(workload)
+
+    def _check_own_model(self) -> None:
+        """--model, --data, --loss and --optimizer name a model of the user's, and only together."""
+        own_flags = ("--loss", self.loss != "cross_entropy"), ("--optimizer", self.optimizer != "adam")
+        if self.model is None:
+            if ":" in self.data:
+                raise ConfigError(f"--data {self.data} gives data for a model of your own: add --model "
+                                  "MODULE:FUNCTION (a workload's own data comes from --data-dir)")
+            for flag, given in own_flags:
+                if given:
+                    raise ConfigError(f"{flag} is for a model of your own (--model); a workload trains with its "
+                                      "seed's (change its parameters with --set)")
+            return
+        if self.workloads:
+            raise ConfigError("name workloads or give --model, not both: run them one after the other")
+        if ":" not in self.data:
+            raise ConfigError(f"--model needs --data MODULE:FUNCTION, a function that returns your data (not "
+                              f"--data {self.data})")
 
     def _check_distributable(self) -> None:
         """What several processes cannot do yet, refused before any process starts."""
@@ -119,10 +146,12 @@ class RunConfig:
 
     @property
     def effective_suite(self) -> SuiteName:
-        return self.suite or ("seeds" if self.workloads else "quick")
+        return self.suite or ("seeds" if self.workloads or self.model else "quick")
 
     def selected_workloads(self) -> list[Workload]:
         """The workloads to run; the suite leaves out those this installation cannot run (see `skipped`)."""
+        if self.model is not None:
+            return [_own(self.model, self.data, self.loss, self.optimizer)]
         if not self.workloads:
             return [entry for entry in list_workloads() if entry.requires() is None]
         selected: list[Workload] = []
@@ -139,7 +168,7 @@ class RunConfig:
 
     def skipped(self) -> list[tuple[Workload, str]]:
         """The suite's workloads this installation cannot run, each with what it needs."""
-        if self.workloads:
+        if self.workloads or self.model:
             return []
         return [(entry, entry.requires()) for entry in list_workloads() if entry.requires() is not None]
 
@@ -152,8 +181,10 @@ class RunConfig:
             if not equals or not name:
                 raise ConfigError(f"--set {item!r} is not KEY=VALUE; write e.g. --set learning_rate=0.001")
             if name not in workload.defaults:
+                listed = workload.origin != OWN_ORIGIN  # a user's model is not in `devicebench list`
                 raise ConfigError(f"{workload.name} has no parameter {name!r}; its parameters: "
-                                  f"{', '.join(workload.defaults)} (see `devicebench list {workload.name}`)")
+                                  f"{', '.join(workload.defaults)}"
+                                  + (f" (see `devicebench list {workload.name}`)" if listed else ""))
             if name in parsed:
                 raise ConfigError(f"--set {name} is given twice")
             parsed[name] = _parameter_value(workload, name, text.strip())
@@ -214,6 +245,14 @@ def _parameter_value(workload: Workload, name: str, text: str) -> Any:
             raise ConfigError(f"--set {name}={text!r}: must be a finite number"
                               f"{' of at least 1' if name in ('batch_size', 'epochs') else ', zero or more'}")
     return value
+
+
+@functools.lru_cache(maxsize=8)  # imported, called and checked once: the data may take a while to load
+def _own(model: str, data: str, loss: str, optimizer: str) -> Workload:
+    try:
+        return own_workload_from_specs(model, data, loss, optimizer)
+    except OwnModelError as error:
+        raise ConfigError(str(error)) from None
 
 
 def _known(name: str) -> Workload:

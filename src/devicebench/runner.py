@@ -30,6 +30,7 @@ from devicebench.data import (
     ImageFolderDataset,
     load_dataset,
 )
+from devicebench.data.own import TensorData, TorchData
 from devicebench.data.pipeline import batches_for, default_workers, usable_cores
 from devicebench.devices import device_name, is_out_of_memory, resolve_devices
 from devicebench.engine.calibrate import peak_tflops
@@ -52,7 +53,7 @@ from devicebench.results.diagnosis import diagnose
 from devicebench.results.schema import Result, RunRecord, RunSettings
 from devicebench.workloads import Workload, predicted_classes
 
-Dataset = ArrayDataset | ImageFolderDataset
+Dataset = ArrayDataset | ImageFolderDataset | TensorData | TorchData
 DataProblem = DataUnavailable | DataFormatError  # why a workload got no data: every run of it fails with this
 
 
@@ -142,10 +143,11 @@ def _run_configs(
         for config in configs:
             for workload in config.selected_workloads():
                 request = workload.data_request(config.hyperparameters_for(workload))
-                wanted = (workload.dataset, sorted(request.items()), config.data, config.data_dir, config.seed)
+                wanted = (workload.load_data or workload.dataset, sorted(request.items()), config.data, config.data_dir,
+                          config.seed)
                 if wanted != loaded:
                     dataset = None  # let the last one go before the next one is read
-                    loaded, dataset = wanted, _load(workload.dataset, request, config)
+                    loaded, dataset = wanted, _load(workload, request, config)
                     if not isinstance(dataset, DataProblem):
                         reporter.dataset_loaded(workload, dataset)
                 for device in devices:
@@ -168,7 +170,10 @@ def _run_configs(
                 reporter.run_finished(record)
 
 
-def _load(name: str, request: dict, config: RunConfig) -> Dataset | DataProblem:
+def _load(workload: Workload, request: dict, config: RunConfig) -> Dataset | DataProblem:
+    if workload.load_data is not None:  # a user's model on the user's own data
+        return workload.load_data()
+    name = workload.dataset
     try:
         with warnings.catch_warnings():  # the reporter shows the fallback reason, which the dataset carries
             warnings.filterwarnings("ignore", message="real .* could not be had", category=UserWarning)
@@ -198,7 +203,7 @@ def new_record(
         hyperparameters = {**hyperparameters, "batch_size": batch_size}
     return RunRecord(
         workload=workload.name,
-        seed_experiment=workload.seed,
+        seed_experiment=workload.seed or "",  # empty: not a seed experiment
         device=str(device),
         device_name=device_name(device),
         repeat=repeat,
@@ -348,13 +353,15 @@ def _grow_batch_size(record: RunRecord, dataset: Dataset, base: Tuning, build: p
 
 
 def _training_samples(dataset: Dataset) -> int:
+    if isinstance(dataset, (TensorData, TorchData)):
+        return dataset.train_size
     return len(dataset.train.labels) if isinstance(dataset, ImageFolderDataset) else len(dataset.train_labels)
 
 
 def _check_classes(workload: Workload, dataset: Dataset) -> None:
     """A model cannot learn more classes than its output layer has; say so before any training."""
     model_classes = workload.num_classes
-    if model_classes is not None and dataset.num_classes > model_classes:
+    if model_classes is not None and dataset.num_classes is not None and dataset.num_classes > model_classes:
         raise ValueError(f"{workload.name} tells {model_classes} classes apart but {dataset.name} has "
                          f"{dataset.num_classes}; pick a workload with at least that many outputs")
 
@@ -362,11 +369,13 @@ def _check_classes(workload: Workload, dataset: Dataset) -> None:
 def _build(workload: Workload, hyperparameters: dict, device: torch.device, seed: int) -> TrainingSetup:
     torch.manual_seed(seed)  # the same initial weights on every device and repeat
     model = workload.build_model(hyperparameters).to(device)
+    loss_function = workload.build_loss()
     return TrainingSetup(
         model=model,
-        loss_function=workload.build_loss().to(device),
+        loss_function=None if loss_function is None else loss_function.to(device),
         optimizer=workload.build_optimizer(model, hyperparameters),
-        predict=partial(predicted_classes, output=workload.output),
+        predict=None if workload.output == "values" else partial(predicted_classes, output=workload.output),
+        step=workload.train_step,
     )
 
 

@@ -9,11 +9,12 @@ import json
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
-from devicebench.cli import app, console, fail
+from devicebench.cli import app, console, errors, fail
 from devicebench.environment import machine_fingerprint
 from devicebench.report.tables import machine_view, workloads_table
-from devicebench.workloads import Workload, list_workloads
+from devicebench.workloads import Workload, list_workloads, plugin_problems
 
 
 @app.command()
@@ -42,12 +43,16 @@ def list_command(
         print(json.dumps([_workload_json(entry) for entry in found], indent=2))
     else:
         console.print(workloads_table(found))
+    for plugin, error in plugin_problems().items():
+        errors.print(f"[yellow]plugin {escape(plugin)} could not be loaded, so its workloads are left out: "
+                     f"{escape(error)}[/]", highlight=False)
 
 
 def _workload_json(entry: Workload) -> dict:
     published = entry.published
     return {
         "name": entry.name,
+        "origin": entry.origin,  # devicebench, or the plugin that added it
         "seed": entry.seed,
         "dataset": entry.dataset,
         "summary": entry.summary,
@@ -56,7 +61,7 @@ def _workload_json(entry: Workload) -> dict:
         "defaults": dict(entry.defaults),
         "quick": {"epochs": entry.quick.epochs, "max_steps": entry.quick.max_steps,
                   "max_eval_steps": entry.quick.max_eval_steps},
-        "published": {
+        "published": None if published is None else {
             "speedup": published.speedup,
             "basis": published.basis,
             "hardware": published.hardware,

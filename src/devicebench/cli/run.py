@@ -44,7 +44,7 @@ SeedOption = Annotated[int, typer.Option(help="Random seed: weights, data order,
 ThreadsOption = Annotated[Optional[int], typer.Option(help="CPU threads for torch (default: torch's choice).",
                                                       show_default=False)]
 DataOption = Annotated[str, typer.Option(help="auto (real if cached or downloadable, else synthetic, loudly), "
-                                              "real, or synthetic.")]
+                                              "real, or synthetic; with --model, MODULE:FUNCTION returning your data.")]
 DataDirOption = Annotated[Optional[Path], typer.Option(
     help="Your own images, laid out DIR/train/<class>/* and DIR/test/<class>/* (or training_set/, test_set/), "
          "for every image workload; or else the folder that caches downloaded datasets (default: "
@@ -102,6 +102,17 @@ def run(
         show_default=False)] = None,
     target_accuracy: Annotated[Optional[float], typer.Option(
         help="Record the time to reach this test accuracy (a fraction, e.g. 0.98).", show_default=False)] = None,
+    model: Annotated[Optional[str], typer.Option(
+        help="Your own model: MODULE:FUNCTION that returns a torch.nn.Module (imported from this folder or the "
+             "installed packages), trained on --data MODULE:FUNCTION, which returns a devicebench.TensorData, a "
+             "torch Dataset, a (train, test) pair of them, or (x_train, y_train, x_test, y_test).",
+        show_default=False)] = None,
+    loss: Annotated[str, typer.Option(
+        help="With --model: cross_entropy, binary_cross_entropy, mse, l1, or MODULE:NAME of a loss (a torch loss "
+             "class or a function (outputs, targets) -> loss).")] = "cross_entropy",
+    optimizer: Annotated[str, typer.Option(
+        help="With --model: adam, adamw or sgd (learning rate 1e-3; --set learning_rate=0.01 changes it), or "
+             "MODULE:NAME of a function (or optimizer class) taking the model's parameters.")] = "adam",
     mode: ModeOption = "seed",
     precision: PrecisionOption = "auto",
     compile_choice: CompileOption = "auto",
@@ -136,6 +147,8 @@ def run(
 
     [bold]devicebench run mnist-cnn2 --mode tuned[/]: each device at its best; the table says what was chosen.
 
+    [bold]devicebench run --model mypkg.models:build --data mypkg.data:load --epochs 3[/]: your own model.
+
     Exit status: 0 done, 1 a run failed or ran out of memory, 2 a bad request, 130 interrupted (Ctrl-C).
     """
     if devices == "all-gpus":  # every local GPU, one process each
@@ -152,6 +165,7 @@ def run(
             data=data, data_dir=str(data_dir) if data_dir else None, workers=workers,
             target_accuracy=target_accuracy, overrides=tuple(overrides or ()), mode=mode, precision=precision,
             compile=compile_choice, nproc=nproc, nnodes=nnodes, per_device_batch=per_device_batch,
+            model=model, loss=loss, optimizer=optimizer,
         )
     except ConfigError as error:
         raise fail(str(error)) from None
@@ -163,6 +177,8 @@ def run(
             raise fail(f"--save keeps one model, but {len(selected)} workloads are selected; name one workload")
         if selected[0].trainer is not None:
             raise fail(f"--save keeps torch models; {selected[0].name} is not one")
+        if model is not None:
+            raise fail("--save keeps a workload's model for `devicebench predict`; your own model you save yourself")
         if not save.parent.is_dir():
             raise fail(f"cannot write --save {save}: folder {save.parent} does not exist; create it first")
     if nproc * nnodes > 1:

@@ -29,8 +29,10 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from devicebench.data import ArrayDataset, TokenDataset
 from devicebench.data.augmentation import Preprocessing, Rescale
 from devicebench.data.images import ImageFiles, ImageFolderDataset, decode_image
+from devicebench.data.own import TensorData, TorchData
 
-Batch = tuple[torch.Tensor, torch.Tensor]  # (model inputs, class indices), on the run's device
+Batch = tuple[torch.Tensor, torch.Tensor]  # (model inputs, class indices or other targets), on the run's device
+Data = ArrayDataset | ImageFolderDataset | TokenDataset | TensorData | TorchData  # what a run trains on
 MOST_DEFAULT_WORKERS = 4  # the seeds' largest setting; more rarely helps a single small model
 
 
@@ -102,8 +104,8 @@ class HostBatches:
 
     def __init__(
         self,
-        inputs: np.ndarray,
-        labels: np.ndarray,
+        inputs: np.ndarray | torch.Tensor,
+        labels: np.ndarray | torch.Tensor,
         batch_size: int,
         device: torch.device,
         *,
@@ -116,8 +118,8 @@ class HostBatches:
         if batch_size < 1:
             raise ValueError(f"batch size must be at least 1, got {batch_size}")
         self.shard = shard
-        self.inputs = torch.from_numpy(inputs)  # shares memory with the dataset: no copy
-        self.labels = torch.from_numpy(labels)
+        self.inputs = torch.as_tensor(inputs)  # shares memory with the dataset: no copy
+        self.labels = torch.as_tensor(labels)
         # Tuned mode on an accelerator: the uint8 data moves once, and each batch is gathered and scaled there
         self.resident = resident and device.type != "cpu" and _fits_on(device, self.inputs.nbytes)
         if self.resident:
@@ -196,7 +198,7 @@ class FileImages:
         return torch.from_numpy(pixels)
 
 
-class _PreprocessedImages(Dataset):
+class PreprocessedImages(Dataset):
     """Item (epoch, index): image `index` preprocessed, augmented (when training) from a seed of its own."""
 
     def __init__(self, images: ImageSource, labels: np.ndarray, preprocessing: Preprocessing, training: bool,
@@ -218,6 +220,19 @@ class _PreprocessedImages(Dataset):
             generator = torch.Generator().manual_seed(image_seed % 2**64)  # manual_seed takes 64 bits at most
             return self.preprocessing.train(image, generator)[0], self.labels[index]
         return self.preprocessing.test(image)[0], self.labels[index]
+
+
+class _OwnItems(Dataset):
+    """Item (epoch, index): item `index` of a user's Dataset, the same in every epoch."""
+
+    def __init__(self, dataset: Dataset) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, key: tuple[int, int]) -> Batch:
+        return self.dataset[key[1]]
 
 
 class _EpochBatches(Sampler):
@@ -244,17 +259,16 @@ class LoaderBatches:
 
     def __init__(
         self,
-        images: ImageSource,
-        labels: np.ndarray,
+        items: Dataset,
         batch_size: int,
         device: torch.device,
         *,
-        preprocessing: Preprocessing,
         workers: int,
         training: bool = True,
         seed: int = 0,
         shard: Shard | None = None,
     ) -> None:
+        """`items[(epoch, index)]` is sample `index` as epoch `epoch` sees it: an (input, label) pair."""
         if batch_size < 1:
             raise ValueError(f"batch size must be at least 1, got {batch_size}")
         if workers < 0:
@@ -263,10 +277,10 @@ class LoaderBatches:
         self.batch_size = shard.batch_size if shard else batch_size
         self.workers = workers
         self.device = device
-        self._num_samples = len(labels)
-        self._order = _EpochBatches(len(labels), self.batch_size, seed, shuffle=training, shard=shard)
+        self._num_samples = len(items)
+        self._order = _EpochBatches(len(items), self.batch_size, seed, shuffle=training, shard=shard)
         self._loader: DataLoader | None = DataLoader(
-            _PreprocessedImages(images, labels, preprocessing, training, seed),
+            items,
             batch_sampler=self._order,
             num_workers=workers,
             pin_memory=device.type == "cuda",  # page-locked host batches copy to the GPU asynchronously
@@ -295,10 +309,11 @@ class LoaderBatches:
         self._loader = None
 
 
-def default_workers(dataset: ArrayDataset | ImageFolderDataset | TokenDataset, preprocessing: Preprocessing) -> int:
-    """Loader processes when the user names none: none for in-memory data with nothing random to do,
-    otherwise one per core up to MOST_DEFAULT_WORKERS."""
-    if isinstance(dataset, (ArrayDataset, TokenDataset)) and not preprocessing.augments:
+def default_workers(dataset: Data, preprocessing: Preprocessing) -> int:
+    """Loader processes when the user names none: none for in-memory data with nothing random to do, and for
+    a user's own Dataset (as torch's DataLoader: the input-bound verdict says when more would help); otherwise
+    one per core up to MOST_DEFAULT_WORKERS."""
+    if isinstance(dataset, (ArrayDataset, TokenDataset, TensorData, TorchData)) and not preprocessing.augments:
         return 0
     return min(MOST_DEFAULT_WORKERS, usable_cores())
 
@@ -311,7 +326,7 @@ def usable_cores() -> int:
 
 
 def batches_for(
-    dataset: ArrayDataset | ImageFolderDataset | TokenDataset,
+    dataset: Data,
     image_shape: tuple[int, int, int] | None,
     preprocessing: Preprocessing,
     batch_size: int,
@@ -328,12 +343,20 @@ def batches_for(
     `shard`: this process's slice of every training batch (data-parallel training); every process evaluates on
     the whole test split.
     """
-    if isinstance(dataset, TokenDataset):  # token ids in memory, nothing random: the fast path; no workers to use
+    if isinstance(dataset, TorchData):  # a user's Dataset: its own __getitem__ makes each sample
         return (
-            HostBatches(dataset.train_tokens, dataset.train_labels, batch_size, device, preprocessing=preprocessing,
-                        seed=seed, resident=resident, shard=shard),
-            HostBatches(dataset.test_tokens, dataset.test_labels, batch_size, device, preprocessing=preprocessing,
-                        shuffle=False, resident=resident),
+            LoaderBatches(_OwnItems(dataset.train), batch_size, device, workers=workers, seed=seed, shard=shard),
+            LoaderBatches(_OwnItems(dataset.test), batch_size, device, workers=workers, training=False),
+        )
+    if isinstance(dataset, (TokenDataset, TensorData)):  # tensors in memory, nothing random: the fast path
+        if isinstance(dataset, TensorData):
+            train, test = (dataset.x_train, dataset.y_train), (dataset.x_test, dataset.y_test)
+        else:
+            train, test = (dataset.train_tokens, dataset.train_labels), (dataset.test_tokens, dataset.test_labels)
+        return (
+            HostBatches(*train, batch_size, device, preprocessing=preprocessing, seed=seed, resident=resident,
+                        shard=shard),
+            HostBatches(*test, batch_size, device, preprocessing=preprocessing, shuffle=False, resident=resident),
         )
     if isinstance(dataset, ArrayDataset):
         if dataset.image_shape != tuple(image_shape):
@@ -352,10 +375,10 @@ def batches_for(
         train_images, test_images = FileImages(dataset.train, image_shape), FileImages(dataset.test, image_shape)
         train_labels, test_labels = dataset.train.labels, dataset.test.labels
     return (
-        LoaderBatches(train_images, train_labels, batch_size, device, preprocessing=preprocessing, workers=workers,
-                      seed=seed, shard=shard),
-        LoaderBatches(test_images, test_labels, batch_size, device, preprocessing=preprocessing, workers=workers,
-                      training=False),
+        LoaderBatches(PreprocessedImages(train_images, train_labels, preprocessing, True, seed), batch_size, device,
+                      workers=workers, seed=seed, shard=shard),
+        LoaderBatches(PreprocessedImages(test_images, test_labels, preprocessing, False, seed), batch_size, device,
+                      workers=workers, training=False),
     )
 
 

@@ -207,6 +207,7 @@ def merge_rank_epochs(epochs_by_rank: list[list[EpochRecord]]) -> list[EpochReco
         slowest = max(epoch.train_time_s for epoch in same_epoch)
         samples = sum(epoch.samples for epoch in same_epoch)
         losses = [epoch.train_loss for epoch in same_epoch]
+        accuracies = [epoch.train_accuracy for epoch in same_epoch]
         waits = [epoch.input_wait_s for epoch in same_epoch]
         merged.append(dataclasses.replace(
             first,
@@ -215,7 +216,7 @@ def merge_rank_epochs(epochs_by_rank: list[list[EpochRecord]]) -> list[EpochReco
             samples_per_s=samples / slowest,
             step_time_ms=slowest / first.steps * 1000,
             train_loss=None if None in losses else statistics.fmean(losses),
-            train_accuracy=statistics.fmean(epoch.train_accuracy for epoch in same_epoch),
+            train_accuracy=None if None in accuracies else statistics.fmean(accuracies),
             input_wait_s=None if None in waits else max(waits),
             fastest_rank_train_time_s=min(epoch.train_time_s for epoch in same_epoch),
         ))

@@ -4,7 +4,8 @@
 attention) of one forward pass, the loss and the backward pass, on the meta device: no memory, no arithmetic,
 the same count on every machine. Element-wise work (activations, normalisation, the optimizer step) is left
 out, as in every MFU figure. A backward pass costs about twice its forward pass, except where no gradient is
-needed (the input layer's gradient with respect to the data).
+needed (the input layer's gradient with respect to the data). A user's own `train_step` is counted as it runs,
+whatever it computes.
 
     python -c "from devicebench.engine.flops import training_flops_per_sample as f; from devicebench.workloads import get_workload as g; w = g('cifar10-mlp'); print(f(w, dict(w.defaults)))"
 """
@@ -19,7 +20,7 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from devicebench.workloads import Workload, get_workload
+from devicebench.workloads import Workload
 
 COUNTED_BATCH = 2  # samples in the counted step: more than one, so per-sample costs cannot hide in batch-1 shortcuts
 
@@ -29,23 +30,23 @@ def training_flops_per_sample(workload: Workload, hyperparameters: dict[str, Any
     is not a torch model, or when a layer cannot be counted."""
     if workload.trainer is not None:
         return None
-    return _counted(workload.name, json.dumps(hyperparameters, sort_keys=True, default=str))
+    return _counted(workload, json.dumps(hyperparameters, sort_keys=True, default=str))
 
 
-@functools.lru_cache(maxsize=64)  # the LSTM takes seconds to count: once per process and setting
-def _counted(name: str, hyperparameters_json: str) -> float | None:
-    workload = get_workload(name)
+@functools.lru_cache(maxsize=64)  # the LSTM takes seconds to count: once per process, workload and setting
+def _counted(workload: Workload, hyperparameters_json: str) -> float | None:
     hyperparameters = json.loads(hyperparameters_json)
     try:
+        inputs, labels = (part.to("meta").expand(COUNTED_BATCH, *part.shape[1:])
+                          for part in workload.example_batch(hyperparameters))
         with torch.device("meta"):
-            model = workload.build_model(hyperparameters)
-            example = workload.example_input(hyperparameters).to("meta")
-            inputs = example.expand(COUNTED_BATCH, *example.shape[1:])
-            labels = torch.zeros(COUNTED_BATCH, dtype=torch.long)
-            loss_function = workload.build_loss()
+            model = workload.build_model(hyperparameters).to("meta")  # a user's model instance is copied for real
         with FlopCounterMode(display=False) as counter:
-            loss_function(model(inputs), labels).backward()
-    except (RuntimeError, NotImplementedError, TypeError) as error:  # an op the meta device cannot run
-        logging.getLogger(__name__).warning("could not count the FLOPs of %s: %s", name, error)
+            if workload.train_step is not None:  # a step of the user's own: whatever it computes is counted
+                workload.train_step(model, (inputs, labels), workload.build_optimizer(model, hyperparameters))
+            else:
+                workload.build_loss()(model(inputs), labels).backward()
+    except Exception as error:  # an op the meta device cannot run, or a user's step that needs real numbers
+        logging.getLogger(__name__).warning("could not count the FLOPs of %s: %s", workload.name, error)
         return None
     return counter.get_total_flops() / COUNTED_BATCH

@@ -27,6 +27,7 @@ from devicebench.devices import peak_memory_mib, reset_peak_memory
 from devicebench.engine.monitor import Monitor, Usage
 from devicebench.engine.timing import Stopwatch, is_warmup_epoch
 from devicebench.results.schema import EpochRecord, RunRecord
+from devicebench.workloads import TrainStep
 
 PROGRESS_UPDATES_PER_EPOCH = 100  # the reporter hears about steps this often, not on every step
 
@@ -36,13 +37,31 @@ class TrainingSetup:
     """What a workload builds for one run: a fresh model, its loss and its optimizer, all on the run's device."""
 
     model: nn.Module
-    loss_function: nn.Module
+    loss_function: nn.Module | None  # None only beside a `step` of the user's own: then nothing is evaluated
     optimizer: torch.optim.Optimizer
-    predict: Callable[[torch.Tensor], torch.Tensor] = lambda outputs: outputs.argmax(dim=1)  # outputs → classes
+    # outputs → classes; None when the outputs name no classes (a regression): no accuracy is counted
+    predict: Callable[[torch.Tensor], torch.Tensor] | None = lambda outputs: outputs.argmax(dim=1)
     forward: Callable[[torch.Tensor], torch.Tensor] | None = None  # the model's tuned forward pass, if not the model
+    step: TrainStep | None = None  # a user's own training step, instead of forward, loss, backward, step
 
     def outputs(self, inputs: torch.Tensor) -> torch.Tensor:
         return (self.forward or self.model)(inputs)
+
+    def train_step(self, inputs: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One training step: (the loss on the device, the outputs or None when a user's step gave none)."""
+        if self.step is not None:
+            returned = self.step(self.forward or self.model, (inputs, labels), self.optimizer)
+            loss, outputs = returned if isinstance(returned, tuple) else (returned, None)
+            if not isinstance(loss, (torch.Tensor, float, int)):
+                raise TypeError(f"train_step must return the loss (a tensor), or (loss, outputs); it returned "
+                                f"{type(returned).__name__}")
+            return loss, outputs
+        outputs = self.outputs(inputs)
+        loss = self.loss_function(outputs, labels)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        return loss, outputs
 
 
 @dataclass(frozen=True)
@@ -104,12 +123,14 @@ def train(
             entry = timed_epoch(
                 record, epoch, steps, samples, train_time_s, usage,
                 train_loss=sum(loss * size for loss, size in zip(losses, batch_sizes)) / samples,
-                train_accuracy=correct / samples,
+                train_accuracy=None if correct is None else correct / samples,
                 input_wait_s=wait_s,
             )
-            if finite:  # evaluating a diverged model would only time arithmetic on NaNs
+            evaluation_steps = capped(len(test_batches), plan.max_eval_steps)
+            evaluates = evaluation_steps > 0 and (setup.loss_function is not None or setup.predict is not None)
+            if finite and evaluates:  # evaluating a diverged model would only time arithmetic on NaNs
                 entry.test_loss, entry.test_accuracy, entry.eval_samples, entry.eval_time_s = _evaluate(
-                    setup, test_batches, capped(len(test_batches), plan.max_eval_steps), watch
+                    setup, test_batches, evaluation_steps, watch
                 )
             record.epochs.append(entry)
             reporter.epoch_finished(record, entry)
@@ -138,7 +159,7 @@ def timed_epoch(
     usage: Usage,
     *,
     train_loss: float,
-    train_accuracy: float,
+    train_accuracy: float | None,
     input_wait_s: float | None = None,
 ) -> EpochRecord:
     """The record of a timed epoch, with what the monitor saw over it (whose device note lands in `record`)."""
@@ -184,13 +205,13 @@ def _train_epoch(
     steps: int,
     watch: Stopwatch,
     reporter: Reporter,
-) -> tuple[torch.Tensor, int, float, float]:
-    """One epoch of `steps` training steps: (per-step losses on the device, correct predictions, seconds,
-    seconds of those spent waiting for batches)."""
-    model, loss_function, optimizer = setup.model, setup.loss_function, setup.optimizer
-    model.train()
+) -> tuple[torch.Tensor, int | None, float, float]:
+    """One epoch of `steps` training steps: (per-step losses on the device, correct predictions or None when
+    they cannot be told, seconds, seconds of those spent waiting for batches)."""
+    setup.model.train()
     step_losses = torch.zeros(steps, device=watch.device)
     correct = torch.zeros((), dtype=torch.int64, device=watch.device)
+    counted = setup.predict is not None  # and, with a user's own step, only if it hands back its outputs
     report_every = max(1, steps // PROGRESS_UPDATES_PER_EPOCH)
     waited = 0.0
     start = watch.now()
@@ -199,23 +220,23 @@ def _train_epoch(
         asked = watch.host_now()
         images, labels = next(batch_stream)
         waited += watch.host_now() - asked
-        outputs = setup.outputs(images)
-        loss = loss_function(outputs, labels)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        step_losses[step] = loss.detach()
-        correct += (setup.predict(outputs.detach()) == labels).sum()
+        loss, outputs = setup.train_step(images, labels)
+        step_losses[step] = loss.detach() if isinstance(loss, torch.Tensor) else loss
+        if counted and outputs is not None:
+            correct += (setup.predict(outputs.detach()) == labels).sum()
+        else:
+            counted = False
         if (step + 1) % report_every == 0:
             reporter.steps_finished(step + 1)
     seconds = watch.now() - start
-    return step_losses, int(correct), seconds, waited
+    return step_losses, int(correct) if counted else None, seconds, waited
 
 
 def _evaluate(
     setup: TrainingSetup, batches: Batches, steps: int, watch: Stopwatch
-) -> tuple[float, float, int, float]:
-    """Test loss, test accuracy, samples evaluated and seconds taken, over the first `steps` test batches."""
+) -> tuple[float | None, float | None, int, float]:
+    """Test loss, test accuracy (each None when there is no loss function, or no classes), samples evaluated and
+    seconds taken, over the first `steps` test batches."""
     model, loss_function = setup.model, setup.loss_function
     model.eval()
     loss_sum = torch.zeros((), device=watch.device)
@@ -224,8 +245,12 @@ def _evaluate(
     with torch.inference_mode():
         for images, labels in batches.epoch(0, steps):
             outputs = setup.outputs(images)
-            loss_sum += loss_function(outputs, labels) * len(labels)
-            correct += (setup.predict(outputs) == labels).sum()
+            if loss_function is not None:
+                loss_sum += loss_function(outputs, labels) * len(labels)
+            if setup.predict is not None:
+                correct += (setup.predict(outputs) == labels).sum()
     seconds = watch.now() - start
     samples = sum(batches.batch_sizes(steps))
-    return float(loss_sum) / samples, int(correct) / samples, samples, seconds
+    test_loss = float(loss_sum) / samples if loss_function is not None else None
+    test_accuracy = int(correct) / samples if setup.predict is not None else None
+    return test_loss, test_accuracy, samples, seconds

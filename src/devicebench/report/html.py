@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Sequence
 from dataclasses import dataclass
+from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from devicebench.report.plots import (
 )
 from devicebench.report.tables import (
     busy_text,
+    known_workload,
     median_text,
     number_text,
     percent_text,
@@ -37,7 +39,7 @@ from devicebench.results.compare import DEFAULT_BASELINE, Row, compare
 from devicebench.results.prices import Prices
 from devicebench.results.schema import Result, write_atomically
 from devicebench.results.stats import Spread
-from devicebench.workloads import SEED_EXPERIMENTS, Published, Workload, get_workload
+from devicebench.workloads import SEED_EXPERIMENTS, Published
 
 INSTALL_HINT = "pip install 'devicebench[report]'"
 MIB_PER_GIB = 1024
@@ -125,40 +127,25 @@ def _data_uri(chart: Chart) -> str:
 
 def _workload_section(name: str, rows: list[Row], grid_runs: set[str]) -> WorkloadSection:
     """`grid_runs`: the ids of the runs that `devicebench sweep` made; the rows holding them get sweep charts."""
-    entry = _known_workload(name)
-    seed = entry.seed if entry else rows[0].runs[0].seed_experiment
+    entry = known_workload(name)
+    seed = (entry.seed if entry else rows[0].runs[0].seed_experiment) or ""
     priced = any(row.price_per_hour is not None for row in rows)
     energy = any(row.energy_wh is not None for row in rows)
-    # headings wrap at spaces to keep the table on screen; U+2011, a hyphen that never breaks, keeps "warm-up" whole
-    columns = [("Row", "mode, batch, threads"), ("Machine", "device"), ("Epoch s", "median [min–max]"),
-               ("Samples/s", "median"), ("ms/step", "median"), ("TFLOP/s", "and MFU"), ("Busy", "while training"), ("Warm\u2011up s", "epoch 1"),
-               ("End\u2011to\u2011end s", "median"), ("Test acc", "final, median"), ("Speedup", "[95% interval]"),
-               ("Data", ""), ("Runs", "statuses")]
-    columns += [("Cost/1M samples", "at the price/h"), ("Cost/run", "end to end"), ("Cost", "vs baseline")] \
-        if priced else []
-    columns += [("Energy Wh", "per run")] if energy else []
     return WorkloadSection(
         name=name,
         anchor="workload-" + file_stem(name),
         seed=seed,
-        seed_title=SEED_EXPERIMENTS.get(seed, "not a seed experiment this devicebench knows"),
+        seed_title=SEED_EXPERIMENTS.get(seed, "not a seed experiment this devicebench knows") if seed else (
+            f"Not a seed experiment: {entry.origin if entry and entry.origin != 'devicebench' else 'your own model'}"),
         summary=entry.summary if entry else "",
-        published=_published_figures(entry.published) if entry else [],
+        published=_published_figures(entry.published) if entry and entry.published else [],
         epoch_lengths=_epoch_lengths(rows),
         charts=workload_charts(name, rows, entry.published if entry else None),
         sweeps=sweep_charts(name, [row for row in rows if any(run.run_id in grid_runs for run in row.runs)]),
-        columns=columns,
+        columns=_columns(priced, energy),
         rows=[_cells(row, priced, energy) for row in rows],
         notes=row_notes(rows),
     )
-
-
-def _known_workload(name: str) -> Workload | None:
-    """The registered workload, or None for one from an imported file that this devicebench does not have."""
-    try:
-        return get_workload(name)
-    except KeyError:
-        return None
 
 
 def _published_figures(published: Published) -> list[tuple[str, str]]:
@@ -174,6 +161,43 @@ def _published_figures(published: Published) -> list[tuple[str, str]]:
             figures.append((what, ", ".join(f"{kind.upper()} {number_text(value, digits)}" for kind, value in
                                             by_kind.items())))
     return figures
+
+
+def _columns(priced: bool, energy: bool) -> list[tuple[str, str]]:
+    """(heading, what it holds in small print) of a workload's table."""
+    # headings wrap at spaces to keep the table on screen; U+2011, a hyphen that never breaks, keeps "warm-up" whole
+    columns = [("Row", "mode, batch, threads"), ("Machine", "device"), ("Epoch s", "median [min–max]"),
+               ("Samples/s", "median"), ("ms/step", "median"), ("TFLOP/s", "and MFU"), ("Busy", "while training"),
+               ("Warm\u2011up s", "epoch 1"), ("End\u2011to\u2011end s", "median"), ("Test acc", "final, median"),
+               ("Speedup", "[95% interval]"), ("Data", ""), ("Runs", "statuses")]
+    columns += [("Cost/1M samples", "at the price/h"), ("Cost/run", "end to end"), ("Cost", "vs baseline")] \
+        if priced else []
+    columns += [("Energy Wh", "per run")] if energy else []
+    return columns
+
+
+# --- in a notebook -----------------------------------------------------------------------------------------
+
+
+def comparison_html(results: list[Result]) -> str:
+    """The comparison as plain HTML tables, a table per workload with the report's columns and notes: how Jupyter
+    shows a Result. No charts, and no jinja2 or matplotlib needed."""
+    parts = []
+    for name, rows in compare(results).items():
+        priced = any(row.price_per_hour is not None for row in rows)
+        energy = any(row.energy_wh is not None for row in rows)
+        head = "".join(f"<th>{escape(heading)}<br><small>{escape(detail)}</small></th>"
+                       for heading, detail in _columns(priced, energy))
+        body = "".join("<tr>" + "".join(_cell_html(cell) for cell in _cells(row, priced, energy)) + "</tr>"
+                       for row in rows)
+        notes = "".join(f"<p><small>{escape(note)}</small></p>" for note in row_notes(rows))
+        parts.append(f"<h4>{escape(name)}</h4><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{notes}")
+    return "\n".join(parts) or "<p>No runs.</p>"
+
+
+def _cell_html(cell: Cell) -> str:
+    note = f"<br><small>{escape(cell.note)}</small>" if cell.note else ""
+    return f"<td>{escape(cell.text)}{note}</td>"
 
 
 def _epoch_lengths(rows: list[Row]) -> str:

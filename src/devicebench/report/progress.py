@@ -29,10 +29,16 @@ def epoch_line(record: RunRecord, epoch: EpochRecord) -> str:
     line = (
         f"Epoch {epoch.epoch}/{record.settings.epochs}  {epoch.steps}/{epoch.steps}  {epoch.train_time_s:.1f}s  "
         f"{epoch.step_time_ms:.1f}ms/step  {epoch.samples_per_s:,.0f} samples/s  "
-        f"loss {epoch.train_loss:.4g}  acc {epoch.train_accuracy:.4f}"
+        f"loss {epoch.train_loss:.4g}"
     )
+    if epoch.train_accuracy is not None:  # None: outputs that name no classes
+        line += f"  acc {epoch.train_accuracy:.4f}"
     if epoch.test_accuracy is not None:
-        line += f"  test_acc {epoch.test_accuracy:.4f}  eval {epoch.eval_time_s:.1f}s"
+        line += f"  test_acc {epoch.test_accuracy:.4f}"
+    elif epoch.test_loss is not None:  # a regression: its test loss is what there is to read
+        line += f"  test_loss {epoch.test_loss:.4g}"
+    if epoch.eval_time_s is not None:
+        line += f"  eval {epoch.eval_time_s:.1f}s"
     if epoch.phase == "warmup":
         line += "  (warm-up)"
     return line
@@ -88,7 +94,7 @@ class RichReporter(RunReporter):
             TimeRemainingColumn(),
             console=self.console,
             transient=True,
-            disable=not self.console.is_terminal,  # a bar in a log file is only noise
+            disable=not (self.console.is_terminal or self.console.is_jupyter),  # in a log file a bar is only noise
         )
         self.progress.start()
         self.task = self.progress.add_task("train", total=steps)

@@ -6,18 +6,20 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from rich import box
-from rich.console import Group, RenderableType
+from rich.console import Console, Group, RenderableType
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from devicebench.engine.tuning import Tuning
 from devicebench.reproduce import Reproduction
-from devicebench.results.compare import Row
+from devicebench.results.compare import Row, compare
 from devicebench.results.schema import Result, RunRecord
 from devicebench.results.stats import Spread
 from devicebench.workloads import Workload, get_workload
@@ -87,9 +89,11 @@ def workloads_table(workloads: Iterable[Workload]) -> Table:
                              for key, value in entry.defaults.items())
         missing = entry.requires()
         parameters = entry.parameter_count()
+        origin = "" if entry.origin == "devicebench" else f"\nfrom {entry.origin}"
         table.add_row(
-            f"[bold]{entry.name}[/]\n{entry.summary}" + (f"\n[yellow]unavailable: {missing}[/]" if missing else ""),
-            entry.seed,
+            f"[bold]{escape(entry.name)}[/]\n{escape(entry.summary)}{escape(origin)}"
+            + (f"\n[yellow]unavailable: {escape(missing)}[/]" if missing else ""),
+            entry.seed or "—",
             entry.dataset,
             "— (trees)" if parameters is None else f"{parameters:,}",
             defaults,
@@ -98,8 +102,10 @@ def workloads_table(workloads: Iterable[Workload]) -> Table:
     return table
 
 
-def published_text(entry: Workload) -> str:
-    published = entry.published
+def published_text(entry: Workload | None) -> str:
+    published = entry.published if entry is not None else None
+    if published is None:
+        return "—"
     lines = []
     if published.speedup is not None:
         lines.append(f"GPU {published.speedup:g}x faster ({published.basis})")
@@ -117,6 +123,17 @@ def comparison_tables(rows_by_workload: dict[str, list[Row]]) -> list[Renderable
     return [_workload_table(name, rows) for name, rows in rows_by_workload.items()]
 
 
+TEXT_WIDTH = 200  # columns of `comparison_text`: the widest table without folding its cells
+
+
+def comparison_text(results: list[Result]) -> str:
+    """The comparison tables of `results` as plain text (`Result.table()`)."""
+    console = Console(width=TEXT_WIDTH, record=True, file=io.StringIO(), color_system=None)
+    for table in comparison_tables(compare(results)):
+        console.print(table)
+    return "\n".join(line.rstrip() for line in console.export_text().splitlines()) + "\n"
+
+
 def batch_text(batch_size: int) -> str:
     """`batch 32`, or what a batch size of 0 means: boosted trees read every row in every round."""
     return f"batch {batch_size}" if batch_size else "every row each step"
@@ -126,8 +143,17 @@ def device_kind(device: str) -> str:
     return "cpu" if device == "cpu" else "gpu"
 
 
+def known_workload(name: str) -> Workload | None:
+    """The workload called `name`, or None for one this devicebench does not have (an imported result, a
+    plugin not installed here, a user's model of another session)."""
+    try:
+        return get_workload(name)
+    except KeyError:
+        return None
+
+
 def _workload_table(name: str, rows: list[Row]) -> RenderableType:
-    entry = get_workload(name)
+    entry = known_workload(name)
     one_machine = len({row.machine_id for row in rows}) == 1
     first_run = rows[0].runs[0]
     first = first_run.settings
@@ -139,12 +165,15 @@ def _workload_table(name: str, rows: list[Row]) -> RenderableType:
     data = " and ".join(f"[bold yellow]{s} data[/]" if s == "synthetic" else f"{s} data" for s in sorted(sources))
     batches = ("batch auto (each device's fastest: a throughput setting, not the seed's)"
                if any(row.settings["batch_size_auto"] for row in rows) else batch_text(first.batch_size))
-    title = f"[bold]{name}[/] ({entry.seed}): {batches}, {first.epochs} epochs of {steps}, {data}"
+    seed = f" ({entry.seed})" if entry is not None and entry.seed else ""
+    title = f"[bold]{escape(name)}[/]{seed}: {batches}, {first.epochs} epochs of {steps}, {data}"
     table = Table(title=title, title_justify="left")
     priced = any(row.price_per_hour is not None for row in rows)
     energy = any(row.energy_wh is not None for row in rows)
     columns = ["Device" if one_machine else "Machine/device", "Epoch s", "Samples/s", "ms/step", "TFLOP/s", "Busy",
-               "Waiting", "Warm-up s", "End-to-end s", "Test acc", "Speedup", "Published samples/s"]
+               "Waiting", "Warm-up s", "End-to-end s", "Test acc", "Speedup"]
+    published = entry is not None and entry.published is not None
+    columns += ["Published samples/s"] if published else []
     columns += ["Cost/1M samples", "Cost vs baseline"] if priced else []
     columns += ["Energy Wh"] if energy else []
     for column in columns:
@@ -159,8 +188,9 @@ def _workload_table(name: str, rows: list[Row]) -> RenderableType:
         "of training spent waiting for the next batch, and the verdict; speedup: ratio of median samples/s "
         "against the baseline [95% bootstrap interval].",
         *dict.fromkeys(f"{row.machine_name}/{row.device}: {row.device_name}" for row in rows),
-        f"Published: {published_text(entry)}".replace("\n", "; "),
     ]
+    if entry is not None and entry.published is not None:
+        lines.append(f"Published: {published_text(entry)}".replace("\n", "; "))
     return Group(table, *(Text(line, style="dim") for line in lines), *(Text(n, style="yellow") for n in row_notes(rows)))
 
 
@@ -168,7 +198,7 @@ def median_text(value: Spread | None, digits: int) -> str:
     return number_text(value.median if value else None, digits)
 
 
-def _cells(row: Row, one_machine: bool, priced: bool, energy: bool, entry: Workload) -> list[str]:
+def _cells(row: Row, one_machine: bool, priced: bool, energy: bool, entry: Workload | None) -> list[str]:
     label = (f"{row.device} ({row.differs_by})" if row.differs_by else row.device) if one_machine else row.label
     if row.settings["batch_size_auto"] and "batch_size=" not in label:
         label += f" (batch {row.settings['batch_size']}, auto)"
@@ -190,8 +220,9 @@ def _cells(row: Row, one_machine: bool, priced: bool, energy: bool, entry: Workl
         median_text(row.end_to_end_s, 1),
         percent_text(row.test_accuracy.median if row.test_accuracy else None),
         speedup_text(row),
-        number_text(entry.published.samples_per_s.get(device_kind(row.device)), 0),
     ]
+    if entry is not None and entry.published is not None:
+        cells.append(number_text(entry.published.samples_per_s.get(device_kind(row.device)), 0))
     if priced:
         ratio = row.cost_vs_baseline
         cells += [number_text(row.cost_per_million_samples, 3), "—" if ratio is None else f"{ratio:.3g}x"]
@@ -287,10 +318,8 @@ def swept_value(row: Row, name: str) -> str:
     overrides = row.settings["overrides"]
     if name in overrides:
         return str(overrides[name])
-    try:
-        return str(get_workload(row.workload).defaults.get(name, "—"))  # the point kept the workload's default
-    except KeyError:  # a workload this devicebench does not know (an imported result)
-        return "—"
+    entry = known_workload(row.workload)
+    return "—" if entry is None else str(entry.defaults.get(name, "—"))  # the point kept the workload's default
 
 
 def sweep_tables(rows_by_workload: dict[str, list[Row]], swept: list[str]) -> list[RenderableType]:

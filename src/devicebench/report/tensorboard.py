@@ -65,10 +65,10 @@ class TensorBoardReporter(RunReporter):
     def _add_graph(self, record: RunRecord) -> None:
         """The graph of a CPU copy of the model, traced on one blank input: the run's own model stays untouched."""
         workload = get_workload(record.workload)
-        example = workload.example_input(record.settings.hyperparameters)
+        example = workload.example_batch(record.settings.hyperparameters)
         if example is None:  # not a torch model: no graph to draw
             return
-        model = workload.build_model(record.settings.hyperparameters).eval()
+        model = workload.build_model(record.settings.hyperparameters).cpu().eval()
         with warnings.catch_warnings():  # add_graph traces with torch.jit, which warns of its own deprecation
             warnings.simplefilter("ignore", DeprecationWarning)
-            self.writer.add_graph(model, example)
+            self.writer.add_graph(model, example[0])

@@ -34,7 +34,8 @@ class EpochRecord:
     samples_per_s: float
     step_time_ms: float
     train_loss: float | None  # mean over the epoch's samples; None in JSON when it was NaN or infinite
-    train_accuracy: float  # fraction of the epoch's training samples classified correctly
+    train_accuracy: float | None  # fraction of the epoch's training samples classified correctly; None when the
+    # outputs name no classes (a regression) or a user's own train_step hands back no outputs
     input_wait_s: float | None = None  # of train_time_s, how long the loop waited for its next batch (host clock)
     eval_time_s: float | None = None  # kept out of training throughput
     eval_samples: int = 0
@@ -97,7 +98,7 @@ class RunSummary:
 @dataclass
 class RunRecord:
     workload: str
-    seed_experiment: str  # S1…S5 of SEEDS.md
+    seed_experiment: str  # S1…S5 of SEEDS.md; "" for a workload that is not a seed's (a plugin's, your model)
     device: str  # "cpu", "cuda:0", …
     device_name: str  # the product: CPU model or GPU name
     repeat: int  # 0-based
@@ -210,6 +211,29 @@ class Result:
     @classmethod
     def read_json(cls, path: Path) -> Result:
         return cls.from_dict(json.loads(path.read_text()))
+
+    # What a Python user does with a result; the work is the report's and the store's, imported when asked for.
+
+    def table(self) -> str:
+        """The tables `devicebench run` prints: a row per device, the speedup against the CPU, as plain text."""
+        from devicebench.report.tables import comparison_text
+
+        return comparison_text([self])
+
+    def save(self, db: str | Path | None = None) -> Path:
+        """Store every run in the results database (`db`, else $DEVICEBENCH_DB, else the user data folder's), where
+        `devicebench compare`, `history` and `report` find it; saving twice adds nothing. Returns its path."""
+        from devicebench.results.store import Store, default_db_path
+
+        with Store(default_db_path(db)) as store:
+            store.import_result(self)
+            return store.path
+
+    def _repr_html_(self) -> str:
+        """How Jupyter shows a result: the same tables, in HTML."""
+        from devicebench.report.html import comparison_html
+
+        return comparison_html([self])
 
 
 def write_atomically(path: Path, text: str) -> None:

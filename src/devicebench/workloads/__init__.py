@@ -1,18 +1,27 @@
-"""The workload registry: every reference experiment of SEEDS.md, looked up by name or pattern.
+"""The workload registry: every reference experiment of SEEDS.md, and those of installed plugins, looked up by
+name or pattern.
 
 A workload is a model builder plus what the seed trained it with (dataset, loss, optimizer, hyperparameters),
 the figures the seed published, and the reduced settings of the `quick` suite. Workload files do no I/O,
 read no clock and print nothing: they describe; the engine measures.
+
+Other packages add workloads through the entry-point group `devicebench.workloads`: each entry point names a
+module whose import registers workloads with `@devicebench.workload` (see examples/plugin). A user's own model
+(`devicebench.run(model=...)`, `devicebench run --model`) is a workload too, registered for the session only
+(`register_own`): it can be looked up by name but is never part of a suite.
 
     python -c "import devicebench.workloads as w; print([x.name for x in w.list_workloads()])"
 """
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import importlib
-from collections.abc import Callable, Mapping
+import logging
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from importlib.metadata import entry_points
 from types import MappingProxyType
 from typing import Any, Literal
 
@@ -31,8 +40,15 @@ DataOptions = Callable[[Hyperparameters], dict[str, Any]]  # what load_dataset n
 # trainer(record, dataset, device, hyperparameters, plan, watch, reporter) fills `record` epoch by epoch.
 Trainer = Callable[..., None]
 # What a model's output means: "logits" (one per class, softmax in the loss), "probabilities" (one per class,
-# already squashed, as Keras sigmoid layers give) or "binary_logit" (one number; sigmoid > 0.5 is class 1).
-OutputKind = Literal["logits", "probabilities", "binary_logit"]
+# already squashed, as Keras sigmoid layers give), "binary_logit" (one number; sigmoid > 0.5 is class 1) or
+# "values" (no classes: a regression, whose runs have no accuracy).
+OutputKind = Literal["logits", "probabilities", "binary_logit", "values"]
+# A step that is not "forward, loss, backward, optimizer step" (a user's model): given the model as the engine
+# runs it, a batch (inputs, targets) on the device and the optimizer, it does the whole step and returns the
+# loss tensor, or (loss, outputs) for the training accuracy. The engine times it like any step.
+TrainStep = Callable[[nn.Module, tuple[torch.Tensor, torch.Tensor], torch.optim.Optimizer],
+                     "torch.Tensor | tuple[torch.Tensor, torch.Tensor]"]
+PLUGIN_GROUP = "devicebench.workloads"  # the entry-point group through which packages add workloads
 
 SEED_EXPERIMENTS = {
     "S1": "GPU vs CPU in Convolutional Neural Networks using TensorFlow (MNIST CNNs)",
@@ -67,15 +83,15 @@ class QuickSettings:
     max_eval_steps: int = 10  # evaluation batches per epoch
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # compared and hashed by identity: a cache key for what is counted once
 class Workload:
     name: str
-    seed: str  # experiment id in SEEDS.md: S1…S5
-    dataset: str  # a name known to devicebench.data
+    seed: str | None  # experiment id in SEEDS.md: S1…S5; None for a workload that is not a seed's
+    dataset: str  # a name known to devicebench.data, or the name of the data `load_data` gives
     summary: str  # one line: the model in words
     build_model: ModelBuilder  # for a workload with its own trainer: what that trainer builds from
     defaults: Hyperparameters  # as the seed trained it; epochs always present, batch_size for torch models
-    published: Published
+    published: Published | None = None  # None: nothing published to set beside the measurements
     build_loss: LossBuilder | None = None  # None only for a workload with its own trainer
     build_optimizer: OptimizerBuilder | None = None
     image_shape: tuple[int, int, int] | None = None  # (channels, height, width) images are decoded to; None: no images
@@ -85,28 +101,35 @@ class Workload:
     trainer: Trainer | None = None  # None: engine/loop.py trains the torch model
     requires: Callable[[], str | None] = lambda: None  # why it cannot run here (a missing extra), or None
     quick: QuickSettings = QuickSettings()
+    load_data: Callable[[], Any] | None = None  # its own data (TensorData, TorchData), not a named dataset's
+    train_step: TrainStep | None = None  # None: forward, loss, backward, optimizer step
+    origin: str = "devicebench"  # who defined it: devicebench, a plugin's distribution, or "your model"
 
-    def example_input(self, hyperparameters: Hyperparameters) -> torch.Tensor | None:
-        """One blank input of the shape the model takes (to trace its graph); None when it is not a torch model."""
+    def example_batch(self, hyperparameters: Hyperparameters) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """One sample's (input, target) of the shape the model takes, to count FLOPs and trace the graph; None
+        when it is not a torch model."""
         if self.trainer is not None:
             return None
+        if self.load_data is not None:
+            return self.load_data().example()
+        label = torch.zeros(1, dtype=torch.long)
         if self.image_shape is None:  # token ids
-            return torch.zeros(1, hyperparameters["sequence_length"], dtype=torch.long)
-        return torch.zeros(1, *self.build_preprocessing(hyperparameters).output_shape(self.image_shape))
+            return torch.zeros(1, hyperparameters["sequence_length"], dtype=torch.long), label
+        return torch.zeros(1, *self.build_preprocessing(hyperparameters).output_shape(self.image_shape)), label
 
     def data_request(self, hyperparameters: Hyperparameters) -> dict[str, Any]:
         """The keyword arguments of load_dataset that fit this workload's model: image shape, vocabulary…"""
         if self.data_options is not None:
             return self.data_options(hyperparameters)
-        return {"image_shape": self.image_shape}
+        return {} if self.load_data is not None else {"image_shape": self.image_shape}
 
     @property
     def num_classes(self) -> int | None:
         """Classes the model tells apart, from its output layer (None when it cannot be told without building)."""
         if self.output == "binary_logit":
             return 2
-        if self.trainer is not None:
-            return None
+        if self.trainer is not None or self.load_data is not None or self.output == "values":
+            return None  # a user's model: its data says how many classes there are
         with torch.device("meta"):
             last = [module for module in self.build_model(self.defaults).modules() if isinstance(module, nn.Linear)]
         return last[-1].out_features if last else None
@@ -123,17 +146,21 @@ class Workload:
 
 
 _REGISTRY: dict[str, Workload] = {}
+_OWN: dict[str, Workload] = {}  # users' own models, for this session: looked up by name, never in a suite
 _FAMILIES = ("mnist", "cifar_mlp", "cifar_cnn", "catdog", "text", "gbdt")  # modules under devicebench.workloads, one family each
+_plugins_loaded = False
+_plugin_problems: dict[str, str] = {}  # entry point → why it could not be loaded
+_registering_for = "devicebench"  # the origin that workloads registered now get (a plugin's, while it loads)
 
 
 def workload(
     *,
     name: str,
-    seed: str,
     dataset: str,
     summary: str,
     defaults: Hyperparameters,
-    published: Published,
+    seed: str | None = None,
+    published: Published | None = None,
     loss: LossBuilder | None = None,
     optimizer: OptimizerBuilder | None = None,
     image_shape: tuple[int, int, int] | None = None,
@@ -144,8 +171,12 @@ def workload(
     requires: Callable[[], str | None] | None = None,
     quick: QuickSettings = QuickSettings(),
 ) -> Callable[[ModelBuilder], ModelBuilder]:
-    """Register the decorated model builder as a workload named `name`."""
-    if seed not in SEED_EXPERIMENTS:
+    """Register the decorated model builder as a workload named `name` (how a plugin adds one: see PLUGIN_GROUP).
+
+    `seed` is the SEEDS.md experiment it reproduces (S1…S5), or None; `published` the figures that experiment
+    published. `dataset` names one devicebench knows (`devicebench.data.known_datasets()`).
+    """
+    if seed is not None and seed not in SEED_EXPERIMENTS:
         raise ValueError(f"workload {name!r}: unknown seed experiment {seed!r}; known: {', '.join(SEED_EXPERIMENTS)}")
     if trainer is None and (loss is None or optimizer is None):
         raise ValueError(f"workload {name!r}: a torch model needs a loss and an optimizer")
@@ -154,8 +185,11 @@ def workload(
         raise ValueError(f"workload {name!r}: defaults lack {', '.join(sorted(missing))}")
 
     def register(build_model: ModelBuilder) -> ModelBuilder:
+        if name != name.lower() or not name:
+            raise ValueError(f"workload {name!r}: names are lower case, as the command line finds them")
         if name in _REGISTRY:
-            raise ValueError(f"workload {name!r} is registered twice")
+            raise ValueError(f"workload {name!r} is registered twice (by {_REGISTRY[name].origin} and "
+                             f"{_registering_for})")
         _REGISTRY[name] = Workload(
             name=name,
             seed=seed,
@@ -173,6 +207,7 @@ def workload(
             trainer=trainer,
             requires=requires or (lambda: None),
             quick=quick,
+            origin=_registering_for,
         )
         return build_model
 
@@ -182,22 +217,70 @@ def workload(
 def _load_families() -> None:
     for family in _FAMILIES:
         importlib.import_module(f"{__name__}.{family}")
+    _load_plugins()
+
+
+def _load_plugins() -> None:
+    """Import every installed plugin's module once. One that fails is left out and remembered, with why, for
+    `plugin_problems`: a broken plugin must not stop devicebench or the other plugins."""
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    for entry_point in entry_points(group=PLUGIN_GROUP):
+        source = entry_point.dist.name if entry_point.dist is not None else entry_point.value
+        before = dict(_REGISTRY)
+        try:
+            with _registering(source):
+                entry_point.load()
+        except Exception as error:  # whatever a third party's import raises, it is reported, not raised
+            for added in set(_REGISTRY) - set(before):  # half a plugin is worse than none
+                del _REGISTRY[added]
+            _plugin_problems[f"{entry_point.name} ({entry_point.value})"] = f"{type(error).__name__}: {error}"
+            logging.getLogger(__name__).warning("plugin %s could not be loaded: %s", entry_point.value, error)
+
+
+@contextlib.contextmanager
+def _registering(origin: str) -> Iterator[None]:
+    global _registering_for
+    _registering_for = origin
+    try:
+        yield
+    finally:
+        _registering_for = "devicebench"
+
+
+def plugin_problems() -> dict[str, str]:
+    """Installed plugins that could not be loaded (entry point → the error): their workloads are left out."""
+    _load_families()
+    return dict(_plugin_problems)
 
 
 def list_workloads(pattern: str = "*") -> list[Workload]:
-    """Workloads whose name matches the shell-style `pattern` ("mnist-*", "*mlp"), in registration order."""
+    """Workloads whose name matches the shell-style `pattern` ("mnist-*", "*mlp"), in registration order:
+    devicebench's, then the plugins'. Users' own models are not listed."""
     _load_families()
     return [entry for name, entry in _REGISTRY.items() if fnmatch.fnmatchcase(name, pattern.lower())]
 
 
 def get_workload(name: str) -> Workload:
-    """The workload called `name`; an unknown name raises KeyError listing the known ones."""
+    """The workload called `name` (a registered one, or a user's own model of this session); an unknown name
+    raises KeyError listing the known ones."""
     _load_families()
-    try:
-        return _REGISTRY[name.lower()]
-    except KeyError:
+    found = _REGISTRY.get(name.lower()) or _OWN.get(name)
+    if found is None:
         known = ", ".join(_REGISTRY)
-        raise KeyError(f"unknown workload {name!r}; known workloads: {known} (see `devicebench list`)") from None
+        raise KeyError(f"unknown workload {name!r}; known workloads: {known} (see `devicebench list`)")
+    return found
+
+
+def register_own(own: Workload) -> None:
+    """Make a user's own model findable by its name for the rest of this session (it replaces an earlier own
+    model of that name). Its name must not be a registered workload's: results are kept by name."""
+    _load_families()
+    if own.name.lower() in _REGISTRY:
+        raise ValueError(f"{own.name!r} is the name of a registered workload; give your model another name")
+    _OWN[own.name] = own
 
 
 # Optimizers and losses the seeds used, shared by the workload files.

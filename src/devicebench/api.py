@@ -1,0 +1,106 @@
+"""`devicebench.run`: the Python API, for the seeds' workloads and for your own model on your own data.
+
+    import devicebench as db
+    result = db.run(model=lambda: MyNet(), data=db.TensorData(x_train, y_train, x_test, y_test),
+                    loss="cross_entropy", optimizer=lambda params: torch.optim.AdamW(params, 1e-3),
+                    batch_size=64, epochs=3, devices="auto")
+    print(result.table()); result.save()
+
+It makes the `RunConfig` that `devicebench run` would make and trains with the same runner, so the numbers,
+the tables, the store and the report are those of the command line. See examples/own_model.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+
+from devicebench import runner
+from devicebench.config import RunConfig
+from devicebench.report.progress import RichReporter
+from devicebench.results.schema import Result
+from devicebench.workloads import OutputKind, TrainStep
+from devicebench.workloads.own import (
+    LossSource,
+    ModelSource,
+    OptimizerSource,
+    own_workload,
+)
+
+
+def run(
+    workloads: str | Sequence[str] | RunConfig = (),
+    *,
+    model: ModelSource | None = None,
+    data: Any = None,
+    loss: LossSource = "cross_entropy",
+    optimizer: OptimizerSource = "adam",
+    train_step: TrainStep | None = None,
+    output: OutputKind | None = None,
+    name: str | None = None,
+    devices: str = "auto",
+    epochs: int | None = None,
+    batch_size: int | None = None,
+    max_steps: int | None = None,
+    max_eval_steps: int | None = None,
+    repeats: int = 1,
+    seed: int = 0,
+    threads: int | None = None,
+    workers: int | None = None,
+    mode: str = "seed",
+    precision: str = "auto",
+    compile: str = "auto",
+    target_accuracy: float | None = None,
+    progress: bool = True,
+) -> Result:
+    """Train on every device of `devices` and return every measurement: `result.table()` shows the comparison,
+    `result.save()` stores it where `devicebench compare` and `devicebench report` find it.
+
+    What to train, one of:
+    - `workloads`: names or patterns of registered workloads ("mnist-cnn2", "cifar*"); none = the quick suite.
+      A `RunConfig` instead says everything, and no other argument may be given.
+    - `model`: your model, a torch.nn.Module (copied for every run) or a function that builds one, with `data`:
+      a `TensorData`, a `TorchData`, a torch Dataset, a (train, test) pair of Datasets, or a tuple
+      (x_train, y_train[, x_test, y_test]) of tensors or arrays.
+      `loss`: "cross_entropy", "binary_cross_entropy", "mse", "l1", a torch loss module (or its class) or a
+      function (outputs, targets) → loss. `optimizer`: "adam", "adamw", "sgd" (learning rate 1e-3) or a function
+      of the model's parameters. `train_step(model, (inputs, targets), optimizer)`: a whole step of your own
+      (forward, loss, backward, optimizer step) returning the loss, or (loss, outputs) for the accuracy; it
+      is timed like any step. `output`: what the outputs mean for the accuracy ("logits", "binary_logit",
+      "probabilities", "values" = none); a named loss says it. `name`: the name results are kept under
+      (default: the model's class name).
+
+    The rest are `devicebench run`'s options (see `devicebench run --help`): `epochs` and `batch_size` default
+    to the workload's (3 and 32 for your model); `progress=False` prints nothing while training.
+    """
+    settings = dict(devices=devices, epochs=epochs, batch_size=batch_size, max_steps=max_steps,
+                    max_eval_steps=max_eval_steps, repeats=repeats, seed=seed, threads=threads, workers=workers,
+                    mode=mode, precision=precision, compile=compile, target_accuracy=target_accuracy)
+    if isinstance(workloads, RunConfig):
+        defaults = {field.name: field.default for field in dataclasses.fields(RunConfig)}
+        given = [key for key, value in settings.items() if value != defaults[key]]
+        if model is not None or data is not None or given:
+            raise TypeError("a RunConfig says everything; give the other settings inside it, not beside it "
+                            f"({', '.join(given + ['model'] * (model is not None) + ['data'] * (data is not None))})")
+        config = workloads
+    elif model is not None:
+        if workloads:
+            raise TypeError("give workloads or a model of your own, not both: run them one after the other")
+        if data is None:
+            raise TypeError("your model needs data=: a TensorData(x_train, y_train, x_test, y_test), a TorchData "
+                            "or a torch Dataset")
+        own = own_workload(model, data, loss=loss, optimizer=optimizer, train_step=train_step, output=output,
+                           name=name)
+        config = RunConfig(workloads=(own.name,), **settings)
+    else:
+        if data is not None:
+            raise TypeError("data= goes with model=: a registered workload brings its own data")
+        config = RunConfig(workloads=(workloads,) if isinstance(workloads, str) else tuple(workloads), **settings)
+    screen = RichReporter(Console(stderr=True), quiet=not progress)
+    try:
+        return runner.run(config, screen)
+    finally:
+        screen.close()

@@ -1,0 +1,234 @@
+"""Your own model as a workload: a model, your data, a loss and an optimizer, trained by the same engine as the
+seeds, so its numbers mean what theirs mean.
+
+From Python, `devicebench.run(model=..., data=...)` (api.py) hands the objects over; from the command line,
+`devicebench run --model mypkg.models:build --data mypkg.data:load` names them as MODULE:FUNCTION, imported
+from the current folder or the installed packages (`resolve`). Either way the model becomes a `Workload` of
+origin "your model", registered for the session under its name: every table, the store and the report treat
+it as they treat a seed's.
+
+    python examples/own_model.py
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from devicebench.data.own import as_own_data
+from devicebench.workloads import (
+    BinaryCrossEntropy,
+    Hyperparameters,
+    OutputKind,
+    TrainStep,
+    Workload,
+    register_own,
+)
+
+# Losses by name, with what the model's outputs then mean (for the accuracy).
+LOSSES: dict[str, tuple[Callable[[], nn.Module], OutputKind]] = {
+    "cross_entropy": (nn.CrossEntropyLoss, "logits"),  # outputs (N, classes), targets class indices
+    "binary_cross_entropy": (BinaryCrossEntropy, "binary_logit"),  # outputs (N, 1) logits, targets 0 or 1
+    "mse": (nn.MSELoss, "values"),  # a regression: no accuracy
+    "l1": (nn.L1Loss, "values"),
+}
+OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
+    "adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD,
+}
+DEFAULTS = {"batch_size": 32, "epochs": 3}  # samples per step; epochs, the first of them warm-up
+DEFAULT_LEARNING_RATE = 1e-3  # of a named optimizer; `--set learning_rate=…` changes it
+ORIGIN = "your model"
+
+ModelSource = nn.Module | Callable[[], nn.Module]  # a model, copied for every run, or a function that builds one
+# a name, a loss module or its class, or a function (outputs, targets) → loss; None beside a train_step of your own
+LossSource = str | nn.Module | type[nn.Module] | Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None
+OptimizerSource = str | Callable[[Any], torch.optim.Optimizer]  # a name, or a function (or class) of the parameters
+
+
+class OwnModelError(ValueError):
+    """A user's model, data, loss or optimizer that cannot be used; the message says which and what to do."""
+
+
+def own_workload(
+    model: ModelSource,
+    data: Any,
+    *,
+    loss: LossSource = "cross_entropy",
+    optimizer: OptimizerSource = "adam",
+    train_step: TrainStep | None = None,
+    output: OutputKind | None = None,
+    name: str | None = None,
+    source: str = "model",
+) -> Workload:
+    """A workload of your model on your data, registered for this session under `name` (default: the model's
+    class name). `source` names where `model` came from, for the errors.
+
+    `output` says what the model's outputs mean, for the accuracy; by default a named loss says it, and any
+    other loss counts no accuracy ("values").
+    """
+    own_data = as_own_data(data)
+    build_model = _model_builder(model, source)
+    with torch.device("meta"):  # fails now, not after the first device's data is loaded; and takes no memory
+        built = _checked_model(build_model({}), source)
+    loss_builder, loss_output = _loss_builder(loss, train_step)
+    defaults = dict(DEFAULTS)
+    if isinstance(optimizer, str):
+        defaults["learning_rate"] = DEFAULT_LEARNING_RATE
+    own = Workload(
+        name=name or type(built).__name__,
+        seed=None,
+        dataset=own_data.name,
+        summary=f"{type(built).__name__} ({ORIGIN}), {own_data.origin}",
+        build_model=build_model,
+        defaults=defaults,
+        build_loss=loss_builder,
+        build_optimizer=_optimizer_builder(optimizer),
+        output=output or loss_output,
+        load_data=lambda: own_data,
+        train_step=train_step,
+        origin=ORIGIN,
+    )
+    register_own(own)
+    return own
+
+
+def own_workload_from_specs(model: str, data: str, loss: str, optimizer: str) -> Workload:
+    """`devicebench run --model M --data D --loss L --optimizer O`: each a MODULE:FUNCTION (loss and optimizer
+    also a name of LOSSES or OPTIMIZERS), imported and checked, as a workload named after the model's spec."""
+    loaded = _called(resolve(data, "--data"), f"--data {data}")
+    try:
+        own_data = as_own_data(loaded, f"--data {data} returned")
+    except (TypeError, ValueError) as error:
+        raise OwnModelError(str(error)) from None
+    loss_source, optimizer_source = _named_or_resolved(loss, LOSSES, "--loss"), \
+        _named_or_resolved(optimizer, OPTIMIZERS, "--optimizer")
+    return own_workload(resolve(model, "--model"), own_data, loss=loss_source, optimizer=optimizer_source,
+                        name=model, source=f"--model {model}")
+
+
+def _named_or_resolved(spec: str, names: dict, flag: str) -> Any:
+    """One of `names` as given, or the object a MODULE:NAME spec names."""
+    if spec in names:
+        return spec
+    if ":" not in spec:
+        raise OwnModelError(f"unknown {flag} {spec!r}; choose one of {', '.join(names)}, or MODULE:NAME of your own")
+    return resolve(spec, flag)
+
+
+def resolve(spec: str, flag: str) -> Any:
+    """The object `spec` (MODULE:ATTRIBUTE) names, imported from the current folder or the installed packages."""
+    module_name, colon, attribute = spec.partition(":")
+    if not colon or not module_name or not attribute:
+        raise OwnModelError(f"{flag} {spec!r}: write MODULE:FUNCTION, e.g. {flag} mypkg.models:build")
+    if os.getcwd() not in sys.path:  # as `python -m` does: the folder you run in holds your modules
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if error.name and module_name.startswith(error.name):
+            raise OwnModelError(f"{flag} {spec}: there is no module {error.name!r} in {os.getcwd()} or the installed "
+                                "packages; run from the folder that holds it, or pip install its package") from None
+        raise OwnModelError(f"{flag} {spec}: importing {module_name} failed: {error}") from None
+    except Exception as error:  # the user's module raised while importing
+        raise OwnModelError(f"{flag} {spec}: importing {module_name} failed: {type(error).__name__}: {error}") from None
+    found: Any = module
+    for part in attribute.split("."):
+        if not hasattr(found, part):
+            public = sorted(name for name in vars(module) if not name.startswith("_") and callable(vars(module)[name]))
+            raise OwnModelError(f"{flag} {spec}: {module_name} has no {attribute!r}; its functions and classes: "
+                                f"{', '.join(public) or 'none'}")
+        found = getattr(found, part)
+    return found
+
+
+def _called(function: Any, what: str) -> Any:
+    """What `function()` returns, or an OwnModelError saying what went wrong in it."""
+    if not callable(function):
+        raise OwnModelError(f"{what} is a {type(function).__name__}, not a function to call")
+    try:
+        return function()
+    except Exception as error:
+        raise OwnModelError(f"{what} raised {type(error).__name__}: {error}") from None
+
+
+def _model_builder(model: ModelSource, source: str) -> Callable[[Hyperparameters], nn.Module]:
+    """Builds a fresh model for every run: the factory called, or the given model copied (same initial weights)."""
+    if isinstance(model, nn.Module):
+        return lambda hyperparameters: copy.deepcopy(model)
+    if not callable(model):
+        raise OwnModelError(f"{source} is a {type(model).__name__}: give a torch.nn.Module, or a function that builds "
+                            "one")
+    return lambda hyperparameters: _called(model, source)
+
+
+def _checked_model(model: Any, source: str) -> nn.Module:
+    if not isinstance(model, nn.Module):
+        raise OwnModelError(f"{source} returned a {type(model).__name__}; it must return a torch.nn.Module")
+    if not any(parameter.requires_grad for parameter in model.parameters()):
+        raise OwnModelError(f"{source} built a {type(model).__name__} without trainable parameters: there is "
+                            "nothing to train")
+    return model
+
+
+class _LossFunction(nn.Module):
+    """A plain function (outputs, targets) → loss, as the module the engine moves to the device."""
+
+    def __init__(self, function: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> None:
+        super().__init__()
+        self.function = function
+
+    def forward(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return self.function(outputs, targets)
+
+
+def _loss_builder(loss: LossSource, train_step: TrainStep | None) -> tuple[Callable[[], nn.Module | None], OutputKind]:
+    if loss is None:
+        if train_step is None:
+            raise OwnModelError("loss=None needs a train_step of your own that computes the loss")
+        return (lambda: None), "values"
+    if isinstance(loss, str):
+        if loss not in LOSSES:
+            raise OwnModelError(f"unknown loss {loss!r}; choose one of {', '.join(LOSSES)}, or give a function "
+                                "(outputs, targets) → loss")
+        return LOSSES[loss]
+    if isinstance(loss, type) and issubclass(loss, nn.Module):  # a loss class, such as nn.SmoothL1Loss
+        return loss, _output_of(loss)
+    if isinstance(loss, nn.Module):
+        return (lambda: copy.deepcopy(loss)), _output_of(type(loss))
+    if callable(loss):
+        return (lambda: _LossFunction(loss)), "values"
+    raise OwnModelError(f"loss is a {type(loss).__name__}: give a name ({', '.join(LOSSES)}), a torch loss module "
+                        "or a function (outputs, targets) → loss")
+
+
+def _output_of(loss_class: type[nn.Module]) -> OutputKind:
+    """What a torch loss says about the outputs: a class per column (cross-entropy, NLL), or no classes."""
+    return "logits" if issubclass(loss_class, (nn.CrossEntropyLoss, nn.NLLLoss)) else "values"
+
+
+def _optimizer_builder(optimizer: OptimizerSource) -> Callable[[nn.Module, Hyperparameters], torch.optim.Optimizer]:
+    if isinstance(optimizer, str):
+        if optimizer not in OPTIMIZERS:
+            raise OwnModelError(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZERS)}, or give a "
+                                "function of the model's parameters that returns a torch optimizer")
+        kind = OPTIMIZERS[optimizer]
+        return lambda model, hyperparameters: kind(model.parameters(), lr=hyperparameters["learning_rate"])
+    if not callable(optimizer):
+        raise OwnModelError(f"optimizer is a {type(optimizer).__name__}: give a name ({', '.join(OPTIMIZERS)}) or a "
+                            "function of the model's parameters")
+
+    def build(model: nn.Module, hyperparameters: Hyperparameters) -> torch.optim.Optimizer:
+        made = optimizer(model.parameters())
+        if not isinstance(made, torch.optim.Optimizer):
+            raise OwnModelError(f"the optimizer function returned a {type(made).__name__}; it must return a "
+                                "torch.optim.Optimizer of the parameters it is given")
+        return made
+
+    return build
