@@ -7,9 +7,7 @@ import torch
 from torch import nn
 
 import devicebench.workloads as registry
-from devicebench.data.pipeline import HostBatches
-from devicebench.data.synthetic import synthetic_dataset
-from devicebench.data.text import synthetic_text
+from devicebench.testing import check_workload
 from devicebench.workloads import SEED_EXPERIMENTS, get_workload, list_workloads
 from devicebench.workloads.cifar_mlp import KerasNormalizedCrossEntropy
 
@@ -24,58 +22,29 @@ def test_the_seed_workloads_of_this_release_are_registered():
 
 
 @pytest.mark.parametrize("entry", WORKLOADS, ids=NAMES)
-def test_workload_declares_what_a_user_needs(entry):
-    assert entry.seed in SEED_EXPERIMENTS
-    assert entry.defaults["epochs"] >= 1
-    assert entry.defaults["batch_size"] >= 1 if entry.trainer is None else "batch_size" not in entry.defaults
-    assert entry.quick.epochs >= 2  # the quick suite must show a steady state after the warm-up epoch
-    assert entry.published.hardware and entry.published.basis
+def test_every_workload_meets_the_contract_plugins_are_held_to(entry):
+    """Builds the same on meta as for real, outputs one row per sample of the right width, learns one small
+    batch at the seed's own learning rate, has its FLOPs counted (devicebench.testing, as plugins use it)."""
+    check_workload(entry, {"depth": 4} if "depth" in entry.defaults else None)  # catdog-deep's 32 layers: a minute
 
 
-def small(entry: registry.Workload) -> dict:
-    """The seed's hyperparameters, but a shallow catdog-deep: 32 layers would take a minute here."""
-    return {**entry.defaults, "depth": 4} if "depth" in entry.defaults else dict(entry.defaults)
+@pytest.mark.parametrize("entry", WORKLOADS, ids=NAMES)
+def test_devicebench_workloads_are_seed_experiments_with_published_figures(entry):
+    assert entry.origin == "devicebench" and entry.seed in SEED_EXPERIMENTS
+    assert entry.published is not None and entry.published.hardware and entry.published.basis
 
 
-def tiny_dataset(entry: registry.Workload, hyperparameters: dict):
-    """16 training samples of the workload's synthetic data: images, or token ids for a text model."""
-    if entry.image_shape is None:
-        return synthetic_text(entry.dataset, seed=0, train_size=16, test_size=8, **entry.data_request(hyperparameters))
-    return synthetic_dataset(entry.dataset, seed=0, train_size=16, test_size=8, image_shape=entry.image_shape)
-
-
-@pytest.mark.parametrize("entry", TORCH_WORKLOADS, ids=[entry.name for entry in TORCH_WORKLOADS])
-def test_workload_trains_and_its_loss_falls(entry):
-    """A handful of real steps on one small, learnable batch must lower the loss."""
-    hyperparameters = small(entry)
-    dataset = tiny_dataset(entry, hyperparameters)
-    inputs = dataset.train_tokens if entry.image_shape is None else dataset.train_images
-    batches = HostBatches(inputs, dataset.train_labels, 16, torch.device("cpu"), shuffle=False,
-                          preprocessing=entry.build_preprocessing(hyperparameters))
-    images, labels = next(iter(batches.epoch(1)))
-    torch.manual_seed(0)
-    model = entry.build_model(hyperparameters)
-    loss_function = entry.build_loss()
-    optimizer = entry.build_optimizer(model, hyperparameters)  # the seed's own learning rate
-    outputs = model(images)
-    assert outputs.shape == (16, 1 if entry.output == "binary_logit" else dataset.num_classes)
-    assert entry.num_classes == dataset.num_classes
-    losses = []
-    for _ in range(30):  # the dropout-regularised binary nets take ~25 steps to leave ln 2
-        loss = loss_function(model(images), labels)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-    assert losses[-1] < losses[0] * 0.8, losses
-    predicted = registry.predicted_classes(model(images), entry.output)
-    assert predicted.shape == labels.shape and set(predicted.tolist()) <= set(range(dataset.num_classes))
-
-
-@pytest.mark.parametrize("entry", TORCH_WORKLOADS, ids=[entry.name for entry in TORCH_WORKLOADS])
-def test_parameter_count_on_meta_equals_the_real_model(entry):
-    real = sum(parameter.numel() for parameter in entry.build_model(entry.defaults).parameters())
-    assert entry.parameter_count() == real
+def test_the_contract_catches_a_model_that_does_not_learn_or_has_the_wrong_width():
+    frozen_lr = {"learning_rate": 0.0}  # Adam at 0 never moves: the loss cannot fall
+    with pytest.raises(AssertionError, match="mnist-cnn2: the loss did not fall by a fifth"):
+        check_workload(get_workload("mnist-cnn2"), frozen_lr)
+    narrow = registry.Workload(
+        name="narrow", seed=None, dataset="mnist", summary="10 classes of digits, 3 outputs",
+        build_model=lambda hyperparameters: nn.Sequential(nn.Flatten(), nn.Linear(784, 3)),
+        defaults={"batch_size": 16, "epochs": 2, "learning_rate": 1e-3, "adam_epsilon": 1e-8},
+        build_loss=nn.CrossEntropyLoss, build_optimizer=registry.adam, image_shape=(1, 28, 28))
+    with pytest.raises(AssertionError, match=r"narrow: outputs of shape \(16, 3\) for 16 samples of 10 classes"):
+        check_workload(narrow)
 
 
 def test_models_are_the_published_architectures():

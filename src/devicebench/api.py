@@ -36,6 +36,7 @@ def run(
     *,
     model: ModelSource | None = None,
     data: Any = None,
+    data_dir: str | None = None,
     loss: LossSource = "cross_entropy",
     optimizer: OptimizerSource = "adam",
     train_step: TrainStep | None = None,
@@ -61,6 +62,7 @@ def run(
 
     What to train, one of:
     - `workloads`: names or patterns of registered workloads ("mnist-cnn2", "cifar*"); none = the quick suite.
+      `data` is then "auto", "real" or "synthetic" (see `devicebench run --help`), `data_dir` your images.
       A `RunConfig` instead says everything, and no other argument may be given.
     - `model`: your model, a torch.nn.Module (copied for every run) or a function that builds one, with `data`:
       a `TensorData`, a `TorchData`, a torch Dataset, a (train, test) pair of Datasets, or a tuple
@@ -76,13 +78,13 @@ def run(
     The rest are `devicebench run`'s options (see `devicebench run --help`): `epochs` and `batch_size` default
     to the workload's (3 and 32 for your model); `progress=False` prints nothing while training.
     """
-    settings = dict(devices=devices, epochs=epochs, batch_size=batch_size, max_steps=max_steps,
+    settings = dict(devices=devices, data_dir=data_dir, epochs=epochs, batch_size=batch_size, max_steps=max_steps,
                     max_eval_steps=max_eval_steps, repeats=repeats, seed=seed, threads=threads, workers=workers,
                     mode=mode, precision=precision, compile=compile, target_accuracy=target_accuracy)
     if isinstance(workloads, RunConfig):
         defaults = {field.name: field.default for field in dataclasses.fields(RunConfig)}
         given = [key for key, value in settings.items() if value != defaults[key]]
-        if model is not None or data is not None or given:
+        if model is not None or data is not None or given:  # data: RunConfig.data says it
             raise TypeError("a RunConfig says everything; give the other settings inside it, not beside it "
                             f"({', '.join(given + ['model'] * (model is not None) + ['data'] * (data is not None))})")
         config = workloads
@@ -96,10 +98,12 @@ def run(
                            name=name)
         config = RunConfig(workloads=(own.name,), **settings)
     else:
-        if data is not None:
-            raise TypeError("data= goes with model=: a registered workload brings its own data")
-        config = RunConfig(workloads=(workloads,) if isinstance(workloads, str) else tuple(workloads), **settings)
-    screen = RichReporter(Console(stderr=True), quiet=not progress)
+        if data is not None and not isinstance(data, str):
+            raise TypeError("data= of your own goes with model=; a registered workload takes data='auto', 'real' or "
+                            "'synthetic', or images of yours through data_dir=")
+        config = RunConfig(workloads=(workloads,) if isinstance(workloads, str) else tuple(workloads),
+                           data=data or "auto", **settings)
+    screen = RichReporter(Console(stderr=True, soft_wrap=True), quiet=not progress)  # an epoch's line stays one line
     try:
         return runner.run(config, screen)
     finally:

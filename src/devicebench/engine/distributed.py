@@ -303,7 +303,7 @@ def _main(config_file: str, output_file: str) -> None:
     dist.init_process_group("nccl" if on_gpus else "gloo", timeout=timedelta(seconds=RANK_TIMEOUT_S))
     try:
         devices = f"cuda:{local_rank}" if on_gpus else "cpu"
-        screen = RichReporter(Console(), quiet=request["quiet"])  # on stdout, which torchrun passes through
+        screen = RichReporter(Console(soft_wrap=True), quiet=request["quiet"])  # on stdout, which torchrun passes through
         reporter = RankReporter(_partial_file(Path(output_file)), screen)
         try:
             result = runner.run(dataclasses.replace(config, devices=devices, threads=torch.get_num_threads()),

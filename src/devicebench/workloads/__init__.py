@@ -176,6 +176,8 @@ def workload(
     `seed` is the SEEDS.md experiment it reproduces (S1…S5), or None; `published` the figures that experiment
     published. `dataset` names one devicebench knows (`devicebench.data.known_datasets()`).
     """
+    if name != name.lower() or not name:
+        raise ValueError(f"workload {name!r}: names are lower case, as the command line finds them")
     if seed is not None and seed not in SEED_EXPERIMENTS:
         raise ValueError(f"workload {name!r}: unknown seed experiment {seed!r}; known: {', '.join(SEED_EXPERIMENTS)}")
     if trainer is None and (loss is None or optimizer is None):
@@ -185,8 +187,6 @@ def workload(
         raise ValueError(f"workload {name!r}: defaults lack {', '.join(sorted(missing))}")
 
     def register(build_model: ModelBuilder) -> ModelBuilder:
-        if name != name.lower() or not name:
-            raise ValueError(f"workload {name!r}: names are lower case, as the command line finds them")
         if name in _REGISTRY:
             raise ValueError(f"workload {name!r} is registered twice (by {_REGISTRY[name].origin} and "
                              f"{_registering_for})")

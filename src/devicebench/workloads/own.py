@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from devicebench.data.augmentation import Unchanged
 from devicebench.data.own import as_own_data
 from devicebench.workloads import (
     BinaryCrossEntropy,
@@ -78,9 +79,10 @@ def own_workload(
     with torch.device("meta"):  # fails now, not after the first device's data is loaded; and takes no memory
         built = _checked_model(build_model({}), source)
     loss_builder, loss_output = _loss_builder(loss, train_step)
-    defaults = dict(DEFAULTS)
-    if isinstance(optimizer, str):
-        defaults["learning_rate"] = DEFAULT_LEARNING_RATE
+    defaults = dict(DEFAULTS) | ({"learning_rate": DEFAULT_LEARNING_RATE} if isinstance(optimizer, str) else {})
+    build_optimizer = _optimizer_builder(optimizer)
+    with torch.device("meta"):
+        build_optimizer(built, defaults)  # a function that returns no optimizer fails now
     own = Workload(
         name=name or type(built).__name__,
         seed=None,
@@ -89,8 +91,9 @@ def own_workload(
         build_model=build_model,
         defaults=defaults,
         build_loss=loss_builder,
-        build_optimizer=_optimizer_builder(optimizer),
+        build_optimizer=build_optimizer,
         output=output or loss_output,
+        build_preprocessing=lambda hyperparameters: Unchanged(),  # your tensors are the model's inputs, unscaled
         load_data=lambda: own_data,
         train_step=train_step,
         origin=ORIGIN,

@@ -1,0 +1,1 @@
+"""An example devicebench plugin: its workloads live in `workloads.py`, found through an entry point."""
