@@ -350,3 +350,32 @@ def test_a_plugin_style_workload_needs_no_seed_or_published_figures_but_a_known_
 def test_own_workload_names_a_model_after_its_class_and_keeps_your_name_when_given():
     assert own_workload(TinyNet, tensors()).name == "TinyNet"
     assert own_workload(TinyNet(), tensors(), name="mine").name == "mine"
+
+
+def test_tuned_mode_and_an_auto_batch_size_apply_to_your_model_and_your_step():
+    def step(model, batch, optimizer):
+        loss = nn.functional.cross_entropy(model(batch[0]), batch[1])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    tuned = db.run(model=TinyNet, data=tensors(800), train_step=step, **{**QUICK, "mode": "tuned"})
+    [record] = tuned.runs
+    assert record.status == "ok" and record.settings.mode == "tuned"
+    assert record.settings.fused_optimizer and "trial samples/s" in record.tuning_note  # Adam's fused step
+    grown = db.run(model=TinyNet, data=tensors(800), **{**QUICK, "batch_size": "auto"})
+    [record] = grown.runs
+    assert record.status == "ok" and record.settings.batch_size_auto
+    assert record.settings.batch_size in (16, 32, 64) and "batch sizes tried" in record.tuning_note
+
+
+def test_your_model_trains_in_several_processes_from_its_module(user_module, tmp_path):
+    """--model names a module, so every torchrun process imports the same model and data."""
+    out = tmp_path / "ddp.json"
+    result = cli.invoke(app, ["run", "--model", "usermodels:build", "--data", "usermodels:load", "--devices", "cpu",
+                              "--nproc", "2", "--epochs", "2", "--batch-size", "4", "--quiet", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    [record] = json.loads(out.read_text())["runs"]
+    assert (record["workload"], record["status"], record["settings"]["world_size"]) == ("usermodels:build", "ok", 2)
+    assert [epoch["samples"] for epoch in record["epochs"]] == [8, 8]  # 8 samples, 2 global steps of 4

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from rich.console import Console
 
@@ -44,7 +44,7 @@ def run(
     name: str | None = None,
     devices: str = "auto",
     epochs: int | None = None,
-    batch_size: int | None = None,
+    batch_size: int | Literal["auto"] | None = None,
     max_steps: int | None = None,
     max_eval_steps: int | None = None,
     repeats: int = 1,
@@ -76,9 +76,12 @@ def run(
       (default: the model's class name).
 
     The rest are `devicebench run`'s options (see `devicebench run --help`): `epochs` and `batch_size` default
-    to the workload's (3 and 32 for your model); `progress=False` prints nothing while training.
+    to the workload's (3 and 32 for your model), `batch_size="auto"` grows it for throughput; `progress=False`
+    prints nothing while training.
     """
-    settings = dict(devices=devices, data_dir=data_dir, epochs=epochs, batch_size=batch_size, max_steps=max_steps,
+    auto = batch_size == "auto"
+    settings = dict(devices=devices, data_dir=data_dir, epochs=epochs, batch_size=None if auto else batch_size,
+                    batch_size_auto=auto, max_steps=max_steps,
                     max_eval_steps=max_eval_steps, repeats=repeats, seed=seed, threads=threads, workers=workers,
                     mode=mode, precision=precision, compile=compile, target_accuracy=target_accuracy)
     if isinstance(workloads, RunConfig):
