@@ -80,15 +80,18 @@ def test_wrong_bytes_fail_the_checksum_and_leave_nothing(loopback_server, served
     assert_empty(cache)
 
 
-def test_truncated_body_is_an_error_and_leaves_nothing(loopback_server, served_file, tmp_path):
+def test_truncated_body_is_an_error_and_leaves_nothing(loopback_server, served_file, tmp_path, monkeypatch):
+    monkeypatch.setattr(sources, "RETRY_PAUSE_S", 0.0)
     name, content = served_file
-    loopback_server.truncate(name)
+    loopback_server.truncate(name)  # every time: the cut is retried, then reported
     remote = dataclasses.replace(remote_for(name, content, loopback_server.url(name)), size_bytes=None)
     cache = tmp_path / "cache"
 
     with pytest.raises(DataUnavailable) as caught:
         fetch(remote, cache, progress=False)
-    assert f"truncated: received {len(content) // 2} of {len(content)} bytes" in str(caught.value)
+    assert (f"truncated: received {len(content) // 2} of {len(content)} bytes "
+            f"(gave up after {sources.DOWNLOAD_ATTEMPTS} attempts)") in str(caught.value)
+    assert loopback_server.requested == [name] * sources.DOWNLOAD_ATTEMPTS
     assert_empty(cache)
 
 

@@ -119,8 +119,10 @@ def test_a_failing_store_is_remembered_and_never_stops_the_run(tmp_path, make_re
     store = Store(tmp_path / "results.sqlite")
     store.close()  # every write now fails
     reporter = StoreReporter(store)
-    replay(reporter, make_result("laptop", [make_run()]))
-    assert isinstance(reporter.failure, sqlite3.Error)
+    result = make_result("laptop", [make_run()])
+    replay(reporter, result)
+    assert isinstance(reporter.failure, StoreError)  # the first write's, kept; the later ones were not tried
+    assert str(reporter.failure).startswith(f"could not store session {result.result_id} in {store.path}: ")
 
 
 # --- import and export ------------------------------------------------------------------------------------------

@@ -1,22 +1,29 @@
 """Where each dataset comes from and how it gets into the cache: URLs, pinned checksums, verified downloads.
 
-A download streams into `<file>.partial` beside its destination while it is hashed, is checked for size and
-checksum, and only then is moved into place atomically: a file at its final name has always been verified.
+A download streams into a hidden `.<file>.*.partial` beside its destination while it is hashed, is checked for size
+and checksum, and only then is moved into place atomically: a file at its final name has always been verified. A
+transfer the server cuts off midway is taken up again where it stopped (HTTP Range), a few times at most; a data
+folder that is full or read-only stops the download at once with an error that says so.
 
     python -c "from devicebench.data.sources import DATASETS, data_root; print(data_root(), list(DATASETS))"
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import http.client
 import os
 import tempfile
+import time
 import urllib.error
 import urllib.request
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
+from http import HTTPStatus
 from pathlib import Path
+from typing import Any, TypeVar
 
 import platformdirs
 from rich.console import Console
@@ -34,6 +41,9 @@ from devicebench.data.formats import CIFAR10_BINARY, CIFAR100_BINARY, MNIST_FILE
 CHUNK_BYTES = 1 << 20  # 1 MiB per read: small enough for a smooth progress bar, large enough to be cheap
 DIGEST_HEX_LENGTHS = {"md5": 32, "sha256": 64}  # the checksum kinds we accept, and their hex lengths
 DATA_DIR_ENVIRONMENT_VARIABLE = "DEVICEBENCH_DATA"
+DOWNLOAD_ATTEMPTS = 3  # requests per URL: a transfer cut off midway is taken up again twice at most
+RETRY_PAUSE_S = 1.0  # seconds before taking it up again, so a server that just dropped the connection can recover
+T = TypeVar("T")
 
 
 class DataUnavailable(RuntimeError):
@@ -290,65 +300,161 @@ def is_cached(name: str, data_dir: str | Path | None = None) -> bool:
 
 
 def fetch(remote: RemoteFile, folder: Path, *, progress: bool = True, timeout_s: float = 15.0) -> Path:
-    """Return `folder/remote.filename`, verified, downloading it from the first mirror that serves it intact."""
+    """Return `folder/remote.filename`, verified, downloading it from the first mirror that serves it intact.
+
+    A data folder that takes no more bytes (full, read-only) ends the search at once: no other mirror can help.
+    """
     folder = Path(folder)
     target = folder / remote.filename
-    if target.exists():
-        found = file_digest(target, remote.algorithm)
-        if found == remote.hex_digest:
-            return target
-        warnings.warn(
-            f"{target} is corrupt (expected {remote.checksum}, found {remote.algorithm}:{found}); "
-            "deleting it and downloading it again",
-            stacklevel=2,
-        )
-        target.unlink()
-
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as error:  # a file in the way, a read-only disk: no mirror can help, so say what would
-        reason = f"not downloaded: {_unwritable(folder, error)}"
-        raise DataUnavailable(remote.filename, folder, [(url, reason) for url in remote.urls], remote.checksum) from None
     failures: list[tuple[str, str]] = []
-    for url in remote.urls:
-        reason = _download(url, remote, target, progress=progress, timeout_s=timeout_s)
-        if reason is None:
+    try:
+        if _cached(target, remote):
             return target
-        failures.append((url, reason))
+        _writing(folder, folder.mkdir, parents=True, exist_ok=True)
+        for url in remote.urls:
+            reason = _download(url, remote, target, progress=progress, timeout_s=timeout_s)
+            if reason is None:
+                return target
+            failures.append((url, reason))
+    except _CacheUnusable as error:
+        failures = [(url, f"not downloaded: {error}") for url in remote.urls]
+        raise DataUnavailable(remote.filename, folder, failures, remote.checksum) from None
     raise DataUnavailable(remote.filename, folder, failures, remote.checksum)
 
 
-def _download(url: str, remote: RemoteFile, target: Path, *, progress: bool, timeout_s: float) -> str | None:
-    """Download `url` to `target` through a verified temporary file; None on success, else why it failed."""
+class _CacheUnusable(Exception):
+    """The data folder cannot hold the file (full, read-only, unreadable); the message says which and what to do."""
+
+
+def _writing(folder: Path, operation: Callable[..., T], *arguments: Any, **options: Any) -> T:
+    """`operation(*arguments, **options)`, an operation on the data folder: its OSError becomes _CacheUnusable."""
     try:
-        handle, partial_name = tempfile.mkstemp(dir=target.parent, prefix=f".{remote.filename}.", suffix=".partial")
+        return operation(*arguments, **options)
     except OSError as error:
-        return f"not downloaded: {_unwritable(target.parent, error)}"
-    partial = Path(partial_name)
+        raise _CacheUnusable(_unwritable(folder, error)) from None
+
+
+def _cached(target: Path, remote: RemoteFile) -> bool:
+    """Whether `target` is already in the cache and verifies; a corrupt copy is deleted, with a warning."""
+    if not target.exists():
+        return False
     try:
-        with os.fdopen(handle, "wb") as partial_file:
-            hasher = hashlib.new(remote.algorithm, usedforsecurity=False)
-            request = urllib.request.Request(url, headers={"User-Agent": "devicebench"})
-            with urllib.request.urlopen(request, timeout=timeout_s) as response:
-                announced_bytes = response.length  # Content-Length, or None when the server does not say
-                received_bytes = 0
-                with _progress_bar(enabled=progress) as bar:
-                    task = bar.add_task(remote.filename, total=announced_bytes or remote.size_bytes)
-                    while chunk := response.read(CHUNK_BYTES):
-                        hasher.update(chunk)
-                        partial_file.write(chunk)
-                        received_bytes += len(chunk)
-                        bar.advance(task, len(chunk))
-        # http.client returns a short body silently when the server closes early, so count the bytes ourselves
-        if announced_bytes is not None and received_bytes < announced_bytes:
-            return f"truncated: received {received_bytes} of {announced_bytes} bytes"
-        if remote.size_bytes is not None and received_bytes != remote.size_bytes:
-            return f"size mismatch: expected {remote.size_bytes} bytes, received {received_bytes}"
-        actual = hasher.hexdigest()
+        found = file_digest(target, remote.algorithm)
+    except OSError as error:  # unreadable, or a folder where the file should be
+        raise _CacheUnusable(
+            f"{target} is in the cache but cannot be read ({error.strerror or error}); remove it, or choose another "
+            f"data folder with --data-dir or ${DATA_DIR_ENVIRONMENT_VARIABLE}"
+        ) from None
+    if found == remote.hex_digest:
+        return True
+    corrupt = f"{target} is corrupt (expected {remote.checksum}, found {remote.algorithm}:{found})"
+    try:
+        target.unlink()
+    except OSError as error:
+        raise _CacheUnusable(f"{corrupt} and cannot be deleted: {_unwritable(target.parent, error)}") from None
+    warnings.warn(f"{corrupt}; deleted it, downloading it again", stacklevel=3)
+    return False
+
+
+class _PartialFile:
+    """The hidden temporary file a download streams into, hashed as it grows; only a verified one is renamed."""
+
+    def __init__(self, folder: Path, remote: RemoteFile) -> None:
+        self.folder = folder
+        self.algorithm = remote.algorithm
+        handle, name = _writing(folder, tempfile.mkstemp, dir=folder, prefix=f".{remote.filename}.",
+                                suffix=".partial")
+        self.path = Path(name)
+        self._file = os.fdopen(handle, "wb")
+        self.arrived_bytes = 0  # every byte any attempt brought, kept or not: whether retrying still helps
+        self.received_bytes = 0
+        self.restart()
+
+    def restart(self) -> None:
+        """Forget the bytes received: the server is sending the whole file again."""
+        if self.received_bytes:
+            _writing(self.folder, self._file.seek, 0)
+            _writing(self.folder, self._file.truncate)
+        self.hasher = hashlib.new(self.algorithm, usedforsecurity=False)
+        self.received_bytes = 0
+
+    def append(self, chunk: bytes) -> None:
+        _writing(self.folder, self._file.write, chunk)
+        self.hasher.update(chunk)
+        self.received_bytes += len(chunk)
+        self.arrived_bytes += len(chunk)
+
+    def move_to(self, target: Path) -> None:
+        """Put the whole file, on disk for good, at `target`, atomically."""
+        _writing(self.folder, self._file.flush)
+        _writing(self.folder, os.fsync, self._file.fileno())  # a power cut after the rename keeps every byte
+        _writing(self.folder, self._file.close)
+        _writing(self.folder, os.replace, self.path, target)
+
+    def discard(self) -> None:
+        """Close and delete it; gone already after move_to."""
+        try:
+            self._file.close()
+        except OSError:
+            pass  # the bytes it could not flush (a full disk) are being thrown away anyway
+        self.path.unlink(missing_ok=True)
+
+
+def _download(url: str, remote: RemoteFile, target: Path, *, progress: bool, timeout_s: float) -> str | None:
+    """Download `url` to `target` through a verified temporary file; None on success, else why it failed.
+
+    A transfer cut off midway is taken up where it stopped (an HTTP Range request) or, from a server that ignores
+    ranges, from the start: up to DOWNLOAD_ATTEMPTS requests, as long as each one brings new bytes.
+    """
+    partial = _PartialFile(target.parent, remote)
+    try:
+        with _progress_bar(enabled=progress) as bar:
+            task = bar.add_task(remote.filename, total=remote.size_bytes)
+
+            def show(received_bytes: int, expected_bytes: int | None) -> None:
+                bar.update(task, completed=received_bytes, total=expected_bytes or remote.size_bytes)
+
+            for attempt in range(1, DOWNLOAD_ATTEMPTS + 1):
+                arrived_before = partial.arrived_bytes
+                reason = _request(url, partial, timeout_s=timeout_s, show=show)
+                if reason is None:
+                    break
+                if partial.arrived_bytes == arrived_before or attempt == DOWNLOAD_ATTEMPTS:
+                    return reason if attempt == 1 else f"{reason} (gave up after {attempt} attempts)"
+                time.sleep(RETRY_PAUSE_S)
+        deleted = "; the downloaded file was deleted"
+        if remote.size_bytes is not None and partial.received_bytes != remote.size_bytes:
+            return f"size mismatch: expected {remote.size_bytes} bytes, received {partial.received_bytes}{deleted}"
+        actual = partial.hasher.hexdigest()
         if actual != remote.hex_digest:
-            return f"checksum mismatch: expected {remote.checksum}, got {remote.algorithm}:{actual}"
-        os.replace(partial, target)
+            return f"checksum mismatch: expected {remote.checksum}, got {remote.algorithm}:{actual}{deleted}"
+        partial.move_to(target)
         return None
+    finally:
+        partial.discard()  # never left behind, whatever happened
+
+
+def _request(
+    url: str, partial: _PartialFile, *, timeout_s: float, show: Callable[[int, int | None], None]
+) -> str | None:
+    """One request for the bytes `partial` still lacks; None once it holds the whole file, else why not."""
+    headers = {"User-Agent": "devicebench"}
+    if partial.received_bytes:
+        headers["Range"] = f"bytes={partial.received_bytes}-"  # resume where the last attempt stopped
+    expected_bytes = None
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout_s) as response:
+            if response.status == HTTPStatus.PARTIAL_CONTENT:
+                sent = response.headers.get("Content-Range", "")
+                if not sent.startswith(f"bytes {partial.received_bytes}-"):
+                    return f"asked for the bytes from {partial.received_bytes} on, the server sent {sent!r}"
+            else:
+                partial.restart()  # the server ignores ranges: it is sending the whole file again
+            if response.length is not None:  # Content-Length, or None when the server does not say
+                expected_bytes = partial.received_bytes + response.length
+            while chunk := response.read(CHUNK_BYTES):
+                partial.append(chunk)
+                show(partial.received_bytes, expected_bytes)
     except urllib.error.HTTPError as error:
         error.close()  # the error page's body is of no use to us
         return f"HTTP {error.code} {error.reason}"
@@ -356,11 +462,18 @@ def _download(url: str, remote: RemoteFile, target: Path, *, progress: bool, tim
         return _describe_network_error(error.reason, timeout_s)
     except (OSError, http.client.HTTPException, ValueError) as error:  # reset, timeout mid-body, malformed URL
         return _describe_network_error(error, timeout_s)
-    finally:
-        partial.unlink(missing_ok=True)  # gone already after os.replace; never left behind otherwise
+    # http.client returns a short body silently when the server closes early, so count the bytes ourselves
+    if expected_bytes is not None and partial.received_bytes < expected_bytes:
+        return f"truncated: received {partial.received_bytes} of {expected_bytes} bytes"
+    return None
 
 
 def _unwritable(folder: Path, error: OSError) -> str:
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return (
+            f"the disk holding the data folder {folder} is full ({error.strerror or error}); free some space there, "
+            f"or choose another folder with --data-dir or ${DATA_DIR_ENVIRONMENT_VARIABLE}"
+        )
     return (
         f"the data folder {folder} cannot be written ({error.strerror or error}); "
         f"choose another with --data-dir or ${DATA_DIR_ENVIRONMENT_VARIABLE}"

@@ -21,6 +21,7 @@ import random
 import socket
 import sqlite3
 import time
+import unicodedata
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -222,14 +223,16 @@ class Store:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             # isolation_level=None: every transaction is begun and ended here, explicitly
             self._connection = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-        except (OSError, sqlite3.Error) as error:
+        except OSError as error:  # the folder cannot be made: a file in the way, a read-only parent
             raise StoreError(f"cannot open the results database {self.path} ({error}); {_WHAT_TO_DO}") from None
+        except sqlite3.Error as error:
+            raise StoreError(f"cannot open the results database {self.path}: {_explain(error, self.path)}") from None
         self._connection.row_factory = sqlite3.Row
         try:
             self._open()
         except sqlite3.Error as error:  # e.g. a read-only folder, or a lock held past the busy timeout
             self._connection.close()
-            raise StoreError(f"cannot open the results database {self.path} ({error}); {_WHAT_TO_DO}") from None
+            raise StoreError(f"cannot open the results database {self.path}: {_explain(error, self.path)}") from None
         except BaseException:
             self._connection.close()
             raise
@@ -249,7 +252,7 @@ class Store:
         abandoned = [(run_id,) for run_id, process_id in live.fetchall() if not psutil.pid_exists(process_id)]
         if not abandoned:
             return
-        with self._transaction():
+        with self._transaction("mark the runs of processes that died as interrupted"):
             self._connection.executemany(
                 "UPDATE runs SET status = 'interrupted', error = ? WHERE run_id = ? AND status = 'running'",
                 [(ABANDONED, run_id) for (run_id,) in abandoned])
@@ -278,6 +281,8 @@ class Store:
                 "(SELECT user_version FROM pragma_user_version), "
                 "(SELECT group_concat(name, ', ') FROM sqlite_master WHERE type = 'table')"
             ).fetchone()
+        except sqlite3.OperationalError:
+            raise  # locked, unreadable folder, disk error: a problem of the file's place, not of its content
         except sqlite3.DatabaseError as error:
             raise StoreError(f"{self.path} is not a devicebench results database: it cannot be read as SQLite "
                              f"({error}). It was left as it is; {_WHAT_TO_DO}") from None
@@ -295,16 +300,12 @@ class Store:
 
     def _migrate(self) -> None:
         """Bring the file to the newest schema in one transaction: a failure leaves it exactly as it was."""
-        try:
-            with self._transaction():
-                version = self._schema_version()  # again, under the write lock: another process may have migrated
-                for migration in MIGRATIONS[version:]:
-                    migration(self._connection)
-                self._connection.execute(f"PRAGMA user_version = {len(MIGRATIONS):d}")
-                self._connection.execute(f"PRAGMA application_id = {APPLICATION_ID:d}")
-        except sqlite3.Error as error:
-            raise StoreError(f"could not upgrade {self.path} to schema {len(MIGRATIONS)} ({error}); the file is "
-                             "unchanged") from None
+        with self._transaction(f"upgrade the file to schema {len(MIGRATIONS)}"):
+            version = self._schema_version()  # again, under the write lock: another process may have migrated
+            for migration in MIGRATIONS[version:]:
+                migration(self._connection)
+            self._connection.execute(f"PRAGMA user_version = {len(MIGRATIONS):d}")
+            self._connection.execute(f"PRAGMA application_id = {APPLICATION_ID:d}")
 
     def close(self) -> None:
         self._connection.close()
@@ -316,33 +317,40 @@ class Store:
         self.close()
 
     @contextmanager
-    def _transaction(self, begin: str = "BEGIN IMMEDIATE") -> Iterator[None]:
+    def _transaction(self, action: str, begin: str = "BEGIN IMMEDIATE") -> Iterator[None]:
         """Commit everything inside at once, or nothing. IMMEDIATE takes the write lock up front, so a writer
-        waits its turn (up to BUSY_TIMEOUT_S) instead of failing when another process writes at the same time."""
-        self._connection.execute(begin)
+        waits its turn (up to BUSY_TIMEOUT_S) instead of failing when another process writes at the same time.
+
+        A failure (a full disk, a lock held too long) rolls it all back and is a StoreError naming `action`.
+        """
         try:
-            yield
-        except BaseException:  # Ctrl-C too: never leave a transaction open on the connection
-            self._connection.rollback()
-            raise
-        self._connection.execute("COMMIT")
+            self._connection.execute(begin)
+            try:
+                yield
+                self._connection.execute("COMMIT")  # in the try: a COMMIT that fails must not leave it open
+            except BaseException:  # Ctrl-C too: never leave a transaction open on the connection
+                self._connection.rollback()
+                raise
+        except sqlite3.Error as error:
+            explanation = _explain(error, self.path, unchanged=True)
+            raise StoreError(f"could not {action} in {self.path}: {explanation}") from None
 
     # --- writing, as a run happens ---
 
     def add_session(self, result: Result) -> None:
         """Record the machine and the session, without runs; adding it again changes nothing."""
-        with self._transaction():
+        with self._transaction(f"store session {result.result_id}"):
             self._insert_session(result)
 
     def start_run(self, result_id: str, record: RunRecord) -> None:
         """Record a run of session `result_id` as it starts, with its current status (`running`)."""
-        with self._transaction():
+        with self._transaction(f"store the start of run {record.run_id}"):
             self._insert_run(result_id, record)
             self._connection.execute("INSERT INTO live_runs VALUES (?, ?, ?)",
                                      (record.run_id, socket.gethostname(), os.getpid()))
 
     def add_epoch(self, run_id: str, epoch: EpochRecord) -> None:
-        with self._transaction():
+        with self._transaction(f"store epoch {epoch.epoch} of run {run_id}"):
             self._connection.execute(_INSERT_EPOCH, _epoch_row(run_id, epoch))
 
     def finish_run(self, record: RunRecord) -> None:
@@ -351,7 +359,7 @@ class Store:
         Its epochs are written again where missing, in case Ctrl-C struck while one was being stored. A session
         with an interrupted run was itself interrupted.
         """
-        with self._transaction():
+        with self._transaction(f"store the end of run {record.run_id}"):
             if self._connection.execute(_UPDATE_RUN, _run_row(record)).rowcount == 0:
                 raise ValueError(f"run {record.run_id} was never started in {self.path}")
             self._insert_epochs(record)
@@ -369,7 +377,7 @@ class Store:
     def import_results(self, results: Iterable[Result]) -> int:
         """Add sessions in one transaction, all or nothing; returns how many runs were new."""
         added = 0
-        with self._transaction():
+        with self._transaction("import the results"):
             for result in results:
                 self._insert_session(result)
                 for record in result.runs:
@@ -432,7 +440,8 @@ class Store:
         )
         parameters = {"workload": workload, "machine": machine, "status": status,
                       "limit": -1 if last is None else last}  # LIMIT -1: no limit
-        with self._transaction("BEGIN"):  # one snapshot for the three reads, whatever other processes write
+        # one snapshot for the three reads, whatever other processes write
+        with self._transaction("read the runs", "BEGIN"):
             sessions = self._connection.execute(
                 f"{matching} SELECT {', '.join(SESSION_COLUMNS)} FROM sessions WHERE result_id IN "
                 "(SELECT result_id FROM runs WHERE run_id IN matching) ORDER BY created_utc, rowid",
@@ -463,6 +472,31 @@ def _refuse_if_not_sqlite(path: Path) -> None:
     if header and header != SQLITE_HEADER:
         raise StoreError(f"{path} is not a devicebench results database: it is not an SQLite file (damaged, or "
                          f"another kind of file). It was left as it is; {_WHAT_TO_DO}")
+
+
+def _explain(error: sqlite3.Error, path: Path, *, unchanged: bool = False) -> str:
+    """What `error` means for the database at `path`, in words, and what to do about it. `unchanged`: say that the
+    failed transaction was rolled back, leaving the file as it was."""
+    name = getattr(error, "sqlite_errorname", "")  # SQLITE_FULL, SQLITE_BUSY...: absent from errors made in Python
+    message = str(error)
+    if name == "SQLITE_FULL" or "disk is full" in message:
+        problem, advice = "the disk holding it is full", "free some space on that disk, or " + _WHAT_TO_DO
+    elif name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in message:
+        problem = f"it is locked by another process, which has held it for more than {BUSY_TIMEOUT_S:g} s"
+        advice = ("close the program that has it open (another devicebench writing to it, or a database browser) or "
+                  "wait for it to finish, then try again; or " + _WHAT_TO_DO)
+    elif path.is_dir():  # SQLite's "unable to open database file" says no more
+        problem, advice = "it is a folder, not a database file", _WHAT_TO_DO
+    elif name.startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN")) or any(
+            words in message for words in ("readonly", "unable to open")):
+        problem = f"it or its folder {path.parent} cannot be written"
+        advice = "make them writable, or " + _WHAT_TO_DO
+    elif name.startswith("SQLITE_IOERR") or "I/O error" in message:
+        problem, advice = "the disk failed to read or write it", "check the disk, or " + _WHAT_TO_DO
+    else:
+        problem, advice = "SQLite failed", _WHAT_TO_DO
+    kept = "; the file is unchanged, with everything stored in it before" if unchanged else ""
+    return f"{problem} ({message}){kept}. To go on, {advice}"
 
 
 def _json_text(value: Any) -> str:
@@ -518,7 +552,7 @@ class StoreReporter(RunReporter):
     def __init__(self, store: Store) -> None:
         self.store = store
         self.result_id: str | None = None
-        self.failure: sqlite3.Error | None = None
+        self.failure: StoreError | None = None
 
     def session_started(self, result: Result) -> None:
         self.result_id = result.result_id
@@ -538,7 +572,7 @@ class StoreReporter(RunReporter):
             return  # later writes would only add to a record already incomplete
         try:
             write(*arguments)
-        except sqlite3.Error as error:
+        except StoreError as error:  # what failed and why, with every earlier write intact
             self.failure = error
 
 
@@ -581,6 +615,22 @@ def _csv_rows(results: list[Result]) -> Iterator[dict[str, Any]]:
                 yield {**identity, **settings, **finite_or_none(dataclasses.asdict(epoch))}
 
 
+KEPT_CONTROL_CHARACTERS = "\n\t"  # line breaks and tabs in error messages are text; every other one is not
+
+
+def printable(value: Any) -> Any:
+    """`value` (parsed JSON) with control characters taken out of every string: a name from another machine's file
+    must not reach the terminal as an escape sequence (ESC ]8 links, cursor moves, a cleared screen)."""
+    if isinstance(value, str):
+        return "".join(character for character in value
+                       if character in KEPT_CONTROL_CHARACTERS or unicodedata.category(character) != "Cc")
+    if isinstance(value, dict):
+        return {printable(key): printable(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [printable(item) for item in value]
+    return value
+
+
 def read_results_file(path: Path) -> list[Result]:
     """The sessions in an export file or in a `devicebench run --json` file; ResultsFileError says what is wrong."""
     try:
@@ -598,7 +648,7 @@ def read_results_file(path: Path) -> list[Result]:
                                f"devicebench reads version {SCHEMA_VERSION}: upgrade devicebench or re-export them")
     try:
         items = data["results"] if data.get("kind") == EXPORT_KIND else [data]  # an export, or one run's --json
-        results = [Result.from_dict(item) for item in items]
+        results = [Result.from_dict(printable(item)) for item in items]
     except (KeyError, TypeError, ValueError) as error:
         raise ResultsFileError(f"{path} holds a result devicebench cannot read ({type(error).__name__}: "
                                f"{error})") from None
