@@ -28,6 +28,10 @@ from devicebench.workloads import Workload, class_probabilities, get_workload
 
 CHECKPOINT_FORMAT = "devicebench-checkpoint"
 CHECKPOINT_VERSION = 1
+# What `load_checkpoint` reads, and the type each must have: a file from someone else may hold anything.
+PAYLOAD_TYPES = {"workload": str, "hyperparameters": dict, "state_dict": dict, "image_shape": list,
+                 "preprocessing": dict, "output": str, "class_names": list, "trained": dict}
+SAVE_AGAIN = "save the model again with `devicebench run WORKLOAD --save FILE`"
 
 
 class CheckpointError(ValueError):
@@ -96,31 +100,48 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     if not path.is_file():
         raise CheckpointError(f"{path}: no such file; write one with `devicebench run WORKLOAD --save {path}`")
     try:
+        # weights_only: tensors and plain data only; a pickled object that would run code is refused, never built
         payload = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError) as error:
-        raise CheckpointError(f"{path}: not a checkpoint devicebench can read safely ({_first_line(error)})") from None
+    except pickle.UnpicklingError as error:
+        raise CheckpointError(
+            f"{path}: refused: PyTorch's safe loader (weights_only), which never runs code from the file, stopped at "
+            f"{_refusal_reason(error)!r}. A devicebench checkpoint holds only tensors and plain data, so this file "
+            f"is damaged or was not written by devicebench; {SAVE_AGAIN}"
+        ) from None
+    except (RuntimeError, EOFError, OSError, ValueError) as error:
+        raise CheckpointError(f"{path}: damaged, or not a PyTorch checkpoint ({_first_line(error)}); "
+                              f"{SAVE_AGAIN}") from None
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointError(f"{path}: not a devicebench checkpoint (written by `devicebench run --save`?)")
     if payload.get("version") != CHECKPOINT_VERSION:
         raise CheckpointError(f"{path}: checkpoint version {payload.get('version')}; this devicebench reads "
                               f"version {CHECKPOINT_VERSION}: upgrade devicebench")
+    wrong = [f"{key} (want {kind.__name__})" for key, kind in PAYLOAD_TYPES.items()
+             if not isinstance(payload.get(key), kind)]
+    if wrong:
+        raise CheckpointError(f"{path}: missing or malformed {', '.join(wrong)}; {SAVE_AGAIN}")
     try:
         workload = get_workload(payload["workload"])
     except KeyError as error:
         raise CheckpointError(f"{path}: {error.args[0]}") from None
-    model = workload.build_model(payload["hyperparameters"])
     try:
+        model = workload.build_model(payload["hyperparameters"])
         model.load_state_dict(payload["state_dict"])
-    except RuntimeError as error:
-        raise CheckpointError(f"{path}: its weights do not fit {workload.name} as this devicebench builds it "
-                              f"({_first_line(error)})") from None
+        preprocessing = rebuild(payload["preprocessing"])
+    except (RuntimeError, TypeError, ValueError, KeyError) as error:
+        raise CheckpointError(f"{path}: its settings or weights do not fit {workload.name} as this devicebench "
+                              f"builds it ({_first_line(error)}); {SAVE_AGAIN}") from None
+    image_shape = tuple(payload["image_shape"])
+    if image_shape != workload.image_shape:  # images are resized to it: a made-up size could be any size at all
+        raise CheckpointError(f"{path}: images of shape {image_shape}, but {workload.name} takes "
+                              f"{workload.image_shape}; {SAVE_AGAIN}")
     return Checkpoint(
         model=model.eval(),
         workload=workload.name,
-        image_shape=tuple(payload["image_shape"]),
-        preprocessing=rebuild(payload["preprocessing"]),
+        image_shape=image_shape,
+        preprocessing=preprocessing,
         output=payload["output"],
-        class_names=tuple(payload["class_names"]),
+        class_names=tuple(str(name) for name in payload["class_names"]),
         trained=payload["trained"],
     )
 
@@ -159,6 +180,16 @@ def predict(checkpoint: Checkpoint, paths: list[str | Path], *, inputs=prepare) 
 def _names(checkpoint: Checkpoint, count: int) -> list[str]:
     names = list(checkpoint.class_names[:count])
     return names + [f"class {index}" for index in range(len(names), count)]  # outputs the data never used
+
+
+def _refusal_reason(error: pickle.UnpicklingError) -> str:
+    """What the weights-only loader objected to ("Unsupported global: GLOBAL posix.system ..."), without PyTorch's
+    advice around it, which is to load the file unsafely or to allow what it objected to."""
+    text = str(error)
+    _, marker, detail = text.partition("WeightsUnpickler error:")  # where PyTorch puts it, when it names it
+    lines = [line.strip() for line in (detail if marker else text.partition("\n")[2]).splitlines()]
+    reasons = [line for line in lines if line and not line.startswith("Check the documentation")]
+    return reasons[0].split(". ")[0].rstrip(".") if reasons else "a pickled object it does not allow"
 
 
 def _first_line(error: BaseException) -> str:

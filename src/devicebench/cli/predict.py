@@ -42,10 +42,11 @@ def predict_command(
     else:
         trained = checkpoint.trained
         accuracy = trained.get("test_accuracy")
-        table = Table(title=f"{checkpoint.workload} trained on {trained.get('device')}, {trained.get('epochs')} "
-                            f"epochs, {trained.get('data_source')} data"
-                            + (f", test accuracy {accuracy:.1%}" if accuracy is not None else ""),
-                      title_justify="left")
+        # escaped: what a checkpoint says of its training is whatever the file holds, shown as text, never markup
+        title = (f"{checkpoint.workload} trained on {trained.get('device')}, {trained.get('epochs')} epochs, "
+                 f"{trained.get('data_source')} data"
+                 + (f", test accuracy {accuracy:.1%}" if isinstance(accuracy, float) else ""))
+        table = Table(title=escape(title), title_justify="left")
         for column in ("Image", "Class", "Probability"):
             table.add_column(column, justify="right" if column == "Probability" else "left")
         for prediction in predictions:

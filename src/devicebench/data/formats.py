@@ -122,6 +122,7 @@ def read_mnist(folder: Path) -> Splits:
 
 CIFAR_IMAGE_SHAPE = (3, 32, 32)  # channels R, G, B; each a row-major 32 x 32 plane
 CIFAR_PIXEL_BYTES = 3 * 32 * 32  # 3072 bytes per image
+CIFAR_MAX_MEMBER_RECORDS = 50_000  # CIFAR-100's train.bin, the largest member of either release
 
 
 @dataclass(frozen=True)
@@ -179,7 +180,7 @@ def read_cifar_binary(archive_path: str | Path, layout: CifarLayout) -> Splits:
         # "r|gz" reads the archive front to back once: no seeking back through 170 MB of gzip
         with tarfile.open(archive_path, mode="r|gz") as archive:
             for member in archive:
-                _check_member_is_safe(member, archive_path)
+                _check_member_is_safe(member, archive_path, layout)
                 if member.name in wanted:
                     if not member.isfile():
                         raise DataFormatError(f"{archive_path}: member {member.name!r} is not a regular file")
@@ -202,13 +203,22 @@ def read_cifar_binary(archive_path: str | Path, layout: CifarLayout) -> Splits:
     return Splits(train_images, train_labels, test_images, test_labels)
 
 
-def _check_member_is_safe(member: tarfile.TarInfo, archive_path: Path) -> None:
-    """A CIFAR release holds only plain files and folders with relative names; anything else is tampering."""
+def _check_member_is_safe(member: tarfile.TarInfo, archive_path: Path, layout: CifarLayout) -> None:
+    """A CIFAR release holds only plain files and folders with relative names, none larger than its largest
+    member; anything else is tampering, refused before a byte of the member is read."""
     name = PurePosixPath(member.name)
     if name.is_absolute() or ".." in name.parts:
-        raise DataFormatError(f"{archive_path}: member {member.name!r} points outside the archive")
-    if not (member.isfile() or member.isdir()):
-        raise DataFormatError(f"{archive_path}: member {member.name!r} is a link or special file, not a regular file")
+        problem = "points outside the archive"
+    elif not (member.isfile() or member.isdir()):
+        problem = "is a link or special file, not a regular file"
+    elif member.size > CIFAR_MAX_MEMBER_RECORDS * layout.record_bytes:  # read whole into memory: cap it first
+        problem = f"declares {member.size:,} bytes, more than {CIFAR_MAX_MEMBER_RECORDS:,} records"
+    else:
+        return
+    raise DataFormatError(
+        f"{archive_path}: member {member.name!r} {problem}; this is not the CIFAR binary release: delete it and "
+        "devicebench downloads a verified copy"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import warnings
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,8 +29,11 @@ IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp")  # matched c
 # never handed to another plugin (EPS, for one, runs Ghostscript).
 ACCEPTED_FORMATS = ("JPEG", "PNG", "BMP", "GIF", "WEBP")
 # What Pillow raises for a file it cannot read: a bad header (UnidentifiedImageError, an OSError; SyntaxError from
-# some plugins), truncated data (OSError, EOFError), a mode it cannot convert (ValueError), too many pixels.
-PILLOW_READ_ERRORS = (OSError, SyntaxError, EOFError, ValueError, Image.DecompressionBombError)
+# some plugins), truncated data (OSError, EOFError), a mode it cannot convert (ValueError), too many pixels (the
+# warning too: `_open_image` raises it).
+PILLOW_READ_ERRORS = (
+    OSError, SyntaxError, EOFError, ValueError, Image.DecompressionBombError, Image.DecompressionBombWarning
+)
 
 TRAIN_SPLIT_NAMES = ("train", "training_set")  # the second is the seeds' layout
 TEST_SPLIT_NAMES = ("test", "test_set", "val", "validation")  # the first one present is used
@@ -124,13 +128,21 @@ def decode_image(data: bytes, *, channels: int, size: tuple[int, int], name: str
 
 
 def _open_image(source: str | Path | io.BytesIO) -> Image.Image:
-    return Image.open(source, formats=ACCEPTED_FORMATS)
+    """Open an image's header, refusing one that declares more than Image.MAX_IMAGE_PIXELS pixels.
+
+    Pillow raises DecompressionBombError only above twice its limit and merely warns between the two, after which
+    decoding would allocate the pixels; an image that large is no photo to benchmark on, so the warning is an error
+    here too. The limit itself is Pillow's and is never raised.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", Image.DecompressionBombWarning)
+        return Image.open(source, formats=ACCEPTED_FORMATS)
 
 
 def _describe_pillow_error(error: Exception) -> str:
     if isinstance(error, UnidentifiedImageError):  # its own message ends in the repr of a BytesIO: of no use
         return f"cannot identify image file as one of {', '.join(ACCEPTED_FORMATS)}"
-    if isinstance(error, Image.DecompressionBombError):
+    if isinstance(error, (Image.DecompressionBombError, Image.DecompressionBombWarning)):
         return f"too many pixels, a possible decompression bomb: {error}"
     return str(error) or type(error).__name__
 

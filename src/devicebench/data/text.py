@@ -280,8 +280,11 @@ def _extract_reviews(archive: Path) -> Path:
         # "r|gz" reads the archive front to back once; every member passes the filter, the reviews are written
         with tarfile.open(archive, mode="r|gz") as reader:
             reader.extractall(archive.parent, filter=reviews_only)
-    except tarfile.FilterError as error:
-        raise DataFormatError(f"{archive}: refused to extract an unsafe member ({error})") from error
+    except tarfile.FilterError as error:  # its message names the member and what is wrong with it
+        raise DataFormatError(
+            f"{archive}: refused to extract an unsafe member ({error}); the IMDB release holds only plain files "
+            f"inside {IMDB_FOLDER}/, so this archive is not it: delete it and devicebench downloads a verified copy"
+        ) from error
     except (tarfile.TarError, EOFError, zlib.error) as error:  # a missing file stays a FileNotFoundError
         raise DataFormatError(f"{archive}: not a readable .tar.gz ({error})") from error
     reviews_folder.mkdir(exist_ok=True)  # absent when the archive held no reviews; reading says so

@@ -11,14 +11,15 @@ is touched (nothing to `plt.close`, nothing left open in a notebook that imports
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 import re
 import statistics
 import textwrap
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from devicebench.report.tables import device_kind, swept_value
 from devicebench.results.compare import SPEED_SETTINGS, Row
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
+T = TypeVar("T")
 Colour = tuple[float, float, float]  # red, green, blue in 0..1, as matplotlib takes them
 
 DPI = 110  # dots per inch: a 7-inch chart is 770 pixels wide, sharp on screen and small inlined
@@ -79,6 +81,21 @@ class Sweep:
     held: tuple[tuple[str, str], ...]  # other swept settings held at their first value, when every line is too many
 
 
+def _text_as_given(draw: Callable[..., T]) -> Callable[..., T]:
+    """Names come from other machines' files: a `$` in one is a dollar sign, never mathtext (which a name such as
+    `$\\frac$` would make fail). Text takes the setting when it is created, so it holds while charts are built."""
+
+    @functools.wraps(draw)
+    def drawn(*arguments: Any, **options: Any) -> T:
+        import matplotlib
+
+        with matplotlib.rc_context({"text.parse_math": False}):
+            return draw(*arguments, **options)
+
+    return drawn
+
+
+@_text_as_given
 def workload_charts(workload: str, rows: Sequence[Row], published: Published | None) -> list[Chart]:
     """The charts of one workload, in reading order; a chart with nothing to show is left out."""
     drawn = [
@@ -92,6 +109,7 @@ def workload_charts(workload: str, rows: Sequence[Row], published: Published | N
             for kind, title, figure in drawn if figure is not None]
 
 
+@_text_as_given
 def summary_chart(rows_by_workload: Mapping[str, Sequence[Row]]) -> Chart | None:
     """The speedup of every row that has one, across all workloads; None when no row has a speedup."""
     measured = [(name, row) for name, rows in rows_by_workload.items() for row in rows if _has_speedup(row)]
@@ -107,6 +125,7 @@ def summary_chart(rows_by_workload: Mapping[str, Sequence[Row]]) -> Chart | None
     return Chart("summary-speedup", "Speedup across all workloads", _png(figure))
 
 
+@_text_as_given
 def sweep_charts(workload: str, rows: Sequence[Row]) -> list[Chart]:
     """The "Sweeps" charts of one workload's grid points, one per setting `sweep_series` finds; none when no
     numeric setting varies."""
