@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from result_fixtures import machine, run, session
 
-from devicebench.results.compare import compare
+from devicebench.report.tables import row_notes
+from devicebench.results.compare import Row, compare
 from devicebench.results.prices import Prices
 
 LAPTOP, SERVER = machine("laptop", "aaaa1111"), machine("server", "bbbb2222")
@@ -112,3 +113,41 @@ def test_tuned_devices_are_compared_at_their_own_precision_and_auto_batch_sizes_
     cpu, gpu = run("cpu", [2.0, 2.0, 2.0], batch_size=64), run("cuda:0", [2.0, 0.5, 0.5], batch_size=1024)
     rows = compare([session(machine("box", "m1"), [cpu, gpu])])["mnist-cnn2"]  # fixed sizes that differ
     assert rows[1].speedup is None and "batch_size=1024" in rows[1].speedup_note
+
+
+def cpu_row(epoch_times_per_repeat: list[list[float]]) -> Row:
+    """The one row of laptop CPU runs, repeat i with epoch times epoch_times_per_repeat[i] (epoch 1 warm-up)."""
+    runs = [run("cpu", times, repeat=index) for index, times in enumerate(epoch_times_per_repeat)]
+    (row,) = compare([session(LAPTOP, runs)])["mnist-cnn2"]
+    return row
+
+
+def test_epoch_time_cv_is_taken_over_each_repeat_s_median_steady_epoch_time():
+    # per-repeat medians 10, 10, 10, 10, 12 (the 30 s epoch is one repeat's outlier, not its median): mean 10.4,
+    # sample standard deviation sqrt((4 x 0.4² + 1.6²) / 4) = sqrt(0.8)
+    row = cpu_row([[20, 10, 10], [20, 10, 10, 30], [20, 9, 11], [20, 10, 10], [20, 12, 12]])
+    assert row.epoch_time_cv == pytest.approx(0.8 ** 0.5 / 10.4)  # 8.6%
+    assert row.epoch_time_cv_basis == "5 repeats"
+    assert ("laptop/cpu: noisy: steady epoch time varies 8.6% across 5 repeats (more than 5%): close other programs "
+            "or use more repeats before trusting this row") in row_notes([row])
+
+
+def test_a_repeatable_row_gets_no_noise_warning():
+    # per-repeat medians 10, 10.2, 9.8, 10, 10: standard deviation sqrt(0.08 / 4) = 0.141 on a mean of 10: 1.4%
+    row = cpu_row([[20, median, median] for median in (10, 10.2, 9.8, 10, 10)])
+    assert row.epoch_time_cv == pytest.approx(0.02 ** 0.5 / 10)
+    assert not [note for note in row_notes([row]) if "noisy" in note]
+
+
+def test_with_one_repeat_the_cv_comes_from_its_steady_epochs_and_says_so():
+    # steady epochs 10, 12, 10, 12 (the 20 s warm-up left out): mean 11, standard deviation sqrt(4 / 3)
+    row = cpu_row([[20, 10, 12, 10, 12]])
+    assert row.epoch_time_cv == pytest.approx((4 / 3) ** 0.5 / 11)  # 10.5%
+    assert row.epoch_time_cv_basis == "4 steady epochs of one repeat"
+    assert any("varies 10.5% across 4 steady epochs of one repeat (more than 5%)" in note for note in row_notes([row]))
+
+
+def test_one_steady_epoch_has_no_cv():
+    row = cpu_row([[20, 10]])
+    assert row.epoch_time_cv is None
+    assert not [note for note in row_notes([row]) if "noisy" in note]

@@ -19,7 +19,7 @@ from rich.text import Text
 
 from devicebench.engine.tuning import Tuning
 from devicebench.reproduce import Reproduction
-from devicebench.results.compare import Row, compare
+from devicebench.results.compare import NOISY_EPOCH_TIME_CV, Row, compare
 from devicebench.results.schema import Result, RunRecord
 from devicebench.results.stats import Spread
 from devicebench.workloads import Workload, get_workload
@@ -288,6 +288,11 @@ def row_notes(rows: list[Row]) -> list[str]:
                 notes.append(f"{row.label} repeat {run.repeat + 1}: {run.status}: {run.error}")
         for diagnosis in dict.fromkeys(run.input_diagnosis for run in row.runs if run.input_verdict == "input-bound"):
             notes.append(f"{row.label}: input-bound: {diagnosis}")
+        cv = row.epoch_time_cv
+        if cv is not None and cv > NOISY_EPOCH_TIME_CV:
+            notes.append(f"{row.label}: noisy: steady epoch time varies {cv:.1%} across {row.epoch_time_cv_basis} "
+                         f"(more than {NOISY_EPOCH_TIME_CV:.0%}): close other programs or use more repeats before "
+                         f"trusting this row")
         if row.scaling_efficiency is not None:
             world = row.settings["world_size"]
             notes.append(f"{row.label}: scaling efficiency {row.scaling_efficiency:.0%}: {world} processes gave "

@@ -28,6 +28,7 @@ SPEED_SETTINGS = ("mode", "precision", "batch_size", "batch_size_auto", "data_so
 # its own batch size: the comparison is then each device at its best.
 SAME_WORK_SETTINGS = ("mode", "precision", "batch_size", "batch_size_auto", "data_source", "workers", "overrides")
 DEFAULT_BASELINE = "cpu"
+NOISY_EPOCH_TIME_CV = 0.05  # above this, steady epoch time varies too much across repeats to trust the row
 SECONDS_PER_HOUR = 3600.0
 JOULES_PER_WATT_HOUR = 3600.0
 TERA = 1e12  # FLOP/s per TFLOP/s
@@ -77,6 +78,28 @@ class Row:
     @property
     def step_time_ms(self) -> Spread | None:
         return _spread_or_none([epoch.step_time_ms for epoch in self.steady_epochs])
+
+    @property
+    def epoch_time_cv(self) -> float | None:
+        """How repeatable the steady epoch time is: its coefficient of variation (sample standard deviation / mean,
+        a fraction), across each repeat's median steady epoch time, or across the steady epochs themselves when
+        there is a single repeat (`epoch_time_cv_basis` says which). None with fewer than two values."""
+        times, _ = self._repeatability_sample()
+        if len(times) < 2:
+            return None
+        return statistics.stdev(times) / statistics.fmean(times)
+
+    @property
+    def epoch_time_cv_basis(self) -> str:
+        """What `epoch_time_cv` varies across: `5 repeats`, or `4 steady epochs of one repeat`."""
+        return self._repeatability_sample()[1]
+
+    def _repeatability_sample(self) -> tuple[list[float], str]:
+        medians = per_repeat_medians(self, "train_time_s")
+        if len(medians) >= 2:
+            return medians, f"{len(medians)} repeats"
+        times = [epoch.train_time_s for epoch in self.steady_epochs]
+        return times, f"{len(times)} steady epochs of one repeat"
 
     @property
     def process_cpu_percent(self) -> Spread | None:
@@ -263,13 +286,16 @@ def _attach_speedup(row: Row, rows: list[Row], spec: str) -> None:
     row.speedup_note = f"95% interval from {source}" if row.speedup.low is not None else "one sample: no interval"
 
 
+def per_repeat_medians(row: Row, measure: str) -> list[float]:
+    """The median of `measure` (an EpochRecord field) over each repeat's steady epochs, one value per repeat."""
+    return [statistics.median(getattr(epoch, measure) for epoch in run.steady_epochs)
+            for run in row.runs if run.steady_epochs]
+
+
 def _interval_samples(baseline: Row, row: Row) -> tuple[list[float], list[float], str]:
     """Per-repeat steady medians when both sides have two repeats or more, else every steady epoch."""
-
-    def per_repeat(target: Row) -> list[float]:
-        return [statistics.median(e.samples_per_s for e in run.steady_epochs) for run in target.runs if run.steady_epochs]
-
-    baseline_repeats, own_repeats = per_repeat(baseline), per_repeat(row)
+    baseline_repeats = per_repeat_medians(baseline, "samples_per_s")
+    own_repeats = per_repeat_medians(row, "samples_per_s")
     if len(baseline_repeats) >= 2 and len(own_repeats) >= 2:
         return baseline_repeats, own_repeats, "repeats"
     return [e.samples_per_s for e in baseline.steady_epochs], [e.samples_per_s for e in row.steady_epochs], "epochs"
