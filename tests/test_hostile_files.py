@@ -261,7 +261,6 @@ def test_rich_markup_from_one_machine_is_printed_literally(tmp_path, make_result
         assert f"repeat 1: failed: error {markup}" in shown  # the note
 
 
-@pytest.mark.xfail(strict=True, reason="report/tables.py puts Row.label into a cell unescaped (see SECURITY.md)")
 def test_rich_markup_in_a_machine_name_is_printed_literally_when_machines_are_compared(tmp_path, make_result,
                                                                                       make_run):
     for index, name in enumerate(("[bold red]x[/]", "other")):
@@ -272,8 +271,6 @@ def test_rich_markup_in_a_machine_name_is_printed_literally_when_machines_are_co
     assert "│ [bold red]x[/]/cpu" in outcome.stdout  # the row label, as typed
 
 
-@pytest.mark.xfail(strict=True, reason="report/tables.py history_table puts names into cells unescaped, so a "
-                                       "closing tag alone is a MarkupError (see SECURITY.md)")
 def test_a_stray_closing_tag_in_a_machine_name_does_not_break_history(tmp_path, make_result, make_run):
     make_result("[/bold]", [make_run()]).write_json(tmp_path / "from-elsewhere.json")
     assert cli.invoke(app, ["import", str(tmp_path / "from-elsewhere.json")]).exit_code == 0

@@ -199,7 +199,8 @@ def median_text(value: Spread | None, digits: int) -> str:
 
 
 def _cells(row: Row, one_machine: bool, priced: bool, energy: bool, entry: Workload | None) -> list[str]:
-    label = (f"{row.device} ({row.differs_by})" if row.differs_by else row.device) if one_machine else row.label
+    # names come from other machines' files: markup in them is text (what is added below is ours)
+    label = escape((f"{row.device} ({row.differs_by})" if row.differs_by else row.device) if one_machine else row.label)
     if row.settings["batch_size_auto"] and "batch_size=" not in label:
         label += f" (batch {row.settings['batch_size']}, auto)"
     if row.settings["world_size"] > 1 and "world_size=" not in label:
@@ -334,7 +335,8 @@ def sweep_tables(rows_by_workload: dict[str, list[Row]], swept: list[str]) -> li
     for name, rows in rows_by_workload.items():
         for device in dict.fromkeys(row.device for row in rows):
             own = [row for row in rows if row.device == device]
-            table = Table(title=f"[bold]{name}[/] on {device} ({own[0].device_name}): a row per grid point",
+            table = Table(title=f"[bold]{escape(name)}[/] on {escape(device)} ({escape(own[0].device_name)}): a row "
+                                "per grid point",
                           title_justify="left")
             for column in [*swept, "Samples/s", "ms/step", "Waiting", "Busy", "Test acc", "vs baseline"]:
                 table.add_column(column.replace("_", " "), justify="right")
@@ -379,10 +381,10 @@ def history_table(results: list[Result], path: Path) -> Table:
             summary = run.summary()
             table.add_row(
                 run.started_utc[:16].replace("T", " "),  # to the minute: the run id tells runs apart
-                result.machine["machine_name"],
-                run.workload,
-                run.device,
-                f"[{STATUS_STYLES.get(run.status, 'red')}]{run.status}[/]",
+                escape(result.machine["machine_name"]),  # names from imported files: their markup is text
+                escape(run.workload),
+                escape(run.device),
+                Text(run.status, style=STATUS_STYLES.get(run.status, "red")),
                 f"{summary.epochs_completed}/{run.settings.epochs}",
                 number_text(summary.steady_samples_per_s, 0),
                 number_text(summary.steady_epoch_time_s, 2),
