@@ -129,6 +129,8 @@ def fake_pynvml(driver: bytes | str, init_fails: bool = False) -> types.ModuleTy
     pynvml.nvmlInit = nvml_init
     pynvml.nvmlShutdown = lambda: None
     pynvml.nvmlSystemGetDriverVersion = lambda: driver
+    pynvml.nvmlDeviceGetHandleByIndex = lambda index: f"handle {index}"
+    pynvml.nvmlDeviceGetEnforcedPowerLimit = lambda handle: 700_000  # milliwatts: an H100 SXM's 700 W
     return pynvml
 
 
@@ -293,6 +295,7 @@ def test_fingerprint_describes_each_cuda_gpu(fake_h100s):
         "driver": "550.54.15",
         "cuda_runtime": "12.4",
         "cudnn": "9.1.0",
+        "power_limit_w": 700.0,
     }
     assert fingerprint["accelerators"] == [{"device": "cuda:0", **h100}, {"device": "cuda:1", **h100}]
     assert fingerprint["cudnn"] == "9.1.0"

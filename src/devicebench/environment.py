@@ -208,6 +208,8 @@ def _accelerator_descriptions() -> tuple[dict, ...]:
 
 
 def _describe_cuda(device: torch.device) -> dict:
+    from devicebench.engine.monitor import power_limit_w  # here: the engine imports devices, which imports us
+
     properties = torch.cuda.get_device_properties(device)
     return {
         **_describe_common(device, properties.total_memory),
@@ -216,6 +218,7 @@ def _describe_cuda(device: torch.device) -> dict:
         "driver": _nvidia_driver_version(),
         "cuda_runtime": torch.version.cuda,  # None on ROCm, whose version is torch_hip_build
         "cudnn": _cudnn_version(),
+        "power_limit_w": power_limit_w(device.index or 0),  # a cap set below the default slows the GPU
     }
 
 

@@ -135,11 +135,30 @@ class _NvmlReader:
         except self._nvml.NVMLError:  # NVMLError_NotSupported on older GPUs: the caller integrates power instead
             return None
 
+    def power_limit_w(self) -> float | None:
+        """The power cap the driver enforces (a lowered cap slows the GPU); None where NVML cannot tell."""
+        try:
+            return self._nvml.nvmlDeviceGetEnforcedPowerLimit(self._handle) / 1000  # milliwatts
+        except self._nvml.NVMLError:
+            return None
+
     def close(self) -> None:
         try:
             self._nvml.nvmlShutdown()
         except self._nvml.NVMLError:
             pass  # the figures are already taken; a failed shutdown changes none of them
+
+
+def power_limit_w(cuda_index: int) -> float | None:
+    """The power cap NVML says the driver enforces on `cuda:<cuda_index>`, in watts; None without NVML."""
+    try:
+        reader = _NvmlReader.open(cuda_index)
+    except NvmlUnavailable:
+        return None
+    try:
+        return reader.power_limit_w()
+    finally:
+        reader.close()
 
 
 class Monitor:
