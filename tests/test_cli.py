@@ -132,3 +132,61 @@ def test_set_of_an_unknown_parameter_lists_the_known_ones():
     result = cli.invoke(app, ["run", "cifar100-mlp", *TINY_RUN, "--set", "depth=40"])
     assert result.exit_code == EXIT_USAGE
     assert "cifar100-mlp has no parameter 'depth'" in result.output and "learning_rate" in result.output
+
+
+def model_that_breaks(monkeypatch, name: str, at_step: int, error: Exception | None = None) -> None:
+    """Make `name`'s model raise `error` in its `at_step`-th training forward pass (counted over the whole run), or
+    with no error, return NaNs there: out of memory or a diverging loss at a step the test chooses."""
+    import dataclasses
+    import itertools
+    import math
+
+    from devicebench import workloads
+
+    entry = workloads.get_workload(name)
+
+    def build(hyperparameters):
+        model = entry.build_model(hyperparameters)
+        training_calls = itertools.count(1)
+
+        def at_the_step(module, inputs, output):
+            if inputs[0].device.type == "meta" or not module.training:  # FLOP counting, evaluation
+                return None
+            if next(training_calls) == at_step:
+                if error is not None:
+                    raise error
+                return output * math.nan
+            return None
+
+        model.register_forward_hook(at_the_step)
+        return model
+
+    monkeypatch.setitem(workloads._REGISTRY, name, dataclasses.replace(entry, build_model=build))
+
+
+@pytest.mark.parametrize(("error", "said"), [
+    (torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+     "out of memory at batch size 8 on cpu"),
+    (RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 9437184000 bytes"),
+     "out of host memory at batch size 8"),
+])
+def test_out_of_memory_mid_run_marks_the_row_keeps_the_epochs_and_exits_1(tmp_path, monkeypatch, error, said):
+    model_that_breaks(monkeypatch, "mnist-cnn2", at_step=5, error=error)  # 3 steps an epoch: epoch 2's 2nd step
+    output = tmp_path / "run.json"
+    result = cli.invoke(app, ["run", "mnist-cnn2", *TINY_RUN, "--batch-size", "8", "--json", str(output)])
+    assert result.exit_code == 1, result.output  # README: 1 some run failed or ran out of memory
+    shown = " ".join(result.stdout.split())
+    assert f"repeat 1: oom: {said}" in shown and "try a smaller --batch-size" in shown
+    run = json.loads(output.read_text())["runs"][0]
+    assert run["status"] == "oom" and run["settings"]["batch_size"] == 8
+    assert [epoch["epoch"] for epoch in run["epochs"]] == [1]  # the epoch before it is kept
+
+
+def test_a_nan_loss_marks_the_row_diverged_at_its_step_and_exits_0(tmp_path, monkeypatch):
+    model_that_breaks(monkeypatch, "mnist-cnn2", at_step=5)  # NaN outputs at step 5: epoch 2, its 2nd step
+    output = tmp_path / "run.json"
+    result = cli.invoke(app, ["run", "mnist-cnn2", *TINY_RUN, "--json", str(output)])
+    assert result.exit_code == 0, result.output  # README: a diverged run is a result, shown as diverged
+    assert "repeat 1: diverged: loss became nan at step 5 (epoch 2)" in " ".join(result.stdout.split())
+    run = json.loads(output.read_text())["runs"][0]
+    assert run["status"] == "diverged" and run["diverged_at_step"] == 5 and len(run["epochs"]) == 2

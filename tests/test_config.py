@@ -95,3 +95,21 @@ def test_set_and_its_flag_together_are_refused():
 def test_a_parameter_must_exist_in_every_selected_workload():
     with pytest.raises(ConfigError, match="mnist-cnn2 has no parameter 'momentum'"):
         RunConfig(workloads=("mnist-cnn2", "cifar10-mlp"), overrides=("momentum=0.9",))
+
+
+def test_numbers_a_run_cannot_hold_are_refused_and_the_largest_storable_passes(monkeypatch):
+    from devicebench.config import LARGEST_WHOLE_NUMBER
+
+    largest = dict(workloads=("mnist-cnn2",), max_eval_steps=LARGEST_WHOLE_NUMBER, seed=LARGEST_WHOLE_NUMBER)
+    assert RunConfig(**largest).seed == 2**63 - 1  # SQLite's largest INTEGER is still a run
+    for name in ("epochs", "batch_size", "max_steps", "max_eval_steps", "repeats", "seed"):
+        with pytest.raises(ConfigError, match=f"--{name.replace('_', '-')} {2**63} is too large"):
+            RunConfig(workloads=("mnist-cnn2",), **{name: 2**63})
+    with pytest.raises(ConfigError, match="--seed must be 0 or more, got -1"):
+        RunConfig(workloads=("mnist-cnn2",), seed=-1)
+    monkeypatch.setattr("os.cpu_count", lambda: 4)
+    assert RunConfig(workloads=("mnist-cnn2",), threads=4, workers=4).threads == 4
+    with pytest.raises(ConfigError, match="--threads 5 is more than this machine's 4 logical cores.*--threads 4 or"):
+        RunConfig(workloads=("mnist-cnn2",), threads=5)
+    with pytest.raises(ConfigError, match="--workers 5 is more than this machine's 4 logical cores"):
+        RunConfig(workloads=("mnist-cnn2",), workers=5)

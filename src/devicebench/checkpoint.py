@@ -97,7 +97,11 @@ def save_checkpoint(
 
 def load_checkpoint(path: str | Path) -> Checkpoint:
     path = Path(path)
-    if not path.is_file():
+    try:
+        found = path.is_file()
+    except OSError as error:  # a name the system refuses to look up: longer than it allows, say
+        raise CheckpointError(f"{path}: {error.strerror or error}; name another file") from None
+    if not found:
         raise CheckpointError(f"{path}: no such file; write one with `devicebench run WORKLOAD --save {path}`")
     try:
         # weights_only: tensors and plain data only; a pickled object that would run code is refused, never built
@@ -108,7 +112,8 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
             f"{_refusal_reason(error)!r}. A devicebench checkpoint holds only tensors and plain data, so this file "
             f"is damaged or was not written by devicebench; {SAVE_AGAIN}"
         ) from None
-    except (RuntimeError, EOFError, OSError, ValueError) as error:
+    # the safe unpickler meeting text or junk raises IndexError or KeyError as well
+    except (RuntimeError, EOFError, OSError, ValueError, IndexError, KeyError) as error:
         raise CheckpointError(f"{path}: damaged, or not a PyTorch checkpoint ({_first_line(error)}); "
                               f"{SAVE_AGAIN}") from None
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:

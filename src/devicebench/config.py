@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import os
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -33,6 +34,7 @@ MODES = {
 }
 PRECISIONS = ("auto", "fp32", "bf16")  # auto: tuned mode tries bf16 where the device computes it natively
 COMPILE_CHOICES = ("auto", "on", "off")  # auto: tuned mode tries torch.compile on GPUs
+LARGEST_WHOLE_NUMBER = 2**63 - 1  # SQLite's INTEGER, where every setting is stored
 
 
 class ConfigError(ValueError):
@@ -76,6 +78,9 @@ class RunConfig:
                 raise ConfigError(f"unknown {flag} {value!r}; choose one of: {', '.join(choices)}")
         if self.nproc < 1 or self.nnodes < 1:
             raise ConfigError(f"--nproc and --nnodes must be at least 1, got {self.nproc} and {self.nnodes}")
+        if self.seed < 0:
+            raise ConfigError(f"--seed must be 0 or more, got {self.seed}")
+        self._check_sizes()
         if self.nproc * self.nnodes > 1:
             self._check_distributable()
         if self.batch_size_auto and self.batch_size is not None:
@@ -103,6 +108,21 @@ class RunConfig:
         for workload in self.selected_workloads():  # unknown names and parameters fail here, before any training
             if self.overrides_for(workload):
                 self._check_buildable(workload)
+
+    def _check_sizes(self) -> None:
+        """Numbers too large to store, and more threads or loader processes than the machine has cores (a typo:
+        each is a thread or a process started, and they would only compete for the cores)."""
+        for name in ("epochs", "batch_size", "max_steps", "max_eval_steps", "repeats", "seed", "nproc", "nnodes"):
+            value = getattr(self, name)
+            if value is not None and value > LARGEST_WHOLE_NUMBER:
+                raise ConfigError(f"--{name.replace('_', '-')} {value} is too large: at most {LARGEST_WHOLE_NUMBER}, "
+                                  "the largest whole number the results database stores")
+        cores = os.cpu_count() or 1
+        for flag, value, what in (("--threads", self.threads, "threads"), ("--workers", self.workers,
+                                                                          "loader processes")):
+            if value is not None and value > cores:
+                raise ConfigError(f"{flag} {value} is more than this machine's {cores} logical cores, and more {what} "
+                                  f"than cores only compete for them; use {flag} {cores} or less")
 
     def _check_own_model(self) -> None:
         """--model, --data, --loss and --optimizer name a model of the user's, and only together."""
@@ -241,6 +261,9 @@ def _parameter_value(workload: Workload, name: str, text: str) -> Any:
         raise ConfigError(f"--set {name}={text!r}: {workload.name}'s {name} is a {kind.__name__} "
                           f"(its default is {default!r})") from None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, int) and value > LARGEST_WHOLE_NUMBER:
+            raise ConfigError(f"--set {name}={text!r} is too large: at most {LARGEST_WHOLE_NUMBER}, the largest whole "
+                              "number the results database stores")
         if not math.isfinite(value) or value < 0 or (name in ("batch_size", "epochs") and value < 1):
             raise ConfigError(f"--set {name}={text!r}: must be a finite number"
                               f"{' of at least 1' if name in ('batch_size', 'epochs') else ', zero or more'}")

@@ -159,8 +159,9 @@ def _present_device(name: str, spec: str, present: list[torch.device]) -> torch.
             f"unknown device {asked}. devicebench knows {SPEC_HELP}. Devices present: {_listing(present)}."
         )
     kind, index = match["kind"], int(match["index"] or 0)
-    device = torch.device(kind) if kind in _SINGLE_DEVICE_KINDS and index == 0 else torch.device(kind, index)
-    if device not in present:
+    # looked up among the present devices, never built: torch.device() overflows on an index such as cuda:10**20
+    device = next((device for device in present if (device.type, device.index or 0) == (kind, index)), None)
+    if device is None:
         reason = _why_missing(kind, present)
         raise DeviceError(
             f"device {asked} is not available on this machine. Devices present: {_listing(present)}. "

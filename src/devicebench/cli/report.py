@@ -19,6 +19,8 @@ from devicebench.cli import (
     PriceOption,
     WorkloadFilter,
     app,
+    check_folder,
+    check_output_file,
     console,
     fail,
     open_store,
@@ -48,8 +50,8 @@ def report(
     [bold]devicebench report --workload 'mnist-*' --machine laptop --out mnist.html[/]: a part of them.
     """
     prices = prices_from(price)
-    if not out.parent.is_dir():  # as export and run --json do: a mistyped folder is not created behind your back
-        raise fail(f"cannot write {out}: folder {out.parent} does not exist; create it first")
+    check_output_file("--out", out)  # as export and run --json do: a mistyped folder is not created behind your back
+    check_folder("--png", png)
     with open_store(db) as store:
         results = store.results(workload=workload, machine=machine, last=last)
     try:

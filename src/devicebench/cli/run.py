@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,12 +19,16 @@ from devicebench import runner
 from devicebench.cli import (
     EXIT_FAILED_RUN,
     EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
     DatabaseOption,
     app,
+    check_folder,
+    check_output_file,
     console,
     errors,
     fail,
     open_store,
+    sigterm_as_interrupt,
 )
 from devicebench.config import ConfigError, RunConfig
 from devicebench.devices import DeviceError
@@ -149,13 +154,21 @@ def run(
 
     [bold]devicebench run --model mypkg.models:build --data mypkg.data:load --epochs 3[/]: your own model.
 
-    Exit status: 0 done, 1 a run failed or ran out of memory, 2 a bad request, 130 interrupted (Ctrl-C).
+    Exit status: 0 done, 1 a run failed or ran out of memory, 2 a bad request, 130 interrupted (Ctrl-C), 143
+    stopped by SIGTERM (the finished epochs are kept, as on Ctrl-C).
     """
     if devices == "all-gpus":  # every local GPU, one process each
         if not torch.cuda.is_available():
             raise fail("--devices all-gpus: this machine has no GPU that torch can use (see `devicebench devices`)")
         nproc = torch.cuda.device_count() if nproc == 1 else nproc
         devices = "cuda"
+    given = (("--node-rank", node_rank != 0), ("--rdzv-endpoint", rdzv_endpoint is not None),
+             ("--per-device-batch", per_device_batch))
+    several = [flag for flag, present in given if present]
+    if several and nproc * nnodes == 1:  # they would be ignored: say so rather than run something else than asked
+        raise fail(f"{' and '.join(several)} {'is' if len(several) == 1 else 'are'} for training in several "
+                   "processes; add --nproc N (and --nnodes for several machines), or leave "
+                   f"{'it' if len(several) == 1 else 'them'} out")
     try:
         auto = batch_size is not None and batch_size.strip().lower() == "auto"
         config = RunConfig(
@@ -179,8 +192,7 @@ def run(
             raise fail(f"--save keeps torch models; {selected[0].name} is not one")
         if model is not None:
             raise fail("--save keeps a workload's model for `devicebench predict`; your own model you save yourself")
-        if not save.parent.is_dir():
-            raise fail(f"cannot write --save {save}: folder {save.parent} does not exist; create it first")
+        check_output_file("--save", save)
     if nproc * nnodes > 1:
         if save is not None or tensorboard is not None:
             raise fail("--save and --tensorboard do not work with --nproc yet; run in one process to use them")
@@ -201,6 +213,7 @@ def train_distributed(config: RunConfig, node_rank: int, rdzv_endpoint: str | No
     except ValueError as error:
         raise fail(str(error)) from None
     kind = _one_device_kind(config.devices, config.nproc)
+    check_paths(config, json_file)
     store = open_store(db)  # a database that is not ours is refused here, before any process starts
     errors.print(f"Training on {launch.world_size} {kind} processes ({config.nproc} on this machine) through "
                  "torchrun; rank 0 shows each epoch as it ends", highlight=False)
@@ -233,11 +246,24 @@ def _one_device_kind(devices: str, nproc: int) -> str:
     kind = {"cpu": "cpu", "cuda": "cuda", "auto": "cuda" if torch.cuda.is_available() else "cpu"}
     if devices not in kind:
         raise fail(f"--nproc needs one kind of device for every process: --devices cpu or cuda, not {devices!r}")
+    cores = os.cpu_count() or 1
+    if kind[devices] == "cpu" and nproc > cores:  # each process is started: a typo must not start thousands
+        raise fail(f"--nproc {nproc} on the CPU needs a core per process, but this machine has {cores}; use --nproc "
+                   f"{cores} or less")
     if kind[devices] == "cuda" and nproc > torch.cuda.device_count():
         raise fail(f"--nproc {nproc} needs {nproc} GPUs, but this machine has {torch.cuda.device_count()}; use "
                    f"--nproc {torch.cuda.device_count() or 1}" + ("" if torch.cuda.device_count() else
                                                                    " with --devices cpu"))
     return kind[devices]
+
+
+def check_paths(config: RunConfig, json_file: Path | None, tensorboard: Path | None = None) -> None:
+    """The paths a run reads from and writes to, checked before any training: finding out after an hour of it that
+    the JSON cannot be written, or that a mistyped --data-dir was taken for a new download folder, is too late."""
+    if json_file is not None:
+        check_output_file("--json", json_file)
+    check_folder("--tensorboard", tensorboard)
+    check_folder("--data-dir", Path(config.data_dir) if config.data_dir else None, must_exist=True)
 
 
 def whole_number(flag: str, text: str | None) -> int | None:
@@ -258,6 +284,7 @@ class Outcome:
     json_file: Path | None
     store_path: Path
     store_failure: str | None  # why the database stopped taking runs, if it did
+    terminated: bool = False  # stopped by SIGTERM rather than Ctrl-C
 
 
 def train_and_show(
@@ -273,8 +300,7 @@ def train_and_show(
     """Train with every listener attached, print the tables, write the JSON: what `run`, `reproduce` and
     `sweep` share. Every failure to start (a bad path, a foreign database, a missing device) comes before
     any training."""
-    if json_file is not None and not json_file.parent.is_dir():  # find out now, not after an hour of training
-        raise fail(f"cannot write --json {json_file}: folder {json_file.parent} does not exist; create it first")
+    check_paths(configs[0], json_file, tensorboard)
     listeners = []
     if tensorboard is not None:
         try:
@@ -286,7 +312,8 @@ def train_and_show(
     screen = RichReporter(errors, quiet=quiet)
     try:
         # the store hears each event first: an epoch is kept before it is shown, so Ctrl-C loses nothing printed
-        result = runner.sweep(configs, runner.ReporterGroup(recorder, screen, *listeners), save_to=save_to)
+        with sigterm_as_interrupt() as signals:
+            result = runner.sweep(configs, runner.ReporterGroup(recorder, screen, *listeners), save_to=save_to)
     except DeviceError as error:
         raise fail(str(error)) from None
     finally:
@@ -303,7 +330,8 @@ def train_and_show(
         errors.print(f"Results written to {json_file}")
     if recorder.failure is None:
         errors.print(f"Runs stored in {store.path}")
-    return Outcome(result, json_file, store.path, None if recorder.failure is None else str(recorder.failure))
+    return Outcome(result, json_file, store.path, None if recorder.failure is None else str(recorder.failure),
+                   terminated=bool(signals))
 
 
 def exit_for(outcome: Outcome) -> None:
@@ -316,6 +344,8 @@ def exit_for(outcome: Outcome) -> None:
         finished = sum(len(record.epochs) for record in result.runs)
         kept = f"{finished} finished epoch{'' if finished == 1 else 's'}"
         places = ["above", f"in {outcome.store_path}"] + ([f"in {outcome.json_file}"] if outcome.json_file else [])
-        raise fail(f"interrupted; {kept} kept " + ", ".join(places), EXIT_INTERRUPTED)
+        how, status = ("stopped by SIGTERM", EXIT_TERMINATED) if outcome.terminated else \
+            ("interrupted", EXIT_INTERRUPTED)
+        raise fail(f"{how}; {kept} kept " + ", ".join(places), status)
     if any(record.status in ("failed", "oom") for record in result.runs):
         raise typer.Exit(EXIT_FAILED_RUN)

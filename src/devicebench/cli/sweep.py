@@ -46,9 +46,10 @@ def parse_set_grid(items: list[str]) -> list[tuple[str, ...]]:
     axes = []
     for item in items:
         name, equals, values = item.partition("=")
-        if not equals or not name.strip() or not values.strip():
+        axis = [f"{name.strip()}={value.strip()}" for value in values.split(",") if value.strip()]
+        if not equals or not name.strip() or not axis:  # 'depth=,' names no value, like 'depth='
             raise fail(f"--set {item!r} is not KEY=VALUE[,VALUE...]; write e.g. --set depth=8,16,32")
-        axes.append([f"{name.strip()}={value.strip()}" for value in values.split(",") if value.strip()])
+        axes.append(axis)
     return list(itertools.product(*axes))
 
 @app.command()

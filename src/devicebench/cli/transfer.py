@@ -16,6 +16,7 @@ from devicebench.cli import (
     MachineFilter,
     WorkloadFilter,
     app,
+    check_output_file,
     console,
     fail,
     open_store,
@@ -48,8 +49,7 @@ def export(
     write = EXPORT_WRITERS.get(file.suffix.lower())
     if write is None:
         raise fail(f"cannot export to {file}: the name must end in {' or '.join(EXPORT_WRITERS)}")
-    if not file.parent.is_dir():
-        raise fail(f"cannot write {file}: folder {file.parent} does not exist; create it first")
+    check_output_file("to", file)
     with open_store(db) as store:
         results = store.results(workload=workload, machine=machine, last=last)
     write(file, results)

@@ -15,6 +15,7 @@ or from a TOML file for several machines:
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 from collections.abc import Mapping
@@ -53,29 +54,54 @@ class Prices:
 
 def parse_prices(text: str) -> Prices:
     """`cpu=0.10,cuda=2.50` or the path of a TOML file (see the module docstring)."""
-    if text.endswith(".toml") or Path(text).is_file():
-        return _read_toml(Path(text))
-    return Prices(default=_parse_table(dict(_pair(item, text) for item in text.split(",") if item.strip()), text))
+    path = Path(text)
+    kind = _existing_kind(path) if text.strip() else None  # Path('') is the current folder, not what '' means
+    if kind == "folder":
+        raise PriceError(f"--price {text!r} is a folder; give DEVICE=PRICE pairs such as cpu=0.10,cuda=2.50, or a "
+                         "TOML file of prices")
+    if text.endswith(".toml") or kind == "file":
+        return _read_toml(path)
+    where = f"--price {text!r}"
+    pairs = [_pair(item, where) for item in text.split(",") if item.strip()]
+    if not pairs:
+        raise PriceError(f"{where} names no prices; write e.g. --price cpu=0.10,cuda=2.50")
+    devices = [device for device, _ in pairs]
+    repeated = sorted({device for device in devices if devices.count(device) > 1})
+    if repeated:
+        raise PriceError(f"{where} prices {', '.join(repeated)} more than once; give each device one price")
+    return Prices(default=_parse_table(dict(pairs), where))
 
 
-def _pair(item: str, whole: str) -> tuple[str, str]:
+def _existing_kind(path: Path) -> str | None:
+    """"folder", "file", or None: nothing there, or a name the system will not look up (one too long, say)."""
+    try:
+        return "folder" if path.is_dir() else "file" if path.is_file() else None
+    except OSError:
+        return None
+
+
+def _pair(item: str, where: str) -> tuple[str, str]:
     name, equals, value = item.partition("=")
-    if not equals:
-        raise PriceError(f"--price {whole!r}: {item.strip()!r} is not DEVICE=PRICE; write e.g. cpu=0.10,cuda=2.50")
+    if not equals or not name.strip():
+        raise PriceError(f"{where}: {item.strip()!r} is not DEVICE=PRICE; write e.g. cpu=0.10,cuda=2.50")
     return name.strip().lower(), value.strip()
 
 
-def _parse_table(table: Mapping[str, Any], where: str) -> dict[str, float]:
+def _parse_table(table: object, where: str) -> dict[str, float]:
+    if not isinstance(table, Mapping):
+        raise PriceError(f"{where} is not a table of DEVICE = PRICE lines")
     prices = {}
     for device, value in table.items():
         if not _DEVICE_NAME.match(str(device)):
             raise PriceError(f"{where}: unknown device {device!r}; prices are for cpu, cuda, cuda:N, mps or xpu")
         try:
+            if isinstance(value, bool):  # TOML's true would otherwise be a price of 1
+                raise TypeError(value)
             price = float(value)
         except (TypeError, ValueError):
             raise PriceError(f"{where}: the price of {device} must be a number per hour, got {value!r}") from None
-        if not price >= 0:  # also refuses NaN
-            raise PriceError(f"{where}: the price of {device} must be zero or more, got {value!r}")
+        if not 0 <= price < math.inf:  # also refuses NaN
+            raise PriceError(f"{where}: the price of {device} must be a finite number, zero or more, got {value!r}")
         prices[str(device)] = price
     return prices
 
@@ -84,12 +110,18 @@ def _read_toml(path: Path) -> Prices:
     try:
         data = tomllib.loads(path.read_text())
     except FileNotFoundError:
-        raise PriceError(f"price file {path} does not exist") from None
+        raise PriceError(f"price file {path} does not exist; check the path, or give prices such as "
+                         "--price cpu=0.10,cuda=2.50") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise PriceError(f"cannot read price file {path} ({error}); give a readable TOML file") from None
     except tomllib.TOMLDecodeError as error:
         raise PriceError(f"price file {path} is not valid TOML: {error}") from None
     unknown = set(data) - {"default", "machine"}
     if unknown:
         raise PriceError(f"price file {path}: unknown section(s) {', '.join(sorted(unknown))}; use [default] and "
                          "[machine.NAME]")
-    machines = {name: _parse_table(table, f"{path} [machine.{name}]") for name, table in data.get("machine", {}).items()}
+    machine_tables = data.get("machine", {})
+    if not isinstance(machine_tables, Mapping):
+        raise PriceError(f"price file {path}: machine is not a table; write [machine.NAME] sections")
+    machines = {name: _parse_table(table, f"{path} [machine.{name}]") for name, table in machine_tables.items()}
     return Prices(default=_parse_table(data.get("default", {}), f"{path} [default]"), machines=machines)
