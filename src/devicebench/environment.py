@@ -208,7 +208,8 @@ def _accelerator_descriptions() -> tuple[dict, ...]:
 
 
 def _describe_cuda(device: torch.device) -> dict:
-    from devicebench.engine.monitor import power_limit_w  # here: the engine imports devices, which imports us
+    # imported here: the engine imports devices, which imports this module
+    from devicebench.engine.monitor import power_limit_w
 
     properties = torch.cuda.get_device_properties(device)
     return {
