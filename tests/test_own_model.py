@@ -50,6 +50,15 @@ class TinyNet(nn.Module):
 TINY_NET_FLOPS = 3 * 2 * (FEATURES * 32 + 32 * CLASSES) - 2 * FEATURES * 32
 
 
+def loss_only_step(model, batch, optimizer):
+    """The usual step written as a user's own, handing back only the loss."""
+    loss = nn.functional.cross_entropy(model(batch[0]), batch[1])
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
 def epochs_of(result: db.Result) -> list[tuple]:
     return [(epoch.steps, epoch.samples, epoch.train_loss, epoch.train_accuracy, epoch.test_loss, epoch.test_accuracy)
             for record in result.runs for epoch in record.epochs]
@@ -154,14 +163,7 @@ def test_a_train_step_of_your_own_is_called_every_step_and_timed_like_any_step()
 
 
 def test_a_train_step_that_returns_only_the_loss_counts_no_training_accuracy():
-    def step(model, batch, optimizer):
-        loss = nn.functional.cross_entropy(model(batch[0]), batch[1])
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        return loss
-
-    [record] = db.run(model=TinyNet, data=tensors(), train_step=step, **QUICK).runs
+    [record] = db.run(model=TinyNet, data=tensors(), train_step=loss_only_step, **QUICK).runs
     assert record.status == "ok"
     assert [epoch.train_accuracy for epoch in record.epochs] == [None, None, None]
     assert all(epoch.test_accuracy is not None for epoch in record.epochs)  # evaluation is the engine's
@@ -353,14 +355,7 @@ def test_own_workload_names_a_model_after_its_class_and_keeps_your_name_when_giv
 
 
 def test_tuned_mode_and_an_auto_batch_size_apply_to_your_model_and_your_step():
-    def step(model, batch, optimizer):
-        loss = nn.functional.cross_entropy(model(batch[0]), batch[1])
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        return loss
-
-    tuned = db.run(model=TinyNet, data=tensors(800), train_step=step, **{**QUICK, "mode": "tuned"})
+    tuned = db.run(model=TinyNet, data=tensors(800), train_step=loss_only_step, **{**QUICK, "mode": "tuned"})
     [record] = tuned.runs
     assert record.status == "ok" and record.settings.mode == "tuned"
     assert record.settings.fused_optimizer and "trial samples/s" in record.tuning_note  # Adam's fused step
