@@ -80,12 +80,16 @@ def test_every_field_survives_including_a_nan_loss_stored_as_null(tmp_path, make
     diverged = make_run(status="diverged", error="loss became nan at step 41 (epoch 3)", diverged_at_step=41)
     diverged.epochs[2].train_loss = float("nan")
     diverged.epochs[2].test_loss = float("inf")
-    result = make_result("laptop", [make_run(), diverged])
+    diverged.epochs[1].rank_device_utilization_percent = [91.5, None]  # a list, kept as JSON text
+    compiled = make_run(compile_recompiles=2, compile_graph_breaks=1)
+    result = make_result("laptop", [compiled, diverged])
     with Store(tmp_path / "results.sqlite") as store:
         replay(StoreReporter(store), result)
         stored = store.results()
     assert [stored_result.to_dict() for stored_result in stored] == [as_strict_json(result, tmp_path)]
     assert stored[0].runs[1].epochs[2].train_loss is None and stored[0].runs[1].epochs[1].train_loss == 1.0
+    assert stored[0].runs[1].epochs[1].rank_device_utilization_percent == [91.5, None]
+    assert (stored[0].runs[0].compile_recompiles, stored[0].runs[0].compile_graph_breaks) == (2, 1)
     database = sqlite3.connect(tmp_path / "results.sqlite")
     assert database.execute("SELECT COUNT(*) FROM epochs WHERE train_loss IS NULL").fetchone() == (1,)
 

@@ -48,6 +48,8 @@ class EpochRecord:
     device_energy_j: float | None = None
     # data-parallel runs (engine/distributed.py): train_time_s is the slowest rank's, this the fastest's
     fastest_rank_train_time_s: float | None = None
+    # ... and each rank's own GPU utilisation, in rank order (device_utilization_percent is then their mean)
+    rank_device_utilization_percent: list[float | None] | None = None
 
 
 @dataclass
@@ -64,7 +66,8 @@ class RunSettings:
     precision: str = "fp32"  # "bf16": autocast (weights and optimizer stay fp32)
     mode: str = "seed"  # "seed": the published settings; "tuned": each device at its best (engine/tuning.py)
     workers: int = 0  # host loader processes; 0 = the training process loads
-    tf32_matmul: bool = False
+    tf32_matmul: bool = False  # CUDA fp32 matmuls on TF32 tensor cores (torch.backends.cuda.matmul.allow_tf32)
+    tf32_cudnn: bool = False  # CUDA fp32 convolutions and RNNs on TF32 tensor cores (torch.backends.cudnn.allow_tf32)
     # tuned mode's other choices (engine/tuning.py), all off in seed mode
     channels_last: bool = False
     fused_optimizer: bool = False
@@ -124,6 +127,8 @@ class RunRecord:
     input_diagnosis: str | None = None  # the verdict's numbers and the lever that would help, in a sentence
     tuning_note: str | None = None  # tuned mode: what each option measured in its trial, and which was kept
     peak_tflops: float | None = None  # the device's calibrated matmul peak at the run's precision, for MFU
+    compile_recompiles: int | None = None  # torch.compile: graphs compiled beyond the first; None when not compiled
+    compile_graph_breaks: int | None = None  # torch.compile: places the model left the graph for Python
 
     @property
     def steady_epochs(self) -> list[EpochRecord]:

@@ -187,9 +187,17 @@ def _add_ranks(connection: sqlite3.Connection) -> None:
     connection.execute("ALTER TABLE epochs ADD COLUMN fastest_rank_train_time_s REAL")
 
 
+def _add_compile_and_rank_figures(connection: sqlite3.Connection) -> None:
+    """Schema 8: what torch.compile really did (recompiles, graph breaks), and each rank's GPU utilisation."""
+    connection.execute("ALTER TABLE runs ADD COLUMN compile_recompiles INTEGER")
+    connection.execute("ALTER TABLE runs ADD COLUMN compile_graph_breaks INTEGER")
+    connection.execute("ALTER TABLE epochs ADD COLUMN rank_device_utilization_percent TEXT")  # a JSON list
+
+
 # MIGRATIONS[n] takes a database from schema n to n + 1; the newest schema is len(MIGRATIONS). Append, never edit.
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
-    _create_tables, _add_live_runs, _add_usage, _add_input_diagnosis, _add_flops, _add_tuning, _add_ranks
+    _create_tables, _add_live_runs, _add_usage, _add_input_diagnosis, _add_flops, _add_tuning, _add_ranks,
+    _add_compile_and_rank_figures,
 ]
 ABANDONED = "the process running it ended without finishing it (killed or crashed); its finished epochs are kept"
 
@@ -508,15 +516,26 @@ def _run_row(record: RunRecord) -> dict[str, Any]:
     return {**{column: data[column] for column in RUN_COLUMNS}, "settings_json": json.dumps(data["settings"])}
 
 
+LIST_EPOCH_COLUMNS = ("rank_device_utilization_percent",)  # lists, kept as JSON text in their column
+
+
 def _epoch_row(run_id: str, epoch: EpochRecord) -> dict[str, Any]:
-    return {"run_id": run_id, **finite_or_none(dataclasses.asdict(epoch))}
+    row = finite_or_none(dataclasses.asdict(epoch))
+    return {"run_id": run_id, **row, **{column: _json_or_none(row[column]) for column in LIST_EPOCH_COLUMNS}}
+
+
+def _json_or_none(value: Any) -> str | None:
+    return None if value is None else json.dumps(value)
 
 
 def _assemble(sessions: list[sqlite3.Row], runs: list[sqlite3.Row], epochs: list[sqlite3.Row]) -> list[Result]:
     """Rows back into Results, through the dict form Result.from_dict reads."""
     epochs_by_run: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in epochs:
-        epochs_by_run[row["run_id"]].append({column: row[column] for column in EPOCH_COLUMNS})
+        epoch = {column: row[column] for column in EPOCH_COLUMNS}
+        for column in LIST_EPOCH_COLUMNS:
+            epoch[column] = None if epoch[column] is None else json.loads(epoch[column])
+        epochs_by_run[row["run_id"]].append(epoch)
     runs_by_session: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in runs:
         runs_by_session[row["result_id"]].append({
@@ -612,7 +631,9 @@ def _csv_rows(results: list[Result]) -> Iterator[dict[str, Any]]:
             settings = dataclasses.asdict(run.settings)
             settings["hyperparameters"] = json.dumps(settings["hyperparameters"])  # one cell
             for epoch in run.epochs:
-                yield {**identity, **settings, **finite_or_none(dataclasses.asdict(epoch))}
+                figures = finite_or_none(dataclasses.asdict(epoch))
+                yield {**identity, **settings, **figures,
+                       **{column: _json_or_none(figures[column]) for column in LIST_EPOCH_COLUMNS}}
 
 
 KEPT_CONTROL_CHARACTERS = "\n\t"  # line breaks and tabs in error messages are text; every other one is not
