@@ -140,10 +140,10 @@ def test_a_single_option_needs_no_trial():
     assert chosen.precision == "bf16" and note == ""
 
 
-def test_bf16_is_tried_only_where_the_cpu_computes_it_natively(monkeypatch):
-    monkeypatch.setattr(tuning, "cpu_isa", lambda: {"avx512f": True, "avx512_bf16": False, "amx_bf16": False})
+def test_bf16_is_tried_only_where_the_cpu_computes_it_natively(force_cpu_isa):
+    force_cpu_isa("avx2,avx512f")
     assert [option.precision for option in candidates(Tuning(), CPU, "auto", "auto")] == ["fp32"]
-    monkeypatch.setattr(tuning, "cpu_isa", lambda: {"avx512f": True, "avx512_bf16": True, "amx_bf16": False})
+    force_cpu_isa("avx2,avx512f,avx512_bf16")
     assert [option.precision for option in candidates(Tuning(), CPU, "auto", "auto")] == ["fp32", "bf16"]
     assert [option.precision for option in candidates(Tuning(), CPU, "fp32", "auto")] == ["fp32"]  # asked for
 

@@ -62,6 +62,17 @@ def is_out_of_memory(error: BaseException) -> bool:
     return isinstance(error, torch.OutOfMemoryError) or "can't allocate memory" in str(error)
 
 
+def native_bf16(device: torch.device) -> bool:
+    """Whether `device` computes bf16 matmuls in hardware (otherwise bf16 is emulated and only slower): AVX-512 BF16
+    or AMX on a CPU, Ampere or later on an NVIDIA GPU."""
+    if device.type == "cpu":
+        isa = environment.cpu_isa()
+        return isa["avx512_bf16"] or isa["amx_bf16"]
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported(including_emulation=False)
+    return False
+
+
 def synchronize(device: torch.device) -> None:
     """Wait until all work queued on the device has finished, so a clock read afterwards measures it."""
     kind = device.type

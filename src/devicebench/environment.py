@@ -114,6 +114,16 @@ def isa_from_cpuinfo(cpuinfo_text: str) -> dict[str, bool]:
     return {flag: flag in flags for flag in ISA_FLAGS}
 
 
+def isa_from_names(names: str) -> dict[str, bool]:
+    """Which of ISA_FLAGS a comma list names; ValueError for a name that is not one of them."""
+    chosen = {name.strip().lower() for name in names.split(",") if name.strip()}
+    unknown = chosen - set(ISA_FLAGS)
+    if unknown:
+        raise ValueError(f"${ISA_VARIABLE} names {', '.join(sorted(unknown))}; the flags it knows are "
+                         f"{', '.join(ISA_FLAGS)}")
+    return {flag: flag in chosen for flag in ISA_FLAGS}
+
+
 def isa_from_torch_capability(capability: str) -> dict[str, bool]:
     """Which of ISA_FLAGS PyTorch's CPU capability ("DEFAULT", "AVX2", "AVX512", ...) implies; it never shows AMX."""
     implied = _ISA_OF_TORCH_CAPABILITY.get(capability, set())
@@ -156,9 +166,20 @@ def _cpu_description() -> dict:
     }
 
 
+ISA_VARIABLE = "DEVICEBENCH_CPU_ISA"  # e.g. "avx2": take the CPU to have only these flags (tests, what-ifs)
+
+
 @functools.cache
 def cpu_isa() -> dict[str, bool]:
-    """Which of ISA_FLAGS this CPU has: what decides whether bf16 runs natively."""
+    """Which of ISA_FLAGS this CPU has: what decides whether bf16 runs natively.
+
+    $DEVICEBENCH_CPU_ISA, a comma list of ISA_FLAGS ("avx2", or "avx2,avx512f,avx512_bf16,amx_bf16,amx_tile"),
+    overrides the detection: the test suite uses it to behave as on an AVX2-only CPU or an AMX one, whichever it
+    runs on (set it before the first call: the answer is cached).
+    """
+    forced = os.environ.get(ISA_VARIABLE)
+    if forced is not None:
+        return isa_from_names(forced)
     cpuinfo = _cpuinfo_text()
     if cpuinfo:
         return isa_from_cpuinfo(cpuinfo)

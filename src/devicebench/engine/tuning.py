@@ -36,10 +36,9 @@ import torch
 from torch import nn
 
 from devicebench.data.pipeline import Batches, usable_cores
-from devicebench.devices import is_out_of_memory
+from devicebench.devices import is_out_of_memory, native_bf16
 from devicebench.engine.loop import TrainingSetup
 from devicebench.engine.timing import Stopwatch
-from devicebench.environment import cpu_isa
 
 Precision = Literal["fp32", "bf16"]
 TRIAL_WARMUP_STEPS = 3  # untimed: allocation, kernel selection, compilation
@@ -89,16 +88,6 @@ def base_tuning(device: torch.device, model: nn.Module, *, resident_possible: bo
         device_resident=cuda and resident_possible,
         allocator_keeps_memory=device.type == "cpu" and platform.libc_ver()[0] == "glibc",
     )
-
-
-def native_bf16(device: torch.device) -> bool:
-    """Whether `device` computes bf16 matmuls in hardware (otherwise bf16 is emulated and only slower)."""
-    if device.type == "cpu":
-        isa = cpu_isa()
-        return isa.get("avx512_bf16", False) or isa.get("amx_bf16", False)
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported(including_emulation=False)
-    return False
 
 
 def candidates(base: Tuning, device: torch.device, precision: str, compile_choice: str) -> list[Tuning]:
