@@ -56,10 +56,35 @@ def resolve_devices(spec: str) -> list[torch.device]:
     return resolved
 
 
+# What running out of memory says where PyTorch raises no OutOfMemoryError: the CPU allocator's RuntimeError (Linux,
+# Windows), and on a GPU an allocation that fails inside a library or a kernel launch ("CUDA error: out of memory",
+# HIP's and MPS's own wording) or inside cuBLAS, cuDNN or MIOpen, which report it as a status code
+_HOST_OUT_OF_MEMORY = ("can't allocate memory", "not enough memory")
+_DEVICE_OUT_OF_MEMORY = ("out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED",
+                         "miopenStatusAllocFailed")
+
+
+def out_of_memory(error: BaseException) -> str | None:
+    """"device" or "host" when `error` is that running out of memory, else None. Looks through the chain of causes,
+    because torch.compile wraps an error raised while compiling (Dynamo's BackendCompilerFailed, say) around it."""
+    seen: set[int] = set()
+    link: BaseException | None = error
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        if isinstance(link, torch.OutOfMemoryError):
+            return "device"
+        text = str(link)
+        if any(words in text for words in _HOST_OUT_OF_MEMORY):
+            return "host"
+        if any(words in text for words in _DEVICE_OUT_OF_MEMORY):
+            return "device"
+        link = link.__cause__ or link.__context__
+    return None
+
+
 def is_out_of_memory(error: BaseException) -> bool:
-    """Whether `error` is a device or the host running out of memory (the CPU allocator raises a plain
-    RuntimeError that says "can't allocate memory")."""
-    return isinstance(error, torch.OutOfMemoryError) or "can't allocate memory" in str(error)
+    """Whether `error` is a device or the host running out of memory, in any of the forms `out_of_memory` knows."""
+    return out_of_memory(error) is not None
 
 
 def native_bf16(device: torch.device) -> bool:

@@ -32,7 +32,7 @@ from devicebench.data import (
 )
 from devicebench.data.own import TensorData, TorchData
 from devicebench.data.pipeline import batches_for, default_workers, usable_cores
-from devicebench.devices import device_name, is_out_of_memory, resolve_devices
+from devicebench.devices import device_name, out_of_memory, resolve_devices
 from devicebench.engine.calibrate import peak_tflops
 from devicebench.engine.distributed import current_shard, data_parallel, world_size
 from devicebench.engine.flops import training_flops_per_sample
@@ -268,18 +268,16 @@ def train_record(
             record.status = "ok"
             if save_to is not None and model is not None:
                 save_checkpoint(save_to, model, workload, record, dataset)
-    except torch.cuda.OutOfMemoryError as error:  # torch.OutOfMemoryError from 2.5 on; this name works from 2.3
-        record.status = "oom"
-        batch_size = record.settings.batch_size
-        record.error = f"out of memory at batch size {batch_size} on {device}: try a smaller --batch-size ({error})"
-    except RuntimeError as error:
-        if is_out_of_memory(error):  # the host's: a device's was caught above
-            record.status = "oom"
-            record.error = f"out of host memory at batch size {record.settings.batch_size}: try a smaller --batch-size ({error})"
-        else:
-            _record_failure(record, error)
     except Exception as error:  # a broken workload must not end the suite: record it and move on
-        _record_failure(record, error)
+        where = out_of_memory(error)
+        if where is None:
+            _record_failure(record, error)
+        else:
+            record.status = "oom"
+            batch_size = record.settings.batch_size
+            what = f"out of memory at batch size {batch_size} on {device}" if where == "device" else \
+                f"out of host memory at batch size {batch_size}"
+            record.error = f"{what}: try a smaller --batch-size ({error})"
     finally:
         for stream in batches:
             stream.close()  # stops loader workers, also after Ctrl-C
