@@ -219,7 +219,6 @@ def new_record(
             data_source=config.data if isinstance(dataset, DataProblem) else dataset.source,
             workers=workers,
             mode=config.mode,
-            tf32_matmul=torch.backends.cuda.matmul.allow_tf32,
             hyperparameters=hyperparameters,
             overrides=config.overrides_for(workload),
             world_size=world,
@@ -416,12 +415,22 @@ def _build_tuned(build: partial, tuning: Tuning, device: torch.device, record: R
 
 
 def _calibrated_peak_tflops(record: RunRecord) -> float | None:
-    """The device's calibrated matmul peak at the precision this run's matmuls used, for its MFU."""
-    settings = record.settings
-    precision = settings.precision
-    if precision == "fp32" and record.device.startswith("cuda") and settings.tf32_matmul:
-        precision = "tf32"  # fp32 tensors multiplied on TF32 tensor cores
-    return peak_tflops(machine_fingerprint()["machine_id"], record.device, precision)
+    """The device's calibrated matmul peak at the precision this run's arithmetic really used, for its MFU."""
+    precision = peak_precision(record.device, record.settings)
+    return None if precision is None else peak_tflops(machine_fingerprint()["machine_id"], record.device, precision)
+
+
+def peak_precision(device: str, settings: RunSettings) -> str | None:
+    """Which calibrated peak a run's MFU divides by: "bf16" under bf16 autocast; on a CUDA device "tf32" when both
+    TF32 switches were on (matmuls and cuDNN) and "fp32" when both were off; None when only one was, because its
+    matmuls and its convolutions then ran on different units and no single peak describes them."""
+    if settings.precision != "fp32":
+        return settings.precision
+    if not device.startswith("cuda"):
+        return "fp32"  # TF32 is NVIDIA's alone
+    if settings.tf32_matmul != settings.tf32_cudnn:
+        return None
+    return "tf32" if settings.tf32_matmul else "fp32"
 
 
 def _record_failure(record: RunRecord, error: Exception) -> None:

@@ -59,7 +59,8 @@ class Tuning:
     channels_last: bool = False
     fused_optimizer: bool = False
     compiled: bool = False  # torch.compile; its compile time lands in the warm-up epoch
-    tf32_matmul: bool = False
+    tf32_matmul: bool = False  # CUDA fp32 matmuls on TF32 tensor cores
+    tf32_cudnn: bool = False  # CUDA fp32 convolutions and RNNs on TF32 tensor cores (cuDNN's own switch)
     cudnn_benchmark: bool = False
     device_resident: bool = False  # the dataset lives on the device as uint8; batches are gathered there
     allocator_keeps_memory: bool = False
@@ -84,6 +85,7 @@ def base_tuning(device: torch.device, model: nn.Module, *, resident_possible: bo
         channels_last=any(isinstance(module, nn.Conv2d) for module in model.modules()),
         fused_optimizer=True,  # dropped by `tuned_setup` for an optimizer that has no fused step on this device
         tf32_matmul=cuda,
+        tf32_cudnn=cuda,
         cudnn_benchmark=cuda,
         device_resident=cuda and resident_possible,
         allocator_keeps_memory=device.type == "cpu" and platform.libc_ver()[0] == "glibc",
@@ -253,16 +255,22 @@ def _fused(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
 
 @contextlib.contextmanager
 def process_settings(tuning: Tuning) -> Iterator[None]:
-    """Apply the process-wide choices of `tuning` for the duration of a run, and restore the process after."""
-    tf32, benchmark = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.benchmark
-    torch.backends.cuda.matmul.allow_tf32 = tuning.tf32_matmul or tf32
-    torch.backends.cudnn.benchmark = tuning.cudnn_benchmark or benchmark
+    """Set the process-wide switches exactly as `tuning` says for the duration of a run, and restore them after.
+
+    Exactly, not "at least": seed mode is strict fp32 on every GPU even where the user's process (or PyTorch's own
+    default, for cuDNN) allows TF32. cuDNN runs fp32 convolutions and RNNs on TF32 tensor cores by default, whatever
+    the matmul switch says, so a seed-mode conv net would otherwise be TF32 while recorded as fp32.
+    """
+    switches = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark)
+    torch.backends.cuda.matmul.allow_tf32 = tuning.tf32_matmul
+    torch.backends.cudnn.allow_tf32 = tuning.tf32_cudnn
+    torch.backends.cudnn.benchmark = tuning.cudnn_benchmark
     if tuning.allocator_keeps_memory:
         _set_glibc_thresholds(KEPT_FREED_BYTES)
     try:
         yield
     finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.benchmark = tf32, benchmark
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = switches
         if tuning.allocator_keeps_memory:
             _set_glibc_thresholds(GLIBC_SETTLED_MMAP_BYTES)
 
