@@ -5,9 +5,11 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
+import re
 import socket
 import sys
 import types
+from pathlib import Path
 
 import numpy
 import psutil
@@ -451,3 +453,26 @@ def test_hiding_settings_name_only_the_variables_this_build_obeys(monkeypatch):
     assert environment.device_hiding_settings("cuda") == "CUDA_VISIBLE_DEVICES='0', HIP_VISIBLE_DEVICES='1'"
     assert environment.device_hiding_settings("xpu") == "ZE_AFFINITY_MASK='0.0'"
     assert environment.device_hiding_settings("mps") == ""
+
+
+def test_the_isa_can_be_forced_to_an_avx2_or_an_amx_cpu_whatever_this_one_is(force_cpu_isa):
+    force_cpu_isa("avx2")
+    assert environment.cpu_isa() == {"avx2": True, "avx512f": False, "avx512_bf16": False, "amx_bf16": False,
+                                     "amx_tile": False}
+    force_cpu_isa(" AVX2, avx512f,avx512_bf16 ,amx_bf16,amx_tile")
+    assert all(environment.cpu_isa().values())
+    assert machine_fingerprint()["cpu"]["isa"]["amx_bf16"]  # the record says what the run took the CPU to be
+
+
+def test_a_forced_isa_naming_an_unknown_flag_is_an_error_that_lists_the_known_ones(force_cpu_isa):
+    force_cpu_isa("avx2,sse9")
+    with pytest.raises(ValueError, match=r"DEVICEBENCH_CPU_ISA names sse9; the flags it knows are avx2, avx512f"):
+        environment.cpu_isa()
+
+
+def test_the_torch_floor_is_one_release_for_pyproject_and_the_readme_and_this_torch_meets_it():
+    root = Path(__file__).parent.parent
+    floor = re.search(r'"torch>=([\d.]+)"', (root / "pyproject.toml").read_text())[1]
+    assert f"PyTorch {floor} or newer" in (root / "README.md").read_text()
+    assert tuple(map(int, floor.split("."))) >= (2, 5)  # torch.OutOfMemoryError, which devices.py catches
+    assert tuple(map(int, torch.__version__.split("+")[0].split(".")[:2])) >= tuple(map(int, floor.split(".")))
