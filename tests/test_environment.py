@@ -106,7 +106,8 @@ def fake_driver(monkeypatch, paths: set[str] = frozenset(), tools: set[str] = fr
 def fake_h100s(monkeypatch):
     """Two H100s behind a CUDA 12.4 build with cuDNN 9.1.0 and NVML reporting driver 550.54.15 (as bytes)."""
     properties = types.SimpleNamespace(
-        name="NVIDIA H100 80GB HBM3", total_memory=81559 * 2**20, major=9, minor=0, multi_processor_count=132
+        name="NVIDIA H100 80GB HBM3", total_memory=81559 * 2**20, major=9, minor=0, multi_processor_count=132,
+        uuid="8f3a1c2e-0000-4000-8000-00000000000a",  # str() of torch's uuid: the bare UUID, no "GPU-" prefix
     )
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
@@ -131,7 +132,7 @@ def fake_pynvml(driver: bytes | str, init_fails: bool = False) -> types.ModuleTy
     pynvml.nvmlInit = nvml_init
     pynvml.nvmlShutdown = lambda: None
     pynvml.nvmlSystemGetDriverVersion = lambda: driver
-    pynvml.nvmlDeviceGetHandleByIndex = lambda index: f"handle {index}"
+    pynvml.nvmlDeviceGetHandleByUUID = lambda uuid: f"handle {uuid}"
     pynvml.nvmlDeviceGetEnforcedPowerLimit = lambda handle: 700_000  # milliwatts: an H100 SXM's 700 W
     return pynvml
 

@@ -240,7 +240,7 @@ def _describe_cuda(device: torch.device) -> dict:
         "driver": _nvidia_driver_version(),
         "cuda_runtime": torch.version.cuda,  # None on ROCm, whose version is torch_hip_build
         "cudnn": _cudnn_version(),
-        "power_limit_w": power_limit_w(device.index or 0),  # a cap set below the default slows the GPU
+        "power_limit_w": power_limit_w(device),  # a cap set below the default slows the GPU
     }
 
 

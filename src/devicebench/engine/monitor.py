@@ -2,23 +2,28 @@
 device drew.
 
 A daemon thread samples every `interval_s`: this process's CPU use and resident memory (psutil) and, on a CUDA
-device, the GPU's utilisation, memory used and power (NVML, through nvidia-ml-py when it is installed). The
+device, the GPU's memory used (NVML, through nvidia-ml-py when it is installed). GPU utilisation comes from the
+driver's own sample buffer where it keeps one, and energy from the GPU's energy counter where it has one. The
 runner cuts the run into windows (one per epoch, say) with `window()`; each window reports its own `Usage`.
-Telemetry never stops a benchmark: where NVML is missing or fails, the device figures are None and
-`Usage.device_note` says why.
+
+Telemetry never stops a benchmark. Each NVML figure is read on its own: where NVML is missing or one figure fails
+(NotSupported on a MIG slice, say), that figure is None and `Usage.device_note` says which and why. A window
+shorter than a figure's own update period reports that figure as None too: such a reading describes the time
+around the window more than the window.
 
     python -c "import time, torch; from devicebench.engine.monitor import Monitor; m = Monitor(torch.device('cpu')); m.start(); time.sleep(1); print(m.stop())"
 """
 
 from __future__ import annotations
 
-import os
 import statistics
 import threading
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import pairwise
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import psutil
 import torch
@@ -28,9 +33,29 @@ from devicebench.engine.timing import host_seconds
 MIB = 1024 * 1024  # bytes
 NVML_MISSING_NOTE = "install nvidia-ml-py for GPU utilisation and energy"
 
+# Every window an NVML figure can be told for (0.1 s and up, below) holds at least two samples, while a sample
+# costs this process at most a few tenths of a millisecond of Python (psutil and two to four NVML calls, which
+# release the GIL while the driver answers; 0.3 ms measured on 2 cores under a load of 12): under 1% of a core
+# at 20 per second, next to a training loop that may itself be bound by Python. Utilisation does not depend on
+# it: the driver samples that itself, and each poll drains the driver's buffer.
+SAMPLE_INTERVAL_S = 0.05
 
 # The kernel counts a process's CPU time in clock ticks of 10 ms: a shorter window reads 0% or 100% by chance
 SHORTEST_CPU_WINDOW_S = 0.1
+# Each figure's own update period: a window shorter than it reports the figure as unknown
+ENERGY_COUNTER_STEP_S = 0.1  # the energy counter moves in steps about 100 ms apart: a shorter window may read 0 J
+POWER_AVERAGING_S = 1.0  # nvmlDeviceGetPowerUsage is the mean of the last second on Ampere and newer (GA100 aside)
+UTILIZATION_RATES_PERIOD_S = 1.0  # nvmlDeviceGetUtilizationRates covers the last 1/6 s to 1 s, by product: the longest
+
+# The figures NVML gives, each read on its own; these names are what `Usage.device_note` calls them, in this order
+UTILIZATION = "utilisation"
+MEMORY = "memory"
+POWER_AND_ENERGY = "power and energy"
+FIGURES = (UTILIZATION, MEMORY, POWER_AND_ENERGY)
+
+# The field of NVML's c_nvmlValue_t union that holds a sample, indexed by NVML_VALUE_TYPE_* (0 = double ... 6)
+SAMPLE_VALUE_FIELDS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+SPACINGS_KEPT = 256  # recent spacings of buffered samples that set the utilisation sample period
 
 
 @dataclass(frozen=True)
@@ -40,42 +65,24 @@ class Usage:
     samples: int
     process_cpu_percent: float | None  # mean over the window; 100 = one core fully busy
     rss_peak_mib: float | None  # peak of the sampled resident set size; a spike between samples is missed
-    device_utilization_percent: float | None  # NVML GPU utilisation, mean over the window
+    device_utilization_percent: float | None  # NVML GPU utilisation, mean of the samples taken in the window
     device_memory_peak_mib: float | None  # NVML memory used on the whole device (all processes), peak
-    device_power_mean_w: float | None
+    device_power_mean_w: float | None  # device_energy_j over the window's length
     device_energy_j: float | None  # energy counter difference, or power integrated over the window
-    device_note: str | None  # why device figures are missing, if they are
+    device_note: str | None  # which device figures are missing and why, if any are
 
 
 class NvmlUnavailable(Exception):
     """Why NVML cannot watch a device; the message becomes `Usage.device_note`."""
 
 
-def nvml_target(cuda_index: int, cuda_visible_devices: str | None) -> int | str:
-    """The NVML index (int) or GPU UUID (str) of torch's `cuda:<cuda_index>`.
-
-    CUDA numbers the GPUs that CUDA_VISIBLE_DEVICES lists from 0, in the order listed; NVML ignores the variable
-    and numbers every GPU in the machine. Raises NvmlUnavailable for an entry NVML cannot look up (a MIG UUID, a
-    typo) or an index past the end of the list.
-    """
-    if cuda_visible_devices is None:
-        return cuda_index
-    entries = [entry.strip() for entry in cuda_visible_devices.split(",")]
-    if cuda_index >= len(entries):
-        raise NvmlUnavailable(f"cuda:{cuda_index} is not among CUDA_VISIBLE_DEVICES={cuda_visible_devices!r}")
-    entry = entries[cuda_index]
-    if entry.isdigit():
-        return int(entry)
-    if entry.startswith("GPU-"):
-        return entry
-    raise NvmlUnavailable(f"cannot map CUDA_VISIBLE_DEVICES entry {entry!r} to an NVML device")
-
-
 @dataclass(frozen=True)
-class _DeviceReading:
-    utilization_percent: float
-    memory_used_mib: float
-    power_w: float
+class _DevicePoll:
+    """One reading of the figures NVML only gives as they are now; None where a figure failed (see `missing`)."""
+
+    memory_used_mib: float | None
+    power_w: float | None  # polled only where there is no energy counter to take power from
+    utilization_percents: tuple[float, ...]  # the buffered samples taken since the last poll, or the one polled rate
 
 
 @dataclass(frozen=True)
@@ -83,82 +90,167 @@ class _Sample:
     host_s: float  # host_seconds() when taken
     process_cpu_percent: float  # since the previous sample
     rss_mib: float
-    device: _DeviceReading | None
+    device: _DevicePoll | None
+
+
+Value = TypeVar("Value")
 
 
 class _NvmlReader:
-    """One GPU seen through NVML: every NVML call of the monitor is in this class."""
+    """One GPU seen through NVML: every NVML call of the monitor's sampling is in this class.
+
+    The first NVMLError of a figure drops that figure for the rest of the run, its reason kept in `missing`; the
+    other figures go on.
+    """
 
     def __init__(self, nvml: ModuleType, handle: Any) -> None:
         self._nvml = nvml
         self._handle = handle
+        self.missing: dict[str, str] = {}  # figure -> why NVML no longer gives it
+        try:
+            nvml.nvmlDeviceGetTotalEnergyConsumption(handle)
+            self.has_energy_counter = True
+        except nvml.NVMLError:  # NotSupported before Volta and on MIG slices: power is polled and integrated instead
+            self.has_energy_counter = False
+        self._newest_sample_us = 0  # timestamp of the newest utilisation sample taken from the driver's buffer
+        # between consecutive buffered samples, the latest few: their median is the buffer's sample period
+        self._sample_spacings_us: deque[int] = deque(maxlen=SPACINGS_KEPT)
+        try:
+            self._buffered_utilization()  # samples from before the run: only their timestamps are kept
+            self._has_sample_buffer = True
+        except nvml.NVMLError:  # no buffer on this GPU: poll nvmlDeviceGetUtilizationRates instead
+            self._has_sample_buffer = False
 
     @classmethod
-    def open(cls, cuda_index: int) -> _NvmlReader:
-        """Initialises NVML and finds `cuda:<cuda_index>`; raises NvmlUnavailable saying why it cannot."""
-        try:
-            import pynvml
-        except ImportError as error:
-            raise NvmlUnavailable(NVML_MISSING_NOTE) from error
-        try:
-            pynvml.nvmlInit()
-        except pynvml.NVMLError as error:
-            raise NvmlUnavailable(f"NVML failed to initialise: {error}") from error
-        try:
-            target = nvml_target(cuda_index, os.environ.get("CUDA_VISIBLE_DEVICES"))
-            if isinstance(target, str):
-                handle = pynvml.nvmlDeviceGetHandleByUUID(target)
-            else:
-                handle = pynvml.nvmlDeviceGetHandleByIndex(target)
-        except NvmlUnavailable:
-            pynvml.nvmlShutdown()
-            raise
-        except pynvml.NVMLError as error:
-            pynvml.nvmlShutdown()
-            raise NvmlUnavailable(f"NVML failed to find cuda:{cuda_index}: {error}") from error
-        return cls(pynvml, handle)
+    def open(cls, device: torch.device) -> _NvmlReader:
+        """Initialises NVML and finds `device`; raises NvmlUnavailable saying why it cannot."""
+        return cls(*_open_nvml(device))
 
-    def read(self) -> _DeviceReading:
-        try:
-            return _DeviceReading(
-                utilization_percent=self._nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu,
-                memory_used_mib=self._nvml.nvmlDeviceGetMemoryInfo(self._handle).used / MIB,
-                power_w=self._nvml.nvmlDeviceGetPowerUsage(self._handle) / 1000,  # milliwatts
-            )
-        except self._nvml.NVMLError as error:
-            raise NvmlUnavailable(f"NVML stopped answering: {error}") from error
+    def poll(self) -> _DevicePoll:
+        handle = self._handle
+        return _DevicePoll(
+            memory_used_mib=self._read(MEMORY, lambda: self._nvml.nvmlDeviceGetMemoryInfo(handle).used / MIB),
+            power_w=None if self.has_energy_counter else self._read(
+                POWER_AND_ENERGY, lambda: self._nvml.nvmlDeviceGetPowerUsage(handle) / 1000),  # milliwatts
+            utilization_percents=self._read(UTILIZATION, self._new_utilization) or (),
+        )
 
     def energy_counter_j(self) -> float | None:
-        """Energy used since the driver loaded; None where the GPU has no counter (before Volta)."""
-        try:
-            return self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle) / 1000  # millijoules
-        except self._nvml.NVMLError:  # NVMLError_NotSupported on older GPUs: the caller integrates power instead
+        """Energy used since the driver loaded; None where the GPU has no counter or it failed."""
+        if not self.has_energy_counter:
             return None
+        return self._read(  # millijoules
+            POWER_AND_ENERGY, lambda: self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle) / 1000)
 
-    def power_limit_w(self) -> float | None:
-        """The power cap the driver enforces (a lowered cap slows the GPU); None where NVML cannot tell."""
-        try:
-            return self._nvml.nvmlDeviceGetEnforcedPowerLimit(self._handle) / 1000  # milliwatts
-        except self._nvml.NVMLError:
-            return None
+    def update_periods_s(self) -> dict[str, tuple[float, str]]:
+        """The shortest window each averaged figure can be told for, and what sets it."""
+        if self._has_sample_buffer and self._sample_spacings_us:
+            utilization = (statistics.median(self._sample_spacings_us) / 1e6, "utilisation sample period")
+        else:  # polled rates, or a buffer that has not shown its period yet
+            utilization = (UTILIZATION_RATES_PERIOD_S, "longest utilisation sample period")
+        if self.has_energy_counter:
+            energy = (ENERGY_COUNTER_STEP_S, "energy counter step")
+        else:
+            energy = (POWER_AVERAGING_S, "power averaging window")
+        return {UTILIZATION: utilization, POWER_AND_ENERGY: energy}
 
     def close(self) -> None:
+        _shut_down(self._nvml)
+
+    def _read(self, figure: str, read: Callable[[], Value]) -> Value | None:
+        if figure in self.missing:
+            return None
         try:
-            self._nvml.nvmlShutdown()
-        except self._nvml.NVMLError:
-            pass  # the figures are already taken; a failed shutdown changes none of them
+            return read()
+        except self._nvml.NVMLError as error:
+            self.missing[figure] = f"NVML: {error}"
+            return None
+
+    def _new_utilization(self) -> tuple[float, ...]:
+        if not self._has_sample_buffer:
+            return (float(self._nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu),)
+        return self._buffered_utilization()
+
+    def _buffered_utilization(self) -> tuple[float, ...]:
+        """The driver's utilisation samples newer than the newest one already taken, each the percent of its sample
+        period the GPU was busy; draining the buffer at every poll keeps its ring from overwriting any."""
+        try:
+            value_type, samples = self._nvml.nvmlDeviceGetSamples(
+                self._handle, self._nvml.NVML_GPU_UTILIZATION_SAMPLES, self._newest_sample_us)
+        except self._nvml.NVMLError_NotFound:  # no sample newer than that
+            return ()
+        if not samples:
+            return ()
+        timestamps_us = sorted(sample.timeStamp for sample in samples)  # microseconds
+        previous_us = [self._newest_sample_us] if self._newest_sample_us else []
+        self._sample_spacings_us.extend(later - earlier for earlier, later in pairwise(previous_us + timestamps_us))
+        self._newest_sample_us = timestamps_us[-1]
+        value_field = SAMPLE_VALUE_FIELDS[value_type]
+        return tuple(float(getattr(sample.sampleValue, value_field)) for sample in samples)
 
 
-def power_limit_w(cuda_index: int) -> float | None:
-    """The power cap NVML says the driver enforces on `cuda:<cuda_index>`, in watts; None without NVML."""
+def _open_nvml(device: torch.device) -> tuple[ModuleType, Any]:
+    """Initialises NVML and finds CUDA `device` in it: the module and the device's handle. Raises NvmlUnavailable
+    saying why it cannot; otherwise the caller shuts NVML down."""
     try:
-        reader = _NvmlReader.open(cuda_index)
+        import pynvml
+    except ImportError as error:
+        raise NvmlUnavailable(NVML_MISSING_NOTE) from error
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as error:
+        raise NvmlUnavailable(f"NVML failed to initialise: {error}") from error
+    try:
+        return pynvml, _handle_by_uuid(pynvml, _cuda_uuid(device))
+    except NvmlUnavailable:
+        _shut_down(pynvml)
+        raise
+
+
+def _cuda_uuid(device: torch.device) -> str:
+    """The UUID CUDA gives `device`: NVML numbers GPUs by PCI bus, CUDA fastest first and through
+    CUDA_VISIBLE_DEVICES, so the UUID is all the two share."""
+    uuid = getattr(torch.cuda.get_device_properties(device), "uuid", None)  # absent from some builds (fbcode's)
+    if uuid is None:
+        raise NvmlUnavailable("this PyTorch build gives CUDA devices no UUID, which NVML needs to find the GPU")
+    return str(uuid)  # a _CUuuid, whose str() is the bare UUID
+
+
+def _handle_by_uuid(nvml: ModuleType, cuda_uuid: str) -> Any:
+    """NVML's handle for the device CUDA names `cuda_uuid`.
+
+    CUDA gives the bare UUID; NVML prefixes it with "GPU-" for a whole GPU and "MIG-" for a MIG slice, whose CUDA
+    UUID is the slice's own. The UUID alone does not say which, so both are tried.
+    """
+    failures = []
+    for nvml_uuid in (f"GPU-{cuda_uuid}", f"MIG-{cuda_uuid}"):
+        try:
+            return nvml.nvmlDeviceGetHandleByUUID(nvml_uuid)
+        except nvml.NVMLError as error:
+            failures.append(f"{nvml_uuid}: {error}")
+    raise NvmlUnavailable(f"NVML has no device with CUDA's UUID ({'; '.join(failures)})")
+
+
+def _shut_down(nvml: ModuleType) -> None:
+    try:
+        nvml.nvmlShutdown()
+    except nvml.NVMLError:
+        pass  # the figures are already taken; a failed shutdown changes none of them
+
+
+def power_limit_w(device: torch.device) -> float | None:
+    """The power cap NVML says the driver enforces on CUDA `device`, in watts (a lowered cap slows the GPU); None
+    where NVML cannot tell."""
+    try:
+        nvml, handle = _open_nvml(device)
     except NvmlUnavailable:
         return None
     try:
-        return reader.power_limit_w()
+        return nvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000  # milliwatts
+    except nvml.NVMLError:
+        return None
     finally:
-        reader.close()
+        _shut_down(nvml)
 
 
 class Monitor:
@@ -168,7 +260,7 @@ class Monitor:
     `stop()` is idempotent: a second call returns the same Usage as the first.
     """
 
-    def __init__(self, device: torch.device, interval_s: float = 0.25) -> None:
+    def __init__(self, device: torch.device, interval_s: float = SAMPLE_INTERVAL_S) -> None:
         self.device = device
         self.interval_s = interval_s
         self._process = psutil.Process()
@@ -176,7 +268,7 @@ class Monitor:
         self._stop_requested = threading.Event()
         self._thread: threading.Thread | None = None
         self._nvml: _NvmlReader | None = None
-        self._device_note: str | None = None
+        self._device_note: str | None = None  # why there is no NVML at all
         self._window_start: _Sample | None = None  # the previous window's last sample: this window's left edge
         self._window_samples: list[_Sample] = []
         self._window_start_energy_j: float | None = None
@@ -234,7 +326,7 @@ class Monitor:
             self._device_note = f"no utilisation or energy sampler for {self.device.type} devices"
             return
         try:
-            self._nvml = _NvmlReader.open(self.device.index or 0)  # a bare "cuda" is device 0, as in PyTorch
+            self._nvml = _NvmlReader.open(self.device)
         except NvmlUnavailable as reason:
             self._device_note = str(reason)
 
@@ -245,19 +337,11 @@ class Monitor:
 
     def _take_sample(self) -> _Sample:
         """One reading of everything; the caller holds the lock."""
-        device_reading = None
-        if self._nvml is not None:
-            try:
-                device_reading = self._nvml.read()
-            except NvmlUnavailable as reason:  # from here on the device figures are None, with the reason
-                self._device_note = str(reason)
-                self._nvml.close()
-                self._nvml = None
         return _Sample(
             host_s=host_seconds(),
             process_cpu_percent=self._process.cpu_percent(),
             rss_mib=self._process.memory_info().rss / MIB,
-            device=device_reading,
+            device=None if self._nvml is None else self._nvml.poll(),
         )
 
     def _read_energy_counter(self) -> float | None:
@@ -269,53 +353,75 @@ class Monitor:
         closing_sample = self._take_sample()
         self._window_samples.append(closing_sample)
         end_energy_j = self._read_energy_counter()
-        usage = _summarize(
-            self._window_start, self._window_samples, self._window_start_energy_j, end_energy_j, self._device_note
-        )
+        edges = [self._window_start, *self._window_samples]
+        cpu_percent, rss_peak_mib = _process_figures(edges)
+        device = _DeviceFigures(note=self._device_note) if self._nvml is None else _device_figures(
+            self._nvml, edges, self._window_start_energy_j, end_energy_j)
         self._window_start, self._window_samples, self._window_start_energy_j = closing_sample, [], end_energy_j
-        return usage
+        return Usage(
+            samples=len(edges) - 1,
+            process_cpu_percent=cpu_percent,
+            rss_peak_mib=rss_peak_mib,
+            device_utilization_percent=device.utilization_percent,
+            device_memory_peak_mib=device.memory_peak_mib,
+            device_power_mean_w=device.power_mean_w,
+            device_energy_j=device.energy_j,
+            device_note=device.note,
+        )
 
 
-def _summarize(
-    window_start: _Sample,
-    samples: list[_Sample],
-    start_energy_j: float | None,
-    end_energy_j: float | None,
-    device_note: str | None,
-) -> Usage:
-    """The Usage of one window: `samples` follow `window_start`, the last one taken as the window closed."""
-    edges = [window_start, *samples]
+def _process_figures(edges: list[_Sample]) -> tuple[float | None, float]:
+    """This process's mean CPU use and peak RSS over a window: `edges` are its left edge and then its samples."""
+    samples = edges[1:]
     elapsed_s = [later.host_s - earlier.host_s for earlier, later in pairwise(edges)]
-    cpu_percents = [sample.process_cpu_percent for sample in samples]
     # each cpu_percent covers the time since the previous sample, so weight it by that time
     total_s = sum(elapsed_s)
     if total_s >= SHORTEST_CPU_WINDOW_S:
         process_cpu_percent: float | None = (
-            sum(p * dt for p, dt in zip(cpu_percents, elapsed_s, strict=True)) / total_s)
+            sum(sample.process_cpu_percent * dt for sample, dt in zip(samples, elapsed_s, strict=True)) / total_s)
     elif total_s > 0:
         process_cpu_percent = None  # a few clock ticks cannot say how busy the CPU was: unknown, not 0%
     else:
-        process_cpu_percent = statistics.fmean(cpu_percents)
-    rss_peak_mib = max(sample.rss_mib for sample in samples)
+        process_cpu_percent = statistics.fmean(sample.process_cpu_percent for sample in samples)
+    return process_cpu_percent, max(sample.rss_mib for sample in samples)
 
-    readings = [sample.device for sample in edges if sample.device is not None]
-    if len(readings) < len(edges):  # no device to watch, or NVML failed: device_note says which
-        return Usage(len(samples), process_cpu_percent, rss_peak_mib, None, None, None, None, device_note)
-    window_readings = readings[1:]
-    if start_energy_j is not None and end_energy_j is not None:
-        energy_j = end_energy_j - start_energy_j
-    else:  # no energy counter on this GPU: integrate power over time (trapezoid rule)
-        energy_j = sum(
-            (earlier.power_w + later.power_w) / 2 * dt
-            for (earlier, later), dt in zip(pairwise(readings), elapsed_s, strict=True)
-        )
-    return Usage(
-        samples=len(samples),
-        process_cpu_percent=process_cpu_percent,
-        rss_peak_mib=rss_peak_mib,
-        device_utilization_percent=statistics.fmean(reading.utilization_percent for reading in window_readings),
-        device_memory_peak_mib=max(reading.memory_used_mib for reading in window_readings),
-        device_power_mean_w=statistics.fmean(reading.power_w for reading in window_readings),
-        device_energy_j=energy_j,
-        device_note=device_note,
+
+@dataclass(frozen=True)
+class _DeviceFigures:
+    utilization_percent: float | None = None
+    memory_peak_mib: float | None = None
+    power_mean_w: float | None = None
+    energy_j: float | None = None
+    note: str | None = None  # which figures are None, and why
+
+
+def _device_figures(
+    reader: _NvmlReader, edges: list[_Sample], start_energy_j: float | None, end_energy_j: float | None
+) -> _DeviceFigures:
+    """The NVML figures of one window: `edges` are its left edge and then its samples, the last taken as it closed."""
+    window_polls = [sample.device for sample in edges[1:]]
+    window_s = edges[-1].host_s - edges[0].host_s
+    unknown = dict(reader.missing)  # figure -> why it is None in this window
+    for figure, (period_s, period_name) in reader.update_periods_s().items():
+        if figure not in unknown and window_s < period_s:
+            unknown[figure] = f"the {window_s:.3g} s window is shorter than the {period_s:.3g} s {period_name}"
+    utilization_percents = [percent for poll in window_polls for percent in poll.utilization_percents]
+    if UTILIZATION not in unknown and not utilization_percents:
+        unknown[UTILIZATION] = "NVML took no utilisation sample in the window"
+
+    energy_j = None
+    if POWER_AND_ENERGY not in unknown:
+        if reader.has_energy_counter:
+            energy_j = end_energy_j - start_energy_j
+        else:  # integrate power over time (trapezoid rule)
+            energy_j = sum(
+                (earlier.device.power_w + later.device.power_w) / 2 * (later.host_s - earlier.host_s)
+                for earlier, later in pairwise(edges)
+            )
+    return _DeviceFigures(
+        utilization_percent=None if UTILIZATION in unknown else statistics.fmean(utilization_percents),
+        memory_peak_mib=None if MEMORY in unknown else max(poll.memory_used_mib for poll in window_polls),
+        power_mean_w=None if energy_j is None else energy_j / window_s,
+        energy_j=energy_j,
+        note="; ".join(f"{figure} unknown: {unknown[figure]}" for figure in FIGURES if figure in unknown) or None,
     )
