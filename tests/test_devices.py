@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 
@@ -300,3 +301,26 @@ def test_either_module_imports_first(module):
     """devices and environment use each other; each must import cleanly on its own."""
     completed = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True)
     assert completed.returncode == 0, completed.stderr
+
+
+def test_native_bf16_asks_about_the_gpu_it_is_given_not_the_current_one(monkeypatch):
+    """torch.cuda.is_bf16_supported() answers for the current device: on a machine with a T4 as cuda:0 and an A100
+    as cuda:1, cuda:1 must not be judged by the T4."""
+    current = [0]
+
+    @contextlib.contextmanager
+    def current_device(device):
+        before, current[0] = current[0], device.index
+        yield
+        current[0] = before
+
+    monkeypatch.setattr(torch.cuda, "device", current_device)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: current[0] == 1)
+    assert devices.native_bf16(torch.device("cuda", 1)) and not devices.native_bf16(torch.device("cuda", 0))
+
+
+def test_native_bf16_on_a_cpu_follows_its_isa(force_cpu_isa):
+    force_cpu_isa("avx2,avx512f")
+    assert not devices.native_bf16(torch.device("cpu"))
+    force_cpu_isa("avx2,amx_bf16,amx_tile")
+    assert devices.native_bf16(torch.device("cpu"))

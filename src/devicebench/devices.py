@@ -94,7 +94,8 @@ def native_bf16(device: torch.device) -> bool:
         isa = environment.cpu_isa()
         return isa["avx512_bf16"] or isa["amx_bf16"]
     if device.type == "cuda":
-        return torch.cuda.is_bf16_supported(including_emulation=False)
+        with torch.cuda.device(device):  # is_bf16_supported asks about the current device, not a given one
+            return torch.cuda.is_bf16_supported(including_emulation=False)
     return False
 
 
