@@ -22,9 +22,11 @@ from devicebench.cli import (
 from devicebench.devices import DeviceError, resolve_devices
 from devicebench.engine.calibrate import (
     BYTES_PER_MIB,
-    QUICK_SIZES,
+    PRECISIONS,
+    QUICK_PLAN,
     DeviceCeilings,
-    default_sizes,
+    Measurement,
+    default_plan,
     measure_ceilings,
     save_calibration,
 )
@@ -40,12 +42,13 @@ def calibrate(
     as_json: Annotated[bool, typer.Option(
         "--json", help="Print the stored calibration (every device calibrated on this machine) as JSON.")] = False,
     quick: Annotated[bool, typer.Option(
-        "--quick", help="Small matrices and copies: a check in seconds that understates the ceilings.")] = False,
+        "--quick", help="Small matrices and copies, short stretches: a check in seconds that understates the "
+                        "ceilings.")] = False,
 ) -> None:
-    """Measure each device's ceilings (dense matmul TFLOP/s per precision, memory and host-to-device GB/s) and
-    store them for this machine, beside the datasheet's figures.
+    """Measure each device's sustained ceilings (dense matmul TFLOP/s in each precision it computes natively,
+    memory and host-to-device GB/s) and store them for this machine, beside the datasheet's figures.
 
-    [bold]devicebench calibrate[/]: every local device (tens of seconds each).
+    [bold]devicebench calibrate[/]: every local device (under a minute for the CPU, about 45 s a GPU).
 
     [bold]devicebench calibrate --devices cuda:1[/]: one GPU; the devices stored before are kept.
 
@@ -61,7 +64,7 @@ def calibrate(
         with errors.status("Calibrating") as status:
             for device in chosen:
                 measured.append(measure_ceilings(
-                    device, sizes=QUICK_SIZES if quick else default_sizes(device),
+                    device, plan=QUICK_PLAN if quick else default_plan(device),
                     progress=lambda step, device=device: status.update(f"Calibrating {device}: {step}")))
     except KeyboardInterrupt:  # the devices finished before Ctrl-C are kept
         if not measured:
@@ -77,28 +80,43 @@ def calibrate(
     errors.print(f"Calibration stored in {path}")
 
 
+NOT_NATIVE = "not native"  # a precision the device only emulates: calibrate does not measure it
+
+
 def ceilings_table(ceilings: DeviceCeilings) -> Table:
     """One device's ceilings: measured, the datasheet's figure, and the one as a percent of the other."""
     datasheet = datasheet_for(ceilings.device_name)
-    sizes = ceilings.sizes
+    plan = ceilings.plan
     against = (f"Datasheet: {datasheet.product}, dense peaks without sparsity ({datasheet.source})."
                if datasheet else "No datasheet known for this device.")
+    emulated = (f" {', '.join(ceilings.not_native)}: {NOT_NATIVE}, only emulated by this device, so not measured."
+                if ceilings.not_native else "")
     table = Table(title=f"{ceilings.device} ({ceilings.device_name})", title_justify="left",
-                  caption=f"Best of {sizes.repeats} repeats of {sizes.operations_per_repeat} operations each. "
-                          f"{against}", caption_justify="left")
+                  caption=f"Each figure: the median of up to {plan.stretches} timed stretches of at least "
+                          f"{plan.stretch_s:g} s of sustained work, after {plan.warmup_s:g} s of warm-up."
+                          f"{emulated} {against}", caption_justify="left")
     for column in ("Quantity", "Measured", "Datasheet", "Of datasheet"):
         table.add_column(column, justify="left" if column == "Quantity" else "right")
-    matrix = f"{sizes.matmul_size}x{sizes.matmul_size}"
-    rows = [(f"Matmul {precision} ({matrix})", rate, datasheet.tflops(precision) if datasheet else None, 2,
-             " TFLOP/s") for precision, rate in ceilings.matmul_tflops.items()]  # 2 decimals: a CPU makes fractions
-    rows.append((f"Memory copy ({_mib(sizes.memory_copy_bytes)}, read + write)", ceilings.memory_gb_s,
-                 datasheet.memory_gb_s if datasheet else None, 1, " GB/s"))
-    rows += [(f"Host to device ({_mib(sizes.host_to_device_bytes)}, {memory_kind})", rate, None, 1, " GB/s")
-             for memory_kind, rate in ceilings.host_to_device_gb_s.items()]  # datasheets give only the PCIe link's
-    for quantity, measured, promised, digits, unit in rows:
-        table.add_row(quantity, number_text(measured, digits, unit), number_text(promised, digits, unit),
-                      percent_text(measured / promised if promised else None))
+    for precision in PRECISIONS:
+        promised = datasheet.tflops(precision) if datasheet else None
+        if precision in ceilings.matmul:
+            product = ceilings.matmul[precision]
+            table.add_row(f"Matmul {precision} ({product.size}x{product.size})",
+                          *_figures(product, promised, 2, " TFLOP/s"))  # 2 decimals: a CPU makes fractions
+        elif precision in ceilings.not_native:
+            table.add_row(f"Matmul {precision}", NOT_NATIVE, number_text(promised, 2, " TFLOP/s"), "—")
+    copy = ceilings.memory_copy
+    table.add_row(f"Memory copy ({_mib(copy.size)}, read + write)",
+                  *_figures(copy, datasheet.memory_gb_s if datasheet else None, 1, " GB/s"))
+    for memory_kind, transfer in ceilings.host_to_device.items():  # datasheets give only the PCIe link's
+        table.add_row(f"Host to device ({_mib(transfer.size)}, {memory_kind})", *_figures(transfer, None, 1, " GB/s"))
     return table
+
+
+def _figures(measured: Measurement, promised: float | None, digits: int, unit: str) -> tuple[str, str, str]:
+    """Measured, datasheet, and the one as a percent of the other."""
+    return (number_text(measured.rate, digits, unit), number_text(promised, digits, unit),
+            percent_text(measured.rate / promised if promised else None))
 
 
 def _mib(size_bytes: int) -> str:

@@ -1,9 +1,15 @@
-"""Each device's ceilings, measured: matmul TFLOP/s per precision, memory and host-to-device bandwidth.
+"""Each device's ceilings, measured: matmul TFLOP/s per native precision, memory and host-to-device bandwidth.
 
 A training run's achieved TFLOP/s means little alone; against what this very device reaches on a dense square
-matmul it becomes a utilisation. The ceilings are measured once per machine and kept in one JSON file per machine
-(`calibration_path`), merged device by device, so calibrating cuda:1 later keeps the CPU's figures. Every clock
-reading goes through engine.timing's Stopwatch: synchronized, and replaceable by a fake clock in tests.
+matmul it becomes a utilisation. Every figure is sustained work, not a burst: after an untimed warm-up, the
+operation is repeated for several timed stretches of at least `stretch_s` each (a second at the default plans) and
+the figure is the median stretch's rate. A precision the device only emulates (bf16 on a CPU without AVX-512 BF16
+or AMX, on a GPU before Ampere) is recorded as not native and never run: its rate would describe the emulation,
+and it takes minutes. Each measurement keeps within its plan's `cap_s` whatever the device's speed, because an
+operation too long for a stretch is measured at a smaller size (halving down a ladder), and no stretch starts that
+would end past the cap. The ceilings are kept in one JSON file per machine (`calibration_path`), merged device by
+device, so calibrating cuda:1 later keeps the CPU's figures. Every clock reading goes through engine.timing's
+Stopwatch: synchronized, and replaceable by a fake clock in tests.
 
     devicebench calibrate --devices cpu
 """
@@ -16,6 +22,7 @@ import json
 import logging
 import math
 import os
+import statistics
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,19 +32,24 @@ import platformdirs
 import torch
 
 import devicebench
-from devicebench.devices import device_name
+from devicebench.devices import device_name, native_bf16
 from devicebench.engine.timing import Stopwatch, wall_clock_utc
 from devicebench.results.schema import write_atomically
 
-CALIBRATION_SCHEMA = 1  # the version of the stored file's layout
+CALIBRATION_SCHEMA = 2  # the version of the stored file's layout; 2: sustained stretches, precisions not native
 CALIBRATION_DIR_VARIABLE = "DEVICEBENCH_CALIBRATION_DIR"
 PRECISIONS = ("fp32", "tf32", "bf16")  # tf32: fp32 tensors, multiplied on TF32 tensor cores (CUDA only)
 HOST_MEMORY_KINDS = ("pinned", "pageable")
 BYTES_PER_MIB = 2**20
 BYTES_PER_GB = 1e9  # GB/s as datasheets count it: decimal gigabytes
 FLOPS_PER_TFLOP = 1e12
+SMALLEST_MATMUL_SIZE = 128  # the size ladder's lowest rung: 4 MFLOPs a product, milliseconds on any CPU
+SMALLEST_COPY_BYTES = BYTES_PER_MIB
+CLOCK_READINGS_PER_STRETCH = 8  # synchronizing this rarely keeps a GPU's queue full; a stretch overshoots by 1/8
 
 logger = logging.getLogger(__name__)
+Operation = Callable[[], object]  # one product or copy, on tensors made beforehand
+OperationOfSize = Callable[[int], Operation]  # makes the operation of a size: n of a product, bytes of a copy
 
 
 class CalibrationError(ValueError):
@@ -45,43 +57,66 @@ class CalibrationError(ValueError):
 
 
 @dataclass(frozen=True)
-class CalibrationSizes:
-    """How big and how long each measurement is; tests shrink it to run in milliseconds."""
+class CalibrationPlan:
+    """How big each operation is at most and how long each measurement runs; tests shrink it to milliseconds."""
 
-    matmul_size: int  # n of the n x n matrices; one product costs 2 n^3 FLOPs
-    memory_copy_bytes: int  # size of each of the two device buffers of the on-device copy
-    host_to_device_bytes: int  # size of the host buffer copied to the device
-    warmup_rounds: int = 2  # untimed operations first: kernel selection, allocator growth, clocks ramping up
-    operations_per_repeat: int = 5  # products or copies between two clock readings, to dwarf the clock's overhead
-    repeats: int = 3  # timed repeats; the fastest counts, since interference only ever slows a repeat down
-
-
-CPU_SIZES = CalibrationSizes(matmul_size=2048, memory_copy_bytes=256 * BYTES_PER_MIB,
-                             host_to_device_bytes=256 * BYTES_PER_MIB)
-# A GPU reaches its peak only on large products and copies; more operations per repeat because each is short
-# (an 8192 bf16 product takes about 1 ms on an H100)
-GPU_SIZES = CalibrationSizes(matmul_size=8192, memory_copy_bytes=2048 * BYTES_PER_MIB,
-                             host_to_device_bytes=256 * BYTES_PER_MIB, operations_per_repeat=10)
-# A check in seconds on any device; small products and copies understate the ceilings, most of all on a GPU
-QUICK_SIZES = CalibrationSizes(matmul_size=512, memory_copy_bytes=16 * BYTES_PER_MIB,
-                               host_to_device_bytes=16 * BYTES_PER_MIB, warmup_rounds=1, repeats=2)
+    matmul_size: int  # the largest n of the n x n matrices; one product costs 2 n^3 FLOPs
+    memory_copy_bytes: int  # the largest size of each of the two device buffers of the on-device copy
+    host_to_device_bytes: int  # the largest size of the host buffer copied to the device
+    warmup_s: float  # untimed work first: kernel selection, allocator growth, clocks ramping up
+    stretch_s: float  # each timed stretch is at least this much sustained work
+    stretches: int  # timed stretches per figure; the figure is their median
+    cap_s: float  # a measurement starts no stretch that would end later than this after it began
 
 
-def default_sizes(device: torch.device) -> CalibrationSizes:
-    """The sizes that reach a device's ceilings without taking minutes: CPU_SIZES on the CPU, else GPU_SIZES."""
-    return CPU_SIZES if device.type == "cpu" else GPU_SIZES
+# Five one-second stretches after a second of warm-up: the rate a GPU sustains under load, not its boost-clock burst;
+# the median drops a stretch slowed by a neighbour as well as one run before the clocks settled. About 7 s a figure
+GPU_PLAN = CalibrationPlan(matmul_size=8192, memory_copy_bytes=2048 * BYTES_PER_MIB,
+                           host_to_device_bytes=256 * BYTES_PER_MIB, warmup_s=1.0, stretch_s=1.0, stretches=5,
+                           cap_s=15.0)
+# At most three figures (fp32, native bf16, the copy) of at most 8 s each: under a minute on any CPU
+CPU_PLAN = CalibrationPlan(matmul_size=2048, memory_copy_bytes=256 * BYTES_PER_MIB,
+                           host_to_device_bytes=256 * BYTES_PER_MIB, warmup_s=0.5, stretch_s=1.0, stretches=3,
+                           cap_s=8.0)
+# A check in seconds on any device; small products, copies and stretches understate the ceilings, most on a GPU
+QUICK_PLAN = CalibrationPlan(matmul_size=512, memory_copy_bytes=16 * BYTES_PER_MIB,
+                             host_to_device_bytes=16 * BYTES_PER_MIB, warmup_s=0.05, stretch_s=0.1, stretches=3,
+                             cap_s=1.0)
+
+
+def default_plan(device: torch.device) -> CalibrationPlan:
+    """The plan that reaches a device's sustained ceilings without taking minutes: CPU_PLAN on the CPU, else
+    GPU_PLAN."""
+    return CPU_PLAN if device.type == "cpu" else GPU_PLAN
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One sustained figure and how it was taken."""
+
+    rate: float  # TFLOP/s of a product, GB/s of a copy: the median of stretch_rates
+    size: int  # n of the n x n products, or bytes per copy
+    stretch_s: tuple[float, ...]  # how long each timed stretch of work lasted
+    stretch_rates: tuple[float, ...]  # the rate in each stretch
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Measurement:
+        return cls(rate=float(data["rate"]), size=int(data["size"]),
+                   stretch_s=tuple(float(seconds) for seconds in data["stretch_s"]),
+                   stretch_rates=tuple(float(rate) for rate in data["stretch_rates"]))
 
 
 @dataclass(frozen=True)
 class DeviceCeilings:
-    """What one device reached on dense matmuls and large copies: the best of a few repeats of each."""
+    """What one device sustained on dense matmuls and large copies."""
 
     device: str  # as str(torch.device) writes it: "cpu", "cuda:0"
     device_name: str  # the CPU model or the GPU's product name, as devices.device_name gives it
-    matmul_tflops: dict[str, float]  # precision ("fp32", "tf32", "bf16") → TFLOP/s; tf32 only on CUDA
-    memory_gb_s: float  # an on-device copy: bytes read + bytes written, per second, in 1e9 bytes
-    host_to_device_gb_s: dict[str, float]  # "pinned" / "pageable" host memory → GB/s; empty for the CPU
-    sizes: CalibrationSizes  # what was measured: small sizes (--quick) understate the ceilings
+    matmul: dict[str, Measurement]  # precision ("fp32", "tf32", "bf16") → TFLOP/s; tf32 only on CUDA
+    not_native: tuple[str, ...]  # precisions the device only emulates: not measured, so no peak to divide by
+    memory_copy: Measurement  # an on-device copy: bytes read + bytes written, per second, in 1e9 bytes
+    host_to_device: dict[str, Measurement]  # "pinned" / "pageable" host memory → GB/s; empty for the CPU
+    plan: CalibrationPlan  # what was asked for: QUICK_PLAN's small sizes and short stretches understate the ceilings
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -92,78 +127,92 @@ class DeviceCeilings:
         return cls(
             device=str(data["device"]),
             device_name=str(data["device_name"]),
-            matmul_tflops={str(precision): float(rate) for precision, rate in data["matmul_tflops"].items()},
-            memory_gb_s=float(data["memory_gb_s"]),
-            host_to_device_gb_s={str(kind): float(rate) for kind, rate in data["host_to_device_gb_s"].items()},
-            sizes=CalibrationSizes(**data["sizes"]),
+            matmul={str(precision): Measurement.from_dict(taken) for precision, taken in data["matmul"].items()},
+            not_native=tuple(str(precision) for precision in data["not_native"]),
+            memory_copy=Measurement.from_dict(data["memory_copy"]),
+            host_to_device={str(kind): Measurement.from_dict(taken) for kind, taken in data["host_to_device"].items()},
+            plan=CalibrationPlan(**data["plan"]),
         )
 
 
 def measure_ceilings(
     device: torch.device,
     *,
-    sizes: CalibrationSizes | None = None,
+    plan: CalibrationPlan | None = None,
     watch: Stopwatch | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> DeviceCeilings:
-    """Measure `device`'s matmul TFLOP/s (fp32, bf16, and tf32 on NVIDIA GPUs; one before Ampere gets fp32 alone), its
-    memory bandwidth and, for an accelerator, host-to-device bandwidth. `sizes` defaults to default_sizes(device);
-    `progress` hears the name of each measurement as it starts (tens of seconds in all at the default sizes)."""
-    sizes = sizes or default_sizes(device)
+    """Measure `device`'s matmul TFLOP/s in each precision it computes natively (fp32; bf16 with AVX-512 BF16 or
+    AMX on a CPU, from Ampere on an NVIDIA GPU, which also gets tf32), its memory bandwidth and, for an accelerator,
+    host-to-device bandwidth. `plan` defaults to default_plan(device); `progress` hears the name of each
+    measurement as it starts (under a minute on a CPU, about 7 s a figure on a GPU)."""
+    plan = plan or default_plan(device)
     watch = watch or Stopwatch(device)
     announce = progress or (lambda step: None)
-    matmul_tflops = {}
-    for precision in PRECISIONS:
-        if _supports(device, precision):
-            announce(f"{precision} matmul, {sizes.matmul_size}x{sizes.matmul_size}")
-            matmul_tflops[precision] = _matmul_tflops(device, precision, sizes, watch)
-    announce(f"memory copy, {sizes.memory_copy_bytes / BYTES_PER_MIB:,.0f} MiB")
-    memory_gb_s = _memory_copy_gb_s(device, sizes, watch)
-    host_to_device_gb_s = {}
+    matmul = {}
+    for precision in _precisions(device):
+        if _native(device, precision):
+            announce(f"{precision} matmul, up to {plan.matmul_size}x{plan.matmul_size}")
+            matmul[precision] = _matmul(device, precision, plan, watch)
+    announce(f"memory copy, up to {plan.memory_copy_bytes / BYTES_PER_MIB:,.0f} MiB")
+    memory_copy = _memory_copy(device, plan, watch)
+    host_to_device = {}
     for memory_kind in _host_memory_kinds(device):
-        announce(f"host-to-device copy, {memory_kind}, {sizes.host_to_device_bytes / BYTES_PER_MIB:,.0f} MiB")
-        host_to_device_gb_s[memory_kind] = _host_to_device_gb_s(device, memory_kind == "pinned", sizes, watch)
+        announce(f"host-to-device copy, {memory_kind}, up to {plan.host_to_device_bytes / BYTES_PER_MIB:,.0f} MiB")
+        host_to_device[memory_kind] = _host_to_device(device, memory_kind == "pinned", plan, watch)
     return DeviceCeilings(
         device=str(device),
         device_name=device_name(device),
-        matmul_tflops=matmul_tflops,
-        memory_gb_s=memory_gb_s,
-        host_to_device_gb_s=host_to_device_gb_s,
-        sizes=sizes,
+        matmul=matmul,
+        not_native=tuple(precision for precision in _precisions(device) if precision not in matmul),
+        memory_copy=memory_copy,
+        host_to_device=host_to_device,
+        plan=plan,
     )
 
 
 # --- the measurements ------------------------------------------------------------------------------------------
 
 
-def _supports(device: torch.device, precision: str) -> bool:
-    if precision == "fp32":
-        return True
-    if device.type == "cuda":
-        # TF32 and bf16 tensor cores came with Ampere (8.0): before it the TF32 flag does nothing and bf16 is
-        # emulated, so their rates would describe fp32 and the emulation, not the hardware
+def _precisions(device: torch.device) -> tuple[str, ...]:
+    return PRECISIONS if device.type == "cuda" else tuple(p for p in PRECISIONS if p != "tf32")  # NVIDIA's alone
+
+
+def _native(device: torch.device, precision: str) -> bool:
+    if precision == "bf16":
+        return native_bf16(device)
+    if precision == "tf32":
+        # TF32 tensor cores came with Ampere (8.0): before it the TF32 flag does nothing and fp32 runs
         return torch.cuda.get_device_capability(device) >= (8, 0)
-    return precision == "bf16"  # TF32 is NVIDIA's alone
+    return True
 
 
-def _matmul_tflops(device: torch.device, precision: str, sizes: CalibrationSizes, watch: Stopwatch) -> float:
-    n = sizes.matmul_size
+def _matmul(device: torch.device, precision: str, plan: CalibrationPlan, watch: Stopwatch) -> Measurement:
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-    generator = torch.Generator(device).manual_seed(0)  # the same operands every time: values can change speed
-    left, right = (torch.randn(n, n, device=device, dtype=dtype, generator=generator) for _ in range(2))
-    product = torch.empty(n, n, device=device, dtype=dtype)
+
+    def product(n: int) -> Operation:
+        generator = torch.Generator(device).manual_seed(0)  # the same operands every time: values can change speed
+        left, right = (torch.randn(n, n, device=device, dtype=dtype, generator=generator) for _ in range(2))
+        result = torch.empty(n, n, device=device, dtype=dtype)
+        return lambda: torch.matmul(left, right, out=result)
+
+    def tflop(n: int) -> float:
+        return 2 * n**3 / FLOPS_PER_TFLOP  # n^2 outputs, each n multiplies and n adds
+
     with _cuda_tf32_matmuls(precision == "tf32"):
-        seconds = _best_seconds(lambda: torch.matmul(left, right, out=product), sizes, watch)
-    flops_per_repeat = 2 * n**3 * sizes.operations_per_repeat  # n^2 outputs, each n multiplies and n adds
-    return flops_per_repeat / seconds / FLOPS_PER_TFLOP
+        return _sustained(product, _ladder(plan.matmul_size, SMALLEST_MATMUL_SIZE), tflop, plan, watch)
 
 
-def _memory_copy_gb_s(device: torch.device, sizes: CalibrationSizes, watch: Stopwatch) -> float:
-    source = torch.ones(sizes.memory_copy_bytes, dtype=torch.uint8, device=device)  # ones: every page touched now
-    destination = torch.empty_like(source)
-    seconds = _best_seconds(lambda: destination.copy_(source), sizes, watch)
-    bytes_per_repeat = 2 * sizes.memory_copy_bytes * sizes.operations_per_repeat  # each byte read once, written once
-    return bytes_per_repeat / seconds / BYTES_PER_GB
+def _memory_copy(device: torch.device, plan: CalibrationPlan, watch: Stopwatch) -> Measurement:
+    def copy(size_bytes: int) -> Operation:
+        source = torch.ones(size_bytes, dtype=torch.uint8, device=device)  # ones: every page touched now
+        destination = torch.empty_like(source)
+        return lambda: destination.copy_(source)
+
+    def gigabytes(size_bytes: int) -> float:
+        return 2 * size_bytes / BYTES_PER_GB  # each byte read once and written once
+
+    return _sustained(copy, _ladder(plan.memory_copy_bytes, SMALLEST_COPY_BYTES), gigabytes, plan, watch)
 
 
 def _host_memory_kinds(device: torch.device) -> tuple[str, ...]:
@@ -173,26 +222,95 @@ def _host_memory_kinds(device: torch.device) -> tuple[str, ...]:
     return HOST_MEMORY_KINDS if device.type == "cuda" else ("pageable",)
 
 
-def _host_to_device_gb_s(device: torch.device, pinned: bool, sizes: CalibrationSizes, watch: Stopwatch) -> float:
-    host = torch.ones(sizes.host_to_device_bytes, dtype=torch.uint8)
-    if pinned:
-        host = host.pin_memory()
-    on_device = torch.empty(sizes.host_to_device_bytes, dtype=torch.uint8, device=device)
-    seconds = _best_seconds(lambda: on_device.copy_(host, non_blocking=pinned), sizes, watch)
-    return sizes.host_to_device_bytes * sizes.operations_per_repeat / seconds / BYTES_PER_GB
+def _host_to_device(device: torch.device, pinned: bool, plan: CalibrationPlan, watch: Stopwatch) -> Measurement:
+    def copy(size_bytes: int) -> Operation:
+        host = torch.ones(size_bytes, dtype=torch.uint8)
+        if pinned:
+            host = host.pin_memory()
+        on_device = torch.empty(size_bytes, dtype=torch.uint8, device=device)
+        return lambda: on_device.copy_(host, non_blocking=pinned)
+
+    def gigabytes(size_bytes: int) -> float:
+        return size_bytes / BYTES_PER_GB
+
+    return _sustained(copy, _ladder(plan.host_to_device_bytes, SMALLEST_COPY_BYTES), gigabytes, plan, watch)
 
 
-def _best_seconds(operation: Callable[[], object], sizes: CalibrationSizes, watch: Stopwatch) -> float:
-    """The shortest of `sizes.repeats` timed runs of `operations_per_repeat` operations, after the warm-up ones."""
-    for _ in range(sizes.warmup_rounds):
+def _ladder(largest: int, smallest: int) -> list[int]:
+    """The sizes from `largest` halved down to no less than `smallest`, ascending; [largest] if it is smaller."""
+    sizes = [largest]
+    while sizes[-1] // 2 >= smallest:
+        sizes.append(sizes[-1] // 2)
+    return sizes[::-1]
+
+
+def _sustained(
+    build: OperationOfSize, ladder: list[int], work: Callable[[int], float], plan: CalibrationPlan, watch: Stopwatch
+) -> Measurement:
+    """The rate of the operation build(size) makes, `work(size)` (TFLOP, GB) a run: at the largest size of `ladder`
+    whose operation fits into a stretch, warmed up, then the median of up to plan.stretches timed stretches of at
+    least plan.stretch_s each. No stretch starts that would end past plan.cap_s; the first always runs, so a figure
+    is never less than one stretch of work."""
+    deadline = watch.now() + plan.cap_s
+    size, operation = _affordable(build, ladder, work, plan.stretch_s, watch)
+    operation_s = _warm_up(operation, plan.warmup_s, watch)
+    batch = max(1, math.floor(plan.stretch_s / CLOCK_READINGS_PER_STRETCH / operation_s))  # operations per reading
+    expected_stretch_s = math.ceil(plan.stretch_s / (batch * operation_s)) * batch * operation_s
+    stretch_s, stretch_rates = [], []
+    while len(stretch_s) < plan.stretches and (not stretch_s or watch.now() + expected_stretch_s <= deadline):
+        operations, seconds = _timed_stretch(operation, batch, plan.stretch_s, watch)
+        stretch_s.append(seconds)
+        stretch_rates.append(work(size) * operations / seconds)
+    return Measurement(rate=statistics.median(stretch_rates), size=size, stretch_s=tuple(stretch_s),
+                       stretch_rates=tuple(stretch_rates))
+
+
+def _affordable(
+    build: OperationOfSize, ladder: list[int], work: Callable[[int], float], longest_s: float, watch: Stopwatch
+) -> tuple[int, Operation]:
+    """The largest size of `ladder` whose operation should take at most `longest_s`, judged from the size below it
+    as if the rate stayed the same (it only rises with size), and that operation. The smallest is taken whatever
+    it takes."""
+    size, operation = ladder[0], build(ladder[0])
+    for larger in ladder[1:]:
+        seconds = min(_seconds_of(operation, watch) for _ in range(2))  # the first run carries one-time set-up
+        if seconds * work(larger) / work(size) > longest_s:
+            break
+        size, operation = larger, build(larger)
+    return size, operation
+
+
+def _seconds_of(operation: Operation, watch: Stopwatch) -> float:
+    start = watch.now()
+    operation()
+    return watch.now() - start
+
+
+def _warm_up(operation: Operation, seconds: float, watch: Stopwatch) -> float:
+    """Run `operation` untimed for at least `seconds`, at least once; the fastest run's seconds, to size batches by."""
+    fastest = math.inf
+    start = previous = watch.now()
+    while True:
         operation()
-    best = math.inf
-    for _ in range(sizes.repeats):
-        start = watch.now()
-        for _ in range(sizes.operations_per_repeat):
+        now = watch.now()
+        fastest = min(fastest, now - previous)
+        if now - start >= seconds:
+            return fastest
+        previous = now
+
+
+def _timed_stretch(operation: Operation, batch: int, seconds: float, watch: Stopwatch) -> tuple[int, float]:
+    """Run `operation` in batches of `batch` until at least `seconds` have passed: (operations, seconds taken). The
+    clock is read only between batches, so an accelerator's queue stays full within each."""
+    operations = 0
+    start = watch.now()
+    while True:
+        for _ in range(batch):
             operation()
-        best = min(best, watch.now() - start)
-    return best
+        operations += batch
+        elapsed = watch.now() - start
+        if elapsed >= seconds:
+            return operations, elapsed
 
 
 @contextlib.contextmanager
@@ -257,7 +375,9 @@ def load_calibration(machine_id: str, folder: str | Path | None = None) -> dict 
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise _unreadable(path, str(error)) from None
     if not isinstance(document, dict) or document.get("schema") != CALIBRATION_SCHEMA:
-        raise _unreadable(path, f"not a devicebench calibration of schema {CALIBRATION_SCHEMA}")
+        # schema 1 timed bursts of a few milliseconds and emulated bf16: its figures are not worth converting
+        found = document.get("schema") if isinstance(document, dict) else None
+        raise _unreadable(path, f"not a devicebench calibration of schema {CALIBRATION_SCHEMA} (schema {found!r})")
     if document.get("machine_id") != machine_id:
         raise _unreadable(path, f"it belongs to machine {document.get('machine_id')!r}, not {machine_id!r}")
     devices = document.get("devices")
@@ -275,8 +395,8 @@ def load_calibration(machine_id: str, folder: str | Path | None = None) -> dict 
 
 def peak_tflops(machine_id: str, device: str, precision: str, folder: str | Path | None = None) -> float | None:
     """The matmul TFLOP/s stored for `device` ("cpu", "cuda:0") of this machine at `precision` ("fp32", "tf32",
-    "bf16"); None when it was not calibrated, or when the file cannot be read (a warning says so: a run must
-    never fail because of its calibration)."""
+    "bf16"); None when it was not calibrated or not measured (a precision the device does not compute natively),
+    or when the file cannot be read (a warning says so: a run must never fail because of its calibration)."""
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r}; calibrated precisions are {', '.join(PRECISIONS)}")
     try:
@@ -285,7 +405,8 @@ def peak_tflops(machine_id: str, device: str, precision: str, folder: str | Path
         logger.warning("%s Going on without it.", error)
         return None
     entry = stored["devices"].get(device) if stored else None
-    return None if entry is None else entry["matmul_tflops"].get(precision)
+    measured = None if entry is None else DeviceCeilings.from_dict(entry).matmul.get(precision)
+    return None if measured is None else measured.rate
 
 
 def _unreadable(path: Path, reason: str) -> CalibrationError:
