@@ -151,3 +151,28 @@ def test_one_steady_epoch_has_no_cv():
     row = cpu_row([[20, 10]])
     assert row.epoch_time_cv is None
     assert not [note for note in row_notes([row]) if "noisy" in note]
+
+
+def test_mfu_of_several_processes_is_taken_against_the_peak_of_every_device():
+    one, four = run("cuda:0", [2.0, 1.0, 1.0]), run("cuda:0", [2.0, 0.25, 0.25])  # 1,000 and 4,000 samples/s
+    four.settings.world_size = 4
+    for record in (one, four):
+        record.flops_per_sample, record.peak_tflops = 1e9, 10.0  # 1 GFLOP a sample; 10 TFLOP/s per GPU
+    single, data_parallel = compare([session(LAPTOP, [one, four])])["mnist-cnn2"]
+    assert single.tflops.median == pytest.approx(1.0) and single.mfu.median == pytest.approx(0.1)
+    assert data_parallel.tflops.median == pytest.approx(4.0)  # four GPUs' global rate
+    assert data_parallel.mfu.median == pytest.approx(0.1)  # of four peaks: 40 TFLOP/s, not 10 (that would be 40%)
+
+
+def test_the_utilisation_of_several_processes_is_their_mean_and_the_least_busy_one_s():
+    record = run("cuda:0", [2.0, 1.0, 1.0])
+    record.settings.world_size = 3
+    for entry, ranks in zip(record.epochs, ([10.0, 10.0, 10.0], [90.0, 40.0, 83.0], [80.0, 44.0, 80.0])):
+        entry.rank_device_utilization_percent = ranks
+        entry.device_utilization_percent = sum(ranks) / 3
+    (row,) = compare([session(LAPTOP, [record])])["mnist-cnn2"]
+    assert row.device_utilization_percent.median == pytest.approx(69.5)  # steady epochs' means: 71 and 68
+    assert row.lowest_rank_utilization_percent.median == pytest.approx(42.0)  # their lowest: 40 and 44
+    record.epochs[2].rank_device_utilization_percent = [80.0, None, 80.0]  # a rank NVML could not read
+    (row,) = compare([session(LAPTOP, [record])])["mnist-cnn2"]
+    assert row.lowest_rank_utilization_percent.median == 40.0  # only where every rank's is known

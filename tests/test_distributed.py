@@ -12,7 +12,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -28,6 +27,8 @@ from devicebench import RunConfig, runner
 from devicebench.cli import app
 from devicebench.config import ConfigError
 from devicebench.data.pipeline import HostBatches, Shard
+from devicebench.data.sources import dataset_spec
+from devicebench.engine import distributed
 from devicebench.engine.distributed import (
     DistributedError,
     Launch,
@@ -54,6 +55,45 @@ def test_throughput_is_global_samples_over_the_slowest_rank():
     assert merged.step_time_ms == 625 and merged.fastest_rank_train_time_s == 2.0
     assert merged.train_loss == 2.0  # equal batches: the global mean loss is the mean of the ranks'
     assert merged.test_accuracy == 0.7  # rank 0's evaluation
+
+
+def monitored(epoch_record: EpochRecord, cpu: float | None, utilization: float | None, power: float | None,
+              energy: float | None) -> EpochRecord:
+    return dataclasses.replace(epoch_record, process_cpu_percent=cpu, device_utilization_percent=utilization,
+                               device_power_mean_w=power, device_energy_j=energy)
+
+
+def test_every_rank_s_device_and_process_count_in_the_merged_epoch():
+    (merged,) = merge_rank_epochs([[monitored(epoch(2.0, 1.0), 95.0, 90.0, 300.0, 600.0)],
+                                   [monitored(epoch(2.5, 1.0), 105.0, 40.0, 200.0, 500.0)],
+                                   [monitored(epoch(2.2, 1.0), 100.0, 83.0, 250.0, 550.0)]])
+    assert merged.device_energy_j == 1650.0 and merged.device_power_mean_w == 750.0  # three GPUs' worth
+    assert merged.process_cpu_percent == 300.0  # three processes of about one core each
+    assert merged.rank_device_utilization_percent == [90.0, 40.0, 83.0]  # in rank order
+    assert merged.device_utilization_percent == 71.0  # their mean; the table also shows the lowest, 40%
+
+
+def test_one_rank_s_unknown_figure_leaves_the_total_unknown():
+    (merged,) = merge_rank_epochs([[monitored(epoch(2.0, 1.0), 95.0, 90.0, 300.0, 600.0)],
+                                   [monitored(epoch(2.0, 1.0), None, None, None, None)]])
+    assert merged.device_energy_j is None and merged.device_power_mean_w is None  # not rank 0's alone
+    assert merged.process_cpu_percent is None and merged.device_utilization_percent is None
+    assert merged.rank_device_utilization_percent == [90.0, None]
+    (on_cpus,) = merge_rank_epochs([[epoch(2.0, 1.0)], [epoch(2.0, 1.0)]])
+    assert on_cpus.rank_device_utilization_percent is None  # no rank has a utilisation to keep
+
+
+def test_a_merged_run_holds_every_rank_s_energy_and_the_largest_rank_s_memory():
+    ranks = [run("cuda:0", [1.0, 1.0]), run("cuda:1", [1.0, 1.0])]
+    for record, energy_j, device_mib, rss_mib in zip(ranks, (100.0, 140.0), (5000.0, 7000.0), (900.0, 800.0)):
+        record.epochs = [monitored(entry, 100.0, 90.0, energy_j, energy_j) for entry in record.epochs]
+        record.energy_j, record.peak_device_memory_mib, record.peak_rss_mib = 2 * energy_j, device_mib, rss_mib
+    (merged,) = merge_rank_runs([[ranks[0]], [ranks[1]]])
+    assert merged.energy_j == 480.0  # 2 epochs of (100 + 140) J
+    assert merged.peak_device_memory_mib == 7000.0 and merged.peak_rss_mib == 900.0
+    unknown = run("cuda:1", [1.0, 1.0])  # no NVML figures and no peak memory on this rank
+    (partly_known,) = merge_rank_runs([[run("cuda:0", [1.0, 1.0], energy_j=100.0)], [unknown]])
+    assert partly_known.energy_j is None and partly_known.peak_device_memory_mib is None
 
 
 def test_a_rank_that_failed_fails_the_run_and_is_named():
@@ -95,6 +135,44 @@ def test_torchrun_gets_a_free_port_on_one_machine_and_the_rendezvous_on_several(
                                tmp_path / "c", tmp_path / "o")
     assert several[several.index("--rdzv-endpoint") + 1] == "10.0.0.1:29400"
     assert several[several.index("--node-rank") + 1] == "1" and "--standalone" not in several
+
+
+def test_gpu_ranks_get_their_share_of_the_cores_not_torchrun_s_one_thread(monkeypatch):
+    chosen: list[int] = []
+    monkeypatch.setattr(distributed, "usable_cores", lambda: 16)
+    monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
+    monkeypatch.setattr(torch, "set_num_threads", lambda threads: chosen.append(threads))
+    assert distributed.take_rank_share("cuda", None, 3, 4) == "cuda:3" and chosen == [3, 4]  # GPU 3; 16 cores / 4
+    chosen.clear()
+    assert distributed.take_rank_share("cpu", None, 1, 32) == "cpu" and chosen == [1]  # never fewer than one
+    chosen.clear()
+    assert distributed.take_rank_share("cuda", 2, 0, 4) == "cuda:0" and chosen == [0, 2]  # --threads 2 as asked
+
+
+def test_the_data_is_fetched_once_before_any_rank_starts(monkeypatch, tmp_path):
+    events: list[str] = []
+    monkeypatch.setattr(distributed, "fetch", lambda remote, folder, **options: events.append(remote.filename))
+
+    def torchrun(command, **options):
+        events.append("torchrun")
+        raise OSError("no ranks in this test")
+
+    monkeypatch.setattr(distributed.subprocess, "Popen", torchrun)
+    config = RunConfig(workloads=("mnist-cnn2", "mnist-cnn4"), devices="cpu", data="auto", nproc=2,
+                       data_dir=str(tmp_path))
+    with pytest.raises(OSError, match="no ranks"):
+        run_distributed(dataclasses.asdict(config), Launch(nproc=2))
+    assert events == [remote.filename for remote in dataset_spec("mnist").files] + ["torchrun"]  # once for both
+    events.clear()
+    with pytest.raises(OSError, match="no ranks"):
+        run_distributed(dataclasses.asdict(dataclasses.replace(config, data="synthetic")), Launch(nproc=2))
+    assert events == ["torchrun"]  # nothing to download
+    (tmp_path / "own" / "train").mkdir(parents=True)
+    events.clear()
+    with pytest.raises(OSError, match="no ranks"):
+        run_distributed(dataclasses.asdict(dataclasses.replace(config, data_dir=str(tmp_path / "own"))),
+                        Launch(nproc=2))
+    assert events == ["torchrun"]  # the user's own images: nothing to download either
 
 
 def test_scaling_efficiency_is_n_process_throughput_over_n_times_one():
@@ -144,12 +222,10 @@ def test_a_killed_rank_ends_the_run_at_once_naming_it_and_keeps_the_finished_epo
         except DistributedError as error:
             outcome["error"] = error
 
-    started = time.time()
     thread = threading.Thread(target=train)
     thread.start()
     victim = _wait_for_rank(1)
-    _wait_for(lambda: any(path.stat().st_mtime > started
-                          for path in Path(tempfile.gettempdir()).glob("devicebench-ranks-*/partial-result.json")))
+    _wait_for(_partial_file_of(victim).exists)
     victim.kill()  # mid-run: an epoch has finished, many have not
     thread.join(timeout=90)
     assert not thread.is_alive()  # no hang: the other rank was stopped
@@ -159,6 +235,107 @@ def test_a_killed_rank_ends_the_run_at_once_naming_it_and_keeps_the_finished_epo
     (partial,) = error.partial.runs
     assert partial.status == "failed" and partial.error == str(error)
     assert 1 <= len(partial.epochs) < 200 and partial.epochs[0].samples == 250  # 5 global batches of 50
+
+
+RANK_FAULTS = """\
+\"\"\"A user's model, one of whose ranks misbehaves as DEVICEBENCH_TEST_FAULT says (tests/test_distributed.py).\"\"\"
+import os
+import time
+
+import torch
+from torch import nn
+
+import devicebench
+from devicebench.report.progress import RichReporter
+
+FAULT = os.environ.get("DEVICEBENCH_TEST_FAULT", "")
+RANK = int(os.environ.get("RANK", "-1"))  # -1: the test's own process, which only checks the configuration
+STEPS_PER_EPOCH = 4  # 128 training samples in global batches of 32
+SLOW_REPORTING_S = 1.0
+trained_steps = 0
+
+
+def build():
+    return nn.Linear(8, 2)
+
+
+def data():
+    inputs = torch.randn(160, 8, generator=torch.Generator().manual_seed(0))
+    labels = (inputs[:, 0] > 0).long()
+    return devicebench.TensorData(inputs[:128], labels[:128], inputs[128:], labels[128:])
+
+
+def loss(outputs, labels):
+    global trained_steps
+    value = nn.functional.cross_entropy(outputs, labels)
+    if torch.is_grad_enabled() and not outputs.is_meta:  # a training step: not evaluation, nor counting FLOPs
+        trained_steps += 1
+        if RANK == 1 and trained_steps >= STEPS_PER_EPOCH + 2:  # from the 2nd step of epoch 2 on
+            if FAULT == "nan":
+                return value + float("nan")  # this rank's loss is NaN; the gradients stay finite
+            if FAULT == "oom":
+                raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    return value
+
+
+if RANK == 0 and FAULT == "slow-reporting":
+    def show_slowly(self, record, epoch, show=RichReporter.epoch_finished):
+        time.sleep(SLOW_REPORTING_S)
+        show(self, record, epoch)
+
+    RichReporter.epoch_finished = show_slowly
+"""
+
+
+@pytest.fixture
+def faulty_rank(tmp_path, monkeypatch):
+    """Two ranks training a user's model (RANK_FAULTS) for up to 4 epochs of 4 steps; `faulty_rank(fault)` runs them
+    with that fault and returns (the run's record or its DistributedError, seconds it took)."""
+    (tmp_path / "rankfaults.py").write_text(RANK_FAULTS)
+    monkeypatch.chdir(tmp_path)  # the ranks import it from the folder they start in, as they would a user's module
+    monkeypatch.syspath_prepend(tmp_path)
+    config = RunConfig(model="rankfaults:build", data="rankfaults:data", loss="rankfaults:loss", optimizer="sgd",
+                       devices="cpu", epochs=4, max_steps=4, max_eval_steps=1, nproc=2)
+
+    def run_with(fault: str):
+        monkeypatch.setenv("DEVICEBENCH_TEST_FAULT", fault)
+        started = time.monotonic()
+        try:
+            outcome = run_distributed(dataclasses.asdict(config), Launch(nproc=2)).runs[0]
+        except DistributedError as error:
+            outcome = error
+        return outcome, time.monotonic() - started
+
+    yield run_with
+    sys.modules.pop("rankfaults", None)
+
+
+@pytest.mark.slow
+def test_no_rank_s_epoch_clock_runs_while_rank_0_is_still_reporting(faulty_rank):
+    record, _ = faulty_rank("slow-reporting")  # rank 0 takes 1 s to show each epoch
+    assert record.status == "ok" and len(record.epochs) == 4
+    times_s = [epoch.train_time_s for epoch in record.steady_epochs]
+    assert max(times_s) < 0.5, times_s  # 4 tiny steps each, without the 1 s rank 0 spent reporting
+
+
+@pytest.mark.slow
+def test_one_rank_s_nan_loss_stops_every_rank_at_once_as_diverged(faulty_rank):
+    record, seconds = faulty_rank("nan")
+    assert seconds < 60  # not the 300 s collective timeout of a rank left waiting
+    assert record.status == "diverged" and record.error == "rank 1: loss became nan at step 6 (epoch 2)"
+    assert record.diverged_at_step == 6 and len(record.epochs) == 2
+    assert record.epochs[0].test_loss is not None and record.epochs[1].test_loss is None  # no rank evaluated alone
+
+
+@pytest.mark.slow
+def test_a_rank_out_of_memory_mid_epoch_ends_every_rank_with_its_reason(faulty_rank):
+    error, seconds = faulty_rank("oom")
+    assert seconds < 60
+    assert str(error) == ("rank 1: out of memory at batch size 32 on cpu: try a smaller --batch-size (CUDA out of "
+                          "memory. Tried to allocate 2.00 GiB); the other ranks were stopped")
+    (partial,) = error.partial.runs
+    assert partial.status == "oom" and partial.error == str(error)
+    assert [epoch.epoch for epoch in partial.epochs] == [1]  # the epoch both ranks finished, merged by rank 0
 
 
 def _wait_for(condition, timeout_s: float = 60) -> None:
@@ -180,6 +357,12 @@ def _wait_for_rank(rank: int, timeout_s: float = 60) -> psutil.Process:
                 continue
         time.sleep(0.2)
     raise AssertionError(f"rank {rank} never started")
+
+
+def _partial_file_of(rank: psutil.Process) -> Path:
+    """Where rank 0 of `rank`'s run keeps the epochs merged so far: beside the result file its command line names
+    (not any run's in the temporary folder: other runs may be going on beside this test's)."""
+    return Path(rank.cmdline()[-1]).with_name("partial-result.json")
 
 
 def _free_port() -> int:
@@ -288,14 +471,12 @@ def test_what_one_process_alone_can_do_is_refused_with_nproc(tmp_path):
 @pytest.mark.slow
 def test_ctrl_c_keeps_every_epoch_the_ranks_finished(tmp_path):
     database = tmp_path / "db.sqlite"
-    started = time.time()
     command = [sys.executable, "-m", "devicebench", "run", "mnist-cnn2", "--devices", "cpu", "--nproc", "2",
                "--epochs", "200", "--max-steps", "5", "--max-eval-steps", "1", "--data", "synthetic", "--quiet",
                "--db", str(database)]
     process = subprocess.Popen(command, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)
-    _wait_for(lambda: any(path.stat().st_mtime > started
-                          for path in Path(tempfile.gettempdir()).glob("devicebench-ranks-*/partial-result.json")))
+    _wait_for(_partial_file_of(_wait_for_rank(0)).exists)
     os.killpg(process.pid, signal.SIGINT)  # Ctrl-C in a terminal reaches the whole process group
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 130, stderr

@@ -68,3 +68,4 @@ def test_a_run_that_runs_out_of_device_memory_in_any_form_is_oom_not_failed(monk
     record = result.runs[0]
     assert record.status == "oom"
     assert record.error.startswith("out of memory at batch size 64 on cpu: try a smaller --batch-size")
+

@@ -17,11 +17,13 @@ from pathlib import Path
 import pytest
 from PIL import Image
 from result_fixtures import machine, run, session
+from rich.console import Console
 from typer.testing import CliRunner
 
 from devicebench.cli import EXIT_USAGE, app
 from devicebench.report.html import ReportDependencyError, write_report
 from devicebench.report.plots import file_stem
+from devicebench.report.progress import RichReporter
 from devicebench.results.compare import Row, compare
 from devicebench.results.prices import parse_prices
 from devicebench.results.schema import Result
@@ -286,3 +288,30 @@ def test_cli_without_the_report_extra_says_what_to_install(tmp_path, monkeypatch
                                str(tmp_path / "report.html")])
     assert outcome.exit_code == EXIT_USAGE
     assert "matplotlib" in outcome.output and "pip install 'devicebench[report]'" in outcome.output
+
+
+def test_the_busy_column_of_several_processes_shows_their_mean_gpu_the_least_busy_one_and_all_their_cpu():
+    from devicebench.report.html import comparison_html
+    from devicebench.report.tables import busy_text
+
+    record = run("cuda:0", [2.0, 1.0])
+    record.settings.world_size = 3
+    steady = record.epochs[1]
+    steady.rank_device_utilization_percent, steady.device_utilization_percent = [90.0, 40.0, 83.0], 71.0
+    steady.process_cpu_percent = 300.0  # three processes, a core each
+    result = session(machine("box", "m1"), [record])
+    (row,) = compare([result])["mnist-cnn2"]
+    assert busy_text(row) == "71% GPU (low 40%), 300% CPU"
+    assert "<td>71% GPU (low 40%), 300% CPU</td>" in comparison_html([result])
+    single = run("cuda:0", [2.0, 1.0])
+    single.epochs[1].device_utilization_percent = 71.0
+    (one_process,) = compare([session(machine("box", "m1"), [single])])["mnist-cnn2"]
+    assert busy_text(one_process) == "71% GPU"  # one GPU: nothing lower to show
+
+
+def test_an_error_that_looks_like_markup_is_shown_as_it_is(make_run):
+    """gloo's errors name C++ source files in brackets; printed as rich markup they raised MarkupError."""
+    screen = io.StringIO()
+    error = "RuntimeError: [/__w/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer"
+    RichReporter(Console(file=screen, width=200), quiet=True).run_finished(make_run(status="failed", error=error))
+    assert f"mnist-cnn2 on cpu: failed: {error}" in screen.getvalue()

@@ -7,6 +7,12 @@ backward pass, and times its own epochs. Rank 0 then gathers every rank's epochs
 global samples over the *slowest* rank's time: the ranks wait for each other at every all-reduce, so the
 slowest decides, and a sum of per-rank rates would overstate it. Only rank 0 writes the result.
 
+The ranks meet at a barrier just before each epoch's clock starts, so no rank's clock runs while another is still
+reporting the last epoch. A rank whose loss is no longer finite stops every rank after that epoch (they agree
+before evaluating). A rank that fails on its own (an error, out of memory) cannot tell the others, which may be
+waiting for it inside a collective: it leaves its reason beside the result file and exits, and torchrun stops the
+rest at once.
+
     devicebench run mnist-cnn2 --devices cpu --nproc 2 --max-steps 50
 """
 
@@ -22,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -31,12 +38,19 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from devicebench.data.pipeline import Shard
-from devicebench.engine.loop import Reporter, TrainingSetup
+from devicebench.config import RunConfig
+from devicebench.data import DataUnavailable, known_datasets
+from devicebench.data.images import is_image_folder
+from devicebench.data.pipeline import Shard, usable_cores
+from devicebench.data.sources import dataset_folder, dataset_spec, fetch
+from devicebench.data.text import is_text_folder
+from devicebench.engine.loop import Divergence, Reporter, TrainingSetup, total_energy_j
 from devicebench.results.schema import EpochRecord, Result, RunRecord
 
 RANK_TIMEOUT_S = 300  # a collective that waits longer than this ends the run: a rank has died or hung
 INTERRUPT_GRACE_S = 60  # after Ctrl-C, how long the ranks get to hand in what they finished
+RANK_FAILED_EXIT_CODE = 3  # a rank whose run failed on its own ends with this, its reason in the reason file
+ENDS_A_RANK = ("failed", "oom")  # run statuses one rank can reach alone, while the others wait for it
 
 
 class DistributedError(RuntimeError):
@@ -89,6 +103,7 @@ def run_distributed(config_fields: dict, launch: Launch, *, quiet: bool = True) 
     epoch as it ends."""
     if launch.rdzv_endpoint and launch.node_rank == 0:
         _check_port_free(launch.rdzv_endpoint)
+    fetch_datasets(config_fields, progress=not quiet)
     with tempfile.TemporaryDirectory(prefix="devicebench-ranks-") as folder:
         config_file, output_file = Path(folder) / "config.json", Path(folder) / "result.json"
         config_file.write_text(json.dumps({"config": config_fields, "quiet": quiet}))
@@ -109,8 +124,8 @@ def run_distributed(config_fields: dict, launch: Launch, *, quiet: bool = True) 
             result.interrupted = True
             return result
         if ranks.returncode != 0 and not output_file.exists():
-            message = _failure_text(stderr, ranks.returncode)
-            raise DistributedError(message, _partial_result(output_file, message))
+            status, message = _rank_reason(output_file) or ("failed", _failure_text(stderr, ranks.returncode))
+            raise DistributedError(message, _partial_result(output_file, message, status))
         result = _final_result(output_file)
         if result is not None or launch.nnodes > 1:  # None: the rendezvous made another machine's process rank 0
             return result
@@ -138,6 +153,51 @@ def _partial_result(output_file: Path, message: str, status: str = "failed") -> 
 
 def _partial_file(output_file: Path) -> Path:
     return output_file.with_name("partial-" + output_file.name)
+
+
+def _reason_file(output_file: Path) -> Path:
+    return output_file.with_name("reason-" + output_file.name)
+
+
+def _rank_reason(output_file: Path) -> tuple[str, str] | None:
+    """(status, message) of the rank that failed on its own and said why (RankReporter.run_finished); None when
+    no rank did (it was killed, or failed outside a run)."""
+    reason_file = _reason_file(output_file)
+    if not reason_file.exists():
+        return None
+    reason = json.loads(reason_file.read_text())
+    return reason["status"], f"rank {reason['rank']}: {reason['error']}; the other ranks were stopped"
+
+
+def config_from_fields(config_fields: dict) -> RunConfig:
+    """The RunConfig that `dataclasses.asdict` (and JSON, which makes its tuples lists) turned into `config_fields`."""
+    return RunConfig(**{name: tuple(value) if isinstance(value, list) else value
+                        for name, value in config_fields.items()})
+
+
+def fetch_datasets(config_fields: dict, *, progress: bool) -> None:
+    """Download into the cache whatever the datasets of the run lack, once per machine and before any rank starts:
+    N ranks fetching at once would download N copies side by side. The ranks then read the cache. A dataset that
+    cannot be had is left for each rank's own load to report (or, with `--data auto`, to replace by synthetic
+    data)."""
+    if config_fields["data"] == "synthetic" or config_fields.get("model") is not None:  # generated, or the user's
+        return
+    config = config_from_fields(config_fields)
+    for name in dict.fromkeys(workload.dataset for workload in config.selected_workloads()):
+        if name not in known_datasets() or (config.data_dir is not None and _is_own_folder(name, config.data_dir)):
+            continue
+        folder = dataset_folder(name, config.data_dir)
+        try:
+            for remote in dataset_spec(name).files:
+                fetch(remote, folder, progress=progress)
+        except DataUnavailable:
+            continue
+
+
+def _is_own_folder(name: str, data_dir: str) -> bool:
+    """Whether `data_dir` holds the user's own images or texts for dataset `name`, rather than being a cache root."""
+    kind = dataset_spec(name).kind
+    return (kind == "images" and is_image_folder(data_dir)) or (kind == "text" and is_text_folder(data_dir))
 
 
 def _check_port_free(endpoint: str) -> None:
@@ -199,36 +259,51 @@ def data_parallel(setup: TrainingSetup, device: torch.device) -> TrainingSetup:
 
 def merge_rank_epochs(epochs_by_rank: list[list[EpochRecord]]) -> list[EpochRecord]:
     """Every rank's records of the same epochs as one record per epoch: global samples over the slowest rank's
-    time, the mean of the ranks' losses and accuracies (their batches are the same size), and rank 0's
-    evaluation (every rank evaluates the same weights on the whole test split)."""
+    time, the mean of the ranks' losses and accuracies (their batches are the same size), rank 0's evaluation
+    (every rank evaluates the same weights on the whole test split), and what all the ranks' devices and
+    processes did: energy, power and CPU use summed (100% = one core), and each rank's GPU utilisation kept beside
+    their mean."""
     merged = []
     for same_epoch in zip(*epochs_by_rank):
         first = same_epoch[0]
         slowest = max(epoch.train_time_s for epoch in same_epoch)
         samples = sum(epoch.samples for epoch in same_epoch)
-        losses = [epoch.train_loss for epoch in same_epoch]
-        accuracies = [epoch.train_accuracy for epoch in same_epoch]
-        waits = [epoch.input_wait_s for epoch in same_epoch]
+        utilizations = [epoch.device_utilization_percent for epoch in same_epoch]
         merged.append(dataclasses.replace(
             first,
             samples=samples,
             train_time_s=slowest,
             samples_per_s=samples / slowest,
             step_time_ms=slowest / first.steps * 1000,
-            train_loss=None if None in losses else statistics.fmean(losses),
-            train_accuracy=None if None in accuracies else statistics.fmean(accuracies),
-            input_wait_s=None if None in waits else max(waits),
+            train_loss=_of_every_rank([epoch.train_loss for epoch in same_epoch], statistics.fmean),
+            train_accuracy=_of_every_rank([epoch.train_accuracy for epoch in same_epoch], statistics.fmean),
+            input_wait_s=_of_every_rank([epoch.input_wait_s for epoch in same_epoch], max),
             fastest_rank_train_time_s=min(epoch.train_time_s for epoch in same_epoch),
+            process_cpu_percent=_of_every_rank([epoch.process_cpu_percent for epoch in same_epoch], sum),
+            device_power_mean_w=_of_every_rank([epoch.device_power_mean_w for epoch in same_epoch], sum),
+            device_energy_j=_of_every_rank([epoch.device_energy_j for epoch in same_epoch], sum),
+            device_utilization_percent=_of_every_rank(utilizations, statistics.fmean),
+            rank_device_utilization_percent=utilizations if any(value is not None for value in utilizations) else None,
         ))
     return merged
 
 
+def _of_every_rank(values: list[float | None], combine: Callable[[list[float]], float]) -> float | None:
+    """`combine(values)`, or None when any rank's value is unknown: a sum or mean that left out a rank would pass
+    for the figure of them all."""
+    return None if None in values else combine(values)
+
+
 def merge_rank_runs(runs_by_rank: list[list[RunRecord]]) -> list[RunRecord]:
-    """Rank 0's runs, each with every rank's epochs merged and the first failure of any rank as its status."""
+    """Rank 0's runs, each with every rank's epochs merged, the energy of them all, the peak memory of the rank
+    that used the most, and the first failure of any rank as its status."""
     merged = []
     for same_run in zip(*runs_by_rank):
         run = same_run[0]
         run.epochs = merge_rank_epochs([record.epochs for record in same_run])
+        run.energy_j = total_energy_j(run)
+        run.peak_device_memory_mib = _of_every_rank([record.peak_device_memory_mib for record in same_run], max)
+        run.peak_rss_mib = _of_every_rank([record.peak_rss_mib for record in same_run], max)
         failed = next(((rank, record) for rank, record in enumerate(same_run) if record.status not in ("ok",)),
                       None)
         if failed is not None and run.status == "ok":
@@ -241,10 +316,14 @@ def merge_rank_runs(runs_by_rank: list[list[RunRecord]]) -> list[RunRecord]:
 class RankReporter(Reporter):
     """Every rank hands each finished epoch to rank 0, which merges them (engine/distributed.py: the slowest rank's
     time), shows the merged epoch, and keeps the merged runs in a file, so that a rank dying later loses nothing
-    that finished. The hand-over comes after the epoch's clock has stopped, at the same epoch on every rank."""
+    that finished. The hand-over comes after the epoch's clock has stopped, at the same epoch on every rank.
 
-    def __init__(self, partial_file: Path, screen: Reporter) -> None:
-        self.partial_file, self.screen = partial_file, screen
+    It also keeps the ranks in step: they start each epoch's clock together, stop together when any one's loss
+    is no longer finite, and a rank whose run fails ends (see `run_finished`)."""
+
+    def __init__(self, output_file: Path, screen: Reporter) -> None:
+        self.partial_file, self.reason_file = _partial_file(output_file), _reason_file(output_file)
+        self.screen = screen
         self.leader = dist.get_rank() == 0
         self.result: Result | None = None
 
@@ -263,6 +342,9 @@ class RankReporter(Reporter):
     def epoch_started(self, epoch: int, steps: int) -> None:
         if self.leader:
             self.screen.epoch_started(epoch, steps)
+        # the loop starts the epoch's clock right after this: no rank's clock runs while rank 0 is still showing and
+        # saving the last epoch, or the slowest rank's time would include it
+        _barrier()
 
     def steps_finished(self, steps_done: int) -> None:
         if self.leader:
@@ -278,33 +360,76 @@ class RankReporter(Reporter):
             self.result.write_json(self.partial_file)
             self.screen.epoch_finished(merged_run, merged)
 
+    def divergence(self, own: Divergence | None) -> Divergence | None:
+        """The earliest divergence of any rank, with its rank, so that every rank stops after this epoch and none
+        evaluates alone (a DDP forward pass may wait for the others to broadcast buffers)."""
+        every_rank: list = [None] * dist.get_world_size()
+        dist.all_gather_object(every_rank, own)
+        diverged = [(rank, found) for rank, found in enumerate(every_rank) if found is not None]
+        if not diverged:
+            return None
+        rank, first = min(diverged, key=lambda entry: entry[1].step)  # the earliest; the lowest rank on a tie
+        return dataclasses.replace(first, process=f"rank {rank}")
+
     def run_finished(self, record: RunRecord) -> None:
         if self.leader:
             self.screen.run_finished(record)
+        if record.status in ENDS_A_RANK:
+            self._end_rank(record)  # its run stays "running" in the partial file: run_distributed gives it the reason
+        elif self.leader:  # it ended alike on every rank: a later run's failure must not take it along
+            self.result.runs[-1].status, self.result.runs[-1].error = record.status, record.error
+            self.result.write_json(self.partial_file)
+
+    def _end_rank(self, record: RunRecord) -> None:
+        """A run that failed on this rank may have failed on it alone, mid-epoch, while the other ranks wait for it
+        inside an all-reduce they cannot leave; they would wait out RANK_TIMEOUT_S. So this rank leaves its reason
+        beside the result file (the first rank to fail speaks for the run) and exits at once, without tearing down
+        the process group that the others still hold; torchrun then stops them, and run_distributed reports it."""
+        try:
+            with self.reason_file.open("x") as reason:  # "x": created by one rank only
+                json.dump({"rank": dist.get_rank(), "status": record.status, "error": record.error}, reason)
+        except FileExistsError:
+            pass  # another rank failed first: its reason is the run's
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(RANK_FAILED_EXIT_CODE)
+
+
+def take_rank_share(devices: str, threads: int | None, local_rank: int, local_world: int) -> str:
+    """Give this rank its share of the machine and return its device: the GPU of its local rank ("cuda" devices)
+    or the CPU, and `threads` intra-op threads (--threads), else an even share of the cores this process may use
+    between the machine's `local_world` ranks. GPU ranks too: torchrun sets OMP_NUM_THREADS=1, which would leave
+    their host-side work (decoding and augmenting batches, the loader) a single core."""
+    device = "cpu"
+    if devices.startswith("cuda"):
+        torch.cuda.set_device(local_rank)
+        device = f"cuda:{local_rank}"
+    torch.set_num_threads(threads or max(1, usable_cores() // local_world))
+    return device
+
+
+def _barrier() -> None:
+    """Wait for every rank. NCCL's barrier runs on this rank's GPU, named so that it never guesses another."""
+    if dist.get_backend() == "nccl":
+        dist.barrier(device_ids=[torch.cuda.current_device()])
+    else:
+        dist.barrier()
 
 
 def _main(config_file: str, output_file: str) -> None:
     from rich.console import Console
 
     from devicebench import runner
-    from devicebench.config import RunConfig
-    from devicebench.data.pipeline import usable_cores
     from devicebench.report.progress import RichReporter
 
     request = json.loads(Path(config_file).read_text())
-    config = RunConfig(**{name: tuple(value) if isinstance(value, list) else value
-                          for name, value in request["config"].items()})
-    local_rank, local_world = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
-    on_gpus = config.devices.startswith("cuda")
-    if on_gpus:
-        torch.cuda.set_device(local_rank)
-    elif config.threads is None:
-        torch.set_num_threads(max(1, usable_cores() // local_world))  # the machine's cores, split between its ranks
-    dist.init_process_group("nccl" if on_gpus else "gloo", timeout=timedelta(seconds=RANK_TIMEOUT_S))
+    config = config_from_fields(request["config"])
+    devices = take_rank_share(config.devices, config.threads, int(os.environ["LOCAL_RANK"]),
+                              int(os.environ["LOCAL_WORLD_SIZE"]))
+    dist.init_process_group("gloo" if devices == "cpu" else "nccl", timeout=timedelta(seconds=RANK_TIMEOUT_S))
     try:
-        devices = f"cuda:{local_rank}" if on_gpus else "cpu"
         screen = RichReporter(Console(soft_wrap=True), quiet=request["quiet"])  # on stdout, which torchrun passes through
-        reporter = RankReporter(_partial_file(Path(output_file)), screen)
+        reporter = RankReporter(Path(output_file), screen)
         try:
             result = runner.run(dataclasses.replace(config, devices=devices, threads=torch.get_num_threads()),
                                 reporter)
@@ -315,7 +440,7 @@ def _main(config_file: str, output_file: str) -> None:
         if dist.get_rank() == 0:
             result.runs = merge_rank_runs(runs_by_rank)
             result.write_json(Path(output_file))
-        dist.barrier()  # no rank tears the group down while another is still in a collective
+        _barrier()  # no rank tears the group down while another is still in a collective
     finally:
         dist.destroy_process_group()
 

@@ -44,13 +44,18 @@ class TrainingSetup:
     forward: Callable[[torch.Tensor], torch.Tensor] | None = None  # the model's tuned forward pass, if not the model
     step: TrainStep | None = None  # a user's own training step, instead of forward, loss, backward, step
 
+    @property
+    def forward_pass(self) -> Callable[[torch.Tensor], torch.Tensor]:
+        # `is None`, never `or`: truth-testing a compiled module calls its len(), which raises
+        return self.model if self.forward is None else self.forward
+
     def outputs(self, inputs: torch.Tensor) -> torch.Tensor:
-        return (self.forward or self.model)(inputs)
+        return self.forward_pass(inputs)
 
     def train_step(self, inputs: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """One training step: (the loss on the device, the outputs or None when a user's step gave none)."""
         if self.step is not None:
-            returned = self.step(self.forward or self.model, (inputs, labels), self.optimizer)
+            returned = self.step(self.forward_pass, (inputs, labels), self.optimizer)
             loss, outputs = returned if isinstance(returned, tuple) else (returned, None)
             if not isinstance(loss, (torch.Tensor, float, int)):
                 raise TypeError(f"train_step must return the loss (a tensor), or (loss, outputs); it returned "
@@ -72,12 +77,35 @@ class TrainingPlan:
     target_accuracy: float | None = None  # test accuracy whose first reaching is timed
 
 
+@dataclass(frozen=True)
+class Divergence:
+    """Where a run's training loss first became NaN or infinite: the run stops there, status `diverged`."""
+
+    step: int  # 1-based, counted over the whole run
+    epoch: int
+    loss: float
+    process: str = ""  # which of several processes training together saw it ("rank 1"); "" for a lone process
+
+    @property
+    def reason(self) -> str:
+        where = f"{self.process}: " if self.process else ""
+        return f"{where}loss became {self.loss} at step {self.step} (epoch {self.epoch})"
+
+
 class Reporter:
-    """Hears what a run is doing, to show it; every method does nothing unless a subclass says otherwise."""
+    """Hears what a run is doing, to show it; every method does nothing unless a subclass says otherwise.
+
+    Processes training together (engine/distributed.py) also keep in step through it: `epoch_started` comes right
+    before each epoch's clock starts, and `divergence` decides whether the run stops after an epoch."""
 
     def run_started(self, record: RunRecord) -> None: ...
 
     def epoch_started(self, epoch: int, steps: int) -> None: ...
+
+    def divergence(self, own: Divergence | None) -> Divergence | None:
+        """Whether the run stops after this epoch's training, given this process's own divergence (None: its
+        losses were all finite): a lone process stops on its own."""
+        return own
 
     def steps_finished(self, steps_done: int) -> None: ...
 
@@ -114,12 +142,13 @@ def train(
         batch_sizes = train_batches.batch_sizes(steps)  # every epoch draws the same sizes, in a new order
         samples = sum(batch_sizes)
         for epoch in range(1, plan.epochs + 1):
-            reporter.epoch_started(epoch, steps)
+            reporter.epoch_started(epoch, steps)  # processes training together wait here for each other: nothing
+            # slow may come between it and the clock's start in _train_epoch
             monitor.window()  # closes the window of model building or the last evaluation: not this epoch's
             step_losses, correct, train_time_s, wait_s = _train_epoch(setup, train_batches, epoch, steps, watch, reporter)
             usage = monitor.window()  # exactly this epoch's training, outside its timed region
             losses = step_losses.tolist()  # the epoch's one read-back, after its clock stopped
-            finite = all(math.isfinite(loss) for loss in losses)
+            divergence = reporter.divergence(_first_divergence(losses, epoch, steps))
             entry = timed_epoch(
                 record, epoch, steps, samples, train_time_s, usage,
                 train_loss=sum(loss * size for loss, size in zip(losses, batch_sizes)) / samples,
@@ -128,17 +157,14 @@ def train(
             )
             evaluation_steps = capped(len(test_batches), plan.max_eval_steps)
             evaluates = evaluation_steps > 0 and (setup.loss_function is not None or setup.predict is not None)
-            if finite and evaluates:  # evaluating a diverged model would only time arithmetic on NaNs
+            if divergence is None and evaluates:  # evaluating a diverged model would only time arithmetic on NaNs
                 entry.test_loss, entry.test_accuracy, entry.eval_samples, entry.eval_time_s = _evaluate(
                     setup, test_batches, evaluation_steps, watch
                 )
             record.epochs.append(entry)
             reporter.epoch_finished(record, entry)
-            if not finite:
-                first_bad = next(index for index, loss in enumerate(losses) if not math.isfinite(loss))
-                record.status = "diverged"
-                record.diverged_at_step = (epoch - 1) * steps + first_bad + 1
-                record.error = f"loss became {losses[first_bad]} at step {record.diverged_at_step} (epoch {epoch})"
+            if divergence is not None:
+                record.status, record.diverged_at_step, record.error = "diverged", divergence.step, divergence.reason
                 break
             note_time_to_target(record, plan.target_accuracy, watch.now() - started)
         record.end_to_end_s = watch.now() - started
@@ -190,6 +216,12 @@ def note_time_to_target(record: RunRecord, target: float | None, elapsed_s: floa
     if reached and record.time_to_target_train_s is None:
         record.time_to_target_train_s = sum(epoch.train_time_s for epoch in record.epochs)
         record.time_to_target_wall_s = elapsed_s
+
+
+def _first_divergence(losses: list[float], epoch: int, steps: int) -> Divergence | None:
+    """The first of an epoch's step losses that is NaN or infinite, if any is."""
+    first_bad = next((index for index, loss in enumerate(losses) if not math.isfinite(loss)), None)
+    return None if first_bad is None else Divergence((epoch - 1) * steps + first_bad + 1, epoch, losses[first_bad])
 
 
 def total_energy_j(record: RunRecord) -> float | None:

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.panel import Panel
 from rich.progress import (
     BarColumn,
@@ -111,7 +112,9 @@ class RichReporter(RunReporter):
     def run_finished(self, record: RunRecord) -> None:
         self._stop_progress()
         if record.status != "ok":
-            self.console.print(f"[bold red]{record.workload} on {record.device}: {record.status}[/]: {record.error}")
+            # the error is text, not markup: gloo's "[/__w/pytorch/.../pair.cc:553]" would end a tag that never began
+            self.console.print(f"[bold red]{escape(record.workload)} on {record.device}: {record.status}[/]: "
+                               f"{escape(record.error or '')}")
 
     def close(self) -> None:
         """Take the progress bar off the screen, e.g. after Ctrl-C."""

@@ -182,9 +182,10 @@ def _workload_table(name: str, rows: list[Row]) -> RenderableType:
         table.add_row(*_cells(row, one_machine, priced, energy, entry))
     lines = [
         "Epoch s: steady-state median [min–max] over the epochs after the warm-up one, every repeat; busy: the "
-        "device's utilisation and this process's CPU use while training (100% CPU = one core); TFLOP/s: the matrix "
-        "products and convolutions of forward and backward per sample (engine/flops.py) x samples/s, and as a share "
-        "of the device's calibrated matmul peak at the run's precision (MFU; `devicebench calibrate`); waiting: the share "
+        "device's utilisation (with several processes, their GPUs' mean and the least busy one's) and the training "
+        "processes' CPU use while training (100% CPU = one core); TFLOP/s: the matrix products and convolutions of "
+        "forward and backward per sample (engine/flops.py) x samples/s, and as a share of the calibrated matmul peak "
+        "of every device that trained, at the run's precision (MFU; `devicebench calibrate`); waiting: the share "
         "of training spent waiting for the next batch, and the verdict; speedup: ratio of median samples/s "
         "against the baseline [95% bootstrap interval].",
         *dict.fromkeys(f"{row.machine_name}/{row.device}: {row.device_name}" for row in rows),
@@ -233,10 +234,13 @@ def _cells(row: Row, one_machine: bool, priced: bool, energy: bool, entry: Workl
 
 
 def busy_text(row: Row) -> str:
-    """How busy the device was while training: `73% GPU, 98% CPU`, or `190% CPU` (100% = one core)."""
+    """How busy the device was while training: `73% GPU, 98% CPU`, or `190% CPU` (100% = one core); with several
+    processes, their GPUs' mean and the least busy one's, and the CPU use of them all: `71% GPU (low 40%), 390% CPU`."""
     parts = []
     if row.device_utilization_percent is not None:
-        parts.append(f"{row.device_utilization_percent.median:.0f}% GPU")
+        lowest = row.lowest_rank_utilization_percent
+        low = "" if lowest is None else f" (low {lowest.median:.0f}%)"
+        parts.append(f"{row.device_utilization_percent.median:.0f}% GPU{low}")
     if row.process_cpu_percent is not None:
         parts.append(f"{row.process_cpu_percent.median:.0f}% CPU")
     return ", ".join(parts) or "—"

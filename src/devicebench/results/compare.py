@@ -22,7 +22,7 @@ from devicebench.results.stats import Speedup, Spread, speedup, spread
 
 # Settings that change speed. Runs that differ in any of them form separate rows.
 SPEED_SETTINGS = ("mode", "precision", "batch_size", "batch_size_auto", "data_source", "workers", "overrides",
-                  "threads", "tf32_matmul", "compiled", "world_size")
+                  "threads", "tf32_matmul", "tf32_cudnn", "compiled", "world_size")
 # Of those, the ones a baseline must share: the work itself. Threads, TF32 and compiling describe how a device ran
 # it. Two exceptions (`_same_work`): in tuned mode each device picks its own precision, and with --batch-size auto
 # its own batch size: the comparison is then each device at its best.
@@ -107,8 +107,16 @@ class Row:
 
     @property
     def device_utilization_percent(self) -> Spread | None:
+        """The device's utilisation; with several processes, their devices' mean."""
         return _spread_or_none([e.device_utilization_percent for e in self.steady_epochs
                                 if e.device_utilization_percent is not None])
+
+    @property
+    def lowest_rank_utilization_percent(self) -> Spread | None:
+        """With several processes, the least busy device's utilisation in each steady epoch where every one's is
+        known: a mean of 70% may be one idle GPU among busy ones."""
+        return _spread_or_none([min(e.rank_device_utilization_percent) for e in self.steady_epochs
+                                if e.rank_device_utilization_percent and None not in e.rank_device_utilization_percent])
 
     @property
     def tflops(self) -> Spread | None:
@@ -127,9 +135,11 @@ class Row:
 
     @property
     def mfu(self) -> Spread | None:
-        """Model FLOPs utilisation: achieved TFLOP/s as a share of the device's calibrated matmul peak at the
-        precision each run used (`devicebench calibrate`)."""
-        return _spread_or_none([run.flops_per_sample * epoch.samples_per_s / TERA / run.peak_tflops
+        """Model FLOPs utilisation: achieved TFLOP/s as a share of the calibrated matmul peak, at the precision each
+        run used (`devicebench calibrate`), of every device that trained: samples/s of several processes is their
+        global rate, so it is taken against one peak per process."""
+        return _spread_or_none([run.flops_per_sample * epoch.samples_per_s / TERA
+                                / (run.peak_tflops * run.settings.world_size)
                                 for run in self.runs for epoch in run.steady_epochs
                                 if run.flops_per_sample is not None and run.peak_tflops])
 
