@@ -40,11 +40,15 @@ from devicebench.engine.loop import Reporter, TrainingSetup, train
 from devicebench.engine.timing import Stopwatch, wall_clock_utc
 from devicebench.engine.tuning import (
     Tuning,
+    add_tuning_note,
     base_tuning,
     candidates,
     choose_batch_size,
     choose_tuning,
+    dynamo_counts,
+    note_compilation,
     process_settings,
+    recurrent_layers,
     tuned_setup,
     tuned_threads,
 )
@@ -318,15 +322,19 @@ def _train_model(
         batches = batches_of(record.settings.batch_size)
         opened += batches
         base = dataclasses.replace(base, device_resident=batches[0].resident)
+        compiled_from = None  # Dynamo's counts before a compiled run (importing Dynamo takes seconds: only then)
         if tuned:
             tuning = _choose(base, build, batches[0], device, config, record, tunings)
             build = partial(_build_tuned, build, tuning, device, record)
+            compiled_from = dynamo_counts() if tuning.compiled else None
         model = train(record, build=build, train_batches=batches[0], test_batches=batches[1],
                       plan=config.plan_for(workload), watch=Stopwatch(device), reporter=reporter)
+        if compiled_from is not None:
+            note_compilation(record, compiled_from)
     return model
 
 
-AUTO_BATCH_TRIAL_STEPS = 7  # the batches one trial draws: the largest auto batch leaves this many in the data
+AUTO_BATCH_FEWEST_STEPS = 7  # the largest batch --batch-size auto tries still makes this many steps an epoch
 
 
 def _grow_batch_size(record: RunRecord, dataset: Dataset, base: Tuning, build: partial, batches_of, device,
@@ -341,7 +349,7 @@ def _grow_batch_size(record: RunRecord, dataset: Dataset, base: Tuning, build: p
             return train_batches
 
         setup = (lambda: tuned_setup(build(), base, device)[0]) if settings.mode == "tuned" else build
-        largest = max(settings.batch_size, _training_samples(dataset) // AUTO_BATCH_TRIAL_STEPS)
+        largest = max(settings.batch_size, _training_samples(dataset) // AUTO_BATCH_FEWEST_STEPS)
         tunings[key] = choose_batch_size(settings.batch_size, largest, setup, single, Stopwatch(device))
     batch_size, note = tunings[key]
     record.settings = dataclasses.replace(settings, batch_size=batch_size, batch_size_auto=True,
@@ -408,9 +416,15 @@ def _in_data_parallel(build: partial, device: torch.device) -> TrainingSetup:
 
 
 def _build_tuned(build: partial, tuning: Tuning, device: torch.device, record: RunRecord) -> TrainingSetup:
-    """The run's model, built as in seed mode and then run the tuned way; the settings say what could be applied."""
+    """The run's model, built as in seed mode and then run the tuned way; the settings say what could be applied,
+    and the note which layers bf16 left in fp32."""
     setup, applied = tuned_setup(build(), tuning, device)
     record.settings = dataclasses.replace(record.settings, **dataclasses.asdict(applied))
+    recurrent = recurrent_layers(setup.model)
+    if applied.precision == "bf16" and recurrent:
+        names = ", ".join(sorted({type(layer).__name__ for layer in recurrent}))
+        add_tuning_note(record, f"bf16 autocast left out the recurrent layers ({len(recurrent)} {names}): they ran "
+                                "in fp32")
     return setup
 
 

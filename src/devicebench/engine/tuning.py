@@ -25,29 +25,35 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import functools
 import itertools
+import math
 import platform
-from collections.abc import Callable, Iterator
+import statistics
+import textwrap
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
 import psutil
 import torch
 from torch import nn
+from torch.nn.utils.rnn import PackedSequence
 
-from devicebench.data.pipeline import Batches, usable_cores
+from devicebench.data.pipeline import Batch, Batches, usable_cores
 from devicebench.devices import is_out_of_memory, native_bf16
 from devicebench.engine.loop import TrainingSetup
 from devicebench.engine.timing import Stopwatch
+from devicebench.results.schema import RunRecord
 
 Precision = Literal["fp32", "bf16"]
-TRIAL_WARMUP_STEPS = 3  # untimed: allocation, kernel selection, compilation
-TRIAL_MIN_STEPS = 4  # timed steps per candidate, at least ...
-TRIAL_SECONDS = 1.0  # ... and until this much time has passed
-TRIAL_MAX_STEPS = 50
-CLEARLY_FASTER = 1.03  # a riskier choice (bf16, compile) is kept only when this much faster than the plain one
-GROWTH_WORTH = 1.05  # --batch-size auto doubles the batch while each doubling gains at least 5%
-SLOWEST_AUTO_STEP_S = 2.0  # ... and while a step takes no longer than this
+TRIAL_WARMUP_STEPS = 3  # untimed, per candidate: allocation, kernel selection, compilation
+TRIAL_ROUNDS = 5  # timed blocks per candidate, at least: the spread of their rates is the trial's noise
+TRIAL_SECONDS = 1.0  # each candidate is timed for at least this long in all ...
+TRIAL_MIN_STEPS = 20  # ... and over at least this many steps
+SLOWEST_AUTO_STEP_S = 1.0  # --batch-size auto stops before a size whose step takes longer: 20 of them take 20 s
+FAILURE_MESSAGE_CHARS = 100  # of a failed candidate's error message, what its note quotes
 KEPT_FREED_BYTES = 1 << 29  # glibc's mmap threshold while tuned: freed blocks up to 512 MiB are reused
 
 
@@ -106,29 +112,40 @@ def choose_tuning(
     batches: Batches,
     watch: Stopwatch,
 ) -> tuple[Tuning, str]:
-    """The fastest of `options` on the first steps of `batches`, and a sentence saying what each one measured.
+    """The fastest of `options` on the real batches, and a sentence saying what each one measured.
 
-    Each option trains a fresh model for a few steps; the run itself then starts again from its seeded weights.
-    An option that fails (an op with no bf16 kernel, a compile error) is left out and named in the sentence.
+    Each option trains a fresh model (the run itself then starts again from its seeded weights), timed as
+    `_Trial` says. The options take turns: in each round every option runs one timed block, and every other
+    round runs in reverse order, so that clocks ramping up or a background job weigh on all of them alike.
+
+    The first option, the plainest, is kept unless another one beats it by more than the spread: is faster in
+    its slowest round than the plainest in its fastest (`_beats`). Of those that do, the one with the highest
+    median is kept. The sentence gives each option's median samples/s and their range over the rounds. An
+    option that fails in any way (an op with no bf16 kernel, a compile error, out of memory) is left out and
+    named in it with its reason; only when every option fails does the run fail.
     """
     if len(options) == 1:
         return options[0], ""
-    rates: dict[Tuning, float] = {}
-    failures: list[str] = []
-    for option in options:
-        try:
-            rates[option] = _trial(build(option), batches, watch)[0]
-        except (RuntimeError, NotImplementedError, torch.OutOfMemoryError) as error:
-            failures.append(f"{_label(option)} failed ({type(error).__name__})")
-    if not rates:
-        raise RuntimeError(f"every tuned option failed in the trial: {'; '.join(failures)}")
+    trials = {option: _Trial(functools.partial(build, option)) for option in options}
+    failures: dict[Tuning, str] = {}
+    with contextlib.closing(_full_batches(batches)) as stream:
+        _warm_up(trials, stream, watch, failures)
+        _time_in_turns(trials, stream, watch, failures)
+    failed = [f"{_label(option)} {failures[option]}" for option in options if option in failures]
+    if not trials:
+        raise RuntimeError(f"every tuned option failed in the trial: {'; '.join(failed)}")
+    rates = {option: trial.block_rates for option, trial in trials.items()}
     plainest = next(iter(rates))
-    best = max(rates, key=rates.get)
-    if rates[best] < rates[plainest] * CLEARLY_FASTER:
-        best = plainest
-    measured = ", ".join(f"{_label(option)} {rate:,.0f}" for option, rate in rates.items())
-    note = f"trial samples/s: {measured}" + (f"; {'; '.join(failures)}" if failures else "")
-    return best, f"{note}; kept {_label(best)}"
+    gaining = [option for option in rates if _beats(rates[option], rates[plainest])]
+    kept = max(gaining, key=lambda option: statistics.median(rates[option]), default=plainest)
+    fastest = max(rates, key=lambda option: statistics.median(rates[option]))
+    within_spread = kept == plainest and fastest != plainest
+    measured = ", ".join(f"{_label(option)} {_spread_text(option_rates)}" for option, option_rates in rates.items())
+    return kept, "; ".join([
+        f"trial samples/s: {measured}, median (range) of {len(rates[plainest])} rounds",
+        *failed,
+        f"kept {_label(kept)}" + (f": {_label(fastest)}'s gain is within the spread" if within_spread else ""),
+    ])
 
 
 def choose_batch_size(
@@ -141,35 +158,63 @@ def choose_batch_size(
     """`--batch-size auto`: the fastest batch size, growing from `first` by doubling, and a sentence saying what
     each size measured and why the growing stopped.
 
-    It stops when a doubling gains less than GROWTH_WORTH, when a step takes longer than SLOWEST_AUTO_STEP_S
-    (the trial would take minutes, and a batch that slow has long stopped paying), at `largest` (the training
-    set), or at the first size that runs out of memory, which is caught and backed off from.
+    Each size is timed as an option of `choose_tuning` is (`_Trial`), on its own: sizes grow, so there is no one
+    to take turns with. A doubling is kept only when it beats the size kept so far by more than the spread: is
+    faster in its slowest block than that size in its fastest (`_beats`); the first that does not ends the
+    growing. So does a size whose step takes longer than SLOWEST_AUTO_STEP_S, decided on its warm-up steps before
+    any timed one (its trial would take minutes, and a batch that slow has long stopped paying), `largest` (the
+    training set), and a size that fails, out of memory or in any other way, which is backed off from. At
+    `first` a failure is the run's own.
     """
-    rates: dict[int, float] = {}
-    size, reason = first, f"{first} is the whole training set"
-    while size <= largest:
+    rates: dict[int, list[float]] = {}
+    kept = size = first
+    while True:
         batches = batches_of(size)
         try:
-            rates[size], step_s = _trial(build(), batches, watch)
-        except RuntimeError as error:  # torch.OutOfMemoryError is one
-            if not is_out_of_memory(error) or not rates:
-                raise
-            reason = f"{size} ran out of memory"
-            break
+            size_rates, stopped = _time_batch_size(size, build, batches, watch, fatal=size == first)
         finally:
             batches.close()
-            _release_cached_memory(watch.device)
-        best_before = max((rate for tried, rate in rates.items() if tried != size), default=None)
-        if best_before is not None and rates[size] < best_before * GROWTH_WORTH:
-            reason = f"{size} gained less than {GROWTH_WORTH - 1:.0%}"
+            _release_cached_memory(watch.device)  # this size's blocks, so that the next size starts clean
+        if stopped is not None:
             break
-        if step_s > SLOWEST_AUTO_STEP_S:
-            reason = f"a step of {size} took {step_s:.1f} s"
+        rates[size] = size_rates
+        if size != first and not _beats(size_rates, rates[kept]):
+            stopped = f"{size} was no faster than {kept} beyond the spread"
             break
-        size, reason = size * 2, f"{size} is the most that fits the training set"
-    best = max(rates, key=rates.get)
-    measured = ", ".join(f"{tried} {rate:,.0f}" for tried, rate in rates.items())
-    return best, f"batch sizes tried, samples/s: {measured} (stopped: {reason}); kept {best}"
+        kept = size
+        if size * 2 > largest:
+            stopped = f"{size} is the most that fits the training set"
+            break
+        size *= 2
+    measured = ", ".join(f"{tried} {_spread_text(tried_rates)}" for tried, tried_rates in rates.items())
+    measured = f"{measured}, median (range) of each size's blocks" if rates else "none timed"
+    return kept, f"batch sizes tried, samples/s: {measured} (stopped: {stopped}); kept {kept}"
+
+
+def _time_batch_size(
+    size: int, build: Callable[[], TrainingSetup], batches: Batches, watch: Stopwatch, *, fatal: bool
+) -> tuple[list[float], str | None]:
+    """The samples/s of each timed block of batch size `size`, or why the growing stops at it instead."""
+    trials, failures = {size: _Trial(build)}, {}
+    with contextlib.closing(_full_batches(batches)) as stream:
+        _warm_up(trials, stream, watch, failures, fatal=fatal)
+        if size in trials and trials[size].step_s > SLOWEST_AUTO_STEP_S:
+            return [], f"a step of {size} took {trials[size].step_s:.1f} s"
+        _time_in_turns(trials, stream, watch, failures, fatal=fatal)
+    if size in failures:
+        return [], f"{size} {failures[size]}"
+    return trials[size].block_rates, None
+
+
+def _beats(rates: list[float], than: list[float]) -> bool:
+    """Whether a candidate whose timed blocks ran at `rates` is faster than one at `than` by more than the spread
+    of both: faster in its slowest block than the other in its fastest. Two equally fast candidates of
+    TRIAL_ROUNDS blocks each pass it by chance once in 252 trials (every one of 5 blocks above all 5 others)."""
+    return min(rates) > max(than)
+
+
+def _spread_text(rates: list[float]) -> str:
+    return f"{statistics.median(rates):,.0f} ({min(rates):,.0f}-{max(rates):,.0f})"
 
 
 def _release_cached_memory(device: torch.device) -> None:
@@ -181,28 +226,120 @@ def _label(option: Tuning) -> str:
     return option.precision + ("+compiled" if option.compiled else "")
 
 
-def _trial(setup: TrainingSetup, batches: Batches, watch: Stopwatch) -> tuple[float, float]:
-    """A few untimed steps, then timed ones for about TRIAL_SECONDS: (samples/s, seconds per step)."""
-    setup.model.train()
-    steps = min(len(batches), TRIAL_WARMUP_STEPS + TRIAL_MAX_STEPS)
-    stream = batches.epoch(1, steps)
-    samples, timed, start = 0, 0, None
-    for step in range(steps):
-        if step == TRIAL_WARMUP_STEPS:
-            start = watch.now()
-        inputs, labels = next(stream)
-        loss = setup.loss_function(setup.outputs(inputs), labels)
-        setup.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        setup.optimizer.step()
-        if start is not None:
-            samples, timed = samples + len(labels), timed + 1
-            if timed >= TRIAL_MIN_STEPS and watch.now() - start >= TRIAL_SECONDS:
-                break
-    if start is None:
-        raise RuntimeError("too few batches for a trial")
-    seconds = watch.now() - start
-    return samples / seconds, seconds / timed
+class _Trial:
+    """One candidate of a trial: a fresh model, and the samples/s of its timed blocks.
+
+    It runs as training does: TRIAL_WARMUP_STEPS untimed steps first (allocation, kernel selection,
+    compilation), then blocks of timed steps with the device synchronized at each block's two ends only, as the
+    training loop synchronizes only at an epoch's: the host queues steps while the device works, and the block
+    measures that overlapped throughput. A block's length is set before it starts, from the step time measured
+    last (at first the last warm-up step's, timed alone): its share of what is left of TRIAL_SECONDS over the
+    rounds left, and at least a TRIAL_ROUNDS-th of TRIAL_MIN_STEPS. Blocks go on until there are TRIAL_ROUNDS
+    of them over TRIAL_SECONDS and TRIAL_MIN_STEPS.
+    """
+
+    def __init__(self, build: Callable[[], TrainingSetup]) -> None:
+        self.build = build
+        self.setup: TrainingSetup | None = None
+        self.block_rates: list[float] = []
+        self.timed_s, self.timed_steps = 0.0, 0
+        self.step_s = math.nan  # one step's seconds, as last measured: sizes the next block
+
+    @property
+    def done(self) -> bool:
+        return (len(self.block_rates) >= TRIAL_ROUNDS and self.timed_s >= TRIAL_SECONDS
+                and self.timed_steps >= TRIAL_MIN_STEPS)
+
+    def set_up(self) -> None:
+        self.setup = self.build()
+        self.setup.model.train()
+
+    def warm_up(self, stream: Iterator[Batch], watch: Stopwatch) -> None:
+        self._run(TRIAL_WARMUP_STEPS - 1, stream)
+        _, self.step_s = self._timed(1, stream, watch)
+
+    def time_block(self, stream: Iterator[Batch], watch: Stopwatch) -> None:
+        rounds_left = max(1, TRIAL_ROUNDS - len(self.block_rates))
+        seconds_wanted = max(0.0, TRIAL_SECONDS - self.timed_s) / rounds_left
+        steps = max(math.ceil(TRIAL_MIN_STEPS / TRIAL_ROUNDS), math.ceil(seconds_wanted / self.step_s))
+        samples, seconds = self._timed(steps, stream, watch)
+        self.block_rates.append(samples / seconds)
+        self.timed_s += seconds
+        self.timed_steps += steps
+        self.step_s = seconds / steps
+
+    def _timed(self, steps: int, stream: Iterator[Batch], watch: Stopwatch) -> tuple[int, float]:
+        """(samples, seconds) of `steps` training steps, the device synchronized before the first and after the last."""
+        start = watch.now()
+        samples = self._run(steps, stream)
+        return samples, watch.now() - start
+
+    def _run(self, steps: int, stream: Iterator[Batch]) -> int:
+        """Train `steps` steps, queued on the device without waiting for it; the number of samples trained."""
+        samples = 0
+        for _ in range(steps):
+            inputs, labels = next(stream)
+            self.setup.train_step(inputs, labels)
+            samples += len(labels)
+        return samples
+
+
+def _warm_up(trials: dict, stream: Iterator[Batch], watch: Stopwatch, failures: dict, *, fatal: bool = False) -> None:
+    # Every candidate is built before any runs: building a compiled one resets Dynamo, which would drop the graphs
+    # of one compiled before it and compile them again inside a timed block.
+    _for_each(trials, trials, _Trial.set_up, failures, watch.device, fatal=fatal)
+    _for_each(trials, trials, lambda trial: trial.warm_up(stream, watch), failures, watch.device, fatal=fatal)
+
+
+def _time_in_turns(trials: dict, stream: Iterator[Batch], watch: Stopwatch, failures: dict, *,
+                   fatal: bool = False) -> None:
+    """Rounds of one timed block per trial, every other round in reverse order, until every trial is done."""
+    for round_number in itertools.count():
+        if all(trial.done for trial in trials.values()):
+            return
+        order = list(trials) if round_number % 2 == 0 else list(reversed(trials))
+        _for_each(trials, order, lambda trial: trial.time_block(stream, watch), failures, watch.device, fatal=fatal)
+
+
+def _for_each(trials: dict, order: Iterable, action: Callable[[_Trial], None], failures: dict,
+              device: torch.device, *, fatal: bool) -> None:
+    """`action` on each trial of `trials`, in `order`. One that fails in any way (an op with no bf16 kernel, a
+    compile error, out of memory) is dropped from `trials` and its reason kept in `failures`; with `fatal`, the
+    failure is raised instead."""
+    for key in list(order):
+        try:
+            action(trials[key])
+        except Exception as error:  # any kind: one candidate's failure must not end the run
+            if fatal:
+                raise
+            failures[key] = _failure(error)
+            out_of_memory = is_out_of_memory(error)
+        else:
+            continue
+        del trials[key]  # its model, gradients and optimizer state
+        if out_of_memory:  # only now: the except block's traceback held the failed step's tensors
+            _release_cached_memory(device)
+
+
+def _failure(error: Exception) -> str:
+    """Why a candidate is left out: 'ran out of memory', or 'failed (TypeError: the first line of its message)'."""
+    if is_out_of_memory(error):
+        return "ran out of memory"
+    lines = str(error).strip().splitlines()
+    message = textwrap.shorten(lines[0], FAILURE_MESSAGE_CHARS, placeholder="...") if lines else ""
+    return f"failed ({type(error).__name__}{': ' + message if message else ''})"
+
+
+def _full_batches(batches: Batches) -> Iterator[Batch]:
+    """The training batches, pass after pass for as long as a trial draws (a small training set holds fewer than a
+    trial needs), each pass without its short last batch: a new shape would make a compiled model compile again
+    inside a timed block."""
+    sizes = batches.batch_sizes(len(batches))
+    if not sizes:
+        raise ValueError("no training batches to try")
+    full_steps = sizes.count(batches.batch_size) or len(sizes)  # a training set smaller than a batch: its one batch
+    for epoch in itertools.count(1):
+        yield from batches.epoch(epoch, full_steps)
 
 
 # --- applying ------------------------------------------------------------------------------------------------
@@ -219,14 +356,16 @@ def tuned_setup(setup: TrainingSetup, tuning: Tuning, device: torch.device) -> t
         tuning = dataclasses.replace(tuning, fused_optimizer=optimizer is not setup.optimizer)
     forward: Callable[[torch.Tensor], torch.Tensor] = TunedForward(model, tuning, device.type)
     if tuning.compiled:
-        forward = torch.compile(forward)
+        forward = compiled_afresh(forward)
     return dataclasses.replace(setup, model=model, optimizer=optimizer, forward=forward), tuning
 
 
 class TunedForward(nn.Module):
     """The model's forward pass with its inputs in the tuned layout and its arithmetic in the tuned precision.
 
-    Outputs come back in fp32, so the loss and the accuracy are computed exactly as in seed mode.
+    Outputs come back in fp32, so the loss and the accuracy are computed exactly as in seed mode. In bf16, the
+    model's recurrent layers stay out of autocast and compute in fp32: CUDA autocast runs cuDNN's RNN kernel
+    in fp16 whatever dtype it was asked for, so a "bf16" LSTM would be unscaled fp16.
     """
 
     def __init__(self, model: nn.Module, tuning: Tuning, device_type: str) -> None:
@@ -235,12 +374,101 @@ class TunedForward(nn.Module):
         self.channels_last = tuning.channels_last
         self.bf16 = tuning.precision == "bf16"
         self.device_type = device_type
+        if self.bf16:
+            for layer in recurrent_layers(model):
+                _outside_autocast(layer, device_type)
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         if self.channels_last and inputs.dim() == 4:
             inputs = inputs.contiguous(memory_format=torch.channels_last)
         with torch.autocast(self.device_type, dtype=torch.bfloat16, enabled=self.bf16):
             return self.model(inputs).float()
+
+
+def recurrent_layers(model: nn.Module) -> list[nn.RNNBase]:
+    """The model's LSTM, GRU and RNN layers."""
+    return [module for module in model.modules() if isinstance(module, nn.RNNBase)]
+
+
+def _outside_autocast(layer: nn.Module, device_type: str) -> None:
+    """Make `layer` compute in fp32 with autocast off, whatever precision the layers around it compute in."""
+    forward = layer.forward
+
+    def float32_forward(*args, **kwargs):
+        with torch.autocast(device_type, enabled=False):
+            return forward(*_float32(args), **{name: _float32(value) for name, value in kwargs.items()})
+
+    layer.forward = float32_forward
+
+
+def _float32(value):
+    """`value` (a layer's argument: a tensor, a packed sequence, or a tuple or list of them) in fp32 where floating."""
+    if isinstance(value, (torch.Tensor, PackedSequence)):
+        return value.float() if value.data.is_floating_point() else value
+    if isinstance(value, (tuple, list)):
+        return type(value)(_float32(item) for item in value)
+    return value
+
+
+COMPILE_BACKEND = "inductor"  # torch.compile's own default; tests put "eager" here to compile in milliseconds
+
+
+def compiled_afresh(forward: TunedForward) -> Callable[[torch.Tensor], torch.Tensor]:
+    """`forward` under torch.compile, compiled for this run alone.
+
+    Dynamo keeps its compiled graphs, its recompile count and what it gave up on per code object, and every
+    run's forward is TunedForward.forward: without the reset, a process's first few (model, precision) pairs
+    use up its recompile limit and every later run runs eagerly while recorded as compiled; and a function it
+    gave up on in one run (an LSTM's) would run eagerly in every later one without being tried, so unseen by
+    `note_compilation`.
+
+    Static shapes: the partial last batch gets a graph of its own instead of switching every later step to a
+    slower dynamic-shape graph (dropping the batch instead would change what the run trains on), so a run
+    compiles at most 4 graphs (training and evaluation, full and partial batch), within the limit of 8.
+    """
+    torch.compiler.reset()  # all of Dynamo's in-memory state, so other compiled code in the process recompiles too
+    return torch.compile(forward, backend=COMPILE_BACKEND, dynamic=False)
+
+
+@dataclass(frozen=True)
+class DynamoCounts:
+    """Dynamo's running totals in this process (torch.compiler.reset leaves them alone)."""
+
+    frames_tried: int
+    frames_compiled: int  # the others Dynamo gave up on: they ran eagerly
+    graph_breaks: int
+    gave_up: Counter[str]  # why it gave up on a frame: the first line of the reason, by frames
+
+
+def dynamo_counts() -> DynamoCounts:
+    """Dynamo's totals now (importing Dynamo takes seconds: only for compiled runs)."""
+    counters = torch._dynamo.utils.counters  # the counters PyTorch's own compile tests read
+    reasons = Counter()
+    for reason, frames in counters["unimplemented"].items():
+        reasons[reason.splitlines()[0]] += frames
+    return DynamoCounts(counters["frames"]["total"], counters["frames"]["ok"], sum(counters["graph_break"].values()),
+                        reasons)
+
+
+def note_compilation(record: RunRecord, before: DynamoCounts) -> None:
+    """Record what torch.compile did in the run that started at `before`; a run in which Dynamo gave up on any
+    function is recorded as not compiled, and the note says why (an LSTM, which Dynamo cannot trace, is one)."""
+    after = dynamo_counts()
+    # the graphs Dynamo holds for the forward pass since `compiled_afresh` reset it (a debugging hook, since 2.1)
+    forward_graphs = len(torch._C._dynamo.eval_frame._debug_get_cache_entry_list(TunedForward.forward.__code__))
+    record.compile_recompiles = max(forward_graphs - 1, 0)  # new shapes, evaluation: each a graph of its own
+    # as Dynamo counts them: a break counts in each frame it sits in, each time that frame compiles
+    record.compile_graph_breaks = after.graph_breaks - before.graph_breaks
+    eager_frames = (after.frames_tried - after.frames_compiled) - (before.frames_tried - before.frames_compiled)
+    if eager_frames:
+        reasons = ", ".join(after.gave_up - before.gave_up) or "reason not given"
+        record.settings = dataclasses.replace(record.settings, compiled=False)
+        add_tuning_note(record, f"torch.compile left {eager_frames} function(s) to run eagerly ({reasons}): "
+                                "recorded as not compiled")
+
+
+def add_tuning_note(record: RunRecord, note: str) -> None:
+    record.tuning_note = "; ".join(filter(None, [record.tuning_note, note]))
 
 
 def _fused(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
