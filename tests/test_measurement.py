@@ -338,7 +338,7 @@ UNITLESS = {  # fractions of 1, or losses, which have no unit
 COUNTS = {  # whole numbers of things, named after the things
     "epoch", "steps", "samples", "eval_samples", "repeat", "parameter_count", "diverged_at_step", "epochs_completed",
     "steady_epochs", "batch_size", "epochs", "max_steps", "max_eval_steps", "seed", "threads", "workers",
-    "world_size",
+    "world_size", "compile_recompiles", "compile_graph_breaks",
 }
 
 
@@ -420,8 +420,8 @@ def test_peak_device_memory_covers_model_creation_to_the_last_epoch(monkeypatch)
 # --- rule 10: what changes the numbers is recorded, and runs that differ in it are never pooled ---------------------
 
 CHANGED = {"mode": "tuned", "precision": "bf16", "batch_size": 64, "batch_size_auto": True, "data_source": "real",
-           "workers": 2, "overrides": {"learning_rate": 0.1}, "threads": 4, "tf32_matmul": True, "compiled": True,
-           "world_size": 2}
+           "workers": 2, "overrides": {"learning_rate": 0.1}, "threads": 4, "tf32_matmul": True, "tf32_cudnn": True,
+           "compiled": True, "world_size": 2}
 
 
 def test_every_speed_setting_is_a_recorded_setting_with_a_changed_value_here():
@@ -446,7 +446,7 @@ def test_a_run_records_its_speed_settings_and_the_software_it_ran_on():
     assert (settings.threads, settings.batch_size, settings.workers, settings.data_source) == (1, 20, 0, "synthetic")
     assert (settings.mode, settings.precision, settings.compiled, settings.channels_last) == ("seed", "fp32", False,
                                                                                               False)
-    assert settings.tf32_matmul == torch.backends.cuda.matmul.allow_tf32
+    assert not (settings.tf32_matmul or settings.tf32_cudnn)  # seed mode is strict fp32, whatever the process allows
     assert result.machine["torch"] == torch.__version__ and result.machine["devicebench"] == result.devicebench_version
     assert {"python", "os", "cpu", "accelerators"} <= set(result.machine)
     assert "synthetic data" in comparison_text([result]).lower()
