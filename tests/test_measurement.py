@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import json
+import re
 import resource
 import time
 from pathlib import Path
@@ -450,3 +451,30 @@ def test_a_run_records_its_speed_settings_and_the_software_it_ran_on():
     assert result.machine["torch"] == torch.__version__ and result.machine["devicebench"] == result.devicebench_version
     assert {"python", "os", "cpu", "accelerators"} <= set(result.machine)
     assert "synthetic data" in comparison_text([result]).lower()
+
+
+# --- the docs that name tests name tests that exist -----------------------------------------------------------------
+
+REPOSITORY = Path(__file__).resolve().parent.parent
+
+
+def named_tests(document: str) -> list[tuple[str, str]]:
+    """(test file, test function) for every `file.py::test_name` in `document`, and every `::test_name` that
+    continues the list of the file named last."""
+    named, file = [], None
+    for match in re.finditer(r"`(?:tests/)?(test_\w+\.py)?::(test_\w+)", (REPOSITORY / document).read_text()):
+        file = match[1] or file
+        named.append((file, match[2]))
+    return named
+
+
+@pytest.mark.parametrize("document", ["docs/measurement.md", "SECURITY.md"])
+def test_every_test_a_document_names_exists(document):
+    named = named_tests(document)
+    assert len(named) > 40
+    missing = []
+    for file, test in named:
+        tree = ast.parse((REPOSITORY / "tests" / file).read_text())
+        if test not in {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}:
+            missing.append(f"{file}::{test}")
+    assert not missing, f"{document} names tests that do not exist: {missing}"
