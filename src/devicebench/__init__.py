@@ -5,18 +5,12 @@
     print(db.run(model=MyNet, data=db.TensorData(x_train, y_train, x_test, y_test)).table())   # your own model
 """
 
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("devicebench")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0.0.0+unknown"
-
-from devicebench.api import run  # noqa: E402  (the version above is read by what these import)
-from devicebench.config import RunConfig  # noqa: E402
-from devicebench.data.own import TensorData, TorchData  # noqa: E402
-from devicebench.results.schema import Result  # noqa: E402
-from devicebench.workloads import Workload, get_workload, list_workloads, workload  # noqa: E402
+from devicebench.api import run
+from devicebench.config import RunConfig
+from devicebench.data.own import TensorData, TorchData
+from devicebench.results.schema import Result
+from devicebench.version import __version__
+from devicebench.workloads import Workload, get_workload, list_workloads, workload
 
 __all__ = ["Result", "RunConfig", "TensorData", "TorchData", "Workload", "__version__", "get_workload",
            "list_workloads", "run", "workload"]

@@ -23,7 +23,7 @@ import numpy
 import psutil
 import torch
 
-import devicebench
+from devicebench.version import __version__
 from devicebench import devices
 
 BYTES_PER_MIB = 2**20
@@ -149,7 +149,7 @@ def _software_versions() -> dict:
         "torch_hip_build": torch.version.hip,
         "cudnn": _cudnn_version(),
         "numpy": numpy.__version__,
-        "devicebench": devicebench.__version__,
+        "devicebench": __version__,
     }
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from devicebench import __version__
+from devicebench.version import __version__
 from devicebench.checkpoint import save_checkpoint
 from devicebench.config import RunConfig
 from devicebench.data import (

@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from devicebench import __version__
+from devicebench.version import __version__
 from devicebench.config import LARGEST_WHOLE_NUMBER
 from devicebench.results.prices import PriceError, Prices, parse_prices
 from devicebench.results.store import Store, StoreError, default_db_path

@@ -31,7 +31,7 @@ from typing import Any
 import platformdirs
 import torch
 
-import devicebench
+from devicebench.version import __version__
 from devicebench.devices import device_name, native_bf16
 from devicebench.engine.timing import Stopwatch, wall_clock_utc
 from devicebench.results.schema import write_atomically
@@ -353,7 +353,7 @@ def save_calibration(
         "machine_id": machine_id,
         "machine_name": machine_name,
         "created_utc": wall_clock_utc(),
-        "devicebench_version": devicebench.__version__,
+        "devicebench_version": __version__,
         "torch_version": torch.__version__,
         "devices": devices,
     }
