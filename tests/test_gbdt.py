@@ -25,8 +25,9 @@ from devicebench.data.tables import (
     read_covertype,
     synthetic_table,
 )
-from devicebench.engine.loop import Reporter, TrainingPlan
+from devicebench.engine.loop import TrainingPlan
 from devicebench.engine.timing import Stopwatch
+from devicebench.events import Reporter
 from devicebench.results.schema import EpochRecord, RunRecord, RunSettings
 from devicebench.workloads import gbdt, get_workload
 

@@ -10,8 +10,9 @@ from torch import nn
 from training_fixtures import learnable_dataset, linear_setup
 
 from devicebench.data.pipeline import HostBatches
-from devicebench.engine.loop import Reporter, TrainingPlan, TrainingSetup, train
+from devicebench.engine.loop import TrainingPlan, TrainingSetup, train
 from devicebench.engine.timing import Stopwatch
+from devicebench.events import Reporter
 from devicebench.results.schema import RunRecord, RunSettings
 
 CPU = torch.device("cpu")

@@ -35,6 +35,7 @@ from devicebench.engine import loop
 from devicebench.engine.loop import TrainingPlan, TrainingSetup, train
 from devicebench.engine.timing import Stopwatch
 from devicebench.environment import BYTES_PER_MIB
+from devicebench.events import RunReporter
 from devicebench.report.tables import comparison_text
 from devicebench.results.compare import SPEED_SETTINGS, compare
 from devicebench.results.schema import EpochRecord, RunRecord, RunSettings, RunSummary
@@ -371,7 +372,7 @@ def test_cuda_asked_on_a_machine_without_it_fails_before_training_and_says_why()
     trained = []
     with pytest.raises(DeviceError, match="'cuda' is not available on this machine. Devices present: cpu") as caught:
         runner.run(RunConfig(workloads=("mnist-cnn2",), devices="cuda", data="synthetic", epochs=1, max_steps=1),
-                   reporter=type("Recorder", (runner.RunReporter,), {"run_started": trained.append})())
+                   reporter=type("Recorder", (RunReporter,), {"run_started": trained.append})())
     assert "CPU-only build" in str(caught.value) and "https://pytorch.org" in str(caught.value)  # and what to do
     assert trained == []
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from devicebench import RunConfig, runner, workloads
-from devicebench.runner import RunReporter
+from devicebench.events import ReporterGroup, RunReporter
 from devicebench.workloads import get_workload
 
 TINY = {"devices": "cpu", "data": "synthetic", "epochs": 2, "max_steps": 2, "max_eval_steps": 1}
@@ -115,7 +115,7 @@ class Journal(RunReporter):
 def test_every_listener_hears_every_event_including_an_interrupted_finish():
     first, second = Journal(), Journal()
     stopper = InterruptDuring("mnist-cnn4", 2)
-    runner.run(RunConfig(workloads=("mnist-*",), **TINY), runner.ReporterGroup(first, second, stopper))
+    runner.run(RunConfig(workloads=("mnist-*",), **TINY), ReporterGroup(first, second, stopper))
     assert first.events == second.events == [
         "session", "start mnist-cnn2", "epoch 1", "epoch 2", "finish mnist-cnn2 ok",
         "start mnist-cnn4", "epoch 1", "finish mnist-cnn4 interrupted"]

@@ -23,8 +23,8 @@ import numpy
 import psutil
 import torch
 
-from devicebench.version import __version__
 from devicebench import devices
+from devicebench.version import __version__
 
 BYTES_PER_MIB = 2**20
 INSTALL_URL = "https://pytorch.org/get-started/locally/"

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import torch
 
-from devicebench.version import __version__
 from devicebench.checkpoint import save_checkpoint
 from devicebench.config import RunConfig
 from devicebench.data import (
@@ -36,7 +35,7 @@ from devicebench.devices import device_name, out_of_memory, resolve_devices
 from devicebench.engine.calibrate import peak_tflops
 from devicebench.engine.distributed import current_shard, data_parallel, world_size
 from devicebench.engine.flops import training_flops_per_sample
-from devicebench.engine.loop import Reporter, TrainingSetup, train
+from devicebench.engine.loop import TrainingSetup, train
 from devicebench.engine.timing import Stopwatch, wall_clock_utc
 from devicebench.engine.tuning import (
     Tuning,
@@ -53,52 +52,14 @@ from devicebench.engine.tuning import (
     tuned_threads,
 )
 from devicebench.environment import machine_fingerprint
+from devicebench.events import RunReporter
 from devicebench.results.diagnosis import diagnose
 from devicebench.results.schema import Result, RunRecord, RunSettings
+from devicebench.version import __version__
 from devicebench.workloads import Workload, predicted_classes
 
 Dataset = ArrayDataset | ImageFolderDataset | TensorData | TorchData
 DataProblem = DataUnavailable | DataFormatError  # why a workload got no data: every run of it fails with this
-
-
-class RunReporter(Reporter):
-    """A Reporter that also hears when a session starts and which dataset each workload got."""
-
-    def session_started(self, result: Result) -> None: ...
-
-    def dataset_loaded(self, workload: Workload, dataset: Dataset) -> None: ...
-
-
-class ReporterGroup(RunReporter):
-    """Tells every one of several reporters everything: the screen, the database, TensorBoard."""
-
-    def __init__(self, *reporters: RunReporter) -> None:
-        self.reporters = reporters
-
-    def _tell_all(self, event: str, *details: object) -> None:
-        for reporter in self.reporters:
-            getattr(reporter, event)(*details)
-
-    def session_started(self, result):
-        self._tell_all("session_started", result)
-
-    def dataset_loaded(self, workload, dataset):
-        self._tell_all("dataset_loaded", workload, dataset)
-
-    def run_started(self, record):
-        self._tell_all("run_started", record)
-
-    def epoch_started(self, epoch, steps):
-        self._tell_all("epoch_started", epoch, steps)
-
-    def steps_finished(self, steps_done):
-        self._tell_all("steps_finished", steps_done)
-
-    def epoch_finished(self, record, epoch):
-        self._tell_all("epoch_finished", record, epoch)
-
-    def run_finished(self, record):
-        self._tell_all("run_finished", record)
 
 
 def run(config: RunConfig, reporter: RunReporter | None = None, *, save_to: Path | None = None) -> Result:

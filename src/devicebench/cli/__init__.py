@@ -19,10 +19,10 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from devicebench.version import __version__
 from devicebench.config import LARGEST_WHOLE_NUMBER
 from devicebench.results.prices import PriceError, Prices, parse_prices
 from devicebench.results.store import Store, StoreError, default_db_path
+from devicebench.version import __version__
 
 EXIT_FAILED_RUN = 1  # some run failed or ran out of memory; its reason is in the table and the JSON
 EXIT_USAGE = 2  # the request itself was wrong: unknown workload, device, suite or value

@@ -33,6 +33,7 @@ from devicebench.cli import (
 from devicebench.config import ConfigError, RunConfig
 from devicebench.devices import DeviceError
 from devicebench.engine.distributed import DistributedError, Launch, run_distributed
+from devicebench.events import ReporterGroup
 from devicebench.report.progress import RichReporter
 from devicebench.report.tables import comparison_tables
 from devicebench.report.tensorboard import TensorBoardReporter, TensorBoardUnavailable
@@ -313,7 +314,7 @@ def train_and_show(
     try:
         # the store hears each event first: an epoch is kept before it is shown, so Ctrl-C loses nothing printed
         with sigterm_as_interrupt() as signals:
-            result = runner.sweep(configs, runner.ReporterGroup(recorder, screen, *listeners), save_to=save_to)
+            result = runner.sweep(configs, ReporterGroup(recorder, screen, *listeners), save_to=save_to)
     except DeviceError as error:
         raise fail(str(error)) from None
     finally:

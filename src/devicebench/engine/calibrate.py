@@ -31,10 +31,10 @@ from typing import Any
 import platformdirs
 import torch
 
-from devicebench.version import __version__
 from devicebench.devices import device_name, native_bf16
 from devicebench.engine.timing import Stopwatch, wall_clock_utc
 from devicebench.results.schema import write_atomically
+from devicebench.version import __version__
 
 CALIBRATION_SCHEMA = 2  # the version of the stored file's layout; 2: sustained stretches, precisions not native
 CALIBRATION_DIR_VARIABLE = "DEVICEBENCH_CALIBRATION_DIR"

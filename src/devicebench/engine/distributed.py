@@ -44,7 +44,8 @@ from devicebench.data.images import is_image_folder
 from devicebench.data.pipeline import Shard, usable_cores
 from devicebench.data.sources import dataset_folder, dataset_spec, fetch
 from devicebench.data.text import is_text_folder
-from devicebench.engine.loop import Divergence, Reporter, TrainingSetup, total_energy_j
+from devicebench.engine.loop import TrainingSetup, total_energy_j
+from devicebench.events import Divergence, Reporter
 from devicebench.results.schema import EpochRecord, Result, RunRecord
 
 RANK_TIMEOUT_S = 300  # a collective that waits longer than this ends the run: a rank has died or hung

@@ -26,6 +26,7 @@ from devicebench.data.pipeline import Batches
 from devicebench.devices import peak_memory_mib, reset_peak_memory
 from devicebench.engine.monitor import Monitor, Usage
 from devicebench.engine.timing import Stopwatch, is_warmup_epoch
+from devicebench.events import Divergence, Reporter
 from devicebench.results.schema import EpochRecord, RunRecord
 from devicebench.workloads import TrainStep
 
@@ -75,43 +76,6 @@ class TrainingPlan:
     max_steps: int | None = None  # cap on training steps per epoch
     max_eval_steps: int | None = None  # cap on evaluation batches per epoch
     target_accuracy: float | None = None  # test accuracy whose first reaching is timed
-
-
-@dataclass(frozen=True)
-class Divergence:
-    """Where a run's training loss first became NaN or infinite: the run stops there, status `diverged`."""
-
-    step: int  # 1-based, counted over the whole run
-    epoch: int
-    loss: float
-    process: str = ""  # which of several processes training together saw it ("rank 1"); "" for a lone process
-
-    @property
-    def reason(self) -> str:
-        where = f"{self.process}: " if self.process else ""
-        return f"{where}loss became {self.loss} at step {self.step} (epoch {self.epoch})"
-
-
-class Reporter:
-    """Hears what a run is doing, to show it; every method does nothing unless a subclass says otherwise.
-
-    Processes training together (engine/distributed.py) also keep in step through it: `epoch_started` comes right
-    before each epoch's clock starts, and `divergence` decides whether the run stops after an epoch."""
-
-    def run_started(self, record: RunRecord) -> None: ...
-
-    def epoch_started(self, epoch: int, steps: int) -> None: ...
-
-    def divergence(self, own: Divergence | None) -> Divergence | None:
-        """Whether the run stops after this epoch's training, given this process's own divergence (None: its
-        losses were all finite): a lone process stops on its own."""
-        return own
-
-    def steps_finished(self, steps_done: int) -> None: ...
-
-    def epoch_finished(self, record: RunRecord, epoch: EpochRecord) -> None: ...
-
-    def run_finished(self, record: RunRecord) -> None: ...
 
 
 def capped(available: int, cap: int | None) -> int:

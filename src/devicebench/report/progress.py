@@ -19,9 +19,9 @@ from rich.progress import (
 from rich.text import Text
 
 from devicebench.data import ArrayDataset, ImageFolderDataset
+from devicebench.events import RunReporter
 from devicebench.report.tables import batch_text
 from devicebench.results.schema import EpochRecord, RunRecord
-from devicebench.runner import RunReporter
 from devicebench.workloads import Workload
 
 

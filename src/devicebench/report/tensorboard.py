@@ -10,8 +10,8 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
+from devicebench.events import RunReporter
 from devicebench.results.schema import EpochRecord, RunRecord
-from devicebench.runner import RunReporter
 from devicebench.workloads import get_workload
 
 

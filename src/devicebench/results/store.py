@@ -31,6 +31,7 @@ from typing import Any
 import platformdirs
 import psutil
 
+from devicebench.events import RunReporter
 from devicebench.results.schema import (
     SCHEMA_VERSION,
     EpochRecord,
@@ -40,7 +41,6 @@ from devicebench.results.schema import (
     finite_or_none,
     write_atomically,
 )
-from devicebench.runner import RunReporter
 
 DB_ENVIRONMENT_VARIABLE = "DEVICEBENCH_DB"
 APPLICATION_ID = 0x4476426E  # "DvBn" in ASCII: PRAGMA application_id, how our files tell themselves from others'
