@@ -7,6 +7,7 @@ over gloo that learn exactly what 1 process learns.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import signal
 import socket
@@ -444,6 +445,45 @@ def test_torchrun_s_report_becomes_the_failed_rank_and_its_own_error():
     aborted = TORCHRUN_REPORT.replace("[rank1]: ValueError: mnist has 10 classes but the model tells 2 apart",
                                       "  what():  [gloo/transport/tcp/pair.cc:534] Connection closed by peer")
     assert "what():  [gloo/transport/tcp/pair.cc:534] Connection closed by peer" in _failure_text(aborted, 1)
+
+
+KILLED_REPORT = """\
+[rank0]: RuntimeError: [gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:5: Connection reset by peer
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+=======================================================
+Failures:
+[1]:
+  time      : 2026-11-24_17:00:01
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : -9 (pid: 30306)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 30306
+-------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-24_17:00:01
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : 3 (pid: 30305)
+  error_file: <N/A>
+=======================================================
+"""
+
+
+def test_a_rank_killed_by_a_signal_is_named_and_another_rank_s_reason_is_only_its_echo(tmp_path):
+    """Rank 1 killed: rank 0 then fails on the broken connection and leaves its reason, and torchrun, which notes
+    exits to the second, may even observe rank 0 first. Seen under load, it blamed rank 0."""
+    from devicebench.engine.distributed import _why_the_ranks_ended
+
+    output_file = tmp_path / "result.json"
+    (tmp_path / "reason-result.json").write_text(json.dumps(
+        {"rank": 0, "status": "failed", "error": "RuntimeError: [gloo/transport/tcp/pair.cc:537] Read error"}))
+    assert _why_the_ranks_ended(output_file, KILLED_REPORT, 1) == (
+        "failed", "rank 1 failed (exit code -9 (pid: 30306)); the other ranks were stopped")
+    alone = KILLED_REPORT.replace("-9 (pid: 30306)", "3 (pid: 30306)")  # no signal: rank 0 failed on its own
+    assert _why_the_ranks_ended(output_file, alone, 1) == (
+        "failed", "rank 0: RuntimeError: [gloo/transport/tcp/pair.cc:537] Read error; the other ranks were stopped")
 
 
 def test_the_report_draws_throughput_against_the_number_of_processes():

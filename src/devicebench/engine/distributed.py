@@ -125,7 +125,7 @@ def run_distributed(config_fields: dict, launch: Launch, *, quiet: bool = True) 
             result.interrupted = True
             return result
         if ranks.returncode != 0 and not output_file.exists():
-            status, message = _rank_reason(output_file) or ("failed", _failure_text(stderr, ranks.returncode))
+            status, message = _why_the_ranks_ended(output_file, stderr, ranks.returncode)
             raise DistributedError(message, _partial_result(output_file, message, status))
         result = _final_result(output_file)
         if result is not None or launch.nnodes > 1:  # None: the rendezvous made another machine's process rank 0
@@ -158,6 +158,14 @@ def _partial_file(output_file: Path) -> Path:
 
 def _reason_file(output_file: Path) -> Path:
     return output_file.with_name("reason-" + output_file.name)
+
+
+def _why_the_ranks_ended(output_file: Path, stderr: str, code: int) -> tuple[str, str]:
+    """(status, message) of ranks that ended early: the reason a rank gave for its own failure, unless torchrun
+    saw a rank killed by a signal, which gives none; then the others' reasons are only its echo (a broken
+    connection), and torchrun's report names it."""
+    own_reason = None if _killed_rank(stderr) else _rank_reason(output_file)
+    return own_reason or ("failed", _failure_text(stderr, code))
 
 
 def _rank_reason(output_file: Path) -> tuple[str, str] | None:
@@ -218,19 +226,33 @@ def _check_port_free(endpoint: str) -> None:
             # not an address of this machine: the rendezvous is served elsewhere, nothing to check here
 
 
+def _torchrun_failures(stderr: str) -> list[tuple[str, str]]:
+    """(rank, how it ended) of each rank in torchrun's report of failures, the first observed one first."""
+    failures, root_cause = stderr.partition("Root Cause")[::2]
+    blocks = re.split(r"^\[\d+\]:\s*$", root_cause + "\n" + failures, flags=re.MULTILINE)
+    found = [(re.search(r"^\s*rank\s*:\s*(\d+)", block, re.MULTILINE),
+              re.search(r"^\s*exitcode\s*:\s*(.+?)\s*$", block, re.MULTILINE)) for block in blocks]
+    return [(rank.group(1), ending.group(1)) for rank, ending in found if rank and ending]
+
+
+def _killed_rank(stderr: str) -> tuple[str, str] | None:
+    """The first rank torchrun reports ended by a signal (a negative exit code: SIGKILL is -9), if any."""
+    return next((failure for failure in _torchrun_failures(stderr) if failure[1].startswith("-")), None)
+
+
 def _failure_text(stderr: str, code: int) -> str:
-    """torchrun's report boiled down to the rank that failed first, how it ended, and its own error."""
+    """torchrun's report boiled down to the rank that failed first, how it ended, and its own error. A rank killed
+    by a signal is named even when another was observed first: the others' errors are only its echo."""
     if "address already in use" in stderr.lower():
         return "the rendezvous port is already in use; pick another with --rdzv-endpoint HOST:PORT"
-    root = stderr.partition("Root Cause")[2]  # torchrun's summary of the first rank that failed
-    rank = re.search(r"rank\s*:\s*(\d+)", root)
-    ending = re.search(r"exitcode\s*:\s*(.+?)\s*$", root, re.MULTILINE)
+    failures = _torchrun_failures(stderr)
+    killed = _killed_rank(stderr)
+    rank, ending = killed or (failures[0] if failures else (None, None))
     raised = [found.group(1) for line in stderr.splitlines() if "torch.distributed.elastic" not in line
               # a Python exception's last line (torchrun prefixes it with "[rankN]:"), or the C++ one of an abort
               for found in [re.search(r"(\b\w+(?:Error|Exception): .+|what\(\): .+)$", line)] if found]
-    who = f"rank {rank.group(1)}" if rank else "a rank"
-    how = f"exit code {ending.group(1)}" if ending else f"torchrun exit code {code}"
-    killed = ending is not None and "SIGKILL" in ending.group(1)  # killed: the others' errors are only its echo
+    who = f"rank {rank}" if rank else "a rank"
+    how = f"exit code {ending}" if ending else f"torchrun exit code {code}"
     cause = f": {raised[-1]}" if raised and not killed else ""
     return f"{who} failed ({how}){cause}; the other ranks were stopped"
 
