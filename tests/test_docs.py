@@ -1,0 +1,71 @@
+"""The README is the front door and the reference lives under docs/, built by MkDocs (mkdocs.yml).
+
+These tests keep it so: the site builds in strict mode (a broken link or anchor, or a page left out of the nav, is a
+warning and so a failure), the README stays short, keeps its three commands together in the order a newcomer runs
+them, and links only to files that exist.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPOSITORY = Path(__file__).resolve().parent.parent
+README = REPOSITORY / "README.md"
+THREE_COMMANDS = ('pip install -e ".[dev]"', "devicebench run", "python -m pytest")
+
+
+def fenced_blocks(markdown: str) -> list[str]:
+    """The text of every ``` fenced block, without its fences."""
+    return re.findall(r"^```[^\n]*\n(.*?)^```", markdown, flags=re.M | re.S)
+
+
+def relative_links(markdown: str) -> list[str]:
+    """The targets of the markdown links and images outside fenced blocks that point into the repository."""
+    prose = re.sub(r"^```[^\n]*\n.*?^```", "", markdown, flags=re.M | re.S)
+    targets = re.findall(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)", prose)
+    return [target for target in targets if not target.startswith(("http://", "https://", "#", "mailto:"))]
+
+
+def test_the_docs_build_in_strict_mode_with_every_page(tmp_path):
+    pytest.importorskip("mkdocs", reason="the docs need MkDocs: pip install -e '.[dev]'")
+    built = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
+                           cwd=REPOSITORY, capture_output=True, text=True, timeout=300)
+    output = built.stdout + built.stderr
+    assert built.returncode == 0, f"mkdocs build --strict failed:\n{output}"
+    assert "WARNING" not in output, output
+    assert (tmp_path / "index.html").is_file()
+    assert (tmp_path / "measurement" / "index.html").is_file()  # docs/measurement.md, the rules one by one
+    assert (tmp_path / "report-example.png").is_file()
+
+
+def test_the_readme_is_a_front_door_of_fewer_than_200_lines():
+    lines = README.read_text().splitlines()
+    assert len(lines) < 200, f"README.md has {len(lines)} lines: move reference text into docs/"
+
+
+def test_the_readme_gives_the_three_commands_in_one_block_in_order():
+    blocks = [[line.strip() for line in block.splitlines()] for block in fenced_blocks(README.read_text())]
+    for lines in blocks:
+        found = [next((index for index, line in enumerate(lines) if line.startswith(command)), None)
+                 for command in THREE_COMMANDS]
+        if None not in found and found == sorted(found):
+            return
+    pytest.fail(f"no fenced block of README.md holds {', '.join(THREE_COMMANDS)} in this order")
+
+
+def test_every_relative_link_of_the_readme_points_to_a_file_that_exists():
+    links = relative_links(README.read_text())
+    assert links, "README.md links to no page of docs/"
+    missing = [link for link in links if not (REPOSITORY / link.split("#")[0]).exists()]
+    assert not missing, f"README.md links to files that do not exist: {missing}"
+
+
+def test_the_link_finder_sees_links_and_images_and_leaves_out_code_and_urls():
+    markdown = ("See [a](docs/a.md#part), ![b](docs/b.png) and [c](https://example.com), [d](#here), "
+                "[e](mailto:x@example.com).\n\n```bash\n[f](nowhere.md)\n```\n")
+    assert relative_links(markdown) == ["docs/a.md#part", "docs/b.png"]
