@@ -164,7 +164,7 @@ def _why_the_ranks_ended(output_file: Path, stderr: str, code: int) -> tuple[str
     """(status, message) of ranks that ended early: the reason a rank gave for its own failure, unless torchrun
     saw a rank killed by a signal, which gives none; then the others' reasons are only its echo (a broken
     connection), and torchrun's report names it."""
-    own_reason = None if _killed_rank(stderr) else _rank_reason(output_file)
+    own_reason = None if _killed_rank(_torchrun_failures(stderr)) else _rank_reason(output_file)
     return own_reason or ("failed", _failure_text(stderr, code))
 
 
@@ -235,9 +235,9 @@ def _torchrun_failures(stderr: str) -> list[tuple[str, str]]:
     return [(rank.group(1), ending.group(1)) for rank, ending in found if rank and ending]
 
 
-def _killed_rank(stderr: str) -> tuple[str, str] | None:
-    """The first rank torchrun reports ended by a signal (a negative exit code: SIGKILL is -9), if any."""
-    return next((failure for failure in _torchrun_failures(stderr) if failure[1].startswith("-")), None)
+def _killed_rank(failures: list[tuple[str, str]]) -> tuple[str, str] | None:
+    """The first of torchrun's `failures` ended by a signal (a negative exit code: SIGKILL is -9), if any."""
+    return next((failure for failure in failures if failure[1].startswith("-")), None)
 
 
 def _failure_text(stderr: str, code: int) -> str:
@@ -246,7 +246,7 @@ def _failure_text(stderr: str, code: int) -> str:
     if "address already in use" in stderr.lower():
         return "the rendezvous port is already in use; pick another with --rdzv-endpoint HOST:PORT"
     failures = _torchrun_failures(stderr)
-    killed = _killed_rank(stderr)
+    killed = _killed_rank(failures)
     rank, ending = killed or (failures[0] if failures else (None, None))
     raised = [found.group(1) for line in stderr.splitlines() if "torch.distributed.elastic" not in line
               # a Python exception's last line (torchrun prefixes it with "[rankN]:"), or the C++ one of an abort
