@@ -21,7 +21,7 @@ from typing import ClassVar
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from devicebench.data import DataSource
+from devicebench.data.arrays import DataSource
 from devicebench.data.formats import DataFormatError
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp")  # matched case-insensitively

@@ -26,10 +26,11 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from devicebench.data import ArrayDataset, TokenDataset
+from devicebench.data.arrays import ArrayDataset
 from devicebench.data.augmentation import Preprocessing, Rescale
 from devicebench.data.images import ImageFiles, ImageFolderDataset, decode_image
 from devicebench.data.own import TensorData, TorchData
+from devicebench.data.text import TokenDataset
 
 Batch = tuple[torch.Tensor, torch.Tensor]  # (model inputs, class indices or other targets), on the run's device
 Data = ArrayDataset | ImageFolderDataset | TokenDataset | TensorData | TorchData  # what a run trains on

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from devicebench.data import ArrayDataset
+from devicebench.data.arrays import ArrayDataset
 from devicebench.data.sources import dataset_spec
 
 PROTOTYPE_BLOCK_PIXELS = 4  # side of one random block of a prototype: 7 x 7 blocks for MNIST, 8 x 8 for CIFAR

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from devicebench.data import DataSource
+from devicebench.data.arrays import DataSource
 from devicebench.data.formats import DataFormatError
 from devicebench.data.sources import dataset_spec
 
