@@ -27,6 +27,7 @@ from image_fixtures import BRIGHTNESS, write_brightness_folder, write_image
 from PIL import Image
 from typer.testing import CliRunner
 
+import devicebench
 from devicebench.cli import EXIT_FAILED_RUN, EXIT_USAGE, app
 from devicebench.data import DataFormatError
 from devicebench.data.formats import (
@@ -234,7 +235,7 @@ def test_the_report_of_imported_results_shows_html_as_text(tmp_path, make_result
 @pytest.mark.parametrize("payload", HTML_PAYLOADS)
 def test_a_result_in_a_notebook_shows_html_as_text(make_result, make_run, payload):
     result, fields = hostile_results(make_result, make_run, payload)
-    page_source = result._repr_html_()
+    page_source = devicebench.Result.of(result)._repr_html_()
     page = Page(page_source)
     del fields["hostname"]  # the notebook tables name machines, not hosts
     for field, value in fields.items():
@@ -255,7 +256,7 @@ def test_rich_markup_from_one_machine_is_printed_literally(tmp_path, make_result
     assert cli.invoke(app, ["import", str(tmp_path / "from-elsewhere.json")]).exit_code == 0
     outcome = cli.invoke(app, ["compare"])
     assert outcome.exit_code == 0, outcome.output
-    for shown in (unwrapped(outcome.stdout), unwrapped(result.table())):
+    for shown in (unwrapped(outcome.stdout), unwrapped(devicebench.Result.of(result).table())):
         assert f"{markup}: batch 50" in shown  # the title
         assert f"laptop/cpu: cpu {markup}" in shown  # the device line
         assert f"repeat 1: failed: error {markup}" in shown  # the note

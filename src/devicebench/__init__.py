@@ -5,10 +5,9 @@
     print(db.run(model=MyNet, data=db.TensorData(x_train, y_train, x_test, y_test)).table())   # your own model
 """
 
-from devicebench.api import run
+from devicebench.api import Result, run
 from devicebench.config import RunConfig
 from devicebench.data.own import TensorData, TorchData
-from devicebench.results.schema import Result
 from devicebench.version import __version__
 from devicebench.workloads import Workload, get_workload, list_workloads, workload
 

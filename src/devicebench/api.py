@@ -14,14 +14,18 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 from rich.console import Console
 
 from devicebench import runner
 from devicebench.config import RunConfig
+from devicebench.report.html import comparison_html
 from devicebench.report.progress import RichReporter
-from devicebench.results.schema import Result
+from devicebench.report.tables import comparison_text
+from devicebench.results import schema
+from devicebench.results.store import Store, default_db_path
 from devicebench.workloads import OutputKind, TrainStep
 from devicebench.workloads.own import (
     LossSource,
@@ -29,6 +33,30 @@ from devicebench.workloads.own import (
     OptimizerSource,
     own_workload,
 )
+
+
+class Result(schema.Result):
+    """A result as a Python user holds it: the record of every run, with the tables, the store and the notebook
+    view on top. `Result.read_json(path)` reads an exported one back."""
+
+    @classmethod
+    def of(cls, result: schema.Result) -> Result:
+        return cls(**{field.name: getattr(result, field.name) for field in dataclasses.fields(result)})
+
+    def table(self) -> str:
+        """The tables `devicebench run` prints: a row per device, the speedup against the CPU, as plain text."""
+        return comparison_text([self])
+
+    def save(self, db: str | Path | None = None) -> Path:
+        """Store every run in the results database (`db`, else $DEVICEBENCH_DB, else the user data folder's), where
+        `devicebench compare`, `history` and `report` find it; saving twice adds nothing. Returns its path."""
+        with Store(default_db_path(db)) as store:
+            store.import_result(self)
+            return store.path
+
+    def _repr_html_(self) -> str:
+        """How Jupyter shows a result: the same tables, in HTML."""
+        return comparison_html([self])
 
 
 def run(
@@ -108,6 +136,6 @@ def run(
                            data=data or "auto", **settings)
     screen = RichReporter(Console(stderr=True, soft_wrap=True), quiet=not progress)  # an epoch's line stays one line
     try:
-        return runner.run(config, screen)
+        return Result.of(runner.run(config, screen))
     finally:
         screen.close()

@@ -217,29 +217,6 @@ class Result:
     def read_json(cls, path: Path) -> Result:
         return cls.from_dict(json.loads(path.read_text()))
 
-    # What a Python user does with a result; the work is the report's and the store's, imported when asked for.
-
-    def table(self) -> str:
-        """The tables `devicebench run` prints: a row per device, the speedup against the CPU, as plain text."""
-        from devicebench.report.tables import comparison_text
-
-        return comparison_text([self])
-
-    def save(self, db: str | Path | None = None) -> Path:
-        """Store every run in the results database (`db`, else $DEVICEBENCH_DB, else the user data folder's), where
-        `devicebench compare`, `history` and `report` find it; saving twice adds nothing. Returns its path."""
-        from devicebench.results.store import Store, default_db_path
-
-        with Store(default_db_path(db)) as store:
-            store.import_result(self)
-            return store.path
-
-    def _repr_html_(self) -> str:
-        """How Jupyter shows a result: the same tables, in HTML."""
-        from devicebench.report.html import comparison_html
-
-        return comparison_html([self])
-
 
 def write_atomically(path: Path, text: str) -> None:
     """Write `text` to `path` so that a crash mid-write leaves the previous file, never half a file."""
