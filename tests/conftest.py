@@ -368,11 +368,11 @@ def make_result() -> Callable[..., Result]:
 def force_cpu_isa(monkeypatch) -> Callable[[str], None]:
     """Make devicebench take this CPU to have exactly the named ISA flags (`force_cpu_isa("avx2")`), whatever it
     really has: the CI machine may be an AVX2-only EPYC or an AMX Xeon."""
-    from devicebench import environment
+    from devicebench import host
 
     def force(names: str) -> None:
-        monkeypatch.setenv(environment.ISA_VARIABLE, names)
-        environment.cpu_isa.cache_clear()
+        monkeypatch.setenv(host.ISA_VARIABLE, names)
+        host.cpu_isa.cache_clear()
 
     yield force
-    environment.cpu_isa.cache_clear()  # before monkeypatch restores the variable: the next call detects afresh
+    host.cpu_isa.cache_clear()  # before monkeypatch restores the variable: the next call detects afresh

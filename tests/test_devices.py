@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from devicebench import devices, environment
+from devicebench import devices, environment, host
 from devicebench.devices import DeviceError, resolve_devices
 
 CPU = torch.device("cpu")
@@ -121,7 +121,7 @@ def test_cuda_on_a_cpu_only_build_says_the_build_has_no_cuda(fake_machine, monke
     fake_machine(cuda=0)
     monkeypatch.setattr(torch.version, "cuda", None)
     monkeypatch.setattr(torch.version, "hip", None)
-    monkeypatch.setattr(environment.platform, "system", lambda: "Linux")
+    monkeypatch.setattr(host.platform, "system", lambda: "Linux")
     with pytest.raises(DeviceError) as error:
         resolve_devices("cpu,cuda")
     assert str(error.value) == (
@@ -136,9 +136,9 @@ def test_cuda_on_a_cuda_build_without_driver_says_no_driver(fake_machine, monkey
     fake_machine(cuda=0)
     monkeypatch.setattr(torch.version, "cuda", "12.4")
     monkeypatch.setattr(torch.version, "hip", None)
-    monkeypatch.setattr(environment.shutil, "which", lambda tool: None)
-    real_exists = environment.os.path.exists
-    monkeypatch.setattr(environment.os.path, "exists", lambda path: path != "/proc/driver/nvidia" and real_exists(path))
+    monkeypatch.setattr(host.shutil, "which", lambda tool: None)
+    real_exists = host.os.path.exists
+    monkeypatch.setattr(host.os.path, "exists", lambda path: path != "/proc/driver/nvidia" and real_exists(path))
     with pytest.raises(DeviceError) as error:
         resolve_devices("cuda:0")
     assert "device 'cuda:0' is not available on this machine. Devices present: cpu." in str(error.value)
@@ -170,7 +170,7 @@ def test_a_missing_cuda_index_names_the_variable_that_hides_devices(fake_machine
 
 def test_mps_off_macos_says_it_is_apple_only(fake_machine, monkeypatch):
     fake_machine(cuda=1)
-    monkeypatch.setattr(environment.platform, "system", lambda: "Linux")
+    monkeypatch.setattr(host.platform, "system", lambda: "Linux")
     with pytest.raises(DeviceError) as error:
         resolve_devices("mps")
     assert str(error.value) == (
@@ -232,7 +232,7 @@ def test_synchronize_on_another_kind_without_torch_accelerator_is_an_error(monke
 
 
 def test_device_names(calls, monkeypatch):
-    monkeypatch.setattr(environment, "cpu_model", lambda: "Apple M2 Pro")
+    monkeypatch.setattr(host, "cpu_model", lambda: "Apple M2 Pro")
     calls.record(torch.cuda, "get_device_name", returns="NVIDIA H100 80GB HBM3")
     calls.record(torch.xpu, "get_device_name", returns="Intel(R) Data Center GPU Max 1550")
     assert devices.device_name(CPU) == "Apple M2 Pro"
@@ -243,7 +243,7 @@ def test_device_names(calls, monkeypatch):
 
 
 def test_cpu_name_is_the_cpu_model():
-    assert devices.device_name(CPU) == environment.cpu_model()
+    assert devices.device_name(CPU) == host.cpu_model()
     assert devices.device_name(CPU).strip() != ""
 
 

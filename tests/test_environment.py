@@ -17,15 +17,14 @@ import pytest
 import torch
 
 import devicebench
-from devicebench import environment
+from devicebench import environment, host, nvml
 from devicebench.environment import (
     format_cudnn_version,
-    isa_from_cpuinfo,
-    isa_from_torch_capability,
     machine_fingerprint,
     machine_id,
     no_accelerator_reason,
 )
+from devicebench.host import isa_from_cpuinfo, isa_from_torch_capability
 
 FINGERPRINT_KEYS = [
     "hostname", "machine_name", "os", "python", "torch", "torch_cuda_build", "torch_hip_build", "cudnn", "numpy", "devicebench",
@@ -36,13 +35,13 @@ CPU_KEYS = [
     "torch_cpu_capability",
 ]  # fmt: skip
 CACHED = (
-    environment.cpu_model,
-    environment.cpu_isa,
-    environment._cpuinfo_text,
+    host.cpu_model,
+    host.cpu_isa,
+    host._cpuinfo_text,
     environment._software_versions,
     environment._cudnn_version,
     environment._accelerator_descriptions,
-    environment._nvidia_driver_version,
+    nvml.driver_version,
 )
 
 # Two CPUs of a Sapphire Rapids machine, as /proc/cpuinfo shows them (trimmed)
@@ -95,11 +94,11 @@ def no_accelerator_visible(monkeypatch):
 def fake_driver(monkeypatch, paths: set[str] = frozenset(), tools: set[str] = frozenset()) -> None:
     """Make exactly these driver paths exist and these tools be on PATH, among the ones environment looks for."""
     looked_for = {"/proc/driver/nvidia", "/dev/kfd"}
-    real_exists = environment.os.path.exists
+    real_exists = host.os.path.exists
     monkeypatch.setattr(
-        environment.os.path, "exists", lambda path: path in paths if path in looked_for else real_exists(path)
+        host.os.path, "exists", lambda path: path in paths if path in looked_for else real_exists(path)
     )
-    monkeypatch.setattr(environment.shutil, "which", lambda tool: f"/usr/bin/{tool}" if tool in tools else None)
+    monkeypatch.setattr(host.shutil, "which", lambda tool: f"/usr/bin/{tool}" if tool in tools else None)
 
 
 @pytest.fixture
@@ -161,7 +160,7 @@ def test_fingerprint_reports_this_machine():
     assert fingerprint["numpy"] == numpy.__version__
     assert fingerprint["devicebench"] == devicebench.__version__
     assert fingerprint["memory_total_mib"] == psutil.virtual_memory().total // 2**20
-    assert fingerprint["cpu"]["model"] == environment.cpu_model()
+    assert fingerprint["cpu"]["model"] == host.cpu_model()
     assert fingerprint["cpu"]["architecture"] == platform.machine()
     assert fingerprint["cpu"]["logical_cores"] == psutil.cpu_count()
     assert fingerprint["cpu"]["torch_cpu_capability"] == torch.backends.cpu.get_cpu_capability()
@@ -192,14 +191,14 @@ def test_machine_id_is_stable_and_follows_the_hostname(monkeypatch):
     moved = machine_fingerprint()
     assert moved["hostname"] == "another-host"
     assert moved["machine_id"] != first
-    assert moved["machine_id"] == machine_id("another-host", environment.cpu_model(), [])
+    assert moved["machine_id"] == machine_id("another-host", host.cpu_model(), [])
 
 
 def test_a_chosen_machine_name_labels_the_machine_and_sets_its_id(monkeypatch):
     monkeypatch.setenv("DEVICEBENCH_MACHINE", "  laptop ")
     named = machine_fingerprint()
     assert named["machine_name"] == "laptop" and named["hostname"] == socket.gethostname()
-    assert named["machine_id"] == machine_id("laptop", environment.cpu_model(), [])
+    assert named["machine_id"] == machine_id("laptop", host.cpu_model(), [])
     monkeypatch.setenv("DEVICEBENCH_MACHINE", "")
     assert machine_fingerprint()["machine_name"] == socket.gethostname()
 
@@ -221,7 +220,7 @@ def test_machine_id_hashes_hostname_cpu_and_sorted_accelerator_names():
     ],
 )
 def test_isa_from_cpuinfo_reads_the_flags_line(cpuinfo, present):
-    assert isa_from_cpuinfo(cpuinfo) == {flag: flag in present for flag in environment.ISA_FLAGS}
+    assert isa_from_cpuinfo(cpuinfo) == {flag: flag in present for flag in host.ISA_FLAGS}
 
 
 @pytest.mark.parametrize(
@@ -229,30 +228,30 @@ def test_isa_from_cpuinfo_reads_the_flags_line(cpuinfo, present):
     [("AVX512", {"avx2", "avx512f"}), ("AVX2", {"avx2"}), ("DEFAULT", set()), ("SVE256", set())],
 )
 def test_isa_from_torch_capability_implies_only_what_it_names(capability, present):
-    assert isa_from_torch_capability(capability) == {flag: flag in present for flag in environment.ISA_FLAGS}
+    assert isa_from_torch_capability(capability) == {flag: flag in present for flag in host.ISA_FLAGS}
 
 
 def test_fingerprint_isa_comes_from_proc_cpuinfo_on_linux(monkeypatch):
-    monkeypatch.setattr(environment, "_cpuinfo_text", lambda: HASWELL_CPUINFO)
+    monkeypatch.setattr(host, "_cpuinfo_text", lambda: HASWELL_CPUINFO)
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")  # must not be consulted
     isa = machine_fingerprint()["cpu"]["isa"]
     assert isa == {"avx2": True, "avx512f": False, "avx512_bf16": False, "amx_bf16": False, "amx_tile": False}
 
 
 def test_fingerprint_isa_comes_from_torch_without_proc_cpuinfo(monkeypatch):
-    monkeypatch.setattr(environment, "_cpuinfo_text", lambda: "")
+    monkeypatch.setattr(host, "_cpuinfo_text", lambda: "")
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
     isa = machine_fingerprint()["cpu"]["isa"]
     assert isa == {"avx2": True, "avx512f": False, "avx512_bf16": False, "amx_bf16": False, "amx_tile": False}
 
 
 def test_cpu_model_reads_model_name_from_proc_cpuinfo(monkeypatch):
-    monkeypatch.setattr(environment, "_cpuinfo_text", lambda: SAPPHIRE_RAPIDS_CPUINFO)
-    assert environment.cpu_model() == "Intel(R) Xeon(R) Platinum 8480+"
+    monkeypatch.setattr(host, "_cpuinfo_text", lambda: SAPPHIRE_RAPIDS_CPUINFO)
+    assert host.cpu_model() == "Intel(R) Xeon(R) Platinum 8480+"
 
 
 def test_cpu_model_asks_sysctl_on_macos(monkeypatch):
-    monkeypatch.setattr(environment, "_cpuinfo_text", lambda: "")
+    monkeypatch.setattr(host, "_cpuinfo_text", lambda: "")
     monkeypatch.setattr(platform, "system", lambda: "Darwin")
     asked = []
 
@@ -260,8 +259,8 @@ def test_cpu_model_asks_sysctl_on_macos(monkeypatch):
         asked.append(command)
         return types.SimpleNamespace(stdout="Apple M2 Pro\n")
 
-    monkeypatch.setattr(environment.subprocess, "run", fake_run)
-    assert environment.cpu_model() == "Apple M2 Pro"
+    monkeypatch.setattr(host.subprocess, "run", fake_run)
+    assert host.cpu_model() == "Apple M2 Pro"
     assert asked == [["sysctl", "-n", "machdep.cpu.brand_string"]]
 
 
@@ -271,11 +270,11 @@ def test_cpu_model_asks_sysctl_on_macos(monkeypatch):
      ("", "AMD64")],
 )  # fmt: skip
 def test_cpu_model_falls_back_to_platform(monkeypatch, processor, expected):
-    monkeypatch.setattr(environment, "_cpuinfo_text", lambda: "")
+    monkeypatch.setattr(host, "_cpuinfo_text", lambda: "")
     monkeypatch.setattr(platform, "system", lambda: "Windows")
     monkeypatch.setattr(platform, "processor", lambda: processor)
     monkeypatch.setattr(platform, "machine", lambda: "AMD64")
-    assert environment.cpu_model() == expected
+    assert host.cpu_model() == expected
 
 
 @pytest.mark.parametrize(
@@ -305,7 +304,7 @@ def test_fingerprint_describes_each_cuda_gpu(fake_h100s):
     assert fingerprint["torch_cuda_build"] == "12.4"
     assert fingerprint["no_accelerator_reason"] is None
     assert fingerprint["machine_id"] == machine_id(
-        socket.gethostname(), environment.cpu_model(), ["NVIDIA H100 80GB HBM3"] * 2
+        socket.gethostname(), host.cpu_model(), ["NVIDIA H100 80GB HBM3"] * 2
     )
     assert json.loads(json.dumps(fingerprint)) == fingerprint
 
@@ -325,7 +324,7 @@ def test_fingerprint_describes_apple_and_intel_gpus(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
     monkeypatch.setattr(torch.mps, "recommended_max_memory", lambda: 21 * 2**30)
-    monkeypatch.setattr(environment, "cpu_model", lambda: "Apple M2 Pro")
+    monkeypatch.setattr(host, "cpu_model", lambda: "Apple M2 Pro")
     xpu_properties = types.SimpleNamespace(total_memory=64 * 2**30, driver_version="1.3.27642")
     monkeypatch.setattr(torch.xpu, "is_available", lambda: True)
     monkeypatch.setattr(torch.xpu, "device_count", lambda: 1)
@@ -426,7 +425,7 @@ def test_reason_on_macos_is_about_mps(no_accelerator_visible, monkeypatch, mps_b
     monkeypatch.setattr(torch.backends.mps, "is_built", lambda: mps_built)
     monkeypatch.setattr(torch, "__version__", "2.13.0")
     assert no_accelerator_reason() == expected
-    assert environment.unavailable_reason("cuda") == "PyTorch has no CUDA on macOS: the Apple GPU is the device 'mps'."
+    assert host.unavailable_reason("cuda") == "PyTorch has no CUDA on macOS: the Apple GPU is the device 'mps'."
 
 
 def test_reason_for_an_xpu_build_without_an_intel_gpu(no_accelerator_visible, monkeypatch):
@@ -439,8 +438,8 @@ def test_reason_for_an_xpu_build_without_an_intel_gpu(no_accelerator_visible, mo
 
 
 def test_unavailable_reason_is_none_for_the_cpu_and_for_a_usable_kind(fake_h100s):
-    assert environment.unavailable_reason("cpu") is None
-    assert environment.unavailable_reason("cuda") is None
+    assert host.unavailable_reason("cpu") is None
+    assert host.unavailable_reason("cuda") is None
 
 
 def test_hiding_settings_name_only_the_variables_this_build_obeys(monkeypatch):
@@ -449,26 +448,26 @@ def test_hiding_settings_name_only_the_variables_this_build_obeys(monkeypatch):
     monkeypatch.delenv("ROCR_VISIBLE_DEVICES", raising=False)
     monkeypatch.setenv("ZE_AFFINITY_MASK", "0.0")
     monkeypatch.setattr(torch.version, "hip", None)
-    assert environment.device_hiding_settings("cuda") == "CUDA_VISIBLE_DEVICES='0'"
+    assert host.device_hiding_settings("cuda") == "CUDA_VISIBLE_DEVICES='0'"
     monkeypatch.setattr(torch.version, "hip", "6.1.40091")
-    assert environment.device_hiding_settings("cuda") == "CUDA_VISIBLE_DEVICES='0', HIP_VISIBLE_DEVICES='1'"
-    assert environment.device_hiding_settings("xpu") == "ZE_AFFINITY_MASK='0.0'"
-    assert environment.device_hiding_settings("mps") == ""
+    assert host.device_hiding_settings("cuda") == "CUDA_VISIBLE_DEVICES='0', HIP_VISIBLE_DEVICES='1'"
+    assert host.device_hiding_settings("xpu") == "ZE_AFFINITY_MASK='0.0'"
+    assert host.device_hiding_settings("mps") == ""
 
 
 def test_the_isa_can_be_forced_to_an_avx2_or_an_amx_cpu_whatever_this_one_is(force_cpu_isa):
     force_cpu_isa("avx2")
-    assert environment.cpu_isa() == {"avx2": True, "avx512f": False, "avx512_bf16": False, "amx_bf16": False,
+    assert host.cpu_isa() == {"avx2": True, "avx512f": False, "avx512_bf16": False, "amx_bf16": False,
                                      "amx_tile": False}
     force_cpu_isa(" AVX2, avx512f,avx512_bf16 ,amx_bf16,amx_tile")
-    assert all(environment.cpu_isa().values())
+    assert all(host.cpu_isa().values())
     assert machine_fingerprint()["cpu"]["isa"]["amx_bf16"]  # the record says what the run took the CPU to be
 
 
 def test_a_forced_isa_naming_an_unknown_flag_is_an_error_that_lists_the_known_ones(force_cpu_isa):
     force_cpu_isa("avx2,sse9")
     with pytest.raises(ValueError, match=r"DEVICEBENCH_CPU_ISA names sse9; the flags it knows are avx2, avx512f"):
-        environment.cpu_isa()
+        host.cpu_isa()
 
 
 def test_the_torch_floor_is_one_release_for_pyproject_and_the_readme_and_this_torch_meets_it():

@@ -89,10 +89,11 @@ def test_out_of_memory_on_the_gpu_is_recognised():
 
 def test_nvml_watches_the_gpu_cuda_calls_cuda_0_and_sees_it_busy():
     pytest.importorskip("pynvml")
-    from devicebench.engine.monitor import Monitor, _cuda_uuid, _open_nvml
+    from devicebench.engine.monitor import Monitor
+    from devicebench.nvml import _cuda_uuid, open_nvml
 
     device = torch.device("cuda", 0)
-    nvml, handle = _open_nvml(device)
+    nvml, handle = open_nvml(device)
     try:
         assert nvml.nvmlDeviceGetUUID(handle) in (f"GPU-{_cuda_uuid(device)}", f"MIG-{_cuda_uuid(device)}")
     finally:

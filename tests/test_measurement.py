@@ -34,8 +34,8 @@ from devicebench.devices import DeviceError
 from devicebench.engine import loop
 from devicebench.engine.loop import TrainingPlan, TrainingSetup, train
 from devicebench.engine.timing import Stopwatch
-from devicebench.environment import BYTES_PER_MIB
 from devicebench.events import RunReporter
+from devicebench.host import BYTES_PER_MIB
 from devicebench.report.tables import comparison_text
 from devicebench.results.compare import SPEED_SETTINGS, compare
 from devicebench.results.schema import EpochRecord, RunRecord, RunSettings, RunSummary

@@ -25,8 +25,8 @@ from devicebench.engine.monitor import (
     UTILIZATION,
     UTILIZATION_RATES_PERIOD_S,
     Monitor,
-    power_limit_w,
 )
+from devicebench.nvml import power_limit_w
 
 CPU = torch.device("cpu")
 CUDA0 = torch.device("cuda:0")

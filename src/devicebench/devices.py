@@ -14,7 +14,7 @@ from types import ModuleType
 
 import torch
 
-from devicebench import environment
+from devicebench import host
 
 SPEC_HELP = (
     "auto, cpu, cuda, cuda:N, mps, xpu, xpu:N, or a comma list such as 'cpu,cuda' "
@@ -91,7 +91,7 @@ def native_bf16(device: torch.device) -> bool:
     """Whether `device` computes bf16 matmuls in hardware (otherwise bf16 is emulated and only slower): AVX-512 BF16
     or AMX on a CPU, Ampere or later on an NVIDIA GPU."""
     if device.type == "cpu":
-        isa = environment.cpu_isa()
+        isa = host.cpu_isa()
         return isa["avx512_bf16"] or isa["amx_bf16"]
     if device.type == "cuda":
         with torch.cuda.device(device):  # is_bf16_supported asks about the current device, not a given one
@@ -118,11 +118,11 @@ def device_name(device: torch.device) -> str:
     """A human name: the CPU model for cpu, the product name for a GPU."""
     kind = device.type
     if kind == "cpu":
-        return environment.cpu_model()
+        return host.cpu_model()
     if kind == "cuda":
         return torch.cuda.get_device_name(device)
     if kind == "mps":
-        return f"{environment.cpu_model()} GPU"  # Apple's GPU is part of the chip, so the chip names it
+        return f"{host.cpu_model()} GPU"  # Apple's GPU is part of the chip, so the chip names it
     if kind == "xpu":
         return torch.xpu.get_device_name(device)
     return str(device)
@@ -166,7 +166,7 @@ def peak_memory_mib(device: torch.device) -> float | None:
         if accelerator is None:
             return None
         peak_bytes = accelerator.max_memory_allocated(device)
-    return peak_bytes / environment.BYTES_PER_MIB
+    return peak_bytes / host.BYTES_PER_MIB
 
 
 def _synchronize_other_kind(device: torch.device) -> None:
@@ -211,12 +211,12 @@ def _why_missing(kind: str, present: list[torch.device]) -> str:
     """Why no device of this kind and index is present, and how to get one."""
     of_kind = [device for device in present if device.type == kind]
     if not of_kind:
-        return environment.unavailable_reason(kind) or f"PyTorch reports no {kind} device."
+        return host.unavailable_reason(kind) or f"PyTorch reports no {kind} device."
     if kind in _SINGLE_DEVICE_KINDS:
         return f"PyTorch has one {kind} device, written {kind!r}."
     count = f"{len(of_kind)} {kind.upper()} device{'s' if len(of_kind) > 1 else ''}"
     reason = f"PyTorch sees {count} here: {_listing(of_kind)}."
-    hiding = environment.device_hiding_settings(kind)
+    hiding = host.device_hiding_settings(kind)
     if hiding:
         reason += f" {hiding} may hide the others."
     return reason

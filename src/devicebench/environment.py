@@ -13,29 +13,15 @@ import functools
 import hashlib
 import os
 import platform
-import shutil
 import socket
-import subprocess
 from collections.abc import Iterable
-from pathlib import Path
 
 import numpy
 import psutil
 import torch
 
-from devicebench import devices
+from devicebench import devices, host, nvml
 from devicebench.version import __version__
-
-BYTES_PER_MIB = 2**20
-INSTALL_URL = "https://pytorch.org/get-started/locally/"
-# The /proc/cpuinfo flags that decide which of PyTorch's CPU kernels run: AVX2 and AVX-512 vector units, bfloat16
-# dot products, and the AMX matrix tiles of Sapphire Rapids and later
-ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
-# What torch.backends.cpu.get_cpu_capability() implies: it names only the widest vector ISA its kernels use
-_ISA_OF_TORCH_CAPABILITY = {"AVX2": {"avx2"}, "AVX512": {"avx2", "avx512f"}}
-_NVIDIA_HIDING_VARIABLES = ("CUDA_VISIBLE_DEVICES",)
-_ROCM_HIDING_VARIABLES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
-_XPU_HIDING_VARIABLES = ("ZE_AFFINITY_MASK",)
 
 
 def machine_fingerprint() -> dict:
@@ -51,10 +37,10 @@ def machine_fingerprint() -> dict:
         "machine_name": name,
         **_software_versions(),
         "cpu": _cpu_description(),
-        "memory_total_mib": psutil.virtual_memory().total // BYTES_PER_MIB,
+        "memory_total_mib": psutil.virtual_memory().total // host.BYTES_PER_MIB,
         "accelerators": accelerators,
         "no_accelerator_reason": no_accelerator_reason(),
-        "machine_id": machine_id(name, cpu_model(), [entry["name"] for entry in accelerators]),
+        "machine_id": machine_id(name, host.cpu_model(), [entry["name"] for entry in accelerators]),
     }
 
 
@@ -79,55 +65,7 @@ def no_accelerator_reason() -> str | None:
     """None when some accelerator is usable; otherwise why not, in plain words, and what to do about it."""
     if any(device.type != "cpu" for device in devices.local_devices()):
         return None
-    return unavailable_reason(_expected_accelerator_kind())
-
-
-def unavailable_reason(kind: str) -> str | None:
-    """Why PyTorch cannot use a device of this kind ("cuda", "mps", "xpu") here, or None when it can."""
-    reasons = {"cuda": _cuda_unavailable_reason, "mps": _mps_unavailable_reason, "xpu": _xpu_unavailable_reason}
-    return reasons[kind]() if kind in reasons else None
-
-
-def device_hiding_settings(kind: str) -> str:
-    """The environment variables set now that hide devices of this kind from PyTorch, as "NAME='value'" text."""
-    if kind == "cuda":
-        variables = _ROCM_HIDING_VARIABLES if torch.version.hip else _NVIDIA_HIDING_VARIABLES
-    else:
-        variables = _XPU_HIDING_VARIABLES if kind == "xpu" else ()
-    return ", ".join(f"{name}={os.environ[name]!r}" for name in variables if name in os.environ)
-
-
-@functools.cache
-def cpu_model() -> str:
-    """The CPU's marketing name, such as "Intel(R) Xeon(R) Platinum 8480+" or "Apple M2 Pro"."""
-    return (
-        _cpuinfo_value(_cpuinfo_text(), "model name")
-        or _macos_cpu_brand()
-        or platform.processor()
-        or platform.machine()
-    )
-
-
-def isa_from_cpuinfo(cpuinfo_text: str) -> dict[str, bool]:
-    """Which of ISA_FLAGS the CPU has, from the text of Linux's /proc/cpuinfo."""
-    flags = set((_cpuinfo_value(cpuinfo_text, "flags") or "").split())
-    return {flag: flag in flags for flag in ISA_FLAGS}
-
-
-def isa_from_names(names: str) -> dict[str, bool]:
-    """Which of ISA_FLAGS a comma list names; ValueError for a name that is not one of them."""
-    chosen = {name.strip().lower() for name in names.split(",") if name.strip()}
-    unknown = chosen - set(ISA_FLAGS)
-    if unknown:
-        raise ValueError(f"${ISA_VARIABLE} names {', '.join(sorted(unknown))}; the flags it knows are "
-                         f"{', '.join(ISA_FLAGS)}")
-    return {flag: flag in chosen for flag in ISA_FLAGS}
-
-
-def isa_from_torch_capability(capability: str) -> dict[str, bool]:
-    """Which of ISA_FLAGS PyTorch's CPU capability ("DEFAULT", "AVX2", "AVX512", ...) implies; it never shows AMX."""
-    implied = _ISA_OF_TORCH_CAPABILITY.get(capability, set())
-    return {flag: flag in implied for flag in ISA_FLAGS}
+    return host.unavailable_reason(host.expected_accelerator_kind())
 
 
 def format_cudnn_version(raw: int, rocm: bool = False) -> str:
@@ -155,65 +93,15 @@ def _software_versions() -> dict:
 
 def _cpu_description() -> dict:
     return {
-        "model": cpu_model(),
+        "model": host.cpu_model(),
         "architecture": platform.machine(),
         "physical_cores": psutil.cpu_count(logical=False),  # None where the OS will not tell
         "logical_cores": psutil.cpu_count(logical=True),
         "torch_threads": torch.get_num_threads(),  # read on every call: torch.set_num_threads() changes it
         "torch_interop_threads": torch.get_num_interop_threads(),
-        "isa": dict(cpu_isa()),
+        "isa": dict(host.cpu_isa()),
         "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
     }
-
-
-ISA_VARIABLE = "DEVICEBENCH_CPU_ISA"  # e.g. "avx2": take the CPU to have only these flags (tests, what-ifs)
-
-
-@functools.cache
-def cpu_isa() -> dict[str, bool]:
-    """Which of ISA_FLAGS this CPU has: what decides whether bf16 runs natively.
-
-    $DEVICEBENCH_CPU_ISA, a comma list of ISA_FLAGS ("avx2", or "avx2,avx512f,avx512_bf16,amx_bf16,amx_tile"),
-    overrides the detection: the test suite uses it to behave as on an AVX2-only CPU or an AMX one, whichever it
-    runs on (set it before the first call: the answer is cached).
-    """
-    forced = os.environ.get(ISA_VARIABLE)
-    if forced is not None:
-        return isa_from_names(forced)
-    cpuinfo = _cpuinfo_text()
-    if cpuinfo:
-        return isa_from_cpuinfo(cpuinfo)
-    return isa_from_torch_capability(torch.backends.cpu.get_cpu_capability())  # no /proc/cpuinfo off Linux
-
-
-@functools.cache
-def _cpuinfo_text() -> str:
-    try:
-        return Path("/proc/cpuinfo").read_text()
-    except OSError:  # not Linux
-        return ""
-
-
-def _cpuinfo_value(cpuinfo_text: str, key: str) -> str | None:
-    """The value of the first "key : value" line for this key (the first CPU's; all CPUs of a socket agree)."""
-    for line in cpuinfo_text.splitlines():
-        name, separator, value = line.partition(":")
-        if separator and name.strip() == key:
-            return value.strip()
-    return None
-
-
-def _macos_cpu_brand() -> str | None:
-    if platform.system() != "Darwin":
-        return None
-    # platform.processor() says only "arm" on Apple silicon; sysctl names the chip
-    try:
-        completed = subprocess.run(
-            ["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True, check=True
-        )
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return completed.stdout.strip() or None
 
 
 @functools.cache
@@ -229,18 +117,15 @@ def _accelerator_descriptions() -> tuple[dict, ...]:
 
 
 def _describe_cuda(device: torch.device) -> dict:
-    # imported here: the engine imports devices, which imports this module
-    from devicebench.engine.monitor import power_limit_w
-
     properties = torch.cuda.get_device_properties(device)
     return {
         **_describe_common(device, properties.total_memory),
         "compute_capability": f"{properties.major}.{properties.minor}",
         "multiprocessors": properties.multi_processor_count,
-        "driver": _nvidia_driver_version(),
+        "driver": nvml.driver_version(),
         "cuda_runtime": torch.version.cuda,  # None on ROCm, whose version is torch_hip_build
         "cudnn": _cudnn_version(),
-        "power_limit_w": power_limit_w(device),  # a cap set below the default slows the GPU
+        "power_limit_w": nvml.power_limit_w(device),  # a cap set below the default slows the GPU
     }
 
 
@@ -263,94 +148,7 @@ def _describe_common(device: torch.device, memory_total_bytes: int | None) -> di
         "device": str(device),
         "kind": device.type,
         "name": devices.device_name(device),
-        "memory_total_mib": None if memory_total_bytes is None else memory_total_bytes // BYTES_PER_MIB,
+        "memory_total_mib": None if memory_total_bytes is None else memory_total_bytes // host.BYTES_PER_MIB,
     }
 
 
-@functools.cache
-def _nvidia_driver_version() -> str | None:
-    try:
-        import pynvml  # nvidia-ml-py is optional (the gpu extra)
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:  # no NVIDIA driver, or an AMD GPU
-        return None
-    try:
-        version = pynvml.nvmlSystemGetDriverVersion()
-    finally:
-        pynvml.nvmlShutdown()
-    return version.decode() if isinstance(version, bytes) else version  # nvidia-ml-py before 11.5 gave bytes
-
-
-def _expected_accelerator_kind() -> str:
-    """The accelerator this machine and this PyTorch build would have, to explain its absence."""
-    if platform.system() == "Darwin":
-        return "mps"
-    if getattr(torch.version, "xpu", None):
-        return "xpu"
-    return "cuda"
-
-
-def _cuda_unavailable_reason() -> str | None:
-    if torch.cuda.is_available():
-        return None
-    if torch.version.hip:  # ROCm builds drive AMD GPUs through torch.cuda
-        return _gpu_stack_reason(
-            f"ROCm {torch.version.hip}",
-            "AMD GPU",
-            driver_paths=("/dev/kfd",),
-            driver_tools=("rocm-smi", "amd-smi"),
-        )
-    if torch.version.cuda:
-        return _gpu_stack_reason(
-            f"CUDA {torch.version.cuda}",
-            "NVIDIA",
-            driver_paths=("/proc/driver/nvidia",),
-            driver_tools=("nvidia-smi",),
-        )
-    if platform.system() == "Darwin":
-        return "PyTorch has no CUDA on macOS: the Apple GPU is the device 'mps'."
-    return (
-        f"this PyTorch ({torch.__version__}) is a CPU-only build: it cannot use a GPU even if one is present. "
-        f"Install a CUDA build from {INSTALL_URL}"
-    )
-
-
-def _gpu_stack_reason(toolkit: str, vendor: str, driver_paths: tuple[str, ...], driver_tools: tuple[str, ...]) -> str:
-    """Why a GPU build of PyTorch (CUDA or ROCm) sees no GPU: no driver, devices hidden, or a driver it cannot use."""
-    driver_found = any(os.path.exists(path) for path in driver_paths) or any(map(shutil.which, driver_tools))
-    if not driver_found:
-        looked = ", ".join(f"no {place}" for place in (*driver_paths, *driver_tools))
-        return f"this PyTorch has {toolkit} but no {vendor} driver was found ({looked})"
-    hiding = device_hiding_settings("cuda")
-    if hiding:
-        return f"this PyTorch has {toolkit} and a driver is present, but no GPU is visible ({hiding})"
-    return (
-        f"this PyTorch has {toolkit} and a driver is present, but it finds no usable GPU: the driver may "
-        f"be too old for {toolkit}, or the GPU in a bad state; {driver_tools[0]} shows the driver and its devices"
-    )
-
-
-def _mps_unavailable_reason() -> str | None:
-    if torch.backends.mps.is_available():
-        return None
-    if platform.system() != "Darwin":
-        return f"MPS is the GPU backend of Apple's macOS; this machine runs {platform.system()}."
-    if not torch.backends.mps.is_built():
-        return f"this PyTorch ({torch.__version__}) was built without MPS. Install a macOS build from {INSTALL_URL}"
-    return "this PyTorch has MPS, but macOS offers it no GPU: MPS needs macOS 12.3 or later on Apple silicon"
-
-
-def _xpu_unavailable_reason() -> str | None:
-    xpu = getattr(torch, "xpu", None)
-    if xpu is not None and xpu.is_available():
-        return None
-    xpu_build = getattr(torch.version, "xpu", None)
-    if not xpu_build:
-        return f"this PyTorch ({torch.__version__}) has no Intel XPU support. Install an XPU build from {INSTALL_URL}"
-    return (
-        f"this PyTorch has XPU ({xpu_build}) but finds no Intel GPU: check the Intel GPU driver "
-        f"and that ZE_AFFINITY_MASK does not hide the devices"
-    )

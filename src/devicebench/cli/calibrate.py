@@ -21,7 +21,6 @@ from devicebench.cli import (
 )
 from devicebench.devices import DeviceError, resolve_devices
 from devicebench.engine.calibrate import (
-    BYTES_PER_MIB,
     PRECISIONS,
     QUICK_PLAN,
     DeviceCeilings,
@@ -31,6 +30,7 @@ from devicebench.engine.calibrate import (
     save_calibration,
 )
 from devicebench.environment import machine_fingerprint
+from devicebench.host import BYTES_PER_MIB
 from devicebench.report.tables import number_text, percent_text
 from devicebench.results.datasheets import datasheet_for
 

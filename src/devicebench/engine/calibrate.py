@@ -33,6 +33,7 @@ import torch
 
 from devicebench.devices import device_name, native_bf16
 from devicebench.engine.timing import Stopwatch, wall_clock_utc
+from devicebench.host import BYTES_PER_MIB
 from devicebench.results.schema import write_atomically
 from devicebench.version import __version__
 
@@ -40,7 +41,7 @@ CALIBRATION_SCHEMA = 2  # the version of the stored file's layout; 2: sustained 
 CALIBRATION_DIR_VARIABLE = "DEVICEBENCH_CALIBRATION_DIR"
 PRECISIONS = ("fp32", "tf32", "bf16")  # tf32: fp32 tensors, multiplied on TF32 tensor cores (CUDA only)
 HOST_MEMORY_KINDS = ("pinned", "pageable")
-BYTES_PER_MIB = 2**20
+
 BYTES_PER_GB = 1e9  # GB/s as datasheets count it: decimal gigabytes
 FLOPS_PER_TFLOP = 1e12
 SMALLEST_MATMUL_SIZE = 128  # the size ladder's lowest rung: 4 MFLOPs a product, milliseconds on any CPU

@@ -29,9 +29,8 @@ import psutil
 import torch
 
 from devicebench.engine.timing import host_seconds
-
-MIB = 1024 * 1024  # bytes
-NVML_MISSING_NOTE = "install nvidia-ml-py for GPU utilisation and energy"
+from devicebench.host import BYTES_PER_MIB
+from devicebench.nvml import NvmlUnavailable, open_nvml, shut_down
 
 # Every window an NVML figure can be told for (0.1 s and up, below) holds at least two samples, while a sample
 # costs this process at most a few tenths of a millisecond of Python (psutil and two to four NVML calls, which
@@ -70,10 +69,6 @@ class Usage:
     device_power_mean_w: float | None  # device_energy_j over the window's length
     device_energy_j: float | None  # energy counter difference, or power integrated over the window
     device_note: str | None  # which device figures are missing and why, if any are
-
-
-class NvmlUnavailable(Exception):
-    """Why NVML cannot watch a device; the message becomes `Usage.device_note`."""
 
 
 @dataclass(frozen=True)
@@ -124,12 +119,12 @@ class _NvmlReader:
     @classmethod
     def open(cls, device: torch.device) -> _NvmlReader:
         """Initialises NVML and finds `device`; raises NvmlUnavailable saying why it cannot."""
-        return cls(*_open_nvml(device))
+        return cls(*open_nvml(device))
 
     def poll(self) -> _DevicePoll:
         handle = self._handle
         return _DevicePoll(
-            memory_used_mib=self._read(MEMORY, lambda: self._nvml.nvmlDeviceGetMemoryInfo(handle).used / MIB),
+            memory_used_mib=self._read(MEMORY, lambda: self._nvml.nvmlDeviceGetMemoryInfo(handle).used / BYTES_PER_MIB),
             power_w=None if self.has_energy_counter else self._read(
                 POWER_AND_ENERGY, lambda: self._nvml.nvmlDeviceGetPowerUsage(handle) / 1000),  # milliwatts
             utilization_percents=self._read(UTILIZATION, self._new_utilization) or (),
@@ -155,7 +150,7 @@ class _NvmlReader:
         return {UTILIZATION: utilization, POWER_AND_ENERGY: energy}
 
     def close(self) -> None:
-        _shut_down(self._nvml)
+        shut_down(self._nvml)
 
     def _read(self, figure: str, read: Callable[[], Value]) -> Value | None:
         if figure in self.missing:
@@ -187,70 +182,6 @@ class _NvmlReader:
         self._newest_sample_us = timestamps_us[-1]
         value_field = SAMPLE_VALUE_FIELDS[value_type]
         return tuple(float(getattr(sample.sampleValue, value_field)) for sample in samples)
-
-
-def _open_nvml(device: torch.device) -> tuple[ModuleType, Any]:
-    """Initialises NVML and finds CUDA `device` in it: the module and the device's handle. Raises NvmlUnavailable
-    saying why it cannot; otherwise the caller shuts NVML down."""
-    try:
-        import pynvml
-    except ImportError as error:
-        raise NvmlUnavailable(NVML_MISSING_NOTE) from error
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as error:
-        raise NvmlUnavailable(f"NVML failed to initialise: {error}") from error
-    try:
-        return pynvml, _handle_by_uuid(pynvml, _cuda_uuid(device))
-    except NvmlUnavailable:
-        _shut_down(pynvml)
-        raise
-
-
-def _cuda_uuid(device: torch.device) -> str:
-    """The UUID CUDA gives `device`: NVML numbers GPUs by PCI bus, CUDA fastest first and through
-    CUDA_VISIBLE_DEVICES, so the UUID is all the two share."""
-    uuid = getattr(torch.cuda.get_device_properties(device), "uuid", None)  # absent from some builds (fbcode's)
-    if uuid is None:
-        raise NvmlUnavailable("this PyTorch build gives CUDA devices no UUID, which NVML needs to find the GPU")
-    return str(uuid)  # a _CUuuid, whose str() is the bare UUID
-
-
-def _handle_by_uuid(nvml: ModuleType, cuda_uuid: str) -> Any:
-    """NVML's handle for the device CUDA names `cuda_uuid`.
-
-    CUDA gives the bare UUID; NVML prefixes it with "GPU-" for a whole GPU and "MIG-" for a MIG slice, whose CUDA
-    UUID is the slice's own. The UUID alone does not say which, so both are tried.
-    """
-    failures = []
-    for nvml_uuid in (f"GPU-{cuda_uuid}", f"MIG-{cuda_uuid}"):
-        try:
-            return nvml.nvmlDeviceGetHandleByUUID(nvml_uuid)
-        except nvml.NVMLError as error:
-            failures.append(f"{nvml_uuid}: {error}")
-    raise NvmlUnavailable(f"NVML has no device with CUDA's UUID ({'; '.join(failures)})")
-
-
-def _shut_down(nvml: ModuleType) -> None:
-    try:
-        nvml.nvmlShutdown()
-    except nvml.NVMLError:
-        pass  # the figures are already taken; a failed shutdown changes none of them
-
-
-def power_limit_w(device: torch.device) -> float | None:
-    """The power cap NVML says the driver enforces on CUDA `device`, in watts (a lowered cap slows the GPU); None
-    where NVML cannot tell."""
-    try:
-        nvml, handle = _open_nvml(device)
-    except NvmlUnavailable:
-        return None
-    try:
-        return nvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000  # milliwatts
-    except nvml.NVMLError:
-        return None
-    finally:
-        _shut_down(nvml)
 
 
 class Monitor:
@@ -340,7 +271,7 @@ class Monitor:
         return _Sample(
             host_s=host_seconds(),
             process_cpu_percent=self._process.cpu_percent(),
-            rss_mib=self._process.memory_info().rss / MIB,
+            rss_mib=self._process.memory_info().rss / BYTES_PER_MIB,
             device=None if self._nvml is None else self._nvml.poll(),
         )
 
