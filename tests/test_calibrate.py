@@ -4,9 +4,8 @@ and merged, read back safely, set against the right datasheet, and the `calibrat
 
 from __future__ import annotations
 
-import contextlib
-
 import collections
+import contextlib
 import json
 import logging
 import statistics
@@ -17,6 +16,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from typer.testing import CliRunner
 
+from devicebench import planning
 from devicebench.cli import EXIT_USAGE, app
 from devicebench.engine import calibrate
 from devicebench.engine.calibrate import (
@@ -407,7 +407,7 @@ def test_a_run_on_a_calibrated_device_reports_its_mfu():
     save_calibration(fingerprint["machine_id"], fingerprint["machine_name"], [ceilings("cpu", fp32=0.5)])
     config = RunConfig(workloads=("mnist-cnn2",), devices="cpu", data="synthetic", epochs=2, max_steps=3,
                        max_eval_steps=1)
-    result = runner.run(config)
+    result = runner.run(planning.plan(config))
     record = result.runs[0]
     assert record.peak_tflops == 0.5  # the fp32 peak: seed mode computes in fp32
     (row,) = compare([result])["mnist-cnn2"]
@@ -420,7 +420,7 @@ def test_an_uncalibrated_device_has_no_mfu():
     from devicebench import RunConfig, runner
     from devicebench.results.compare import compare
 
-    result = runner.run(RunConfig(workloads=("mnist-cnn2",), devices="cpu", data="synthetic", epochs=2, max_steps=2,
-                                  max_eval_steps=1))
+    result = runner.run(planning.plan(RunConfig(workloads=("mnist-cnn2",), devices="cpu", data="synthetic", epochs=2, max_steps=2,
+                                  max_eval_steps=1)))
     assert result.runs[0].peak_tflops is None
     assert compare([result])["mnist-cnn2"][0].mfu is None

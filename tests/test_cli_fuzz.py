@@ -239,7 +239,7 @@ def test_what_the_fuzzing_found_is_refused_with_the_fix(arguments, message):
 
 
 def test_a_folder_where_a_file_is_written_is_refused_before_training(tmp_path, monkeypatch):
-    monkeypatch.setattr("devicebench.runner.sweep", lambda *a, **k: pytest.fail("training started"))
+    monkeypatch.setattr("devicebench.runner.run", lambda *a, **k: pytest.fail("training started"))
     for flag in ("--json", "--save"):
         result = cli.invoke(app, ["run", "mnist-cnn2", *TINY_RUN, flag, str(tmp_path)])
         assert result.exit_code == EXIT_USAGE
@@ -251,7 +251,7 @@ def test_a_folder_where_a_file_is_written_is_refused_before_training(tmp_path, m
 
 
 def test_a_file_or_a_missing_folder_where_a_folder_is_read_is_refused_before_training(tmp_path, monkeypatch):
-    monkeypatch.setattr("devicebench.runner.sweep", lambda *a, **k: pytest.fail("training started"))
+    monkeypatch.setattr("devicebench.runner.run", lambda *a, **k: pytest.fail("training started"))
     file = tmp_path / "notes.txt"
     file.write_text("a file")
     for flag in ("--data-dir", "--tensorboard"):

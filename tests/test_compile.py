@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-from devicebench import RunConfig, runner
+from devicebench import RunConfig, planning, runner
 from devicebench.data import ArrayDataset
 from devicebench.data.text import TokenDataset
 from devicebench.engine import tuning
@@ -21,7 +21,6 @@ from devicebench.engine.loop import TrainingSetup
 from devicebench.engine.tuning import TunedForward, Tuning, dynamo_counts, note_compilation, tuned_setup
 from devicebench.results.schema import RunRecord, RunSettings
 from devicebench.runner import new_record, train_record
-from devicebench.workloads import get_workload
 
 CPU = torch.device("cpu")
 
@@ -207,11 +206,11 @@ def test_tuned_mode_with_compilation_trains_through_the_runner(backend):
     images = generator.integers(0, 256, (100, 3, 32, 32), dtype=np.uint8)
     labels = generator.integers(0, 10, 100).astype(np.int64)
     dataset = ArrayDataset("cifar10", "synthetic", images[:70], labels[:70], images[70:], labels[70:], num_classes=10)
-    entry = get_workload("cifar10-mlp")
     config = RunConfig(workloads=("cifar10-mlp",), devices="cpu", data="synthetic", epochs=2, batch_size=32,
                        mode="tuned", precision="fp32", compile="on")
-    record = new_record(entry, dataset, CPU, 0, config)
-    train_record(record, entry, dataset, CPU, config)
+    (job,) = planning.plan(config).jobs
+    record = new_record(job, dataset, 0)
+    train_record(record, job, dataset)
     assert record.status == "ok", record.error
     assert record.settings.compiled and record.settings.mode == "tuned"
     assert [epoch.steps for epoch in record.epochs] == [3, 3]  # 70 samples: 32, 32 and a partial batch of 6
@@ -288,12 +287,12 @@ def test_a_bf16_run_of_a_recurrent_workload_says_its_recurrent_layers_ran_in_fp3
     vocabulary = ("<pad>", "<unk>") + tuple(f"word{index}" for index in range(2, 500))
     dataset = TokenDataset("imdb", "synthetic", tokens[:32], labels[:32], tokens[32:], labels[32:], 2, ("neg", "pos"),
                            vocabulary)
-    entry = get_workload("imdb-bilstm")
     config = RunConfig(workloads=("imdb-bilstm",), devices="cpu", data="synthetic", epochs=1, max_steps=2,
                        mode="tuned", precision="bf16", compile="off",
                        overrides=("vocab_size=500", "sequence_length=12", "batch_size=8"))
-    record = new_record(entry, dataset, CPU, 0, config)
-    train_record(record, entry, dataset, CPU, config)
+    (job,) = planning.plan(config).jobs
+    record = new_record(job, dataset, 0)
+    train_record(record, job, dataset)
     assert record.status == "ok", record.error
     assert record.settings.precision == "bf16"
     assert record.tuning_note == "bf16 autocast left out the recurrent layers (2 LSTM): they ran in fp32"
@@ -309,7 +308,7 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 def test_on_a_gpu_a_compiled_tuned_run_runs_compiled():
     config = RunConfig(workloads=("cifar10-mlp",), devices="cuda", data="synthetic", epochs=2, max_steps=20,
                        max_eval_steps=2, mode="tuned", precision="fp32", compile="on")
-    (record,) = runner.run(config).runs
+    (record,) = runner.run(planning.plan(config)).runs
     assert record.status == "ok", record.error
     assert record.settings.compiled and record.tuning_note is None  # nothing was left to eager
     assert (record.compile_recompiles, record.compile_graph_breaks) == (1, 0)  # training's graph, evaluation's

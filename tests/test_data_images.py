@@ -22,7 +22,7 @@ import pytest
 import torch
 from PIL import Image
 
-from devicebench import RunConfig, runner
+from devicebench import RunConfig, planning, runner
 from devicebench.data import DataUnavailable
 from devicebench.data.formats import DataFormatError
 from devicebench.data.images import (
@@ -404,8 +404,8 @@ def test_a_cats_vs_dogs_run_downloads_the_zip_and_trains_on_its_photos(pet_zip, 
     remote = RemoteFile(ZIP_NAME, (url,), f"sha256:{hashlib.sha256(data).hexdigest()}", size_bytes=len(data))
     monkeypatch.setitem(DATASETS, "cats-vs-dogs",
                         dataclasses.replace(DATASETS["cats-vs-dogs"], files=(remote,), train_size=16, test_size=4))
-    result = runner.run(RunConfig(workloads=("catdog-original",), devices="cpu", data="real",
-                                  data_dir=str(tmp_path / "cache"), epochs=2, batch_size=4, workers=0))
+    result = runner.run(planning.plan(RunConfig(workloads=("catdog-original",), devices="cpu", data="real",
+                                  data_dir=str(tmp_path / "cache"), epochs=2, batch_size=4, workers=0)))
     [record] = result.runs
     assert record.status == "ok", record.error
     assert record.settings.data_source == "real"

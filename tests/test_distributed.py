@@ -24,20 +24,15 @@ import torch
 from result_fixtures import machine, run, session
 from typer.testing import CliRunner
 
-from devicebench import RunConfig, runner
+from devicebench import RunConfig, planning, runner
+from devicebench import launch as launcher
 from devicebench.cli import app
 from devicebench.config import ConfigError
 from devicebench.data.pipeline import HostBatches, Shard
 from devicebench.data.sources import dataset_spec
 from devicebench.engine import distributed
-from devicebench.engine.distributed import (
-    DistributedError,
-    Launch,
-    merge_rank_epochs,
-    merge_rank_runs,
-    run_distributed,
-    torchrun_command,
-)
+from devicebench.engine.distributed import merge_rank_epochs, merge_rank_runs
+from devicebench.launch import DistributedError, Launch, run_distributed, torchrun_command
 from devicebench.results.compare import compare
 from devicebench.results.schema import EpochRecord
 from devicebench.results.store import Store
@@ -152,26 +147,26 @@ def test_gpu_ranks_get_their_share_of_the_cores_not_torchrun_s_one_thread(monkey
 
 def test_the_data_is_fetched_once_before_any_rank_starts(monkeypatch, tmp_path):
     events: list[str] = []
-    monkeypatch.setattr(distributed, "fetch", lambda remote, folder, **options: events.append(remote.filename))
+    monkeypatch.setattr(launcher, "fetch", lambda remote, folder, **options: events.append(remote.filename))
 
     def torchrun(command, **options):
         events.append("torchrun")
         raise OSError("no ranks in this test")
 
-    monkeypatch.setattr(distributed.subprocess, "Popen", torchrun)
+    monkeypatch.setattr(launcher.subprocess, "Popen", torchrun)
     config = RunConfig(workloads=("mnist-cnn2", "mnist-cnn4"), devices="cpu", data="auto", nproc=2,
                        data_dir=str(tmp_path))
     with pytest.raises(OSError, match="no ranks"):
-        run_distributed(dataclasses.asdict(config), Launch(nproc=2))
+        run_distributed(planning.plan(config), Launch(nproc=2))
     assert events == [remote.filename for remote in dataset_spec("mnist").files] + ["torchrun"]  # once for both
     events.clear()
     with pytest.raises(OSError, match="no ranks"):
-        run_distributed(dataclasses.asdict(dataclasses.replace(config, data="synthetic")), Launch(nproc=2))
+        run_distributed(planning.plan(dataclasses.replace(config, data="synthetic")), Launch(nproc=2))
     assert events == ["torchrun"]  # nothing to download
     (tmp_path / "own" / "train").mkdir(parents=True)
     events.clear()
     with pytest.raises(OSError, match="no ranks"):
-        run_distributed(dataclasses.asdict(dataclasses.replace(config, data_dir=str(tmp_path / "own"))),
+        run_distributed(planning.plan(dataclasses.replace(config, data_dir=str(tmp_path / "own"))),
                         Launch(nproc=2))
     assert events == ["torchrun"]  # the user's own images: nothing to download either
 
@@ -190,8 +185,8 @@ def test_two_processes_learn_exactly_what_one_process_learns():
     """cifar10-mlp has no dropout, so the only difference is where each half batch's gradient is computed."""
     config = RunConfig(workloads=("cifar10-mlp",), devices="cpu", data="synthetic", epochs=2, max_steps=6,
                        max_eval_steps=1)
-    one = runner.run(config).runs[0]
-    two = run_distributed(dataclasses.asdict(dataclasses.replace(config, nproc=2)), Launch(nproc=2)).runs[0]
+    one = runner.run(planning.plan(config)).runs[0]
+    two = run_distributed(planning.plan(dataclasses.replace(config, nproc=2)), Launch(nproc=2)).runs[0]
     assert two.status == "ok" and two.settings.world_size == 2 and two.settings.batch_size == 32
     assert [e.samples for e in two.epochs] == [e.samples for e in one.epochs] == [192, 192]
     assert [e.train_loss for e in two.epochs] == pytest.approx([e.train_loss for e in one.epochs], rel=1e-5)
@@ -219,7 +214,7 @@ def test_a_killed_rank_ends_the_run_at_once_naming_it_and_keeps_the_finished_epo
 
     def train() -> None:
         try:
-            run_distributed(dataclasses.asdict(dataclasses.replace(config, nproc=2)), Launch(nproc=2))
+            run_distributed(planning.plan(dataclasses.replace(config, nproc=2)), Launch(nproc=2))
         except DistributedError as error:
             outcome["error"] = error
 
@@ -302,7 +297,7 @@ def faulty_rank(tmp_path, monkeypatch):
         monkeypatch.setenv("DEVICEBENCH_TEST_FAULT", fault)
         started = time.monotonic()
         try:
-            outcome = run_distributed(dataclasses.asdict(config), Launch(nproc=2)).runs[0]
+            outcome = run_distributed(planning.plan(config), Launch(nproc=2)).runs[0]
         except DistributedError as error:
             outcome = error
         return outcome, time.monotonic() - started
@@ -352,7 +347,7 @@ def _wait_for_rank(rank: int, timeout_s: float = 60) -> psutil.Process:
     while time.monotonic() < deadline:
         for process in psutil.Process().children(recursive=True):
             try:
-                if process.environ().get("RANK") == str(rank) and "engine.distributed" in " ".join(process.cmdline()):
+                if process.environ().get("RANK") == str(rank) and "devicebench.launch" in " ".join(process.cmdline()):
                     return process
             except psutil.Error:  # gone, or not ours to read
                 continue
@@ -382,7 +377,7 @@ def test_two_machines_meet_at_a_rendezvous_on_loopback():
 
     def machine_number(node_rank: int) -> None:
         launch = Launch(nproc=1, nnodes=2, node_rank=node_rank, rdzv_endpoint=endpoint)
-        results[node_rank] = run_distributed(dataclasses.asdict(config), launch)
+        results[node_rank] = run_distributed(planning.plan(config), launch)
 
     machines = [threading.Thread(target=machine_number, args=(node_rank,)) for node_rank in (0, 1)]
     machines[0].start()
@@ -405,7 +400,7 @@ def test_a_rendezvous_port_in_use_is_refused_with_the_flag_to_change_it():
         config = RunConfig(workloads=("cifar10-mlp",), devices="cpu", data="synthetic", nproc=2)
         with pytest.raises(DistributedError, match=f"port {port} of 127.0.0.1 is already in use; pick a free one "
                                                    "with --rdzv-endpoint 127.0.0.1:PORT"):
-            run_distributed(dataclasses.asdict(config), Launch(nproc=2, rdzv_endpoint=f"127.0.0.1:{port}"))
+            run_distributed(planning.plan(config), Launch(nproc=2, rdzv_endpoint=f"127.0.0.1:{port}"))
 
 
 def test_the_cli_refuses_what_it_cannot_start(tmp_path):
@@ -438,7 +433,7 @@ Root Cause (first observed failure):
 
 
 def test_torchrun_s_report_becomes_the_failed_rank_and_its_own_error():
-    from devicebench.engine.distributed import _failure_text
+    from devicebench.launch import _failure_text
 
     assert _failure_text(TORCHRUN_REPORT, 1) == ("rank 1 failed (exit code 1 (pid: 30305)): ValueError: mnist has 10 "
                                                  "classes but the model tells 2 apart; the other ranks were stopped")
@@ -474,7 +469,7 @@ Root Cause (first observed failure):
 def test_a_rank_killed_by_a_signal_is_named_and_another_rank_s_reason_is_only_its_echo(tmp_path):
     """Rank 1 killed: rank 0 then fails on the broken connection and leaves its reason, and torchrun, which notes
     exits to the second, may even observe rank 0 first. Seen under load, it blamed rank 0."""
-    from devicebench.engine.distributed import _why_the_ranks_ended
+    from devicebench.launch import _why_the_ranks_ended
 
     output_file = tmp_path / "result.json"
     (tmp_path / "reason-result.json").write_text(json.dumps(

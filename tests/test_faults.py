@@ -480,7 +480,7 @@ def test_a_run_whose_database_is_locked_trains_on_and_says_it_could_not_store(
     path, before = stored
     finished = make_result("laptop", [make_run(workload="cifar100-mlp")])
 
-    def sweep(configs, reporter, *, save_to=None):  # runner.sweep's events, without the seconds of real training
+    def run(plan, reporter, *, save_to=None):  # runner.run's events, without the seconds of real training
         reporter.session_started(finished)
         for record in finished.runs:
             reporter.run_started(record)
@@ -489,7 +489,7 @@ def test_a_run_whose_database_is_locked_trains_on_and_says_it_could_not_store(
             reporter.run_finished(record)
         return finished
 
-    monkeypatch.setattr("devicebench.runner.sweep", sweep)
+    monkeypatch.setattr("devicebench.runner.run", run)
     outcome = CliRunner().invoke(app, ["run", "cifar100-mlp", "--devices", "cpu", "--data", "synthetic",
                                        "--db", str(path)])
     assert outcome.exit_code == EXIT_FAILED_RUN, outcome.output

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from devicebench import RunConfig, runner
+from devicebench import RunConfig, planning, runner
 
 pytestmark = [
     pytest.mark.gpu,
@@ -16,7 +16,7 @@ pytestmark = [
 def test_cpu_and_gpu_train_the_same_model_and_the_speedup_is_computed():
     config = RunConfig(workloads=("mnist-cnn2",), devices="cpu,cuda", data="synthetic", epochs=3, max_steps=20,
                        max_eval_steps=2)
-    result = runner.run(config)
+    result = runner.run(planning.plan(config))
     cpu, gpu = result.runs
     assert (cpu.device, gpu.device) == ("cpu", "cuda:0")
     assert cpu.status == gpu.status == "ok"
@@ -41,7 +41,7 @@ def test_synchronize_waits_for_queued_gpu_work():
 def test_tuned_mode_on_the_gpu_holds_the_data_there_and_records_every_choice():
     config = RunConfig(workloads=("mnist-cnn2",), devices="cuda", data="synthetic", epochs=2, max_steps=20,
                        max_eval_steps=2, mode="tuned", compile="off")
-    (run,) = runner.run(config).runs
+    (run,) = runner.run(planning.plan(config)).runs
     assert run.status == "ok", run.error
     settings = run.settings
     assert settings.mode == "tuned" and settings.device_resident and settings.tf32_matmul
@@ -54,7 +54,7 @@ def test_tuned_mode_on_the_gpu_holds_the_data_there_and_records_every_choice():
 def test_auto_batch_size_on_the_gpu_grows_past_the_seed_s():
     config = RunConfig(workloads=("cifar10-mlp",), devices="cuda", data="synthetic", epochs=2, max_steps=20,
                        max_eval_steps=1, batch_size_auto=True)
-    (run,) = runner.run(config).runs
+    (run,) = runner.run(planning.plan(config)).runs
     assert run.status == "ok", run.error
     assert run.settings.batch_size_auto and run.settings.batch_size > 32  # a GPU is starved at 32
     assert run.tuning_note.startswith("batch sizes tried, samples/s: 32 ")
@@ -74,7 +74,7 @@ def test_seed_mode_trains_a_conv_net_in_strict_fp32_with_both_tf32_switches_off(
     monkeypatch.setattr(runner, "train", train_and_look)
     config = RunConfig(workloads=("cifar10-cnn",), devices="cuda", data="synthetic", epochs=2, max_steps=20,
                        max_eval_steps=1)
-    (run,) = runner.run(config).runs
+    (run,) = runner.run(planning.plan(config)).runs
     assert run.status == "ok", run.error
     assert seen == [(False, False)] and not (run.settings.tf32_matmul or run.settings.tf32_cudnn)
 

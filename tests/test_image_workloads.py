@@ -12,7 +12,7 @@ import torch
 from image_fixtures import BRIGHTNESS, write_brightness_folder, write_image
 from typer.testing import CliRunner
 
-from devicebench import RunConfig, runner
+from devicebench import RunConfig, planning, runner
 from devicebench.checkpoint import load_checkpoint, predict, prepare
 from devicebench.cli import EXIT_FAILED_RUN, EXIT_USAGE, app
 from devicebench.cli.sweep import parse_set_grid
@@ -29,8 +29,8 @@ def folder(tmp_path_factory) -> Path:
 
 def test_any_image_workload_trains_on_a_folder_converted_to_what_its_model_takes(folder):
     """Colour JPEGs of many sizes become 1x28x28 for an MNIST net; the runs say real data and get a verdict."""
-    result = runner.run(RunConfig(workloads=("mnist-cnn2",), devices="cpu", data_dir=str(folder), epochs=2,
-                                  max_steps=3, max_eval_steps=1, batch_size=8, workers=0))
+    result = runner.run(planning.plan(RunConfig(workloads=("mnist-cnn2",), devices="cpu", data_dir=str(folder), epochs=2,
+                                  max_steps=3, max_eval_steps=1, batch_size=8, workers=0)))
     [record] = result.runs
     assert record.status == "ok", record.error
     assert record.settings.data_source == "real" and record.settings.workers == 0
@@ -43,7 +43,7 @@ def test_a_folder_with_more_classes_than_the_model_fails_that_run_clearly(tmp_pa
     for split in ("train", "test"):
         for name in ("a", "b", "c"):
             write_image(tmp_path / split / name / "0.png", 100, rng)
-    result = runner.run(RunConfig(workloads=("catdog-original",), devices="cpu", data_dir=str(tmp_path), epochs=1))
+    result = runner.run(planning.plan(RunConfig(workloads=("catdog-original",), devices="cpu", data_dir=str(tmp_path), epochs=1)))
     [record] = result.runs
     assert record.status == "failed"
     assert "tells 2 classes apart" in record.error and "has 3" in record.error
@@ -51,15 +51,15 @@ def test_a_folder_with_more_classes_than_the_model_fails_that_run_clearly(tmp_pa
 
 def test_a_folder_without_a_test_split_fails_every_run_with_the_expected_layout(tmp_path):
     write_image(tmp_path / "train" / "a" / "0.png", 100, np.random.default_rng(0))
-    result = runner.run(RunConfig(workloads=("catdog-original",), devices="cpu", data_dir=str(tmp_path), epochs=1))
+    result = runner.run(planning.plan(RunConfig(workloads=("catdog-original",), devices="cpu", data_dir=str(tmp_path), epochs=1)))
     assert [record.status for record in result.runs] == ["failed"]
     assert "test" in result.runs[0].error and "DIR/train/<class>" in result.runs[0].error
 
 
 def test_augmentation_is_switchable_and_decides_the_default_loader(tmp_path):
     """CIFAR-10 CNN: augmenting needs per-image work, so loader workers; without it the fast in-memory path."""
-    on, off = (runner.run(RunConfig(workloads=("cifar10-cnn",), devices="cpu", data="synthetic", epochs=1,
-                                    max_steps=1, max_eval_steps=1, batch_size=4, overrides=overrides))
+    on, off = (runner.run(planning.plan(RunConfig(workloads=("cifar10-cnn",), devices="cpu", data="synthetic", epochs=1,
+                                    max_steps=1, max_eval_steps=1, batch_size=4, overrides=overrides)))
                for overrides in ((), ("augment=false",)))
     assert on.runs[0].settings.hyperparameters["augment"] is True and on.runs[0].settings.workers >= 1
     assert off.runs[0].settings.hyperparameters["augment"] is False and off.runs[0].settings.workers == 0

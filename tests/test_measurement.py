@@ -26,7 +26,7 @@ from training_fixtures import DelayedBatches, learnable_dataset, linear_setup
 from typer.testing import CliRunner
 
 import devicebench
-from devicebench import RunConfig, runner
+from devicebench import RunConfig, planning, runner
 from devicebench.cli import app
 from devicebench.data import synthetic_dataset
 from devicebench.data.pipeline import HostBatches
@@ -357,8 +357,8 @@ def test_every_number_in_the_schema_names_its_unit_or_is_a_known_fraction_or_cou
 
 def test_peak_rss_is_recorded_in_mebibytes():
     before_mib = psutil.Process().memory_info().rss / BYTES_PER_MIB
-    result = runner.run(RunConfig(workloads=("mnist-cnn2",), devices="cpu", data="synthetic", epochs=1, max_steps=1,
-                                  max_eval_steps=1))
+    result = runner.run(planning.plan(RunConfig(workloads=("mnist-cnn2",), devices="cpu", data="synthetic", epochs=1, max_steps=1,
+                                  max_eval_steps=1)))
     peak_mib = result.runs[0].peak_rss_mib
     high_water_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # Linux counts kibibytes
     assert before_mib <= peak_mib <= high_water_kib / 1024  # kB or bytes would miss by a factor of 1024
@@ -371,7 +371,7 @@ def test_peak_rss_is_recorded_in_mebibytes():
 def test_cuda_asked_on_a_machine_without_it_fails_before_training_and_says_why():
     trained = []
     with pytest.raises(DeviceError, match="'cuda' is not available on this machine. Devices present: cpu") as caught:
-        runner.run(RunConfig(workloads=("mnist-cnn2",), devices="cuda", data="synthetic", epochs=1, max_steps=1),
+        runner.run(planning.plan(RunConfig(workloads=("mnist-cnn2",), devices="cuda", data="synthetic", epochs=1, max_steps=1)),
                    reporter=type("Recorder", (RunReporter,), {"run_started": trained.append})())
     assert "CPU-only build" in str(caught.value) and "https://pytorch.org" in str(caught.value)  # and what to do
     assert trained == []
@@ -442,8 +442,8 @@ def test_runs_that_differ_in_one_speed_setting_are_never_pooled(setting):
 
 
 def test_a_run_records_its_speed_settings_and_the_software_it_ran_on():
-    result = runner.run(RunConfig(workloads=("mnist-cnn2",), devices="cpu", data="synthetic", epochs=1, max_steps=1,
-                                  max_eval_steps=1, threads=1, batch_size=20, workers=0))
+    result = runner.run(planning.plan(RunConfig(workloads=("mnist-cnn2",), devices="cpu", data="synthetic", epochs=1, max_steps=1,
+                                  max_eval_steps=1, threads=1, batch_size=20, workers=0)))
     settings = result.runs[0].settings
     assert (settings.threads, settings.batch_size, settings.workers, settings.data_source) == (1, 20, 0, "synthetic")
     assert (settings.mode, settings.precision, settings.compiled, settings.channels_last) == ("seed", "fp32", False,

@@ -9,7 +9,7 @@ import pytest
 import torch
 from test_runner import broken_workload
 
-from devicebench import RunConfig, runner
+from devicebench import RunConfig, planning, runner
 from devicebench.devices import is_out_of_memory, out_of_memory
 
 
@@ -63,8 +63,8 @@ def test_a_cause_chain_that_loops_back_on_itself_ends(monkeypatch):
 ])
 def test_a_run_that_runs_out_of_device_memory_in_any_form_is_oom_not_failed(monkeypatch, error):
     broken_workload(monkeypatch, "mnist-cnn2", error)  # raised as the model is built
-    result = runner.run(RunConfig(workloads=("mnist-cnn2",), devices="cpu", data="synthetic", epochs=1, max_steps=2,
-                                  batch_size=64))
+    result = runner.run(planning.plan(RunConfig(workloads=("mnist-cnn2",), devices="cpu", data="synthetic", epochs=1, max_steps=2,
+                                  batch_size=64)))
     record = result.runs[0]
     assert record.status == "oom"
     assert record.error.startswith("out of memory at batch size 64 on cpu: try a smaller --batch-size")

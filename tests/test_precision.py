@@ -13,12 +13,11 @@ import pytest
 import torch
 from torch import nn
 
-from devicebench import RunConfig, runner
+from devicebench import RunConfig, planning, runner
 from devicebench.data import load_dataset
 from devicebench.engine.tuning import Tuning, base_tuning, process_settings
 from devicebench.results.schema import RunSettings
 from devicebench.runner import new_record, peak_precision, train_record
-from devicebench.workloads import get_workload
 
 CPU, GPU = torch.device("cpu"), torch.device("cuda", 0)  # a cuda device object needs no GPU until it is used
 TINY = RunConfig(workloads=("mnist-cnn2",), devices="cpu", data="synthetic", epochs=1, max_steps=2, max_eval_steps=1)
@@ -59,10 +58,10 @@ def test_a_seed_run_trains_with_tf32_off_and_records_it_off(process_allows_tf32,
         return real_train(*arguments, **keywords)
 
     monkeypatch.setattr(runner, "train", train_and_look)
-    workload = get_workload("mnist-cnn2")
     dataset = load_dataset("mnist", "synthetic", seed=0)
-    record = new_record(workload, dataset, CPU, 0, TINY)
-    train_record(record, workload, dataset, CPU, TINY)
+    (job,) = planning.plan(TINY).jobs
+    record = new_record(job, dataset, 0)
+    train_record(record, job, dataset)
     assert record.status == "ok", record.error
     assert seen == [(False, False)]
     assert (record.settings.tf32_matmul, record.settings.tf32_cudnn) == (False, False)

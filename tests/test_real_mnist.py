@@ -8,19 +8,17 @@ scaling, a model that does not learn) stays near 10% accuracy; the real network 
 from __future__ import annotations
 
 import pytest
-import torch
 
-from devicebench import RunConfig
+from devicebench import RunConfig, planning
 from devicebench.runner import new_record, train_record
-from devicebench.workloads import get_workload
 
 
 @pytest.mark.slow
 def test_mnist_cnn2_learns_real_digits(real_digits):
-    entry = get_workload("mnist-cnn2")
     config = RunConfig(workloads=("mnist-cnn2",), devices="cpu", epochs=2, data="real")
-    record = new_record(entry, real_digits, torch.device("cpu"), 0, config)
-    train_record(record, entry, real_digits, torch.device("cpu"), config)
+    (job,) = planning.plan(config).jobs
+    record = new_record(job, real_digits, 0)
+    train_record(record, job, real_digits)
     assert record.status == "ok"
     assert [epoch.steps for epoch in record.epochs] == [160, 160]  # 8,000 digits in batches of 50
     assert record.epochs[-1].eval_samples == 2_000

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import torch
 
-from devicebench import RunConfig, runner, workloads
+from devicebench import RunConfig, planning, runner, workloads
 from devicebench.events import ReporterGroup, RunReporter
 from devicebench.workloads import get_workload
 
@@ -15,7 +15,7 @@ TINY = {"devices": "cpu", "data": "synthetic", "epochs": 2, "max_steps": 2, "max
 
 
 def test_a_run_records_every_workload_device_and_repeat():
-    result = runner.run(RunConfig(workloads=("mnist-*",), repeats=2, **TINY))
+    result = runner.run(planning.plan(RunConfig(workloads=("mnist-*",), repeats=2, **TINY)))
     assert [(run.workload, run.repeat) for run in result.runs] == [
         ("mnist-cnn2", 0), ("mnist-cnn2", 1), ("mnist-cnn4", 0), ("mnist-cnn4", 1)]
     assert all(run.status == "ok" and len(run.epochs) == 2 for run in result.runs)
@@ -28,7 +28,7 @@ def test_a_run_records_every_workload_device_and_repeat():
 
 
 def test_repeats_start_from_the_same_weights_and_see_the_same_data():
-    result = runner.run(RunConfig(workloads=("cifar100-mlp",), repeats=2, **TINY))
+    result = runner.run(planning.plan(RunConfig(workloads=("cifar100-mlp",), repeats=2, **TINY)))
     losses = [[epoch.train_loss for epoch in run.epochs] for run in result.runs]
     assert losses[0] == losses[1]
 
@@ -45,14 +45,14 @@ def broken_workload(monkeypatch, name: str, error: Exception) -> None:
 
 def test_a_failing_workload_is_recorded_and_the_suite_moves_on(monkeypatch):
     broken_workload(monkeypatch, "mnist-cnn2", ValueError("shapes do not match"))
-    result = runner.run(RunConfig(workloads=("mnist-cnn2", "mnist-cnn4"), **TINY))
+    result = runner.run(planning.plan(RunConfig(workloads=("mnist-cnn2", "mnist-cnn4"), **TINY)))
     assert [run.status for run in result.runs] == ["failed", "ok"]
     assert result.runs[0].error == "ValueError: shapes do not match"
 
 
 def test_out_of_memory_is_its_own_status_with_the_batch_size(monkeypatch):
     broken_workload(monkeypatch, "mnist-cnn2", torch.cuda.OutOfMemoryError("CUDA out of memory"))
-    result = runner.run(RunConfig(workloads=("mnist-cnn2",), batch_size=4096, **TINY))
+    result = runner.run(planning.plan(RunConfig(workloads=("mnist-cnn2",), batch_size=4096, **TINY)))
     assert result.runs[0].status == "oom"
     assert "batch size 4096" in result.runs[0].error and "smaller --batch-size" in result.runs[0].error
 
@@ -73,7 +73,7 @@ class InterruptDuring(RunReporter):
 
 def test_ctrl_c_keeps_every_finished_epoch_and_stops():
     config = RunConfig(workloads=("mnist-cnn2", "mnist-cnn4", "cifar10-mlp"), **{**TINY, "epochs": 3})
-    result = runner.run(config, InterruptDuring("mnist-cnn4", 3))
+    result = runner.run(planning.plan(config), InterruptDuring("mnist-cnn4", 3))
     assert result.interrupted
     assert [(run.workload, run.status, len(run.epochs)) for run in result.runs] == [
         ("mnist-cnn2", "ok", 3), ("mnist-cnn4", "interrupted", 2)]  # cifar10-mlp never started
@@ -83,12 +83,12 @@ def test_a_missing_device_fails_before_any_training():
     from devicebench.devices import DeviceError
 
     with pytest.raises(DeviceError, match="cuda:3"):
-        runner.run(RunConfig(workloads=("mnist-cnn2",), **{**TINY, "devices": "cuda:3"}))
+        runner.run(planning.plan(RunConfig(workloads=("mnist-cnn2",), **{**TINY, "devices": "cuda:3"})))
 
 
 def test_threads_apply_to_the_run_are_recorded_and_are_restored_after():
     before = torch.get_num_threads()
-    result = runner.run(RunConfig(workloads=("cifar100-mlp",), threads=1, **TINY))
+    result = runner.run(planning.plan(RunConfig(workloads=("cifar100-mlp",), threads=1, **TINY)))
     assert result.runs[0].settings.threads == 1
     assert torch.get_num_threads() == before
 
@@ -115,7 +115,7 @@ class Journal(RunReporter):
 def test_every_listener_hears_every_event_including_an_interrupted_finish():
     first, second = Journal(), Journal()
     stopper = InterruptDuring("mnist-cnn4", 2)
-    runner.run(RunConfig(workloads=("mnist-*",), **TINY), ReporterGroup(first, second, stopper))
+    runner.run(planning.plan(RunConfig(workloads=("mnist-*",), **TINY)), ReporterGroup(first, second, stopper))
     assert first.events == second.events == [
         "session", "start mnist-cnn2", "epoch 1", "epoch 2", "finish mnist-cnn2 ok",
         "start mnist-cnn4", "epoch 1", "finish mnist-cnn4 interrupted"]

@@ -15,7 +15,7 @@ from rich.console import Console
 from test_data_text import MINI_IMDB_REVIEWS, MINI_IMDB_SIZES, mini_imdb, write_texts  # noqa: F401 (a fixture)
 from typer.testing import CliRunner
 
-from devicebench import RunConfig, runner
+from devicebench import RunConfig, planning, runner
 from devicebench.cli import EXIT_USAGE, app
 from devicebench.data.augmentation import Unchanged
 from devicebench.data.pipeline import HostBatches, batches_for
@@ -36,8 +36,8 @@ def test_text_models_train_on_your_own_texts(tmp_path):
         **{f"train/good/{index}.txt": f"great fun delight number {index}" for index in range(12)},
         "test/bad/0.txt": "boring awful", "test/good/0.txt": "great delight",
     })
-    result = runner.run(RunConfig(workloads=("imdb-transformer", "imdb-bilstm"), devices="cpu", data_dir=str(folder),
-                                  epochs=2, batch_size=8, overrides=TINY_TEXT))
+    result = runner.run(planning.plan(RunConfig(workloads=("imdb-transformer", "imdb-bilstm"), devices="cpu", data_dir=str(folder),
+                                  epochs=2, batch_size=8, overrides=TINY_TEXT)))
     assert [run.status for run in result.runs] == ["ok", "ok"], [run.error for run in result.runs]
     for run in result.runs:
         assert run.settings.data_source == "real" and run.settings.workers == 0
@@ -49,9 +49,9 @@ def test_imdb_downloads_reads_and_trains(mini_imdb, loopback_server, tmp_path, m
     data = mini_imdb.read_bytes()
     remote = RemoteFile(mini_imdb.name, (loopback_server.publish(mini_imdb),), f"sha256:{hashlib.sha256(data).hexdigest()}")
     monkeypatch.setitem(DATASETS, "imdb", dataclasses.replace(DATASETS["imdb"], files=(remote,)))
-    result = runner.run(RunConfig(workloads=("imdb-transformer",), devices="cpu", data="real",
+    result = runner.run(planning.plan(RunConfig(workloads=("imdb-transformer",), devices="cpu", data="real",
                                   data_dir=str(tmp_path / "cache"), epochs=1, batch_size=2,
-                                  overrides=tuple(f"{key}={value}" for key, value in MINI_IMDB_SIZES.items())))
+                                  overrides=tuple(f"{key}={value}" for key, value in MINI_IMDB_SIZES.items()))))
     [run] = result.runs
     assert run.status == "ok", run.error
     assert run.epochs[0].samples == sum(1 for name in MINI_IMDB_REVIEWS if "/train/" in name)
@@ -59,8 +59,8 @@ def test_imdb_downloads_reads_and_trains(mini_imdb, loopback_server, tmp_path, m
 
 def test_boosted_trees_run_like_every_other_workload(tmp_path):
     pytest.importorskip("xgboost")
-    result = runner.run(RunConfig(workloads=("gbdt-synthetic",), devices="cpu", epochs=2, threads=1,
-                                  overrides=("rows=2000", "features=8", "rounds_per_epoch=4")))
+    result = runner.run(planning.plan(RunConfig(workloads=("gbdt-synthetic",), devices="cpu", epochs=2, threads=1,
+                                  overrides=("rows=2000", "features=8", "rounds_per_epoch=4"))))
     [run] = result.runs
     assert run.status == "ok", run.error
     assert run.settings.batch_size == 0 and run.parameter_count is None
@@ -88,8 +88,8 @@ def test_a_text_workload_refuses_a_vocabulary_it_cannot_build():
 def test_reproduce_s5_sets_both_published_ratios_beside_the_measured_ones():
     pytest.importorskip("xgboost")
     quick = {"devices": "cpu", "epochs": 2, "max_steps": 2, "max_eval_steps": 1, "data": "synthetic", "threads": 1}
-    text = runner.run(RunConfig(workloads=("imdb-transformer",), overrides=TINY_TEXT, **quick))
-    trees = runner.run(RunConfig(workloads=("gbdt-synthetic",), overrides=("rows=2000", "features=8"), **quick))
+    text = runner.run(planning.plan(RunConfig(workloads=("imdb-transformer",), overrides=TINY_TEXT, **quick)))
+    trees = runner.run(planning.plan(RunConfig(workloads=("gbdt-synthetic",), overrides=("rows=2000", "features=8"), **quick)))
     console = Console(width=200, record=True)
     console.print(reproduction_table(reproductions(compare([text, trees]))))
     shown = console.export_text()

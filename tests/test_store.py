@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from devicebench import runner
+from devicebench import planning, runner
 from devicebench.config import RunConfig
 from devicebench.results import store as store_module
 from devicebench.results.schema import Result
@@ -69,7 +69,7 @@ def run_ids(results: list[Result]) -> list[list[str]]:
 
 def test_a_real_run_is_stored_as_it_happens_and_read_back_equal(tmp_path):
     with Store(tmp_path / "results.sqlite") as store:
-        result = runner.run(RunConfig(workloads=("mnist-cnn2",), repeats=2, **TINY), StoreReporter(store))
+        result = runner.run(planning.plan(RunConfig(workloads=("mnist-cnn2",), repeats=2, **TINY)), StoreReporter(store))
         stored = store.results()
     assert [run.status for run in result.runs] == ["ok", "ok"]
     assert [stored_result.to_dict() for stored_result in stored] == [as_strict_json(result, tmp_path)]

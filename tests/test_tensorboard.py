@@ -8,14 +8,14 @@ pytest.importorskip("tensorboard", reason="the tensorboard extra is not installe
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
 
-from devicebench import RunConfig, runner  # noqa: E402
+from devicebench import RunConfig, planning, runner  # noqa: E402
 from devicebench.report.tensorboard import TensorBoardReporter  # noqa: E402
 
 
 def test_scalars_equal_the_measured_epochs_and_the_graph_is_logged(tmp_path):
     config = RunConfig(workloads=("mnist-cnn2",), devices="cpu", data="synthetic", epochs=2, max_steps=2,
                        max_eval_steps=1)
-    result = runner.run(config, TensorBoardReporter(tmp_path))
+    result = runner.run(planning.plan(config), TensorBoardReporter(tmp_path))
     (run_folder,) = (tmp_path / "mnist-cnn2").iterdir()
     assert run_folder.name.startswith("cpu-repeat1-")
     events = EventAccumulator(str(run_folder))

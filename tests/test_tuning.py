@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from typer.testing import CliRunner
 
-from devicebench import RunConfig, runner
+from devicebench import RunConfig, planning, runner
 from devicebench.cli import app
 from devicebench.config import ConfigError
 from devicebench.data import ArrayDataset
@@ -28,7 +28,6 @@ from devicebench.engine.tuning import (
     tuned_setup,
 )
 from devicebench.runner import new_record, train_record
-from devicebench.workloads import get_workload
 
 CPU = torch.device("cpu")
 
@@ -39,13 +38,13 @@ def test_tuned_mode_reaches_the_accuracy_of_seed_mode_on_real_digits(real_digits
 
     80 steps of 50 digits at 10 times the seed's learning rate reach about 93%: on a CPU without native bf16
     (emulated, 7 times slower than fp32 there) the seed's two epochs took 4 minutes, this takes under one."""
-    entry = get_workload("mnist-cnn2")
     accuracies = {}
     for mode, precision in (("seed", "auto"), ("tuned", "bf16")):
         config = RunConfig(workloads=("mnist-cnn2",), devices="cpu", epochs=1, max_steps=80, data="real", mode=mode,
                            precision=precision, overrides=("learning_rate=0.001",))
-        record = new_record(entry, real_digits, CPU, 0, config)
-        train_record(record, entry, real_digits, CPU, config)
+        (job,) = planning.plan(config).jobs
+        record = new_record(job, real_digits, 0)
+        train_record(record, job, real_digits)
         assert record.status == "ok", record.error
         accuracies[mode] = record.epochs[-1].test_accuracy
         if mode == "tuned":
@@ -141,7 +140,7 @@ def test_repeats_share_one_trial_and_record_every_choice(monkeypatch, force_cpu_
     monkeypatch.setattr(runner, "choose_tuning", counted)
     config = RunConfig(workloads=("mnist-cnn2",), devices="cpu", data="synthetic", epochs=2, max_steps=4,
                        max_eval_steps=1, repeats=2, mode="tuned", batch_size=8)  # small: emulated bf16 is slow
-    result = runner.run(config)
+    result = runner.run(planning.plan(config))
     assert len(trials) == 1
     first, second = result.runs
     assert first.status == second.status == "ok"
@@ -174,10 +173,10 @@ def test_a_run_with_auto_batch_size_records_the_size_it_trained_with():
     labels = generator.integers(0, 10, 1_400).astype(np.int64)
     dataset = ArrayDataset("mnist", "synthetic", images[:1_050], labels[:1_050], images[1_050:], labels[1_050:],
                            num_classes=10)
-    entry = get_workload("mnist-cnn2")
     config = RunConfig(workloads=("mnist-cnn2",), devices="cpu", data="synthetic", epochs=2, batch_size_auto=True)
-    record = new_record(entry, dataset, CPU, 0, config)
-    train_record(record, entry, dataset, CPU, config)
+    (job,) = planning.plan(config).jobs
+    record = new_record(job, dataset, 0)
+    train_record(record, job, dataset)
     assert record.status == "ok", record.error
     chosen = record.settings.batch_size
     assert chosen in (50, 100)  # 1,050 samples make 7 steps an epoch up to 150: 50 and 100 are tried
@@ -198,13 +197,13 @@ def test_a_sweep_over_modes_runs_every_seed_point_before_any_tuned_one(monkeypat
 
     asked = []
 
-    def capture(configs, **options):
-        asked.extend(configs)
+    def capture(job_plan, **options):
+        asked.extend(job_plan.jobs)
         raise SystemExit(0)
 
     monkeypatch.setattr(sweep_command, "train_and_show", capture)
-    CliRunner().invoke(app, ["sweep", "mnist-cnn2", "--batch-size", "32,64", "--mode", "seed,tuned"])
-    assert [(config.mode, config.batch_size) for config in asked] == [
+    CliRunner().invoke(app, ["sweep", "mnist-cnn2", "--batch-size", "32,64", "--mode", "seed,tuned", "--devices", "cpu"])
+    assert [(job.mode, job.batch_size) for job in asked] == [
         ("seed", 32), ("seed", 64), ("tuned", 32), ("tuned", 64)]  # tuned mode's allocator outlives its runs
 
 
@@ -212,7 +211,7 @@ def test_a_workload_that_is_not_a_torch_model_says_tuned_mode_left_it_alone():
     pytest.importorskip("xgboost")
     config = RunConfig(workloads=("gbdt-synthetic",), devices="cpu", data="synthetic", epochs=2, max_steps=1,
                        overrides=("rows=2000", "features=5"), mode="tuned")
-    (record,) = runner.run(config).runs
+    (record,) = runner.run(planning.plan(config)).runs
     assert record.status == "ok", record.error
     assert record.tuning_note == "not a torch model: it trains as in seed mode, with nothing to tune"
     assert record.settings.precision == "fp32" and not record.settings.fused_optimizer

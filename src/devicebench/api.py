@@ -13,14 +13,16 @@ the tables, the store and the report are those of the command line. See examples
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from rich.console import Console
 
-from devicebench import runner
+from devicebench import planning, runner
 from devicebench.config import RunConfig
+from devicebench.planning import Plan
 from devicebench.report.html import comparison_html
 from devicebench.report.progress import RichReporter
 from devicebench.report.tables import comparison_text
@@ -107,19 +109,38 @@ def run(
     to the workload's (3 and 32 for your model), `batch_size="auto"` grows it for throughput; `progress=False`
     prints nothing while training.
     """
+    job_plan = plan(**{name: value for name, value in locals().items() if name != "progress"})
+    screen = RichReporter(Console(stderr=True, soft_wrap=True), quiet=not progress)  # an epoch's line stays one line
+    try:
+        return Result.of(runner.run(job_plan, screen))
+    finally:
+        screen.close()
+
+
+def plan(workloads: str | Sequence[str] | RunConfig = (), **arguments: Any) -> Plan:
+    """What `run(workloads, **arguments)` would train, job by job (every workload on every device, with its
+    hyperparameters, batch size, epochs and steps, data and settings), checked, without loading any data or training
+    anything. It takes run()'s arguments but `progress`; `print(db.plan("mnist-*").jobs)`."""
+    given = inspect.signature(run).bind(workloads, **arguments)  # an argument run() would refuse fails here too
+    given.apply_defaults()
+    options = {name: value for name, value in given.arguments.items() if name != "progress"}
+    return planning.plan(_config(**options))
+
+
+def _config(workloads: str | Sequence[str] | RunConfig, model: ModelSource | None, data: Any, loss: LossSource,
+            optimizer: OptimizerSource, train_step: TrainStep | None, output: OutputKind | None, name: str | None,
+            batch_size: int | Literal["auto"] | None, **settings: Any) -> RunConfig:
+    """The RunConfig that `devicebench run` would make of run()'s arguments."""
     auto = batch_size == "auto"
-    settings = dict(devices=devices, data_dir=data_dir, epochs=epochs, batch_size=None if auto else batch_size,
-                    batch_size_auto=auto, max_steps=max_steps,
-                    max_eval_steps=max_eval_steps, repeats=repeats, seed=seed, threads=threads, workers=workers,
-                    mode=mode, precision=precision, compile=compile, target_accuracy=target_accuracy)
+    settings = {**settings, "batch_size": None if auto else batch_size, "batch_size_auto": auto}
     if isinstance(workloads, RunConfig):
         defaults = {field.name: field.default for field in dataclasses.fields(RunConfig)}
         given = [key for key, value in settings.items() if value != defaults[key]]
         if model is not None or data is not None or given:  # data: RunConfig.data says it
             raise TypeError("a RunConfig says everything; give the other settings inside it, not beside it "
                             f"({', '.join(given + ['model'] * (model is not None) + ['data'] * (data is not None))})")
-        config = workloads
-    elif model is not None:
+        return workloads
+    if model is not None:
         if workloads:
             raise TypeError("give workloads or a model of your own, not both: run them one after the other")
         if data is None:
@@ -127,15 +148,9 @@ def run(
                             "or a torch Dataset")
         own = own_workload(model, data, loss=loss, optimizer=optimizer, train_step=train_step, output=output,
                            name=name)
-        config = RunConfig(workloads=(own.name,), **settings)
-    else:
-        if data is not None and not isinstance(data, str):
-            raise TypeError("data= of your own goes with model=; a registered workload takes data='auto', 'real' or "
-                            "'synthetic', or images of yours through data_dir=")
-        config = RunConfig(workloads=(workloads,) if isinstance(workloads, str) else tuple(workloads),
-                           data=data or "auto", **settings)
-    screen = RichReporter(Console(stderr=True, soft_wrap=True), quiet=not progress)  # an epoch's line stays one line
-    try:
-        return Result.of(runner.run(config, screen))
-    finally:
-        screen.close()
+        return RunConfig(workloads=(own.name,), **settings)
+    if data is not None and not isinstance(data, str):
+        raise TypeError("data= of your own goes with model=; a registered workload takes data='auto', 'real' or "
+                        "'synthetic', or images of yours through data_dir=")
+    return RunConfig(workloads=(workloads,) if isinstance(workloads, str) else tuple(workloads), data=data or "auto",
+                     **settings)

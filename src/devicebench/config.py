@@ -171,12 +171,12 @@ class RunConfig:
     def selected_workloads(self) -> list[Workload]:
         """The workloads to run; the suite leaves out those this installation cannot run (see `skipped`)."""
         if self.model is not None:
-            return [_own(self.model, self.data, self.loss, self.optimizer)]
+            return [own_from_specs(self.model, self.data, self.loss, self.optimizer)]
         if not self.workloads:
             return [entry for entry in list_workloads() if entry.requires() is None]
         selected: list[Workload] = []
         for name in self.workloads:
-            matches = list_workloads(name) if any(c in name for c in "*?[") else [_known(name)]
+            matches = list_workloads(name) if any(c in name for c in "*?[") else [registered(name)]
             if not matches:
                 known = ", ".join(w.name for w in list_workloads())
                 raise ConfigError(f"no workload matches {name!r}; known workloads: {known}")
@@ -225,7 +225,7 @@ class RunConfig:
 
     def plan_for(self, workload: Workload | str) -> TrainingPlan:
         """How long to train `workload`: explicit flags, else the suite's reduced settings, else the seed's."""
-        workload = _known(workload) if isinstance(workload, str) else workload
+        workload = registered(workload) if isinstance(workload, str) else workload
         quick = self.effective_suite == "quick"
         epochs = self.epochs or self.overrides_for(workload).get("epochs")
         return TrainingPlan(
@@ -271,14 +271,16 @@ def _parameter_value(workload: Workload, name: str, text: str) -> Any:
 
 
 @functools.lru_cache(maxsize=8)  # imported, called and checked once: the data may take a while to load
-def _own(model: str, data: str, loss: str, optimizer: str) -> Workload:
+def own_from_specs(model: str, data: str, loss: str, optimizer: str) -> Workload:
+    """The workload of --model, --data, --loss and --optimizer, built once per process."""
     try:
         return own_workload_from_specs(model, data, loss, optimizer)
     except OwnModelError as error:
         raise ConfigError(str(error)) from None
 
 
-def _known(name: str) -> Workload:
+def registered(name: str) -> Workload:
+    """The registered workload `name`, or a ConfigError listing those that are."""
     try:
         return get_workload(name)
     except KeyError as error:

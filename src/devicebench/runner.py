@@ -1,11 +1,11 @@
-"""Run a configuration (or the points of a sweep): every selected workload on every selected device, `repeats`
-times each.
+"""Execute a plan (planning.py): every job, `repeats` times, in order.
 
-The data is loaded once for every device and every consecutive workload or grid point that wants it, so each
-device trains on the same bytes in the same order. A run that fails (an error, out of memory) is recorded with its reason and the suite moves on;
-Ctrl-C stops at once, marks the current run `interrupted` and keeps every finished epoch.
+The data is loaded once for every run of consecutive jobs that ask for the same (every device of a workload,
+every point of a sweep that wants it), so each device trains on the same bytes in the same order. A run that fails
+(an error, out of memory) is recorded with its reason and the suite moves on; Ctrl-C stops at once, marks the
+current run `interrupted` and keeps every finished epoch. The runner knows nothing of flags: the plan says it all.
 
-    python -c "from devicebench import runner, RunConfig; r = runner.run(RunConfig(devices='cpu', data='synthetic', max_steps=5)); print(len(r.runs))"
+    python -c "from devicebench import runner, RunConfig; from devicebench.planning import plan; r = runner.run(plan(RunConfig(devices='cpu', data='synthetic', max_steps=5))); print(len(r.runs))"
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from pathlib import Path
 import torch
 
 from devicebench.checkpoint import save_checkpoint
-from devicebench.config import RunConfig
 from devicebench.data import (
     ArrayDataset,
     DataFormatError,
@@ -31,7 +30,7 @@ from devicebench.data import (
 )
 from devicebench.data.own import TensorData, TorchData
 from devicebench.data.pipeline import batches_for, default_workers, usable_cores
-from devicebench.devices import device_name, out_of_memory, resolve_devices
+from devicebench.devices import device_name, out_of_memory
 from devicebench.engine.calibrate import peak_tflops
 from devicebench.engine.distributed import current_shard, data_parallel, world_size
 from devicebench.engine.flops import training_flops_per_sample
@@ -49,10 +48,10 @@ from devicebench.engine.tuning import (
     process_settings,
     recurrent_layers,
     tuned_setup,
-    tuned_threads,
 )
 from devicebench.environment import machine_fingerprint
 from devicebench.events import RunReporter
+from devicebench.planning import Job, Plan
 from devicebench.results.diagnosis import diagnose
 from devicebench.results.schema import Result, RunRecord, RunSettings
 from devicebench.version import __version__
@@ -62,70 +61,52 @@ Dataset = ArrayDataset | ImageFolderDataset | TensorData | TorchData
 DataProblem = DataUnavailable | DataFormatError  # why a workload got no data: every run of it fails with this
 
 
-def run(config: RunConfig, reporter: RunReporter | None = None, *, save_to: Path | None = None) -> Result:
-    """Train what `config` selects and return every measurement, finished or not.
+def run(plan: Plan, reporter: RunReporter | None = None, *, save_to: Path | None = None) -> Result:
+    """Execute every job of `plan` and return every measurement, finished or not.
 
     `save_to`: write the model of the last run that finishes well there, as a checkpoint for `predict`.
     """
-    return sweep([config], reporter, save_to=save_to)
-
-
-def sweep(configs: list[RunConfig], reporter: RunReporter | None = None, *, save_to: Path | None = None) -> Result:
-    """Run several configurations (the points of a sweep) as one session, loading each dataset once."""
     reporter = reporter or RunReporter()
-    devices = resolve_devices(configs[0].devices)  # a missing device fails before any data is fetched
     threads_before = torch.get_num_threads()
-    threads = configs[0].threads or (tuned_threads() if configs[0].mode == "tuned" else None)
-    if threads is not None:
-        torch.set_num_threads(threads)
+    if plan.threads is not None:
+        torch.set_num_threads(plan.threads)
     result = Result(
         machine=machine_fingerprint(),
-        config=configs[0].to_dict() if len(configs) == 1 else {"sweep": [config.to_dict() for config in configs]},
+        config=plan.request,
         created_utc=wall_clock_utc(),
         devicebench_version=__version__,
     )
     reporter.session_started(result)
     try:
-        _run_configs(configs, devices, result, reporter, save_to)
+        _execute(plan.jobs, result, reporter, save_to)
     finally:
         torch.set_num_threads(threads_before)  # a library call leaves the process as it found it
     return result
 
 
-def _run_configs(
-    configs: list[RunConfig],
-    devices: list[torch.device],
-    result: Result,
-    reporter: RunReporter,
-    save_to: Path | None,
-) -> None:
+def _execute(jobs: tuple[Job, ...], result: Result, reporter: RunReporter, save_to: Path | None) -> None:
     # One dataset in memory at a time (the quick suite's together weigh about 1 GB), reused for as long as the
-    # next workload or grid point wants the same one.
+    # next job wants the same one.
     loaded: tuple | None = None
     dataset: Dataset | DataProblem | None = None
     tunings: dict[tuple, tuple] = {}  # tuned choices and auto batch sizes, made once per session: repeats agree
     try:
-        for config in configs:
-            for workload in config.selected_workloads():
-                request = workload.data_request(config.hyperparameters_for(workload))
-                wanted = (workload.load_data or workload.dataset, sorted(request.items()), config.data, config.data_dir,
-                          config.seed)
-                if wanted != loaded:
-                    dataset = None  # let the last one go before the next one is read
-                    loaded, dataset = wanted, _load(workload, request, config)
-                    if not isinstance(dataset, DataProblem):
-                        reporter.dataset_loaded(workload, dataset)
-                for device in devices:
-                    for repeat in range(config.repeats):
-                        record = new_record(workload, dataset, device, repeat, config)
-                        result.runs.append(record)
-                        if isinstance(dataset, DataProblem):  # no data: say so for every run it stops
-                            reporter.run_started(record)
-                            record.status, record.error = "failed", str(dataset)
-                            reporter.run_finished(record)
-                        else:
-                            train_record(record, workload, dataset, device, config, reporter, save_to=save_to,
-                                         tunings=tunings)
+        for job in jobs:
+            wanted = (job.workload.load_data, job.data)  # data of your own is its loader's
+            if wanted != loaded:
+                dataset = None  # let the last one go before the next one is read
+                loaded, dataset = wanted, _load(job)
+                if not isinstance(dataset, DataProblem):
+                    reporter.dataset_loaded(job.workload, dataset)
+            for repeat in range(job.repeats):
+                record = new_record(job, dataset, repeat)
+                result.runs.append(record)
+                if isinstance(dataset, DataProblem):  # no data: say so for every run it stops
+                    reporter.run_started(record)
+                    record.status, record.error = "failed", str(dataset)
+                    reporter.run_finished(record)
+                else:
+                    train_record(record, job, dataset, reporter, save_to=save_to, tunings=tunings)
     except KeyboardInterrupt:
         result.interrupted = True
         for record in result.runs:
@@ -135,81 +116,69 @@ def _run_configs(
                 reporter.run_finished(record)
 
 
-def _load(workload: Workload, request: dict, config: RunConfig) -> Dataset | DataProblem:
-    if workload.load_data is not None:  # a user's model on the user's own data
-        return workload.load_data()
-    name = workload.dataset
+def _load(job: Job) -> Dataset | DataProblem:
+    if job.workload.load_data is not None:  # a user's model on the user's own data
+        return job.workload.load_data()
+    request = job.data
     try:
         with warnings.catch_warnings():  # the reporter shows the fallback reason, which the dataset carries
             warnings.filterwarnings("ignore", message="real .* could not be had", category=UserWarning)
-            return load_dataset(name, config.data, data_dir=config.data_dir, seed=config.seed, **request)
+            return load_dataset(request.dataset, request.source, data_dir=request.data_dir, seed=request.seed,
+                                **request.shape_arguments)
     except (DataUnavailable, DataFormatError) as error:
         return error
 
 
-def new_record(
-    workload: Workload,
-    dataset: Dataset | DataProblem,
-    device: torch.device,
-    repeat: int,
-    config: RunConfig,
-) -> RunRecord:
-    """A record in status `running` holding the settings this (workload, device, repeat) will train with."""
-    plan = config.plan_for(workload)
-    hyperparameters = config.hyperparameters_for(workload)
-    workers = config.workers
+def new_record(job: Job, dataset: Dataset | DataProblem, repeat: int) -> RunRecord:
+    """A record in status `running` holding the settings this repeat of `job` will train with."""
+    workers = job.workers
     if workers is None:
         workers = 0 if isinstance(dataset, DataProblem) else default_workers(
-            dataset, workload.build_preprocessing(hyperparameters)
+            dataset, job.workload.build_preprocessing(job.hyperparameters)
         )
-    world = world_size()
-    batch_size = config.batch_size_for(workload) * (world if config.per_device_batch else 1)
-    if batch_size != config.batch_size_for(workload):
-        hyperparameters = {**hyperparameters, "batch_size": batch_size}
     return RunRecord(
-        workload=workload.name,
-        seed_experiment=workload.seed or "",  # empty: not a seed experiment
-        device=str(device),
-        device_name=device_name(device),
+        workload=job.workload.name,
+        seed_experiment=job.workload.seed or "",  # empty: not a seed experiment
+        device=str(job.device),
+        device_name=device_name(job.device),
         repeat=repeat,
         started_utc=wall_clock_utc(),
-        target_accuracy=plan.target_accuracy,
+        target_accuracy=job.training.target_accuracy,
         settings=RunSettings(
-            batch_size=batch_size,  # the global batch when several processes train together
-            epochs=plan.epochs,
-            max_steps=plan.max_steps,
-            max_eval_steps=plan.max_eval_steps,
-            seed=config.seed,
+            batch_size=job.batch_size,  # the global batch when several processes train together
+            epochs=job.training.epochs,
+            max_steps=job.training.max_steps,
+            max_eval_steps=job.training.max_eval_steps,
+            seed=job.seed,
             threads=torch.get_num_threads(),
-            data_source=config.data if isinstance(dataset, DataProblem) else dataset.source,
+            data_source=job.data.source if isinstance(dataset, DataProblem) else dataset.source,
             workers=workers,
-            mode=config.mode,
-            hyperparameters=hyperparameters,
-            overrides=config.overrides_for(workload),
-            world_size=world,
-            per_device_batch=config.per_device_batch,
+            mode=job.mode,
+            hyperparameters=job.hyperparameters,
+            overrides=job.overrides,
+            world_size=world_size(),
+            per_device_batch=job.per_device_batch,
         ),
     )
 
 
 def train_record(
     record: RunRecord,
-    workload: Workload,
+    job: Job,
     dataset: Dataset,
-    device: torch.device,
-    config: RunConfig,
     reporter: RunReporter | None = None,
     *,
     save_to: Path | None = None,
     tunings: dict[tuple, tuple] | None = None,
 ) -> None:
-    """Train `workload` on `dataset` and `device` into `record`, which ends with its final status.
+    """Train `job`'s workload on `dataset` and its device into `record`, which ends with its final status.
 
     `tunings`: tuned-mode choices already made in this session, reused (and added to) here.
     """
     reporter = reporter or RunReporter()
     reporter.run_started(record)
     settings = record.settings
+    workload, device = job.workload, job.device
     batches: list = []
     try:
         _check_classes(workload, dataset)
@@ -217,13 +186,12 @@ def train_record(
         record.flops_per_sample = training_flops_per_sample(workload, settings.hyperparameters)
         model = None
         if workload.trainer is not None:  # not a torch model: it trains itself, timed by the same Stopwatch
-            if config.mode == "tuned" or config.batch_size_auto:
+            if job.mode == "tuned" or job.batch_size_auto:
                 record.tuning_note = "not a torch model: it trains as in seed mode, with nothing to tune"
-            workload.trainer(record, dataset, device, settings.hyperparameters, config.plan_for(workload),
-                             Stopwatch(device), reporter)
+            workload.trainer(record, dataset, device, settings.hyperparameters, job.training, Stopwatch(device),
+                             reporter)
         else:
-            model = _train_model(record, workload, dataset, device, config, reporter,
-                                 {} if tunings is None else tunings, opened=batches)
+            model = _train_model(record, job, dataset, reporter, {} if tunings is None else tunings, opened=batches)
             diagnosis = diagnose(record, cores=usable_cores())
             if diagnosis is not None:
                 record.input_verdict, record.input_diagnosis = diagnosis.verdict, diagnosis.text
@@ -252,44 +220,43 @@ def train_record(
 
 def _train_model(
     record: RunRecord,
-    workload: Workload,
+    job: Job,
     dataset: Dataset,
-    device: torch.device,
-    config: RunConfig,
     reporter: RunReporter,
     tunings: dict[tuple, tuple],
     *,
     opened: list,
 ) -> torch.nn.Module:
-    """Train a torch model into `record`, tuned and with its batch size grown where `config` asks, and return it.
+    """Train a torch model into `record`, tuned and with its batch size grown where `job` asks, and return it.
     The batches it draws from land in `opened`, for the caller to close however training ends."""
     settings = record.settings
+    workload, device, seed = job.workload, job.device, job.seed
     preprocessing = workload.build_preprocessing(settings.hyperparameters)
-    tuned = config.mode == "tuned"
+    tuned = job.mode == "tuned"
     base = _base_tuning(workload, settings.hyperparameters, device) if tuned else Tuning()
 
     def batches_of(batch_size: int) -> list:
         return list(batches_for(dataset, workload.image_shape, preprocessing, batch_size, device,
-                                workers=settings.workers, seed=config.seed, resident=base.device_resident,
+                                workers=settings.workers, seed=seed, resident=base.device_resident,
                                 shard=current_shard(batch_size)))
 
-    build = partial(_build, workload, settings.hyperparameters, device, config.seed)
+    build = partial(_build, workload, settings.hyperparameters, device, seed)
     if settings.world_size > 1:
         build = partial(_in_data_parallel, build, device)
     with process_settings(base):
-        if config.batch_size_auto:
+        if job.batch_size_auto:
             _grow_batch_size(record, dataset, base, build, batches_of, device, tunings)
-            build = partial(_build, workload, record.settings.hyperparameters, device, config.seed)
+            build = partial(_build, workload, record.settings.hyperparameters, device, seed)
         batches = batches_of(record.settings.batch_size)
         opened += batches
         base = dataclasses.replace(base, device_resident=batches[0].resident)
         compiled_from = None  # Dynamo's counts before a compiled run (importing Dynamo takes seconds: only then)
         if tuned:
-            tuning = _choose(base, build, batches[0], device, config, record, tunings)
+            tuning = _choose(base, build, batches[0], job, record, tunings)
             build = partial(_build_tuned, build, tuning, device, record)
             compiled_from = dynamo_counts() if tuning.compiled else None
         model = train(record, build=build, train_batches=batches[0], test_batches=batches[1],
-                      plan=config.plan_for(workload), watch=Stopwatch(device), reporter=reporter)
+                      plan=job.training, watch=Stopwatch(device), reporter=reporter)
         if compiled_from is not None:
             note_compilation(record, compiled_from)
     return model
@@ -351,20 +318,13 @@ def _base_tuning(workload: Workload, hyperparameters: dict, device: torch.device
     return base_tuning(device, model, resident_possible=True)
 
 
-def _choose(
-    base: Tuning,
-    build: partial,
-    batches,
-    device: torch.device,
-    config: RunConfig,
-    record: RunRecord,
-    tunings: dict[tuple, tuple],
-) -> Tuning:
+def _choose(base: Tuning, build: partial, batches, job: Job, record: RunRecord, tunings: dict[tuple, tuple]) -> Tuning:
     """Tuned mode's choice for this run: measured on a trial the first time, the same for every repeat after."""
+    device = job.device
     key = ("tuning", record.workload, record.device,
-           json.dumps(record.settings.hyperparameters, sort_keys=True, default=str), config.precision, config.compile)
+           json.dumps(record.settings.hyperparameters, sort_keys=True, default=str), job.precision, job.compile)
     if key not in tunings:
-        options = candidates(base, device, config.precision, config.compile)
+        options = candidates(base, device, job.precision, job.compile)
         tunings[key] = choose_tuning(options, lambda option: tuned_setup(build(), option, device)[0], batches,
                                      Stopwatch(device))
     tuning, note = tunings[key]

@@ -22,6 +22,7 @@ from devicebench.cli.run import (
     TensorBoardOption,
     ThreadsOption,
     exit_for,
+    plan_or_fail,
     train_and_show,
 )
 from devicebench.config import ConfigError, RunConfig
@@ -74,7 +75,7 @@ def reproduce(
         raise fail(str(error)) from None
     for missing in seeds_without_workloads(asked):
         errors.print(f"{missing} has no workloads in this version of devicebench yet; skipped.", highlight=False)
-    outcome = train_and_show([config], json_file=json_file, quiet=quiet, db=db, tensorboard=tensorboard)
+    outcome = train_and_show(plan_or_fail(config), json_file=json_file, quiet=quiet, db=db, tensorboard=tensorboard)
     console.print(reproduction_table(reproductions(compare([outcome.result]))))
     exit_for(outcome)
 

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from typing import Annotated, Optional
 import torch
 import typer
 
-from devicebench import runner
+from devicebench import planning, runner
 from devicebench.cli import (
     EXIT_FAILED_RUN,
     EXIT_INTERRUPTED,
@@ -32,13 +33,14 @@ from devicebench.cli import (
 )
 from devicebench.config import ConfigError, RunConfig
 from devicebench.devices import DeviceError
-from devicebench.engine.distributed import DistributedError, Launch, run_distributed
 from devicebench.events import ReporterGroup
+from devicebench.launch import DistributedError, Launch, run_distributed
+from devicebench.planning import Plan
 from devicebench.report.progress import RichReporter
-from devicebench.report.tables import comparison_tables
+from devicebench.report.tables import comparison_tables, plan_table
 from devicebench.report.tensorboard import TensorBoardReporter, TensorBoardUnavailable
 from devicebench.results.compare import compare
-from devicebench.results.schema import Result
+from devicebench.results.schema import Result, write_atomically
 from devicebench.results.store import StoreReporter
 
 # Options `run` shares with `reproduce`.
@@ -140,6 +142,10 @@ def run(
     save: Annotated[Optional[Path], typer.Option(
         help="Save the trained model, with the preprocessing it was trained with, for `devicebench predict` "
              "(one workload only; the model of the last run that finished).", show_default=False)] = None,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Print the plan (every workload on every device, with its batch size, epochs, steps, "
+                          "data and settings) and stop: nothing is downloaded, loaded or trained. With --json, "
+                          "write the plan there.")] = False,
 ) -> None:
     """Train workloads on each device and print throughput, epoch times, accuracy and the speedup vs CPU.
 
@@ -154,6 +160,8 @@ def run(
     [bold]devicebench run mnist-cnn2 --mode tuned[/]: each device at its best; the table says what was chosen.
 
     [bold]devicebench run --model mypkg.models:build --data mypkg.data:load --epochs 3[/]: your own model.
+
+    [bold]devicebench run --dry-run[/]: what would run, job by job, without running it.
 
     Exit status: 0 done, 1 a run failed or ran out of memory, 2 a bad request, 130 interrupted (Ctrl-C), 143
     stopped by SIGTERM (the finished epochs are kept, as on Ctrl-C).
@@ -183,10 +191,16 @@ def run(
         )
     except ConfigError as error:
         raise fail(str(error)) from None
-    for entry, reason in config.skipped():
-        errors.print(f"{entry.name} is left out: it {reason}", highlight=False)
+    if nproc * nnodes > 1:  # every process trains on one device of one kind: its own
+        config = dataclasses.replace(config, devices=_one_device_kind(config.devices, config.nproc))
+    job_plan = plan_or_fail(config)
+    for name, reason in job_plan.skipped:
+        errors.print(f"{name} is left out: it {reason}", highlight=False)
+    if dry_run:
+        show_plan(job_plan, json_file)
+        return
     if save is not None:
-        selected = config.selected_workloads()
+        selected = job_plan.workloads
         if len(selected) != 1:
             raise fail(f"--save keeps one model, but {len(selected)} workloads are selected; name one workload")
         if selected[0].trainer is not None:
@@ -197,30 +211,29 @@ def run(
     if nproc * nnodes > 1:
         if save is not None or tensorboard is not None:
             raise fail("--save and --tensorboard do not work with --nproc yet; run in one process to use them")
-        exit_for(train_distributed(config, node_rank, rdzv_endpoint, json_file=json_file, db=db, quiet=quiet))
+        exit_for(train_distributed(job_plan, config, node_rank, rdzv_endpoint, json_file=json_file, db=db,
+                                   quiet=quiet))
         return
-    outcome = train_and_show([config], json_file=json_file, quiet=quiet, db=db, tensorboard=tensorboard,
-                             save_to=save)
+    outcome = train_and_show(job_plan, json_file=json_file, quiet=quiet, db=db, tensorboard=tensorboard, save_to=save)
     if save is not None and save.is_file():
         errors.print(f"Model saved to {save}: `devicebench predict {save} IMAGE...` classifies images with it")
     exit_for(outcome)
 
 
-def train_distributed(config: RunConfig, node_rank: int, rdzv_endpoint: str | None, *, json_file: Path | None,
-                      db: Path | None, quiet: bool) -> Outcome:
+def train_distributed(job_plan: Plan, config: RunConfig, node_rank: int, rdzv_endpoint: str | None, *,
+                      json_file: Path | None, db: Path | None, quiet: bool) -> Outcome:
     """`run --nproc N`: start the ranks through torchrun, then store and show rank 0's result like any other."""
     try:
         launch = Launch(nproc=config.nproc, nnodes=config.nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint)
     except ValueError as error:
         raise fail(str(error)) from None
-    kind = _one_device_kind(config.devices, config.nproc)
-    check_paths(config, json_file)
+    check_paths(config.data_dir, json_file)
     store = open_store(db)  # a database that is not ours is refused here, before any process starts
-    errors.print(f"Training on {launch.world_size} {kind} processes ({config.nproc} on this machine) through "
-                 "torchrun; rank 0 shows each epoch as it ends", highlight=False)
+    errors.print(f"Training on {launch.world_size} {config.devices} processes ({config.nproc} on this machine) "
+                 "through torchrun; rank 0 shows each epoch as it ends", highlight=False)
     failure = None
     try:
-        result = run_distributed({**dataclasses.asdict(config), "devices": kind}, launch, quiet=quiet)
+        result = run_distributed(job_plan, launch, quiet=quiet)
     except DistributedError as error:
         failure, result = error, error.partial
     if result is None:
@@ -258,13 +271,30 @@ def _one_device_kind(devices: str, nproc: int) -> str:
     return kind[devices]
 
 
-def check_paths(config: RunConfig, json_file: Path | None, tensorboard: Path | None = None) -> None:
+def check_paths(data_dir: str | None, json_file: Path | None, tensorboard: Path | None = None) -> None:
     """The paths a run reads from and writes to, checked before any training: finding out after an hour of it that
     the JSON cannot be written, or that a mistyped --data-dir was taken for a new download folder, is too late."""
     if json_file is not None:
         check_output_file("--json", json_file)
     check_folder("--tensorboard", tensorboard)
-    check_folder("--data-dir", Path(config.data_dir) if config.data_dir else None, must_exist=True)
+    check_folder("--data-dir", Path(data_dir) if data_dir else None, must_exist=True)
+
+
+def plan_or_fail(configs: RunConfig | list[RunConfig]) -> Plan:
+    """The plan of `configs`, or the usage error that says why there is none (a bad request, a missing device)."""
+    try:
+        return planning.plan(configs)
+    except (ConfigError, DeviceError) as error:
+        raise fail(str(error)) from None
+
+
+def show_plan(job_plan: Plan, json_file: Path | None) -> None:
+    """`--dry-run`: the plan as a table, and as JSON where --json says."""
+    console.print(plan_table(job_plan))
+    if json_file is not None:
+        check_output_file("--json", json_file)
+        write_atomically(json_file, json.dumps(job_plan.to_dict(), indent=2, default=str) + "\n")
+        errors.print(f"Plan written to {json_file}")
 
 
 def whole_number(flag: str, text: str | None) -> int | None:
@@ -289,7 +319,7 @@ class Outcome:
 
 
 def train_and_show(
-    configs: list[RunConfig],
+    job_plan: Plan,
     *,
     json_file: Path | None,
     quiet: bool,
@@ -301,7 +331,7 @@ def train_and_show(
     """Train with every listener attached, print the tables, write the JSON: what `run`, `reproduce` and
     `sweep` share. Every failure to start (a bad path, a foreign database, a missing device) comes before
     any training."""
-    check_paths(configs[0], json_file, tensorboard)
+    check_paths(job_plan.jobs[0].data.data_dir if job_plan.jobs else None, json_file, tensorboard)
     listeners = []
     if tensorboard is not None:
         try:
@@ -314,9 +344,7 @@ def train_and_show(
     try:
         # the store hears each event first: an epoch is kept before it is shown, so Ctrl-C loses nothing printed
         with sigterm_as_interrupt() as signals:
-            result = runner.sweep(configs, ReporterGroup(recorder, screen, *listeners), save_to=save_to)
-    except DeviceError as error:
-        raise fail(str(error)) from None
+            result = runner.run(job_plan, ReporterGroup(recorder, screen, *listeners), save_to=save_to)
     finally:
         screen.close()
         store.close()

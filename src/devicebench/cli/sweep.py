@@ -21,6 +21,7 @@ from devicebench.cli.run import (
     SeedOption,
     ThreadsOption,
     exit_for,
+    plan_or_fail,
     train_and_show,
 )
 from devicebench.config import MODES, ConfigError, RunConfig
@@ -109,13 +110,14 @@ def sweep(
             )
             for size, loaders, settings, point_mode in grid
         ]
-        if len(configs[0].selected_workloads()) != 1:
-            raise ConfigError(f"sweep takes one workload; {workload!r} matches several")
     except ConfigError as error:
         raise fail(str(error)) from None
+    job_plan = plan_or_fail(configs)
+    if len(job_plan.workloads) != 1:
+        raise fail(f"sweep takes one workload; {workload!r} matches several")
     swept = (["batch_size"] if batch_size else []) + (["workers"] if workers else []) + [
         item.partition("=")[0].strip() for item in overrides or []
     ] + (["mode"] if len(modes) > 1 else [])
-    outcome = train_and_show(configs, json_file=json_file, quiet=quiet, db=db, tensorboard=None,
+    outcome = train_and_show(job_plan, json_file=json_file, quiet=quiet, db=db, tensorboard=None,
                              tables=lambda result: sweep_tables(compare([result]), swept))
     exit_for(outcome)

@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from devicebench.engine.tuning import Tuning
+from devicebench.planning import Plan
 from devicebench.reproduce import Reproduction
 from devicebench.results.compare import NOISY_EPOCH_TIME_CV, Row, compare
 from devicebench.results.schema import Result, RunRecord
@@ -33,6 +34,31 @@ def number_text(value: float | None, digits: int = 1, unit: str = "") -> str:
 
 def percent_text(value: float | None) -> str:
     return "—" if value is None else f"{value * 100:.1f}%"
+
+
+# --- a plan ------------------------------------------------------------------------------------------------
+
+
+def plan_table(plan: Plan) -> Table:
+    """What `devicebench run --dry-run` shows: every job, resolved, before anything is loaded or trained."""
+    runs = sum(job.repeats for job in plan.jobs)
+    table = Table(title=f"The plan: {runs} run{'' if runs == 1 else 's'}; nothing is loaded or trained",
+                  title_justify="left")
+    for column in ("Workload", "Device", "Runs", "Batch", "Epochs", "Steps/epoch", "Eval batches", "Data", "Mode",
+                   "Changed"):
+        table.add_column(column, justify="right" if column in ("Runs", "Batch", "Epochs", "Steps/epoch",
+                                                                "Eval batches") else "left")
+    for job in plan.jobs:
+        training = job.training
+        table.add_row(
+            escape(job.workload.name), str(job.device), str(job.repeats),
+            "auto" if job.batch_size_auto else f"{job.batch_size:,}" if job.batch_size else "every row", str(training.epochs),
+            "all" if training.max_steps is None else f"{training.max_steps:,}",
+            "all" if training.max_eval_steps is None else f"{training.max_eval_steps:,}",
+            escape(f"{job.data.dataset} ({job.data.source})"), job.mode,
+            escape(", ".join(f"{name}={value}" for name, value in job.overrides.items())) or "—",
+        )
+    return table
 
 
 # --- the machine -------------------------------------------------------------------------------------------
