@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 
+from devicebench import runner
 from devicebench.data.formats import DataFormatError
 from devicebench.data.sources import dataset_spec
 from devicebench.data.tables import (
@@ -25,6 +26,7 @@ from devicebench.data.tables import (
     read_covertype,
     synthetic_table,
 )
+from devicebench.engine import boosting
 from devicebench.engine.loop import TrainingPlan
 from devicebench.engine.timing import Stopwatch
 from devicebench.events import Reporter
@@ -235,7 +237,8 @@ def test_the_covertype_split_does_not_depend_on_the_run_seed(tmp_path: Path) -> 
 
 def test_the_workloads_describe_boosted_trees() -> None:
     synthetic, covertype = get_workload("gbdt-synthetic"), get_workload("gbdt-covertype")
-    assert synthetic.trainer is gbdt.train_boosted_trees and covertype.trainer is gbdt.train_boosted_trees
+    assert synthetic.trainer == covertype.trainer == "boosted-trees"
+    assert runner.TRAINERS["boosted-trees"] is boosting.train_boosted_trees
     assert synthetic.data_request(synthetic.defaults) == {"rows": 1_000_000, "features": 50}
     assert covertype.data_request(covertype.defaults) == {}
     assert "batch_size" not in synthetic.defaults and synthetic.published.speedup == 23.2
@@ -274,29 +277,29 @@ def test_xgboost_missing_is_none_when_installed() -> None:
 
 
 def test_devices_map_onto_xgboost_devices() -> None:
-    assert gbdt.device_parameters(CPU) == {"device": "cpu", "nthread": torch.get_num_threads()}
-    assert gbdt.device_parameters(torch.device("cuda", 1))["device"] == "cuda:1"
-    assert gbdt.device_parameters(torch.device("cuda"))["device"] == "cuda"
+    assert boosting.device_parameters(CPU) == {"device": "cpu", "nthread": torch.get_num_threads()}
+    assert boosting.device_parameters(torch.device("cuda", 1))["device"] == "cuda:1"
+    assert boosting.device_parameters(torch.device("cuda"))["device"] == "cuda"
     with pytest.raises(ValueError, match="CPU or on CUDA GPUs only, not on mps"):
-        gbdt.device_parameters(torch.device("mps"))
+        boosting.device_parameters(torch.device("mps"))
 
 
 def test_the_trainer_refuses_an_unsupported_device_before_anything_runs() -> None:
     record = new_record()
     with pytest.raises(ValueError, match="not on mps"):
-        gbdt.train_boosted_trees(record, small_table(), torch.device("mps"), hyperparameters(), TrainingPlan(epochs=1),
+        boosting.train_boosted_trees(record, small_table(), torch.device("mps"), hyperparameters(), TrainingPlan(epochs=1),
                                  Stopwatch(CPU))
     assert record.epochs == [] and record.model_build_s is None
 
 
 def test_log_loss_and_accuracy_of_known_predictions() -> None:
-    loss, accuracy = gbdt.log_loss_and_accuracy(np.array([0.9, 0.2, 0.4]), np.array([1, 0, 1]))
+    loss, accuracy = boosting.log_loss_and_accuracy(np.array([0.9, 0.2, 0.4]), np.array([1, 0, 1]))
     assert loss == pytest.approx(-(math.log(0.9) + math.log(0.8) + math.log(0.4)) / 3)
     assert accuracy == pytest.approx(2 / 3)
-    loss, accuracy = gbdt.log_loss_and_accuracy(np.array([[0.7, 0.2, 0.1], [0.0, 0.0, 1.0]]), np.array([0, 1]))
+    loss, accuracy = boosting.log_loss_and_accuracy(np.array([[0.7, 0.2, 0.1], [0.0, 0.0, 1.0]]), np.array([0, 1]))
     assert loss == pytest.approx(-(math.log(0.7) + math.log(1e-15)) / 2)  # a certain mistake costs a finite 34.5
     assert accuracy == 0.5
-    assert math.isnan(gbdt.log_loss_and_accuracy(np.array([np.nan]), np.array([1]))[0])
+    assert math.isnan(boosting.log_loss_and_accuracy(np.array([np.nan]), np.array([1]))[0])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -321,7 +324,7 @@ class RecordingReporter(Reporter):
 def test_boosting_a_small_table_learns_and_records_every_epoch(one_thread: None) -> None:
     needs_xgboost()
     table, record, reporter = small_table(classes=3), new_record(), RecordingReporter()
-    gbdt.train_boosted_trees(record, table, CPU, hyperparameters(), TrainingPlan(epochs=3), Stopwatch(CPU), reporter)
+    boosting.train_boosted_trees(record, table, CPU, hyperparameters(), TrainingPlan(epochs=3), Stopwatch(CPU), reporter)
 
     assert [epoch.phase for epoch in record.epochs] == ["warmup", "steady", "steady"]
     majority = np.bincount(table.test_labels).max() / len(table.test_labels)
@@ -380,7 +383,7 @@ def fake_clock(monkeypatch: pytest.MonkeyPatch, one_thread: None) -> FakeClock:
 def test_rounds_alone_are_training_time_and_test_prediction_is_evaluation_time(fake_clock: FakeClock) -> None:
     record = new_record()
     plan = TrainingPlan(epochs=3, max_steps=4, target_accuracy=0.5)  # max_steps caps the 5 rounds per epoch at 4
-    gbdt.train_boosted_trees(record, small_table(), CPU, hyperparameters(), plan,
+    boosting.train_boosted_trees(record, small_table(), CPU, hyperparameters(), plan,
                              Stopwatch(CPU, clock=fake_clock.read))
     assert record.model_build_s == fake_clock.BUILD_S
     for epoch in record.epochs:
@@ -405,7 +408,7 @@ def test_a_non_finite_loss_stops_the_run_as_diverged(monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(xgboost.Booster, "predict", predict)
     record = new_record()
-    gbdt.train_boosted_trees(record, small_table(), CPU, hyperparameters(), TrainingPlan(epochs=3), Stopwatch(CPU))
+    boosting.train_boosted_trees(record, small_table(), CPU, hyperparameters(), TrainingPlan(epochs=3), Stopwatch(CPU))
     assert record.status == "diverged" and record.diverged_at_step == 7
     assert len(record.epochs) == 2 and record.epochs[1].test_accuracy is None and record.epochs[1].eval_time_s is None
     assert "round 7 (epoch 2)" in record.error

@@ -31,6 +31,7 @@ from devicebench.data import (
 from devicebench.data.own import TensorData, TorchData
 from devicebench.data.pipeline import batches_for, default_workers, usable_cores
 from devicebench.devices import device_name, out_of_memory
+from devicebench.engine.boosting import train_boosted_trees
 from devicebench.engine.calibrate import peak_tflops
 from devicebench.engine.distributed import current_shard, data_parallel, world_size
 from devicebench.engine.flops import training_flops_per_sample
@@ -57,6 +58,7 @@ from devicebench.results.schema import Result, RunRecord, RunSettings
 from devicebench.version import __version__
 from devicebench.workloads import Workload, predicted_classes
 
+TRAINERS = {"boosted-trees": train_boosted_trees}  # the engine's trainers of models that are not torch's
 Dataset = ArrayDataset | ImageFolderDataset | TensorData | TorchData
 DataProblem = DataUnavailable | DataFormatError  # why a workload got no data: every run of it fails with this
 
@@ -188,8 +190,8 @@ def train_record(
         if workload.trainer is not None:  # not a torch model: it trains itself, timed by the same Stopwatch
             if job.mode == "tuned" or job.batch_size_auto:
                 record.tuning_note = "not a torch model: it trains as in seed mode, with nothing to tune"
-            workload.trainer(record, dataset, device, settings.hyperparameters, job.training, Stopwatch(device),
-                             reporter)
+            TRAINERS[workload.trainer](record, dataset, device, settings.hyperparameters, job.training,
+                                       Stopwatch(device), reporter)
         else:
             model = _train_model(record, job, dataset, reporter, {} if tunings is None else tunings, opened=batches)
             diagnosis = diagnose(record, cores=usable_cores())

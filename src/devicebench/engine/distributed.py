@@ -126,7 +126,7 @@ def merge_rank_runs(runs_by_rank: list[list[RunRecord]]) -> list[RunRecord]:
 
 
 class RankReporter(Reporter):
-    """Every rank hands each finished epoch to rank 0, which merges them (engine/distributed.py: the slowest rank's
+    """Every rank hands each finished epoch to rank 0, which merges them (merge_rank_epochs: the slowest rank's
     time), shows the merged epoch, and keeps the merged runs in a file, so that a rank dying later loses nothing
     that finished. The hand-over comes after the epoch's clock has stopped, at the same epoch on every rank.
 

@@ -137,7 +137,7 @@ def train(
     return setup.model
 
 
-# Shared with trainers of workloads that are not torch models (workloads/gbdt.py), so every epoch reads the same.
+# Shared with the trainers of models that are not torch models (engine/boosting.py), so every epoch reads the same.
 
 
 def timed_epoch(

@@ -77,7 +77,7 @@ def write_report(results: list[Result], out: Path, *, baseline: str = DEFAULT_BA
     """Write the HTML report of `results` to `out` (and every chart to `png_dir` as PNG); returns `out`."""
     environment = _template_environment()
     rows_by_workload = compare(results, baseline=baseline, prices=prices)
-    # `devicebench sweep` stores its grid as one session whose config lists every point (runner.sweep)
+    # `devicebench sweep` stores its grid as one session whose config lists every point (planning.plan)
     grid_runs = {run.run_id for result in results if "sweep" in result.config for run in result.runs}
     sections = [_workload_section(name, rows, grid_runs) for name, rows in rows_by_workload.items()]
     summary = summary_chart(rows_by_workload)

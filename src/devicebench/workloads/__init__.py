@@ -36,9 +36,9 @@ LossBuilder = Callable[[], nn.Module]
 OptimizerBuilder = Callable[[nn.Module, Hyperparameters], torch.optim.Optimizer]  # given the model being trained
 PreprocessingBuilder = Callable[[Hyperparameters], Preprocessing]
 DataOptions = Callable[[Hyperparameters], dict[str, Any]]  # what load_dataset needs beyond the dataset's name
-# A workload that is not a torch model trained by engine/loop.py (gradient-boosted trees) brings its own trainer:
-# trainer(record, dataset, device, hyperparameters, plan, watch, reporter) fills `record` epoch by epoch.
-Trainer = Callable[..., None]
+# A workload that is not a torch model trained by engine/loop.py names the engine's trainer that trains it instead:
+# "boosted-trees" (engine/boosting.py: XGBoost). A workload describes; the engine trains and times.
+Trainer = Literal["boosted-trees"]
 # What a model's output means: "logits" (one per class, softmax in the loss), "probabilities" (one per class,
 # already squashed, as Keras sigmoid layers give), "binary_logit" (one number; sigmoid > 0.5 is class 1) or
 # "values" (no classes: a regression, whose runs have no accuracy).
