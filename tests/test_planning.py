@@ -108,3 +108,12 @@ def test_dry_run_refuses_what_a_run_would(monkeypatch):
     outcome = CliRunner().invoke(app, ["run", "mnist-cnn2", "--devices", "cpu", "--set", "depth=3", "--dry-run"])
     assert outcome.exit_code == EXIT_USAGE
     assert "mnist-cnn2 has no parameter 'depth'" in outcome.output
+
+
+def test_dry_run_refuses_a_json_path_it_cannot_write_before_showing_anything(monkeypatch, tmp_path):
+    no_loading(monkeypatch)
+    outcome = CliRunner().invoke(app, ["run", "mnist-cnn2", "--devices", "cpu", "--dry-run", "--json",
+                                       str(tmp_path / "missing" / "plan.json")])
+    assert outcome.exit_code == EXIT_USAGE
+    assert "folder" in outcome.output and "does not exist; create it first" in outcome.output
+    assert "The plan" not in outcome.stdout

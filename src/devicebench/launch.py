@@ -171,10 +171,9 @@ def fetch_datasets(plan: Plan, *, progress: bool) -> None:
     N ranks fetching at once would download N copies side by side. The ranks then read the cache. A dataset that
     cannot be had is left for each rank's own load to report (or, with `--data auto`, to replace by synthetic
     data)."""
-    wanted = dict.fromkeys(job.data for job in plan.jobs if job.workload.load_data is None  # not data of your own
-                           and job.data.source != "synthetic" and job.data.dataset in known_datasets())
-    for request in dict.fromkeys((request.dataset, request.data_dir) for request in wanted):
-        name, data_dir = request
+    downloadable = [job.data for job in plan.jobs if job.workload.load_data is None  # not data of your own
+                    and job.data.source != "synthetic" and job.data.dataset in known_datasets()]
+    for name, data_dir in dict.fromkeys((request.dataset, request.data_dir) for request in downloadable):
         if data_dir is not None and _is_own_folder(name, data_dir):
             continue
         folder = dataset_folder(name, data_dir)

@@ -289,10 +289,12 @@ def plan_or_fail(configs: RunConfig | list[RunConfig]) -> Plan:
 
 
 def show_plan(job_plan: Plan, json_file: Path | None) -> None:
-    """`--dry-run`: the plan as a table, and as JSON where --json says."""
-    console.print(plan_table(job_plan))
+    """`--dry-run`: the plan as a table, and as JSON where --json says (a path that cannot be written is refused
+    before anything is shown)."""
     if json_file is not None:
         check_output_file("--json", json_file)
+    console.print(plan_table(job_plan))
+    if json_file is not None:
         write_atomically(json_file, json.dumps(job_plan.to_dict(), indent=2, default=str) + "\n")
         errors.print(f"Plan written to {json_file}")
 

@@ -49,16 +49,22 @@ def plan_table(plan: Plan) -> Table:
         table.add_column(column, justify="right" if column in ("Runs", "Batch", "Epochs", "Steps/epoch",
                                                                 "Eval batches") else "left")
     for job in plan.jobs:
-        training = job.training
+        if job.batch_size_auto:
+            batch = "auto"
+        else:
+            batch = f"{job.batch_size:,}" if job.batch_size else "every row"  # 0: boosted trees read every row
         table.add_row(
-            escape(job.workload.name), str(job.device), str(job.repeats),
-            "auto" if job.batch_size_auto else f"{job.batch_size:,}" if job.batch_size else "every row", str(training.epochs),
-            "all" if training.max_steps is None else f"{training.max_steps:,}",
-            "all" if training.max_eval_steps is None else f"{training.max_eval_steps:,}",
+            escape(job.workload.name), str(job.device), str(job.repeats), batch, str(job.training.epochs),
+            _cap_text(job.training.max_steps), _cap_text(job.training.max_eval_steps),
             escape(f"{job.data.dataset} ({job.data.source})"), job.mode,
             escape(", ".join(f"{name}={value}" for name, value in job.overrides.items())) or "—",
         )
     return table
+
+
+def _cap_text(cap: int | None) -> str:
+    """A per-epoch cap on steps or evaluation batches; "all" when there is none."""
+    return "all" if cap is None else f"{cap:,}"
 
 
 # --- the machine -------------------------------------------------------------------------------------------
