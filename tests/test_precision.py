@@ -16,8 +16,9 @@ from torch import nn
 from devicebench import RunConfig, planning, runner
 from devicebench.data import load_dataset
 from devicebench.engine.tuning import Tuning, base_tuning, process_settings
+from devicebench.results.plausibility import peak_precision
 from devicebench.results.schema import RunSettings
-from devicebench.runner import new_record, peak_precision, train_record
+from devicebench.runner import new_record, train_record
 
 CPU, GPU = torch.device("cpu"), torch.device("cuda", 0)  # a cuda device object needs no GPU until it is used
 TINY = RunConfig(workloads=("mnist-cnn2",), devices="cpu", data="synthetic", epochs=1, max_steps=2, max_eval_steps=1)

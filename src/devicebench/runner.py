@@ -54,6 +54,7 @@ from devicebench.environment import machine_fingerprint
 from devicebench.events import RunReporter
 from devicebench.planning import Job, Plan
 from devicebench.results.diagnosis import diagnose
+from devicebench.results.plausibility import flag_run, peak_precision
 from devicebench.results.schema import Result, RunRecord, RunSettings
 from devicebench.version import __version__
 from devicebench.workloads import Workload, predicted_classes
@@ -198,6 +199,7 @@ def train_record(
             if diagnosis is not None:
                 record.input_verdict, record.input_diagnosis = diagnosis.verdict, diagnosis.text
         record.peak_tflops = _calibrated_peak_tflops(record)
+        flag_run(record)
         if record.status == "running":
             record.status = "ok"
             if save_to is not None and model is not None:
@@ -355,19 +357,6 @@ def _calibrated_peak_tflops(record: RunRecord) -> float | None:
     """The device's calibrated matmul peak at the precision this run's arithmetic really used, for its MFU."""
     precision = peak_precision(record.device, record.settings)
     return None if precision is None else peak_tflops(machine_fingerprint()["machine_id"], record.device, precision)
-
-
-def peak_precision(device: str, settings: RunSettings) -> str | None:
-    """Which calibrated peak a run's MFU divides by: "bf16" under bf16 autocast; on a CUDA device "tf32" when both
-    TF32 switches were on (matmuls and cuDNN) and "fp32" when both were off; None when only one was, because its
-    matmuls and its convolutions then ran on different units and no single peak describes them."""
-    if settings.precision != "fp32":
-        return settings.precision
-    if not device.startswith("cuda"):
-        return "fp32"  # TF32 is NVIDIA's alone
-    if settings.tf32_matmul != settings.tf32_cudnn:
-        return None
-    return "tf32" if settings.tf32_matmul else "fp32"
 
 
 def _record_failure(record: RunRecord, error: Exception) -> None:

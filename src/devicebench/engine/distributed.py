@@ -33,6 +33,7 @@ from torch.nn.parallel import DistributedDataParallel
 from devicebench.data.pipeline import Shard, usable_cores
 from devicebench.engine.loop import TrainingSetup, total_energy_j
 from devicebench.events import Divergence, Reporter
+from devicebench.results.plausibility import flag_run
 from devicebench.results.schema import EpochRecord, Result, RunRecord
 
 RANK_TIMEOUT_S = 300  # a collective that waits longer than this ends the run: a rank has died or hung
@@ -121,6 +122,7 @@ def merge_rank_runs(runs_by_rank: list[list[RunRecord]]) -> list[RunRecord]:
         if failed is not None and run.status == "ok":
             rank, record = failed
             run.status, run.error = record.status, f"rank {rank}: {record.error}"
+        flag_run(run)  # rank 0 flagged its own epochs; the merged ones are every rank's
         merged.append(run)
     return merged
 

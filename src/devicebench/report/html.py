@@ -27,6 +27,7 @@ from devicebench.report.plots import (
 )
 from devicebench.report.tables import (
     busy_text,
+    flagged_text,
     known_workload,
     median_text,
     number_text,
@@ -210,13 +211,14 @@ def _cells(row: Row, priced: bool, energy: bool) -> list[Cell]:
     synthetic = row.settings["data_source"] == "synthetic"
     cells = [
         Cell(row.label, note=f"{row.settings['mode']} mode, batch {row.settings['batch_size']}"
-                             f"{' (auto)' if row.settings['batch_size_auto'] else ''}, {row.settings['threads']} threads",
-             css_class="label"),
+                             f"{' (auto)' if row.settings['batch_size_auto'] else ''}, {row.settings['threads']} threads"
+                             + (f"; {flagged_text(row)} (see the notes)" if row.flags else ""),
+             css_class="label flagged" if row.flags else "label"),
         Cell(row.machine_name, note=f"{row.device_name} ({row.device})", css_class="text"),
         _spread_cell(row.epoch_time_s),
         Cell(median_text(row.samples_per_s, 0)),
         Cell(median_text(row.step_time_ms, 2)),
-        Cell(tflops_text(row)),
+        Cell(tflops_text(row), css_class="problem" if "implausible" in tflops_text(row) else ""),
         Cell(busy_text(row)),
         Cell(median_text(row.warmup_epoch_s, 2)),
         Cell(median_text(row.end_to_end_s, 1)),

@@ -241,6 +241,8 @@ def _cells(row: Row, one_machine: bool, priced: bool, energy: bool, entry: Workl
     problems = sorted(set(row.statuses) - {"ok"})
     if problems:
         label += " [red](" + ", ".join(problems) + ")[/]"
+    if row.flags:
+        label += f" [bold red]({escape(flagged_text(row))})[/]"
     epoch = row.epoch_time_s
     cells = [
         label,
@@ -280,11 +282,17 @@ def busy_text(row: Row) -> str:
 
 def tflops_text(row: Row) -> str:
     """Achieved TFLOP/s, to three significant digits (CPUs reach hundredths, GPUs hundreds), and the MFU where the
-    device is calibrated: `0.23 (31% MFU)`."""
+    device is calibrated: `0.23 (31% MFU)`; `implausible` beside a figure above the device's peak."""
     value, mfu = row.tflops, row.mfu
     if value is None:
         return "—"
-    return f"{value.median:.3g}" + (f" ({mfu.median:.0%} MFU)" if mfu is not None else "")
+    text = f"{value.median:.3g}" + (f" ({mfu.median:.0%} MFU)" if mfu is not None else "")
+    return text + (" implausible" if any(flag.code == "above-peak" for flag in row.flags) else "")
+
+
+def flagged_text(row: Row) -> str:
+    """`flagged: above-peak, device-idle`: what the notes under the table explain; "" when nothing is flagged."""
+    return "flagged: " + ", ".join(flag.code for flag in row.flags) if row.flags else ""
 
 
 def waiting_text(row: Row) -> str:
@@ -333,7 +341,15 @@ def row_notes(rows: list[Row]) -> list[str]:
         if row.scaling_efficiency is not None:
             world = row.settings["world_size"]
             notes.append(f"{row.label}: scaling efficiency {row.scaling_efficiency:.0%}: {world} processes gave "
-                         f"{row.speedup.ratio:.2f}x the throughput of one ({world:.0f}x would be perfect)")
+                         f"{row.speedup.ratio:.2f}x the throughput of one ({world:.0f}x would be perfect)"
+                         + (": above 100%, so check that both rows were measured alike before trusting it"
+                            if row.scaling_efficiency > 1 else ""))
+        elif row.scaling_note:
+            notes.append(f"{row.label}: no scaling efficiency against one process: {row.scaling_note}")
+        if row.speedup is not None and "capped at" in row.speedup_note:
+            notes.append(f"{row.label}: speedup {row.speedup_note.partition('; ')[2]}")
+        for flag in row.flags:
+            notes.append(f"{row.label}: FLAGGED {flag.code}: {flag.text}")
         for choices in dict.fromkeys(tuning_text(run) for run in row.runs if run.settings.mode == "tuned"):
             notes.append(f"{row.label}: tuned: {choices}")
     return notes

@@ -16,13 +16,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from devicebench.results.plausibility import Flag, run_flags, slower_than_baseline
 from devicebench.results.prices import Prices
 from devicebench.results.schema import EpochRecord, Result, RunRecord
 from devicebench.results.stats import Speedup, Spread, speedup, spread
 
-# Settings that change speed. Runs that differ in any of them form separate rows.
+# Settings that change speed. Runs that differ in any of them form separate rows. max_steps too: a 20-step epoch
+# spends a larger share of its time starting up than a 60-step one, so their rates are not the same measurement.
 SPEED_SETTINGS = ("mode", "precision", "batch_size", "batch_size_auto", "data_source", "workers", "overrides",
-                  "threads", "tf32_matmul", "tf32_cudnn", "compiled", "world_size")
+                  "threads", "tf32_matmul", "tf32_cudnn", "compiled", "world_size", "max_steps")
 # Of those, the ones a baseline must share: the work itself. Threads, TF32 and compiling describe how a device ran
 # it. Two exceptions (`_same_work`): in tuned mode each device picks its own precision, and with --batch-size auto
 # its own batch size: the comparison is then each device at its best.
@@ -126,12 +128,50 @@ class Row:
 
     @property
     def scaling_efficiency(self) -> float | None:
-        """For N processes against one on the same device: N-process throughput / (N x 1-process throughput)."""
-        world = self.settings["world_size"]
-        baseline = self.baseline
-        if world == 1 or self.speedup is None or baseline is None or baseline.settings["world_size"] != 1:
+        """For N processes against one on the same device: N-process throughput / (N x 1-process throughput); None
+        where there is none, or where `scaling_note` says why it would not be a fair one."""
+        if not self._scales_against_one_process or self.scaling_note:
             return None
-        return self.speedup.ratio / world if baseline.device == self.device else None
+        return self.speedup.ratio / self.settings["world_size"]
+
+    @property
+    def scaling_note(self) -> str:
+        """Why this row's N processes are not set against its one-process baseline as a scaling efficiency: epochs
+        of different lengths, or an interrupted run on either side (taken in other conditions, cut short)."""
+        if not self._scales_against_one_process:
+            return ""
+        reasons = []
+        own_steps, baseline_steps = self.settings["max_steps"], self.baseline.settings["max_steps"]
+        if own_steps != baseline_steps:
+            reasons.append(f"its epochs were capped at {own_steps or 'no'} steps, the one-process row's at "
+                           f"{baseline_steps or 'no'}")
+        for side, row in (("this row", self), ("the one-process row", self.baseline)):
+            interrupted = row.statuses.get("interrupted", 0)
+            if interrupted:
+                reasons.append(f"{side} pools {interrupted} interrupted run{'s' if interrupted > 1 else ''}")
+        return "; ".join(reasons)
+
+    @property
+    def _scales_against_one_process(self) -> bool:
+        baseline = self.baseline
+        return (self.settings["world_size"] > 1 and self.speedup is not None and baseline is not None
+                and baseline.settings["world_size"] == 1 and baseline.device == self.device)
+
+    @property
+    def flags(self) -> list[Flag]:
+        """What in this row's figures breaks physics or needs explaining (results/plausibility.py): each run's flags,
+        taken again from its epochs (so results stored before the flags existed get them too), one per kind, and
+        an accelerator slower than its CPU baseline, explained."""
+        found: dict[str, Flag] = {}
+        for run in self.runs:
+            for flag in run_flags(run):
+                found.setdefault(flag.code, flag)
+        baseline = self.baseline
+        if (baseline is not None and baseline is not self and baseline.device == "cpu" and self.device != "cpu"
+                and self.speedup is not None and self.speedup.ratio < 1):
+            flag = slower_than_baseline(self.runs, self.speedup.ratio, baseline.label)
+            found[flag.code] = flag
+        return list(found.values())
 
     @property
     def mfu(self) -> Spread | None:
@@ -275,10 +315,10 @@ def _find_baseline(row: Row, rows: list[Row], spec: str) -> Row | None:
     ]
     if not candidates:
         return None
-    single = [other for other in candidates if other.settings["world_size"] == 1]  # one process: what scaling is
-    candidates = single or candidates                                                 # measured against
-    same_threads = [other for other in candidates if other.settings["threads"] == row.settings["threads"]]
-    return (same_threads or candidates)[0]
+    for preferred in ("world_size", "max_steps", "threads"):  # one process (what scaling is measured against), then
+        wanted = 1 if preferred == "world_size" else row.settings[preferred]  # the same length and threads
+        candidates = [other for other in candidates if other.settings[preferred] == wanted] or candidates
+    return candidates[0]
 
 
 def _attach_speedup(row: Row, rows: list[Row], spec: str) -> None:
@@ -294,6 +334,10 @@ def _attach_speedup(row: Row, rows: list[Row], spec: str) -> None:
     baseline_rates, own_rates, source = _interval_samples(row.baseline, row)
     row.speedup = speedup(baseline_rates, own_rates)
     row.speedup_note = f"95% interval from {source}" if row.speedup.low is not None else "one sample: no interval"
+    own_steps, baseline_steps = row.settings["max_steps"], row.baseline.settings["max_steps"]
+    if own_steps != baseline_steps:
+        row.speedup_note += (f"; against {row.baseline.label}, whose epochs were capped at {baseline_steps or 'no'} "
+                             f"steps (this row's at {own_steps or 'no'})")
 
 
 def per_repeat_medians(row: Row, measure: str) -> list[float]:

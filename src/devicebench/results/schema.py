@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: plausibility flags
+READABLE_SCHEMA_VERSIONS = (1, 2)  # 1 lacks only fields that have defaults
 
 RunStatus = Literal["running", "ok", "diverged", "failed", "oom", "interrupted"]
 EpochPhase = Literal["warmup", "steady"]
@@ -129,6 +130,9 @@ class RunRecord:
     peak_tflops: float | None = None  # the device's calibrated matmul peak at the run's precision, for MFU
     compile_recompiles: int | None = None  # torch.compile: graphs compiled beyond the first; None when not compiled
     compile_graph_breaks: int | None = None  # torch.compile: places the model left the graph for Python
+    # what in the figures breaks physics or needs explaining (results/plausibility.py); None when nothing does
+    plausibility_flags: str | None = None  # comma list: "above-peak", "above-bandwidth", "device-idle"
+    plausibility_note: str | None = None  # each flag's numbers and what to do, "; " between them
 
     @property
     def steady_epochs(self) -> list[EpochRecord]:
@@ -191,7 +195,7 @@ class Result:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Result:
         version = data.get("schema_version")
-        if version != SCHEMA_VERSION:
+        if version not in READABLE_SCHEMA_VERSIONS:
             raise ValueError(
                 f"results of schema version {version!r} cannot be read by this devicebench "
                 f"(schema version {SCHEMA_VERSION}); upgrade devicebench or re-export them"

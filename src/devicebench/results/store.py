@@ -33,6 +33,7 @@ import psutil
 
 from devicebench.events import RunReporter
 from devicebench.results.schema import (
+    READABLE_SCHEMA_VERSIONS,
     SCHEMA_VERSION,
     EpochRecord,
     Result,
@@ -194,10 +195,16 @@ def _add_compile_and_rank_figures(connection: sqlite3.Connection) -> None:
     connection.execute("ALTER TABLE epochs ADD COLUMN rank_device_utilization_percent TEXT")  # a JSON list
 
 
+def _add_plausibility(connection: sqlite3.Connection) -> None:
+    """Schema 9: what in a run's figures breaks physics or needs explaining (results/plausibility.py)."""
+    connection.execute("ALTER TABLE runs ADD COLUMN plausibility_flags TEXT")
+    connection.execute("ALTER TABLE runs ADD COLUMN plausibility_note TEXT")
+
+
 # MIGRATIONS[n] takes a database from schema n to n + 1; the newest schema is len(MIGRATIONS). Append, never edit.
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _create_tables, _add_live_runs, _add_usage, _add_input_diagnosis, _add_flops, _add_tuning, _add_ranks,
-    _add_compile_and_rank_figures,
+    _add_compile_and_rank_figures, _add_plausibility,
 ]
 ABANDONED = "the process running it ended without finishing it (killed or crashed); its finished epochs are kept"
 
@@ -664,9 +671,10 @@ def read_results_file(path: Path) -> list[Result]:
         raise ResultsFileError(f"{path} is not valid JSON ({error})") from None
     if not isinstance(data, dict) or ("runs" not in data and data.get("kind") != EXPORT_KIND):
         raise ResultsFileError(f"{path} is neither a devicebench export nor a `devicebench run --json` file")
-    if data.get("schema_version") != SCHEMA_VERSION:
+    if data.get("schema_version") not in READABLE_SCHEMA_VERSIONS:
+        readable = " and ".join(map(str, READABLE_SCHEMA_VERSIONS))
         raise ResultsFileError(f"{path} holds results of schema version {data.get('schema_version')!r}; this "
-                               f"devicebench reads version {SCHEMA_VERSION}: upgrade devicebench or re-export them")
+                               f"devicebench reads versions {readable}: upgrade devicebench or re-export them")
     try:
         items = data["results"] if data.get("kind") == EXPORT_KIND else [data]  # an export, or one run's --json
         results = [Result.from_dict(printable(item)) for item in items]
