@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import json
 import logging
 import statistics
@@ -18,6 +19,7 @@ from typer.testing import CliRunner
 
 from devicebench import planning
 from devicebench.cli import EXIT_USAGE, app
+from devicebench.cli import calibrate as calibrate_command
 from devicebench.engine import calibrate
 from devicebench.engine.calibrate import (
     CALIBRATION_DIR_VARIABLE,
@@ -340,9 +342,11 @@ def test_datasheet_figures_are_dense_peaks():
 
 
 def test_calibrate_on_an_avx2_cpu_stores_sustained_ceilings_and_shows_bf16_not_native(calibration_folder,
-                                                                                    force_cpu_isa):
+                                                                                    force_cpu_isa, monkeypatch):
     force_cpu_isa(AVX2)
-    result = cli.invoke(app, ["calibrate", "--devices", "cpu", "--quick"])
+    small = dataclasses.replace(calibrate.QUICK_PLAN, stretch_s=0.11)  # seconds, yet not --quick's plan
+    monkeypatch.setattr(calibrate_command, "default_plan", lambda device: small)
+    result = cli.invoke(app, ["calibrate", "--devices", "cpu"])
     assert result.exit_code == 0, result.output
     machine = machine_fingerprint()["machine_id"]
     path = calibration_folder / f"{machine}.json"
@@ -352,18 +356,31 @@ def test_calibrate_on_an_avx2_cpu_stores_sustained_ceilings_and_shows_bf16_not_n
     assert [line.split("│")[2].strip() for line in result.stdout.splitlines()
             if line.startswith("│ Matmul bf16")] == ["not native"]
     caption = " ".join(result.stdout.split())
-    assert "bf16: not native" in caption and "at least 0.1 s of sustained work" in caption
+    assert "bf16: not native" in caption and "at least 0.11 s of sustained work" in caption
     stored = json.loads(path.read_text())
     cpu = DeviceCeilings.from_dict(stored["devices"]["cpu"])
     assert set(cpu.matmul) == {"fp32"} and cpu.not_native == ("bf16",) and stored["devices"]["cpu"]["not_native"]
     assert cpu.matmul["fp32"].rate > 0 and cpu.memory_copy.rate > 0
-    assert cpu.host_to_device == {} and cpu.plan == calibrate.QUICK_PLAN
+    assert cpu.host_to_device == {} and cpu.plan == small
     assert peak_tflops(machine, "cpu", "fp32") == cpu.matmul["fp32"].rate
     assert peak_tflops(machine, "cpu", "bf16") is None
 
-    again = cli.invoke(app, ["calibrate", "--devices", "cpu", "--quick", "--json"])
+    again = cli.invoke(app, ["calibrate", "--devices", "cpu", "--json"])
     assert again.exit_code == 0, again.output
     assert json.loads(again.stdout) == json.loads(path.read_text())  # --json prints exactly what was stored
+
+
+def test_a_quick_calibration_is_shown_but_never_stored_nor_taken_for_mfu(calibration_folder, caplog):
+    result = cli.invoke(app, ["calibrate", "--devices", "cpu", "--quick", "--json"])
+    assert result.exit_code == 0, result.output
+    shown = DeviceCeilings.from_dict(json.loads(result.stdout)["devices"]["cpu"])
+    assert shown.plan == calibrate.QUICK_PLAN and shown.matmul["fp32"].rate > 0
+    assert "Not stored: --quick understates the ceilings" in " ".join(result.stderr.split())
+    assert not calibration_folder.exists()
+    # a file an older devicebench stored after --quick: its peak is not used, and the run's log says why
+    save_calibration(MACHINE, "test machine", [shown])
+    assert peak_tflops(MACHINE, "cpu", "fp32") is None
+    assert "taken with --quick, which understates its ceilings: MFU is left out" in caplog.text
 
 
 @pytest.mark.parametrize("spec, message", [

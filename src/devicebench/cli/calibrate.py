@@ -1,10 +1,11 @@
 """`devicebench calibrate`: measure each device's ceilings, show them against the datasheet, keep them.
 
-    devicebench calibrate --devices cpu --quick
+    devicebench calibrate --devices cpu
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -43,7 +44,7 @@ def calibrate(
         "--json", help="Print the stored calibration (every device calibrated on this machine) as JSON.")] = False,
     quick: Annotated[bool, typer.Option(
         "--quick", help="Small matrices and copies, short stretches: a check in seconds that understates the "
-                        "ceilings.")] = False,
+                        "ceilings, so it is shown but not stored (MFU is never taken against it).")] = False,
 ) -> None:
     """Measure each device's sustained ceilings (dense matmul TFLOP/s in each precision it computes natively,
     memory and host-to-device GB/s) and store them for this machine, beside the datasheet's figures.
@@ -67,10 +68,19 @@ def calibrate(
                     device, plan=QUICK_PLAN if quick else default_plan(device),
                     progress=lambda step, device=device: status.update(f"Calibrating {device}: {step}")))
     except KeyboardInterrupt:  # the devices finished before Ctrl-C are kept
-        if not measured:
+        if not measured or quick:
             raise fail("interrupted; nothing stored", EXIT_INTERRUPTED) from None
         finished = ", ".join(entry.device for entry in measured)
         raise fail(f"interrupted; {finished} stored in {_store(fingerprint, measured)}", EXIT_INTERRUPTED) from None
+    if quick:  # its small sizes understate the ceilings: an MFU taken against them would pass 100%
+        if as_json:
+            print(json.dumps({"devices": {entry.device: entry.to_dict() for entry in measured}}, indent=2))
+        else:
+            for ceilings in measured:
+                console.print(ceilings_table(ceilings))
+        errors.print("Not stored: --quick understates the ceilings. Run `devicebench calibrate` without --quick to "
+                     "store the figures that MFU is taken against.")
+        return
     path = _store(fingerprint, measured)
     if as_json:
         print(path.read_text(encoding="utf-8"), end="")

@@ -397,7 +397,8 @@ def load_calibration(machine_id: str, folder: str | Path | None = None) -> dict 
 def peak_tflops(machine_id: str, device: str, precision: str, folder: str | Path | None = None) -> float | None:
     """The matmul TFLOP/s stored for `device` ("cpu", "cuda:0") of this machine at `precision` ("fp32", "tf32",
     "bf16"); None when it was not calibrated or not measured (a precision the device does not compute natively),
-    or when the file cannot be read (a warning says so: a run must never fail because of its calibration)."""
+    when it was measured by a quick calibration (whose small sizes understate it), or when the file cannot be read
+    (a warning says so: a run must never fail because of its calibration)."""
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r}; calibrated precisions are {', '.join(PRECISIONS)}")
     try:
@@ -406,7 +407,14 @@ def peak_tflops(machine_id: str, device: str, precision: str, folder: str | Path
         logger.warning("%s Going on without it.", error)
         return None
     entry = stored["devices"].get(device) if stored else None
-    measured = None if entry is None else DeviceCeilings.from_dict(entry).matmul.get(precision)
+    if entry is None:
+        return None
+    ceilings = DeviceCeilings.from_dict(entry)
+    if ceilings.plan == QUICK_PLAN:  # stored by an older devicebench: its small sizes understate the ceiling
+        logger.warning("The calibration of %s was taken with --quick, which understates its ceilings: MFU is left "
+                       "out. Run `devicebench calibrate --devices %s` to measure it.", device, device)
+        return None
+    measured = ceilings.matmul.get(precision)
     return None if measured is None else measured.rate
 
 
