@@ -25,6 +25,8 @@ INSTALL_URL = "https://pytorch.org/get-started/locally/"
 ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
 # What torch.backends.cpu.get_cpu_capability() implies: it names only the widest vector ISA its kernels use
 _ISA_OF_TORCH_CAPABILITY = {"AVX2": {"avx2"}, "AVX512": {"avx2", "avx512f"}}
+# Where each GPU vendor's driver shows itself without PyTorch: (kernel interfaces, management tools)
+GPU_DRIVERS = {"NVIDIA": (("/proc/driver/nvidia",), ("nvidia-smi",)), "AMD": (("/dev/kfd",), ("rocm-smi", "amd-smi"))}
 _NVIDIA_HIDING_VARIABLES = ("CUDA_VISIBLE_DEVICES",)
 _ROCM_HIDING_VARIABLES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 _XPU_HIDING_VARIABLES = ("ZE_AFFINITY_MASK",)
@@ -128,6 +130,21 @@ def _macos_cpu_brand() -> str | None:
     return completed.stdout.strip() or None
 
 
+def gpu_driver() -> tuple[str, str] | None:
+    """The GPU vendor whose driver is installed and where it shows ("NVIDIA", "/proc/driver/nvidia"), or None."""
+    for vendor in GPU_DRIVERS:
+        place = _driver_place(vendor)
+        if place:
+            return vendor, place
+    return None
+
+
+def _driver_place(vendor: str) -> str | None:
+    paths, tools = GPU_DRIVERS[vendor]
+    return next((path for path in paths if os.path.exists(path)), None) or next(filter(None, map(shutil.which, tools)),
+                                                                               None)
+
+
 def expected_accelerator_kind() -> str:
     """The accelerator this machine and this PyTorch build would have, to explain its absence."""
     if platform.system() == "Darwin":
@@ -141,19 +158,9 @@ def _cuda_unavailable_reason() -> str | None:
     if torch.cuda.is_available():
         return None
     if torch.version.hip:  # ROCm builds drive AMD GPUs through torch.cuda
-        return _gpu_stack_reason(
-            f"ROCm {torch.version.hip}",
-            "AMD GPU",
-            driver_paths=("/dev/kfd",),
-            driver_tools=("rocm-smi", "amd-smi"),
-        )
+        return _gpu_stack_reason(f"ROCm {torch.version.hip}", "AMD", "AMD GPU")
     if torch.version.cuda:
-        return _gpu_stack_reason(
-            f"CUDA {torch.version.cuda}",
-            "NVIDIA",
-            driver_paths=("/proc/driver/nvidia",),
-            driver_tools=("nvidia-smi",),
-        )
+        return _gpu_stack_reason(f"CUDA {torch.version.cuda}", "NVIDIA", "NVIDIA")
     if platform.system() == "Darwin":
         return "PyTorch has no CUDA on macOS: the Apple GPU is the device 'mps'."
     return (
@@ -162,12 +169,12 @@ def _cuda_unavailable_reason() -> str | None:
     )
 
 
-def _gpu_stack_reason(toolkit: str, vendor: str, driver_paths: tuple[str, ...], driver_tools: tuple[str, ...]) -> str:
+def _gpu_stack_reason(toolkit: str, vendor: str, vendor_words: str) -> str:
     """Why a GPU build of PyTorch (CUDA or ROCm) sees no GPU: no driver, devices hidden, or a driver it cannot use."""
-    driver_found = any(os.path.exists(path) for path in driver_paths) or any(map(shutil.which, driver_tools))
-    if not driver_found:
+    driver_paths, driver_tools = GPU_DRIVERS[vendor]
+    if _driver_place(vendor) is None:
         looked = ", ".join(f"no {place}" for place in (*driver_paths, *driver_tools))
-        return f"this PyTorch has {toolkit} but no {vendor} driver was found ({looked})"
+        return f"this PyTorch has {toolkit} but no {vendor_words} driver was found ({looked})"
     hiding = device_hiding_settings("cuda")
     if hiding:
         return f"this PyTorch has {toolkit} and a driver is present, but no GPU is visible ({hiding})"

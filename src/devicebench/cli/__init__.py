@@ -157,5 +157,5 @@ def prices_from(price: str | None) -> Prices | None:
 
 
 for _command in ("machine", "run", "sweep", "predict", "reproduce", "history", "compare", "transfer", "report",
-                 "calibrate"):
+                 "calibrate", "check"):
     importlib.import_module(f"{__name__}.{_command}")

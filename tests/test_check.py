@@ -1,0 +1,736 @@
+"""`devicebench check`: every check's pass, warn and fail on made-up machines (a fake NVML, a fake accelerator whose
+synchronize works or returns at once, forced ISAs and loads, ceilings at a chosen fraction of the datasheet), and
+the real command on this CPU end to end.
+
+    python -m pytest -q tests/test_check.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import shutil
+import sys
+import threading
+import types
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import psutil
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from devicebench import check, host, nvml
+from devicebench.check import (
+    ACCELERATOR_CHECK_PLAN,
+    CEILINGS,
+    CPU,
+    CPU_CHECK_PLAN,
+    FAIL,
+    GROUPS,
+    PASS,
+    SOFTWARE,
+    STATUSES,
+    TIMING,
+    TIMING_PRODUCTS,
+    TIMING_SIZE_ACCELERATOR,
+    WARN,
+    WORK,
+    Check,
+    TrainingRun,
+)
+from devicebench.cli import EXIT_USAGE, app
+from devicebench.cli import check as check_command
+from devicebench.engine import monitor as monitor_module
+from devicebench.engine.calibrate import CALIBRATION_DIR_VARIABLE, DeviceCeilings, Measurement
+from devicebench.engine.timing import Stopwatch
+
+cli = CliRunner()
+CPU_DEVICE = torch.device("cpu")
+CUDA0 = torch.device("cuda", 0)
+H100 = "NVIDIA H100 80GB HBM3"  # the H100 SXM's datasheet: fp32 67, tf32 494.7, bf16 989.4 TFLOP/s, 3,350 GB/s
+UUID = "8f3a1c2e-0000-4000-8000-00000000000a"  # as torch prints a CUDA device's UUID: no "GPU-" prefix
+OTHER_PID = 999_999_999  # a process ID no test process has
+HIDING_VARIABLES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "ZE_AFFINITY_MASK")
+CHECK_KEYS = {"device", "group", "name", "status", "measured", "advice"}
+
+
+def find(checks: list[Check], name: str) -> Check:
+    (found,) = [entry for entry in checks if entry.name == name]
+    return found
+
+
+@pytest.fixture(autouse=True)
+def fresh_driver_version():
+    """nvml.driver_version() is cached: each test sees its own (fake) NVML."""
+    nvml.driver_version.cache_clear()
+    yield
+    nvml.driver_version.cache_clear()
+
+
+def fake_driver(monkeypatch, paths: frozenset[str] = frozenset(), tools: frozenset[str] = frozenset()) -> None:
+    """Exactly these driver paths exist and these tools are on PATH, among those host.GPU_DRIVERS names."""
+    looked_for = {path for paths_of_vendor, _ in host.GPU_DRIVERS.values() for path in paths_of_vendor}
+    real_exists = os.path.exists
+    monkeypatch.setattr(os.path, "exists", lambda path: path in paths if path in looked_for else real_exists(path))
+    monkeypatch.setattr(shutil, "which", lambda tool: f"/usr/bin/{tool}" if tool in tools else None)
+
+
+@pytest.fixture
+def cpu_machine(monkeypatch):
+    """A Linux machine with a CPU-only PyTorch, no GPU, no driver, nothing hidden."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_built", lambda: False)
+    monkeypatch.setattr(torch.xpu, "is_available", lambda: False)
+    monkeypatch.setattr(torch.version, "cuda", None)
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(torch.version, "xpu", None, raising=False)
+    monkeypatch.setattr(platform, "system", lambda: "Linux")
+    for variable in HIDING_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
+    fake_driver(monkeypatch)
+
+
+@pytest.fixture
+def h100_machine(cpu_machine, monkeypatch):
+    """cuda:0 is an H100 behind a CUDA 12.4 build with cuDNN 9.1.0, and its NVIDIA driver is installed."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: H100)
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda device: types.SimpleNamespace(name=H100, uuid=UUID))
+    monkeypatch.setattr(torch.version, "cuda", "12.4")
+    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 90100)
+    fake_driver(monkeypatch, paths=frozenset({"/proc/driver/nvidia"}), tools=frozenset({"nvidia-smi"}))
+
+
+# --- a fake nvidia-ml-py ---------------------------------------------------------------------------------------
+
+
+class FakeNvmlError(Exception):
+    text = "Unknown Error"
+
+    def __str__(self) -> str:
+        return self.text
+
+
+class FakeNotSupported(FakeNvmlError):
+    text = "Not Supported"
+
+
+class FakeNotFound(FakeNvmlError):
+    text = "Not Found"
+
+
+@dataclass
+class FakeGpu:
+    """What NVML says of one GPU. Successive nvmlDeviceGetClockInfo calls read `sm_clocks_mhz` in turn."""
+
+    utilization_percent: int = 80
+    pids: tuple[int, ...] = ()
+    sm_clocks_mhz: list[int] = field(default_factory=lambda: [345, 1980, 1950])
+    max_sm_clock_mhz: int = 1980
+    temperature_c: int = 62
+    slowdown_c: int = 90
+    power_limit_mw: int = 700_000
+    default_power_limit_mw: int = 700_000
+    pcie_generation: int = 5
+    max_pcie_generation: int = 5
+    pcie_width: int = 16
+    max_pcie_width: int = 16
+    failing: frozenset[str] = frozenset()  # NVML functions that answer Not Supported
+
+
+def fake_pynvml(gpu: FakeGpu) -> types.ModuleType:
+    """nvidia-ml-py over one GPU, with the calls the monitor and the checks make."""
+    clocks = iter(gpu.sm_clocks_mhz)
+    last_clock = [gpu.sm_clocks_mhz[-1]]
+
+    def next_clock() -> int:
+        last_clock[0] = next(clocks, last_clock[0])
+        return last_clock[0]
+
+    answers: dict[str, Callable[..., object]] = {
+        "nvmlDeviceGetTotalEnergyConsumption": lambda: (_ for _ in ()).throw(FakeNotSupported()),
+        "nvmlDeviceGetSamples": lambda *arguments: (_ for _ in ()).throw(FakeNotSupported()),
+        "nvmlDeviceGetPowerUsage": lambda: 300_000,  # milliwatts
+        "nvmlDeviceGetMemoryInfo": lambda: types.SimpleNamespace(used=2 * 2**30, total=80 * 2**30),
+        "nvmlDeviceGetUtilizationRates": lambda: types.SimpleNamespace(gpu=gpu.utilization_percent, memory=10),
+        "nvmlDeviceGetComputeRunningProcesses": lambda: [types.SimpleNamespace(pid=pid) for pid in gpu.pids],
+        "nvmlDeviceGetClockInfo": lambda kind: next_clock(),
+        "nvmlDeviceGetMaxClockInfo": lambda kind: gpu.max_sm_clock_mhz,
+        "nvmlDeviceGetTemperature": lambda sensor: gpu.temperature_c,
+        "nvmlDeviceGetTemperatureThreshold": lambda threshold: gpu.slowdown_c,
+        "nvmlDeviceGetEnforcedPowerLimit": lambda: gpu.power_limit_mw,
+        "nvmlDeviceGetPowerManagementDefaultLimit": lambda: gpu.default_power_limit_mw,
+        "nvmlDeviceGetCurrPcieLinkGeneration": lambda: gpu.pcie_generation,
+        "nvmlDeviceGetMaxPcieLinkGeneration": lambda: gpu.max_pcie_generation,
+        "nvmlDeviceGetCurrPcieLinkWidth": lambda: gpu.pcie_width,
+        "nvmlDeviceGetMaxPcieLinkWidth": lambda: gpu.max_pcie_width,
+    }
+
+    def device_call(name: str, answer: Callable[..., object]) -> Callable[..., object]:
+        def call(handle: str, *arguments: object) -> object:
+            assert handle == f"handle GPU-{UUID}"
+            if name in gpu.failing:
+                raise FakeNotSupported()
+            return answer(*arguments)
+
+        return call
+
+    def handle_by_uuid(uuid: str) -> str:
+        if uuid != f"GPU-{UUID}":
+            raise FakeNotFound()
+        return f"handle {uuid}"
+
+    module = types.ModuleType("pynvml")
+    module.NVMLError, module.NVMLError_NotFound = FakeNvmlError, FakeNotFound
+    module.NVML_GPU_UTILIZATION_SAMPLES, module.NVML_CLOCK_SM = 1, 1
+    module.NVML_TEMPERATURE_GPU, module.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN = 0, 1
+    module.nvmlInit = module.nvmlShutdown = lambda: None
+    module.nvmlSystemGetDriverVersion = lambda: "550.54.15"
+    module.nvmlDeviceGetHandleByUUID = handle_by_uuid
+    for name, answer in answers.items():
+        setattr(module, name, device_call(name, answer))
+    return module
+
+
+@pytest.fixture
+def nvidia(h100_machine, monkeypatch) -> Callable[[FakeGpu], None]:
+    """Installs a fake nvidia-ml-py over the H100, and a fake clock under the monitor."""
+    monitor_clock = [0.0]
+    monkeypatch.setattr(monitor_module, "host_seconds", lambda: monitor_clock[0])
+
+    def install(gpu: FakeGpu) -> list[float]:
+        monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(gpu))
+        return monitor_clock
+
+    return install
+
+
+# --- software --------------------------------------------------------------------------------------------------
+
+
+def test_a_cpu_only_build_beside_an_nvidia_driver_fails(cpu_machine, monkeypatch):
+    fake_driver(monkeypatch, paths=frozenset({"/proc/driver/nvidia"}))
+    found = check.pytorch_build_check()
+    assert found.status == FAIL
+    assert "CPU-only build" in found.measured and "NVIDIA GPU driver is present (/proc/driver/nvidia)" in found.measured
+    assert "Install a CUDA build" in found.advice and "pytorch.org" in found.advice
+
+
+def test_a_cpu_only_build_beside_an_amd_driver_fails_asking_for_rocm(cpu_machine, monkeypatch):
+    fake_driver(monkeypatch, tools=frozenset({"rocm-smi"}))
+    found = check.pytorch_build_check()
+    assert found.status == FAIL and "AMD GPU driver is present (/usr/bin/rocm-smi)" in found.measured
+    assert "Install a ROCm build" in found.advice
+
+
+def test_a_cuda_build_that_sees_no_gpu_beside_its_driver_fails_saying_why(cpu_machine, monkeypatch):
+    monkeypatch.setattr(torch.version, "cuda", "12.4")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    fake_driver(monkeypatch, paths=frozenset({"/proc/driver/nvidia"}))
+    found = check.pytorch_build_check()
+    assert found.status == FAIL and "a CUDA 12.4 build" in found.measured and "sees no GPU" in found.measured
+    assert "no GPU is visible (CUDA_VISIBLE_DEVICES='')" in found.advice
+
+
+def test_a_cpu_machine_passes_and_says_why_there_is_no_gpu(cpu_machine):
+    found = check.pytorch_build_check()
+    assert found.status == PASS and found.advice is None
+    assert "a CPU-only build; no GPU driver either (looked for /proc/driver/nvidia, nvidia-smi" in found.measured
+
+
+def test_a_cuda_build_on_a_machine_without_a_driver_passes_with_the_reason(cpu_machine, monkeypatch):
+    monkeypatch.setattr(torch.version, "cuda", "12.4")
+    found = check.pytorch_build_check()
+    assert found.status == PASS and "no GPU here: this PyTorch has CUDA 12.4 but no NVIDIA driver" in found.measured
+
+
+def test_a_build_that_sees_its_gpu_passes_and_names_it(h100_machine):
+    found = check.pytorch_build_check()
+    assert found.status == PASS and f"a CUDA 12.4 build; it sees cuda:0 ({H100})" in found.measured
+
+
+def test_driver_and_toolkit_versions_are_shown(h100_machine, nvidia):
+    nvidia(FakeGpu())
+    found = check.driver_check()
+    assert (found.status, found.measured) == (PASS, "NVIDIA driver 550.54.15, PyTorch's CUDA 12.4, cuDNN 9.1.0")
+
+
+def test_hidden_devices_warn_and_none_hidden_pass(h100_machine, monkeypatch):
+    assert check.visible_devices_check().status == PASS
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    found = check.visible_devices_check()
+    assert found.status == WARN and found.measured == "CUDA_VISIBLE_DEVICES='1' is set; PyTorch sees cuda:0"
+    assert "Unset it" in found.advice
+
+
+def test_nvidia_ml_py_is_needed_only_beside_an_nvidia_gpu(cpu_machine, h100_machine, nvidia, monkeypatch):
+    nvidia(FakeGpu())
+    assert check.nvml_module_check().measured == "installed; NVML answers (driver 550.54.15)"
+    nvml.driver_version.cache_clear()
+    monkeypatch.setattr(sys.modules["pynvml"], "nvmlInit", lambda: (_ for _ in ()).throw(FakeNvmlError()))
+    assert check.nvml_module_check().status == WARN  # installed, but NVML does not start
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # what `import pynvml` makes an ImportError
+    missing = check.nvml_module_check()
+    assert missing.status == WARN and "pip install nvidia-ml-py" in missing.advice
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert check.nvml_module_check().status == PASS  # no NVIDIA GPU: nothing to sample
+
+
+def fake_xgboost(with_cuda: bool | None) -> types.ModuleType:
+    module = types.ModuleType("xgboost")
+    module.__version__ = "3.0.0"
+    module.build_info = (lambda: {"USE_CUDA": with_cuda}) if with_cuda is not None else (
+        lambda: (_ for _ in ()).throw(OSError("libxgboost.so: cannot open shared object file")))
+    return module
+
+
+@pytest.mark.parametrize("xgboost, gpu, status", [
+    (fake_xgboost(True), True, PASS),
+    (fake_xgboost(False), True, WARN),  # gbdt would train on the CPU even on --devices cuda
+    (None, True, WARN),  # not installed
+    (None, False, PASS),  # not installed, and nothing to run it on
+    (fake_xgboost(False), False, PASS),
+])
+def test_xgboost_needs_cuda_only_beside_a_gpu(h100_machine, monkeypatch, xgboost, gpu, status):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+    monkeypatch.setitem(sys.modules, "xgboost", xgboost)
+    assert check.xgboost_check().status == status
+
+
+# --- the CPU ---------------------------------------------------------------------------------------------------
+
+
+def cores(monkeypatch, physical: int, logical: int, allowed: int | None = None) -> None:
+    """A CPU of these cores, `allowed` of them (default: all) to this process."""
+    counts = {True: logical, False: physical}
+    monkeypatch.setattr(psutil, "cpu_count", lambda logical=True: counts[logical])
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(allowed or logical)), raising=False)
+
+
+def test_more_threads_than_physical_cores_warn(monkeypatch):
+    cores(monkeypatch, physical=8, logical=16)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 16)
+    found = check.threads_check()
+    assert found.status == WARN and found.measured == "torch uses 16 threads; 8 physical cores (16 logical)"
+    assert "--threads 8" in found.advice
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 8)
+    assert check.threads_check().status == PASS
+
+
+def test_threads_count_against_the_cores_this_process_may_use(monkeypatch):
+    cores(monkeypatch, physical=8, logical=16, allowed=4)  # taskset, or a container's cpuset
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 8)
+    found = check.threads_check()
+    assert found.status == WARN and "4 of them allowed to this process" in found.measured
+    assert "--threads 4" in found.advice
+
+
+@pytest.mark.parametrize("cpu_flags, capability, status", [
+    ("avx2,avx512f", "AVX2", WARN),  # AVX-512 left unused
+    ("avx2,avx512f", "AVX512", PASS),
+    ("avx2", "AVX2", PASS),
+    ("avx2", "DEFAULT", WARN),  # not even AVX2
+    ("", "DEFAULT", PASS),  # an ARM CPU: neither ISA to miss
+])
+def test_torch_kernels_narrower_than_the_cpu_warn(force_cpu_isa, monkeypatch, cpu_flags, capability, status):
+    force_cpu_isa(cpu_flags)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    found = check.isa_check()
+    assert found.status == status and f"torch's kernels use {capability}" in found.measured
+
+
+def test_a_lowered_aten_cpu_capability_is_named_as_the_cause(force_cpu_isa, monkeypatch):
+    force_cpu_isa("avx2,avx512f")
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    assert check.isa_check().advice == "ATEN_CPU_CAPABILITY=avx2 lowers it: unset it."
+
+
+@pytest.mark.parametrize("cpu_flags, says", [("avx2", "not native"), ("avx2,avx512f,amx_bf16,amx_tile", "native")])
+def test_bf16_is_information_that_passes_either_way(force_cpu_isa, cpu_flags, says):
+    force_cpu_isa(cpu_flags)
+    found = check.bf16_check()
+    assert found.status == PASS and found.measured.startswith(f"{says} (")
+
+
+@pytest.mark.parametrize("load, status", [(6.0, WARN), (3.9, PASS)])
+def test_other_processes_keeping_half_the_cores_busy_warn(monkeypatch, load, status):
+    cores(monkeypatch, physical=4, logical=8)
+    monkeypatch.setattr(psutil, "getloadavg", lambda: (load, 1.0, 1.0))
+    found = check.load_check()
+    assert found.status == status and f"1-minute load average {load:.2f} on 8 logical cores" in found.measured
+    if status == WARN:
+        assert "other processes keep about 6 of them busy" in found.measured
+
+
+# --- work lands on the device ----------------------------------------------------------------------------------
+
+
+def gpu_training(monitor_clock: list[float], parameter_device: torch.device = CUDA0) -> Callable[..., TrainingRun]:
+    """Training that lasts 1.5 s on the monitor's clock and leaves the parameters on `parameter_device`."""
+    def train(device: torch.device) -> TrainingRun:
+        monitor_clock[0] += 1.5
+        return TrainingRun(parameter_device, steps=600, seconds=1.5)
+
+    return train
+
+
+def test_a_gpu_that_stayed_idle_and_lacks_the_process_fails(nvidia):
+    clock = nvidia(FakeGpu(utilization_percent=1, pids=(OTHER_PID,)))
+    checks = check.work_checks(CUDA0, train=gpu_training(clock))
+    assert [(entry.name, entry.status) for entry in checks] == [
+        ("model on the device", PASS), ("device busy", FAIL), ("process on the device", FAIL)]
+    assert find(checks, "device busy").measured == "1% busy while training: the work stayed off the GPU"
+    assert f"this process ({os.getpid()}) is not in the device's list ({OTHER_PID})" in checks[2].measured
+
+
+def test_a_busy_gpu_listing_this_process_alone_passes(nvidia):
+    clock = nvidia(FakeGpu(utilization_percent=80, pids=(os.getpid(),)))
+    checks = check.work_checks(CUDA0, train=gpu_training(clock))
+    assert [entry.status for entry in checks] == [PASS, PASS, PASS]
+    assert find(checks, "device busy").measured == "80% busy while training"
+
+
+@pytest.mark.parametrize("pids, says", [
+    ((OTHER_PID,), "is not in the device's list"),  # a container's PID namespace: busy, so not a fail
+    ((), "is not in the device's list (empty)"),
+    ((os.getpid(), OTHER_PID), "and 1 other(s) compute on it"),  # shared: figures vary
+])
+def test_a_busy_gpu_whose_list_hides_this_process_or_shares_it_warns(nvidia, pids, says):
+    clock = nvidia(FakeGpu(utilization_percent=80, pids=pids))
+    found = find(check.work_checks(CUDA0, train=gpu_training(clock)), "process on the device")
+    assert found.status == WARN and says in found.measured
+
+
+def test_without_nvml_the_gpu_checks_warn_that_they_cannot_tell(nvidia, monkeypatch):
+    clock = nvidia(FakeGpu())
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    checks = check.work_checks(CUDA0, train=gpu_training(clock))
+    assert [entry.status for entry in checks] == [PASS, WARN, WARN]
+    assert find(checks, "device busy").measured == f"cannot tell: {nvml.NVML_MISSING_NOTE}"
+
+
+def test_an_nvml_error_listing_processes_warns(nvidia):
+    clock = nvidia(FakeGpu(failing=frozenset({"nvmlDeviceGetComputeRunningProcesses"})))
+    found = find(check.work_checks(CUDA0, train=gpu_training(clock)), "process on the device")
+    assert found.status == WARN and found.measured == "cannot tell: NVML cannot list its processes: Not Supported"
+
+
+def test_parameters_left_off_the_device_fail(nvidia):
+    clock = nvidia(FakeGpu(pids=(os.getpid(),)))
+    found = find(check.work_checks(CUDA0, train=gpu_training(clock, CPU_DEVICE)), "model on the device")
+    assert found.status == FAIL and found.measured.startswith("the parameters are on cpu")
+
+
+def test_a_cpu_that_stayed_idle_fails():
+    def idle(device: torch.device) -> TrainingRun:
+        threading.Event().wait(0.3)  # seconds: three times the shortest window the monitor can tell
+        return TrainingRun(device, steps=0, seconds=0.3)
+
+    found = find(check.work_checks(CPU_DEVICE, train=idle), "CPU busy")
+    assert found.status == FAIL and "the CPU stayed idle" in found.measured
+
+
+# --- timing ----------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class FakeAccelerator:
+    """An asynchronous device on a fake clock: a product takes `queue_s` of the host's time to queue and `product_s`
+    of the device's, which runs the queue in order. A working synchronize waits for the queue to empty; a broken
+    one returns at once. With `launches_block`, queueing a product waits for it (CUDA_LAUNCH_BLOCKING=1)."""
+
+    product_s: float
+    queue_s: float = 10e-6
+    synchronize_works: bool = True
+    launches_block: bool = False
+    host_s: float = 0.0
+    queue_empty_at_s: float = 0.0
+
+    def product(self) -> None:
+        self.host_s += self.queue_s
+        self.queue_empty_at_s = max(self.queue_empty_at_s, self.host_s) + self.product_s
+        if self.launches_block:
+            self.host_s = self.queue_empty_at_s
+
+    def synchronize(self, device: torch.device) -> None:
+        if self.synchronize_works:
+            self.host_s = max(self.host_s, self.queue_empty_at_s)
+
+    def watch(self, device: torch.device) -> Stopwatch:
+        return Stopwatch(device, clock=lambda: self.host_s, synchronize=self.synchronize,
+                         host_clock=lambda: self.host_s)
+
+
+def product_seconds(tflops: float) -> float:
+    """How long one timing product takes at `tflops`."""
+    return 2 * TIMING_SIZE_ACCELERATOR**3 / (tflops * 1e12)
+
+
+def timed(device: torch.device, accelerator: FakeAccelerator) -> Check:
+    return check.timing_check(device, watch=accelerator.watch(device), product=accelerator.product)
+
+
+@pytest.fixture(params=[torch.device("mps"), torch.device("xpu", 0)], ids=str)
+def accelerator(request, monkeypatch) -> torch.device:
+    """An Apple or an Intel GPU, neither of which has a datasheet here."""
+    monkeypatch.setattr(torch.xpu, "get_device_name", lambda device=None: "Intel(R) Data Center GPU Max 1100")
+    return request.param
+
+
+def test_a_working_synchronize_passes_on_any_accelerator(accelerator):
+    device = accelerator
+    found = timed(device, FakeAccelerator(product_s=product_seconds(10)))
+    assert found.status == PASS
+    assert found.measured == (f"{TIMING_PRODUCTS} fp32 products of 4096x4096: synchronized 219.9 ms, unsynchronized "
+                              "0.2 ms (10.00 TFLOP/s): the device's work outlasts its queueing")
+
+
+def test_a_synchronize_that_returns_at_once_fails_on_any_accelerator(accelerator):
+    device = accelerator
+    found = timed(device, FakeAccelerator(product_s=product_seconds(10), synchronize_works=False))
+    assert found.status == FAIL and "synchronized 0.2 ms, unsynchronized 0.2 ms" in found.measured
+    assert "no longer than queueing the work" in found.measured and "did not wait" in found.advice
+
+
+def test_a_synchronize_that_returns_at_once_fails_against_the_datasheet(h100_machine):
+    found = timed(CUDA0, FakeAccelerator(product_s=product_seconds(50), synchronize_works=False))
+    assert found.status == FAIL and "above the datasheet's 494.7 TFLOP/s" in found.measured
+
+
+def test_a_rate_above_the_datasheets_peak_fails_even_when_synchronized(h100_machine):
+    found = timed(CUDA0, FakeAccelerator(product_s=product_seconds(600)))
+    assert found.status == FAIL and "(598.37 TFLOP/s): above the datasheet's 494.7 TFLOP/s" in found.measured
+
+
+def test_a_gpu_within_its_datasheet_passes(h100_machine):
+    found = timed(CUDA0, FakeAccelerator(product_s=product_seconds(50)))
+    assert found.status == PASS and found.measured.endswith("within the datasheet's 494.7 TFLOP/s")
+
+
+def test_launches_that_wait_for_the_work_warn_when_the_datasheet_vouches_for_the_time(h100_machine):
+    found = timed(CUDA0, FakeAccelerator(product_s=product_seconds(50), launches_block=True))
+    assert found.status == WARN and "the host waited for the work while queueing it" in found.measured
+    assert "CUDA_LAUNCH_BLOCKING" in found.advice
+
+
+# --- ceilings --------------------------------------------------------------------------------------------------
+
+
+def measurement(rate: float, size: int) -> Measurement:
+    return Measurement(rate=rate, size=size, stretch_s=(0.2, 0.2, 0.2), stretch_rates=(rate, rate, rate))
+
+
+def fake_calibration(device_name: str, matmul_tflops: dict[str, float], copy_gb_s: float,
+                     host_gb_s: dict[str, float]) -> Callable[..., DeviceCeilings]:
+    """measure_ceilings on a device of these figures; it announces three measurements, as the real one does."""
+    def measure(device: torch.device, *, plan, progress) -> DeviceCeilings:
+        assert plan == (CPU_CHECK_PLAN if device.type == "cpu" else ACCELERATOR_CHECK_PLAN)
+        for step in ("fp32 matmul", "memory copy", "host-to-device copy"):
+            progress(step)
+        return DeviceCeilings(
+            device=str(device), device_name=device_name,
+            matmul={precision: measurement(rate, 8192) for precision, rate in matmul_tflops.items()}, not_native=(),
+            memory_copy=measurement(copy_gb_s, 2**30),
+            host_to_device={kind: measurement(rate, 2**28) for kind, rate in host_gb_s.items()}, plan=plan)
+
+    return measure
+
+
+HEALTHY_H100 = {"fp32": 55.0, "tf32": 400.0, "bf16": 750.0}  # 82%, 81%, 76% of the datasheet
+
+
+def h100_ceilings(fp32: float = 55.0, pinned: float = 25.0, pageable: float = 10.0) -> Callable[..., DeviceCeilings]:
+    return fake_calibration(H100, {**HEALTHY_H100, "fp32": fp32}, 2800.0, {"pinned": pinned, "pageable": pageable})
+
+
+@pytest.mark.parametrize("fp32, status, says", [
+    (55.0, PASS, "82% of the H100 SXM datasheet's 67 TFLOP/s"),
+    (33.5, WARN, "50% of the H100 SXM datasheet's 67 TFLOP/s"),  # throttled, capped, shared, sliced
+    (80.4, FAIL, "120% of the H100 SXM datasheet's 67 TFLOP/s"),  # faster than the hardware: a timing defect
+])
+def test_ceilings_are_judged_against_the_datasheet(h100_machine, nvidia, fp32, status, says):
+    nvidia(FakeGpu())
+    checks = check.ceiling_checks(CUDA0, measure=h100_ceilings(fp32=fp32))
+    fp32_row = find(checks, "matmul fp32")
+    assert fp32_row.status == status and fp32_row.measured == f"{fp32:,.2f} TFLOP/s (8192x8192), {says}"
+    others = [entry.status for entry in checks if entry.name != "matmul fp32"]
+    assert others == [PASS] * 8  # tf32, bf16, copy, host to device, SM clock, temperature, power, PCIe
+
+
+def test_the_cpu_has_no_datasheet_and_no_host_to_device_copy():
+    checks = check.ceiling_checks(CPU_DEVICE, measure=fake_calibration("AMD EPYC 7B13", {"fp32": 0.1}, 12.5, {}))
+    assert [(entry.name, entry.status, entry.measured) for entry in checks] == [
+        ("matmul fp32", PASS, "0.10 TFLOP/s (8192x8192); no datasheet to compare"),
+        ("memory copy", PASS, "12.50 GB/s (1,024 MiB); no datasheet to compare")]
+
+
+def test_pinned_copies_no_faster_than_pageable_warn(h100_machine, nvidia):
+    nvidia(FakeGpu())
+    found = find(check.ceiling_checks(CUDA0, measure=h100_ceilings(pinned=9.0)), "host to device")
+    assert found.status == WARN and found.measured == "pinned 9.0 GB/s, pageable 10.0 GB/s: pinned memory is no faster"
+
+
+def test_nvml_figures_of_a_healthy_gpu_pass_with_the_highest_readings_under_load(h100_machine, nvidia):
+    nvidia(FakeGpu(sm_clocks_mhz=[345, 1980, 1950, 1200]))  # idle before the first measurement, busy after
+    checks = check.ceiling_checks(CUDA0, measure=h100_ceilings())
+    assert [(entry.name, entry.status, entry.measured) for entry in checks[-4:]] == [
+        ("SM clock", PASS, "1980 MHz under load, of 1980 MHz at most"),
+        ("temperature", PASS, "62 °C under load, slowdown at 90 °C"),
+        ("power limit", PASS, "700 W, default 700 W"),
+        ("PCIe link", PASS, "gen 5 of 5, x16 of x16")]
+
+
+def test_throttled_clocks_heat_a_lowered_power_cap_and_a_narrow_link_warn(h100_machine, nvidia):
+    nvidia(FakeGpu(sm_clocks_mhz=[345, 1100, 1000], temperature_c=87, power_limit_mw=450_000, pcie_width=8))
+    checks = check.ceiling_checks(CUDA0, measure=h100_ceilings())
+    assert [(entry.name, entry.status) for entry in checks[-4:]] == [
+        ("SM clock", WARN), ("temperature", WARN), ("power limit", WARN), ("PCIe link", WARN)]
+    assert find(checks, "power limit").measured == "450 W, default 700 W"
+    assert "nvidia-smi -pl 700" in find(checks, "power limit").advice
+    assert find(checks, "PCIe link").measured == "gen 5 of 5, x8 of x16"
+
+
+def test_each_nvml_figure_is_read_on_its_own_and_a_missing_one_is_left_out(h100_machine, nvidia):
+    nvidia(FakeGpu(failing=frozenset({"nvmlDeviceGetClockInfo", "nvmlDeviceGetTemperatureThreshold"})))
+    checks = check.ceiling_checks(CUDA0, measure=h100_ceilings())
+    assert [entry.name for entry in checks[-3:]] == ["temperature", "power limit", "PCIe link"]
+    assert find(checks, "temperature").measured == "62 °C under load"
+
+
+# --- the whole: rows, failures of the checks themselves, the document ------------------------------------------
+
+
+def test_a_check_that_raises_becomes_a_row_and_the_others_still_run(monkeypatch):
+    monkeypatch.setitem(sys.modules, "xgboost", fake_xgboost(with_cuda=None))  # its build_info raises OSError
+    monkeypatch.setattr(check, "work_checks", lambda device: [])
+    monkeypatch.setattr(check, "timing_check", lambda device: (_ for _ in ()).throw(
+        torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 MiB")))
+    monkeypatch.setattr(check, "ceiling_checks", lambda device, progress: (_ for _ in ()).throw(RuntimeError("boom")))
+    checks = check.run_checks([CPU_DEVICE])
+    failures = [(entry.device, entry.group, entry.status, entry.measured) for entry in checks
+                if entry.name == "could not run"]
+    assert failures == [
+        (None, SOFTWARE, WARN, "the xgboost check stopped: OSError: libxgboost.so: cannot open shared object file"),
+        ("cpu", TIMING, FAIL, "the timing check stopped: the device ran out of memory"),
+        ("cpu", CEILINGS, FAIL, "the ceilings check stopped: RuntimeError: boom")]
+    assert {entry.group for entry in checks} == {SOFTWARE, CPU, TIMING, CEILINGS}
+    assert len([entry for entry in checks if entry.group in (SOFTWARE, CPU)]) == 9  # every machine-wide check
+
+
+def test_every_warn_and_fail_says_what_to_do_and_no_pass_does():
+    with pytest.raises(ValueError, match="advice exactly when it is not a pass"):
+        Check(None, CPU, "threads", WARN, "16 threads on 8 cores")
+    with pytest.raises(ValueError, match="advice exactly when it is not a pass"):
+        Check(None, CPU, "threads", PASS, "8 threads on 8 cores", "nothing")
+    with pytest.raises(ValueError, match="is not one of pass, warn, fail"):
+        Check(None, CPU, "threads", "ok", "8 threads on 8 cores")
+
+
+def test_the_document_counts_each_status():
+    checks = [Check(None, CPU, "a", PASS, "1"), Check("cpu", TIMING, "b", WARN, "2", "do"),
+              Check("cpu", WORK, "c", FAIL, "3", "do"), Check("cpu", WORK, "d", PASS, "4")]
+    found = check.document(checks)
+    assert (found["failed"], found["warned"], found["passed"]) == (1, 1, 2)
+    assert found["checks"][1] == {"device": "cpu", "group": TIMING, "name": "b", "status": WARN, "measured": "2",
+                                  "advice": "do"}
+
+
+# --- the command -----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def real_cpu_check(tmp_path_factory) -> dict:
+    """`devicebench check --devices cpu --json`, run for real once on this machine: its JSON. Its calibration
+    folder is an empty one of its own, which must stay so."""
+    calibration_folder = tmp_path_factory.mktemp("check") / "calibration"
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setenv(CALIBRATION_DIR_VARIABLE, str(calibration_folder))
+        result = cli.invoke(app, ["check", "--devices", "cpu", "--json"])
+    assert result.exit_code == 0, result.output
+    assert not calibration_folder.exists()  # the short calibration is never stored
+    return json.loads(result.stdout)
+
+
+def test_the_real_cpu_check_passes_with_the_documented_shape(real_cpu_check):
+    assert set(real_cpu_check) == {"checks", "failed", "warned", "passed"}
+    rows = real_cpu_check["checks"]
+    assert all(set(row) == CHECK_KEYS for row in rows)
+    assert all(row["status"] in STATUSES and row["group"] in GROUPS and row["device"] in (None, "cpu")
+               for row in rows)
+    assert all((row["advice"] is None) == (row["status"] == PASS) for row in rows)
+    counts = [sum(row["status"] == status for row in rows) for status in (FAIL, WARN, PASS)]
+    assert counts == [real_cpu_check["failed"], real_cpu_check["warned"], real_cpu_check["passed"]]
+    assert real_cpu_check["failed"] == 0, [row for row in rows if row["status"] == FAIL]
+
+
+def test_the_real_cpu_check_measures_work_timing_and_ceilings(real_cpu_check):
+    rows = {(row["device"], row["name"]): row for row in real_cpu_check["checks"]}
+    model = rows["cpu", "model on the device"]
+    assert model["status"] == PASS and model["measured"].startswith("the parameters are on cpu after ")
+    trained_s = float(model["measured"].split(" steps in ")[1].removesuffix(" s"))
+    assert trained_s >= monitor_module.UTILIZATION_RATES_PERIOD_S  # long enough for NVML to tell how busy a GPU was
+    busy = rows["cpu", "CPU busy"]  # warns, not fails, when a loaded machine starves the run
+    percent = float(busy["measured"].split("this process used ")[1].split("%")[0])
+    assert busy["status"] in (PASS, WARN) and percent >= check.CPU_IDLE_MAX_PERCENT
+    timing = rows["cpu", "synchronized clock"]
+    synchronized, unsynchronized = (float(timing["measured"].split(f"{word} ")[1].split(" ms")[0])
+                                    for word in ("synchronized", "unsynchronized"))
+    assert timing["status"] == PASS and synchronized >= unsynchronized > 0  # the CPU's kernels finish as they return
+    matmul = re.fullmatch(r"([\d.,]+) TFLOP/s \((\d+)x\2\); no datasheet to compare", rows["cpu", "matmul fp32"]["measured"])
+    assert matmul and int(matmul[2]) <= CPU_CHECK_PLAN.matmul_size  # the largest size that fits a 0.3 s stretch
+    copy = re.fullmatch(r"([\d.,]+) GB/s \(256 MiB\); no datasheet to compare", rows["cpu", "memory copy"]["measured"])
+    assert copy and float(copy[1].replace(",", "")) > 0
+    assert rows[None, "PyTorch build"]["status"] == PASS
+    assert rows[None, "load from other processes"]["status"] in (PASS, WARN)
+
+
+@pytest.fixture
+def wide_console(monkeypatch) -> None:
+    """200 columns, whatever $COLUMNS says: no check's name or short advice wraps onto a second line."""
+    monkeypatch.setattr(check_command.console, "width", 200)
+
+
+def as_checks(document: dict) -> list[Check]:
+    return [Check(**row) for row in document["checks"]]
+
+
+def test_the_table_shows_every_check_by_device(real_cpu_check, wide_console, monkeypatch):
+    monkeypatch.setattr(check_command, "run_checks", lambda chosen, progress: as_checks(real_cpu_check))
+    result = cli.invoke(app, ["check", "--devices", "cpu"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in lines if line.startswith("│")]
+    named = [(row[0], row[2], row[3]) for row in rows if row[2]]  # a check's first line names it
+    assert named[:2] == [("machine", "PyTorch build", PASS), ("", "driver and toolkit", PASS)]
+    assert ("cpu", "model on the device", PASS) in named and ("", "matmul fp32", PASS) in named
+    assert len(named) == len(real_cpu_check["checks"])
+    counts = f"{real_cpu_check['failed']} failed, {real_cpu_check['warned']} warned, {real_cpu_check['passed']} passed"
+    assert counts in result.stdout
+
+
+@pytest.mark.parametrize("flags", [[], ["--json"]])
+def test_a_failed_check_exits_1_and_still_reports(wide_console, monkeypatch, flags):
+    failed = [Check("cpu", TIMING, "synchronized clock", FAIL, "0.1 ms for 2 TFLOP", "fix synchronize")]
+    monkeypatch.setattr(check_command, "run_checks", lambda chosen, progress: failed)
+    result = cli.invoke(app, ["check", "--devices", "cpu", *flags])
+    assert result.exit_code == 1
+    assert "fix synchronize" in result.stdout
+    if flags:
+        assert json.loads(result.stdout)["failed"] == 1
+
+
+def test_an_unknown_or_missing_device_is_refused_before_any_check(cpu_machine):
+    unknown = cli.invoke(app, ["check", "--devices", "tpu"])
+    missing = cli.invoke(app, ["check", "--devices", "cuda:0"])
+    assert unknown.exit_code == missing.exit_code == EXIT_USAGE
+    assert "unknown device 'tpu'" in unknown.stderr
+    assert "device 'cuda:0' is not available on this machine" in missing.stderr
