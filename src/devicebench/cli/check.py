@@ -57,18 +57,21 @@ def check(
 
 
 def checks_table(checks: list[Check], found: dict) -> Table:
-    """One row a check, grouped by device: the machine first, then each device's in the order they ran."""
+    """One row a check, grouped by device (the machine first, then each device in the order they ran) and by group
+    within it; each warn or fail says what to do under its figure."""
     table = Table(title="devicebench check", title_justify="left", caption_justify="left",
                   caption=f"{found['failed']} failed, {found['warned']} warned, {found['passed']} passed. "
                           "A warn leaves the numbers usable but explains why they may be low or vary.")
-    for column in ("Device", "Group", "Check", "Status", "Measured", "What to do"):
+    for column in ("Device", "Group", "Check", "Status", "Measured, and what to do"):
         table.add_column(column, overflow="fold")
-    previous_device: str | None = None
+    previous: tuple[str, str] | None = None
     for index, entry in enumerate(checks):
         device = entry.device or MACHINE_WIDE
         next_device = (checks[index + 1].device or MACHINE_WIDE) if index + 1 < len(checks) else None
-        table.add_row("" if device == previous_device else device, entry.group, entry.name,
-                      f"[{STATUS_STYLES[entry.status]}]{entry.status}[/]", escape(entry.measured),
-                      escape(entry.advice or ""), end_section=next_device != device)
-        previous_device = device
+        advice = f"\n[{STATUS_STYLES[entry.status]}]→ {escape(entry.advice)}[/]" if entry.advice else ""
+        table.add_row("" if previous and device == previous[0] else device,
+                      "" if (device, entry.group) == previous else entry.group, entry.name,
+                      f"[{STATUS_STYLES[entry.status]}]{entry.status}[/]", escape(entry.measured) + advice,
+                      end_section=next_device != device)
+        previous = (device, entry.group)
     return table
