@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import psutil
 import pytest
 import torch
+from nvml_fixtures import FakeNotFound, FakeNotSupported, FakeNvmlError
 from typer.testing import CliRunner
 
 from devicebench import check, host, nvml
@@ -109,21 +110,6 @@ def h100_machine(cpu_machine, monkeypatch):
 
 
 # --- a fake nvidia-ml-py ---------------------------------------------------------------------------------------
-
-
-class FakeNvmlError(Exception):
-    text = "Unknown Error"
-
-    def __str__(self) -> str:
-        return self.text
-
-
-class FakeNotSupported(FakeNvmlError):
-    text = "Not Supported"
-
-
-class FakeNotFound(FakeNvmlError):
-    text = "Not Found"
 
 
 @dataclass

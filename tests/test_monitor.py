@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import pytest
 import torch
+from nvml_fixtures import FakeNotFound, FakeNotSupported, FakeNvmlError
 
 from devicebench.engine import monitor as monitor_module
 from devicebench.engine.monitor import (
@@ -36,23 +37,6 @@ UUID_A = "8f3a1c2e-0000-4000-8000-00000000000a"  # as torch prints it: no "GPU-"
 UUID_B = "5d7e9b41-0000-4000-8000-00000000000b"
 NVML_EPOCH_US = 1_700_000_000_000_000  # the fake clock's 0 s on NVML's clock
 NVML_VALUE_TYPE_UNSIGNED_INT = 1  # as in nvml.h: samples come as the union's uiVal
-
-
-class FakeNvmlError(Exception):
-    """nvidia-ml-py's NVMLError: str() is NVML's own text for the code."""
-
-    text = "Unknown Error"
-
-    def __str__(self) -> str:
-        return self.text
-
-
-class FakeNotSupported(FakeNvmlError):
-    text = "Not Supported"
-
-
-class FakeNotFound(FakeNvmlError):
-    text = "Not Found"
 
 
 class FakeGpuIsLost(FakeNvmlError):

@@ -15,11 +15,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Optional
 
+import torch
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from devicebench.config import LARGEST_WHOLE_NUMBER
+from devicebench.devices import DeviceError, resolve_devices
 from devicebench.results.prices import PriceError, Prices, parse_prices
 from devicebench.results.store import Store, StoreError, default_db_path
 from devicebench.version import __version__
@@ -82,6 +84,8 @@ LastFilter = Annotated[Optional[int], typer.Option(min=1, max=LARGEST_WHOLE_NUMB
 BaselineOption = Annotated[str, typer.Option(
     help="What speedups are measured against: a device on each row's own machine (cpu, cuda:0), "
          "or one fixed MACHINE/DEVICE such as laptop/cpu.")]
+LocalDevicesOption = Annotated[str, typer.Option(
+    "--devices", help="auto (every local device), cpu, cuda, cuda:1, mps, or a list: cpu,cuda.")]
 PriceOption = Annotated[Optional[str], typer.Option(
     help="Hourly prices, e.g. cpu=0.10,cuda=2.50, or a TOML file with prices per machine: adds cost per million "
          "samples and cost against the baseline.", show_default=False)]
@@ -138,6 +142,14 @@ def sigterm_as_interrupt() -> Iterator[list[int]]:
         yield received
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def local_devices_or_fail(spec: str) -> list[torch.device]:
+    """The devices `--devices` names, or a clear error listing those present."""
+    try:
+        return resolve_devices(spec)
+    except DeviceError as error:
+        raise fail(str(error)) from None
 
 
 def open_store(db: Path | None) -> Store:

@@ -15,12 +15,13 @@ from rich.table import Table
 from devicebench.cli import (
     EXIT_FAILED_RUN,
     EXIT_INTERRUPTED,
+    LocalDevicesOption,
     app,
     console,
     errors,
     fail,
+    local_devices_or_fail,
 )
-from devicebench.devices import DeviceError, resolve_devices
 from devicebench.engine.calibrate import (
     PRECISIONS,
     QUICK_PLAN,
@@ -38,8 +39,7 @@ from devicebench.results.datasheets import datasheet_for
 
 @app.command()
 def calibrate(
-    devices: Annotated[str, typer.Option(
-        help="auto (every local device), cpu, cuda, cuda:1, mps, or a list: cpu,cuda.")] = "auto",
+    devices: LocalDevicesOption = "auto",
     as_json: Annotated[bool, typer.Option(
         "--json", help="Print the stored calibration (every device calibrated on this machine) as JSON.")] = False,
     quick: Annotated[bool, typer.Option(
@@ -55,10 +55,7 @@ def calibrate(
 
     The file is $DEVICEBENCH_CALIBRATION_DIR/<machine id>.json, else in the user data folder.
     """
-    try:
-        chosen = resolve_devices(devices)
-    except DeviceError as error:
-        raise fail(str(error)) from None
+    chosen = local_devices_or_fail(devices)
     fingerprint = machine_fingerprint()
     measured: list[DeviceCeilings] = []
     try:

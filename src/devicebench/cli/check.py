@@ -13,8 +13,16 @@ from rich.markup import escape
 from rich.table import Table
 
 from devicebench.check import FAIL, PASS, WARN, Check, document, run_checks
-from devicebench.cli import EXIT_FAILED_RUN, EXIT_INTERRUPTED, app, console, errors, fail
-from devicebench.devices import DeviceError, resolve_devices
+from devicebench.cli import (
+    EXIT_FAILED_RUN,
+    EXIT_INTERRUPTED,
+    LocalDevicesOption,
+    app,
+    console,
+    errors,
+    fail,
+    local_devices_or_fail,
+)
 
 STATUS_STYLES = {PASS: "green", WARN: "yellow", FAIL: "bold red"}
 MACHINE_WIDE = "machine"  # what the Device column says of a check about the whole machine
@@ -22,8 +30,7 @@ MACHINE_WIDE = "machine"  # what the Device column says of a check about the who
 
 @app.command()
 def check(
-    devices: Annotated[str, typer.Option(
-        help="auto (every local device), cpu, cuda, cuda:1, mps, or a list: cpu,cuda.")] = "auto",
+    devices: LocalDevicesOption = "auto",
     as_json: Annotated[bool, typer.Option(
         "--json", help='Print {"checks": [...], "failed": N, "warned": N, "passed": N} instead of the table.')] = False,
 ) -> None:
@@ -38,10 +45,7 @@ def check(
 
     Exits 1 when a check fails (a warn does not), 2 for an unknown device. The short calibration is not stored.
     """
-    try:
-        chosen = resolve_devices(devices)
-    except DeviceError as error:
-        raise fail(str(error)) from None
+    chosen = local_devices_or_fail(devices)
     try:
         with errors.status("Checking") as status:
             checks = run_checks(chosen, progress=lambda step: status.update(f"Checking {step}"))
