@@ -33,6 +33,7 @@ import torch
 
 from devicebench.devices import device_name, native_bf16
 from devicebench.engine.timing import Stopwatch, wall_clock_utc
+from devicebench.files import UnusableFile, require_regular_file
 from devicebench.host import BYTES_PER_MIB
 from devicebench.results.schema import write_atomically
 from devicebench.version import __version__
@@ -102,9 +103,33 @@ class Measurement:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Measurement:
-        return cls(rate=float(data["rate"]), size=int(data["size"]),
-                   stretch_s=tuple(float(seconds) for seconds in data["stretch_s"]),
-                   stretch_rates=tuple(float(rate) for rate in data["stretch_rates"]))
+        """The measurement to_dict() wrote: finite positive figures; KeyError, TypeError or ValueError else."""
+        return cls(rate=_positive(data["rate"], "rate"), size=_positive(data["size"], "size", whole=True),
+                   stretch_s=tuple(_positive(seconds, "stretch_s") for seconds in _list(data["stretch_s"])),
+                   stretch_rates=tuple(_positive(rate, "stretch_rates") for rate in _list(data["stretch_rates"])))
+
+
+def _positive(value: Any, name: str, *, whole: bool = False, zero: bool = False) -> Any:
+    """`value` when it is a finite number > 0 (≥ 0 with `zero`; a whole one with `whole`; never a bool or a
+    string), else ValueError."""
+    kind = int if whole else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kind) or not math.isfinite(value) or not (
+            value > 0 or (zero and value == 0)):
+        raise ValueError(f"{name}: expected a finite {'whole ' if whole else ''}number {'≥' if zero else '>'} 0, "
+                         f"got {value!r:.60}")
+    return value if whole else float(value)
+
+
+def _list(value: Any) -> list | tuple:
+    if not isinstance(value, (list, tuple)):  # a list in JSON, a tuple from to_dict()
+        raise TypeError(f"expected a list, got {value!r:.60}")
+    return value
+
+
+def _text(value: Any, name: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{name}: expected a non-empty string, got {value!r:.60}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -125,15 +150,34 @@ class DeviceCeilings:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DeviceCeilings:
         """The ceilings to_dict() wrote; KeyError, TypeError or ValueError for anything else."""
+        matmul, host_to_device, plan = data["matmul"], data["host_to_device"], data["plan"]
+        if not isinstance(matmul, dict) or not isinstance(host_to_device, dict) or not isinstance(plan, dict):
+            raise TypeError("matmul, host_to_device and plan must be objects")
+        fields = {item.name: item.type for item in dataclasses.fields(CalibrationPlan)}
+        if set(plan) != set(fields):
+            raise ValueError(f"plan: expected the fields {', '.join(fields)}")
         return cls(
-            device=str(data["device"]),
-            device_name=str(data["device_name"]),
-            matmul={str(precision): Measurement.from_dict(taken) for precision, taken in data["matmul"].items()},
-            not_native=tuple(str(precision) for precision in data["not_native"]),
+            device=_text(data["device"], "device"),
+            device_name=_text(data["device_name"], "device_name"),
+            matmul={_precision(precision): Measurement.from_dict(taken) for precision, taken in matmul.items()},
+            not_native=tuple(_precision(precision) for precision in _list(data["not_native"])),
             memory_copy=Measurement.from_dict(data["memory_copy"]),
-            host_to_device={str(kind): Measurement.from_dict(taken) for kind, taken in data["host_to_device"].items()},
-            plan=CalibrationPlan(**data["plan"]),
+            host_to_device={_memory_kind(kind): Measurement.from_dict(taken) for kind, taken in host_to_device.items()},
+            plan=CalibrationPlan(**{name: _positive(plan[name], name, whole=kind == "int", zero=name == "warmup_s")
+                                    for name, kind in fields.items()}),
         )
+
+
+def _precision(value: Any) -> str:
+    if value not in PRECISIONS:
+        raise ValueError(f"unknown precision {value!r:.60}")
+    return value
+
+
+def _memory_kind(value: Any) -> str:
+    if value not in HOST_MEMORY_KINDS:
+        raise ValueError(f"unknown host memory kind {value!r:.60}")
+    return value
 
 
 def measure_ceilings(
@@ -370,11 +414,14 @@ def load_calibration(machine_id: str, folder: str | Path | None = None) -> dict 
     """
     path = calibration_path(machine_id, folder)
     try:
+        require_regular_file(path, "the calibration file")
         document = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, UnusableFile) as error:
         raise _unreadable(path, str(error)) from None
+    except RecursionError:
+        raise _unreadable(path, "its JSON is nested too deeply to be one") from None
     if not isinstance(document, dict) or document.get("schema") != CALIBRATION_SCHEMA:
         # schema 1 timed bursts of a few milliseconds and emulated bf16: its figures are not worth converting
         found = document.get("schema") if isinstance(document, dict) else None
@@ -384,14 +431,17 @@ def load_calibration(machine_id: str, folder: str | Path | None = None) -> dict 
     devices = document.get("devices")
     if not isinstance(devices, dict):
         raise _unreadable(path, "it has no 'devices' table")
+    checked = {}
     for device, entry in devices.items():
         try:
-            readable = DeviceCeilings.from_dict(entry).device == device
-        except (AttributeError, KeyError, TypeError, ValueError):
-            readable = False
-        if not readable:
-            raise _unreadable(path, f"its entry for {device!r} is not a device's ceilings")
-    return document
+            ceilings = DeviceCeilings.from_dict(entry)
+        except (AttributeError, KeyError, TypeError, ValueError) as error:
+            raise _unreadable(path, f"its entry for {device!r} is not a device's ceilings: {error}") from None
+        if ceilings.device != device:
+            raise _unreadable(path, f"its entry for {device!r} holds the ceilings of {ceilings.device!r}")
+        checked[device] = json.loads(json.dumps(ceilings.to_dict()))  # the checked figures (as JSON has them: lists),
+        # never the file's raw values
+    return {**document, "devices": checked}
 
 
 def peak_tflops(machine_id: str, device: str, precision: str, folder: str | Path | None = None) -> float | None:

@@ -13,10 +13,14 @@ import dataclasses
 import json
 import math
 import statistics
+import types
+import typing
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+from devicebench import files
 
 SCHEMA_VERSION = 2  # 2: plausibility flags
 READABLE_SCHEMA_VERSIONS = (1, 2)  # 1 lacks only fields that have defaults
@@ -160,11 +164,15 @@ class RunRecord:
         return {**dataclasses.asdict(self), "summary": dataclasses.asdict(self.summary())}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RunRecord:
-        fields = {name: value for name, value in data.items() if name != "summary"}  # summary is derived
-        fields["settings"] = RunSettings(**fields["settings"])
-        fields["epochs"] = [EpochRecord(**epoch) for epoch in fields["epochs"]]
-        return cls(**fields)
+    def from_dict(cls, data: dict[str, Any], where: str = "") -> RunRecord:
+        """The run to_dict() wrote, every field checked; InvalidResult names the first wrong one by its path
+        (`where` is this run's own: "runs[2]")."""
+        record = cls(**_checked_fields(cls, data, where, derived=("summary",)))
+        for index, epoch in enumerate(record.epochs):
+            if epoch.epoch != index + 1:
+                raise InvalidResult(f"{_at(where, f'epochs[{index}].epoch')}: expected {index + 1} (epochs are "
+                                    f"numbered 1, 2, 3... in order, each once), got {epoch.epoch}")
+        return record
 
 
 @dataclass
@@ -193,22 +201,23 @@ class Result:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Result:
-        version = data.get("schema_version")
-        if version not in READABLE_SCHEMA_VERSIONS:
+    def from_dict(cls, data: dict[str, Any], where: str = "") -> Result:
+        """The session to_dict() wrote, every field of it and of its runs checked (types, ranges, statuses, epoch
+        numbers); InvalidResult names the first wrong one by its path: `runs[2].epochs[1].samples_per_s: ...`."""
+        version = data.get("schema_version") if isinstance(data, dict) else None
+        if version not in READABLE_SCHEMA_VERSIONS or isinstance(version, bool):
             raise ValueError(
                 f"results of schema version {version!r} cannot be read by this devicebench "
                 f"(schema version {SCHEMA_VERSION}); upgrade devicebench or re-export them"
             )
-        return cls(
-            machine=data["machine"],
-            config=data["config"],
-            created_utc=data["created_utc"],
-            devicebench_version=data["devicebench_version"],
-            runs=[RunRecord.from_dict(run) for run in data["runs"]],
-            interrupted=data.get("interrupted", False),
-            result_id=data["result_id"],
-        )
+        result = cls(**_checked_fields(cls, data, where, derived=("schema_version",)))
+        seen: dict[str, int] = {}
+        for index, run in enumerate(result.runs):
+            if run.run_id in seen:
+                raise InvalidResult(f"{_at(where, f'runs[{index}].run_id')}: {run.run_id!r} is also the id of "
+                                    f"runs[{seen[run.run_id]}]; each run has its own")
+            seen[run.run_id] = index
+        return result
 
     def write_json(self, path: Path) -> None:
         """Write strict JSON atomically: a crash mid-write leaves the previous file, never half a file.
@@ -222,11 +231,105 @@ class Result:
         return cls.from_dict(json.loads(path.read_text()))
 
 
+class InvalidResult(ValueError):
+    """A result with a field missing, unknown, of the wrong type or out of range; the message starts with the
+    field's path: `runs[2].epochs[1].samples_per_s: expected a finite number ≥ 0, got 'fast'`."""
+
+
+# The ranges of numbers, by field name. Every other number is a time, rate, count, size, memory or energy: ≥ 0
+_ANY_SIGN = frozenset({"train_loss", "test_loss", "seed"})  # a loss can be negative; torch takes any seed
+_AT_LEAST_ONE = frozenset({"epoch", "batch_size", "threads", "world_size"})
+_IDS = frozenset({"run_id", "result_id"})  # strings that must not be empty
+
+
+def _range(name: str) -> tuple[float, float]:
+    if name in _ANY_SIGN:
+        return -math.inf, math.inf
+    if "accuracy" in name:  # a fraction of samples
+        return 0.0, 1.0
+    return (1.0 if name in _AT_LEAST_ONE else 0.0), math.inf
+
+
+def _at(where: str, name: str) -> str:
+    return f"{where}.{name}" if where and not name.startswith("[") else f"{where}{name}"
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value) if isinstance(value, (bool, type(None))) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _checked_fields(cls: type, data: Any, where: str, derived: tuple[str, ...] = ()) -> dict[str, Any]:
+    """`data`'s fields for `cls(**...)`, each checked against the dataclass's annotation; `derived` keys are
+    dropped (recomputed, never trusted). Raises InvalidResult naming the field by its path."""
+    if not isinstance(data, dict):
+        raise InvalidResult(f"{where or cls.__name__}: expected an object, got {_shown(data)}")
+    hints = typing.get_type_hints(cls)
+    fields = {item.name: item for item in dataclasses.fields(cls)}
+    for name in data:
+        if name not in fields and name not in derived:
+            raise InvalidResult(f"{_at(where, str(name))}: not a field this devicebench knows "
+                                f"(in a {cls.__name__})")
+    checked = {}
+    for name, item in fields.items():
+        if name not in data:
+            if item.default is dataclasses.MISSING and item.default_factory is dataclasses.MISSING:
+                raise InvalidResult(f"{_at(where, name)}: missing")
+            continue
+        checked[name] = _checked(data[name], hints[name], _at(where, name), name)
+    return checked
+
+
+def _checked(value: Any, hint: Any, where: str, name: str) -> Any:
+    """`value` if it is of the type `hint` (and in `name`'s range, for a number), else InvalidResult."""
+    origin, arguments = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in arguments:
+            return None
+        (hint,) = [argument for argument in arguments if argument is not type(None)]
+        return _checked(value, hint, where, name)
+    if dataclasses.is_dataclass(hint):  # its own from_dict adds its checks across fields (RunRecord's epochs)
+        return hint.from_dict(value, where) if hasattr(hint, "from_dict") else hint(**_checked_fields(hint, value,
+                                                                                                    where))
+    if hint is Any:
+        return value
+    if origin is Literal:
+        if isinstance(value, str) and value in arguments:
+            return value
+        raise InvalidResult(f"{where}: expected one of {', '.join(map(repr, arguments))}, got {_shown(value)}")
+    if origin is list:
+        if not isinstance(value, list):
+            raise InvalidResult(f"{where}: expected a list, got {_shown(value)}")
+        return [_checked(item, arguments[0], f"{where}[{index}]", name) for index, item in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise InvalidResult(f"{where}: expected an object, got {_shown(value)}")
+        return value  # JSON objects' keys are strings; the values are whatever the workload took
+    if hint is str:
+        if isinstance(value, str) and (value or name not in _IDS):
+            return value
+        raise InvalidResult(f"{where}: expected a {'non-empty ' if name in _IDS else ''}string, got {_shown(value)}")
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        raise InvalidResult(f"{where}: expected true or false, got {_shown(value)}")
+    if hint in (int, float):
+        low, high = _range(name)
+        whole = hint is int
+        number = isinstance(value, (int, float)) and not isinstance(value, bool) and (
+            isinstance(value, int) if whole else math.isfinite(value))
+        if number and low <= value <= high:
+            return value if whole else float(value)
+        kind = "a whole number" if whole else "a finite number"
+        bounds = (f"in [{low:g}, {high:g}]" if high < math.inf else f"≥ {low:g}") if low > -math.inf else ""
+        raise InvalidResult(f"{where}: expected {kind}{' ' + bounds if bounds else ''}, got {_shown(value)}")
+    raise TypeError(f"{where}: no check for fields of type {hint!r}")  # a new annotation: teach _checked it
+
+
 def write_atomically(path: Path, text: str) -> None:
-    """Write `text` to `path` so that a crash mid-write leaves the previous file, never half a file."""
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(text, encoding="utf-8", newline="")  # newline="": line endings exactly as given
-    partial.replace(path)
+    """Write `text` to `path` so that a crash mid-write leaves the previous file, never half a file, and a failed
+    write leaves no `.partial` file; a device, a terminal or a read-only file is refused (files.write_atomically)."""
+    files.write_atomically(path, text)
 
 
 def finite_or_none(value: Any) -> Any:

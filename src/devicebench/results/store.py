@@ -21,6 +21,7 @@ import random
 import socket
 import sqlite3
 import time
+import typing
 import unicodedata
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
@@ -32,13 +33,16 @@ import platformdirs
 import psutil
 
 from devicebench.events import RunReporter
+from devicebench.files import UnusableFile, require_regular_file
 from devicebench.results.schema import (
     READABLE_SCHEMA_VERSIONS,
     SCHEMA_VERSION,
     EpochRecord,
+    InvalidResult,
     Result,
     RunRecord,
     RunSettings,
+    RunStatus,
     finite_or_none,
     write_atomically,
 )
@@ -49,8 +53,11 @@ BUSY_TIMEOUT_S = 30.0  # how long a write waits for another process's write to f
 WAL_SWITCH_ATTEMPTS = 100  # about 5 s of retries at a random 0.01-0.1 s apart
 SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
 EXPORT_KIND = "devicebench-export"
+FINISHED_STATUSES = tuple(status for status in typing.get_args(RunStatus) if status != "running")
 MACHINE_IDENTITY_KEYS = ("machine_id", "machine_name", "hostname")  # the fingerprint keys the store indexes
 _WHAT_TO_DO = f"pass another --db (or set {DB_ENVIRONMENT_VARIABLE}) to keep results elsewhere"
+_DAMAGED = ("restore it from a backup, or save what can still be read with `sqlite3 FILE .recover` into a new "
+            f"file; or {_WHAT_TO_DO}")
 
 
 class StoreError(RuntimeError):
@@ -206,6 +213,7 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _create_tables, _add_live_runs, _add_usage, _add_input_diagnosis, _add_flops, _add_tuning, _add_ranks,
     _add_compile_and_rank_figures, _add_plausibility,
 ]
+TABLES = ("machines", "sessions", "runs", "epochs", "live_runs")  # schema 1's four, then schema 2's
 ABANDONED = "the process running it ended without finishing it (killed or crashed); its finished epochs are kept"
 
 
@@ -233,6 +241,7 @@ class Store:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        _refuse_if_not_a_file(self.path)
         _refuse_if_not_sqlite(self.path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -311,6 +320,11 @@ class Store:
         if version > len(MIGRATIONS):
             raise StoreError(f"{self.path} was made by a newer devicebench (schema {version}); upgrade devicebench "
                              f"to read it (this one knows schema {len(MIGRATIONS)}), or {_WHAT_TO_DO}")
+        present = set((tables or "").split(", "))
+        missing = [table for table in TABLES[:4 if version == 1 else len(TABLES)] if table not in present]
+        if version and missing:
+            raise StoreError(f"{self.path} is a damaged devicebench results database: table {', '.join(missing)} "
+                             f"is missing (was it edited by another program?). It was left as it is; {_DAMAGED}")
         return version
 
     def _migrate(self) -> None:
@@ -394,6 +408,7 @@ class Store:
         added = 0
         with self._transaction("import the results"):
             for result in results:
+                self._refuse_another_session_of_the_same_id(result)
                 self._insert_session(result)
                 for record in result.runs:
                     if self._insert_run(result.result_id, record):
@@ -401,22 +416,42 @@ class Store:
                         added += 1
         return added
 
+    def _refuse_another_session_of_the_same_id(self, result: Result) -> None:
+        """Raise StoreError when `result` is not the session stored under its id (another machine's, another
+        time's) or one of its runs is stored in another session: pooling those runs would mix different sessions.
+        The same session again (a re-import, or another export of some of its runs) passes."""
+        stored = self._connection.execute(f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions WHERE result_id = ?",
+                                          (result.result_id,)).fetchone()
+        if stored is not None:
+            incoming = _session_row(result)
+            for column in ("machine_id", "hostname", "created_utc", "devicebench_version", "machine_json",
+                           "config_json"):
+                if not _same_value(stored[column], incoming[column], column.endswith("_json")):
+                    raise StoreError(
+                        f"session {result.result_id} is already stored in {self.path} with another "
+                        f"{column.removesuffix('_json').replace('_', ' ')}: two different sessions carry the same "
+                        "id, and importing would pool the runs of one with the other's. Nothing was imported; "
+                        "export the file again from the machine that ran it, or import it into another --db")
+        run_ids = [run.run_id for run in result.runs]
+        for start in range(0, len(run_ids), 500):  # SQLite's limit on parameters in one statement
+            chunk = run_ids[start:start + 500]
+            other = self._connection.execute(
+                f"SELECT run_id, result_id FROM runs WHERE run_id IN ({', '.join('?' * len(chunk))}) "
+                "AND result_id != ? LIMIT 1", (*chunk, result.result_id)).fetchone()
+            if other is not None:
+                raise StoreError(
+                    f"run {other['run_id']} of session {result.result_id} is already stored in {self.path} as a run "
+                    f"of another session ({other['result_id']}): two different runs carry the same id. Nothing "
+                    "was imported; export the file again from the machine that ran it, or import it into another "
+                    "--db")
+
     def _insert_session(self, result: Result) -> None:
         machine = result.machine
         self._connection.execute(
             "INSERT OR IGNORE INTO machines (machine_id, machine_name) VALUES (?, ?)",
             (machine["machine_id"], machine["machine_name"]),
         )
-        self._connection.execute(_INSERT_SESSION, {
-            "result_id": result.result_id,
-            "machine_id": machine["machine_id"],
-            "hostname": machine["hostname"],
-            "created_utc": result.created_utc,
-            "devicebench_version": result.devicebench_version,
-            "interrupted": result.interrupted,
-            "machine_json": _json_text(machine),
-            "config_json": _json_text(result.config),
-        })
+        self._connection.execute(_INSERT_SESSION, _session_row(result))
 
     def _insert_run(self, result_id: str, record: RunRecord) -> bool:
         """Insert the run unless its id is already stored; returns whether it was new."""
@@ -472,7 +507,24 @@ class Store:
                 "ORDER BY run_id, epoch",
                 parameters,
             ).fetchall()
-        return _assemble(sessions, runs, epochs)
+        try:
+            return _assemble(sessions, runs, epochs)
+        except (KeyError, TypeError, ValueError, RecursionError) as error:  # InvalidResult and JSONDecodeError too
+            raise StoreError(f"{self.path} is a damaged devicebench results database: {error}. Nothing was "
+                             f"changed in it; {_DAMAGED}") from None
+
+
+def _refuse_if_not_a_file(path: Path) -> None:
+    """Refuse a FIFO, a device or a socket as the database: reading one would hang or never end."""
+    try:
+        if not path.is_dir():  # a folder gets its own words when SQLite tries to open it
+            require_regular_file(path, "the results database")
+    except FileNotFoundError:
+        return  # a new database
+    except UnusableFile as error:
+        raise StoreError(f"{error}. It was left as it is; {_WHAT_TO_DO}") from None
+    except OSError:
+        return  # an unusable name: _refuse_if_not_sqlite and SQLite say what is wrong
 
 
 def _refuse_if_not_sqlite(path: Path) -> None:
@@ -496,6 +548,12 @@ def _explain(error: sqlite3.Error, path: Path, *, unchanged: bool = False) -> st
     message = str(error)
     if name == "SQLITE_FULL" or "disk is full" in message:
         problem, advice = "the disk holding it is full", "free some space on that disk, or " + _WHAT_TO_DO
+    elif name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or "malformed" in message:
+        problem, advice = "it is damaged", _DAMAGED
+    elif "no such table" in message or "no such column" in message:
+        problem, advice = "part of devicebench's tables is missing from it (edited by another program?)", _DAMAGED
+    elif name.startswith("SQLITE_CONSTRAINT") or isinstance(error, sqlite3.IntegrityError):
+        problem, advice = "what it holds contradicts what was to be added (damaged, or edited by hand)", _DAMAGED
     elif name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in message:
         problem = f"it is locked by another process, which has held it for more than {BUSY_TIMEOUT_S:g} s"
         advice = ("close the program that has it open (another devicebench writing to it, or a database browser) or "
@@ -512,6 +570,30 @@ def _explain(error: sqlite3.Error, path: Path, *, unchanged: bool = False) -> st
         problem, advice = "SQLite failed", _WHAT_TO_DO
     kept = "; the file is unchanged, with everything stored in it before" if unchanged else ""
     return f"{problem} ({message}){kept}. To go on, {advice}"
+
+
+def _session_row(result: Result) -> dict[str, Any]:
+    machine = result.machine
+    return {
+        "result_id": result.result_id,
+        "machine_id": machine["machine_id"],
+        "hostname": machine["hostname"],
+        "created_utc": result.created_utc,
+        "devicebench_version": result.devicebench_version,
+        "interrupted": result.interrupted,
+        "machine_json": _json_text(machine),
+        "config_json": _json_text(result.config),
+    }
+
+
+def _same_value(stored: Any, incoming: Any, is_json: bool) -> bool:
+    """Whether a stored session's column holds what an imported one would; JSON compared as what it means."""
+    if not is_json or stored == incoming:
+        return stored == incoming
+    try:
+        return json.loads(stored) == json.loads(incoming)
+    except (TypeError, ValueError, RecursionError):
+        return False
 
 
 def _json_text(value: Any) -> str:
@@ -535,19 +617,29 @@ def _json_or_none(value: Any) -> str | None:
     return None if value is None else json.dumps(value)
 
 
+def _stored_json(text: Any, what: str) -> Any:
+    """A JSON column's value; ValueError naming `what` when the text is not JSON."""
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError, RecursionError):
+        raise ValueError(f"{what} is not JSON: {str(text)[:60]!r}") from None
+
+
 def _assemble(sessions: list[sqlite3.Row], runs: list[sqlite3.Row], epochs: list[sqlite3.Row]) -> list[Result]:
-    """Rows back into Results, through the dict form Result.from_dict reads."""
+    """Rows back into Results, through the dict form Result.from_dict reads (every field checked: the file may have
+    been edited or damaged); ValueError names what is wrong."""
     epochs_by_run: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in epochs:
         epoch = {column: row[column] for column in EPOCH_COLUMNS}
         for column in LIST_EPOCH_COLUMNS:
-            epoch[column] = None if epoch[column] is None else json.loads(epoch[column])
+            epoch[column] = None if epoch[column] is None else _stored_json(
+                epoch[column], f"run {row['run_id']}'s {column} of epoch {row['epoch']}")
         epochs_by_run[row["run_id"]].append(epoch)
     runs_by_session: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in runs:
         runs_by_session[row["result_id"]].append({
             **{column: row[column] for column in RUN_COLUMNS},
-            "settings": json.loads(row["settings_json"]),
+            "settings": _stored_json(row["settings_json"], f"run {row['run_id']}'s settings_json"),
             "epochs": epochs_by_run[row["run_id"]],
         })
     return [
@@ -557,10 +649,10 @@ def _assemble(sessions: list[sqlite3.Row], runs: list[sqlite3.Row], epochs: list
             "devicebench_version": row["devicebench_version"],
             "created_utc": row["created_utc"],
             "interrupted": bool(row["interrupted"]),
-            "machine": json.loads(row["machine_json"]),
-            "config": json.loads(row["config_json"]),
+            "machine": _stored_json(row["machine_json"], f"session {row['result_id']}'s machine_json"),
+            "config": _stored_json(row["config_json"], f"session {row['result_id']}'s config_json"),
             "runs": runs_by_session[row["result_id"]],
-        })
+        }, f"session {row['result_id']}")
         for row in sessions
     ]
 
@@ -660,29 +752,57 @@ def printable(value: Any) -> Any:
 
 
 def read_results_file(path: Path) -> list[Result]:
-    """The sessions in an export file or in a `devicebench run --json` file; ResultsFileError says what is wrong."""
+    """The sessions in an export file or in a `devicebench run --json` file, every field checked (results.schema's
+    Result.from_dict); ResultsFileError says what is wrong, naming a wrong field by its path. Nothing in the file is
+    trusted: one wrong field refuses the whole file."""
     try:
+        require_regular_file(path, "the results file")
         data = json.loads(path.read_text())
     except FileNotFoundError:
         raise ResultsFileError(f"{path}: no such file") from None
+    except UnusableFile as error:
+        raise ResultsFileError(str(error)) from None
     except OSError as error:
         raise ResultsFileError(f"cannot read {path} ({error.strerror})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ResultsFileError(f"{path} is not valid JSON ({error})") from None
+    except RecursionError:
+        raise ResultsFileError(f"{path} is not a devicebench results file: its JSON is nested too deeply to be "
+                               "one") from None
     if not isinstance(data, dict) or ("runs" not in data and data.get("kind") != EXPORT_KIND):
         raise ResultsFileError(f"{path} is neither a devicebench export nor a `devicebench run --json` file")
-    if data.get("schema_version") not in READABLE_SCHEMA_VERSIONS:
+    if data.get("schema_version") not in READABLE_SCHEMA_VERSIONS or isinstance(data.get("schema_version"), bool):
         readable = " and ".join(map(str, READABLE_SCHEMA_VERSIONS))
         raise ResultsFileError(f"{path} holds results of schema version {data.get('schema_version')!r}; this "
                                f"devicebench reads versions {readable}: upgrade devicebench or re-export them")
-    try:
-        items = data["results"] if data.get("kind") == EXPORT_KIND else [data]  # an export, or one run's --json
-        results = [Result.from_dict(printable(item)) for item in items]
-    except (KeyError, TypeError, ValueError) as error:
-        raise ResultsFileError(f"{path} holds a result devicebench cannot read ({type(error).__name__}: "
-                               f"{error})") from None
-    for result in results:
-        missing = [key for key in MACHINE_IDENTITY_KEYS if key not in result.machine]
-        if missing:
-            raise ResultsFileError(f"{path}: result {result.result_id} has no {', '.join(missing)} in its machine")
+    exported = data.get("kind") == EXPORT_KIND
+    items = data.get("results") if exported else [data]  # an export, or one run's --json
+    if not isinstance(items, list):
+        raise ResultsFileError(f"{path} holds a result devicebench cannot read (results: expected a list, got "
+                               f"{type(items).__name__})")
+    results = []
+    for index, item in enumerate(items):
+        where = f"results[{index}]" if exported else ""
+        try:
+            result = Result.from_dict(printable(item), where)
+            _check_finished_session(result, where)
+        except (KeyError, TypeError, ValueError) as error:
+            raise ResultsFileError(f"{path} holds a result devicebench cannot read, so nothing of it was imported "
+                                   f"({error})") from None
+        results.append(result)
     return results
+
+
+def _check_finished_session(result: Result, where: str) -> None:
+    """What an import needs beyond a well-formed Result: the machine's identity, and finished runs only (a file is
+    written once every run has ended; `devicebench run --json` marks a run cut short `interrupted`)."""
+    machine = f"{where}.machine" if where else "machine"
+    for key in MACHINE_IDENTITY_KEYS:
+        if not isinstance(result.machine.get(key), str) or not result.machine[key]:
+            raise InvalidResult(f"{machine}.{key}: expected a non-empty string, got "
+                                f"{json.dumps(result.machine.get(key))[:60]}")
+    for index, run in enumerate(result.runs):
+        if run.status == "running":
+            place = f"{where}.runs[{index}]" if where else f"runs[{index}]"
+            raise InvalidResult(f"{place}.status: 'running' is not a finished run's status; a file holds runs that "
+                                f"ended: {', '.join(repr(status) for status in FINISHED_STATUSES)}")
