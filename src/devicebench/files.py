@@ -6,6 +6,7 @@ would hang a read or never end one), and no output ever destroys an input.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from pathlib import Path
@@ -33,3 +34,112 @@ def require_regular_file(path: str | os.PathLike, what: str) -> None:
     if not stat.S_ISREG(mode):
         raise UnusableFile(f"{what} {Path(path)} is {file_kind(mode)}, not a regular file: devicebench reads only "
                            "regular files (a pipe or a device could hang it); name a file")
+
+
+class UnwritableFile(UnusableFile, OSError):
+    """A path devicebench will not write (a device, a terminal, a read-only file); an OSError too, so that a caller
+    that reports failed writes reports this one the same way."""
+
+
+# --- what devicebench writes -------------------------------------------------------------------------------------
+
+
+def _resolved(path: str | os.PathLike) -> Path:
+    """`path` absolute, with every link followed (as far as the links exist)."""
+    return Path(os.path.realpath(os.path.abspath(os.fspath(path))))
+
+
+def check_writable(path: str | os.PathLike, what: str) -> Path:
+    """Raise UnusableFile unless `path` can be written as a whole file; return where the bytes will go.
+
+    A link is followed (the link stays a link; the file it names is written). What exists there must be a regular
+    file that may be written: a device (/dev/null, /dev/full), a pipe or a terminal (/dev/stdout) would be replaced
+    by a plain file, and a read-only file would be replaced behind its mode's back (as root, or through the
+    rename that every atomic write ends with). `what` names the path for the message: "--json", "the report"."""
+    target = _resolved(path)
+    try:
+        status = os.stat(target)
+    except FileNotFoundError:
+        return target
+    except OSError as error:
+        raise UnwritableFile(f"cannot write {what} {Path(path)}: {error.strerror or error}; name another path") from None
+    if stat.S_ISDIR(status.st_mode):
+        raise UnwritableFile(f"cannot write {what} {Path(path)}: it is a folder; name a file inside it")
+    if not stat.S_ISREG(status.st_mode):
+        shown = f"{Path(path)}" + (f" (a link to {target})" if target != Path(os.path.abspath(path)) else "")
+        raise UnwritableFile(f"cannot write {what} {shown}: it is {file_kind(status.st_mode)}, not a regular file; "
+                           "devicebench writes only regular files (it would replace this one with a plain file); "
+                           "name a file")
+    as_root = getattr(os, "geteuid", lambda: -1)() == 0  # root may write anything: the mode bits still say what the
+    read_only = not status.st_mode & 0o222 if as_root else not os.access(target, os.W_OK)  # owner wants kept
+    if read_only:
+        raise UnwritableFile(f"cannot write {what} {Path(path)}: it is read-only (mode {stat.filemode(status.st_mode)})"
+                           f"; make it writable (chmod u+w {Path(path)}) or name another file")
+    return target
+
+
+def write_atomically(path: str | os.PathLike, content: str | bytes) -> None:
+    """Write `content` (text as UTF-8, line endings exactly as given) to `path` so that a crash mid-write leaves the
+    previous file, never half a file, and a failed write (a full disk) leaves no `.partial` file behind.
+
+    Refuses, with UnusableFile, what check_writable refuses; a link is written through and stays a link."""
+    target = check_writable(path, "the file")
+    partial = target.with_name(target.name + ".partial")
+    data = content.encode("utf-8") if isinstance(content, str) else content
+    try:
+        with open(partial, "wb") as handle:
+            handle.write(data)
+        os.replace(partial, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            partial.unlink()
+        raise
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path != folder and path.is_relative_to(folder)
+
+
+def _same_file(first: Path, second: Path) -> bool:
+    try:
+        return os.path.samefile(first, second)  # hard links too
+    except OSError:  # one of them does not exist (yet): compare where they lead
+        return _resolved(first) == _resolved(second)
+
+
+def check_outputs(outputs: dict[str, str | os.PathLike | None], inputs: dict[str, str | os.PathLike | None], *,
+                  input_folders: dict[str, str | os.PathLike | None] | None = None,
+                  kept_folders: dict[str, str | os.PathLike | None] | None = None) -> None:
+    """The one rule for every file a command writes: no output destroys an input, or another output.
+
+    `outputs` maps a flag ("--json") to the path it names; `inputs` maps a description ("the results database") to
+    a file the command reads or keeps. `input_folders`: folders whose existing files are inputs (--data-dir);
+    `kept_folders`: folders nothing may be written into (the calibration folder). Each output must also be
+    writable (check_writable). Raises UnusableFile naming both paths; None values are left out."""
+    given = {flag: Path(path) for flag, path in outputs.items() if path is not None}
+    for flag, path in given.items():
+        check_writable(path, flag)
+        for name, source in inputs.items():
+            if source is not None and _same_file(path, Path(source)):
+                raise UnusableFile(f"{flag} {path} is {name}: writing there would destroy it; name another file")
+        for name, folder in (input_folders or {}).items():
+            if folder is not None and path.exists() and _inside(_resolved(path), _resolved(folder)):
+                raise UnusableFile(f"{flag} {path} is a file inside {name} {folder}: writing there would replace "
+                                   "it; name a file outside that folder")
+        for name, folder in (kept_folders or {}).items():
+            if folder is not None and _inside(_resolved(path), _resolved(folder)):
+                raise UnusableFile(f"{flag} {path} is inside {name} {folder}, which devicebench keeps for itself; "
+                                   "name a file outside that folder")
+    flags = list(given)
+    for index, flag in enumerate(flags):
+        for other in flags[index + 1:]:
+            if _same_file(given[flag], given[other]):
+                raise UnusableFile(f"{flag} and {other} name the same file {given[flag]}: one would overwrite the "
+                                   "other; name two files")
+
+
+def database_files(path: str | os.PathLike) -> dict[str, Path]:
+    """The results database and the files SQLite keeps beside it, as inputs for check_outputs."""
+    path = Path(path)
+    return {"the results database": path, **{f"the results database's {suffix} file": path.with_name(
+        f"{path.name}-{suffix}") for suffix in ("wal", "shm", "journal")}}

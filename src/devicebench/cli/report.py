@@ -26,6 +26,7 @@ from devicebench.cli import (
     open_store,
     prices_from,
 )
+from devicebench.cli.run import check_outputs_or_fail
 from devicebench.report.html import ReportDependencyError, write_report
 from devicebench.results.compare import DEFAULT_BASELINE
 
@@ -52,6 +53,11 @@ def report(
     prices = prices_from(price)
     check_output_file("--out", out)  # as export and run --json do: a mistyped folder is not created behind your back
     check_folder("--png", png)
+    try:
+        price_file = Path(price) if price and Path(price).is_file() else None  # else prices written inline
+    except OSError:  # a name too long to be a file's
+        price_file = None
+    check_outputs_or_fail({"--out": out}, db=db, reads={"the --price file": price_file})
     with open_store(db) as store:
         results = store.results(workload=workload, machine=machine, last=last)
     try:

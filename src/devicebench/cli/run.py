@@ -33,7 +33,9 @@ from devicebench.cli import (
 )
 from devicebench.config import ConfigError, RunConfig
 from devicebench.devices import DeviceError
+from devicebench.engine.calibrate import calibration_path
 from devicebench.events import ReporterGroup
+from devicebench.files import UnusableFile, check_outputs, database_files
 from devicebench.launch import DistributedError, Launch, run_distributed
 from devicebench.planning import Plan
 from devicebench.report.progress import RichReporter
@@ -41,7 +43,7 @@ from devicebench.report.tables import comparison_tables, plan_table
 from devicebench.report.tensorboard import TensorBoardReporter, TensorBoardUnavailable
 from devicebench.results.compare import compare
 from devicebench.results.schema import Result, write_atomically
-from devicebench.results.store import StoreReporter
+from devicebench.results.store import StoreReporter, default_db_path
 
 # Options `run` shares with `reproduce`.
 DevicesOption = Annotated[str, typer.Option(
@@ -196,6 +198,7 @@ def run(
     job_plan = plan_or_fail(config)
     for name, reason in job_plan.skipped:
         errors.print(f"{name} is left out: it {reason}", highlight=False)
+    check_outputs_or_fail({"--json": json_file, "--save": save}, db=db, data_dir=data_dir)  # before any work
     if dry_run:
         show_plan(job_plan, json_file)
         return
@@ -214,10 +217,19 @@ def run(
         exit_for(train_distributed(job_plan, config, node_rank, rdzv_endpoint, json_file=json_file, db=db,
                                    quiet=quiet))
         return
+    saved_before = _modified_ns(save)
     outcome = train_and_show(job_plan, json_file=json_file, quiet=quiet, db=db, tensorboard=tensorboard, save_to=save)
-    if save is not None and save.is_file():
+    if save is not None and _modified_ns(save) not in (None, saved_before):
         errors.print(f"Model saved to {save}: `devicebench predict {save} IMAGE...` classifies images with it")
+    elif save is not None and any(run.status == "ok" for run in outcome.result.runs):
+        raise fail(f"the model was not saved to {save} (the error above says why); the run itself is kept",
+                   EXIT_FAILED_RUN)
     exit_for(outcome)
+
+
+def _modified_ns(path: Path | None) -> int | None:
+    """When `path` was last written, in nanoseconds; None when it is no file."""
+    return path.stat().st_mtime_ns if path is not None and path.is_file() else None
 
 
 def train_distributed(job_plan: Plan, config: RunConfig, node_rank: int, rdzv_endpoint: str | None, *,
@@ -227,7 +239,7 @@ def train_distributed(job_plan: Plan, config: RunConfig, node_rank: int, rdzv_en
         launch = Launch(nproc=config.nproc, nnodes=config.nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint)
     except ValueError as error:
         raise fail(str(error)) from None
-    check_paths(config.data_dir, json_file)
+    check_paths(config.data_dir, json_file, db=db)
     store = open_store(db)  # a database that is not ours is refused here, before any process starts
     errors.print(f"Training on {launch.world_size} {config.devices} processes ({config.nproc} on this machine) "
                  "through torchrun; rank 0 shows each epoch as it ends", highlight=False)
@@ -244,11 +256,10 @@ def train_distributed(job_plan: Plan, config: RunConfig, node_rank: int, rdzv_en
         raise typer.Exit(0)
     with store:
         store.import_result(result)  # a failed run's finished epochs too
+    json_failure = write_json_first(result, json_file)
     for table in comparison_tables(compare([result])):
         console.print(table)
-    if json_file is not None:
-        result.write_json(json_file)
-        errors.print(f"Results written to {json_file}")
+    report_json(json_file, json_failure)
     errors.print(f"Runs stored in {store.path}")
     if failure is not None:
         raise fail(f"{failure}; the epochs that finished before are kept above and in {store.path}", EXIT_FAILED_RUN)
@@ -271,13 +282,28 @@ def _one_device_kind(devices: str, nproc: int) -> str:
     return kind[devices]
 
 
-def check_paths(data_dir: str | None, json_file: Path | None, tensorboard: Path | None = None) -> None:
+def check_paths(data_dir: str | None, json_file: Path | None, tensorboard: Path | None = None, *,
+                db: Path | None = None, save: Path | None = None) -> None:
     """The paths a run reads from and writes to, checked before any training: finding out after an hour of it that
     the JSON cannot be written, or that a mistyped --data-dir was taken for a new download folder, is too late."""
     if json_file is not None:
         check_output_file("--json", json_file)
     check_folder("--tensorboard", tensorboard)
     check_folder("--data-dir", Path(data_dir) if data_dir else None, must_exist=True)
+    check_outputs_or_fail({"--json": json_file, "--save": save}, db=db, data_dir=data_dir)
+
+
+def check_outputs_or_fail(outputs: dict[str, Path | None], *, db: Path | None,
+                          reads: dict[str, Path | None] | None = None, data_dir: str | Path | None = None) -> None:
+    """Refuse, before any work, an output that would destroy an input or another output (files.check_outputs): the
+    results database `db` names (or the default one, with SQLite's files beside it), the calibration files, the
+    files of `data_dir`, and `reads`, the files the command reads besides. Every command that writes files asks."""
+    try:
+        check_outputs(outputs, {**database_files(default_db_path(db)), **(reads or {})},
+                      input_folders={"--data-dir": data_dir,
+                                     "the calibration folder": calibration_path("machine").parent})
+    except UnusableFile as error:
+        raise fail(str(error)) from None
 
 
 def plan_or_fail(configs: RunConfig | list[RunConfig]) -> Plan:
@@ -293,9 +319,9 @@ def show_plan(job_plan: Plan, json_file: Path | None) -> None:
     before anything is shown)."""
     if json_file is not None:
         check_output_file("--json", json_file)
+        write_atomically(json_file, json.dumps(job_plan.to_dict(), indent=2, default=str) + "\n")  # before display
     console.print(plan_table(job_plan))
     if json_file is not None:
-        write_atomically(json_file, json.dumps(job_plan.to_dict(), indent=2, default=str) + "\n")
         errors.print(f"Plan written to {json_file}")
 
 
@@ -333,7 +359,8 @@ def train_and_show(
     """Train with every listener attached, print the tables, write the JSON: what `run`, `reproduce` and
     `sweep` share. Every failure to start (a bad path, a foreign database, a missing device) comes before
     any training."""
-    check_paths(job_plan.jobs[0].data.data_dir if job_plan.jobs else None, json_file, tensorboard)
+    check_paths(job_plan.jobs[0].data.data_dir if job_plan.jobs else None, json_file, tensorboard, db=db,
+                save=save_to)
     listeners = []
     if tensorboard is not None:
         try:
@@ -350,19 +377,34 @@ def train_and_show(
     finally:
         screen.close()
         store.close()
-    for table in tables(result):
+    json_failure = write_json_first(result, json_file)  # a display that fails (a stdout that cannot encode a
+    for table in tables(result):                          # character, a closed pipe) cannot lose the JSON
         console.print(table)
-    if json_file is not None:
-        try:
-            result.write_json(json_file)
-        except OSError as error:  # a full disk, say: the tables above still hold every number
-            raise fail(f"could not write {json_file} ({error}); the tables above hold the results",
-                       EXIT_FAILED_RUN) from None
-        errors.print(f"Results written to {json_file}")
+    report_json(json_file, json_failure)
     if recorder.failure is None:
         errors.print(f"Runs stored in {store.path}")
     return Outcome(result, json_file, store.path, None if recorder.failure is None else str(recorder.failure),
                    terminated=bool(signals))
+
+
+def write_json_first(result: Result, json_file: Path | None) -> OSError | None:
+    """Write `result` to `json_file` before anything is shown; the error, if the write failed, for report_json."""
+    if json_file is None:
+        return None
+    try:
+        result.write_json(json_file)
+    except OSError as error:  # a full disk, say: the tables still hold every number
+        return error
+    return None
+
+
+def report_json(json_file: Path | None, failure: OSError | None) -> None:
+    """After the tables: where the JSON went, or why it could not be written."""
+    if json_file is None:
+        return
+    if failure is not None:
+        raise fail(f"could not write {json_file} ({failure}); the tables above hold the results", EXIT_FAILED_RUN)
+    errors.print(f"Results written to {json_file}")
 
 
 def exit_for(outcome: Outcome) -> None:

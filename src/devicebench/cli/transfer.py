@@ -21,6 +21,7 @@ from devicebench.cli import (
     fail,
     open_store,
 )
+from devicebench.cli.run import check_outputs_or_fail
 from devicebench.results.store import (
     ResultsFileError,
     read_results_file,
@@ -50,9 +51,13 @@ def export(
     if write is None:
         raise fail(f"cannot export to {file}: the name must end in {' or '.join(EXPORT_WRITERS)}")
     check_output_file("to", file)
+    check_outputs_or_fail({"the export file": file}, db=db)
     with open_store(db) as store:
         results = store.results(workload=workload, machine=machine, last=last)
-    write(file, results)
+    try:
+        write(file, results)
+    except OSError as error:  # a full disk, say: nothing half-written is left behind (files.write_atomically)
+        raise fail(f"cannot write {file}: {error}") from None
     runs = sum(len(result.runs) for result in results)
     console.print(f"Wrote {runs} run{'' if runs == 1 else 's'} from {store.path} to {file}")
 

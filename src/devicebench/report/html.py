@@ -17,6 +17,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from devicebench import files
 from devicebench.engine.timing import wall_clock_utc
 from devicebench.report.plots import (
     Chart,
@@ -87,7 +88,7 @@ def write_report(results: list[Result], out: Path, *, baseline: str = DEFAULT_BA
     if png_dir is not None:
         png_dir.mkdir(parents=True, exist_ok=True)
         for chart in charts:
-            (png_dir / f"{chart.slug}.png").write_bytes(chart.png)
+            files.write_atomically(png_dir / f"{chart.slug}.png", chart.png)  # no half chart, no device replaced
     page = environment.get_template("report.html.j2").render(
         generated_utc=wall_clock_utc(),
         run_count=sum(len(result.runs) for result in results),
