@@ -241,6 +241,20 @@ class RunConfig:
 
 TRUE_WORDS, FALSE_WORDS = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
 
+# The one rule for how large a `--set` float may be, by parameter name (every workload's, and your model's): a
+# value outside trains nothing useful, or overflows to inf/NaN in the first steps, which is a mistyped request,
+# not a measurement. Each: (lowest, whether the lowest itself is allowed, highest, the words for the message).
+FLOAT_BOUNDS: dict[str, tuple[float, bool, float, str]] = {
+    # 0 never moves the weights; no optimizer here (SGD, Adam, boosting's shrinkage) converges above 10
+    "learning_rate": (0.0, False, 10.0, "a learning rate must be more than 0 and at most 10"),
+    # momentum of 1 or more adds up every gradient ever taken: the weights run away
+    "momentum": (0.0, True, 0.999, "momentum must be 0 or more and less than 1 (at most 0.999)"),
+    # a decay above 1 shrinks the weights faster than any gradient can grow them
+    "weight_decay": (0.0, True, 1.0, "weight decay must be between 0 and 1"),
+    # epsilon only keeps Adam's division finite; above 1 it swamps the gradient scale it divides by
+    "adam_epsilon": (0.0, True, 1.0, "Adam's epsilon must be between 0 and 1"),
+}
+
 
 def _parameter_value(workload: Workload, name: str, text: str) -> Any:
     """`text` as the type of the parameter's default, or a ConfigError that says what was expected."""
@@ -267,6 +281,10 @@ def _parameter_value(workload: Workload, name: str, text: str) -> Any:
         if not math.isfinite(value) or value < 0 or (name in ("batch_size", "epochs") and value < 1):
             raise ConfigError(f"--set {name}={text!r}: must be a finite number"
                               f"{' of at least 1' if name in ('batch_size', 'epochs') else ', zero or more'}")
+        if name in FLOAT_BOUNDS:
+            lowest, lowest_allowed, highest, rule = FLOAT_BOUNDS[name]
+            if not (value >= lowest if lowest_allowed else value > lowest) or value > highest:
+                raise ConfigError(f"--set {name}={text!r}: {rule} (the default is {default!r})")
     return value
 
 

@@ -8,30 +8,89 @@ One module per command; each registers itself on `app` when imported at the bott
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib
 import os
 import signal
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import IO, Annotated, Any, Optional
 
+import click
 import torch
 import typer
 from rich.console import Console
 from rich.markup import escape
+from typer.core import TyperGroup
+from typer.exceptions import TyperException
 
 from devicebench.config import LARGEST_WHOLE_NUMBER
 from devicebench.devices import DeviceError, resolve_devices
+from devicebench.files import UnusableFile
 from devicebench.results.prices import PriceError, Prices, parse_prices
-from devicebench.results.store import Store, StoreError, default_db_path
+from devicebench.results.store import ResultsFileError, Store, StoreError, default_db_path
 from devicebench.version import __version__
 
 EXIT_FAILED_RUN = 1  # some run failed or ran out of memory; its reason is in the table and the JSON
 EXIT_USAGE = 2  # the request itself was wrong: unknown workload, device, suite or value
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT); everything finished before it is kept
 EXIT_TERMINATED = 128 + signal.SIGTERM  # 143: stopped by SIGTERM (kill, a scheduler, a container), kept the same way
+DEBUG_VARIABLE = "DEVICEBENCH_DEBUG"  # set to 1: an unexpected error propagates with its traceback
+
+
+# exits and usage errors, typer's (it carries its own click) and click's: each already says what to do
+_PASSED_THROUGH = (typer.Exit, typer.Abort, TyperException, click.exceptions.Exit, click.exceptions.Abort,
+                   click.ClickException)
+
+
+class _ErrorBoundary(TyperGroup):
+    """Every command runs inside this: what escapes a command becomes one line on stderr and an exit status.
+
+    It sits in the click command itself, so the console script, `python -m devicebench` and the tests' CliRunner
+    all go through it. Exits, click's usage errors, Ctrl-C (130) and SIGTERM pass through untouched."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except _PASSED_THROUGH:
+            raise
+        except Exception as error:
+            if os.environ.get(DEBUG_VARIABLE, "").strip() not in ("", "0"):
+                raise
+            if isinstance(error, OSError) and error.errno == errno.EPIPE:
+                raise  # a closed pipe (`| head`): click ends quietly
+            message, code = _explained(error)
+            raise fail(message, code) from None
+
+
+def _explained(error: Exception) -> tuple[str, int]:
+    """The one line and the exit status for an exception no command handled itself."""
+    if isinstance(error, (StoreError, ResultsFileError, UnusableFile)):
+        return str(error), EXIT_USAGE  # each already names the file and what to do
+    if isinstance(error, RecursionError):
+        return ("the input is nested too deeply to read (RecursionError); give a file that nests less deeply",
+                EXIT_USAGE)
+    if isinstance(error, OSError):
+        path = error.filename if error.filename is not None else "a file"
+        reason = (error.strerror or str(error)).lower()
+        if error.errno in (errno.ENOSPC, errno.EDQUOT):
+            return (f"cannot write {path}: {reason}; free some space, or write elsewhere (--db, --json, --out)",
+                    EXIT_FAILED_RUN)
+        if error.errno == errno.EROFS:
+            return f"cannot write {path}: {reason}; name a path on a writable disk", EXIT_FAILED_RUN
+        if error.errno in (errno.EACCES, errno.EPERM):
+            return (f"cannot use {path}: {reason}; change its permissions, or name a path you may read and write",
+                    EXIT_FAILED_RUN)
+        return f"cannot use {path}: {reason}", EXIT_FAILED_RUN
+    detail = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    return (f"devicebench hit an unexpected error: {detail}\nThis is a bug in devicebench: please report it, with the "
+            f"command you ran, to its issue tracker; run again with {DEBUG_VARIABLE}=1 to see the traceback.",
+            EXIT_FAILED_RUN)
+
 
 app = typer.Typer(
+    cls=_ErrorBoundary,
     help="Measure how much faster deep-learning training runs on one device than another, and why.\n\n"
     "Trains the published CPU-vs-GPU experiments on every device this machine has, "
     "with one PyTorch engine, and prints throughput, epoch time, accuracy and the speedup with its spread.",
@@ -41,8 +100,37 @@ app = typer.Typer(
 )
 WIDTH_WHEN_PIPED = 200  # columns for logs and pipes, where rich would otherwise fold the 12-column tables
 
-console = Console()
-errors = Console(stderr=True, soft_wrap=True)  # messages and paths stay whole lines in logs; panels still fit
+# What an ASCII-only (or Latin-1) terminal gets instead of the characters the tables and messages use.
+_PLAIN = str.maketrans({"\u2013": "-", "\u2014": "-", "\u2212": "-", "\u2026": "...", "\u2502": "|", "\u00d7": "x",
+                        "\u00b7": ".", "\u2192": "->", "\u2190": "<-", "\u2248": "~", "\u00b1": "+/-",
+                        "\u2265": ">=", "\u2264": "<=", "\u00b5": "u", "\u2018": "'", "\u2019": "'",
+                        "\u201c": '"', "\u201d": '"', "\u2022": "*", "\u2714": "ok", "\u2718": "x"})
+
+
+class _Degrading:
+    """sys.stdout or sys.stderr as they are now (a test's CliRunner swaps them), for a rich Console: text the
+    stream cannot encode (PYTHONIOENCODING=ascii, a C locale) is written plainly ('-' for '–', '?' for the rest)
+    instead of raising UnicodeEncodeError after the work is done. Rich itself draws ASCII boxes for such a stream."""
+
+    def __init__(self, stream: Callable[[], IO[str]]) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        stream = self._stream()
+        try:
+            return stream.write(text)
+        except UnicodeEncodeError:  # raised while encoding, before anything was written
+            encoding = getattr(stream, "encoding", None) or "ascii"
+            plain = text.translate(_PLAIN).encode(encoding, errors="replace").decode(encoding)
+            return stream.write(plain)
+
+    def __getattr__(self, name: str) -> Any:  # isatty, fileno, flush, encoding: the stream's own
+        return getattr(self._stream(), name)
+
+
+console = Console(file=_Degrading(lambda: sys.stdout))
+# messages and paths stay whole lines in logs; panels still fit
+errors = Console(file=_Degrading(lambda: sys.stderr), soft_wrap=True)
 for _stream in (console, errors):
     if not _stream.is_terminal and "COLUMNS" not in os.environ:
         _stream.width = WIDTH_WHEN_PIPED

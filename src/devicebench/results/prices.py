@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from devicebench.files import UnusableFile, require_regular_file
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # Python 3.10
@@ -59,7 +61,7 @@ def parse_prices(text: str) -> Prices:
     if kind == "folder":
         raise PriceError(f"--price {text!r} is a folder; give DEVICE=PRICE pairs such as cpu=0.10,cuda=2.50, or a "
                          "TOML file of prices")
-    if text.endswith(".toml") or kind == "file":
+    if text.endswith(".toml") or kind in ("file", "other"):  # "other": a FIFO or a device, refused by name
         return _read_toml(path)
     where = f"--price {text!r}"
     pairs = [_pair(item, where) for item in text.split(",") if item.strip()]
@@ -73,9 +75,10 @@ def parse_prices(text: str) -> Prices:
 
 
 def _existing_kind(path: Path) -> str | None:
-    """"folder", "file", or None: nothing there, or a name the system will not look up (one too long, say)."""
+    """"folder", "file", "other" (a FIFO, a device, a socket), or None: nothing there, or a name the system will
+    not look up (one too long, say)."""
     try:
-        return "folder" if path.is_dir() else "file" if path.is_file() else None
+        return "folder" if path.is_dir() else "file" if path.is_file() else "other" if path.exists() else None
     except OSError:
         return None
 
@@ -108,7 +111,13 @@ def _parse_table(table: object, where: str) -> dict[str, float]:
 
 def _read_toml(path: Path) -> Prices:
     try:
+        require_regular_file(path, "the price file")  # a FIFO or a device would hang the read, or never end it
         data = tomllib.loads(path.read_text())
+    except UnusableFile as error:
+        raise PriceError(str(error)) from None
+    except RecursionError:  # tomllib parses nested arrays and tables by recursion
+        raise PriceError(f"price file {path} is nested too deeply to read; prices are flat DEVICE = PRICE lines "
+                         "under [default] and [machine.NAME]") from None
     except FileNotFoundError:
         raise PriceError(f"price file {path} does not exist; check the path, or give prices such as "
                          "--price cpu=0.10,cuda=2.50") from None

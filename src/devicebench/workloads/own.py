@@ -67,9 +67,10 @@ def own_workload(
     output: OutputKind | None = None,
     name: str | None = None,
     source: str = "model",
+    optimizer_source: str = "the optimizer function",
 ) -> Workload:
     """A workload of your model on your data, registered for this session under `name` (default: the model's
-    class name). `source` names where `model` came from, for the errors.
+    class name). `source` and `optimizer_source` name where `model` and `optimizer` came from, for the errors.
 
     `output` says what the model's outputs mean, for the accuracy; by default a named loss says it, and any
     other loss counts no accuracy ("values").
@@ -80,7 +81,7 @@ def own_workload(
         built = _checked_model(build_model({}), source)
     loss_builder, loss_output = _loss_builder(loss, train_step)
     defaults = dict(DEFAULTS) | ({"learning_rate": DEFAULT_LEARNING_RATE} if isinstance(optimizer, str) else {})
-    build_optimizer = _optimizer_builder(optimizer)
+    build_optimizer = _optimizer_builder(optimizer, optimizer_source)
     with torch.device("meta"):
         build_optimizer(built, defaults)  # a function that returns no optimizer fails now
     own = Workload(
@@ -105,7 +106,7 @@ def own_workload(
 def own_workload_from_specs(model: str, data: str, loss: str, optimizer: str) -> Workload:
     """`devicebench run --model M --data D --loss L --optimizer O`: each a MODULE:FUNCTION (loss and optimizer
     also a name of LOSSES or OPTIMIZERS), imported and checked, as a workload named after the model's spec."""
-    loaded = _called(resolve(data, "--data"), f"--data {data}")
+    loaded = _called(resolve(data, "--data"), f"--data {data}", "loading the data")
     try:
         own_data = as_own_data(loaded, f"--data {data} returned")
     except (TypeError, ValueError) as error:
@@ -113,7 +114,7 @@ def own_workload_from_specs(model: str, data: str, loss: str, optimizer: str) ->
     loss_source, optimizer_source = _named_or_resolved(loss, LOSSES, "--loss"), \
         _named_or_resolved(optimizer, OPTIMIZERS, "--optimizer")
     return own_workload(resolve(model, "--model"), own_data, loss=loss_source, optimizer=optimizer_source,
-                        name=model, source=f"--model {model}")
+                        name=model, source=f"--model {model}", optimizer_source=f"--optimizer {optimizer}")
 
 
 def _named_or_resolved(spec: str, names: dict, flag: str) -> Any:
@@ -141,6 +142,11 @@ def resolve(spec: str, flag: str) -> Any:
         raise OwnModelError(f"{flag} {spec}: importing {module_name} failed: {error}") from None
     except Exception as error:  # the user's module raised while importing
         raise OwnModelError(f"{flag} {spec}: importing {module_name} failed: {type(error).__name__}: {error}") from None
+    except KeyboardInterrupt:
+        raise
+    except BaseException as error:  # sys.exit() at the top of a script: a bad request, not devicebench's own exit
+        raise OwnModelError(f"{flag} {spec}: your module {module_name} raised {_described(error)} while being "
+                            "imported; devicebench stopped") from None
     found: Any = module
     for part in attribute.split("."):
         if not hasattr(found, part):
@@ -151,14 +157,27 @@ def resolve(spec: str, flag: str) -> Any:
     return found
 
 
-def _called(function: Any, what: str) -> Any:
-    """What `function()` returns, or an OwnModelError saying what went wrong in it."""
+def _called(function: Any, what: str, doing: str, *arguments: Any) -> Any:
+    """What `function(*arguments)` returns, or an OwnModelError saying what went wrong in it; `doing` says what
+    the call was for ("building the model"). Even sys.exit() in it is the user's code failing, not devicebench
+    exiting; only Ctrl-C passes through."""
     if not callable(function):
         raise OwnModelError(f"{what} is a {type(function).__name__}, not a function to call")
     try:
-        return function()
+        return function(*arguments)
     except Exception as error:
         raise OwnModelError(f"{what} raised {type(error).__name__}: {error}") from None
+    except KeyboardInterrupt:
+        raise
+    except BaseException as error:
+        raise OwnModelError(f"{what} raised {_described(error)} while {doing}; devicebench stopped") from None
+
+
+def _described(error: BaseException) -> str:
+    """SystemExit(3), or GeneratorExit: its message."""
+    if isinstance(error, SystemExit):
+        return f"SystemExit({error.code!r})"
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
 
 
 def _model_builder(model: ModelSource, source: str) -> Callable[[Hyperparameters], nn.Module]:
@@ -168,7 +187,7 @@ def _model_builder(model: ModelSource, source: str) -> Callable[[Hyperparameters
     if not callable(model):
         raise OwnModelError(f"{source} is a {type(model).__name__}: give a torch.nn.Module, or a function that builds "
                             "one")
-    return lambda hyperparameters: _called(model, source)
+    return lambda hyperparameters: _called(model, source, "building the model")
 
 
 def _checked_model(model: Any, source: str) -> nn.Module:
@@ -216,7 +235,8 @@ def _output_of(loss_class: type[nn.Module]) -> OutputKind:
     return "logits" if issubclass(loss_class, (nn.CrossEntropyLoss, nn.NLLLoss)) else "values"
 
 
-def _optimizer_builder(optimizer: OptimizerSource) -> Callable[[nn.Module, Hyperparameters], torch.optim.Optimizer]:
+def _optimizer_builder(optimizer: OptimizerSource, source: str = "the optimizer function",
+                       ) -> Callable[[nn.Module, Hyperparameters], torch.optim.Optimizer]:
     if isinstance(optimizer, str):
         if optimizer not in OPTIMIZERS:
             raise OwnModelError(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZERS)}, or give a "
@@ -228,9 +248,9 @@ def _optimizer_builder(optimizer: OptimizerSource) -> Callable[[nn.Module, Hyper
                             "function of the model's parameters")
 
     def build(model: nn.Module, hyperparameters: Hyperparameters) -> torch.optim.Optimizer:
-        made = optimizer(model.parameters())
+        made = _called(optimizer, source, "building the optimizer", model.parameters())
         if not isinstance(made, torch.optim.Optimizer):
-            raise OwnModelError(f"the optimizer function returned a {type(made).__name__}; it must return a "
+            raise OwnModelError(f"{source} returned a {type(made).__name__}; it must return a "
                                 "torch.optim.Optimizer of the parameters it is given")
         return made
 

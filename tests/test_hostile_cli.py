@@ -1,0 +1,196 @@
+"""Every failure of the command line is a message and an exit status, never a traceback: what the store, the
+importer, a user's own code, the disk or the terminal can throw at it.
+
+    python -m pytest tests/test_hostile_cli.py -q
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from typer.testing import CliRunner
+
+import devicebench.cli.machine
+from devicebench.cli import EXIT_FAILED_RUN, EXIT_USAGE, app
+from devicebench.files import UnusableFile
+from devicebench.results.store import ResultsFileError, StoreError
+
+cli = CliRunner()
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+@pytest.mark.parametrize(("raised", "code", "message"), [
+    (StoreError("database x.sqlite is locked"), EXIT_USAGE, "error: database x.sqlite is locked"),
+    (ResultsFileError("in.json is not JSON"), EXIT_USAGE, "error: in.json is not JSON"),
+    (UnusableFile("the price file p is a FIFO"), EXIT_USAGE, "error: the price file p is a FIFO"),
+    (OSError(errno.ENOSPC, "No space left on device", "/full/out.json"), EXIT_FAILED_RUN,
+     "cannot write /full/out.json: no space left on device; free some space"),
+    (OSError(errno.EROFS, "Read-only file system", "/ro/out.json"), EXIT_FAILED_RUN,
+     "cannot write /ro/out.json: read-only file system"),
+    (PermissionError(errno.EACCES, "Permission denied", "/locked/out.json"), EXIT_FAILED_RUN,
+     "cannot use /locked/out.json: permission denied"),
+    (RecursionError("maximum recursion depth exceeded"), EXIT_USAGE, "nested too deeply"),
+    (RuntimeError("boom"), EXIT_FAILED_RUN, "devicebench hit an unexpected error: RuntimeError: boom"),
+])
+def test_whatever_a_command_raises_is_one_clear_line_and_an_exit_status(monkeypatch, raised, code, message):
+    def explode(*args, **kwargs):
+        raise raised
+
+    monkeypatch.delenv("DEVICEBENCH_DEBUG", raising=False)
+    monkeypatch.setattr(devicebench.cli.machine, "machine_fingerprint", explode)
+    result = cli.invoke(app, ["devices"])
+    assert result.exit_code == code, result.output
+    assert message in flat(result.output), result.output
+    assert "Traceback" not in result.output
+    assert isinstance(result.exception, SystemExit)  # handled: nothing propagated
+    if code == EXIT_FAILED_RUN and isinstance(raised, RuntimeError):
+        assert "please report it" in flat(result.output) and "DEVICEBENCH_DEBUG=1" in result.output
+
+
+def test_debug_lets_the_unexpected_error_through_with_its_traceback(monkeypatch):
+    def explode(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setenv("DEVICEBENCH_DEBUG", "1")
+    monkeypatch.setattr(devicebench.cli.machine, "machine_fingerprint", explode)
+    result = cli.invoke(app, ["devices"])
+    assert isinstance(result.exception, RuntimeError)
+
+
+def test_an_unexpected_error_through_python_m_is_one_line_not_a_traceback(tmp_path):
+    """The console script and `python -m devicebench` run the same boundary as the tests' CliRunner."""
+    script = tmp_path / "sitecustomize.py"
+    script.write_text(textwrap.dedent("""
+        import devicebench.environment
+        def explode(*args, **kwargs):
+            raise RuntimeError("boom")
+        devicebench.environment.machine_fingerprint = explode
+    """))
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    env.pop("DEVICEBENCH_DEBUG", None)
+    result = subprocess.run([sys.executable, "-c", "import sitecustomize, runpy; "
+                             "runpy.run_module('devicebench', run_name='__main__')", "devices"],
+                            capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == EXIT_FAILED_RUN, result.stderr
+    assert "devicebench hit an unexpected error: RuntimeError: boom" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+ASCII = {**os.environ, "PYTHONIOENCODING": "ascii", "COLUMNS": "200"}
+
+
+@pytest.mark.parametrize("command", [["list"], ["devices"]])
+def test_a_terminal_that_cannot_show_dashes_or_box_lines_still_gets_the_table(command):
+    result = subprocess.run([sys.executable, "-m", "devicebench", *command], capture_output=True, env=ASCII,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr.decode(errors="replace")
+    assert b"Traceback" not in result.stderr
+    result.stdout.decode("ascii")  # nothing it could not encode
+    assert len(result.stdout.splitlines()) > 3
+
+
+def test_a_run_on_an_ascii_terminal_prints_its_table_and_writes_its_json(tmp_path):
+    out = tmp_path / "out.json"
+    result = subprocess.run([sys.executable, "-m", "devicebench", "run", "mnist-cnn2", "--devices", "cpu",
+                             "--data", "synthetic", "--epochs", "1", "--max-steps", "2", "--max-eval-steps", "1",
+                             "--db", str(tmp_path / "r.sqlite"), "--json", str(out)],
+                            capture_output=True, env=ASCII, timeout=600)
+    stderr = result.stderr.decode(errors="replace")
+    assert result.returncode == 0, stderr
+    assert "Traceback" not in stderr
+    result.stdout.decode("ascii")
+    assert "mnist-cnn2" in result.stdout.decode()
+    assert json.loads(out.read_text())["runs"][0]["status"] == "ok"
+
+
+@pytest.fixture
+def hostile_module(tmp_path, monkeypatch):
+    (tmp_path / "hostile.py").write_text(textwrap.dedent("""
+        import sys
+        import torch
+        from torch import nn
+
+        def build():
+            return nn.Linear(4, 2)
+
+        def load():
+            return torch.zeros(8, 4), torch.zeros(8, dtype=torch.long)
+
+        def quits():
+            sys.exit(3)
+
+        def interrupts_nothing():
+            raise GeneratorExit("odd")
+
+        def bad_optimizer(parameters):
+            raise ValueError("lr must be given")
+    """))
+    (tmp_path / "quits_on_import.py").write_text("import sys\nsys.exit(3)\n")
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--model", "quits_on_import:build", "--data", "hostile:load"],
+     "--model quits_on_import:build: your module quits_on_import raised SystemExit(3) while being imported; "
+     "devicebench stopped"),
+    (["--model", "hostile:build", "--data", "quits_on_import:load"],
+     "--data quits_on_import:load: your module quits_on_import raised SystemExit(3) while being imported"),
+    (["--model", "hostile:quits", "--data", "hostile:load"],
+     "--model hostile:quits raised SystemExit(3) while building the model; devicebench stopped"),
+    (["--model", "hostile:build", "--data", "hostile:quits"],
+     "--data hostile:quits raised SystemExit(3) while loading the data; devicebench stopped"),
+    (["--model", "hostile:build", "--data", "hostile:interrupts_nothing"],
+     "--data hostile:interrupts_nothing raised GeneratorExit: odd"),
+    (["--model", "hostile:build", "--data", "hostile:load", "--optimizer", "hostile:bad_optimizer"],
+     "--optimizer hostile:bad_optimizer raised ValueError: lr must be given"),
+])
+def test_user_code_that_exits_or_raises_is_a_bad_request_not_a_silent_exit(hostile_module, flags, message):
+    result = cli.invoke(app, ["run", *flags, "--devices", "cpu", "--epochs", "1", "--quiet"])
+    assert result.exit_code == EXIT_USAGE, result.output
+    assert message in flat(result.output), result.output
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("1e308", "--set learning_rate='1e308': a learning rate must be more than 0 and at most 10"),
+    ("0", "--set learning_rate='0': a learning rate must be more than 0 and at most 10"),
+    ("inf", "--set learning_rate='inf': must be a finite number"),
+    ("nan", "--set learning_rate='nan': must be a finite number"),
+])
+def test_an_absurd_learning_rate_is_refused_before_training(tmp_path, value, message):
+    result = cli.invoke(app, ["run", "mnist-cnn2", "--devices", "cpu", "--data", "synthetic", "--epochs", "1",
+                              "--max-steps", "1", "--max-eval-steps", "1", "--quiet", "--db", str(tmp_path / "r.sqlite"),
+                              "--set", f"learning_rate={value}"])
+    assert result.exit_code == EXIT_USAGE, result.output
+    assert message in flat(result.output), result.output
+    assert "Traceback" not in result.output
+
+
+def test_a_deeply_nested_price_file_is_a_price_error(tmp_path):
+    path = tmp_path / "prices.toml"
+    path.write_text("[default]\ncpu = " + "[" * 100_000 + "]" * 100_000 + "\n")
+    result = cli.invoke(app, ["compare", "--db", str(tmp_path / "r.sqlite"), "--price", str(path)])
+    assert result.exit_code == EXIT_USAGE, result.output
+    assert f"price file {path} is nested too deeply" in flat(result.output), result.output
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_price_file_that_is_a_fifo_is_refused_not_read_forever(tmp_path):
+    fifo = tmp_path / "prices.toml"
+    os.mkfifo(fifo)
+    result = cli.invoke(app, ["compare", "--db", str(tmp_path / "r.sqlite"), "--price", str(fifo)])
+    assert result.exit_code == EXIT_USAGE, result.output
+    assert "is a FIFO (named pipe), not a regular file" in flat(result.output), result.output
+    result = cli.invoke(app, ["compare", "--db", str(tmp_path / "r.sqlite"), "--price", "/dev/null"])
+    assert result.exit_code == EXIT_USAGE, result.output
+    assert "is a character device, not a regular file" in flat(result.output), result.output
