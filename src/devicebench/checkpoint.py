@@ -11,10 +11,12 @@ someone else cannot run their code.
 
 from __future__ import annotations
 
+import contextlib
+import math
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import torch
 from torch import nn
@@ -23,8 +25,9 @@ from devicebench.data import ArrayDataset, DataFormatError, ImageFolderDataset
 from devicebench.data.augmentation import Preprocessing, describe, rebuild
 from devicebench.data.images import decode_image
 from devicebench.data.sources import dataset_spec
+from devicebench.files import UnusableFile, require_regular_file
 from devicebench.results.schema import RunRecord
-from devicebench.workloads import Workload, class_probabilities, get_workload
+from devicebench.workloads import OutputKind, Workload, class_probabilities, get_workload
 
 CHECKPOINT_FORMAT = "devicebench-checkpoint"
 CHECKPOINT_VERSION = 1
@@ -32,10 +35,17 @@ CHECKPOINT_VERSION = 1
 PAYLOAD_TYPES = {"workload": str, "hyperparameters": dict, "state_dict": dict, "image_shape": list,
                  "preprocessing": dict, "output": str, "class_names": list, "trained": dict}
 SAVE_AGAIN = "save the model again with `devicebench run WORKLOAD --save FILE`"
+# The most bytes `predict` reads from one image file: 64 MiB, some 10 times a 24-megapixel camera JPEG. A larger
+# file (or a device such as /dev/zero, which never ends) is refused before its bytes are read.
+MAX_IMAGE_BYTES = 64 * 1024 * 1024
 
 
 class CheckpointError(ValueError):
     """A file is not a devicebench checkpoint this version can read; the message says which and why."""
+
+
+class CheckpointNotSaved(OSError):
+    """`save_checkpoint` could not write the file (a full disk, a read-only folder); nothing partial is left."""
 
 
 @dataclass
@@ -91,18 +101,32 @@ def save_checkpoint(
     }
     path = Path(path)
     partial = path.with_name(path.name + ".partial")  # a crash mid-write leaves the previous file whole
-    torch.save(payload, partial)
-    partial.replace(path)
+    try:
+        # through a Python file: a full disk is then an OSError with its errno ("No space left on device"), not
+        # the C++ writer's "[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598"
+        with open(partial, "wb") as file:
+            torch.save(payload, file)
+        partial.replace(path)
+    except OSError as error:
+        with contextlib.suppress(OSError):  # what could not be written is not left behind; if it can be removed
+            partial.unlink(missing_ok=True)
+        raise CheckpointNotSaved(f"could not save the model to {path}: {(error.strerror or str(error)).lower()}; "
+                                 "the run itself finished and is kept") from None
 
 
 def load_checkpoint(path: str | Path) -> Checkpoint:
+    """The model in `path`, built and checked field by field: a file from someone else may hold anything, so every
+    field is checked (a CheckpointError naming it) and the model's size is bounded before anything is built."""
     path = Path(path)
     try:
-        found = path.is_file()
+        require_regular_file(path, "the checkpoint")
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: no such file; write one with `devicebench run WORKLOAD --save {path}`") \
+            from None
+    except UnusableFile as error:
+        raise CheckpointError(str(error)) from None
     except OSError as error:  # a name the system refuses to look up: longer than it allows, say
         raise CheckpointError(f"{path}: {error.strerror or error}; name another file") from None
-    if not found:
-        raise CheckpointError(f"{path}: no such file; write one with `devicebench run WORKLOAD --save {path}`")
     try:
         # weights_only: tensors and plain data only; a pickled object that would run code is refused, never built
         payload = torch.load(path, map_location="cpu", weights_only=True)
@@ -129,26 +153,99 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         workload = get_workload(payload["workload"])
     except KeyError as error:
         raise CheckpointError(f"{path}: {error.args[0]}") from None
+    if workload.trainer is not None or workload.image_shape is None or workload.load_data is not None:
+        raise CheckpointError(f"{path}: workload {workload.name} is not an image model devicebench saves; "
+                              f"{SAVE_AGAIN}")
+    image_shape = tuple(payload["image_shape"])
+    if image_shape != workload.image_shape:  # images are resized to it: a made-up size could be any size at all
+        raise CheckpointError(f"{path}: images of shape {image_shape}, but {workload.name} takes "
+                              f"{workload.image_shape}; {SAVE_AGAIN}")
+    if payload["output"] not in get_args(OutputKind) or payload["output"] != workload.output:
+        raise CheckpointError(f"{path}: output {payload['output']!r}, but {workload.name}'s output is "
+                              f"{workload.output!r} (known kinds: {', '.join(get_args(OutputKind))}); {SAVE_AGAIN}")
+    bad_names = [name for name in payload["class_names"] if not isinstance(name, str)]
+    if bad_names:
+        raise CheckpointError(f"{path}: class_names holds {type(bad_names[0]).__name__} {bad_names[0]!r}, not "
+                              f"text; {SAVE_AGAIN}")
+    hyperparameters = _checked_hyperparameters(path, workload, payload["hyperparameters"])
     try:
-        model = workload.build_model(payload["hyperparameters"])
+        workload.parameter_count(hyperparameters)  # size bounds first, then the count, on the meta device only
+        with torch.device("meta"):
+            expected = workload.build_model(hyperparameters).state_dict()
+    except (RuntimeError, TypeError, ValueError, KeyError) as error:
+        raise CheckpointError(f"{path}: hyperparameters: {_first_line(error)}; {SAVE_AGAIN}") from None
+    _check_weights(path, workload, payload["state_dict"], expected)
+    try:
+        model = workload.build_model(hyperparameters)
         model.load_state_dict(payload["state_dict"])
         preprocessing = rebuild(payload["preprocessing"])
     except (RuntimeError, TypeError, ValueError, KeyError) as error:
         raise CheckpointError(f"{path}: its settings or weights do not fit {workload.name} as this devicebench "
                               f"builds it ({_first_line(error)}); {SAVE_AGAIN}") from None
-    image_shape = tuple(payload["image_shape"])
-    if image_shape != workload.image_shape:  # images are resized to it: a made-up size could be any size at all
-        raise CheckpointError(f"{path}: images of shape {image_shape}, but {workload.name} takes "
-                              f"{workload.image_shape}; {SAVE_AGAIN}")
     return Checkpoint(
         model=model.eval(),
         workload=workload.name,
         image_shape=image_shape,
         preprocessing=preprocessing,
         output=payload["output"],
-        class_names=tuple(str(name) for name in payload["class_names"]),
+        class_names=tuple(payload["class_names"]),
         trained=payload["trained"],
     )
+
+
+def _checked_hyperparameters(path: Path, workload: Workload, given: dict) -> dict[str, Any]:
+    """The workload's defaults with the checkpoint's values, each of the type its default has; a CheckpointError
+    naming the first that is unknown or of another type."""
+    checked = dict(workload.defaults)
+    for name, value in given.items():
+        if name not in workload.defaults:
+            raise CheckpointError(f"{path}: hyperparameters: {workload.name} has no parameter {name!r}; {SAVE_AGAIN}")
+        default = workload.defaults[name]
+        if isinstance(default, bool):
+            fits = isinstance(value, bool)
+        elif isinstance(default, int):
+            fits = isinstance(value, int) and not isinstance(value, bool)
+        elif isinstance(default, float):
+            fits = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        else:
+            fits = isinstance(value, type(default))
+        if not fits:
+            raise CheckpointError(f"{path}: hyperparameters: {name} is {type(value).__name__} {value!r}, where "
+                                  f"{workload.name} takes a finite {type(default).__name__}; {SAVE_AGAIN}")
+        checked[name] = value
+    return checked
+
+
+def _check_weights(path: Path, workload: Workload, weights: dict, expected: dict[str, torch.Tensor]) -> None:
+    """Every tensor the model has, of its shape and type, finite, and nothing else; a CheckpointError naming the
+    first that is not."""
+    unfit = f"{path}: its settings or weights do not fit {workload.name}: state_dict"
+    missing = [name for name in expected if name not in weights]
+    extra = [str(name) for name in weights if name not in expected]
+    if missing or extra:
+        first = f"lacks {missing[0]!r}" if missing else f"holds {extra[0]!r}, which the model does not have"
+        raise CheckpointError(f"{unfit} {first} ({len(missing)} missing, {len(extra)} unexpected); {SAVE_AGAIN}")
+    for name, want in expected.items():
+        tensor = weights[name]
+        if not isinstance(tensor, torch.Tensor):
+            raise CheckpointError(f"{unfit} {name!r} is {type(tensor).__name__}, not a tensor; {SAVE_AGAIN}")
+        if tensor.shape != want.shape or tensor.dtype != want.dtype:
+            raise CheckpointError(f"{unfit} {name!r} is {tensor.dtype} {tuple(tensor.shape)}, where the model has "
+                                  f"{want.dtype} {tuple(want.shape)}; {SAVE_AGAIN}")
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise CheckpointError(f"{unfit} {name!r} holds NaN or infinite values; {SAVE_AGAIN}")
+
+
+def read_image_file(path: str | Path) -> bytes:
+    """The bytes of one image file for `predict`: a regular file of at most MAX_IMAGE_BYTES, else UnusableFile (or
+    an OSError when it cannot be read)."""
+    require_regular_file(path, "image")
+    with open(path, "rb") as file:
+        data = file.read(MAX_IMAGE_BYTES + 1)  # never more, whatever the file grows to while it is read
+    if len(data) > MAX_IMAGE_BYTES:
+        raise UnusableFile(f"{path}: larger than {MAX_IMAGE_BYTES // 2**20} MiB, the most devicebench reads from "
+                           "one image; is it an image?")
+    return data
 
 
 def prepare(checkpoint: Checkpoint, data: bytes, name: str) -> torch.Tensor:
@@ -164,9 +261,9 @@ def predict(checkpoint: Checkpoint, paths: list[str | Path], *, inputs=prepare) 
     predictions = []
     for path in paths:
         try:
-            data = Path(path).read_bytes()
+            data = read_image_file(path)
             batch = inputs(checkpoint, data, str(path))
-        except (OSError, DataFormatError) as error:
+        except (OSError, DataFormatError, UnusableFile) as error:
             predictions.append(Prediction(str(path), error=_first_line(error)))
             continue
         with torch.inference_mode():

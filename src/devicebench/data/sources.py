@@ -37,6 +37,7 @@ from rich.progress import (
 )
 
 from devicebench.data.formats import CIFAR10_BINARY, CIFAR100_BINARY, MNIST_FILES
+from devicebench.files import UnusableFile, require_regular_file
 
 CHUNK_BYTES = 1 << 20  # 1 MiB per read: small enough for a smooth progress bar, large enough to be cheap
 DIGEST_HEX_LENGTHS = {"md5": 32, "sha256": 64}  # the checksum kinds we accept, and their hex lengths
@@ -280,7 +281,9 @@ def dataset_folder(name: str, data_dir: str | Path | None = None) -> Path:
 
 
 def file_digest(path: Path, algorithm: str) -> str:
-    """Hex digest of a file, read in chunks so a 170 MB archive never sits in memory twice."""
+    """Hex digest of a file, read in chunks so a 170 MB archive never sits in memory twice. Only a regular file is
+    hashed (UnusableFile otherwise): a link to /dev/zero would be hashed forever."""
+    require_regular_file(path, "the cached file")
     hasher = hashlib.new(algorithm, usedforsecurity=False)
     with open(path, "rb") as file:
         while chunk := file.read(CHUNK_BYTES):
@@ -340,7 +343,12 @@ def _cached(target: Path, remote: RemoteFile) -> bool:
         return False
     try:
         found = file_digest(target, remote.algorithm)
-    except OSError as error:  # unreadable, or a folder where the file should be
+    except UnusableFile as error:  # a device, a FIFO, a folder, or a link to one: never read, never deleted
+        raise _CacheUnusable(
+            f"{error}; remove {target} from the cache, or choose another data folder with --data-dir or "
+            f"${DATA_DIR_ENVIRONMENT_VARIABLE}"
+        ) from None
+    except OSError as error:  # unreadable
         raise _CacheUnusable(
             f"{target} is in the cache but cannot be read ({error.strerror or error}); remove it, or choose another "
             f"data folder with --data-dir or ${DATA_DIR_ENVIRONMENT_VARIABLE}"

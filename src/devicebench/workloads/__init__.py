@@ -49,6 +49,11 @@ OutputKind = Literal["logits", "probabilities", "binary_logit", "values"]
 TrainStep = Callable[[nn.Module, tuple[torch.Tensor, torch.Tensor], torch.optim.Optimizer],
                      "torch.Tensor | tuple[torch.Tensor, torch.Tensor]"]
 PLUGIN_GROUP = "devicebench.workloads"  # the entry-point group through which packages add workloads
+# The largest model any workload may be built with: 10^9 parameters, 4 GB of float32 weights before gradients and
+# optimizer state, some 80 times the largest seed model. Counted on the meta device (no memory), and only after
+# every size hyperparameter a workload declares (`size_bounds`) is within its bound, so that the count itself
+# never builds 10^8 modules: a `--set` value or a checkpoint from someone else can name any size at all.
+MAX_PARAMETERS = 1_000_000_000
 
 SEED_EXPERIMENTS = {
     "S1": "GPU vs CPU in Convolutional Neural Networks using TensorFlow (MNIST CNNs)",
@@ -72,6 +77,10 @@ class Published:
     end_to_end_s: Mapping[str, float] = field(default_factory=dict)  # model creation to last epoch, by device kind
     samples_per_s: Mapping[str, float] = field(default_factory=dict)  # the above as training throughput, to set
     # beside ours even when our epochs are capped by --max-steps
+
+
+class ModelTooLarge(ValueError):
+    """Hyperparameters that would build a model past a bound; the message names the value and the bound."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +113,9 @@ class Workload:
     load_data: Callable[[], Any] | None = None  # its own data (TensorData, TorchData), not a named dataset's
     train_step: TrainStep | None = None  # None: forward, loss, backward, optimizer step
     origin: str = "devicebench"  # who defined it: devicebench, a plugin's distribution, or "your model"
+    # The largest value of each hyperparameter that multiplies the model's modules or parameters (layers, widths):
+    # checked before anything is built, even on the meta device (see MAX_PARAMETERS).
+    size_bounds: Mapping[str, int] = field(default_factory=dict)
 
     def example_batch(self, hyperparameters: Hyperparameters) -> tuple[torch.Tensor, torch.Tensor] | None:
         """One sample's (input, target) of the shape the model takes, to count FLOPs and trace the graph; None
@@ -134,15 +146,40 @@ class Workload:
             last = [module for module in self.build_model(self.defaults).modules() if isinstance(module, nn.Linear)]
         return last[-1].out_features if last else None
 
+    def check_size_bounds(self, hyperparameters: Hyperparameters) -> None:
+        """Raise ModelTooLarge when a size hyperparameter (`size_bounds`) is not a whole number within its bound:
+        the check that comes before any model is built, on any device."""
+        for name, bound in self.size_bounds.items():
+            value = hyperparameters.get(name, self.defaults.get(name))
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ModelTooLarge(f"{self.name}: {name} must be a whole number, got {value!r}")
+            if value > bound:
+                raise ModelTooLarge(f"{self.name}: {name}={value} is above its bound of {bound:,}: a model that "
+                                    f"large is no benchmark on any machine; give {name} of at most {bound:,}")
+
     def parameter_count(self, hyperparameters: Hyperparameters | None = None) -> int | None:
         """Trainable parameters, counted on the meta device so that no memory is allocated; None for a workload
-        that is not a torch model."""
+        that is not a torch model. ModelTooLarge past `size_bounds` (checked first) or MAX_PARAMETERS: whatever
+        builds a model calls this first."""
+        hyperparameters = hyperparameters or self.defaults
+        self.check_size_bounds(hyperparameters)
         if self.trainer is not None:
-            self.build_model(hyperparameters or self.defaults)  # still refuses values it cannot build with
+            self.build_model(hyperparameters)  # still refuses values it cannot build with
             return None
         with torch.device("meta"):
-            model = self.build_model(hyperparameters or self.defaults)
-        return sum(parameter.numel() for parameter in model.parameters() if parameter.requires_grad)
+            model = self.build_model(hyperparameters)
+        count = sum(parameter.numel() for parameter in model.parameters() if parameter.requires_grad)
+        if count > MAX_PARAMETERS and self.load_data is None:  # a user's own model is already built: theirs
+            raise ModelTooLarge(f"{self.name}: {count:,} parameters with "
+                                f"{_size_settings(self, hyperparameters)}, above the bound of {MAX_PARAMETERS:,}")
+        return count
+
+
+def _size_settings(workload: Workload, hyperparameters: Hyperparameters) -> str:
+    """The hyperparameters that differ from the workload's defaults, as "name=value ...", for messages."""
+    changed = [f"{name}={value!r}" for name, value in hyperparameters.items()
+               if workload.defaults.get(name) != value and name not in ("batch_size", "epochs")]
+    return " ".join(changed) or "its default settings"
 
 
 _REGISTRY: dict[str, Workload] = {}
@@ -170,6 +207,7 @@ def workload(
     trainer: Trainer | None = None,
     requires: Callable[[], str | None] | None = None,
     quick: QuickSettings = QuickSettings(),
+    size_bounds: Mapping[str, int] | None = None,
 ) -> Callable[[ModelBuilder], ModelBuilder]:
     """Register the decorated model builder as a workload named `name` (how a plugin adds one: see PLUGIN_GROUP).
 
@@ -185,6 +223,9 @@ def workload(
     missing = ({"epochs"} | ({"batch_size"} if trainer is None else set())) - set(defaults)
     if missing:
         raise ValueError(f"workload {name!r}: defaults lack {', '.join(sorted(missing))}")
+    unbounded = set(size_bounds or {}) - set(defaults)
+    if unbounded:
+        raise ValueError(f"workload {name!r}: size_bounds names {', '.join(sorted(unbounded))}, not in its defaults")
 
     def register(build_model: ModelBuilder) -> ModelBuilder:
         if name in _REGISTRY:
@@ -208,6 +249,7 @@ def workload(
             requires=requires or (lambda: None),
             quick=quick,
             origin=_registering_for,
+            size_bounds=MappingProxyType(dict(size_bounds or {})),
         )
         return build_model
 

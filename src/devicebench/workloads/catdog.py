@@ -41,6 +41,10 @@ KERNEL_SIZE = 3
 DENSE_UNITS = 128
 DROPOUT = 0.5  # probability of dropping a unit
 DEEP_BLOCK_FILTERS = (32, 64, 128, 256)
+# The deepest `catdog-deep` devicebench builds: 8 times the post's 30-odd convolutions (about 50 M parameters,
+# a minute a step on a CPU). `depth` is the one hyperparameter that multiplies modules; a larger value, from
+# `--set` or a checkpoint, is refused before anything is built.
+MAX_DEEP_DEPTH = 256
 
 TRAINING = {
     "batch_size": 32,
@@ -182,6 +186,7 @@ class DeepCNN(nn.Module):
         samples_per_s={"cpu": 3.0},
     ),
     quick=QuickSettings(max_steps=5, max_eval_steps=2),  # about 7 GFLOP a training image: 1.3 s a step on 2 cores
+    size_bounds={"depth": MAX_DEEP_DEPTH},
     **S3,
 )
 def catdog_deep(hyperparameters: Hyperparameters) -> nn.Module:
