@@ -376,3 +376,18 @@ def force_cpu_isa(monkeypatch) -> Callable[[str], None]:
 
     yield force
     host.cpu_isa.cache_clear()  # before monkeypatch restores the variable: the next call detects afresh
+
+
+@pytest.fixture(scope="session")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real checkpoint of mnist-cnn2 after one step on synthetic digits (its own database, never the user's)."""
+    from typer.testing import CliRunner
+
+    from devicebench.cli import app
+
+    folder = tmp_path_factory.mktemp("checkpoint")
+    result = CliRunner().invoke(app, ["run", "mnist-cnn2", "--devices", "cpu", "--data", "synthetic", "--epochs", "1",
+                                      "--max-steps", "1", "--max-eval-steps", "1", "--db",
+                                      str(folder / "results.sqlite"), "--save", str(folder / "model.pt"), "--quiet"])
+    assert result.exit_code == 0, result.output
+    return folder / "model.pt"

@@ -298,17 +298,6 @@ def test_a_workload_name_holding_mathtext_does_not_stop_the_report(tmp_path, mak
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory) -> Path:
-    """A real checkpoint of mnist-cnn2 after one step on synthetic digits (its own database, never the user's)."""
-    folder = tmp_path_factory.mktemp("checkpoint")
-    result = cli.invoke(app, ["run", "mnist-cnn2", "--devices", "cpu", "--data", "synthetic", "--epochs", "1",
-                              "--max-steps", "1", "--max-eval-steps", "1", "--db", str(folder / "results.sqlite"),
-                              "--save", str(folder / "model.pt"), "--quiet"])
-    assert result.exit_code == 0, result.output
-    return folder / "model.pt"
-
-
-@pytest.fixture(scope="module")
 def digit(tmp_path_factory) -> Path:
     rng = np.random.default_rng(0)
     return write_image(tmp_path_factory.mktemp("digit") / "digit.png", BRIGHTNESS["light"], rng, (28, 28))
