@@ -7,6 +7,7 @@ calibration file and the results database itself, each as the user meets it on t
 2. A session whose id is already stored with other content is refused; the same session again adds nothing.
 3. A calibration file with figures that are not finite positive numbers is refused, and nothing of it is used.
 4. A damaged database (malformed, a table missing, invalid JSON in it) or one that is a FIFO is a clear error.
+5. An import that the database cannot take (a full disk, a foreign key it breaks) is a clear error and adds nothing.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typer.testing import CliRunner
 from devicebench.cli import EXIT_USAGE, app
 from devicebench.engine.calibrate import calibration_path
 from devicebench.environment import machine_fingerprint
-from devicebench.results.store import Store, StoreError
+from devicebench.results.store import Store, StoreError, export_document
 
 cli = CliRunner()
 TINY_RUN = ["--devices", "cpu", "--data", "synthetic", "--epochs", "2", "--max-steps", "2", "--max-eval-steps", "1"]
@@ -279,3 +280,49 @@ def test_4_a_fifo_as_the_database_is_refused_without_hanging(tmp_path):
     outcome = cli.invoke(app, ["history", "--db", str(fifo)])
     assert outcome.exit_code == EXIT_USAGE, outcome.output
     assert f"the results database {fifo} is a FIFO (named pipe), not a regular file" in unwrapped(outcome.output)
+
+
+# --- 5. an import that the database cannot take ---------------------------------------------------------------------
+
+
+def _an_export(tmp_path, make_result, make_run, machine="workstation", runs=1):
+    path = tmp_path / "other.json"
+    result = make_result(machine, [make_run(run_id=f"x{number}") for number in range(runs)])
+    path.write_text(json.dumps(export_document([result])))
+    return path
+
+
+def test_5_an_import_onto_a_full_disk_is_an_error_and_imports_nothing(tmp_path, filled, make_result, make_run,
+                                                                      monkeypatch):
+    export = _an_export(tmp_path, make_result, make_run, runs=200)  # more than the free space in its pages
+    connect = sqlite3.connect
+
+    def full(*args, **kwargs):  # SQLite's own limit on pages: it fails exactly as on a full disk (SQLITE_FULL)
+        connection = connect(*args, **kwargs)
+        pages = connection.execute("PRAGMA page_count").fetchone()[0]
+        connection.execute(f"PRAGMA max_page_count = {pages}")
+        return connection
+
+    monkeypatch.setattr(sqlite3, "connect", full)
+    outcome = cli.invoke(app, ["import", str(export), "--db", str(filled)])
+    monkeypatch.undo()
+    assert outcome.exit_code == EXIT_USAGE, outcome.output
+    assert f"could not import the results in {filled}: the disk holding it is full" in unwrapped(outcome.output)
+    assert "Traceback" not in outcome.output
+    assert stored_runs(filled) == 2  # the two runs it held, and none of the import
+
+
+def test_5_an_import_that_breaks_a_foreign_key_is_an_error_and_imports_nothing(tmp_path, filled, make_result,
+                                                                               make_run):
+    """A database edited by another program: a unique index on machine names makes the new machine's row be
+    skipped, so its session names a machine that is not there, which the foreign key refuses."""
+    with sqlite3.connect(filled) as connection:
+        connection.execute("CREATE UNIQUE INDEX one_name ON machines (machine_name)")
+        connection.execute("UPDATE machines SET machine_name = 'workstation'")
+    export = _an_export(tmp_path, make_result, make_run)
+    outcome = cli.invoke(app, ["import", str(export), "--db", str(filled)])
+    assert outcome.exit_code == EXIT_USAGE, outcome.output
+    message = unwrapped(outcome.output)
+    assert f"could not import the results in {filled}: what it holds contradicts what was to be added" in message
+    assert "FOREIGN KEY constraint failed" in message and "Traceback" not in outcome.output
+    assert stored_runs(filled) == 2
