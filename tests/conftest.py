@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 import shutil
 import socket
 import struct
 import tarfile
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -18,7 +20,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
+import platformdirs
 import pytest
+from hypothesis import HealthCheck, settings
 
 from devicebench.data import ArrayDataset
 from devicebench.data.formats import (
@@ -29,13 +33,116 @@ from devicebench.data.formats import (
     Splits,
     read_idx,
 )
+from devicebench.data.sources import DATA_DIR_ENVIRONMENT_VARIABLE
 from devicebench.engine.calibrate import CALIBRATION_DIR_VARIABLE
 from devicebench.environment import machine_id
 from devicebench.results.schema import EpochRecord, Result, RunRecord, RunSettings
 from devicebench.results.store import DB_ENVIRONMENT_VARIABLE
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED_MNIST_FOLDER = REPO_ROOT.parent / "shared" / "data" / "mnist"  # the real MNIST test set, when present
+SHARED_MNIST_VARIABLE = "DEVICEBENCH_TEST_MNIST"  # another folder holding the real MNIST test set, for a clone elsewhere
+SHARED_MNIST_FOLDER = Path(os.environ.get(SHARED_MNIST_VARIABLE) or REPO_ROOT.parent / "shared" / "data" / "mnist")
+REAL_DATA_SKIP = "the real MNIST test set is not at"  # how every real-digit test's skip reason begins
+
+# ---------------------------------------------------------------------------------------------------------------
+# The session's sandbox: set when pytest loads this file, before any fixture of any scope (a module-scoped
+# training run included) or any test module's import. Nothing a test runs can reach the user's folders.
+# ---------------------------------------------------------------------------------------------------------------
+
+USER_FOLDERS = tuple(dict.fromkeys(Path(folder) for folder in (  # computed with the user's own environment
+    platformdirs.user_data_dir("devicebench"), platformdirs.user_cache_dir("devicebench"),
+    platformdirs.user_config_dir("devicebench"), platformdirs.user_state_dir("devicebench"),
+    platformdirs.user_log_dir("devicebench"), SHARED_MNIST_FOLDER)))
+SANDBOX = Path(tempfile.mkdtemp(prefix="devicebench-tests-"))
+TABLE_WIDTH = "200"  # columns of every console, in process and in subprocesses, whatever the terminal says
+
+os.environ.update({
+    "HOME": str(SANDBOX / "home"),  # platformdirs and `~` resolve inside the sandbox
+    "XDG_DATA_HOME": str(SANDBOX / "home" / ".local" / "share"),
+    "XDG_CACHE_HOME": str(SANDBOX / "home" / ".cache"),
+    "XDG_CONFIG_HOME": str(SANDBOX / "home" / ".config"),
+    "XDG_STATE_HOME": str(SANDBOX / "home" / ".local" / "state"),
+    DB_ENVIRONMENT_VARIABLE: str(SANDBOX / "results.sqlite"),
+    DATA_DIR_ENVIRONMENT_VARIABLE: str(SANDBOX / "data"),
+    CALIBRATION_DIR_VARIABLE: str(SANDBOX / "calibration"),
+    "COLUMNS": TABLE_WIDTH,  # rich reads it when a console is made and when it measures one
+    "LINES": "50",
+    "TERM": "xterm-256color",  # not "dumb": a dumb terminal gets 80 columns whatever COLUMNS says
+})
+for _variable in ("FORCE_COLOR", "NO_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "JUPYTER_COLUMNS",
+                  "JUPYTER_LINES", "PYTHONIOENCODING"):
+    os.environ.pop(_variable, None)  # colour and encoding come from the test, never the shell that ran pytest
+(SANDBOX / "home").mkdir()
+
+# hypothesis: the same inputs on every run by default (CI); `--hypothesis-profile explore` searches afresh
+settings.register_profile("ci", derandomize=True, deadline=None, database=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("explore", max_examples=1000, deadline=None, database=None)
+settings.load_profile(os.environ.get("DEVICEBENCH_HYPOTHESIS_PROFILE", "ci"))
+
+
+def _snapshot(folders: tuple[Path, ...]) -> dict[str, tuple[int, int]]:
+    """path -> (size, modification time in ns) of every file and folder under `folders`."""
+    state = {}
+    for folder in folders:
+        for root, names, files in os.walk(folder):
+            for name in [".", *names, *files]:
+                path = os.path.normpath(os.path.join(root, name))
+                try:
+                    info = os.lstat(path)
+                except OSError:
+                    continue
+                state[path] = (info.st_size, info.st_mtime_ns)
+    return state
+
+
+USER_FOLDERS_BEFORE = _snapshot(USER_FOLDERS)
+
+
+def user_folder_changes() -> list[str]:
+    """What the session created, changed or removed in the user's folders (empty when it kept out of them)."""
+    after = _snapshot(USER_FOLDERS)
+    created = [f"created {path}" for path in sorted(after.keys() - USER_FOLDERS_BEFORE.keys())]
+    removed = [f"removed {path}" for path in sorted(USER_FOLDERS_BEFORE.keys() - after.keys())]
+    changed = [f"changed {path}" for path in sorted(after.keys() & USER_FOLDERS_BEFORE.keys())
+               if after[path] != USER_FOLDERS_BEFORE[path]]
+    return created + removed + changed
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The guard: the run fails if anything was written to the user's database, data or calibration folders."""
+    changes = user_folder_changes()
+    session.config.stash[_GUARD_KEY] = changes
+    if changes:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    shutil.rmtree(SANDBOX, ignore_errors=True)
+
+
+_GUARD_KEY = pytest.StashKey[list]()
+_real_data_skips: list[str] = []  # node ids of the tests that skipped for want of the real digits
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and isinstance(report.longrepr, tuple) and REAL_DATA_SKIP in str(report.longrepr[2]):
+        _real_data_skips.append(report.nodeid)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if _real_data_skips:
+        terminalreporter.section("REAL DATA NOT FOUND", sep="!", red=True, bold=True)
+        terminalreporter.line(
+            f"{len(_real_data_skips)} test(s) on the real MNIST digits SKIPPED: the test set is not at "
+            f"{SHARED_MNIST_FOLDER}. Put t10k-images-idx3-ubyte.gz and t10k-labels-idx1-ubyte.gz there, or set "
+            f"${SHARED_MNIST_VARIABLE} to their folder.", red=True, bold=True)
+    changes = config.stash.get(_GUARD_KEY, [])
+    if changes:
+        terminalreporter.section("TESTS WROTE TO THE USER'S FOLDERS", sep="!", red=True, bold=True)
+        terminalreporter.line("the run FAILS: no test may touch the user's database, data or calibration folders "
+                              f"({', '.join(map(str, USER_FOLDERS))})", red=True, bold=True)
+        for change in changes[:50]:
+            terminalreporter.line(f"  {change}", red=True)
+        if len(changes) > 50:
+            terminalreporter.line(f"  ... and {len(changes) - 50} more", red=True)
 
 REAL_TRAIN_DIGITS = 8_000  # of the 10,000 real test digits: the first train, the rest test
 

@@ -105,8 +105,8 @@ def saved_model(folder, tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("model") / "model.pt"
     result = cli.invoke(app, ["run", "catdog-original", "--devices", "cpu", "--data-dir", str(folder),
                               "--epochs", "4", "--batch-size", "8", "--workers", "0", "--set", "augment=false",
-                              "--save", str(path), "--quiet"])
-    assert result.exit_code == 0, result.output
+                              "--save", str(path), "--db", str(path.parent / "results.sqlite"), "--quiet"])
+    assert result.exit_code == 0, result.output  # its own database: a module fixture runs before the autouse ones
     return path
 
 
