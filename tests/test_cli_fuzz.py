@@ -37,6 +37,8 @@ TINY_RUN = ["--data", "synthetic", "--devices", "cpu", "--epochs", "2", "--max-s
 FUZZ_SETTINGS = dict(deadline=None, database=None,  # no .hypothesis folder in the checkout
                      # the autouse fixtures (a temporary results database) are shared by a test's examples, on purpose
                      suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+# the profile's examples over hypothesis' 100: 1 in CI's profile, 10 in `--hypothesis-profile explore` (conftest.py)
+SCALE = max(1, settings.default.max_examples // 100)
 
 HUGE = "99999999999999999999999"  # beyond int64: no database or torch call can hold it
 JUST_TOO_LARGE = str(2**63)
@@ -122,7 +124,7 @@ def positional_arguments(command: str) -> st.SearchStrategy:
 
 def make_places(root: Path) -> dict[str, str]:
     """The paths the fuzzing names, made afresh in `root`: each a different way for a file argument to be wrong (or
-    right). Afresh for every command, since one may create what the next expects missing (--db makes its folder)."""
+    right). Afresh for every command, since one may create what the next expects missing (a run creates its --json)."""
     (root / "folder").mkdir()
     (root / "junk.json").write_text("not JSON, not SQLite, not an image\n")
     (root / "empty.json").write_bytes(b"")
@@ -153,7 +155,7 @@ def assert_handled(result, arguments: list[str]) -> None:
         assert REFUSAL.search(result.output), shown
 
 
-@settings(max_examples=60, **FUZZ_SETTINGS)
+@settings(max_examples=60 * SCALE, **FUZZ_SETTINGS)
 @given(command=st.sampled_from(["compare", "history", "list", "report", "export", "import", "predict", "devices"]),
        data=st.data())
 def test_the_commands_that_read_and_write_stored_runs_handle_any_input(command, data):
@@ -162,7 +164,7 @@ def test_the_commands_that_read_and_write_stored_runs_handle_any_input(command, 
     assert_handled(result, resolved)
 
 
-@settings(max_examples=60, **FUZZ_SETTINGS)
+@settings(max_examples=60 * SCALE, **FUZZ_SETTINGS)
 @given(command=st.sampled_from(["run", "sweep"]), data=st.data())
 def test_run_and_sweep_refuse_bad_values_and_train_good_ones(command, data):
     if command == "run":
@@ -185,12 +187,12 @@ MUST_BE_REFUSED = {  # for commands that would measure for minutes: one of these
     "--data-dir": st.sampled_from([("place", "missing folder"), ("place", "junk file")]),
     "--mode": st.sampled_from(["", "fast", "ü"]),
     "--json": st.sampled_from([("place", "missing folder"), ("place", "folder"), ("place", "")]),
-    "--db": st.sampled_from([("place", "folder"), ("place", "junk file")]),  # a missing folder it creates
+    "--db": st.sampled_from([("place", "folder"), ("place", "junk file"), ("place", "missing folder")]),
     "--tensorboard": st.sampled_from([("place", "junk file")]),
 }
 
 
-@settings(max_examples=30, **FUZZ_SETTINGS)
+@settings(max_examples=30 * SCALE, **FUZZ_SETTINGS)
 @given(command=st.sampled_from(["reproduce", "calibrate"]), data=st.data())
 def test_reproduce_and_calibrate_refuse_a_bad_value_before_measuring(command, data):
     refusable = sorted(set(MUST_BE_REFUSED) & {max(param.opts, key=len) for param in COMMANDS[command].params

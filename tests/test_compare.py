@@ -115,6 +115,22 @@ def test_tuned_devices_are_compared_at_their_own_precision_and_auto_batch_sizes_
     assert rows[1].speedup is None and "batch_size=1024" in rows[1].speedup_note
 
 
+def test_tuned_runs_that_chose_differently_are_separate_rows_named_by_the_choice():
+    # Two tuned sessions on one CPU: one kept channels_last and a fused step (3 s epochs), one neither (6 s epochs)
+    chose, did_not = run("cpu", [4.0, 3.0, 3.0]), run("cpu", [7.0, 6.0, 6.0], repeat=1)
+    for record in (chose, did_not):
+        record.settings.mode = "tuned"
+    chose.settings.channels_last = chose.settings.fused_optimizer = True
+    chose.tuning_s, did_not.tuning_s = 12.5, 0.0
+    rows = compare([session(LAPTOP, [chose, did_not])])["mnist-cnn2"]
+    assert [(len(row.runs), row.epoch_time_s.median) for row in rows] == [(1, 3.0), (1, 6.0)]  # never pooled to 4.5
+    assert [row.differs_by for row in rows] == ["channels_last=True, fused_optimizer=True",
+                                                "channels_last=False, fused_optimizer=False"]
+    notes = row_notes(rows)
+    assert sum("choosing before training" in note for note in notes) == 1  # the row that spent the 12.5 s
+    assert any("12.5 s choosing before training" in note for note in notes)
+
+
 def cpu_row(epoch_times_per_repeat: list[list[float]]) -> Row:
     """The one row of laptop CPU runs, repeat i with epoch times epoch_times_per_repeat[i] (epoch 1 warm-up)."""
     runs = [run("cpu", times, repeat=index) for index, times in enumerate(epoch_times_per_repeat)]

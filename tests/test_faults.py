@@ -474,13 +474,18 @@ def test_a_database_locked_past_the_busy_timeout_fails_clearly_then_works_once_r
     assert_intact(path, before + [result.to_dict()])
 
 
-def test_a_run_whose_database_is_locked_trains_on_and_says_it_could_not_store(
-    stored, locked, make_result, make_run, monkeypatch
+def test_a_run_whose_database_is_locked_while_it_trains_trains_on_and_says_it_could_not_store(
+    stored, make_result, make_run, monkeypatch
 ):
+    """A lock held before the run refuses it before training (tests/test_promises.py); one taken by another
+    process once training has begun stops the storing, never the training."""
     path, before = stored
     finished = make_result("laptop", [make_run(workload="cifar100-mlp")])
+    monkeypatch.setattr(store_module, "BUSY_TIMEOUT_S", 0.2)
+    locked = sqlite3.connect(path, isolation_level=None)
 
     def run(plan, reporter, *, save_to=None):  # runner.run's events, without the seconds of real training
+        locked.execute("BEGIN EXCLUSIVE")  # after the check at start-up, as another process might
         reporter.session_started(finished)
         for record in finished.runs:
             reporter.run_started(record)
@@ -499,4 +504,5 @@ def test_a_run_whose_database_is_locked_trains_on_and_says_it_could_not_store(
     assert "then try again" in output and "the tables above hold every number" in output
     assert "cifar100-mlp" in outcome.stdout  # every event after the failure still reached the screen
     locked.execute("ROLLBACK")
+    locked.close()
     assert_intact(path, before)

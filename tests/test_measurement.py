@@ -423,7 +423,8 @@ def test_peak_device_memory_covers_model_creation_to_the_last_epoch(monkeypatch)
 
 CHANGED = {"mode": "tuned", "precision": "bf16", "batch_size": 64, "batch_size_auto": True, "data_source": "real",
            "workers": 2, "overrides": {"learning_rate": 0.1}, "threads": 4, "tf32_matmul": True, "tf32_cudnn": True,
-           "compiled": True, "world_size": 2, "max_steps": 30}
+           "compiled": True, "world_size": 2, "max_steps": 30, "channels_last": True, "fused_optimizer": True,
+           "cudnn_benchmark": True, "device_resident": True, "allocator_keeps_memory": True}
 
 
 def test_every_speed_setting_is_a_recorded_setting_with_a_changed_value_here():

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
 
 import numpy as np
 import pytest
@@ -21,6 +22,7 @@ from devicebench.config import ConfigError
 from devicebench.data import ArrayDataset
 from devicebench.engine import tuning
 from devicebench.engine.loop import TrainingSetup
+from devicebench.engine.timing import Stopwatch
 from devicebench.engine.tuning import (
     Tuning,
     candidates,
@@ -164,6 +166,28 @@ def test_the_cli_shows_what_tuned_mode_chose(tmp_path):
     assert (settings["mode"], settings["precision"], settings["channels_last"]) == ("tuned", "fp32", False)
 
 
+def test_the_seconds_spent_choosing_are_recorded_on_the_run_that_chose_and_in_no_other_figure(monkeypatch):
+    shift = [0.0]  # seconds the runner's clock is moved on by: what the stand-in trial "took"
+
+    class ShiftedStopwatch(Stopwatch):
+        def __init__(self, device: torch.device) -> None:
+            super().__init__(device, clock=lambda: time.perf_counter() + shift[0])
+
+    def thirty_second_trial(options, build, batches, watch):
+        shift[0] += 30.0
+        return options[0], "trial samples/s: stand-in"
+
+    monkeypatch.setattr(runner, "Stopwatch", ShiftedStopwatch)
+    monkeypatch.setattr(runner, "choose_tuning", thirty_second_trial)
+    config = RunConfig(workloads=("cifar10-mlp",), devices="cpu", data="synthetic", epochs=1, max_steps=2,
+                       max_eval_steps=1, repeats=2, mode="tuned", precision="fp32")
+    first, second = runner.run(planning.plan(config)).runs
+    assert first.status == second.status == "ok"
+    assert 30.0 <= first.tuning_s < 40.0  # the trial's 30 s and the little the choosing itself took
+    assert second.tuning_s == 0.0  # it reused the first run's choice
+    assert first.end_to_end_s < 30.0  # the choosing is inside no figure but its own
+
+
 # --- --batch-size auto -------------------------------------------------------------------------------------------
 
 
@@ -183,6 +207,7 @@ def test_a_run_with_auto_batch_size_records_the_size_it_trained_with():
     assert record.settings.batch_size_auto and record.settings.hyperparameters["batch_size"] == chosen
     assert record.epochs[0].steps == math.ceil(1_050 / chosen)
     assert record.tuning_note.startswith("batch sizes tried, samples/s: 50 ")
+    assert record.tuning_s >= tuning.TRIAL_SECONDS  # each size tried is timed for at least that long
     assert "median (range) of each size's blocks" in record.tuning_note
 
 

@@ -12,17 +12,36 @@ each process, and a run fails on a typo before the first byte is downloaded.
 from __future__ import annotations
 
 import dataclasses
+import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import psutil
 import torch
 
-from devicebench.config import RunConfig, own_from_specs, registered
+from devicebench.config import ConfigError, RunConfig, own_from_specs, registered
 from devicebench.devices import resolve_devices
+from devicebench.engine.calibrate import peak_tflops
+from devicebench.engine.flops import training_flops_per_sample
 from devicebench.engine.loop import TrainingPlan
 from devicebench.engine.tuning import tuned_threads
+from devicebench.environment import machine_fingerprint
 from devicebench.workloads import Workload
+
+GIB = 2**30
+BYTES_PER_PARAMETER = 4  # fp32: bf16 autocast too keeps weights, gradients and optimizer state in fp32
+# Tensors of the optimizer's state per parameter; an optimizer not named here is taken to keep Adam's two
+OPTIMIZER_STATE_COPIES = {"Adam": 2, "AdamW": 2, "Adamax": 2, "NAdam": 2, "RAdam": 2, "Adagrad": 1, "RMSprop": 1}
+# Above this share of the memory free, training is warned about: activations, the data and the allocator's
+# slack come on top of the parameters, and for a batch of images they often outweigh them.
+CLOSE_MEMORY_SHARE = 0.5
+SLOW_STEP_S = 60.0  # one step estimated longer than this is warned about: a Ctrl-C waits for the step to end
+# Without a calibration (engine/calibrate.py), a device kind's fp32 matmul TFLOP/s taken as its speed: about the
+# fastest of its kind, so that the step time estimated from it is a rough lower bound, not a prediction.
+NOMINAL_PEAK_TFLOPS = {"cpu": 5.0, "cuda": 100.0}
+OTHER_NOMINAL_PEAK_TFLOPS = 50.0  # MPS, XPU and the rest
 
 
 @dataclass(frozen=True)
@@ -113,6 +132,7 @@ def plan(configs: RunConfig | Sequence[RunConfig]) -> Plan:
     jobs = tuple(_job(config, workload, device) for config in configs for workload in config.selected_workloads()
                  for device in devices)
     own = (first.model, first.data, first.loss, first.optimizer) if first.model is not None else None
+    _check_sizes(jobs)
     return Plan(
         jobs=jobs,
         threads=first.threads or (tuned_threads() if first.mode == "tuned" else None),
@@ -120,6 +140,93 @@ def plan(configs: RunConfig | Sequence[RunConfig]) -> Plan:
         skipped=tuple((entry.name, reason) for entry, reason in first.skipped()),
         own_model=own,
     )
+
+
+def _check_sizes(jobs: Sequence[Job]) -> None:
+    """Before anything is loaded: refuse a model whose training state alone (weights, gradients, optimizer state)
+    cannot fit the memory its device has free, and warn of one that nearly fills it or whose step is estimated to
+    take minutes. From the parameter count and FLOPs counted on the meta device: no memory, no arithmetic."""
+    seen = set()
+    for job in jobs:
+        key = (job.workload, str(job.device), job.batch_size, job.mode, json.dumps(job.hyperparameters,
+                                                                                    sort_keys=True, default=str))
+        if job.workload.trainer is not None or key in seen:
+            continue
+        seen.add(key)
+        try:
+            parameters = job.workload.parameter_count(job.hyperparameters)
+        except Exception:  # too large (ModelTooLarge), or a model that cannot be built: the run says so in its record
+            continue
+        _check_memory(job, parameters)
+        _check_step_time(job)
+
+
+def training_state_bytes(workload: Workload, hyperparameters: dict[str, Any], parameters: int) -> tuple[int, int]:
+    """(bytes, optimizer state copies): what training holds whatever the batch: weights, gradients and the
+    optimizer's state, in fp32. Activations come on top and are left out: they depend on the batch."""
+    with torch.device("meta"):
+        model = workload.build_model(hyperparameters).to("meta")
+        optimizer = workload.build_optimizer(model, hyperparameters)
+    kind = type(optimizer).__name__
+    copies = (1 if optimizer.defaults.get("momentum") else 0) if kind == "SGD" else OPTIMIZER_STATE_COPIES.get(kind, 2)
+    return parameters * BYTES_PER_PARAMETER * (2 + copies), copies
+
+
+def free_memory_bytes(device: torch.device) -> int | None:
+    """Memory `device` has free now: the host's available RAM for the CPU, the GPU's free memory for CUDA; None
+    for a kind that cannot tell."""
+    if device.type == "cpu":
+        return psutil.virtual_memory().available
+    if device.type == "cuda" and torch.cuda.is_available():
+        return torch.cuda.mem_get_info(device)[0]
+    return None
+
+
+def _check_memory(job: Job, parameters: int) -> None:
+    free = free_memory_bytes(job.device)
+    if free is None:
+        return
+    needed, copies = training_state_bytes(job.workload, job.hyperparameters, parameters)
+    numbers = (f"its {parameters:,} parameters need {needed / GIB:,.1f} GiB to train (weights, gradients and "
+               f"{copies} optimizer state cop{'y' if copies == 1 else 'ies'}, {BYTES_PER_PARAMETER} bytes each) and "
+               f"{job.device} has {free / GIB:,.1f} GiB free")
+    where = f"{job.workload.name} on {job.device}"
+    if needed > free:
+        raise ConfigError(f"{where}: {numbers}, before any activations: train a smaller model (fewer layers or "
+                          "units, through --set), or on a device with more memory")
+    if needed > CLOSE_MEMORY_SHARE * free:
+        logging.getLogger(__name__).warning("%s may run out of memory: %s; activations come on top: a smaller "
+                                            "--batch-size or model leaves more room", where, numbers)
+
+
+def estimated_step_s(job: Job) -> tuple[float, float, str] | None:
+    """(seconds, TFLOP/s, where that speed came from) of one training step of `job`: its FLOPs per sample (forward
+    and backward, engine/flops.py) times the batch over the device's calibrated matmul peak, else the nominal peak
+    of its kind. A lower bound: no model runs at its device's peak. None when the FLOPs cannot be counted."""
+    flops = training_flops_per_sample(job.workload, job.hyperparameters)
+    if not flops:
+        return None
+    precisions = ["fp32"] + (["tf32", "bf16"] if job.mode == "tuned" else [])  # tuned: the fastest it may pick
+    machine = machine_fingerprint()["machine_id"]
+    calibrated = [rate for rate in (peak_tflops(machine, str(job.device), precision) for precision in precisions)
+                  if rate]
+    if calibrated:
+        rate, source = max(calibrated), "its calibrated peak"
+    else:
+        rate = NOMINAL_PEAK_TFLOPS.get(job.device.type, OTHER_NOMINAL_PEAK_TFLOPS)
+        source = f"a nominal peak for any {job.device.type.upper()}: a rough bound"
+    return flops * job.batch_size / (rate * 1e12), rate, source
+
+
+def _check_step_time(job: Job) -> None:
+    estimate = estimated_step_s(job)
+    if estimate is None or estimate[0] <= SLOW_STEP_S:
+        return
+    seconds, rate, source = estimate
+    logging.getLogger(__name__).warning(
+        "%s on %s: one training step of batch %s is estimated to take at least %s s (its FLOPs at %g TFLOP/s, %s). "
+        "Ctrl-C stops at the end of the step, a second Ctrl-C at once; a smaller --batch-size or model shortens it",
+        job.workload.name, job.device, f"{job.batch_size:,}", f"{seconds:,.0f}", rate, source)
 
 
 def _job(config: RunConfig, workload: Workload, device: torch.device) -> Job:

@@ -39,7 +39,7 @@ def compare_command(
     laptop's CPU, with the cost of a job on each.
     """
     prices = prices_from(price)
-    with open_store(db) as store:
+    with open_store(db, writes=False) as store:
         results = store.results(workload=workload, machine=machine, last=last)
     if not results:
         console.print(f"No stored runs match in {store.path}. Make some with `devicebench run`, or bring some from "

@@ -41,7 +41,7 @@ def history(
     """
     if status is not None and status not in get_args(RunStatus):
         raise fail(f"unknown status {status!r}; a run's status is one of {', '.join(get_args(RunStatus))}")
-    with open_store(db) as store:
+    with open_store(db, writes=False) as store:
         results = store.results(workload=workload, machine=machine, last=last, status=status)
     if as_json:
         print(json.dumps(export_document(results), indent=2))

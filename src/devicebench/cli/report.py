@@ -58,7 +58,7 @@ def report(
     except OSError:  # a name too long to be a file's
         price_file = None
     check_outputs_or_fail({"--out": out}, db=db, reads={"the --price file": price_file})
-    with open_store(db) as store:
+    with open_store(db, writes=False) as store:
         results = store.results(workload=workload, machine=machine, last=last)
     try:
         written = write_report(results, out, baseline=baseline, prices=prices, png_dir=png)

@@ -24,6 +24,7 @@ from devicebench.cli import (
 from devicebench.cli.run import check_outputs_or_fail
 from devicebench.results.store import (
     ResultsFileError,
+    Store,
     read_results_file,
     write_csv_export,
     write_json_export,
@@ -52,14 +53,28 @@ def export(
         raise fail(f"cannot export to {file}: the name must end in {' or '.join(EXPORT_WRITERS)}")
     check_output_file("to", file)
     check_outputs_or_fail({"the export file": file}, db=db)
-    with open_store(db) as store:
+    with open_store(db, writes=False) as store:
         results = store.results(workload=workload, machine=machine, last=last)
+        if not results:  # an empty export would replace a file that may hold runs with nothing
+            raise fail(_nothing_to_export(store, file, workload=workload, machine=machine))
     try:
         write(file, results)
     except OSError as error:  # a full disk, say: nothing half-written is left behind (files.write_atomically)
         raise fail(f"cannot write {file}: {error}") from None
     runs = sum(len(result.runs) for result in results)
     console.print(f"Wrote {runs} run{'' if runs == 1 else 's'} from {store.path} to {file}")
+
+
+def _nothing_to_export(store: Store, file: Path, *, workload: str | None, machine: str | None) -> str:
+    """Why nothing was exported, naming the filters and what they could have matched."""
+    machines, workloads = store.stored_names()
+    kept = f"{file} was left as it is" if file.exists() else f"{file} was not written"
+    if not workloads:
+        return f"nothing to export: no runs are stored in {store.path} yet; {kept}"
+    filters = " ".join(f"{flag} {value!r}" for flag, value in (("--workload", workload), ("--machine", machine))
+                       if value is not None)
+    return (f"nothing to export: no run stored in {store.path} matches {filters}; {kept}. Stored are machines: "
+            f"{', '.join(machines)}; workloads: {', '.join(workloads)}")
 
 
 @app.command("import")

@@ -17,6 +17,7 @@ import os
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import warnings
 from collections.abc import Callable
@@ -451,7 +452,7 @@ def _request(
         headers["Range"] = f"bytes={partial.received_bytes}-"  # resume where the last attempt stopped
     expected_bytes = None
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout_s) as response:
+        with _OPENER.open(urllib.request.Request(url, headers=headers), timeout=timeout_s) as response:
             if response.status == HTTPStatus.PARTIAL_CONTENT:
                 sent = response.headers.get("Content-Range", "")
                 if not sent.startswith(f"bytes {partial.received_bytes}-"):
@@ -463,6 +464,8 @@ def _request(
             while chunk := response.read(CHUNK_BYTES):
                 partial.append(chunk)
                 show(partial.received_bytes, expected_bytes)
+    except InsecureRedirect as error:
+        return str(error.reason)
     except urllib.error.HTTPError as error:
         error.close()  # the error page's body is of no use to us
         return f"HTTP {error.code} {error.reason}"
@@ -474,6 +477,26 @@ def _request(
     if expected_bytes is not None and partial.received_bytes < expected_bytes:
         return f"truncated: received {partial.received_bytes} of {expected_bytes} bytes"
     return None
+
+
+class InsecureRedirect(urllib.error.URLError):
+    """A server sent an HTTPS download on to a URL that is not HTTPS."""
+
+
+class HttpsOnlyRedirects(urllib.request.HTTPRedirectHandler):
+    """Follows a redirect from HTTPS only to HTTPS: the rule is HTTPS only, so that what is downloaded, and whether
+    it is downloaded at all, cannot be changed on the way (the checksum guards the bytes, not the connection)."""
+
+    def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any,
+                         newurl: str) -> urllib.request.Request | None:
+        if urllib.parse.urlsplit(req.full_url).scheme == "https" and urllib.parse.urlsplit(newurl).scheme != "https":
+            fp.close()
+            raise InsecureRedirect(f"redirected (HTTP {code}) to {newurl}, which is not HTTPS: refused, since "
+                                   "devicebench downloads over HTTPS only")
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+_OPENER = urllib.request.build_opener(HttpsOnlyRedirects)  # urlopen's opener, with redirects kept on HTTPS
 
 
 def _unwritable(folder: Path, error: OSError) -> str:

@@ -352,6 +352,10 @@ def row_notes(rows: list[Row]) -> list[str]:
             notes.append(f"{row.label}: FLAGGED {flag.code}: {flag.text}")
         for choices in dict.fromkeys(tuning_text(run) for run in row.runs if run.settings.mode == "tuned"):
             notes.append(f"{row.label}: tuned: {choices}")
+        choosing_s = sum(run.tuning_s or 0.0 for run in row.runs)
+        if choosing_s > 0:  # time that is in no figure of the table: say how much there was
+            notes.append(f"{row.label}: {choosing_s:.1f} s choosing before training (tuned trial, --batch-size auto "
+                         "search), in none of the times above")
     return notes
 
 

@@ -23,8 +23,11 @@ from devicebench.results.stats import Speedup, Spread, speedup, spread
 
 # Settings that change speed. Runs that differ in any of them form separate rows. max_steps too: a 20-step epoch
 # spends a larger share of its time starting up than a 60-step one, so their rates are not the same measurement.
+# So does every choice tuned mode makes (engine/tuning.py's Tuning): tuned runs that chose differently ran
+# differently, and pooling them would hide which choice gave which speed.
 SPEED_SETTINGS = ("mode", "precision", "batch_size", "batch_size_auto", "data_source", "workers", "overrides",
-                  "threads", "tf32_matmul", "tf32_cudnn", "compiled", "world_size", "max_steps")
+                  "threads", "tf32_matmul", "tf32_cudnn", "compiled", "channels_last", "fused_optimizer",
+                  "cudnn_benchmark", "device_resident", "allocator_keeps_memory", "world_size", "max_steps")
 # Of those, the ones a baseline must share: the work itself. Threads, TF32 and compiling describe how a device ran
 # it. Two exceptions (`_same_work`): in tuned mode each device picks its own precision, and with --batch-size auto
 # its own batch size: the comparison is then each device at its best.

@@ -22,8 +22,8 @@ from typing import Any, Literal
 
 from devicebench import files
 
-SCHEMA_VERSION = 2  # 2: plausibility flags
-READABLE_SCHEMA_VERSIONS = (1, 2)  # 1 lacks only fields that have defaults
+SCHEMA_VERSION = 3  # 2: plausibility flags; 3: tuning_s
+READABLE_SCHEMA_VERSIONS = (1, 2, 3)  # 1 and 2 lack only fields that have defaults
 
 RunStatus = Literal["running", "ok", "diverged", "failed", "oom", "interrupted"]
 EpochPhase = Literal["warmup", "steady"]
@@ -131,6 +131,9 @@ class RunRecord:
     input_verdict: str | None = None  # "input-bound" or "compute-bound" (results/diagnosis.py)
     input_diagnosis: str | None = None  # the verdict's numbers and the lever that would help, in a sentence
     tuning_note: str | None = None  # tuned mode: what each option measured in its trial, and which was kept
+    # Seconds this run spent choosing before training (tuned mode's trial, the --batch-size auto search): inside no
+    # other figure. 0 when it reused choices an earlier run of the session made; None when nothing was chosen
+    tuning_s: float | None = None
     peak_tflops: float | None = None  # the device's calibrated matmul peak at the run's precision, for MFU
     compile_recompiles: int | None = None  # torch.compile: graphs compiled beyond the first; None when not compiled
     compile_graph_breaks: int | None = None  # torch.compile: places the model left the graph for Python

@@ -208,10 +208,21 @@ def _add_plausibility(connection: sqlite3.Connection) -> None:
     connection.execute("ALTER TABLE runs ADD COLUMN plausibility_note TEXT")
 
 
+def _add_process_namespace(connection: sqlite3.Connection) -> None:
+    """Schema 10: the PID namespace of each live run's process: a container sharing the host's name (or the file)
+    has process ids of its own, so a run is judged abandoned only from its own namespace."""
+    connection.execute("ALTER TABLE live_runs ADD COLUMN process_namespace TEXT")
+
+
+def _add_tuning_time(connection: sqlite3.Connection) -> None:
+    """Schema 11: the seconds a run spent choosing before training (tuned trial, --batch-size auto search)."""
+    connection.execute("ALTER TABLE runs ADD COLUMN tuning_s REAL")
+
+
 # MIGRATIONS[n] takes a database from schema n to n + 1; the newest schema is len(MIGRATIONS). Append, never edit.
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _create_tables, _add_live_runs, _add_usage, _add_input_diagnosis, _add_flops, _add_tuning, _add_ranks,
-    _add_compile_and_rank_figures, _add_plausibility,
+    _add_compile_and_rank_figures, _add_plausibility, _add_process_namespace, _add_tuning_time,
 ]
 TABLES = ("machines", "sessions", "runs", "epochs", "live_runs")  # schema 1's four, then schema 2's
 ABANDONED = "the process running it ended without finishing it (killed or crashed); its finished epochs are kept"
@@ -239,40 +250,86 @@ _INSERT_SESSION = _insert_sql("sessions", SESSION_COLUMNS)
 class Store:
     """One results database, open for reading and writing. Use it as a context manager to close it."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, reading_only: bool = False) -> None:
+        """Open (or create) the database at `path`. `reading_only`, for a command that only reads: a database that
+        cannot be written (a read-only file, folder or disk) is then opened read-only, and nothing in it changes."""
         self.path = Path(path)
+        self.read_only = False  # whether it was opened read-only: nothing is written, abandoned runs are left be
         _refuse_if_not_a_file(self.path)
         _refuse_if_not_sqlite(self.path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            # isolation_level=None: every transaction is begun and ended here, explicitly
-            self._connection = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
         except OSError as error:  # the folder cannot be made: a file in the way, a read-only parent
             raise StoreError(f"cannot open the results database {self.path} ({error}); {_WHAT_TO_DO}") from None
-        except sqlite3.Error as error:
-            raise StoreError(f"cannot open the results database {self.path}: {_explain(error, self.path)}") from None
+        try:
+            self._connect()
+        except sqlite3.Error as error:  # e.g. a read-only folder, or a lock held past the busy timeout
+            if not (reading_only and _cannot_be_written(error) and self.path.is_file()):
+                raise StoreError(f"cannot open the results database {self.path}: {_explain(error, self.path)}") \
+                    from None
+            self._connect_read_only()
+
+    def _connect(self, query: str | None = None) -> None:
+        """Connect and open; `query`, a URI query such as "mode=ro", opens it that way."""
+        # isolation_level=None: every transaction is begun and ended here, explicitly
+        if query is None:
+            self._connection = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        else:
+            self._connection = sqlite3.connect(f"{self.path.absolute().as_uri()}?{query}", timeout=BUSY_TIMEOUT_S,
+                                               isolation_level=None, uri=True)
         self._connection.row_factory = sqlite3.Row
         try:
             self._open()
-        except sqlite3.Error as error:  # e.g. a read-only folder, or a lock held past the busy timeout
-            self._connection.close()
-            raise StoreError(f"cannot open the results database {self.path}: {_explain(error, self.path)}") from None
         except BaseException:
             self._connection.close()
             raise
 
+    def _connect_read_only(self) -> None:
+        """Open the file read-only. A WAL file's readers share an index file beside it (-shm) that a read-only folder
+        cannot hold; with no -wal file beside it either, no writer is at work and every row is in the file itself,
+        so it is read as immutable."""
+        self.read_only = True
+        try:
+            self._connect("mode=ro")
+        except sqlite3.Error as error:
+            if not _cannot_be_written(error) or Path(f"{self.path}-wal").exists():
+                raise StoreError(f"cannot read the results database {self.path}: {_explain(error, self.path)}") \
+                    from None
+            try:
+                self._connect("mode=ro&immutable=1")
+            except sqlite3.Error as error:
+                raise StoreError(f"cannot read the results database {self.path}: {_explain(error, self.path)}") \
+                    from None
+
     def _open(self) -> None:
         version = self._schema_version()  # reads only: a file that is not ours is refused before anything is written
+        if self.read_only:
+            if version < len(MIGRATIONS):
+                raise StoreError(f"{self.path} holds schema {version} and must be upgraded to schema "
+                                 f"{len(MIGRATIONS)} before this devicebench can read it, but it cannot be written (it "
+                                 "or its folder is read-only). To go on, make them writable and run the command "
+                                 f"again, or {_WHAT_TO_DO}")
+            return
         self._switch_to_wal()
         self._connection.execute("PRAGMA foreign_keys = ON")
         if version < len(MIGRATIONS):
             self._migrate()
         self._close_abandoned_runs()
 
+    def check_writable(self) -> None:
+        """Take the write lock and give it back, waiting up to BUSY_TIMEOUT_S as every write does: a database that
+        stays locked (or cannot be written) refuses a run before it trains, not after hours of training."""
+        with self._transaction("check, before any work, that runs can be stored"):
+            pass
+
     def _close_abandoned_runs(self) -> None:
         """Mark `interrupted` every run that a process on this host started and can no longer finish."""
-        host = socket.gethostname()
-        live = self._connection.execute("SELECT run_id, process_id FROM live_runs WHERE hostname = ?", (host,))
+        # a process id means something only on its own host, in its own PID namespace (a container may share the
+        # host's name, or the database, and not its processes): elsewhere the run stays `running`, its fate unknown.
+        # A run started before schema 10 has no namespace recorded and is judged by its host, as it was then.
+        live = self._connection.execute("SELECT run_id, process_id FROM live_runs WHERE hostname = ? "
+                                        "AND (process_namespace IS ? OR process_namespace IS NULL)",
+                                        (socket.gethostname(), pid_namespace()))
         abandoned = [(run_id,) for run_id, process_id in live.fetchall() if not psutil.pid_exists(process_id)]
         if not abandoned:
             return
@@ -375,8 +432,9 @@ class Store:
         """Record a run of session `result_id` as it starts, with its current status (`running`)."""
         with self._transaction(f"store the start of run {record.run_id}"):
             self._insert_run(result_id, record)
-            self._connection.execute("INSERT INTO live_runs VALUES (?, ?, ?)",
-                                     (record.run_id, socket.gethostname(), os.getpid()))
+            self._connection.execute(
+                "INSERT INTO live_runs (run_id, hostname, process_id, process_namespace) VALUES (?, ?, ?, ?)",
+                (record.run_id, socket.gethostname(), os.getpid(), pid_namespace()))
 
     def add_epoch(self, run_id: str, epoch: EpochRecord) -> None:
         with self._transaction(f"store epoch {epoch.epoch} of run {run_id}"):
@@ -512,6 +570,29 @@ class Store:
         except (KeyError, TypeError, ValueError, RecursionError) as error:  # InvalidResult and JSONDecodeError too
             raise StoreError(f"{self.path} is a damaged devicebench results database: {error}. Nothing was "
                              f"changed in it; {_DAMAGED}") from None
+
+    def stored_names(self) -> tuple[list[str], list[str]]:
+        """The names of the machines and the workloads stored, sorted: what a filter that matched nothing could
+        have named instead."""
+        with self._transaction("read the names of machines and workloads", "BEGIN"):
+            machines = self._connection.execute("SELECT DISTINCT machine_name FROM machines ORDER BY 1").fetchall()
+            workloads = self._connection.execute("SELECT DISTINCT workload FROM runs ORDER BY 1").fetchall()
+        return [row[0] for row in machines], [row[0] for row in workloads]
+
+
+def pid_namespace() -> str | None:
+    """This process's PID namespace, e.g. 'pid:[4026531836]' on Linux; None where the system has none to read."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
+def _cannot_be_written(error: sqlite3.Error) -> bool:
+    """Whether `error` says the database (or its folder) cannot be written, as opposed to locked or damaged."""
+    name, message = getattr(error, "sqlite_errorname", ""), str(error)
+    return name.startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN")) or any(
+        words in message for words in ("readonly", "unable to open"))
 
 
 def _refuse_if_not_a_file(path: Path) -> None:
@@ -736,14 +817,20 @@ def _csv_rows(results: list[Result]) -> Iterator[dict[str, Any]]:
 
 
 KEPT_CONTROL_CHARACTERS = "\n\t"  # line breaks and tabs in error messages are text; every other one is not
+# Characters that are invisible yet change what is shown: bidirectional controls (U+202E turns "gpu-box" around to
+# read as another name) and zero-width ones (two names that look the same but are not)
+INVISIBLE_CHARACTERS = frozenset("\u200b\u200c\u200d\u200e\u200f\u202a\u202b\u202c\u202d\u202e"
+                                 "\u2060\u2066\u2067\u2068\u2069\ufeff")
 
 
 def printable(value: Any) -> Any:
     """`value` (parsed JSON) with control characters taken out of every string: a name from another machine's file
-    must not reach the terminal as an escape sequence (ESC ]8 links, cursor moves, a cleared screen)."""
+    must not reach the terminal as an escape sequence (ESC ]8 links, cursor moves, a cleared screen), nor as
+    invisible characters that reorder or disguise it (INVISIBLE_CHARACTERS)."""
     if isinstance(value, str):
         return "".join(character for character in value
-                       if character in KEPT_CONTROL_CHARACTERS or unicodedata.category(character) != "Cc")
+                       if character in KEPT_CONTROL_CHARACTERS
+                       or (unicodedata.category(character) != "Cc" and character not in INVISIBLE_CHARACTERS))
     if isinstance(value, dict):
         return {printable(key): printable(item) for key, item in value.items()}
     if isinstance(value, list):

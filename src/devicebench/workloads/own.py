@@ -68,9 +68,11 @@ def own_workload(
     name: str | None = None,
     source: str = "model",
     optimizer_source: str = "the optimizer function",
+    loss_flag: str = "loss=",
 ) -> Workload:
     """A workload of your model on your data, registered for this session under `name` (default: the model's
-    class name). `source` and `optimizer_source` name where `model` and `optimizer` came from, for the errors.
+    class name). `source` and `optimizer_source` name where `model` and `optimizer` came from, for the errors;
+    `loss_flag` how the loss was asked for ("loss=" from Python, "--loss " from the command line).
 
     `output` says what the model's outputs mean, for the accuracy; by default a named loss says it, and any
     other loss counts no accuracy ("values").
@@ -80,6 +82,8 @@ def own_workload(
     with torch.device("meta"):  # fails now, not after the first device's data is loaded; and takes no memory
         built = _checked_model(build_model({}), source)
     loss_builder, loss_output = _loss_builder(loss, train_step)
+    if train_step is None:
+        _check_loss(built, own_data, loss_builder(), loss_flag, loss)
     defaults = dict(DEFAULTS) | ({"learning_rate": DEFAULT_LEARNING_RATE} if isinstance(optimizer, str) else {})
     build_optimizer = _optimizer_builder(optimizer, optimizer_source)
     with torch.device("meta"):
@@ -114,7 +118,8 @@ def own_workload_from_specs(model: str, data: str, loss: str, optimizer: str) ->
     loss_source, optimizer_source = _named_or_resolved(loss, LOSSES, "--loss"), \
         _named_or_resolved(optimizer, OPTIMIZERS, "--optimizer")
     return own_workload(resolve(model, "--model"), own_data, loss=loss_source, optimizer=optimizer_source,
-                        name=model, source=f"--model {model}", optimizer_source=f"--optimizer {optimizer}")
+                        name=model, source=f"--model {model}", optimizer_source=f"--optimizer {optimizer}",
+                        loss_flag="--loss ")
 
 
 def _named_or_resolved(spec: str, names: dict, flag: str) -> Any:
@@ -228,6 +233,74 @@ def _loss_builder(loss: LossSource, train_step: TrainStep | None) -> tuple[Calla
         return (lambda: _LossFunction(loss)), "values"
     raise OwnModelError(f"loss is a {type(loss).__name__}: give a name ({', '.join(LOSSES)}), a torch loss module "
                         "or a function (outputs, targets) → loss")
+
+
+CHECKED_BATCH = 2  # samples the loss is tried on: a batch dimension that cannot be mistaken for a class count of 1
+# Losses that compare each output with a target of its own: the targets must be floats shaped like the outputs
+ELEMENTWISE_LOSSES = (nn.MSELoss, nn.L1Loss, nn.SmoothL1Loss, nn.HuberLoss)
+
+
+def _loss_setting(flag: str, loss: LossSource) -> str:
+    """How a message names the loss and its fix: `--loss mse` from the command line, `loss='mse'` from Python."""
+    shown = loss if isinstance(loss, str) else getattr(loss, "__name__", type(loss).__name__)
+    return f"{flag}{shown}" if flag.startswith("--") else f"{flag}{shown!r}"
+
+
+def _check_loss(model: nn.Module, data: Any, loss: nn.Module | None, flag: str, source: LossSource) -> None:
+    """Refuse a loss that cannot take the model's outputs and the data's targets, with what to change, before
+    anything trains: otherwise the first step ends the run in a traceback. The model runs on the meta device (no
+    memory, no arithmetic) on a batch shaped like the data's. A model the meta device cannot run, and a loss that
+    is a function of your own (it may need real numbers), are left to the run itself."""
+    if loss is None:
+        return
+    setting = _loss_setting(flag, source)
+    inputs, targets = (part.to("meta").expand(CHECKED_BATCH, *part.shape[1:]) for part in data.example())
+    try:
+        with torch.device("meta"):
+            outputs = model.to("meta")(inputs)  # a model given as an instance is a real copy: moved, not built
+    except KeyboardInterrupt:
+        raise
+    except BaseException:  # an op with no meta kernel, inputs it does not take, an exit(): the run says which
+        return
+    if not isinstance(outputs, torch.Tensor):
+        return
+    problem = _elementwise_mismatch(loss, outputs, targets, setting, _loss_setting(flag, "cross_entropy"))
+    if problem is None and isinstance(loss, (nn.modules.loss._Loss, BinaryCrossEntropy)):
+        try:
+            loss(outputs, targets).backward()
+        except Exception as error:  # torch's own loss on meta tensors fails only for shapes or types
+            first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            problem = (f"{setting} cannot take the model's outputs {_described_tensor(outputs)} and the targets "
+                       f"{_described_tensor(targets)}: {first_line}; give a loss that fits them, or make the data "
+                       "return targets that fit it")
+    if problem is not None:
+        raise OwnModelError(problem)
+
+
+def _elementwise_mismatch(loss: nn.Module, outputs: torch.Tensor, targets: torch.Tensor, setting: str,
+                          cross_entropy: str) -> str | None:
+    """Why an element-wise loss (MSE, L1) cannot take `targets` beside `outputs`, and the fix; None when it can.
+    Torch would broadcast (N, 10) against (N,) without a word, or fail only in the backward pass on int64."""
+    if not isinstance(loss, ELEMENTWISE_LOSSES):
+        return None
+    if targets.shape == outputs.shape and targets.is_floating_point():
+        return None
+    wanted = _shape_text(outputs)
+    classes = not targets.is_floating_point() and targets.dim() == 1 and outputs.dim() == 2
+    have = f"class indices {_shape_text(targets)}" if classes else _described_tensor(targets)
+    fix = (f"use {cross_entropy} for classes, or make the data return float targets shaped {wanted} (one-hot)"
+           if classes else f"make the data return float targets shaped {wanted}, or a model whose outputs are "
+                           f"shaped like the targets")
+    return f"{setting} needs float targets shaped like the model's outputs {wanted}, but the targets are {have}: {fix}"
+
+
+def _shape_text(tensor: torch.Tensor) -> str:
+    """(N, 10): the shape with the batch dimension as N."""
+    return "(" + ", ".join(["N", *map(str, tensor.shape[1:])]) + ("," if tensor.dim() == 1 else "") + ")"
+
+
+def _described_tensor(tensor: torch.Tensor) -> str:
+    return f"{_shape_text(tensor)} {str(tensor.dtype).removeprefix('torch.')}"
 
 
 def _output_of(loss_class: type[nn.Module]) -> OutputKind:
