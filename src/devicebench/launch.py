@@ -8,6 +8,11 @@ ranks' epochs, keeping them in step) are engine/distributed.py's. Only rank 0 wr
 on its own leaves its reason beside the result file; torchrun then stops the others, and the launcher reports the
 reason, with every epoch that finished before.
 
+Stopping from outside: torchrun runs in a session of its own, so a signal (Ctrl-C, SIGTERM, SIGHUP) reaches the
+ranks once, forwarded by the launcher, and each marks its run interrupted as on Ctrl-C. The launcher hands on each
+epoch rank 0 merges as it ends (`on_partial`), so the caller can keep it at once; and a rank whose launcher was
+killed outright (kill -9), which can forward nothing, stops by itself.
+
     devicebench run mnist-cnn2 --devices cpu --nproc 2 --max-steps 50
 """
 
@@ -17,14 +22,20 @@ import errno
 import json
 import os
 import re
+import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
+import psutil
 import torch
 import torch.distributed as dist
 from rich.console import Console
@@ -47,7 +58,11 @@ from devicebench.planning import Plan
 from devicebench.report.progress import RichReporter
 from devicebench.results.schema import Result
 
-INTERRUPT_GRACE_S = 60  # after Ctrl-C, how long the ranks get to hand in what they finished
+INTERRUPT_GRACE_S = 60  # after Ctrl-C, how long the ranks get to hand in what they finished (torchrun kills at 30)
+POLL_S = 1.0  # how often the launcher looks for newly merged epochs, and a rank for its launcher
+ORPHAN_GRACE_S = 10  # how long a rank whose launcher died gets to stop by itself before it exits at once
+PARENT_PID_VARIABLE = "DEVICEBENCH_PARENT_PID"  # the launcher's process id, which each rank watches
+STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # each stops a rank as Ctrl-C does
 
 
 class DistributedError(RuntimeError):
@@ -94,32 +109,39 @@ def torchrun_command(launch: Launch, plan_file: Path, output_file: Path) -> list
             "--max-restarts", "0", "-m", "devicebench.launch", str(plan_file), str(output_file)]
 
 
-def run_distributed(plan: Plan, launch: Launch, *, quiet: bool = True) -> Result | None:
+def run_distributed(plan: Plan, launch: Launch, *, quiet: bool = True,
+                    on_partial: Callable[[Result], None] | None = None, signals: Sequence[int] = ()) -> Result | None:
     """Start this machine's ranks and return the result, which the machine running global rank 0 holds (the
     rendezvous numbers ranks in the order machines arrive); None on the others. Unless `quiet`, rank 0 shows each
-    epoch as it ends."""
+    epoch as it ends; `on_partial` gets the merged runs so far each time an epoch or a run ends, so that the caller
+    can keep them before the ranks finish.
+
+    torchrun starts in a session of its own, so that a signal reaches the ranks once, through this process: on a
+    KeyboardInterrupt it forwards the first of `signals` (the ones that stopped this process; none: Ctrl-C) and waits
+    for the ranks to hand in what they finished. `result.interrupted` says whether any planned run was cut short."""
     if launch.rdzv_endpoint and launch.node_rank == 0:
         _check_port_free(launch.rdzv_endpoint)
     fetch_datasets(plan, progress=not quiet)
     with tempfile.TemporaryDirectory(prefix="devicebench-ranks-") as folder:
         plan_file, output_file = Path(folder) / "plan.json", Path(folder) / "result.json"
         plan_file.write_text(json.dumps({"plan": plan.to_dict(), "quiet": quiet}))
-        ranks = subprocess.Popen(torchrun_command(launch, plan_file, output_file), stderr=subprocess.PIPE,
-                                 text=True)
-        try:
-            _, stderr = ranks.communicate()
-        except KeyboardInterrupt:  # Ctrl-C reached every rank too: each marks its run interrupted and hands it in
+        log_file = Path(folder) / "torchrun.log"  # a file, not a pipe: nobody reads a pipe while we wait
+        with log_file.open("w") as log:
+            ranks = subprocess.Popen(torchrun_command(launch, plan_file, output_file), stderr=log, text=True,
+                                     start_new_session=True, env={**os.environ, PARENT_PID_VARIABLE: str(os.getpid())})
             try:
-                ranks.communicate(timeout=INTERRUPT_GRACE_S)
-            except subprocess.TimeoutExpired:
-                ranks.kill()
-                ranks.wait()
-            result = _final_result(output_file) or _partial_result(output_file, "interrupted by the user",
-                                                                    status="interrupted")
-            if result is None:
-                raise
-            result.interrupted = True
-            return result
+                _wait_reporting(ranks, partial_path(output_file), on_partial)
+            except KeyboardInterrupt:
+                _stop_ranks(ranks, signals[0] if signals else signal.SIGINT)
+                result = _final_result(output_file) or _partial_result(output_file, "interrupted by the user",
+                                                                        status="interrupted")
+                if result is None:
+                    raise
+                planned = sum(job.repeats for job in plan.jobs)
+                result.interrupted = len(result.runs) < planned or any(
+                    record.status == "interrupted" for record in result.runs)  # else every epoch had finished
+                return result
+        stderr = log_file.read_text()
         if ranks.returncode != 0 and not output_file.exists():
             status, message = _why_the_ranks_ended(output_file, stderr, ranks.returncode)
             raise DistributedError(message, _partial_result(output_file, message, status))
@@ -127,6 +149,47 @@ def run_distributed(plan: Plan, launch: Launch, *, quiet: bool = True) -> Result
         if result is not None or launch.nnodes > 1:  # None: the rendezvous made another machine's process rank 0
             return result
         raise DistributedError("the ranks finished but rank 0 wrote no result; run again with fewer processes")
+
+
+def _wait_reporting(ranks: subprocess.Popen, partial_file: Path, on_partial: Callable[[Result], None] | None) -> None:
+    """Wait for torchrun to end, handing `on_partial` rank 0's merged runs each time its file changes."""
+    seen = None
+    while True:
+        try:
+            ranks.wait(timeout=POLL_S)
+            ended = True
+        except subprocess.TimeoutExpired:
+            ended = False
+        if on_partial is not None:
+            try:
+                state = partial_file.stat()
+            except FileNotFoundError:
+                state = None
+            if state is not None and (state.st_mtime_ns, state.st_size) != seen:
+                seen = state.st_mtime_ns, state.st_size
+                on_partial(Result.read_json(partial_file))  # written atomically: never half a file
+        if ended:
+            return
+
+
+def _stop_ranks(ranks: subprocess.Popen, number: int) -> None:
+    """Forward signal `number` to torchrun, which passes it on to every rank (each marks its run interrupted and
+    rank 0 hands in the result), and wait for them; a second signal, or ranks that outlast INTERRUPT_GRACE_S, ends
+    them all at once. The ranks are torchrun's children, each in a session of its own."""
+    try:
+        os.killpg(ranks.pid, number)
+        ranks.wait(timeout=INTERRUPT_GRACE_S)
+    except (subprocess.TimeoutExpired, KeyboardInterrupt, ProcessLookupError):
+        try:
+            processes = [psutil.Process(ranks.pid), *psutil.Process(ranks.pid).children(recursive=True)]
+        except psutil.NoSuchProcess:
+            processes = []
+        for process in reversed(processes):  # the ranks first: torchrun must not start its own shutdown meanwhile
+            try:
+                process.kill()
+            except psutil.NoSuchProcess:
+                pass
+        ranks.wait()
 
 
 def _final_result(output_file: Path) -> Result | None:
@@ -245,13 +308,19 @@ def _rank_main(plan_file: str, output_file: str) -> None:
     device = take_rank_share(plan.jobs[0].device.type, plan.threads, int(os.environ["LOCAL_RANK"]),
                              int(os.environ["LOCAL_WORLD_SIZE"]))
     dist.init_process_group("gloo" if device == "cpu" else "nccl", timeout=timedelta(seconds=RANK_TIMEOUT_S))
+    launcher_pid = int(os.environ.get(PARENT_PID_VARIABLE, "0")) or None
+    _stop_when_orphaned(launcher_pid, Path(output_file).parent)
     try:
         screen = RichReporter(Console(soft_wrap=True), quiet=request["quiet"])  # on stdout, which torchrun passes through
         try:
+            for number in STOPPING_SIGNALS:  # whichever signal the launcher forwards, the run is kept as on Ctrl-C
+                signal.signal(number, signal.default_int_handler)
             result = runner.run(plan.for_rank(torch.device(device), torch.get_num_threads()),
                                 RankReporter(Path(output_file), screen))
         finally:
             screen.close()
+        for number in STOPPING_SIGNALS:  # what finished is merged and written whatever comes now
+            signal.signal(number, signal.SIG_IGN)
         runs_by_rank: list = [None] * dist.get_world_size()
         dist.all_gather_object(runs_by_rank, result.runs)
         if dist.get_rank() == 0:
@@ -260,6 +329,39 @@ def _rank_main(plan_file: str, output_file: str) -> None:
         barrier()  # no rank tears the group down while another is still in a collective
     finally:
         dist.destroy_process_group()
+        _remove_if_abandoned(Path(output_file).parent, launcher_pid)
+
+
+def _stop_when_orphaned(launcher_pid: int | None, folder: Path) -> None:
+    """Stop this rank, as a forwarded signal would, once the launcher (`launcher_pid`) or torchrun is gone: killed
+    outright, neither can pass a signal on, and the ranks would train to the end for nobody. A rank still running
+    ORPHAN_GRACE_S later (blocked in a collective with a rank already gone) exits at once."""
+    torchrun = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == torchrun and (launcher_pid is None or _alive(launcher_pid)):
+            time.sleep(POLL_S)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(ORPHAN_GRACE_S)
+        _remove_if_abandoned(folder, launcher_pid)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="devicebench-launcher-watch", daemon=True).start()
+
+
+def _remove_if_abandoned(folder: Path, launcher_pid: int | None) -> None:
+    """Remove the ranks' `folder` (plan, result, log) once the launcher that made it, and would have removed it, is
+    dead: nobody will read it. Whichever rank gets there first does it: torchrun may kill any one of them before."""
+    if launcher_pid is not None and not _alive(launcher_pid):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` still runs (a zombie, dead but not yet reaped by its parent, does not)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 if __name__ == "__main__":

@@ -3,7 +3,9 @@
 The data is loaded once for every run of consecutive jobs that ask for the same (every device of a workload,
 every point of a sweep that wants it), so each device trains on the same bytes in the same order. A run that fails
 (an error, out of memory) is recorded with its reason and the suite moves on; Ctrl-C stops at once, marks the
-current run `interrupted` and keeps every finished epoch. The runner knows nothing of flags: the plan says it all.
+current run `interrupted` and keeps every finished epoch; so does SIGTERM or SIGHUP where the CLI turns them into
+Ctrl-C (devicebench.stopping), and any error raised once one was received is taken as part of the stopping. The
+runner knows nothing of flags: the plan says it all.
 
     python -c "from devicebench import runner, RunConfig; from devicebench.planning import plan; r = runner.run(plan(RunConfig(devices='cpu', data='synthetic', max_steps=5))); print(len(r.runs))"
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import signal
 import sys
 import warnings
 from functools import partial
@@ -20,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from devicebench import stopping
 from devicebench.checkpoint import CheckpointNotSaved, save_checkpoint
 from devicebench.data import (
     ArrayDataset,
@@ -115,7 +119,7 @@ def _execute(jobs: tuple[Job, ...], result: Result, reporter: RunReporter, save_
         for record in result.runs:
             if record.status == "running":
                 record.status = "interrupted"
-                record.error = "interrupted by the user"
+                record.error = _stopped_reason()
                 reporter.run_finished(record)
 
 
@@ -139,6 +143,11 @@ def new_record(job: Job, dataset: Dataset | DataProblem, repeat: int) -> RunReco
         workers = 0 if isinstance(dataset, DataProblem) else default_workers(
             dataset, job.workload.build_preprocessing(job.hyperparameters)
         )
+    batch_size, hyperparameters = job.batch_size, job.hyperparameters
+    if not isinstance(dataset, DataProblem) and job.workload.trainer is None:
+        # a batch larger than the training set trains on the whole set at once: record the size that really ran
+        batch_size = min(batch_size, _training_samples(dataset))
+        hyperparameters = {**hyperparameters, "batch_size": batch_size}
     return RunRecord(
         workload=job.workload.name,
         seed_experiment=job.workload.seed or "",  # empty: not a seed experiment
@@ -148,7 +157,7 @@ def new_record(job: Job, dataset: Dataset | DataProblem, repeat: int) -> RunReco
         started_utc=wall_clock_utc(),
         target_accuracy=job.training.target_accuracy,
         settings=RunSettings(
-            batch_size=job.batch_size,  # the global batch when several processes train together
+            batch_size=batch_size,  # the global batch when several processes train together
             epochs=job.training.epochs,
             max_steps=job.training.max_steps,
             max_eval_steps=job.training.max_eval_steps,
@@ -157,7 +166,7 @@ def new_record(job: Job, dataset: Dataset | DataProblem, repeat: int) -> RunReco
             data_source=job.data.source if isinstance(dataset, DataProblem) else dataset.source,
             workers=workers,
             mode=job.mode,
-            hyperparameters=job.hyperparameters,
+            hyperparameters=hyperparameters,
             overrides=job.overrides,
             world_size=world_size(),
             per_device_batch=job.per_device_batch,
@@ -181,6 +190,10 @@ def train_record(
     reporter = reporter or RunReporter()
     reporter.run_started(record)
     settings = record.settings
+    if settings.batch_size < job.batch_size:  # new_record cut it to the training set
+        logging.getLogger(__name__).warning(
+            "batch %s is larger than the %s training samples: trained with batch %s", f"{job.batch_size:,}",
+            f"{settings.batch_size:,}", f"{settings.batch_size:,}")
     workload, device = job.workload, job.device
     batches: list = []
     try:
@@ -209,6 +222,8 @@ def train_record(
                     # the save fails on its own, said once on stderr, and leaves no file behind
                     logging.getLogger(__name__).error("error: %s", error)
     except Exception as error:  # a broken workload must not end the suite: record it and move on
+        if stopping.received() is not None:  # raised by the stopping (a loader worker the signal reached): the
+            raise KeyboardInterrupt from error  # run is interrupted, not failed, and no later run starts
         where = out_of_memory(error)
         if where is None:
             _record_failure(record, error)
@@ -278,16 +293,16 @@ def _grow_batch_size(record: RunRecord, dataset: Dataset, base: Tuning, build: p
     """`--batch-size auto`: the fastest batch size on this device, found once per session, into the record."""
     settings = record.settings
     key = ("batch size", record.workload, record.device, settings.batch_size, settings.mode)
-    if key not in tunings:
-        def single(size: int):
-            train_batches, test_batches = batches_of(size)
-            test_batches.close()
-            return train_batches
 
-        setup = (lambda: tuned_setup(build(), base, device)[0]) if settings.mode == "tuned" else build
-        largest = max(settings.batch_size, _training_samples(dataset) // AUTO_BATCH_FEWEST_STEPS)
-        tunings[key] = choose_batch_size(settings.batch_size, largest, setup, single, Stopwatch(device))
-    batch_size, note = tunings[key]
+    def single(size: int):
+        train_batches, test_batches = batches_of(size)
+        test_batches.close()
+        return train_batches
+
+    setup = (lambda: tuned_setup(build(), base, device)[0]) if settings.mode == "tuned" else build
+    largest = max(settings.batch_size, _training_samples(dataset) // AUTO_BATCH_FEWEST_STEPS)
+    batch_size, note = _chosen(record, tunings, key, device, lambda watch: choose_batch_size(
+        settings.batch_size, largest, setup, single, watch))
     record.settings = dataclasses.replace(settings, batch_size=batch_size, batch_size_auto=True,
                                           hyperparameters={**settings.hyperparameters, "batch_size": batch_size})
     record.tuning_note = note
@@ -331,13 +346,24 @@ def _choose(base: Tuning, build: partial, batches, job: Job, record: RunRecord, 
     device = job.device
     key = ("tuning", record.workload, record.device,
            json.dumps(record.settings.hyperparameters, sort_keys=True, default=str), job.precision, job.compile)
-    if key not in tunings:
-        options = candidates(base, device, job.precision, job.compile)
-        tunings[key] = choose_tuning(options, lambda option: tuned_setup(build(), option, device)[0], batches,
-                                     Stopwatch(device))
-    tuning, note = tunings[key]
+    options = candidates(base, device, job.precision, job.compile)
+    tuning, note = _chosen(record, tunings, key, device, lambda watch: choose_tuning(
+        options, lambda option: tuned_setup(build(), option, device)[0], batches, watch))
     record.tuning_note = "; ".join(filter(None, [record.tuning_note, note])) or None
     return tuning
+
+
+def _chosen(record: RunRecord, tunings: dict[tuple, tuple], key: tuple, device: torch.device, choose) -> tuple:
+    """`tunings[key]`, made by `choose(watch)` the first time this session needs it. The seconds that took are
+    added to the record's `tuning_s` (0 when an earlier run made the choice): time no other figure holds."""
+    seconds = 0.0
+    if key not in tunings:
+        watch = Stopwatch(device)
+        started = watch.now()
+        tunings[key] = choose(watch)
+        seconds = watch.now() - started
+    record.tuning_s = (record.tuning_s or 0.0) + seconds
+    return tunings[key]
 
 
 def _in_data_parallel(build: partial, device: torch.device) -> TrainingSetup:
@@ -361,6 +387,12 @@ def _calibrated_peak_tflops(record: RunRecord) -> float | None:
     """The device's calibrated matmul peak at the precision this run's arithmetic really used, for its MFU."""
     precision = peak_precision(record.device, record.settings)
     return None if precision is None else peak_tflops(machine_fingerprint()["machine_id"], record.device, precision)
+
+
+def _stopped_reason() -> str:
+    """Why an interrupted run ended, as its error says: by the user (Ctrl-C) or by a signal from outside."""
+    number = stopping.received()
+    return "interrupted by the user" if number in (None, signal.SIGINT) else stopping.described(number)
 
 
 def _record_failure(record: RunRecord, error: Exception) -> None:

@@ -1,5 +1,5 @@
 """devicebench's version, as installed: the bottom of the package, so that any module can name it without
-importing the package's `__init__` (which imports the API, and with it everything)."""
+importing anything heavy."""
 
 from importlib.metadata import PackageNotFoundError, version
 

@@ -25,6 +25,7 @@ from rich.markup import escape
 from typer.core import TyperGroup
 from typer.exceptions import TyperException
 
+from devicebench import stopping
 from devicebench.config import LARGEST_WHOLE_NUMBER
 from devicebench.devices import DeviceError, resolve_devices
 from devicebench.files import UnusableFile
@@ -36,6 +37,7 @@ EXIT_FAILED_RUN = 1  # some run failed or ran out of memory; its reason is in th
 EXIT_USAGE = 2  # the request itself was wrong: unknown workload, device, suite or value
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT); everything finished before it is kept
 EXIT_TERMINATED = 128 + signal.SIGTERM  # 143: stopped by SIGTERM (kill, a scheduler, a container), kept the same way
+EXIT_HUNG_UP = 129  # 128 + SIGHUP: the terminal closed, kept the same way (see devicebench.stopping)
 DEBUG_VARIABLE = "DEVICEBENCH_DEBUG"  # set to 1: an unexpected error propagates with its traceback
 
 
@@ -48,20 +50,32 @@ class _ErrorBoundary(TyperGroup):
     """Every command runs inside this: what escapes a command becomes one line on stderr and an exit status.
 
     It sits in the click command itself, so the console script, `python -m devicebench` and the tests' CliRunner
-    all go through it. Exits, click's usage errors, Ctrl-C (130) and SIGTERM pass through untouched."""
+    all go through it. Exits and click's usage errors pass through untouched.
+
+    It also installs the stop handling (devicebench.stopping) for every command: Ctrl-C, SIGTERM and SIGHUP reach
+    each as KeyboardInterrupt, and one that a command did not handle itself ends here as one line and 130, 143 or
+    129; so does any error raised after a stop signal (a loader worker the same signal killed, a closed terminal)."""
 
     def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except _PASSED_THROUGH:
-            raise
-        except Exception as error:
-            if os.environ.get(DEBUG_VARIABLE, "").strip() not in ("", "0"):
+        with stopping.handling():
+            try:
+                return super().invoke(ctx)
+            except _PASSED_THROUGH:
                 raise
-            if isinstance(error, OSError) and error.errno == errno.EPIPE:
-                raise  # a closed pipe (`| head`): click ends quietly
-            message, code = _explained(error)
-            raise fail(message, code) from None
+            except KeyboardInterrupt:
+                raise stopped(_KEPT) from None
+            except Exception as error:
+                if stopping.received() is not None:
+                    raise stopped(_KEPT) from None
+                if os.environ.get(DEBUG_VARIABLE, "").strip() not in ("", "0"):
+                    raise
+                if isinstance(error, OSError) and error.errno == errno.EPIPE:
+                    raise  # a closed pipe (`| head`): click ends quietly
+                message, code = _explained(error)
+                raise fail(message, code) from None
+
+
+_KEPT = "what finished before is kept; nothing was left half-done"  # a command that says nothing more precise
 
 
 def _explained(error: Exception) -> tuple[str, int]:
@@ -208,28 +222,20 @@ def _unusable_names(flag: str, path: Path) -> Iterator[None]:
         raise fail(f"{flag} {path}: {error.strerror or error}; name another path") from None
 
 
-@contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[list[int]]:
-    """While inside, SIGTERM stops work as Ctrl-C does (a KeyboardInterrupt), so what finished is kept the same way.
+def sigterm_as_interrupt() -> contextlib.AbstractContextManager[list[int]]:
+    """While inside, SIGTERM and SIGHUP stop work as Ctrl-C does (a KeyboardInterrupt in the main thread), so what
+    finished is kept the same way; a second stop signal ends the process at once (devicebench.stopping).
 
-    Yields a list that holds signal.SIGTERM once one arrived, for the exit status. Outside the main thread (where
-    Python cannot install handlers) nothing changes.
-    """
-    received: list[int] = []
+    Yields the list of the stop signals received, in order, for the exit status. Every command already runs inside
+    it (the CLI group installs it); using it again inside one yields the same list."""
+    return stopping.handling()
 
-    def interrupt(number: int, frame: object) -> None:
-        received.append(number)
-        signal.default_int_handler(number, frame)  # raises KeyboardInterrupt, as a Ctrl-C would
 
-    try:
-        previous = signal.signal(signal.SIGTERM, interrupt)
-    except ValueError:  # not the main thread
-        yield received
-        return
-    try:
-        yield received
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+def stopped(kept: str) -> typer.Exit:
+    """Print the line that ends a command a stop signal stopped ("stopped by SIGTERM; `kept`") and return the Exit
+    with its status: 130 for Ctrl-C (also when no signal was seen: a KeyboardInterrupt raised by code), 143, 129."""
+    number = stopping.received() or signal.SIGINT
+    return fail(f"{stopping.described(number)}; {kept}", stopping.exit_status(number))
 
 
 def local_devices_or_fail(spec: str) -> list[torch.device]:
@@ -240,12 +246,28 @@ def local_devices_or_fail(spec: str) -> list[torch.device]:
         raise fail(str(error)) from None
 
 
-def open_store(db: Path | None) -> Store:
-    """The results database `--db` names (or the default one), or a clear error when it is not usable."""
+def open_store(db: Path | None, *, writes: bool = True) -> Store:
+    """The results database `--db` names (or the default one), or a clear error when it is not usable.
+
+    A --db in a missing folder is refused as --json is (a mistyped folder is not made behind the user's back); the
+    default database's folder is made. A command that `writes` takes the write lock once, waiting as a write would,
+    so that a locked database is refused before any work; one that only reads opens a read-only database
+    read-only."""
+    if db is not None:
+        with _unusable_names("--db", db):
+            if not db.expanduser().parent.is_dir():
+                raise fail(f"cannot open --db {db}: folder {db.expanduser().parent} does not exist; create it first")
     try:
-        return Store(default_db_path(db))
+        store = Store(default_db_path(db), reading_only=not writes)
     except StoreError as error:
         raise fail(str(error)) from None
+    if writes:
+        try:
+            store.check_writable()
+        except StoreError as error:
+            store.close()
+            raise fail(str(error)) from None
+    return store
 
 
 def prices_from(price: str | None) -> Prices | None:

@@ -14,13 +14,13 @@ from rich.table import Table
 
 from devicebench.cli import (
     EXIT_FAILED_RUN,
-    EXIT_INTERRUPTED,
     LocalDevicesOption,
     app,
     console,
     errors,
     fail,
     local_devices_or_fail,
+    stopped,
 )
 from devicebench.engine.calibrate import (
     PRECISIONS,
@@ -64,11 +64,11 @@ def calibrate(
                 measured.append(measure_ceilings(
                     device, plan=QUICK_PLAN if quick else default_plan(device),
                     progress=lambda step, device=device: status.update(f"Calibrating {device}: {step}")))
-    except KeyboardInterrupt:  # the devices finished before Ctrl-C are kept
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP (devicebench.stopping): the devices finished are kept
         if not measured or quick:
-            raise fail("interrupted; nothing stored", EXIT_INTERRUPTED) from None
+            raise stopped("nothing stored") from None
         finished = ", ".join(entry.device for entry in measured)
-        raise fail(f"interrupted; {finished} stored in {_store(fingerprint, measured)}", EXIT_INTERRUPTED) from None
+        raise stopped(f"{finished} stored in {_store(fingerprint, measured)}") from None
     if quick:  # its small sizes understate the ceilings: an MFU taken against them would pass 100%
         if as_json:
             print(json.dumps({"devices": {entry.device: entry.to_dict() for entry in measured}}, indent=2))

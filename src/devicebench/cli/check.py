@@ -15,13 +15,12 @@ from rich.table import Table
 from devicebench.check import FAIL, PASS, WARN, Check, document, run_checks
 from devicebench.cli import (
     EXIT_FAILED_RUN,
-    EXIT_INTERRUPTED,
     LocalDevicesOption,
     app,
     console,
     errors,
-    fail,
     local_devices_or_fail,
+    stopped,
 )
 
 STATUS_STYLES = {PASS: "green", WARN: "yellow", FAIL: "bold red"}
@@ -50,7 +49,7 @@ def check(
         with errors.status("Checking") as status:
             checks = run_checks(chosen, progress=lambda step: status.update(f"Checking {step}"))
     except KeyboardInterrupt:
-        raise fail("interrupted; nothing to show", EXIT_INTERRUPTED) from None
+        raise stopped("nothing to show") from None
     found = document(checks)
     if as_json:
         print(json.dumps(found, indent=2))

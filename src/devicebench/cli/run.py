@@ -5,9 +5,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,11 +18,9 @@ from typing import Annotated, Optional
 import torch
 import typer
 
-from devicebench import planning, runner
+from devicebench import planning, runner, stopping
 from devicebench.cli import (
     EXIT_FAILED_RUN,
-    EXIT_INTERRUPTED,
-    EXIT_TERMINATED,
     DatabaseOption,
     app,
     check_folder,
@@ -34,7 +34,7 @@ from devicebench.cli import (
 from devicebench.config import ConfigError, RunConfig
 from devicebench.devices import DeviceError
 from devicebench.engine.calibrate import calibration_path
-from devicebench.events import ReporterGroup
+from devicebench.events import ReporterGroup, RunReporter
 from devicebench.files import UnusableFile, check_outputs, database_files
 from devicebench.launch import DistributedError, Launch, run_distributed
 from devicebench.planning import Plan
@@ -42,8 +42,8 @@ from devicebench.report.progress import RichReporter
 from devicebench.report.tables import comparison_tables, plan_table
 from devicebench.report.tensorboard import TensorBoardReporter, TensorBoardUnavailable
 from devicebench.results.compare import compare
-from devicebench.results.schema import Result, write_atomically
-from devicebench.results.store import StoreReporter, default_db_path
+from devicebench.results.schema import Result, RunRecord, write_atomically
+from devicebench.results.store import Store, StoreReporter, default_db_path
 
 # Options `run` shares with `reproduce`.
 DevicesOption = Annotated[str, typer.Option(
@@ -166,7 +166,7 @@ def run(
     [bold]devicebench run --dry-run[/]: what would run, job by job, without running it.
 
     Exit status: 0 done, 1 a run failed or ran out of memory, 2 a bad request, 130 interrupted (Ctrl-C), 143
-    stopped by SIGTERM (the finished epochs are kept, as on Ctrl-C).
+    stopped by SIGTERM, 129 by SIGHUP (the finished epochs are kept, as on Ctrl-C; a second signal stops at once).
     """
     if devices == "all-gpus":  # every local GPU, one process each
         if not torch.cuda.is_available():
@@ -244,26 +244,63 @@ def train_distributed(job_plan: Plan, config: RunConfig, node_rank: int, rdzv_en
     errors.print(f"Training on {launch.world_size} {config.devices} processes ({config.nproc} on this machine) "
                  "through torchrun; rank 0 shows each epoch as it ends", highlight=False)
     failure = None
-    try:
-        result = run_distributed(job_plan, launch, quiet=quiet)
-    except DistributedError as error:
-        failure, result = error, error.partial
-    if result is None:
-        store.close()
-        if failure is not None:
-            raise fail(str(failure), EXIT_FAILED_RUN) from None
-        errors.print("This machine's ranks finished; the machine that ran rank 0 shows and stores the result")
-        raise typer.Exit(0)
+    keeper = RankResultKeeper(store, json_file)
     with store:
-        store.import_result(result)  # a failed run's finished epochs too
+        try:
+            with sigterm_as_interrupt() as signals, stopping.kept_on_hard_exit(
+                    f"{store.path} holds every merged epoch, and the ranks stop by themselves"):
+                # the signal is forwarded to the ranks, which hand in what they finished
+                result = run_distributed(job_plan, launch, quiet=quiet, on_partial=keeper.keep, signals=signals)
+        except DistributedError as error:
+            failure, result = error, error.partial
+        if result is None:
+            if failure is not None:
+                raise fail(str(failure), EXIT_FAILED_RUN) from None
+            errors.print("This machine's ranks finished; the machine that ran rank 0 shows and stores the result")
+            raise typer.Exit(0)
+        keeper.finish(result)  # a failed run's finished epochs too
     json_failure = write_json_first(result, json_file)
     for table in comparison_tables(compare([result])):
         console.print(table)
     report_json(json_file, json_failure)
-    errors.print(f"Runs stored in {store.path}")
+    store_failure = None if keeper.recorder.failure is None else str(keeper.recorder.failure)
+    if store_failure is None:
+        errors.print(f"Runs stored in {store.path}")
     if failure is not None:
         raise fail(f"{failure}; the epochs that finished before are kept above and in {store.path}", EXIT_FAILED_RUN)
-    return Outcome(result, json_file, store.path, None)
+    return Outcome(result, json_file, store.path, store_failure, terminated=signal.SIGTERM in signals)
+
+
+class RankResultKeeper:
+    """Stores a `--nproc` session as rank 0 merges it: the session, each run as it appears, each merged epoch as it
+    ends (one commit each, as in one process), and each run's end once the ranks are done. A write that fails ends
+    the storing, never the training (StoreReporter). With `json_file`, the `--json` file holds the session as far as
+    it got after each of those (SessionJson), as in one process."""
+
+    def __init__(self, store: Store, json_file: Path | None = None) -> None:
+        self.recorder = StoreReporter(store)
+        self.session_json = None if json_file is None else SessionJson(json_file)
+        self.stored_epochs: dict[str, int] = {}  # run id: how many of its epochs are stored
+
+    def keep(self, result: Result) -> None:
+        """Store what `result`, the merged runs so far, holds that is not stored yet."""
+        if self.recorder.result_id is None:
+            self.recorder.session_started(result)
+        for record in result.runs:
+            if record.run_id not in self.stored_epochs:
+                self.recorder.run_started(dataclasses.replace(record, status="running", error=None, epochs=[]))
+                self.stored_epochs[record.run_id] = 0
+            for epoch in record.epochs[self.stored_epochs[record.run_id]:]:
+                self.recorder.epoch_finished(record, epoch)
+            self.stored_epochs[record.run_id] = len(record.epochs)
+        if self.session_json is not None:
+            self.session_json.hold(result)
+
+    def finish(self, result: Result) -> None:
+        """Store the ranks' final `result`: every run's status, error and run-level figures."""
+        self.keep(result)
+        for record in result.runs:
+            self.recorder.run_finished(record)
 
 
 def _one_device_kind(devices: str, nproc: int) -> str:
@@ -370,21 +407,68 @@ def train_and_show(
     store = open_store(db)  # a database that is not ours is refused here, before any training
     recorder = StoreReporter(store)
     screen = RichReporter(errors, quiet=quiet)
-    try:
-        # the store hears each event first: an epoch is kept before it is shown, so Ctrl-C loses nothing printed
-        with sigterm_as_interrupt() as signals:
-            result = runner.run(job_plan, ReporterGroup(recorder, screen, *listeners), save_to=save_to)
-    finally:
-        screen.close()
-        store.close()
-    json_failure = write_json_first(result, json_file)  # a display that fails (a stdout that cannot encode a
-    for table in tables(result):                          # character, a closed pipe) cannot lose the JSON
-        console.print(table)
-    report_json(json_file, json_failure)
+    session_json = [SessionJson(json_file)] if json_file is not None else []
+    kept = f"{store.path} holds every finished epoch" + (
+        f", {json_file} every run finished before the current one" if json_file is not None else "")
+    with stopping.kept_on_hard_exit(kept + "; the current epoch is lost"):
+        try:
+            # the store hears each event first: an epoch is kept before it is shown, so Ctrl-C loses nothing printed
+            with sigterm_as_interrupt() as signals:
+                result = runner.run(job_plan, ReporterGroup(recorder, *session_json, screen, *listeners),
+                                    save_to=save_to)
+        finally:
+            screen.close()
+            store.close()
+        json_failure = write_json_first(result, json_file)  # a display that fails (a stdout that cannot encode a
+        for table in tables(result):                          # character, a closed pipe) cannot lose the JSON
+            console.print(table)
+        report_json(json_file, json_failure)
     if recorder.failure is None:
         errors.print(f"Runs stored in {store.path}")
     return Outcome(result, json_file, store.path, None if recorder.failure is None else str(recorder.failure),
-                   terminated=bool(signals))
+                   terminated=signal.SIGTERM in signals)
+
+
+class SessionJson(RunReporter):
+    """`--json FILE` holds this session at every moment, not only at its end: written as the session starts and as
+    each run starts and finishes (not at each epoch, which would add to the timed end-to-end figure), so a process
+    ended at once (a second Ctrl-C, SIGKILL) never leaves the file of an earlier command behind.
+
+    Each of those writes holds the session as it would be if it stopped there: the session `interrupted`, and a
+    run still going `interrupted` with the error UNFINISHED and the epochs it had at that moment. `devicebench import`
+    then takes it as any interrupted session; it would refuse a `running` run, which no finished file holds. The
+    write after training (write_json_first) replaces it with the real end. A write that fails here is left for that
+    one to report."""
+
+    UNFINISHED = "the process was stopped before this run finished"
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.result: Result | None = None
+
+    def session_started(self, result: Result) -> None:
+        self.result = result
+        self._write()
+
+    def run_started(self, record: RunRecord) -> None:
+        self._write()
+
+    def run_finished(self, record: RunRecord) -> None:
+        self._write()
+
+    def hold(self, result: Result) -> None:
+        """Write `result`, the session as far as it got, in place of the one held so far (`--nproc`: rank 0's
+        merged runs, read afresh after every epoch)."""
+        self.result = result
+        self._write()
+
+    def _write(self) -> None:
+        if self.result is None:
+            return
+        runs = [dataclasses.replace(run, status="interrupted", error=self.UNFINISHED, epochs=list(run.epochs))
+                if run.status == "running" else run for run in self.result.runs]
+        with contextlib.suppress(OSError, UnusableFile):
+            dataclasses.replace(self.result, runs=runs, interrupted=True).write_json(self.path)
 
 
 def write_json_first(result: Result, json_file: Path | None) -> OSError | None:
@@ -417,8 +501,7 @@ def exit_for(outcome: Outcome) -> None:
         finished = sum(len(record.epochs) for record in result.runs)
         kept = f"{finished} finished epoch{'' if finished == 1 else 's'}"
         places = ["above", f"in {outcome.store_path}"] + ([f"in {outcome.json_file}"] if outcome.json_file else [])
-        how, status = ("stopped by SIGTERM", EXIT_TERMINATED) if outcome.terminated else \
-            ("interrupted", EXIT_INTERRUPTED)
-        raise fail(f"{how}; {kept} kept " + ", ".join(places), status)
+        number = stopping.received() or (signal.SIGTERM if outcome.terminated else signal.SIGINT)
+        raise fail(f"{stopping.described(number)}; {kept} kept " + ", ".join(places), stopping.exit_status(number))
     if any(record.status in ("failed", "oom") for record in result.runs):
         raise typer.Exit(EXIT_FAILED_RUN)

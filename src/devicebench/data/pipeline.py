@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import math
 import os
+import signal
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
@@ -286,6 +288,7 @@ class LoaderBatches:
             num_workers=workers,
             pin_memory=device.type == "cuda",  # page-locked host batches copy to the GPU asynchronously
             persistent_workers=workers > 0,  # workers start once per run (in the warm-up epoch), not per epoch
+            worker_init_fn=_deaf_to_stop_signals,  # a module's function: workers may be spawned, not forked
         )
 
     def __len__(self) -> int:
@@ -308,6 +311,25 @@ class LoaderBatches:
     def close(self) -> None:
         """Stop the worker processes (dropping the loader drops its iterator, which shuts them down)."""
         self._loader = None
+
+
+def _deaf_to_stop_signals(worker_id: int) -> None:
+    """A loader worker ignores Ctrl-C, SIGTERM and SIGHUP sent to the whole process group (a terminal, Slurm,
+    `docker stop`): the training process stops and closes it itself, and torch's workers exit when it dies. A worker
+    that died first turned the stop into a "DataLoader worker is killed by signal" failure.
+
+    A stop can also come while the training process receives a batch's shared memory from a worker: the thread that
+    hands it over (multiprocessing's resource sharer) then finds the connection closed. That is the stop, which
+    the training process reports; the worker's thread says nothing of it, where it printed half a traceback."""
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_IGN)
+    threading.excepthook = _quiet_when_cut_off
+
+
+def _quiet_when_cut_off(args: threading.ExceptHookArgs) -> None:
+    if not issubclass(args.exc_type, (EOFError, OSError)):  # a closed connection: the training process stopped
+        threading.__excepthook__(args)
 
 
 def default_workers(dataset: Data, preprocessing: Preprocessing) -> int:
