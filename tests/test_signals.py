@@ -138,14 +138,16 @@ def test_the_same_error_without_a_stop_signal_is_a_failure_and_the_suite_goes_on
 
 
 class SignalsAsWorkerSees:
-    """Items whose label says whether the loader worker that made them ignores SIGINT, SIGTERM and SIGHUP."""
+    """Items whose label says whether the loader worker that made them ignores SIGINT and SIGHUP and outlives a
+    SIGTERM for a while."""
 
     def __len__(self) -> int:
         return 4
 
     def __getitem__(self, key):
-        ignored = all(signal.getsignal(number) == signal.SIG_IGN for number in stopping.STOP_SIGNALS)
-        return torch.zeros(2), torch.tensor(int(ignored))
+        ignored = all(signal.getsignal(number) == signal.SIG_IGN for number in (signal.SIGINT, signal.SIGHUP))
+        outlived = signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN)
+        return torch.zeros(2), torch.tensor(int(ignored and outlived))
 
 
 def test_loader_workers_ignore_the_stop_signals_sent_to_the_whole_process_group():
@@ -155,6 +157,32 @@ def test_loader_workers_ignore_the_stop_signals_sent_to_the_whole_process_group(
     finally:
         batches.close()
     assert labels.tolist() == [1, 1, 1, 1]
+
+
+WORKER = """
+import sys, time
+from devicebench.data.pipeline import _deaf_to_stop_signals
+_deaf_to_stop_signals(0)
+print("READY", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_loader_worker_outlives_a_group_sigterm_for_seconds_but_never_hangs_its_exit():
+    """The training process gets the group's SIGTERM too and closes its workers itself; but one that nobody closes
+    (multiprocessing terminates leftover workers at the interpreter's exit, and waits for them) must still end."""
+    worker = subprocess.Popen([sys.executable, "-c", WORKER], stdout=subprocess.PIPE, text=True)
+    try:
+        assert worker.stdout.readline() == "READY\n"
+        worker.send_signal(signal.SIGINT)
+        worker.send_signal(signal.SIGHUP)
+        worker.send_signal(signal.SIGTERM)
+        with pytest.raises(subprocess.TimeoutExpired):
+            worker.wait(timeout=1)  # still there a second later: the training process has time to close it
+        assert worker.wait(timeout=EXIT_LIMIT_S) == 0
+    finally:
+        worker.kill()
+        worker.wait()
 
 
 def test_the_json_holds_this_session_while_it_runs_with_the_unfinished_run_interrupted(tmp_path, make_result,

@@ -20,6 +20,7 @@ import math
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
@@ -314,17 +315,33 @@ class LoaderBatches:
 
 
 def _deaf_to_stop_signals(worker_id: int) -> None:
-    """A loader worker ignores Ctrl-C, SIGTERM and SIGHUP sent to the whole process group (a terminal, Slurm,
-    `docker stop`): the training process stops and closes it itself, and torch's workers exit when it dies. A worker
-    that died first turned the stop into a "DataLoader worker is killed by signal" failure.
+    """A loader worker ignores Ctrl-C and SIGHUP sent to the whole process group (a terminal), and outlives a SIGTERM
+    sent to it (Slurm, `timeout`, `kill -- -PGID`) by WORKER_TERM_GRACE_S: the training process, which the same
+    signal reached, stops and closes it itself well before. A worker that died first turned the stop into a
+    "DataLoader worker is killed by signal" failure. It does not ignore SIGTERM outright: that is how torch, and
+    multiprocessing at the interpreter's exit, end a worker that is still there, and waiting for one that never ends
+    hung the exit.
 
     A stop can also come while the training process receives a batch's shared memory from a worker: the thread that
     hands it over (multiprocessing's resource sharer) then finds the connection closed. That is the stop, which
     the training process reports; the worker's thread says nothing of it, where it printed half a traceback."""
-    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+    for name in ("SIGINT", "SIGHUP"):
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _leave_soon)
     threading.excepthook = _quiet_when_cut_off
+
+
+WORKER_TERM_GRACE_S = 5.0  # how long a loader worker lives on after SIGTERM, for the training process to close it
+
+
+def _leave_soon(number: int, frame: object) -> None:
+    """SIGTERM in a loader worker: end it WORKER_TERM_GRACE_S from now, unless it was closed before."""
+    def leave() -> None:
+        time.sleep(WORKER_TERM_GRACE_S)
+        os._exit(0)
+
+    threading.Thread(target=leave, name="devicebench-worker-term", daemon=True).start()
 
 
 def _quiet_when_cut_off(args: threading.ExceptHookArgs) -> None:
