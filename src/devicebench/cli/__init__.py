@@ -222,15 +222,6 @@ def _unusable_names(flag: str, path: Path) -> Iterator[None]:
         raise fail(f"{flag} {path}: {error.strerror or error}; name another path") from None
 
 
-def sigterm_as_interrupt() -> contextlib.AbstractContextManager[list[int]]:
-    """While inside, SIGTERM and SIGHUP stop work as Ctrl-C does (a KeyboardInterrupt in the main thread), so what
-    finished is kept the same way; a second stop signal ends the process at once (devicebench.stopping).
-
-    Yields the list of the stop signals received, in order, for the exit status. Every command already runs inside
-    it (the CLI group installs it); using it again inside one yields the same list."""
-    return stopping.handling()
-
-
 def stopped(kept: str) -> typer.Exit:
     """Print the line that ends a command a stop signal stopped ("stopped by SIGTERM; `kept`") and return the Exit
     with its status: 130 for Ctrl-C (also when no signal was seen: a KeyboardInterrupt raised by code), 143, 129."""

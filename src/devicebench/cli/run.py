@@ -29,7 +29,6 @@ from devicebench.cli import (
     errors,
     fail,
     open_store,
-    sigterm_as_interrupt,
 )
 from devicebench.config import ConfigError, RunConfig
 from devicebench.devices import DeviceError
@@ -247,7 +246,7 @@ def train_distributed(job_plan: Plan, config: RunConfig, node_rank: int, rdzv_en
     keeper = RankResultKeeper(store, json_file)
     with store:
         try:
-            with sigterm_as_interrupt() as signals, stopping.kept_on_hard_exit(
+            with stopping.handling() as signals, stopping.kept_on_hard_exit(
                     f"{store.path} holds every merged epoch, and the ranks stop by themselves"):
                 # the signal is forwarded to the ranks, which hand in what they finished
                 result = run_distributed(job_plan, launch, quiet=quiet, on_partial=keeper.keep, signals=signals)
@@ -268,7 +267,7 @@ def train_distributed(job_plan: Plan, config: RunConfig, node_rank: int, rdzv_en
         errors.print(f"Runs stored in {store.path}")
     if failure is not None:
         raise fail(f"{failure}; the epochs that finished before are kept above and in {store.path}", EXIT_FAILED_RUN)
-    return Outcome(result, json_file, store.path, store_failure, terminated=signal.SIGTERM in signals)
+    return Outcome(result, json_file, store.path, store_failure)
 
 
 class RankResultKeeper:
@@ -380,7 +379,6 @@ class Outcome:
     json_file: Path | None
     store_path: Path
     store_failure: str | None  # why the database stopped taking runs, if it did
-    terminated: bool = False  # stopped by SIGTERM rather than Ctrl-C
 
 
 def train_and_show(
@@ -413,9 +411,8 @@ def train_and_show(
     with stopping.kept_on_hard_exit(kept + "; the current epoch is lost"):
         try:
             # the store hears each event first: an epoch is kept before it is shown, so Ctrl-C loses nothing printed
-            with sigterm_as_interrupt() as signals:
-                result = runner.run(job_plan, ReporterGroup(recorder, *session_json, screen, *listeners),
-                                    save_to=save_to)
+            # (the CLI group turns SIGTERM and SIGHUP into Ctrl-C around every command: devicebench.stopping)
+            result = runner.run(job_plan, ReporterGroup(recorder, *session_json, screen, *listeners), save_to=save_to)
         finally:
             screen.close()
             store.close()
@@ -425,8 +422,7 @@ def train_and_show(
         report_json(json_file, json_failure)
     if recorder.failure is None:
         errors.print(f"Runs stored in {store.path}")
-    return Outcome(result, json_file, store.path, None if recorder.failure is None else str(recorder.failure),
-                   terminated=signal.SIGTERM in signals)
+    return Outcome(result, json_file, store.path, None if recorder.failure is None else str(recorder.failure))
 
 
 class SessionJson(RunReporter):
@@ -501,7 +497,7 @@ def exit_for(outcome: Outcome) -> None:
         finished = sum(len(record.epochs) for record in result.runs)
         kept = f"{finished} finished epoch{'' if finished == 1 else 's'}"
         places = ["above", f"in {outcome.store_path}"] + ([f"in {outcome.json_file}"] if outcome.json_file else [])
-        number = stopping.received() or (signal.SIGTERM if outcome.terminated else signal.SIGINT)
+        number = stopping.received() or signal.SIGINT  # none seen: a KeyboardInterrupt raised by code
         raise fail(f"{stopping.described(number)}; {kept} kept " + ", ".join(places), stopping.exit_status(number))
     if any(record.status in ("failed", "oom") for record in result.runs):
         raise typer.Exit(EXIT_FAILED_RUN)
