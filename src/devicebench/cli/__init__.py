@@ -1,6 +1,7 @@
 """The `devicebench` command: flags become a config, one library call does the work, tables show it.
 
-One module per command; each registers itself on `app` when imported at the bottom of this file.
+One module per command; each registers itself on `app` when imported, and is imported only when its command runs
+(COMMANDS): most import torch, which takes seconds, and `--help`, `history` or `compare` should answer at once.
 
     devicebench --help
 """
@@ -13,12 +14,11 @@ import importlib
 import os
 import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import IO, Annotated, Any, Optional
+from typing import IO, TYPE_CHECKING, Annotated, Any, Optional
 
 import click
-import torch
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -26,12 +26,14 @@ from typer.core import TyperGroup
 from typer.exceptions import TyperException
 
 from devicebench import stopping
-from devicebench.config import LARGEST_WHOLE_NUMBER
-from devicebench.devices import DeviceError, resolve_devices
-from devicebench.files import UnusableFile
+from devicebench.engine.calibration_files import calibration_path
+from devicebench.files import UnusableFile, check_outputs, database_files
 from devicebench.results.prices import PriceError, Prices, parse_prices
-from devicebench.results.store import ResultsFileError, Store, StoreError, default_db_path
+from devicebench.results.store import LARGEST_WHOLE_NUMBER, ResultsFileError, Store, StoreError, default_db_path
 from devicebench.version import __version__
+
+if TYPE_CHECKING:
+    import torch
 
 EXIT_FAILED_RUN = 1  # some run failed or ran out of memory; its reason is in the table and the JSON
 EXIT_USAGE = 2  # the request itself was wrong: unknown workload, device, suite or value
@@ -39,6 +41,104 @@ EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT); everything finished before it i
 EXIT_TERMINATED = 128 + signal.SIGTERM  # 143: stopped by SIGTERM (kill, a scheduler, a container), kept the same way
 EXIT_HUNG_UP = 129  # 128 + SIGHUP: the terminal closed, kept the same way (see devicebench.stopping)
 DEBUG_VARIABLE = "DEVICEBENCH_DEBUG"  # set to 1: an unexpected error propagates with its traceback
+
+
+# Every command: the module of devicebench.cli that defines it, imported only when the command runs or its own --help
+# is asked for, and the line `devicebench --help` lists it with: the first paragraph of its help, kept the same by
+# tests/test_start_fast.py. Listing and `devicebench history` thus never import torch.
+COMMANDS = {
+    "devices": ("machine", "What this machine has: CPU, cores, ISA, memory, every GPU torch can see, and why there "
+                           "is none."),
+    "list": ("machine", "The workloads: their seed experiment, dataset, size, default settings and published "
+                        "figures."),
+    "data": ("data", "List, download, verify and remove the datasets the workloads train on."),
+    "run": ("run", "Train workloads on each device and print throughput, epoch times, accuracy and the speedup vs "
+                   "CPU."),
+    "sweep": ("sweep", "Train one workload at every point of a grid on each device, store every point, and print a "
+                       "throughput table per device with the wait-for-data share and the input-bound/compute-bound "
+                       "verdict of each point."),
+    "predict": ("predict", "Print the class and its probability for each image, preprocessed exactly as in training "
+                           "(size, channels, scaling), with the 0.5 threshold for two-class models."),
+    "reproduce": ("reproduce", "Train each seed's workloads at its published settings and print published vs "
+                               "measured here, side by side: hardware, throughput, speedup and accuracy. The runs "
+                               "are stored like any other."),
+    "history": ("history", "The stored runs, oldest first: when, where, what, how fast and how accurate."),
+    "compare": ("compare", "Compare stored runs across devices and machines: medians with spread, speedups with 95% "
+                           "intervals."),
+    "export": ("transfer", "Write stored runs to a JSON file for `devicebench import` on another machine, or to "
+                           "CSV."),
+    "import": ("transfer", "Add runs from other machines; runs already stored are skipped, so importing twice adds "
+                           "nothing."),
+    "report": ("report", "Write an HTML report: per workload, epoch time, samples/s, speedup and accuracy charts, and "
+                         "the numbers with the machine and software behind each. One file, images inlined: it opens "
+                         "offline and can be mailed."),
+    "calibrate": ("calibrate", "Measure each device's sustained ceilings (dense matmul TFLOP/s in each precision it "
+                               "computes natively, memory and host-to-device GB/s) and store them for this machine, "
+                               "beside the datasheet's figures."),
+    "check": ("check", "Check this machine in under a minute: the PyTorch build against its GPUs and drivers, the "
+                       "CPU's threads, ISA and load, and on each device a short training run (does the work land "
+                       "there?), timing with and without synchronizing (does the clock wait for it?) and a short "
+                       "calibration against the datasheet (does it reach its rating?). Each check passes, warns or "
+                       "fails, with the figure measured and what to do."),
+}
+
+
+class _LazyCommands(Mapping[str, click.Command]):
+    """The group's commands by name, as click's `Group.commands`: a command of COMMANDS is made from its module the
+    first time it is looked up; iterating names them all, in COMMANDS' order, without importing any."""
+
+    def __init__(self, made: Mapping[str, click.Command]) -> None:
+        self._made = dict(made)  # those whose module was imported before the group was made (as tests do)
+
+    def __getitem__(self, name: str) -> click.Command:
+        if name not in self._made:
+            if name not in COMMANDS:
+                raise KeyError(name)
+            self._made[name] = _command_from_module(name)
+        return self._made[name]
+
+    def __setitem__(self, name: str, command: click.Command) -> None:  # click's Group.add_command
+        self._made[name] = command
+
+    def __contains__(self, name: object) -> bool:
+        return name in COMMANDS or name in self._made
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(dict.fromkeys([*COMMANDS, *self._made]))
+
+    def __len__(self) -> int:
+        return len(dict.fromkeys([*COMMANDS, *self._made]))
+
+    def listed(self, name: str) -> click.Command | None:
+        """Command `name` as `devicebench --help` lists it: a stand-in carrying its line of COMMANDS, whether its
+        module was imported or not, so that the listing is the same in every process."""
+        if name in COMMANDS:
+            return click.Command(name, help=COMMANDS[name][1])
+        return self._made.get(name)
+
+
+def _command_from_module(name: str) -> click.Command:
+    """Import the module of command `name`, which registers it on `app`, and make the click command as typer makes
+    it. Ctrl-C (or SIGTERM) while importing (torch takes seconds) ends as one line, as during start-up
+    (devicebench/__main__.py): nothing has started yet."""
+    module = f"{__name__}.{COMMANDS[name][0]}"
+    try:
+        importlib.import_module(module)
+    except KeyboardInterrupt:
+        number = stopping.received() or signal.SIGINT
+        raise fail(f"{stopping.described(number)} while starting; nothing was done",
+                   stopping.exit_status(number)) from None
+    for info in app.registered_commands:
+        if (info.name or typer.main.get_command_name(info.callback.__name__)) == name:
+            return typer.main.get_command_from_info(info, pretty_exceptions_short=app.pretty_exceptions_short,
+                                                    rich_markup_mode=app.rich_markup_mode)
+    for group_info in app.registered_groups:
+        group = typer.main.get_group_from_info(group_info, pretty_exceptions_short=app.pretty_exceptions_short,
+                                               suggest_commands=app.suggest_commands,
+                                               rich_markup_mode=app.rich_markup_mode)
+        if group.name == name:
+            return group
+    raise LookupError(f"{module} registers no command {name!r}; correct devicebench.cli.COMMANDS")
 
 
 # exits and usage errors, typer's (it carries its own click) and click's: each already says what to do
@@ -54,7 +154,27 @@ class _ErrorBoundary(TyperGroup):
 
     It also installs the stop handling (devicebench.stopping) for every command: Ctrl-C, SIGTERM and SIGHUP reach
     each as KeyboardInterrupt, and one that a command did not handle itself ends here as one line and 130, 143 or
-    129; so does any error raised after a stop signal (a loader worker the same signal killed, a closed terminal)."""
+    129; so does any error raised after a stop signal (a loader worker the same signal killed, a closed terminal).
+
+    Its commands are made from their modules on first use (COMMANDS): the listing of `--help` imports none."""
+
+    def __init__(self, **attributes: Any) -> None:
+        super().__init__(**attributes)
+        self.commands: _LazyCommands = _LazyCommands(self.commands)
+        self._listing = False  # while the help lists the commands: stand-ins, not their modules
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(self.commands)  # their names, not their commands: typer's own makes every one
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return self.commands.listed(cmd_name) if self._listing else self.commands.get(cmd_name)
+
+    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        self._listing = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self._listing = False
 
     def invoke(self, ctx: click.Context) -> Any:
         with stopping.handling():
@@ -231,6 +351,8 @@ def stopped(kept: str) -> typer.Exit:
 
 def local_devices_or_fail(spec: str) -> list[torch.device]:
     """The devices `--devices` names, or a clear error listing those present."""
+    from devicebench.devices import DeviceError, resolve_devices  # torch: only for the commands that use devices
+
     try:
         return resolve_devices(spec)
     except DeviceError as error:
@@ -261,14 +383,22 @@ def open_store(db: Path | None, *, writes: bool = True) -> Store:
     return store
 
 
+def check_outputs_or_fail(outputs: dict[str, Path | None], *, db: Path | None,
+                          reads: dict[str, Path | None] | None = None, data_dir: str | Path | None = None) -> None:
+    """Refuse, before any work, an output that would destroy an input or another output (files.check_outputs): the
+    results database `db` names (or the default one, with SQLite's files beside it), the calibration files, the
+    files of `data_dir`, and `reads`, the files the command reads besides. Every command that writes files asks."""
+    try:
+        check_outputs(outputs, {**database_files(default_db_path(db)), **(reads or {})},
+                      input_folders={"--data-dir": data_dir,
+                                     "the calibration folder": calibration_path("machine").parent})
+    except UnusableFile as error:
+        raise fail(str(error)) from None
+
+
 def prices_from(price: str | None) -> Prices | None:
     """`--price` read, or a clear error saying how to write it."""
     try:
         return None if price is None else parse_prices(price)  # --price '' is refused, not ignored
     except PriceError as error:
         raise fail(str(error)) from None
-
-
-for _command in ("machine", "run", "sweep", "predict", "reproduce", "history", "compare", "transfer", "report",
-                 "calibrate", "check"):
-    importlib.import_module(f"{__name__}.{_command}")

@@ -21,12 +21,12 @@ from devicebench.cli import (
     app,
     check_folder,
     check_output_file,
+    check_outputs_or_fail,
     console,
     fail,
     open_store,
     prices_from,
 )
-from devicebench.cli.run import check_outputs_or_fail
 from devicebench.report.html import ReportDependencyError, write_report
 from devicebench.results.compare import DEFAULT_BASELINE
 

@@ -17,11 +17,11 @@ from devicebench.cli import (
     WorkloadFilter,
     app,
     check_output_file,
+    check_outputs_or_fail,
     console,
     fail,
     open_store,
 )
-from devicebench.cli.run import check_outputs_or_fail
 from devicebench.results.store import (
     ResultsFileError,
     Store,

@@ -21,17 +21,16 @@ import dataclasses
 import json
 import logging
 import math
-import os
 import statistics
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import platformdirs
 import torch
 
 from devicebench.devices import device_name, native_bf16
+from devicebench.engine.calibration_files import CALIBRATION_DIR_VARIABLE, calibration_path  # noqa: F401 (re-exported)
 from devicebench.engine.timing import Stopwatch, wall_clock_utc
 from devicebench.files import UnusableFile, require_regular_file
 from devicebench.host import BYTES_PER_MIB
@@ -39,7 +38,6 @@ from devicebench.results.schema import write_atomically
 from devicebench.version import __version__
 
 CALIBRATION_SCHEMA = 2  # the version of the stored file's layout; 2: sustained stretches, precisions not native
-CALIBRATION_DIR_VARIABLE = "DEVICEBENCH_CALIBRATION_DIR"
 PRECISIONS = ("fp32", "tf32", "bf16")  # tf32: fp32 tensors, multiplied on TF32 tensor cores (CUDA only)
 HOST_MEMORY_KINDS = ("pinned", "pageable")
 
@@ -370,14 +368,6 @@ def _cuda_tf32_matmuls(enabled: bool) -> Iterator[None]:
 
 
 # --- the stored calibration ------------------------------------------------------------------------------------
-
-
-def calibration_path(machine_id: str, folder: str | Path | None = None) -> Path:
-    """Where this machine's calibration lives: `<folder>/<machine_id>.json`, the folder being `folder`, else
-    $DEVICEBENCH_CALIBRATION_DIR, else `calibration` in the user data folder (next to results.sqlite)."""
-    chosen = folder or os.environ.get(CALIBRATION_DIR_VARIABLE, "").strip()
-    base = Path(chosen).expanduser() if chosen else Path(platformdirs.user_data_dir("devicebench")) / "calibration"
-    return base / f"{machine_id}.json"
 
 
 def save_calibration(

@@ -34,7 +34,6 @@ import textwrap
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Literal
 
 import psutil
 import torch
@@ -45,9 +44,9 @@ from devicebench.data.pipeline import Batch, Batches, usable_cores
 from devicebench.devices import is_out_of_memory, native_bf16
 from devicebench.engine.loop import TrainingSetup
 from devicebench.engine.timing import Stopwatch
+from devicebench.engine.tuning_choices import Tuning  # the choices as data: torch-free, for the tables
 from devicebench.results.schema import RunRecord
 
-Precision = Literal["fp32", "bf16"]
 TRIAL_WARMUP_STEPS = 3  # untimed, per candidate: allocation, kernel selection, compilation
 TRIAL_ROUNDS = 5  # timed blocks per candidate, at least: the spread of their rates is the trial's noise
 TRIAL_SECONDS = 1.0  # each candidate is timed for at least this long in all ...
@@ -55,21 +54,6 @@ TRIAL_MIN_STEPS = 20  # ... and over at least this many steps
 SLOWEST_AUTO_STEP_S = 1.0  # --batch-size auto stops before a size whose step takes longer: 20 of them take 20 s
 FAILURE_MESSAGE_CHARS = 100  # of a failed candidate's error message, what its note quotes
 KEPT_FREED_BYTES = 1 << 29  # glibc's mmap threshold while tuned: freed blocks up to 512 MiB are reused
-
-
-@dataclass(frozen=True)
-class Tuning:
-    """How a model runs on its device. The defaults are seed mode: nothing changed."""
-
-    precision: Precision = "fp32"  # bf16: autocast; weights, gradients and optimizer state stay fp32
-    channels_last: bool = False
-    fused_optimizer: bool = False
-    compiled: bool = False  # torch.compile; its compile time lands in the warm-up epoch
-    tf32_matmul: bool = False  # CUDA fp32 matmuls on TF32 tensor cores
-    tf32_cudnn: bool = False  # CUDA fp32 convolutions and RNNs on TF32 tensor cores (cuDNN's own switch)
-    cudnn_benchmark: bool = False
-    device_resident: bool = False  # the dataset lives on the device as uint8; batches are gathered there
-    allocator_keeps_memory: bool = False
 
 
 # --- choosing ------------------------------------------------------------------------------------------------

@@ -1,0 +1,27 @@
+"""What tuned mode can choose for a run, as plain data: no torch here, so the tables that show a run's choices
+(history, compare) load without it. Making the choices is engine/tuning.py's work.
+
+    python -c "import dataclasses, devicebench.engine.tuning_choices as t; print(dataclasses.fields(t.Tuning))"
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Precision = Literal["fp32", "bf16"]
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """How a model runs on its device. The defaults are seed mode: nothing changed."""
+
+    precision: Precision = "fp32"  # bf16: autocast; weights, gradients and optimizer state stay fp32
+    channels_last: bool = False
+    fused_optimizer: bool = False
+    compiled: bool = False  # torch.compile; its compile time lands in the warm-up epoch
+    tf32_matmul: bool = False  # CUDA fp32 matmuls on TF32 tensor cores
+    tf32_cudnn: bool = False  # CUDA fp32 convolutions and RNNs on TF32 tensor cores (cuDNN's own switch)
+    cudnn_benchmark: bool = False
+    device_resident: bool = False  # the dataset lives on the device as uint8; batches are gathered there
+    allocator_keeps_memory: bool = False
