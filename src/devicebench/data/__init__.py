@@ -29,8 +29,10 @@ from devicebench.data.sources import (
     DataUnavailable,
     dataset_folder,
     dataset_spec,
+    dataset_status,
     fetch,
     known_datasets,
+    megabytes,
 )
 from devicebench.data.synthetic import synthetic_dataset
 from devicebench.data.tables import TableDataset, read_covertype, synthetic_table
@@ -69,6 +71,7 @@ def load_dataset(
     seed: int = 0,
     progress: bool = True,
     timeout_s: float = 15.0,
+    largest_download_bytes: int | None = None,
     **shape: Any,
 ) -> Dataset:
     """Load dataset `name` from `source`, shaped as `shape` says the model takes it: `image_shape=(C, H, W)` for
@@ -79,6 +82,8 @@ def load_dataset(
     DataUnavailable when it cannot.
     "synthetic": seeded synthetic data of the real shapes (see synthetic.py, text.py, tables.py).
     "auto": real when cached or downloadable, otherwise synthetic with `fallback_reason` set (and a warning).
+    With `largest_download_bytes` (the quick suite's limit), a release larger than that which is not cached is not
+    downloaded at all: synthetic, with a one-line `fallback_reason` that says how to get it (and no warning).
     `seed` only affects synthetic data; `timeout_s` is per network operation, in seconds.
     """
     if source not in ("auto", "real", "synthetic"):
@@ -93,6 +98,11 @@ def load_dataset(
         return own
     if source == "real":
         return _load_real(spec.name, data_dir, shape, progress=progress, timeout_s=timeout_s)
+    if (largest_download_bytes is not None and spec.size_bytes > largest_download_bytes
+            and dataset_status(spec.name, data_dir).state != "cached"):  # sizes only: no hashing to decide
+        reason = (f"{spec.title} ({megabytes(spec.size_bytes)} MB) is not downloaded by the quick suite; "
+                  f"`devicebench data fetch {spec.name}` gets it, or `--data real`")
+        return dataclasses.replace(_synthetic(spec, seed, shape), fallback_reason=reason)
     try:
         return _load_real(spec.name, data_dir, shape, progress=progress, timeout_s=timeout_s)
     except DataUnavailable as error:

@@ -3,17 +3,21 @@
 A download streams into a hidden `.<file>.*.partial` beside its destination while it is hashed, is checked for size
 and checksum, and only then is moved into place atomically: a file at its final name has always been verified. A
 transfer the server cuts off midway is taken up again where it stopped (HTTP Range), a few times at most; a data
-folder that is full or read-only stops the download at once with an error that says so.
+folder that is full or read-only stops the download at once with an error that says so. A download stopped by
+Ctrl-C is kept as `.<file>.partial`, and the next fetch of that file takes it up where it stopped (HTTP Range).
 
     python -c "from devicebench.data.sources import DATASETS, data_root; print(data_root(), list(DATASETS))"
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import http.client
 import os
+import shutil
+import stat
 import tempfile
 import time
 import urllib.error
@@ -45,6 +49,10 @@ DIGEST_HEX_LENGTHS = {"md5": 32, "sha256": 64}  # the checksum kinds we accept, 
 DATA_DIR_ENVIRONMENT_VARIABLE = "DEVICEBENCH_DATA"
 DOWNLOAD_ATTEMPTS = 3  # requests per URL: a transfer cut off midway is taken up again twice at most
 RETRY_PAUSE_S = 1.0  # seconds before taking it up again, so a server that just dropped the connection can recover
+# `--data auto` in the quick suite downloads a dataset that is not cached only up to this size: MNIST (11.6 MB) and
+# Covertype (11 MB) are fetched, the larger ones run on synthetic data until `devicebench data fetch` gets them
+QUICK_SUITE_DOWNLOAD_LIMIT_BYTES = 15_000_000
+MEGABYTE = 1_000_000  # bytes; sizes are shown in decimal MB, as the releases state them
 T = TypeVar("T")
 
 
@@ -114,6 +122,12 @@ class DatasetSpec:
     class_names: tuple[str, ...] = ()  # in label order; empty where the release only numbers its classes
     kind: str = "images"  # "images", "text" or "table": which reader and which synthetic stand-in
     features: int | None = None  # columns of a table
+    derived: tuple[str, ...] = ()  # what reading it makes beside the release files (globs): removed with them
+
+    @property
+    def size_bytes(self) -> int:
+        """The release's download size, from the registry."""
+        return sum(remote.size_bytes or 0 for remote in self.files)
 
 
 # Checksums below are the sha256 of each file as served, with its size in bytes. Where each is published:
@@ -229,6 +243,7 @@ DATASETS: dict[str, DatasetSpec] = {
         test_size=25_000,
         class_names=("neg", "pos"),  # the archive's folder names, alphabetical
         kind="text",
+        derived=("aclImdb", "imdb-v*-l*.npz"),  # the extracted reviews and the encoded arrays (data/text.py)
     ),
     "covertype": DatasetSpec(
         name="covertype",
@@ -303,6 +318,106 @@ def is_cached(name: str, data_dir: str | Path | None = None) -> bool:
     return all(verifies(folder / remote.filename, remote) for remote in dataset_spec(name).files)
 
 
+def partial_path(folder: Path, remote: RemoteFile) -> Path:
+    """Where a download of `remote` stopped by Ctrl-C waits for the next fetch to take it up: `.<file>.partial`."""
+    return Path(folder) / f".{remote.filename}.partial"
+
+
+@dataclass(frozen=True)
+class DatasetStatus:
+    """How much of a dataset's release is in its folder, told from file sizes alone: `verify_dataset` hashes."""
+
+    spec: DatasetSpec
+    folder: Path
+    state: str  # "cached" (every file, each of its registry size), "partial", "missing" or "wrong size"
+    present_bytes: int  # whole files of the right size, plus downloads kept to be taken up
+
+    def describe(self) -> str:
+        if self.state == "partial":
+            return f"partial ({megabytes(self.present_bytes)} of {megabytes(self.spec.size_bytes)} MB)"
+        return self.state
+
+
+def dataset_status(name: str, data_dir: str | Path | None = None) -> DatasetStatus:
+    """What of dataset `name` is in `<root>/<name>/`, without reading a byte of it (fast, even for 825 MB)."""
+    spec = dataset_spec(name)
+    folder = data_root(data_dir) / spec.name
+    present_bytes, whole_files, wrong_size = 0, 0, False
+    for remote in spec.files:
+        size = _regular_file_size(folder / remote.filename)
+        if size is not None and size == (remote.size_bytes or size):
+            present_bytes, whole_files = present_bytes + size, whole_files + 1
+        elif size is not None or (folder / remote.filename).exists():
+            wrong_size = True  # the wrong size, or not a regular file at all
+        else:
+            present_bytes += _regular_file_size(partial_path(folder, remote)) or 0
+    state = ("wrong size" if wrong_size else "cached" if whole_files == len(spec.files)
+             else "partial" if present_bytes else "missing")
+    return DatasetStatus(spec, folder, state, present_bytes)
+
+
+def verify_dataset(name: str, data_dir: str | Path | None = None) -> dict[str, str | None]:
+    """Each release file of `name` in its folder, hashed against its pinned checksum: filename -> None when it
+    verifies, else what is wrong. Files that are not there are left out (`dataset_status` says what is missing)."""
+    folder = dataset_folder(name, data_dir)
+    checked: dict[str, str | None] = {}
+    for remote in dataset_spec(name).files:
+        path = folder / remote.filename
+        if not path.exists():
+            continue
+        try:
+            found = file_digest(path, remote.algorithm)
+        except (UnusableFile, OSError) as error:
+            checked[remote.filename] = f"cannot be read: {getattr(error, 'strerror', None) or error}"
+            continue
+        checked[remote.filename] = None if found == remote.hex_digest else (
+            f"checksum mismatch: expected {remote.checksum}, found {remote.algorithm}:{found}")
+    return checked
+
+
+def managed_paths(name: str, data_dir: str | Path | None = None) -> list[Path]:
+    """What devicebench put in dataset `name`'s folder: its release files, downloads kept or left behind
+    (`.<file>.partial`, `.<file>.*.partial`) and what reading it made (`derived`). Nothing else there is touched."""
+    spec = dataset_spec(name)
+    folder = data_root(data_dir) / spec.name
+    if not folder.is_dir():
+        return []
+    patterns = [pattern for remote in spec.files
+                for pattern in (remote.filename, f".{remote.filename}.partial", f".{remote.filename}.*.partial")]
+    return sorted({path for pattern in (*patterns, *spec.derived) for path in folder.glob(pattern)})
+
+
+def remove_dataset(name: str, data_dir: str | Path | None = None) -> int:
+    """Delete `managed_paths(name)`, and the dataset's folder if that leaves it empty; the bytes freed."""
+    freed = 0
+    for path in managed_paths(name, data_dir):
+        if path.is_dir() and not path.is_symlink():
+            freed += sum(entry.lstat().st_size for entry in path.rglob("*") if not entry.is_dir())
+            shutil.rmtree(path)
+        else:
+            freed += path.lstat().st_size
+            path.unlink()
+    folder = dataset_folder(name, data_dir)
+    with contextlib.suppress(OSError):  # not empty (the user's own files), or not there: left as it is
+        folder.rmdir()
+    return freed
+
+
+def megabytes(size_bytes: int) -> str:
+    """`size_bytes` in decimal MB, as people quote download sizes: 11.6, 170, 825."""
+    value = size_bytes / MEGABYTE
+    return f"{value:.1f}" if value < 100 else f"{value:,.0f}"
+
+
+def _regular_file_size(path: Path) -> int | None:
+    """The size of the regular file at `path` (a link to one counts), or None when there is none."""
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return info.st_size if stat.S_ISREG(info.st_mode) else None
+
+
 def fetch(remote: RemoteFile, folder: Path, *, progress: bool = True, timeout_s: float = 15.0) -> Path:
     """Return `folder/remote.filename`, verified, downloading it from the first mirror that serves it intact.
 
@@ -366,18 +481,43 @@ def _cached(target: Path, remote: RemoteFile) -> bool:
 
 
 class _PartialFile:
-    """The hidden temporary file a download streams into, hashed as it grows; only a verified one is renamed."""
+    """The hidden temporary file a download streams into, hashed as it grows; only a verified one is renamed.
+
+    It is private to this download (a random name), so that two processes fetching the same file never write into
+    one. A download kept from an earlier fetch (`partial_path`) is claimed by renaming it to that private name, and
+    continued: its bytes are hashed, and the first request asks for the rest."""
 
     def __init__(self, folder: Path, remote: RemoteFile) -> None:
         self.folder = folder
         self.algorithm = remote.algorithm
+        self.kept_path = partial_path(folder, remote)
         handle, name = _writing(folder, tempfile.mkstemp, dir=folder, prefix=f".{remote.filename}.",
                                 suffix=".partial")
         self.path = Path(name)
+        if not self.kept_path.is_symlink() and _regular_file_size(self.kept_path):
+            os.close(handle)
+            try:
+                os.replace(self.kept_path, self.path)
+            except FileNotFoundError:
+                pass  # another process claimed it first: this one starts afresh
+            except OSError as error:
+                self.path.unlink(missing_ok=True)
+                raise _CacheUnusable(_unwritable(folder, error)) from None
+            handle = _writing(folder, os.open, self.path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0))
         self._file = os.fdopen(handle, "wb")
         self.arrived_bytes = 0  # every byte any attempt brought, kept or not: whether retrying still helps
-        self.received_bytes = 0
-        self.restart()
+        self.moved = False
+        self.hasher = hashlib.new(self.algorithm, usedforsecurity=False)
+        self.received_bytes = self.resumed_bytes = self._hash_kept_bytes()
+        if remote.size_bytes is not None and self.received_bytes > remote.size_bytes:
+            self.restart()  # longer than the file: not a beginning of it
+
+    def _hash_kept_bytes(self) -> int:
+        """Hash the bytes an earlier fetch kept in the file (none for a new one); their count. Ends at the end."""
+        with open(self.path, "rb") as kept:
+            while chunk := kept.read(CHUNK_BYTES):
+                self.hasher.update(chunk)
+        return _writing(self.folder, self._file.seek, 0, os.SEEK_END)
 
     def restart(self) -> None:
         """Forget the bytes received: the server is sending the whole file again."""
@@ -385,7 +525,7 @@ class _PartialFile:
             _writing(self.folder, self._file.seek, 0)
             _writing(self.folder, self._file.truncate)
         self.hasher = hashlib.new(self.algorithm, usedforsecurity=False)
-        self.received_bytes = 0
+        self.received_bytes = self.resumed_bytes = 0
 
     def append(self, chunk: bytes) -> None:
         _writing(self.folder, self._file.write, chunk)
@@ -399,13 +539,20 @@ class _PartialFile:
         _writing(self.folder, os.fsync, self._file.fileno())  # a power cut after the rename keeps every byte
         _writing(self.folder, self._file.close)
         _writing(self.folder, os.replace, self.path, target)
+        self.moved = True
 
-    def discard(self) -> None:
-        """Close and delete it; gone already after move_to."""
+    def close(self, *, keep: bool) -> None:
+        """Close it, and either keep its bytes at `kept_path` for the next fetch or delete it; gone after move_to."""
+        if self.moved:
+            return
         try:
             self._file.close()
         except OSError:
-            pass  # the bytes it could not flush (a full disk) are being thrown away anyway
+            keep = False  # the bytes it could not flush (a full disk) cannot be trusted, nor kept
+        if keep and self.received_bytes:
+            with contextlib.suppress(OSError):
+                os.replace(self.path, self.kept_path)
+                return
         self.path.unlink(missing_ok=True)
 
 
@@ -413,34 +560,49 @@ def _download(url: str, remote: RemoteFile, target: Path, *, progress: bool, tim
     """Download `url` to `target` through a verified temporary file; None on success, else why it failed.
 
     A transfer cut off midway is taken up where it stopped (an HTTP Range request) or, from a server that ignores
-    ranges, from the start: up to DOWNLOAD_ATTEMPTS requests, as long as each one brings new bytes.
+    ranges, from the start: up to DOWNLOAD_ATTEMPTS requests, as long as each one brings new bytes. Stopped by
+    Ctrl-C, or failing to add to bytes an earlier fetch kept, it keeps what it has for the next fetch to take up.
     """
     partial = _PartialFile(target.parent, remote)
+    interrupted = False
     try:
         with _progress_bar(enabled=progress) as bar:
-            task = bar.add_task(remote.filename, total=remote.size_bytes)
+            task = bar.add_task(remote.filename, total=remote.size_bytes, completed=partial.received_bytes)
 
             def show(received_bytes: int, expected_bytes: int | None) -> None:
                 bar.update(task, completed=received_bytes, total=expected_bytes or remote.size_bytes)
 
-            for attempt in range(1, DOWNLOAD_ATTEMPTS + 1):
+            # kept whole (stopped just before its move into place): nothing is left to ask for
+            already_whole = bool(partial.resumed_bytes) and partial.resumed_bytes == remote.size_bytes
+            for attempt in range(1, 0 if already_whole else DOWNLOAD_ATTEMPTS + 1):
                 arrived_before = partial.arrived_bytes
                 reason = _request(url, partial, timeout_s=timeout_s, show=show)
                 if reason is None:
                     break
                 if partial.arrived_bytes == arrived_before or attempt == DOWNLOAD_ATTEMPTS:
-                    return reason if attempt == 1 else f"{reason} (gave up after {attempt} attempts)"
+                    kept = (f"; kept its first {partial.received_bytes:,} bytes for the next fetch"
+                            if partial.resumed_bytes else "")
+                    return (reason if attempt == 1 else f"{reason} (gave up after {attempt} attempts)") + kept
                 time.sleep(RETRY_PAUSE_S)
         deleted = "; the downloaded file was deleted"
+        if partial.resumed_bytes:
+            deleted += (f" (it continued {partial.resumed_bytes:,} bytes an earlier, interrupted download kept; "
+                        "the next fetch starts afresh)")
         if remote.size_bytes is not None and partial.received_bytes != remote.size_bytes:
-            return f"size mismatch: expected {remote.size_bytes} bytes, received {partial.received_bytes}{deleted}"
+            problem = f"size mismatch: expected {remote.size_bytes} bytes, received {partial.received_bytes}{deleted}"
+            partial.restart()
+            return problem
         actual = partial.hasher.hexdigest()
         if actual != remote.hex_digest:
+            partial.restart()
             return f"checksum mismatch: expected {remote.checksum}, got {remote.algorithm}:{actual}{deleted}"
         partial.move_to(target)
         return None
-    finally:
-        partial.discard()  # never left behind, whatever happened
+    except KeyboardInterrupt:
+        interrupted = True
+        raise
+    finally:  # a new download that failed is never left behind; one stopped by Ctrl-C or resumed is kept
+        partial.close(keep=interrupted or partial.resumed_bytes > 0)
 
 
 def _request(
