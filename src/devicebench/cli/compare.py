@@ -5,6 +5,10 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
+import typer
+
 from devicebench.cli import (
     BaselineOption,
     DatabaseOption,
@@ -20,6 +24,10 @@ from devicebench.cli import (
 from devicebench.report.tables import comparison_tables
 from devicebench.results.compare import DEFAULT_BASELINE, compare
 
+WideOption = Annotated[bool, typer.Option(
+    "--wide", help="Every column: epoch time, ms/step, TFLOP/s, busy, warm-up, end to end, published figures, cost "
+                   "and energy (the JSON holds them all either way).")]
+
 
 @app.command("compare")
 def compare_command(
@@ -29,6 +37,7 @@ def compare_command(
     baseline: BaselineOption = DEFAULT_BASELINE,
     price: PriceOption = None,
     db: DatabaseOption = None,
+    wide: WideOption = False,
 ) -> None:
     """Compare stored runs across devices and machines: medians with spread, speedups with 95% intervals.
 
@@ -45,5 +54,5 @@ def compare_command(
         console.print(f"No stored runs match in {store.path}. Make some with `devicebench run`, or bring some from "
                       "another machine with `devicebench import FILE.json`.", highlight=False)
         return
-    for table in comparison_tables(compare(results, baseline=baseline, prices=prices)):
+    for table in comparison_tables(compare(results, baseline=baseline, prices=prices), wide=wide):
         console.print(table)

@@ -34,6 +34,7 @@ def history(
                                                   show_default=False)] = None,
     db: DatabaseOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the runs as an export document (JSON).")] = False,
+    wide: Annotated[bool, typer.Option("--wide", help="Add each run's epochs, epoch time, data and batch.")] = False,
 ) -> None:
     """The stored runs, oldest first: when, where, what, how fast and how accurate.
 
@@ -51,4 +52,4 @@ def history(
         console.print(f"{found} Make some with `devicebench run`, or bring some from another machine with "
                       "`devicebench import FILE.json`.", highlight=False)
     else:
-        console.print(history_table(results, store.path))
+        console.print(history_table(results, store.path, wide=wide))

@@ -11,6 +11,7 @@ from typing import Annotated, Optional
 import typer
 
 from devicebench.cli import DatabaseOption, app, fail
+from devicebench.cli.compare import WideOption
 from devicebench.cli.run import (
     DataDirOption,
     DataOption,
@@ -81,6 +82,7 @@ def sweep(
     json_file: JsonOption = None,
     quiet: QuietOption = False,
     db: DatabaseOption = None,
+    wide: WideOption = False,
 ) -> None:
     """Train one workload at every point of a grid on each device, store every point, and print a throughput
     table per device with the wait-for-data share and the input-bound/compute-bound verdict of each point.
@@ -119,5 +121,5 @@ def sweep(
         item.partition("=")[0].strip() for item in overrides or []
     ] + (["mode"] if len(modes) > 1 else [])
     outcome = train_and_show(job_plan, json_file=json_file, quiet=quiet, db=db, tensorboard=None,
-                             tables=lambda result: sweep_tables(compare([result]), swept))
+                             tables=lambda result: sweep_tables(compare([result]), swept, wide=wide))
     exit_for(outcome)

@@ -27,14 +27,17 @@ from devicebench.report.plots import (
     workload_charts,
 )
 from devicebench.report.tables import (
+    batch_text,
     busy_text,
     flagged_text,
     known_workload,
+    length_text,
     median_text,
     number_text,
     percent_text,
     row_notes,
     speedup_text,
+    target_text,
     tflops_text,
 )
 from devicebench.results.compare import DEFAULT_BASELINE, Row, compare
@@ -133,6 +136,7 @@ def _workload_section(name: str, rows: list[Row], grid_runs: set[str]) -> Worklo
     seed = (entry.seed if entry else rows[0].runs[0].seed_experiment) or ""
     priced = any(row.price_per_hour is not None for row in rows)
     energy = any(row.energy_wh is not None for row in rows)
+    targeted = any(row.targeted_runs for row in rows)
     return WorkloadSection(
         name=name,
         anchor="workload-" + file_stem(name),
@@ -141,11 +145,11 @@ def _workload_section(name: str, rows: list[Row], grid_runs: set[str]) -> Worklo
             f"Not a seed experiment: {entry.origin if entry and entry.origin != 'devicebench' else 'your own model'}"),
         summary=entry.summary if entry else "",
         published=_published_figures(entry.published) if entry and entry.published else [],
-        epoch_lengths=_epoch_lengths(rows),
+        epoch_lengths=length_text(rows),  # what the epochs really had
         charts=workload_charts(name, rows, entry.published if entry else None),
         sweeps=sweep_charts(name, [row for row in rows if any(run.run_id in grid_runs for run in row.runs)]),
-        columns=_columns(priced, energy),
-        rows=[_cells(row, priced, energy) for row in rows],
+        columns=_columns(priced, energy, targeted),
+        rows=[_cells(row, priced, energy, targeted) for row in rows],
         notes=row_notes(rows),
     )
 
@@ -165,12 +169,13 @@ def _published_figures(published: Published) -> list[tuple[str, str]]:
     return figures
 
 
-def _columns(priced: bool, energy: bool) -> list[tuple[str, str]]:
+def _columns(priced: bool, energy: bool, targeted: bool = False) -> list[tuple[str, str]]:
     """(heading, what it holds in small print) of a workload's table."""
     # headings wrap at spaces to keep the table on screen; U+2011, a hyphen that never breaks, keeps "warm-up" whole
     columns = [("Row", "mode, batch, threads"), ("Machine", "device"), ("Epoch s", "median [min–max]"),
                ("Samples/s", "median"), ("ms/step", "median"), ("TFLOP/s", "and MFU"), ("Busy", "while training"),
                ("Warm\u2011up s", "epoch 1"), ("End\u2011to\u2011end s", "median"), ("Test acc", "final, median"),
+               *([("To target s", "training, median")] if targeted else []),
                ("Speedup", "[95% interval]"), ("Data", ""), ("Runs", "statuses")]
     columns += [("Cost/1M samples", "at the price/h"), ("Cost/run", "end to end"), ("Cost", "vs baseline")] \
         if priced else []
@@ -188,9 +193,10 @@ def comparison_html(results: list[Result]) -> str:
     for name, rows in compare(results).items():
         priced = any(row.price_per_hour is not None for row in rows)
         energy = any(row.energy_wh is not None for row in rows)
+        targeted = any(row.targeted_runs for row in rows)
         head = "".join(f"<th>{escape(heading)}<br><small>{escape(detail)}</small></th>"
-                       for heading, detail in _columns(priced, energy))
-        body = "".join("<tr>" + "".join(_cell_html(cell) for cell in _cells(row, priced, energy)) + "</tr>"
+                       for heading, detail in _columns(priced, energy, targeted))
+        body = "".join("<tr>" + "".join(_cell_html(cell) for cell in _cells(row, priced, energy, targeted)) + "</tr>"
                        for row in rows)
         notes = "".join(f"<p><small>{escape(note)}</small></p>" for note in row_notes(rows))
         parts.append(f"<h4>{escape(name)}</h4><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{notes}")
@@ -202,16 +208,10 @@ def _cell_html(cell: Cell) -> str:
     return f"<td>{escape(cell.text)}{note}</td>"
 
 
-def _epoch_lengths(rows: list[Row]) -> str:
-    lengths = sorted({(run.settings.epochs, run.settings.max_steps or 0) for row in rows for run in row.runs})
-    return "; ".join(f"{epochs} epochs of " + (f"at most {steps} steps" if steps else "the full training set")
-                     for epochs, steps in lengths)
-
-
-def _cells(row: Row, priced: bool, energy: bool) -> list[Cell]:
+def _cells(row: Row, priced: bool, energy: bool, targeted: bool = False) -> list[Cell]:
     synthetic = row.settings["data_source"] == "synthetic"
     cells = [
-        Cell(row.label, note=f"{row.settings['mode']} mode, batch {row.settings['batch_size']}"
+        Cell(row.label, note=f"{row.settings['mode']} mode, {batch_text(row.settings['batch_size'])}"
                              f"{' (auto)' if row.settings['batch_size_auto'] else ''}, {row.settings['threads']} threads"
                              + (f"; {flagged_text(row)} (see the notes)" if row.flags else ""),
              css_class="label flagged" if row.flags else "label"),
@@ -224,6 +224,7 @@ def _cells(row: Row, priced: bool, energy: bool) -> list[Cell]:
         Cell(median_text(row.warmup_epoch_s, 2)),
         Cell(median_text(row.end_to_end_s, 1)),
         Cell(percent_text(row.test_accuracy.median if row.test_accuracy else None)),
+        *([_target_cell(row)] if targeted else []),
         _speedup_cell(row),
         Cell("SYNTHETIC" if synthetic else row.settings["data_source"], css_class="synthetic" if synthetic else ""),
         _runs_cell(row),
@@ -236,6 +237,12 @@ def _cells(row: Row, priced: bool, energy: bool) -> list[Cell]:
     if energy:
         cells.append(Cell(median_text(row.energy_wh, 2)))
     return cells
+
+
+def _target_cell(row: Row) -> Cell:
+    targets = sorted({run.target_accuracy for run in row.targeted_runs})
+    return Cell(target_text(row), note=("to " + ", ".join(percent_text(target) for target in targets)) if targets
+                else "no target set")
 
 
 def _spread_cell(value: Spread | None) -> Cell:

@@ -7,23 +7,25 @@ from __future__ import annotations
 
 import dataclasses
 import io
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich import box
-from rich.console import Console, Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from devicebench.engine.tuning import Tuning
-from devicebench.planning import Plan
-from devicebench.reproduce import Reproduction
+from devicebench.engine.tuning_choices import Tuning
 from devicebench.results.compare import NOISY_EPOCH_TIME_CV, Row, compare
 from devicebench.results.schema import Result, RunRecord
 from devicebench.results.stats import Spread
-from devicebench.workloads import Workload, get_workload
+
+if TYPE_CHECKING:  # each imports torch: history and compare's tables must load without it
+    from devicebench.planning import Plan
+    from devicebench.reproduce import Reproduction
+    from devicebench.workloads import Workload
 
 BASELINE_DEVICE = "cpu"
 
@@ -148,27 +150,149 @@ def published_text(entry: Workload | None) -> str:
 
 
 # --- results -----------------------------------------------------------------------------------------------
+# A table fits the terminal: by default the figures most runs are read for, the rest with --wide (all are in the
+# JSON either way). Numbers are never cut: a cell wraps at its spaces, never inside a word, and the row labels fold.
+# What the columns hold is said once per command, under the last table, for the columns shown.
 
 
-def comparison_tables(rows_by_workload: dict[str, list[Row]]) -> list[RenderableType]:
-    """One table per workload: a row per (machine, device, settings), with the speedup against its baseline."""
-    return [_workload_table(name, rows) for name, rows in rows_by_workload.items()]
+@dataclasses.dataclass(frozen=True)
+class Column:
+    """A figure of the results tables: its heading, the legend's words for it, and its cell for a row."""
+
+    heading: str
+    legend: str  # a clause of the legend printed once under the tables; "" when the heading says it all
+    cell: Callable[[Row], str]
+    compact: Callable[[list[Row]], bool] = lambda rows: True  # shown without --wide when this holds
+    present: Callable[[list[Row]], bool] = lambda rows: True  # shown at all only when this holds
+
+
+def _never(rows: list[Row]) -> bool:
+    return False
+
+
+def _above_peak(rows: list[Row]) -> bool:
+    """A row flagged for TFLOP/s above the device's peak: the flagged figure is shown without --wide too."""
+    return any(flag.code == "above-peak" for row in rows for flag in row.flags)
+
+
+def _published_samples_text(row: Row) -> str:
+    entry = known_workload(row.workload)  # only with --wide: the compact tables need no workload registry
+    published = entry.published if entry is not None else None
+    return "—" if published is None else number_text(published.samples_per_s.get(device_kind(row.device)), 0)
+
+
+def _has_published(rows: list[Row]) -> bool:
+    entry = known_workload(rows[0].workload)
+    return entry is not None and entry.published is not None
+
+
+def epoch_time_text(row: Row) -> str:
+    epoch = row.epoch_time_s
+    return "—" if epoch is None else f"{epoch.median:,.2f} [{epoch.low:,.2f}–{epoch.high:,.2f}]"
+
+
+def target_text(row: Row) -> str:
+    """`41.2`: median training seconds to --target-accuracy; `not reached`; `41.2 (1 of 2)` when some runs were
+    not there by their last epoch; `—` without a target."""
+    targeted = row.targeted_runs
+    if not targeted:
+        return "—"
+    reached = [run for run in targeted if run.time_to_target_train_s is not None]
+    if not reached:
+        return "not reached"
+    return number_text(row.time_to_target_s.median, 1) + ("" if len(reached) == len(targeted)
+                                                          else f" ({len(reached)} of {len(targeted)})")
+
+
+def cost_vs_baseline_text(row: Row) -> str:
+    ratio = row.cost_vs_baseline
+    return "—" if ratio is None else f"{ratio:.3g}x"
+
+
+RESULT_COLUMNS = (
+    Column("Samples/s", "samples/s: median over the steady epochs (after the warm-up one) of every repeat",
+           lambda row: median_text(row.samples_per_s, 0)),
+    Column("Speedup", "speedup: ratio of median samples/s against the baseline [95% bootstrap interval]",
+           lambda row: speedup_text(row)),
+    Column("Test acc", "test acc: after the last epoch, median of the repeats",
+           lambda row: percent_text(row.test_accuracy.median if row.test_accuracy else None)),
+    Column("Waiting", "waiting: the share of training spent waiting for the next batch, and the verdict "
+                      "(input-bound: faster input would pay; compute-bound: the device itself is the limit)",
+           lambda row: waiting_text(row)),
+    Column("To target s", "to target s: median seconds of training (evaluation left out) until the test accuracy "
+                          "first reached --target-accuracy; (1 of 2): the runs that reached it",
+           target_text, present=lambda rows: any(row.targeted_runs for row in rows)),
+    Column("Epoch s", "epoch s: steady median [min–max]", epoch_time_text, compact=_never),
+    Column("ms/step", "ms/step: median training step", lambda row: median_text(row.step_time_ms, 2),
+           compact=_never),
+    Column("TFLOP/s", "TFLOP/s: the matrix products and convolutions of forward and backward per sample "
+                      "(engine/flops.py) x samples/s, and as a share of the calibrated matmul peak of every device "
+                      "that trained, at the run's precision (MFU; `devicebench calibrate`)",
+           lambda row: tflops_text(row), compact=_above_peak),
+    Column("Busy", "busy: the device's utilisation (with several processes, their GPUs' mean and the least busy "
+                   "one's) and the training processes' CPU use while training (100% CPU = one core)",
+           lambda row: busy_text(row), compact=_never),
+    Column("Warm-up s", "warm-up s: the first epoch, median", lambda row: median_text(row.warmup_epoch_s, 2),
+           compact=_never),
+    Column("End-to-end s", "end-to-end s: model creation to the end of the last epoch, evaluation included",
+           lambda row: median_text(row.end_to_end_s, 1), compact=_never),
+    Column("Published samples/s", "published samples/s: the seed's figure for that kind of device",
+           _published_samples_text, compact=_never, present=_has_published),
+    Column("Cost/1M samples", "cost/1M samples: at the steady rate and the price per hour",
+           lambda row: number_text(row.cost_per_million_samples, 3), compact=_never,
+           present=lambda rows: any(row.price_per_hour is not None for row in rows)),
+    Column("Cost vs baseline", "", cost_vs_baseline_text, compact=_never,
+           present=lambda rows: any(row.price_per_hour is not None for row in rows)),
+    Column("Energy Wh", "energy Wh: what the device drew while training, median per run",
+           lambda row: median_text(row.energy_wh, 2), compact=_never,
+           present=lambda rows: any(row.energy_wh is not None for row in rows)),
+)
+
+
+def shown_columns(rows: list[Row], wide: bool, columns: Iterable[Column] = RESULT_COLUMNS) -> list[Column]:
+    """The columns of `rows`' table: without --wide the compact ones, and only those with something to show."""
+    return [column for column in columns if (wide or column.compact(rows)) and column.present(rows)]
+
+
+def comparison_tables(rows_by_workload: dict[str, list[Row]], *, wide: bool = False) -> list[RenderableType]:
+    """One table per workload, a row per (machine, device, settings) with the speedup against its baseline, each
+    followed by its notes; then, once, the legend of the columns shown and the name of every device."""
+    parts: list[RenderableType] = []
+    shown: dict[Column, None] = {}
+    for name, rows in rows_by_workload.items():
+        columns = shown_columns(rows, wide)
+        shown.update(dict.fromkeys(columns))
+        parts.append(_workload_table(name, rows, columns))
+        parts += [Text(note, style="yellow") for note in row_notes(rows)]
+    all_rows = [row for rows in rows_by_workload.values() for row in rows]
+    published = [f"{name} published: {published_text(known_workload(name))}".replace("\n", "; ")
+                 for name in rows_by_workload if wide and known_workload(name) is not None
+                 and known_workload(name).published is not None]
+    return parts + legend(list(shown), all_rows, published)
+
+
+def legend(columns: list[Column], rows: list[Row], extra: Iterable[str] = ()) -> list[RenderableType]:
+    """What the shown columns hold, in one paragraph, and each device's name: printed once, after the tables."""
+    clauses = [column.legend for column in RESULT_COLUMNS if column in columns and column.legend]
+    lines = ([clauses[0][0].upper() + "; ".join(clauses)[1:] + "."] if clauses else []) + [
+        *dict.fromkeys(f"{row.machine_name}/{row.device}: {row.device_name}" for row in rows), *extra]
+    return [Text(line, style="dim") for line in lines]
 
 
 TEXT_WIDTH = 200  # columns of `comparison_text`: the widest table without folding its cells
 
 
 def comparison_text(results: list[Result]) -> str:
-    """The comparison tables of `results` as plain text (`Result.table()`)."""
+    """The comparison tables of `results` as plain text (`Result.table()`), every column shown."""
     console = Console(width=TEXT_WIDTH, record=True, file=io.StringIO(), color_system=None)
-    for table in comparison_tables(compare(results)):
+    for table in comparison_tables(compare(results), wide=True):
         console.print(table)
     return "\n".join(line.rstrip() for line in console.export_text().splitlines()) + "\n"
 
 
 def batch_text(batch_size: int) -> str:
     """`batch 32`, or what a batch size of 0 means: boosted trees read every row in every round."""
-    return f"batch {batch_size}" if batch_size else "every row each step"
+    return f"batch {batch_size}" if batch_size else "every row each round"
 
 
 def device_kind(device: str) -> str:
@@ -178,60 +302,154 @@ def device_kind(device: str) -> str:
 def known_workload(name: str) -> Workload | None:
     """The workload called `name`, or None for one this devicebench does not have (an imported result, a
     plugin not installed here, a user's model of another session)."""
+    from devicebench.workloads import get_workload  # the registry imports torch: only the tables that show it
+
     try:
         return get_workload(name)
     except KeyError:
         return None
 
 
-def _workload_table(name: str, rows: list[Row]) -> RenderableType:
-    entry = known_workload(name)
-    one_machine = len({row.machine_id for row in rows}) == 1
-    first_run = rows[0].runs[0]
-    first = first_run.settings
-    if first_run.epochs:  # what the epochs really had: a cap above an epoch's length changes nothing
-        steps = f"{first_run.epochs[0].steps} steps"
-    else:
-        steps = f"{first.max_steps} steps" if first.max_steps else "full length"
+def span_text(values: Iterable[int]) -> str:
+    """`60`, or `7–30` when the values differ."""
+    ordered = sorted(set(values))
+    return f"{ordered[0]:,}" if len(ordered) == 1 else f"{ordered[0]:,}–{ordered[-1]:,}"
+
+
+def length_text(rows: list[Row]) -> str:
+    """`3 epochs of 60 steps`: what the epochs really had (a cap above an epoch's length changes nothing); `7–30
+    steps` when rows differ (a sweep over batch sizes); boosting rounds for trees, which read every row each round."""
+    runs = [run for row in rows for run in row.runs]
+    unit = "rounds" if all(run.settings.batch_size == 0 for run in runs) else "steps"
+    steps = [steps for row in rows for steps in row.epoch_steps]
+    if steps:
+        length = f"{span_text(steps)} {unit}"
+    else:  # no epoch finished: what was asked for
+        caps = {run.settings.max_steps for run in runs}
+        length = f"at most {span_text(caps)} {unit} (none finished)" if None not in caps else "full length"
+    return f"{span_text(run.settings.epochs for run in runs)} epochs of {length}"
+
+
+def _workload_title(name: str, rows: list[Row]) -> str:
+    runs = [run for row in rows for run in row.runs]
     sources = {row.settings["data_source"] for row in rows}
     data = " and ".join(f"[bold yellow]{s} data[/]" if s == "synthetic" else f"{s} data" for s in sorted(sources))
-    batches = ("batch auto (each device's fastest: a throughput setting, not the seed's)"
-               if any(row.settings["batch_size_auto"] for row in rows) else batch_text(first.batch_size))
-    seed = f" ({entry.seed})" if entry is not None and entry.seed else ""
-    title = f"[bold]{escape(name)}[/]{seed}: {batches}, {first.epochs} epochs of {steps}, {data}"
-    table = Table(title=title, title_justify="left")
-    priced = any(row.price_per_hour is not None for row in rows)
-    energy = any(row.energy_wh is not None for row in rows)
-    columns = ["Device" if one_machine else "Machine/device", "Epoch s", "Samples/s", "ms/step", "TFLOP/s", "Busy",
-               "Waiting", "Warm-up s", "End-to-end s", "Test acc", "Speedup"]
-    published = entry is not None and entry.published is not None
-    columns += ["Published samples/s"] if published else []
-    columns += ["Cost/1M samples", "Cost vs baseline"] if priced else []
-    columns += ["Energy Wh"] if energy else []
-    for column in columns:
-        table.add_column(column, justify="left" if column in ("Device", "Machine/device") else "right")
-    for row in rows:
-        table.add_row(*_cells(row, one_machine, priced, energy, entry))
-    lines = [
-        "Epoch s: steady-state median [min–max] over the epochs after the warm-up one, every repeat; busy: the "
-        "device's utilisation (with several processes, their GPUs' mean and the least busy one's) and the training "
-        "processes' CPU use while training (100% CPU = one core); TFLOP/s: the matrix products and convolutions of "
-        "forward and backward per sample (engine/flops.py) x samples/s, and as a share of the calibrated matmul peak "
-        "of every device that trained, at the run's precision (MFU; `devicebench calibrate`); waiting: the share "
-        "of training spent waiting for the next batch, and the verdict; speedup: ratio of median samples/s "
-        "against the baseline [95% bootstrap interval].",
-        *dict.fromkeys(f"{row.machine_name}/{row.device}: {row.device_name}" for row in rows),
-    ]
-    if entry is not None and entry.published is not None:
-        lines.append(f"Published: {published_text(entry)}".replace("\n", "; "))
-    return Group(table, *(Text(line, style="dim") for line in lines), *(Text(n, style="yellow") for n in row_notes(rows)))
+    if any(row.settings["batch_size_auto"] for row in rows):
+        batches = "batch auto (each device's fastest: a throughput setting, not the seed's)"
+    else:
+        sizes = sorted({run.settings.batch_size for run in runs})
+        batches = batch_text(sizes[0]) if len(sizes) == 1 else "batch " + ", ".join(f"{size:,}" for size in sizes)
+    seed = next((run.seed_experiment for run in runs if run.seed_experiment), "")  # stored: no registry needed
+    return (f"[bold]{escape(name)}[/]: {batches}, {length_text(rows)}, {data}"
+            + (f"; seed experiment {escape(seed)}" if seed else ""))
+
+
+def _workload_table(name: str, rows: list[Row], columns: list[Column]) -> FittedTable:
+    one_machine = len({row.machine_id for row in rows}) == 1
+    return figure_table(_workload_title(name, rows), {"Device" if one_machine else "Machine/device":
+                                                      [row_label(row, one_machine) for row in rows]}, rows, columns)
+
+
+def figure_table(title: str, leading: dict[str, list[str]], rows: list[Row], columns: list[Column]) -> FittedTable:
+    """A table of `rows`: the `leading` columns (heading: a cell per row), which fold, then `columns`, each at
+    least as wide as its longest word so that no number is ever cut."""
+    cells = [[column.cell(row) for row in rows] for column in columns]
+    return FittedTable(title, [label_column(heading, values) for heading, values in leading.items()], [
+        FittedColumn(column.heading, values, longest_word([column.heading, *values]),
+                     {"justify": "right", "overflow": "fold"})
+        for column, values in zip(columns, cells)])
+
+
+@dataclasses.dataclass
+class FittedColumn:
+    """A column of a `FittedTable`: its heading, its cells, and the narrowest it may be without cutting a word."""
+
+    heading: str
+    cells: list[RenderableType]
+    min_width: int
+    options: dict[str, Any] = dataclasses.field(default_factory=dict)  # for Table.add_column: justify, overflow
+
+
+@dataclasses.dataclass
+class FittedTable:
+    """A table that fits whatever prints it: when its columns cannot stand side by side at their narrowest (no
+    number cut, labels folded), the ones that do not fit follow in another table, the leading columns repeated."""
+
+    title: str
+    leading: list[FittedColumn]  # the labels that say which row is which: in every part
+    columns: list[FittedColumn]
+    table_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    padding: int = 2  # columns of padding per table column: (0, 1) on each side
+    edges: bool = True  # a border at both ends: one more rule than there are columns, else one fewer
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        parts = self.parts(options.max_width)
+        for part, columns in enumerate(parts):
+            yield self.table(columns, self.title if part == 0 else f"{self.title} (continued)",
+                             widths=self.widths(columns, options.max_width), last=part == len(parts) - 1)
+
+    def parts(self, width: int) -> list[list[FittedColumn]]:
+        """The columns of each table, in order: as many as fit at their narrowest, the leading ones in each."""
+        parts: list[list[FittedColumn]] = []
+        for column in self.columns:
+            if parts and sum(item.min_width for item in [*parts[-1], column]) + self.overhead(len(parts[-1]) + 1) \
+                    <= width:
+                parts[-1].append(column)
+            else:
+                parts.append([*self.leading, column])
+        return parts or [list(self.leading)]
+
+    def overhead(self, count: int) -> int:
+        """Columns of `count` table columns that are not their content: padding and rules."""
+        return count * self.padding + count + (1 if self.edges else -1)
+
+    def widths(self, columns: list[FittedColumn], width: int) -> list[int | None]:
+        """Each column's width: its widest cell while all fit, else narrowed, the column with the most room to spare
+        first, never below its narrowest (rich's own narrowing can leave a table wider than the screen)."""
+        widths = [max((cell if isinstance(cell, Text) else Text.from_markup(str(cell))).cell_len
+                      for cell in [column.heading, *column.cells]) for column in columns]
+        excess = sum(widths) + self.overhead(len(columns)) - width
+        if excess <= 0:
+            return [None] * len(columns)  # rich's own layout
+        for _ in range(excess):
+            spare, index = max((widths[index] - column.min_width, index) for index, column in enumerate(columns))
+            if spare <= 0:
+                break  # nothing can be narrower without cutting a word: too wide, never cut
+            widths[index] -= 1
+        return widths
+
+    def table(self, columns: list[FittedColumn], title: str, *, widths: list[int | None] | None = None,
+              last: bool = True) -> Table:
+        options = {name: value for name, value in self.table_options.items() if last or name != "caption"}
+        table = Table(title=title, title_justify="left", padding=(0, self.padding // 2), **options)
+        for column, column_width in zip(columns, widths or [None] * len(columns)):
+            table.add_column(column.heading, min_width=column.min_width, width=column_width, **column.options)
+        for index in range(len(columns[0].cells) if columns else 0):
+            table.add_row(*(column.cells[index] for column in columns))
+        return table
+
+
+def longest_word(texts: Iterable[str | Text]) -> int:
+    """The widest word (run of characters without a space) of `texts`, markup left out: the narrowest a column of
+    them can be without cutting one."""
+    plain = (text.plain if isinstance(text, Text) else Text.from_markup(text).plain for text in texts)
+    return max((len(word) for text in plain for word in text.split()), default=1)
+
+
+LABEL_MIN_WIDTH = 10  # a label column folds its words, down to this width
+
+
+def label_column(heading: str, cells: list[str]) -> FittedColumn:
+    return FittedColumn(heading, list(cells), min(longest_word([heading, *cells]), LABEL_MIN_WIDTH),
+                        {"overflow": "fold"})
 
 
 def median_text(value: Spread | None, digits: int) -> str:
     return number_text(value.median if value else None, digits)
 
 
-def _cells(row: Row, one_machine: bool, priced: bool, energy: bool, entry: Workload | None) -> list[str]:
+def row_label(row: Row, one_machine: bool) -> str:
+    """The row's label cell: the device (with its machine when several), what sets it apart, its problems."""
     # names come from other machines' files: markup in them is text (what is added below is ours)
     label = escape((f"{row.device} ({row.differs_by})" if row.differs_by else row.device) if one_machine else row.label)
     if row.settings["batch_size_auto"] and "batch_size=" not in label:
@@ -243,28 +461,7 @@ def _cells(row: Row, one_machine: bool, priced: bool, energy: bool, entry: Workl
         label += " [red](" + ", ".join(problems) + ")[/]"
     if row.flags:
         label += f" [bold red]({escape(flagged_text(row))})[/]"
-    epoch = row.epoch_time_s
-    cells = [
-        label,
-        "—" if epoch is None else f"{epoch.median:,.2f} [{epoch.low:,.2f}–{epoch.high:,.2f}]",
-        median_text(row.samples_per_s, 0),
-        median_text(row.step_time_ms, 2),
-        tflops_text(row),
-        busy_text(row),
-        waiting_text(row),
-        median_text(row.warmup_epoch_s, 2),
-        median_text(row.end_to_end_s, 1),
-        percent_text(row.test_accuracy.median if row.test_accuracy else None),
-        speedup_text(row),
-    ]
-    if entry is not None and entry.published is not None:
-        cells.append(number_text(entry.published.samples_per_s.get(device_kind(row.device)), 0))
-    if priced:
-        ratio = row.cost_vs_baseline
-        cells += [number_text(row.cost_per_million_samples, 3), "—" if ratio is None else f"{ratio:.3g}x"]
-    if energy:
-        cells.append(median_text(row.energy_wh, 2))
-    return cells
+    return label
 
 
 def busy_text(row: Row) -> str:
@@ -384,33 +581,29 @@ def swept_value(row: Row, name: str) -> str:
     return "—" if entry is None else str(entry.defaults.get(name, "—"))  # the point kept the workload's default
 
 
-def sweep_tables(rows_by_workload: dict[str, list[Row]], swept: list[str]) -> list[RenderableType]:
+def sweep_tables(rows_by_workload: dict[str, list[Row]], swept: list[str], *, wide: bool = False
+                 ) -> list[RenderableType]:
     """Per workload and device, one line per grid point: throughput, waiting, verdict, and the ratio to the
-    baseline device at the same point."""
+    baseline device at the same point; then, once, the legend of the columns shown."""
     tables: list[RenderableType] = []
+    shown: dict[Column, None] = {}
     for name, rows in rows_by_workload.items():
         for device in dict.fromkeys(row.device for row in rows):
             own = [row for row in rows if row.device == device]
-            table = Table(title=f"[bold]{escape(name)}[/] on {escape(device)} ({escape(own[0].device_name)}): a row "
-                                "per grid point",
-                          title_justify="left")
-            for column in [*swept, "Samples/s", "ms/step", "Waiting", "Busy", "Test acc", "vs baseline"]:
-                table.add_column(column.replace("_", " "), justify="right")
-            for row in own:
-                problems = sorted(set(row.statuses) - {"ok"})
-                table.add_row(
-                    *(swept_value(row, setting) for setting in swept),
-                    median_text(row.samples_per_s, 0) + (f" [red]({', '.join(problems)})[/]" if problems else ""),
-                    median_text(row.step_time_ms, 2),
-                    waiting_text(row),
-                    busy_text(row),
-                    percent_text(row.test_accuracy.median if row.test_accuracy else None),
-                    speedup_text(row),
-                )
-            tables.append(table)
-        notes = row_notes(rows)
-        tables += [Text(note, style="yellow") for note in notes]
-    return tables
+            columns = shown_columns(own, wide)
+            shown.update(dict.fromkeys(columns))
+            points = {setting.replace("_", " "): [swept_value(row, setting) for row in own] for setting in swept}
+            problems = [sorted(set(row.statuses) - {"ok"}) for row in own]
+            if len({tuple(row.epoch_steps) for row in own}) > 1:  # batch sizes swept: epochs of other lengths
+                points["Steps"] = [span_text(row.epoch_steps) if row.epoch_steps else "—" for row in own]
+            if any(problems):  # a point that failed says so beside its values
+                points["Runs"] = ["[red]" + ", ".join(found) + "[/]" if found else "ok" for found in problems]
+            title = (f"[bold]{escape(name)}[/] on {escape(device)} ({escape(own[0].device_name)}): "
+                     f"{length_text(own)}, a row per grid point")
+            tables.append(figure_table(title, points, own, columns))
+        tables += [Text(note, style="yellow") for note in row_notes(rows)]
+    all_rows = [row for rows in rows_by_workload.values() for row in rows]
+    return tables + legend(list(shown), all_rows)
 
 
 # --- history -----------------------------------------------------------------------------------------------
@@ -418,38 +611,46 @@ def sweep_tables(rows_by_workload: dict[str, list[Row]], swept: list[str]) -> li
 STATUS_STYLES = {"ok": "green", "running": "yellow", "interrupted": "yellow"}  # the failures are red
 
 
-def history_table(results: list[Result], path: Path) -> Table:
-    """`devicebench history`: one line per stored run."""
-    runs = sum(len(result.runs) for result in results)
-    # a rule under the header and single spaces between columns: twelve columns fit in about 110 characters
-    table = Table(title=f"{runs} run{'' if runs == 1 else 's'} in {path}", title_justify="left", box=box.SIMPLE_HEAD,
-                  show_edge=False, pad_edge=False, collapse_padding=True,
-                  caption="Samples/s and epoch s: medians of the steady epochs, warm-up left out. "
-                          "Test acc: after the last epoch.", caption_justify="left")
-    for header in ("Started (UTC)", "Machine", "Workload", "Device", "Status", "Epochs"):
-        table.add_column(header, no_wrap=True)
-    for header in ("Samples/s", "Epoch s", "Test acc"):
-        table.add_column(header, justify="right", no_wrap=True)
-    for header in ("Data", "Batch", "Run id"):
-        table.add_column(header, no_wrap=True)
-    for result in results:
-        for run in result.runs:
-            summary = run.summary()
-            table.add_row(
-                run.started_utc[:16].replace("T", " "),  # to the minute: the run id tells runs apart
-                escape(result.machine["machine_name"]),  # names from imported files: their markup is text
-                escape(run.workload),
-                escape(run.device),
-                Text(run.status, style=STATUS_STYLES.get(run.status, "red")),
-                f"{summary.epochs_completed}/{run.settings.epochs}",
-                number_text(summary.steady_samples_per_s, 0),
-                number_text(summary.steady_epoch_time_s, 2),
-                number_text(summary.final_test_accuracy, 4),
-                run.settings.data_source,
-                str(run.settings.batch_size),
-                run.run_id[:8],
-            )
-    return table
+def history_table(results: list[Result], path: Path, *, wide: bool = False) -> FittedTable:
+    """`devicebench history`: one line per stored run; epochs, epoch time, data and batch with --wide. Too wide for
+    the terminal, the columns that do not fit follow under the run ids."""
+    runs = [(result, run, run.summary()) for result in results for run in result.runs]
+    text = {"justify": "left", "no_wrap": True}
+    number = {"justify": "right", "no_wrap": True}
+    label = {"overflow": "fold"}  # names from imported files fold rather than push the figures off the screen
+    started = {"justify": "left"}  # in a narrow terminal the time of day goes under the date
+    wanted: list[tuple[str, dict[str, Any], bool, Callable[[Result, RunRecord, Any], str | Text]]] = [
+        ("Started (UTC)", started, True, lambda result, run, summary: run.started_utc[:16].replace("T", " ")),
+        ("Machine", label, True, lambda result, run, summary: escape(result.machine["machine_name"])),
+        ("Workload", label, True, lambda result, run, summary: escape(run.workload)),
+        ("Device", label, True, lambda result, run, summary: escape(run.device)),
+        ("Status", text, True, lambda result, run, summary: Text(run.status, style=STATUS_STYLES.get(run.status,
+                                                                                                     "red"))),
+        ("Epochs", text, wide, lambda result, run, summary: f"{summary.epochs_completed}/{run.settings.epochs}"),
+        ("Samples/s", number, True, lambda result, run, summary: number_text(summary.steady_samples_per_s, 0)),
+        ("Epoch s", number, wide, lambda result, run, summary: number_text(summary.steady_epoch_time_s, 2)),
+        ("Test acc", number, True, lambda result, run, summary: number_text(summary.final_test_accuracy, 4)),
+        ("Data", text, wide, lambda result, run, summary: run.settings.data_source),
+        ("Batch", number, wide, lambda result, run, summary: str(run.settings.batch_size)),
+    ]
+    columns = []
+    for heading, options, shown, cell in wanted:
+        if shown:
+            cells = [cell(result, run, summary) for result, run, summary in runs]
+            narrowest = min(longest_word([heading, *cells]), LABEL_MIN_WIDTH) if options is label else longest_word(
+                [heading, *cells]) if options is started else max(
+                (text if isinstance(text, Text) else Text.from_markup(text)).cell_len for text in [heading, *cells])
+            columns.append(FittedColumn(heading, cells, narrowest, options))
+    run_ids = FittedColumn("Run id", [run.run_id[:8] for _, run, _ in runs], 8, text)  # to the minute above: the
+    count = len(runs)                                                                  # id tells runs apart
+    return FittedTable(
+        f"{count} run{'' if count == 1 else 's'} in {escape(str(path))}", [run_ids], columns,
+        # a rule under the header and a single space between columns
+        {"box": box.SIMPLE_HEAD, "show_edge": False, "pad_edge": False,
+         "caption": ("Samples/s and epoch s: medians" if wide else "Samples/s: median")
+         + " of the steady epochs, warm-up left out. Test acc: after the last epoch."
+         + ("" if wide else " --wide adds the epochs, epoch time, data and batch."), "caption_justify": "left"},
+        padding=0, edges=False)
 
 
 # --- reproduce ---------------------------------------------------------------------------------------------

@@ -213,6 +213,23 @@ class Row:
         return _spread_or_none([value for value in finals if value is not None])
 
     @property
+    def epoch_steps(self) -> list[int]:
+        """The steps (boosting rounds, for trees) the epochs of these runs really had, each length once, smallest
+        first: a cap above an epoch's length changes nothing, and an epoch cut short by a stop is shorter."""
+        return sorted({epoch.steps for run in self.runs for epoch in run.epochs})
+
+    @property
+    def targeted_runs(self) -> list[RunRecord]:
+        """The runs that finished with a --target-accuracy set: the ones a time to target is asked of."""
+        return [run for run in self.runs if run.target_accuracy is not None and run.status == "ok"]
+
+    @property
+    def time_to_target_s(self) -> Spread | None:
+        """Training seconds until the test accuracy first reached --target-accuracy, over the runs that reached it."""
+        return _spread_or_none([run.time_to_target_train_s for run in self.targeted_runs
+                                if run.time_to_target_train_s is not None])
+
+    @property
     def energy_wh(self) -> Spread | None:
         return _spread_or_none([run.energy_j / JOULES_PER_WATT_HOUR for run in self.runs if run.energy_j is not None])
 
