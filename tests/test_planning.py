@@ -36,7 +36,8 @@ def test_a_plan_holds_every_job_resolved_before_anything_is_loaded(monkeypatch):
     job = plan.jobs[0]
     assert job.hyperparameters == {"batch_size": 50, "epochs": 17, "learning_rate": 0.01, "adam_epsilon": 1e-08}
     assert job.overrides == {"learning_rate": 0.01} and job.batch_size == 50
-    assert (job.training.epochs, job.training.max_steps, job.training.max_eval_steps) == (4, 7, None)
+    # --max-steps caps evaluation too
+    assert (job.training.epochs, job.training.max_steps, job.training.max_eval_steps) == (4, 7, 7)
     assert job.data == planning.DataRequest(dataset="mnist", source="synthetic", data_dir=None, seed=3,
                                             shape=(("image_shape", (1, 28, 28)),))
     assert (job.mode, job.seed, job.workers) == ("seed", 3, None)

@@ -17,7 +17,9 @@ import os
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from devicebench.data.sources import QUICK_SUITE_DOWNLOAD_LIMIT_BYTES
 from devicebench.engine.loop import TrainingPlan
+from devicebench.results.store import LARGEST_WHOLE_NUMBER
 from devicebench.workloads import Workload, get_workload, list_workloads
 from devicebench.workloads.own import ORIGIN as OWN_ORIGIN
 from devicebench.workloads.own import OwnModelError, own_workload_from_specs
@@ -34,7 +36,9 @@ MODES = {
 }
 PRECISIONS = ("auto", "fp32", "bf16")  # auto: tuned mode tries bf16 where the device computes it natively
 COMPILE_CHOICES = ("auto", "on", "off")  # auto: tuned mode tries torch.compile on GPUs
-LARGEST_WHOLE_NUMBER = 2**63 - 1  # SQLite's INTEGER, where every setting is stored
+# The quick suite's time budget: each run is sized to its share of it (runner.py), so the main job answers in about
+# two minutes on two cores of any x86-64 CPU, however fast each workload is there.
+QUICK_BUDGET_S = 120.0
 
 
 class ConfigError(ValueError):
@@ -57,6 +61,7 @@ class RunConfig:
     data: str = "auto"
     data_dir: str | None = None
     target_accuracy: float | None = None
+    budget_s: float | None = None  # seconds the whole run may take; None: the quick suite's QUICK_BUDGET_S, else none
     overrides: tuple[str, ...] = ()  # `--set key=value`: workload parameters other than the seed's
     mode: str = "seed"
     precision: str = "auto"
@@ -101,6 +106,11 @@ class RunConfig:
                 raise ConfigError(f"{flag} must be a whole number of at least 1, got {value}")
         if self.workers is not None and self.workers < 0:
             raise ConfigError(f"--workers must be 0 (load in the training process) or more, got {self.workers}")
+        if self.budget_s is not None and not 0 < self.budget_s < float("inf"):
+            raise ConfigError(f"--budget must be a positive time such as 90s, 5m or 1h30m, got {self.budget_s} s")
+        if self.budget_s is not None and self.nproc * self.nnodes > 1:
+            raise ConfigError("--budget sizes the runs of a single process; with --nproc or --nnodes give --epochs "
+                              "and --max-steps instead")
         if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
             raise ConfigError(
                 f"--target-accuracy is a fraction in (0, 1], got {self.target_accuracy} (write 0.98 for 98%)"
@@ -168,6 +178,21 @@ class RunConfig:
     def effective_suite(self) -> SuiteName:
         return self.suite or ("seeds" if self.workloads or self.model else "quick")
 
+    @property
+    def largest_download_bytes(self) -> int | None:
+        """The quick suite on `--data auto` downloads no large dataset unasked: one that is not cached runs on
+        synthetic data, saying how to get it. None: no limit (`--data real`, named workloads, the seeds suite)."""
+        return QUICK_SUITE_DOWNLOAD_LIMIT_BYTES if self.effective_suite == "quick" and self.data == "auto" else None
+
+    @property
+    def effective_budget_s(self) -> float | None:
+        """Seconds the whole run may take: --budget; else the quick suite's own, unless --max-steps sizes its epochs
+        or several processes train (they would each size theirs differently); else none."""
+        if self.budget_s is not None:
+            return self.budget_s
+        quick = self.effective_suite == "quick" and self.max_steps is None and self.nproc * self.nnodes == 1
+        return QUICK_BUDGET_S if quick else None
+
     def selected_workloads(self) -> list[Workload]:
         """The workloads to run; the suite leaves out those this installation cannot run (see `skipped`)."""
         if self.model is not None:
@@ -224,14 +249,19 @@ class RunConfig:
         return self.batch_size or self.overrides_for(workload).get("batch_size") or workload.defaults["batch_size"]
 
     def plan_for(self, workload: Workload | str) -> TrainingPlan:
-        """How long to train `workload`: explicit flags, else the suite's reduced settings, else the seed's."""
+        """How long to train `workload`: explicit flags, else the suite's reduced settings, else the seed's.
+
+        --max-steps caps evaluation too unless --max-eval-steps is given. Within a time budget the runner sizes
+        each epoch's steps itself (the quick suite's step cap is then left out), except for a workload with its
+        own trainer (boosted trees), which keeps the quick suite's."""
         workload = registered(workload) if isinstance(workload, str) else workload
         quick = self.effective_suite == "quick"
+        sized = self.effective_budget_s is not None and workload.trainer is None
         epochs = self.epochs or self.overrides_for(workload).get("epochs")
         return TrainingPlan(
             epochs=epochs or (workload.quick.epochs if quick else workload.defaults["epochs"]),
-            max_steps=self.max_steps or (workload.quick.max_steps if quick else None),
-            max_eval_steps=self.max_eval_steps or (workload.quick.max_eval_steps if quick else None),
+            max_steps=self.max_steps or (workload.quick.max_steps if quick and not sized else None),
+            max_eval_steps=self.max_eval_steps or self.max_steps or (workload.quick.max_eval_steps if quick else None),
             target_accuracy=self.target_accuracy,
         )
 

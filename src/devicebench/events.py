@@ -61,6 +61,13 @@ class RunReporter(Reporter):
 
     def dataset_loaded(self, workload: Workload, dataset: Dataset) -> None: ...
 
+    def run_estimated(self, record: RunRecord, seconds: float) -> None:
+        """How long the run about to train is expected to take (its epochs, evaluation included), from its first
+        steps timed: said before long work, and for each run a time budget sized."""
+
+    def budget_spent(self, spent_s: float, budget_s: float) -> None:
+        """The session ran within a time budget (--budget, the quick suite's): what it took of it."""
+
 
 class ReporterGroup(RunReporter):
     """Tells every one of several reporters everything: the screen, the database, TensorBoard."""
@@ -92,3 +99,9 @@ class ReporterGroup(RunReporter):
 
     def run_finished(self, record):
         self._tell_all("run_finished", record)
+
+    def run_estimated(self, record, seconds):
+        self._tell_all("run_estimated", record, seconds)
+
+    def budget_spent(self, spent_s, budget_s):
+        self._tell_all("budget_spent", spent_s, budget_s)

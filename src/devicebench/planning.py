@@ -53,6 +53,7 @@ class DataRequest:
     data_dir: str | None  # your own images or texts, or the folder that caches downloads
     seed: int  # of synthetic data
     shape: tuple[tuple[str, Any], ...]  # what the model takes (load_dataset's image_shape, vocab_size...), by name
+    largest_download_bytes: int | None = None  # "auto" downloads no larger release unasked (the quick suite's rule)
 
     @property
     def shape_arguments(self) -> dict[str, Any]:
@@ -97,6 +98,7 @@ class Plan:
     request: dict[str, Any]  # what was asked, as results keep it (a RunConfig's fields, or a sweep's points)
     skipped: tuple[tuple[str, str], ...] = ()  # the suite's workloads this installation cannot run, and what each needs
     own_model: tuple[str, str, str, str] | None = None  # --model, --data, --loss, --optimizer: rebuilt by each process
+    budget_s: float | None = None  # seconds the session may take: each run's epochs are sized to its share (runner)
 
     @property
     def workloads(self) -> list[Workload]:
@@ -113,14 +115,14 @@ class Plan:
         """As JSON takes it: what `devicebench run --dry-run --json` writes and each process of `--nproc` reads."""
         return {"jobs": [job.to_dict() for job in self.jobs], "threads": self.threads, "request": self.request,
                 "skipped": [list(entry) for entry in self.skipped],
-                "own_model": None if self.own_model is None else list(self.own_model)}
+                "own_model": None if self.own_model is None else list(self.own_model), "budget_s": self.budget_s}
 
     @classmethod
     def from_dict(cls, fields: dict[str, Any]) -> Plan:
         own = None if fields["own_model"] is None else tuple(fields["own_model"])
         return cls(jobs=tuple(_job_from_dict(job, own) for job in fields["jobs"]), threads=fields["threads"],
                    request=fields["request"], skipped=tuple(tuple(entry) for entry in fields["skipped"]),
-                   own_model=own)
+                   own_model=own, budget_s=fields.get("budget_s"))
 
 
 def plan(configs: RunConfig | Sequence[RunConfig]) -> Plan:
@@ -139,6 +141,7 @@ def plan(configs: RunConfig | Sequence[RunConfig]) -> Plan:
         request=first.to_dict() if len(configs) == 1 else {"sweep": [config.to_dict() for config in configs]},
         skipped=tuple((entry.name, reason) for entry, reason in first.skipped()),
         own_model=own,
+        budget_s=first.effective_budget_s,
     )
 
 
@@ -243,7 +246,7 @@ def _job(config: RunConfig, workload: Workload, device: torch.device) -> Job:
         overrides=config.overrides_for(workload),
         training=config.plan_for(workload),
         data=DataRequest(dataset=workload.dataset, source=config.data, data_dir=config.data_dir, seed=config.seed,
-                         shape=tuple(sorted(request.items()))),
+                         shape=tuple(sorted(request.items())), largest_download_bytes=config.largest_download_bytes),
         workers=config.workers,
         seed=config.seed,
         mode=config.mode,

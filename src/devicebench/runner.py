@@ -16,8 +16,10 @@ import dataclasses
 import json
 import logging
 import signal
+import statistics
 import sys
 import warnings
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
@@ -39,8 +41,17 @@ from devicebench.engine.boosting import train_boosted_trees
 from devicebench.engine.calibrate import peak_tflops
 from devicebench.engine.distributed import current_shard, data_parallel, world_size
 from devicebench.engine.flops import training_flops_per_sample
-from devicebench.engine.loop import TrainingSetup, train
-from devicebench.engine.timing import Stopwatch, wall_clock_utc
+from devicebench.engine.loop import (
+    FEWEST_BUDGETED_STEPS,
+    StepTimes,
+    TrainingPlan,
+    TrainingSetup,
+    capped,
+    steps_within,
+    time_first_steps,
+    train,
+)
+from devicebench.engine.timing import Budget, Stopwatch, wall_clock_utc
 from devicebench.engine.tuning import (
     Tuning,
     add_tuning_note,
@@ -68,10 +79,12 @@ Dataset = ArrayDataset | ImageFolderDataset | TensorData | TorchData
 DataProblem = DataUnavailable | DataFormatError  # why a workload got no data: every run of it fails with this
 
 
-def run(plan: Plan, reporter: RunReporter | None = None, *, save_to: Path | None = None) -> Result:
+def run(plan: Plan, reporter: RunReporter | None = None, *, save_to: Path | None = None,
+        spent_before_s: float = 0.0) -> Result:
     """Execute every job of `plan` and return every measurement, finished or not.
 
     `save_to`: write the model of the last run that finishes well there, as a checkpoint for `predict`.
+    `spent_before_s`: seconds of the plan's time budget already spent (a command's start-up).
     """
     reporter = reporter or RunReporter()
     threads_before = torch.get_num_threads()
@@ -84,14 +97,22 @@ def run(plan: Plan, reporter: RunReporter | None = None, *, save_to: Path | None
         devicebench_version=__version__,
     )
     reporter.session_started(result)
+    # several processes would each size their epochs differently, and must agree on every step: not budgeted
+    shares = None
+    if plan.budget_s is not None and world_size() == 1:
+        shares = BudgetShares(Budget(plan.budget_s, spent_before=spent_before_s),
+                              [job for job in plan.jobs for _ in range(job.repeats)])
     try:
-        _execute(plan.jobs, result, reporter, save_to)
+        _execute(plan.jobs, result, reporter, save_to, shares)
+        if shares is not None:
+            reporter.budget_spent(shares.budget.spent(), shares.budget.seconds)
     finally:
         torch.set_num_threads(threads_before)  # a library call leaves the process as it found it
     return result
 
 
-def _execute(jobs: tuple[Job, ...], result: Result, reporter: RunReporter, save_to: Path | None) -> None:
+def _execute(jobs: tuple[Job, ...], result: Result, reporter: RunReporter, save_to: Path | None,
+             shares: BudgetShares | None) -> None:
     # One dataset in memory at a time (the quick suite's together weigh about 1 GB), reused for as long as the
     # next job wants the same one.
     loaded: tuple | None = None
@@ -113,7 +134,9 @@ def _execute(jobs: tuple[Job, ...], result: Result, reporter: RunReporter, save_
                     record.status, record.error = "failed", str(dataset)
                     reporter.run_finished(record)
                 else:
-                    train_record(record, job, dataset, reporter, save_to=save_to, tunings=tunings)
+                    train_record(record, job, dataset, reporter, save_to=save_to, tunings=tunings, shares=shares)
+                if shares is not None:
+                    shares.run_done()
     except KeyboardInterrupt:
         result.interrupted = True
         for record in result.runs:
@@ -131,14 +154,14 @@ def _load(job: Job) -> Dataset | DataProblem:
         with warnings.catch_warnings():  # the reporter shows the fallback reason, which the dataset carries
             warnings.filterwarnings("ignore", message="real .* could not be had", category=UserWarning)
             return load_dataset(request.dataset, request.source, data_dir=request.data_dir, seed=request.seed,
-                                **request.shape_arguments)
+                                largest_download_bytes=request.largest_download_bytes, **request.shape_arguments)
     except (DataUnavailable, DataFormatError) as error:
         return error
 
 
 def new_record(job: Job, dataset: Dataset | DataProblem, repeat: int) -> RunRecord:
     """A record in status `running` holding the settings this repeat of `job` will train with."""
-    workers = job.workers
+    workers = 0 if job.workload.trainer is not None else job.workers  # a trainer of its own reads no batches
     if workers is None:
         workers = 0 if isinstance(dataset, DataProblem) else default_workers(
             dataset, job.workload.build_preprocessing(job.hyperparameters)
@@ -182,10 +205,13 @@ def train_record(
     *,
     save_to: Path | None = None,
     tunings: dict[tuple, tuple] | None = None,
+    shares: BudgetShares | None = None,
 ) -> None:
     """Train `job`'s workload on `dataset` and its device into `record`, which ends with its final status.
 
     `tunings`: tuned-mode choices already made in this session, reused (and added to) here.
+    `shares`: the session's time budget, of which this run is the first still to come: its epochs are sized to
+    its share.
     """
     reporter = reporter or RunReporter()
     reporter.run_started(record)
@@ -207,7 +233,8 @@ def train_record(
             TRAINERS[workload.trainer](record, dataset, device, settings.hyperparameters, job.training,
                                        Stopwatch(device), reporter)
         else:
-            model = _train_model(record, job, dataset, reporter, {} if tunings is None else tunings, opened=batches)
+            model = _train_model(record, job, dataset, reporter, {} if tunings is None else tunings, opened=batches,
+                                 shares=shares)
             diagnosis = diagnose(record, cores=usable_cores())
             if diagnosis is not None:
                 record.input_verdict, record.input_diagnosis = diagnosis.verdict, diagnosis.text
@@ -249,9 +276,11 @@ def _train_model(
     tunings: dict[tuple, tuple],
     *,
     opened: list,
+    shares: BudgetShares | None = None,
 ) -> torch.nn.Module:
-    """Train a torch model into `record`, tuned and with its batch size grown where `job` asks, and return it.
-    The batches it draws from land in `opened`, for the caller to close however training ends."""
+    """Train a torch model into `record`, tuned and with its batch size grown where `job` asks, its epochs sized to
+    its share of a time budget, and return it. The batches it draws from land in `opened`, for the caller to close however training
+    ends."""
     settings = record.settings
     workload, device, seed = job.workload, job.device, job.seed
     preprocessing = workload.build_preprocessing(settings.hyperparameters)
@@ -278,11 +307,71 @@ def _train_model(
             tuning = _choose(base, build, batches[0], job, record, tunings)
             build = partial(_build_tuned, build, tuning, device, record)
             compiled_from = dynamo_counts() if tuning.compiled else None
+        training = _sized(job, record, build, batches, reporter, shares)
         model = train(record, build=build, train_batches=batches[0], test_batches=batches[1],
-                      plan=job.training, watch=Stopwatch(device), reporter=reporter)
+                      plan=training, watch=Stopwatch(device), reporter=reporter)
         if compiled_from is not None:
             note_compilation(record, compiled_from)
     return model
+
+
+@dataclass
+class BudgetShares:
+    """A session's time budget, shared among its runs as each is sized: every run is sure of its fewest steps
+    (FEWEST_BUDGETED_STEPS an epoch), and what is left beyond the fewest steps of every run still to come is shared
+    equally. A run not yet timed has its fewest steps estimated from its FLOPs at the speed the runs timed so far
+    reached on its device (none: a run of its own trainer, or before any was timed there), so that a heavy model
+    late in the suite still fits when the light ones before it are sized."""
+
+    budget: Budget
+    runs: list[Job]  # one per run still to come, the one being sized first
+    speeds: dict[str, list[float]] = field(default_factory=dict)  # training FLOP/s reached, by device
+
+    def seconds_for(self, job: Job, times: StepTimes, eval_most: int, flops_per_step: float | None) -> float:
+        """Seconds the run of `job` now being sized may take, from its own first steps `times` (of
+        `flops_per_step` each: the batch that runs, which --batch-size auto may have grown)."""
+        fewest = times.run_s(job.training.epochs, FEWEST_BUDGETED_STEPS, min(FEWEST_BUDGETED_STEPS, eval_most))
+        if flops_per_step and times.step_s > 0:
+            self.speeds.setdefault(str(job.device), []).append(flops_per_step / times.step_s)
+        later = sum(self._fewest_s(run) for run in self.runs[1:])
+        return fewest + max(0.0, self.budget.left() - fewest - later) / len(self.runs)
+
+    def run_done(self) -> None:
+        self.runs.pop(0)
+
+    def _fewest_s(self, job: Job) -> float:
+        flops, speeds = _flops_per_step(job), self.speeds.get(str(job.device))
+        if not flops or not speeds:
+            return 0.0
+        return job.training.epochs * FEWEST_BUDGETED_STEPS * flops / statistics.median(speeds)
+
+
+def _flops_per_step(job: Job) -> float | None:
+    """FLOPs of one training step of `job` (engine/flops.py, counted once per process); None when uncountable."""
+    per_sample = training_flops_per_sample(job.workload, job.hyperparameters)
+    return None if per_sample is None else per_sample * job.batch_size
+
+
+ESTIMATED_FROM_STEPS = 200  # a run of more steps than this (all epochs) is timed first, and its length foretold
+
+
+def _sized(job: Job, record: RunRecord, build: partial, batches: list, reporter: RunReporter,
+           shares: BudgetShares | None) -> TrainingPlan:
+    """`job`'s plan, its epochs sized to the run's share of a time budget (their steps recorded in the settings),
+    from two steps and an evaluation batch timed first; a long run is timed the same way, to say how long it takes."""
+    plan, (train_batches, test_batches) = job.training, batches
+    steps, eval_steps = capped(len(train_batches), plan.max_steps), capped(len(test_batches), plan.max_eval_steps)
+    if world_size() > 1 or (shares is None and plan.epochs * steps <= ESTIMATED_FROM_STEPS):
+        return plan  # several processes would each time their own steps, and must agree on every step
+    times = time_first_steps(build, train_batches, test_batches, Stopwatch(job.device))
+    if shares is not None:
+        flops = (record.flops_per_sample or 0) * record.settings.batch_size
+        steps = steps_within(shares.seconds_for(job, times, eval_steps, flops), times, plan.epochs, steps, eval_steps)
+        eval_steps = min(steps, eval_steps)
+        plan = dataclasses.replace(plan, max_steps=steps, max_eval_steps=eval_steps)
+        record.settings = dataclasses.replace(record.settings, max_steps=steps, max_eval_steps=eval_steps)
+    reporter.run_estimated(record, times.run_s(plan.epochs, steps, eval_steps))
+    return plan
 
 
 AUTO_BATCH_FEWEST_STEPS = 7  # the largest batch --batch-size auto tries still makes this many steps an epoch

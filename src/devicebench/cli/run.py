@@ -9,6 +9,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,16 +26,18 @@ from devicebench.cli import (
     app,
     check_folder,
     check_output_file,
+    check_outputs_or_fail,
     console,
     errors,
     fail,
     open_store,
 )
+from devicebench.cli.compare import WideOption
 from devicebench.config import ConfigError, RunConfig
 from devicebench.devices import DeviceError
-from devicebench.engine.calibrate import calibration_path
+from devicebench.engine.timing import process_age_s
 from devicebench.events import ReporterGroup, RunReporter
-from devicebench.files import UnusableFile, check_outputs, database_files
+from devicebench.files import UnusableFile
 from devicebench.launch import DistributedError, Launch, run_distributed
 from devicebench.planning import Plan
 from devicebench.report.progress import RichReporter
@@ -42,7 +45,7 @@ from devicebench.report.tables import comparison_tables, plan_table
 from devicebench.report.tensorboard import TensorBoardReporter, TensorBoardUnavailable
 from devicebench.results.compare import compare
 from devicebench.results.schema import Result, RunRecord, write_atomically
-from devicebench.results.store import Store, StoreReporter, default_db_path
+from devicebench.results.store import Store, StoreReporter
 
 # Options `run` shares with `reproduce`.
 DevicesOption = Annotated[str, typer.Option(
@@ -97,8 +100,12 @@ def run(
              "gains 5% or more (out of memory is caught and backed off from); marked in every table.",
         show_default=False)] = None,
     max_steps: Annotated[Optional[int], typer.Option(help="Cap on training steps per epoch.", show_default=False)] = None,
-    max_eval_steps: Annotated[Optional[int], typer.Option(help="Cap on evaluation batches per epoch.",
-                                                          show_default=False)] = None,
+    max_eval_steps: Annotated[Optional[int], typer.Option(
+        help="Cap on evaluation batches per epoch (default: --max-steps, if given).", show_default=False)] = None,
+    budget: Annotated[Optional[str], typer.Option(
+        help="Time the whole run may take, e.g. 90s, 5m, 1h30m: each run's epochs are sized to its share from its "
+             "first steps timed (warm-up and two steady epochs at least, 3 steps each at least). The quick suite "
+             "has a 2m budget unless --max-steps is given.", show_default=False)] = None,
     repeats: RepeatsOption = 1,
     seed: SeedOption = 0,
     threads: ThreadsOption = None,
@@ -147,6 +154,7 @@ def run(
         "--dry-run", help="Print the plan (every workload on every device, with its batch size, epochs, steps, "
                           "data and settings) and stop: nothing is downloaded, loaded or trained. With --json, "
                           "write the plan there.")] = False,
+    wide: WideOption = False,
 ) -> None:
     """Train workloads on each device and print throughput, epoch times, accuracy and the speedup vs CPU.
 
@@ -184,7 +192,8 @@ def run(
         config = RunConfig(
             workloads=tuple(workloads or ()), suite=suite, devices=devices, epochs=epochs,
             batch_size=None if auto else whole_number("--batch-size", batch_size), batch_size_auto=auto,
-            max_steps=max_steps, max_eval_steps=max_eval_steps, repeats=repeats, seed=seed, threads=threads,
+            max_steps=max_steps, max_eval_steps=max_eval_steps, budget_s=duration_seconds("--budget", budget),
+            repeats=repeats, seed=seed, threads=threads,
             data=data, data_dir=str(data_dir) if data_dir else None, workers=workers,
             target_accuracy=target_accuracy, overrides=tuple(overrides or ()), mode=mode, precision=precision,
             compile=compile_choice, nproc=nproc, nnodes=nnodes, per_device_batch=per_device_batch,
@@ -214,10 +223,11 @@ def run(
         if save is not None or tensorboard is not None:
             raise fail("--save and --tensorboard do not work with --nproc yet; run in one process to use them")
         exit_for(train_distributed(job_plan, config, node_rank, rdzv_endpoint, json_file=json_file, db=db,
-                                   quiet=quiet))
+                                   quiet=quiet, wide=wide))
         return
     saved_before = _modified_ns(save)
-    outcome = train_and_show(job_plan, json_file=json_file, quiet=quiet, db=db, tensorboard=tensorboard, save_to=save)
+    outcome = train_and_show(job_plan, json_file=json_file, quiet=quiet, db=db, tensorboard=tensorboard, save_to=save,
+                             tables=lambda result: comparison_tables(compare([result]), wide=wide))
     if save is not None and _modified_ns(save) not in (None, saved_before):
         errors.print(f"Model saved to {save}: `devicebench predict {save} IMAGE...` classifies images with it")
     elif save is not None and any(run.status == "ok" for run in outcome.result.runs):
@@ -232,7 +242,7 @@ def _modified_ns(path: Path | None) -> int | None:
 
 
 def train_distributed(job_plan: Plan, config: RunConfig, node_rank: int, rdzv_endpoint: str | None, *,
-                      json_file: Path | None, db: Path | None, quiet: bool) -> Outcome:
+                      json_file: Path | None, db: Path | None, quiet: bool, wide: bool = False) -> Outcome:
     """`run --nproc N`: start the ranks through torchrun, then store and show rank 0's result like any other."""
     try:
         launch = Launch(nproc=config.nproc, nnodes=config.nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint)
@@ -259,7 +269,7 @@ def train_distributed(job_plan: Plan, config: RunConfig, node_rank: int, rdzv_en
             raise typer.Exit(0)
         keeper.finish(result)  # a failed run's finished epochs too
     json_failure = write_json_first(result, json_file)
-    for table in comparison_tables(compare([result])):
+    for table in comparison_tables(compare([result]), wide=wide):
         console.print(table)
     report_json(json_file, json_failure)
     store_failure = None if keeper.recorder.failure is None else str(keeper.recorder.failure)
@@ -329,19 +339,6 @@ def check_paths(data_dir: str | None, json_file: Path | None, tensorboard: Path 
     check_outputs_or_fail({"--json": json_file, "--save": save}, db=db, data_dir=data_dir)
 
 
-def check_outputs_or_fail(outputs: dict[str, Path | None], *, db: Path | None,
-                          reads: dict[str, Path | None] | None = None, data_dir: str | Path | None = None) -> None:
-    """Refuse, before any work, an output that would destroy an input or another output (files.check_outputs): the
-    results database `db` names (or the default one, with SQLite's files beside it), the calibration files, the
-    files of `data_dir`, and `reads`, the files the command reads besides. Every command that writes files asks."""
-    try:
-        check_outputs(outputs, {**database_files(default_db_path(db)), **(reads or {})},
-                      input_folders={"--data-dir": data_dir,
-                                     "the calibration folder": calibration_path("machine").parent})
-    except UnusableFile as error:
-        raise fail(str(error)) from None
-
-
 def plan_or_fail(configs: RunConfig | list[RunConfig]) -> Plan:
     """The plan of `configs`, or the usage error that says why there is none (a bad request, a missing device)."""
     try:
@@ -359,6 +356,20 @@ def show_plan(job_plan: Plan, json_file: Path | None) -> None:
     console.print(plan_table(job_plan))
     if json_file is not None:
         errors.print(f"Plan written to {json_file}")
+
+
+DURATION_UNITS = {"h": 3600, "m": 60, "s": 1}
+
+
+def duration_seconds(flag: str, text: str | None) -> float | None:
+    """`90s`, `5m`, `1h30m` or a plain number of seconds, in seconds; a ConfigError saying how to write it."""
+    if text is None:
+        return None
+    written = text.strip().lower()
+    parts = re.fullmatch(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?", written)
+    if not written or parts is None:
+        raise ConfigError(f"{flag} {text!r}: write a time such as 90s, 5m or 1h30m")
+    return sum(float(amount) * unit for amount, unit in zip(parts.groups(), DURATION_UNITS.values()) if amount)
 
 
 def whole_number(flag: str, text: str | None) -> int | None:
@@ -412,7 +423,8 @@ def train_and_show(
         try:
             # the store hears each event first: an epoch is kept before it is shown, so Ctrl-C loses nothing printed
             # (the CLI group turns SIGTERM and SIGHUP into Ctrl-C around every command: devicebench.stopping)
-            result = runner.run(job_plan, ReporterGroup(recorder, *session_json, screen, *listeners), save_to=save_to)
+            result = runner.run(job_plan, ReporterGroup(recorder, *session_json, screen, *listeners), save_to=save_to,
+                                spent_before_s=process_age_s())  # a budget counts the command's start-up too
         finally:
             screen.close()
             store.close()

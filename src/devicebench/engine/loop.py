@@ -82,6 +82,54 @@ def capped(available: int, cap: int | None) -> int:
     return available if cap is None else min(available, cap)
 
 
+# --- sizing a run to a time budget ----------------------------------------------------------------------------
+
+FEWEST_BUDGETED_STEPS = 3  # a budget never cuts an epoch shorter: with fewer, one slow step would be the epoch
+
+
+@dataclass(frozen=True)
+class StepTimes:
+    """What the first training steps and one evaluation batch took on a model built only to time them."""
+
+    first_step_s: float  # carries one-time costs: allocation, kernel selection, starting loader workers
+    step_s: float  # the step after it, close to a steady one (the first again when an epoch has one step)
+    eval_step_s: float  # one evaluation batch; 0 when nothing is evaluated
+
+    def run_s(self, epochs: int, steps: int, eval_steps: int) -> float:
+        """Seconds `epochs` epochs of `steps` training steps and `eval_steps` evaluation batches should take."""
+        return self.first_step_s - self.step_s + epochs * (steps * self.step_s + eval_steps * self.eval_step_s)
+
+
+def time_first_steps(
+    build: Callable[[], TrainingSetup], train_batches: Batches, test_batches: Batches, watch: Stopwatch
+) -> StepTimes:
+    """Time two training steps (fetching their batches included) and one evaluation batch of a model built for
+    that alone, then let it go. The run builds its own with the same seed, so the same initial weights: these
+    steps change nothing it measures."""
+    setup = build()
+    setup.model.train()
+    seconds = []
+    started = watch.now()
+    for inputs, labels in train_batches.epoch(0, min(2, len(train_batches))):  # drawn to its end: no worker is left
+        setup.train_step(inputs, labels)
+        finished = watch.now()
+        seconds.append(finished - started)  # the batch's fetch included, as an epoch's step has it
+        started = finished
+    evaluates = len(test_batches) > 0 and (setup.loss_function is not None or setup.predict is not None)
+    eval_step_s = _evaluate(setup, test_batches, 1, watch)[3] if evaluates else 0.0
+    return StepTimes(first_step_s=seconds[0], step_s=seconds[-1], eval_step_s=eval_step_s)
+
+
+def steps_within(seconds: float, times: StepTimes, epochs: int, most: int, eval_most: int) -> int:
+    """The most training steps an epoch may have for `epochs` epochs, each evaluating up to as many batches as it
+    trains (at most `eval_most`), to end within `seconds`: at least FEWEST_BUDGETED_STEPS (a run that cannot fit
+    still measures something), at most `most` (the epoch's length, or its cap)."""
+    fewest = min(FEWEST_BUDGETED_STEPS, most)
+    fitting = [steps for steps in range(fewest, most + 1)
+               if times.run_s(epochs, steps, min(steps, eval_most)) <= seconds]
+    return max(fitting, default=fewest)
+
+
 def train(
     record: RunRecord,
     build: Callable[[], TrainingSetup],

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import psutil
 import torch
 
 from devicebench.devices import synchronize as synchronize_device
@@ -48,6 +49,33 @@ class Stopwatch:
 def host_seconds() -> float:
     """Monotonic host clock, NOT synchronized with any device: for background sampling, never for timing work."""
     return time.perf_counter()
+
+
+@dataclass
+class Budget:
+    """A stretch of seconds on the host's monotonic clock, spent from the moment it is made: how much is left
+    decides how long the runs still to come may train (runner.py). Bookkeeping, never a measurement: no device is
+    synchronized, and a run's own figures come from its Stopwatch."""
+
+    seconds: float
+    clock: Clock = time.perf_counter
+    spent_before: float = 0.0  # seconds spent before it was made: a command's start-up (see process_age_s)
+
+    def __post_init__(self) -> None:
+        self.started = self.clock()
+
+    def spent(self) -> float:
+        return self.spent_before + self.clock() - self.started
+
+    def left(self) -> float:
+        """Seconds still to spend; negative once overspent."""
+        return self.seconds - self.spent()
+
+
+def process_age_s() -> float:
+    """Seconds since this process started: what a command spent starting (Python, torch, planning) before its first
+    run, which its time budget counts too. On the wall clock, the only one the process's start is known on."""
+    return max(0.0, time.time() - psutil.Process().create_time())
 
 
 def wall_clock_utc() -> str:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from rich.console import Console
 from rich.markup import escape
-from rich.panel import Panel
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -19,10 +18,25 @@ from rich.progress import (
 from rich.text import Text
 
 from devicebench.data import ArrayDataset, ImageFolderDataset
+from devicebench.engine.loop import FEWEST_BUDGETED_STEPS
 from devicebench.events import RunReporter
 from devicebench.report.tables import batch_text
 from devicebench.results.schema import EpochRecord, RunRecord
 from devicebench.workloads import Workload
+
+LONG_RUN_S = 120.0  # a run expected to take longer is announced before it starts, with how to shorten it
+
+
+def duration_text(seconds: float) -> str:
+    """`45 s`, `2 min 05 s`, `3 h 07 min`: a duration as a person reads it."""
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
 
 
 def epoch_line(record: RunRecord, epoch: EpochRecord) -> str:
@@ -40,9 +54,27 @@ def epoch_line(record: RunRecord, epoch: EpochRecord) -> str:
         line += f"  test_loss {epoch.test_loss:.4g}"
     if epoch.eval_time_s is not None:
         line += f"  eval {epoch.eval_time_s:.1f}s"
+        if epoch.eval_time_s > epoch.train_time_s:  # the epoch's wall time is mostly not the training measured
+            line += " (eval > training: --max-eval-steps caps it)"
     if epoch.phase == "warmup":
         line += "  (warm-up)"
     return line
+
+
+def run_header(record: RunRecord, steps: int) -> Text:
+    """`mnist-cnn2 on cpu (AMD EPYC), repeat 1, batch 50, 3 epochs of 60 steps, synthetic data, 2 threads`: what
+    runs, read when its first epoch starts (--batch-size auto has chosen by then); `steps`: that epoch's, which are
+    boosting rounds for trees (batch 0: every row each round)."""
+    settings = record.settings
+    unit = "rounds" if settings.batch_size == 0 else "steps"
+    return Text.assemble(
+        (record.workload, "bold"), " on ", (record.device, "bold"),
+        f" ({record.device_name}), repeat {record.repeat + 1}, {batch_text(settings.batch_size)}"
+        + (" (auto)" if settings.batch_size_auto else "")
+        + f", {settings.epochs} epoch{'s' if settings.epochs != 1 else ''} of {steps:,} {unit}, "
+        f"{settings.data_source} data, {settings.threads} threads"
+        + (f", {settings.workers} loader workers" if settings.workers else ""),
+    )
 
 
 class RichReporter(RunReporter):
@@ -54,6 +86,7 @@ class RichReporter(RunReporter):
         self.progress: Progress | None = None
         self.task = None
         self.announced: set[str] = set()  # datasets whose synthetic stand-in was already announced
+        self.record: RunRecord | None = None  # the run whose header waits for its first epoch
 
     def dataset_loaded(self, workload: Workload, dataset: ArrayDataset | ImageFolderDataset) -> None:
         notes = getattr(dataset, "notes", ())  # an image folder's: files left out, empty classes
@@ -62,31 +95,25 @@ class RichReporter(RunReporter):
             self.console.print(Text(f"{dataset.origin}: " + "; ".join(notes), style="yellow"))
         if dataset.source == "synthetic" and dataset.name not in self.announced:
             self.announced.add(dataset.name)
-            why = dataset.fallback_reason or "--data synthetic was asked for"
-            self.console.print(
-                Panel(
-                    f"{workload.name} and every later workload on {dataset.name} train on SYNTHETIC data: {why}\n"
-                    "Speeds are real; accuracies cannot be compared with the published ones.",
-                    title="synthetic data",
-                    border_style="bold yellow",
-                )
-            )
+            why = (dataset.fallback_reason or "--data synthetic was asked for").rstrip(". ")
+            # one wrapped paragraph, reason and all: a panel's border cut it at 80 columns
+            self.console.print(Text.assemble(
+                (f"{workload.name} and every later workload on {dataset.name} train on ", "yellow"),
+                ("SYNTHETIC data", "bold yellow"),
+                (f": {why}. Speeds are real; accuracies cannot be compared with the published ones.", "yellow"),
+            ), soft_wrap=False)
 
     def run_started(self, record: RunRecord) -> None:
-        if self.quiet:
-            return
-        settings = record.settings
-        steps = f"{settings.max_steps} steps each" if settings.max_steps else "full epochs"
-        self.console.rule(
-            f"[bold]{record.workload}[/] on [bold]{record.device}[/] ({record.device_name}), "
-            f"repeat {record.repeat + 1}, {batch_text(settings.batch_size)}, {settings.epochs} epochs of {steps}, "
-            f"{settings.data_source} data, {settings.threads} threads"
-            + (f", {settings.workers} loader workers" if settings.workers else "")
-        )
+        self.record = record  # its header waits for the first epoch: the batch and the steps that really run
 
     def epoch_started(self, epoch: int, steps: int) -> None:
         if self.quiet:
             return
+        if self.record is not None:
+            self.console.rule(style="dim")
+            # wrapped at its words, even on a console that soft-wraps (a rule's title was cut with "…")
+            self.console.print(run_header(self.record, steps), highlight=False, soft_wrap=False)
+            self.record = None
         self.progress = Progress(
             TextColumn(f"Epoch {epoch}"),
             BarColumn(),
@@ -111,10 +138,28 @@ class RichReporter(RunReporter):
 
     def run_finished(self, record: RunRecord) -> None:
         self._stop_progress()
+        self.record = None  # a run that failed before its first epoch: the failure below names it
         if record.status != "ok":
             # the error is text, not markup: gloo's "[/__w/pytorch/.../pair.cc:553]" would end a tag that never began
             self.console.print(f"[bold red]{escape(record.workload)} on {record.device}: {record.status}[/]: "
                                f"{escape(record.error or '')}")
+
+    def run_estimated(self, record: RunRecord, seconds: float) -> None:
+        if seconds > LONG_RUN_S:  # before long work, say how long and how to shorten it
+            self.console.print(Text(
+                f"{record.workload} on {record.device} should take about {duration_text(seconds)} "
+                f"({record.settings.epochs} epochs, evaluation included; estimated from its first steps). Shorten "
+                "it with --budget (e.g. --budget 10m), --epochs or --max-steps; Ctrl-C stops it and keeps every "
+                "finished epoch.", style="yellow"))
+
+    def budget_spent(self, spent_s: float, budget_s: float) -> None:
+        if spent_s <= budget_s:
+            self.console.print(f"Trained in {duration_text(spent_s)}, within the {duration_text(budget_s)} budget.")
+        else:
+            self.console.print(Text(
+                f"Trained in {duration_text(spent_s)}, over the {duration_text(budget_s)} budget: each epoch trains "
+                f"at least {FEWEST_BUDGETED_STEPS} steps however slow they are. A larger --budget, or naming fewer "
+                "workloads, fits it.", style="yellow"))
 
     def close(self) -> None:
         """Take the progress bar off the screen, e.g. after Ctrl-C."""
