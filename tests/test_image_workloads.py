@@ -92,7 +92,7 @@ def test_sweep_runs_stores_and_tables_every_grid_point(folder, tmp_path):
     cells = [[cell.strip() for cell in line.split("│")[1:-1]] for line in result.stdout.splitlines()
              if line.startswith("│")]
     assert [(int(row[0]), int(row[1])) for row in cells] == points  # batch size, workers: a row per point
-    assert all(row[4].endswith("-bound") for row in cells)  # the waiting share and its verdict
+    assert all(any(cell.endswith("-bound") for cell in row) for row in cells)  # the waiting share and its verdict
 
 
 def test_sweep_refuses_values_that_are_not_numbers():

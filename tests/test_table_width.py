@@ -35,7 +35,7 @@ from devicebench.results.schema import Result
 cli = CliRunner()
 WIDTHS = (80, 120, 250)
 LEGEND_START = "Samples/s: median over the steady epochs"
-HIDDEN_COLUMNS = ("Epoch s", "ms/step", "TFLOP/s", "Busy", "Warm-up s", "End-to-end s", "Energy Wh", "Cost/1M samples")
+HIDDEN_COLUMNS = ("Epoch s", "ms/step", "TFLOP/s", "Busy", "Warm-up s", "End-to-end s", "Energy Wh")
 
 
 @pytest.fixture
@@ -113,6 +113,7 @@ def test_every_number_of_the_compare_tables_is_whole_at_any_width(results, width
     assert "to target s: median" in " ".join(compact.split())
     assert "compute-bound" in compact
     assert not [column for column in HIDDEN_COLUMNS if column in compact]
+    assert "Cost/1M" in compact  # --price asks for the cost: shown without --wide
     assert "epoch s:" not in compact  # the legend speaks of the columns shown only
 
     wide = render(comparison_tables(rows_by_workload, wide=True), width, terminal=terminal)

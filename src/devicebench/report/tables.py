@@ -238,10 +238,11 @@ RESULT_COLUMNS = (
            lambda row: median_text(row.end_to_end_s, 1), compact=_never),
     Column("Published samples/s", "published samples/s: the seed's figure for that kind of device",
            _published_samples_text, compact=_never, present=_has_published),
+    # --price asks for the cost: shown without --wide too
     Column("Cost/1M samples", "cost/1M samples: at the steady rate and the price per hour",
-           lambda row: number_text(row.cost_per_million_samples, 3), compact=_never,
+           lambda row: number_text(row.cost_per_million_samples, 3),
            present=lambda rows: any(row.price_per_hour is not None for row in rows)),
-    Column("Cost vs baseline", "", cost_vs_baseline_text, compact=_never,
+    Column("Cost vs baseline", "", cost_vs_baseline_text,
            present=lambda rows: any(row.price_per_hour is not None for row in rows)),
     Column("Energy Wh", "energy Wh: what the device drew while training, median per run",
            lambda row: median_text(row.energy_wh, 2), compact=_never,
