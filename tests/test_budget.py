@@ -167,3 +167,17 @@ def test_a_heavy_run_still_to_come_keeps_its_fewest_steps_from_the_light_ones_be
     assert shares.seconds_for(light, steps, 10, light_flops) < 9.0 + 51.0 / 2
     shares.run_done()
     assert shares.seconds_for(heavy, steps, 10, heavy_flops) == 60.0  # the last run may take all that is left
+
+
+@pytest.mark.parametrize("written", ["5x", "m", "", "0s"])
+def test_a_budget_the_cli_cannot_read_is_refused_before_anything_runs(written, tmp_path):
+    from typer.testing import CliRunner
+
+    from devicebench.cli import EXIT_USAGE, app
+
+    outcome = CliRunner().invoke(app, ["run", "cifar100-mlp", "--devices", "cpu", "--data", "synthetic",
+                                       "--epochs", "1", "--max-steps", "1", "--budget", written,
+                                       "--db", str(tmp_path / "runs.sqlite")])
+    assert outcome.exit_code == EXIT_USAGE, outcome.output
+    assert "--budget" in outcome.output and "90s, 5m" in outcome.output
+    assert not (tmp_path / "runs.sqlite").exists()  # refused before the database was made

@@ -340,8 +340,7 @@ class DatasetStatus:
 
 def dataset_status(name: str, data_dir: str | Path | None = None) -> DatasetStatus:
     """What of dataset `name` is in `<root>/<name>/`, without reading a byte of it (fast, even for 825 MB)."""
-    spec = dataset_spec(name)
-    folder = data_root(data_dir) / spec.name
+    spec, folder = dataset_spec(name), dataset_folder(name, data_dir)
     present_bytes, whole_files, wrong_size = 0, 0, False
     for remote in spec.files:
         size = _regular_file_size(folder / remote.filename)
@@ -378,8 +377,7 @@ def verify_dataset(name: str, data_dir: str | Path | None = None) -> dict[str, s
 def managed_paths(name: str, data_dir: str | Path | None = None) -> list[Path]:
     """What devicebench put in dataset `name`'s folder: its release files, downloads kept or left behind
     (`.<file>.partial`, `.<file>.*.partial`) and what reading it made (`derived`). Nothing else there is touched."""
-    spec = dataset_spec(name)
-    folder = data_root(data_dir) / spec.name
+    spec, folder = dataset_spec(name), dataset_folder(name, data_dir)
     if not folder.is_dir():
         return []
     patterns = [pattern for remote in spec.files
