@@ -1,30 +1,41 @@
-"""What NVIDIA's datasheets promise for well-known GPUs: the peaks a calibration is read against.
+"""The GPU catalog: what each GPU's vendor document promises (peaks, memory, host link, launch year), so that a
+calibration is read against its datasheet and `devicebench estimate --on t4,a100-80gb` can predict a GPU not at hand.
 
 Every figure is a dense peak (no 2:4 sparsity) at boost clock, in TFLOP/s, and memory bandwidth in GB/s (1e9
 bytes). Datasheets print the tensor-core figures with sparsity and a footnote; those are halved here, and each
-entry says which document it comes from. A GPU whose figures are not on an NVIDIA datasheet or whitepaper
-(the A10G, made for AWS) is left out rather than guessed, and so are the CPUs, which have no such datasheet.
+entry names the document it comes from. A figure no document we can name gives is None, never guessed (the A10G's
+compute, an AWS part without an NVIDIA datasheet); the CPUs have no such datasheet and are not here.
 
-    python -c "from devicebench.results.datasheets import datasheet_for; print(datasheet_for('NVIDIA H100 PCIe'))"
+    python -c "from devicebench.results.datasheets import parse_targets; print(parse_targets('t4,h100-sxm'))"
 """
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
 
 _VENDOR_WORDS = frozenset({"nvidia", "tesla", "geforce"})  # prefixes torch's names carry or drop by generation
 
+# One direction of an x16 link: transfers/s per lane x 16 lanes x 128/130 encoding / 8 bits, in GB/s (rounded)
+PCIE3_X16_GB_S = 15.75  # PCIe 3.0: 8 GT/s a lane
+PCIE4_X16_GB_S = 31.5  # PCIe 4.0: 16 GT/s a lane
+PCIE5_X16_GB_S = 63.0  # PCIe 5.0: 32 GT/s a lane
+
 
 @dataclass(frozen=True)
 class Datasheet:
     product: str  # as the datasheet names it
-    fp32_tflops: float  # on the CUDA cores, no tensor cores
-    tf32_tflops: float | None  # fp32 matmuls on TF32 tensor cores; None: the GPU has none (before Ampere)
-    bf16_tflops: float | None  # bf16 tensor cores with fp32 accumulation; None: the GPU has none
+    fp32_tflops: float | None  # on the CUDA cores, no tensor cores; None: no document we can name gives it (A10G)
+    tf32_tflops: float | None  # fp32 matmuls on TF32 tensor cores; None: the GPU has none (before Ampere) or unsourced
+    bf16_tflops: float | None  # bf16 tensor cores with fp32 accumulation; None: the GPU has none, or unsourced
     memory_gb_s: float  # device memory bandwidth
-    source: str  # the NVIDIA document the figures come from
-    device_names: tuple[str, ...]  # what torch.cuda.get_device_name() calls it
+    source: str  # the vendor document the figures come from
+    device_names: tuple[str, ...]  # what torch.cuda.get_device_name() calls it; empty: datasheet_for never matches
+    key: str  # what a user types: `--on t4,a100-80gb`
+    memory_gib: float  # device memory as sold: the datasheet's "GB" taken as the GiB figure (80 GB HBM3 -> 80)
+    host_link_gb_s: float  # host to device, one direction: the PCIe link, SXM parts included
+    year: int  # launched (first sold)
 
     def tflops(self, precision: str) -> float | None:
         """The peak for a calibrated precision: "fp32", "tf32" or "bf16"."""
@@ -34,37 +45,114 @@ class Datasheet:
 HOPPER_WHITEPAPER = "NVIDIA H100 Tensor Core GPU Architecture whitepaper"
 H100_DATASHEET = "NVIDIA H100 Tensor Core GPU datasheet"
 A100_DATASHEET = "NVIDIA A100 Tensor Core GPU datasheet"
+V100_DATASHEET = "NVIDIA Tesla V100 GPU datasheet"
 
 DATASHEETS = (
+    # Turing: FP16 tensor cores only (65 TFLOP/s mixed precision), no TF32, no BF16
+    Datasheet("T4", 8.1, None, None, 320.0, "NVIDIA T4 Tensor Core GPU datasheet", ("Tesla T4",),
+              key="t4", memory_gib=16, host_link_gb_s=PCIE3_X16_GB_S, year=2018),
+    # Volta: FP16 tensor cores only (125 and 112 TFLOP/s), no TF32, no BF16; sold with 16 or 32 GB, 16 here
+    Datasheet("V100 SXM2", 15.7, None, None, 900.0, V100_DATASHEET, ("Tesla V100-SXM2-16GB", "Tesla V100-SXM2-32GB"),
+              key="v100-sxm2", memory_gib=16, host_link_gb_s=PCIE3_X16_GB_S, year=2017),  # PCIe 3.0 to the host
+    Datasheet("V100 PCIe", 14.0, None, None, 900.0, V100_DATASHEET, ("Tesla V100-PCIE-16GB", "Tesla V100-PCIE-32GB"),
+              key="v100-pcie", memory_gib=16, host_link_gb_s=PCIE3_X16_GB_S, year=2017),  # PCIe 3.0
+    # AWS's GA102 part for EC2 G5: NVIDIA publishes no datasheet. Memory and bandwidth as Baseten and AWS state them;
+    # its FP32, TF32 and BF16 peaks are in no document we can quote (they differ from the A10's), so None. PCIe 4.0, as
+    # every GA102 (GA102 whitepaper). No device_names: its compute cannot be checked against a datasheet.
+    Datasheet("A10G", None, None, None, 600.0,
+              "Baseten, NVIDIA A10 vs A10G for ML model inference; Amazon EC2 G5 instance documentation", (),
+              key="a10g", memory_gib=24, host_link_gb_s=PCIE4_X16_GB_S, year=2021),
+    # TF32 62.5 and BF16 125 dense, as the datasheet prints them beside 125 and 250 with sparsity
+    Datasheet("A10", 31.2, 62.5, 125.0, 600.0, "NVIDIA A10 Tensor Core GPU datasheet", ("NVIDIA A10",),
+              key="a10", memory_gib=24, host_link_gb_s=PCIE4_X16_GB_S, year=2021),  # PCIe 4.0
+    # half the datasheet's 120 (TF32) and 242 (BF16) with sparsity
+    Datasheet("L4", 30.3, 60.0, 121.0, 300.0, "NVIDIA L4 Tensor Core GPU datasheet", ("NVIDIA L4",),
+              key="l4", memory_gib=24, host_link_gb_s=PCIE4_X16_GB_S, year=2023),  # PCIe 4.0
+    # the datasheet prints TF32 183 | 366 and BF16 362.05 | 733 (dense | sparse). No device_names yet:
+    # tests/test_calibrate.py holds "NVIDIA L40S" unmatched; add the name together with that test
+    Datasheet("L40S", 91.6, 183.0, 362.05, 864.0, "NVIDIA L40S GPU datasheet", (),
+              key="l40s", memory_gib=48, host_link_gb_s=PCIE4_X16_GB_S, year=2023),  # PCIe 4.0
+    # the same compute in all four A100s (TF32 312 and BF16 624 with sparsity); bandwidth by memory and form; the SXM4
+    # parts reach the host over PCIe 4.0, as the PCIe cards do
+    Datasheet("A100 40GB SXM", 19.5, 156.0, 312.0, 1555.0, A100_DATASHEET,
+              ("NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM-40GB"),
+              key="a100-40gb", memory_gib=40, host_link_gb_s=PCIE4_X16_GB_S, year=2020),
+    Datasheet("A100 40GB PCIe", 19.5, 156.0, 312.0, 1555.0, A100_DATASHEET, ("NVIDIA A100-PCIE-40GB",),
+              key="a100-40gb-pcie", memory_gib=40, host_link_gb_s=PCIE4_X16_GB_S, year=2020),
+    Datasheet("A100 80GB SXM", 19.5, 156.0, 312.0, 2039.0, A100_DATASHEET,
+              ("NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM-80GB"),
+              key="a100-80gb", memory_gib=80, host_link_gb_s=PCIE4_X16_GB_S, year=2020),
+    Datasheet("A100 80GB PCIe", 19.5, 156.0, 312.0, 1935.0, A100_DATASHEET, ("NVIDIA A100 80GB PCIe",),
+              key="a100-80gb-pcie", memory_gib=80, host_link_gb_s=PCIE4_X16_GB_S, year=2021),
+    # half the datasheet's 756 (TF32) and 1,513 (BF16) with sparsity
+    Datasheet("H100 PCIe", 51.0, 378.0, 756.5, 2000.0, H100_DATASHEET, ("NVIDIA H100 PCIe",),
+              key="h100-pcie", memory_gib=80, host_link_gb_s=PCIE5_X16_GB_S, year=2022),  # PCIe 5.0
     # TF32 and BF16 dense from the whitepaper; the datasheet prints 989 and 1,979, which are with sparsity
     Datasheet("H100 SXM", 67.0, 494.7, 989.4, 3350.0, f"{H100_DATASHEET}; {HOPPER_WHITEPAPER}",
-              ("NVIDIA H100 80GB HBM3",)),
-    # half the datasheet's 756 (TF32) and 1,513 (BF16) with sparsity
-    Datasheet("H100 PCIe", 51.0, 378.0, 756.5, 2000.0, H100_DATASHEET, ("NVIDIA H100 PCIe",)),
-    # the H100 SXM's compute with faster, larger HBM3e; half the datasheet's 989 and 1,979 with sparsity
-    Datasheet("H200 SXM", 67.0, 494.7, 989.4, 4800.0, "NVIDIA H200 Tensor Core GPU datasheet", ("NVIDIA H200",)),
-    # the same compute in all four A100s (TF32 312 and BF16 624 with sparsity); bandwidth by memory and form
-    Datasheet("A100 40GB SXM", 19.5, 156.0, 312.0, 1555.0, A100_DATASHEET,
-              ("NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM-40GB")),
-    Datasheet("A100 80GB SXM", 19.5, 156.0, 312.0, 2039.0, A100_DATASHEET,
-              ("NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM-80GB")),
-    Datasheet("A100 40GB PCIe", 19.5, 156.0, 312.0, 1555.0, A100_DATASHEET, ("NVIDIA A100-PCIE-40GB",)),
-    Datasheet("A100 80GB PCIe", 19.5, 156.0, 312.0, 1935.0, A100_DATASHEET, ("NVIDIA A100 80GB PCIe",)),
-    # TF32 62.5 and BF16 125 dense, as the datasheet prints them beside 125 and 250 with sparsity
-    Datasheet("A10", 31.2, 62.5, 125.0, 600.0, "NVIDIA A10 Tensor Core GPU datasheet", ("NVIDIA A10",)),
-    # half the datasheet's 120 (TF32) and 242 (BF16) with sparsity
-    Datasheet("L4", 30.3, 60.0, 121.0, 300.0, "NVIDIA L4 Tensor Core GPU datasheet", ("NVIDIA L4",)),
-    # Turing: FP16 tensor cores only (65 TFLOP/s mixed precision), no TF32, no BF16
-    Datasheet("T4", 8.1, None, None, 320.0, "NVIDIA T4 Tensor Core GPU datasheet", ("Tesla T4",)),
-    # Volta: FP16 tensor cores only (125 and 112 TFLOP/s), no TF32, no BF16
-    Datasheet("V100 SXM2", 15.7, None, None, 900.0, "NVIDIA Tesla V100 GPU datasheet",
-              ("Tesla V100-SXM2-16GB", "Tesla V100-SXM2-32GB")),
-    Datasheet("V100 PCIe", 14.0, None, None, 900.0, "NVIDIA Tesla V100 GPU datasheet",
-              ("Tesla V100-PCIE-16GB", "Tesla V100-PCIE-32GB")),
-    # GeForce tensor cores run BF16 with fp32 accumulation at half their FP16-accumulate rate (330.3)
+              ("NVIDIA H100 80GB HBM3",),
+              key="h100-sxm", memory_gib=80, host_link_gb_s=PCIE5_X16_GB_S, year=2022),  # SXM5, PCIe 5.0 to host
+    # the H100 SXM's compute with faster, larger HBM3e; half the datasheet's 989 and 1,979 with sparsity; announced
+    # November 2023, sold from 2024
+    Datasheet("H200 SXM", 67.0, 494.7, 989.4, 4800.0, "NVIDIA H200 Tensor Core GPU datasheet", ("NVIDIA H200",),
+              key="h200", memory_gib=141, host_link_gb_s=PCIE5_X16_GB_S, year=2024),  # SXM5, PCIe 5.0 to host
+    # GeForce tensor cores run TF32 and BF16 with fp32 accumulation at half the professional cards' rate: TF32 35.6
+    # and BF16 71 dense (71.2 and 142 with sparsity) in the whitepaper's RTX 3090 appendix
+    Datasheet("GeForce RTX 3090", 35.6, 35.6, 71.0, 936.0, "NVIDIA Ampere GA102 GPU Architecture whitepaper",
+              ("NVIDIA GeForce RTX 3090",),
+              key="rtx-3090", memory_gib=24, host_link_gb_s=PCIE4_X16_GB_S, year=2020),  # PCIe 4.0
+    # BF16 with fp32 accumulation at half the FP16-accumulate rate (330.3 with sparsity)
     Datasheet("GeForce RTX 4090", 82.6, 82.6, 165.2, 1008.0, "NVIDIA Ada GPU Architecture whitepaper",
-              ("NVIDIA GeForce RTX 4090",)),
+              ("NVIDIA GeForce RTX 4090",),
+              key="rtx-4090", memory_gib=24, host_link_gb_s=PCIE4_X16_GB_S, year=2022),  # PCIe 4.0
+    # The laptop GPU of the 2015-era blog post: the Maxwell GM107 version, 640 CUDA cores at 1029 MHz "+ Boost"; a
+    # Kepler GK104 version with 1152 cores at 797 MHz was sold under the same name. NVIDIA states no boost clock, so
+    # fp32 is at base clock: 640 x 2 (multiply-add) x 1.029 GHz = 1.317 TFLOP/s, below what the chip reaches boosted.
+    # Memory: 128-bit GDDR5 at 5.0 Gbps = 80 GB/s; sold with 2 or 4 GB, 2 here. No tensor cores. No device_names:
+    # torch names both versions alike, and a boosted chip passes the base-clock figure, which check would call broken
+    Datasheet("GeForce GTX 860M", 1.317, None, None, 80.0,
+              "NVIDIA GeForce GTX 860M specifications (as reproduced by Notebookcheck and notebookinfo.de)", (),
+              key="gtx-860m", memory_gib=2, host_link_gb_s=PCIE3_X16_GB_S, year=2014),  # PCIe 3.0
 )
+
+
+class UnknownTarget(ValueError):
+    """A GPU the catalog does not know; the message names the closest key, if one is close, and every key."""
+
+    def __init__(self, name: str) -> None:
+        keys = [datasheet.key for datasheet in DATASHEETS]
+        close = difflib.get_close_matches(name.strip().lower(), keys, n=1)
+        suggestion = f" Did you mean {close[0]!r}?" if close else ""
+        super().__init__(f"Unknown GPU {name!r}.{suggestion} Known: {', '.join(keys)}.")
+        self.name = name
+
+
+def catalog_entry(key: str) -> Datasheet:
+    """The catalog's GPU by its key ("h100-sxm") or product name ("H100 SXM"), in any case, spaces trimmed."""
+    wanted = key.strip().lower()
+    for datasheet in DATASHEETS:
+        if wanted in (datasheet.key, datasheet.product.lower()):
+            return datasheet
+    raise UnknownTarget(key)
+
+
+def parse_targets(text: str) -> list[Datasheet]:
+    """The GPUs of `--on`: "all" (the whole catalog, in its order) or keys separated by commas, each once."""
+    if text.strip().lower() == "all":
+        return list(DATASHEETS)
+    names = [name.strip() for name in text.split(",")]
+    if not any(names):
+        raise ValueError(f"No GPU named: write keys separated by commas (e.g. `--on t4,a100-80gb`) or `--on all`. "
+                         f"Known: {', '.join(datasheet.key for datasheet in DATASHEETS)}.")
+    if not all(names):
+        raise ValueError(f"An empty GPU name in {text!r}: write keys separated by single commas (e.g. "
+                         f"`--on t4,a100-80gb`).")
+    targets: list[Datasheet] = []
+    for name in names:
+        datasheet = catalog_entry(name)
+        if datasheet in targets:
+            raise ValueError(f"{name!r} is named twice in {text!r} (as {datasheet.key!r}): name each GPU once.")
+        targets.append(datasheet)
+    return targets
 
 
 def datasheet_for(device_name: str) -> Datasheet | None:
