@@ -9,6 +9,7 @@ figures measured here. Published numbers come from each workload's `published` d
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from devicebench.results.compare import Row
@@ -64,6 +65,7 @@ class Reproduction:
     measured_end_to_end_ratio: float | None  # CPU end-to-end time over the accelerator's, as S4 timed it
     measured_accuracy: float | None  # of the kind the post quoted (test or train), best device
     data_sources: str
+    outlook: str | None = None  # what the post's CPU and GPU figures say about this CPU (`published_outlook`)
 
 
 def reproductions(rows_by_workload: dict[str, list[Row]]) -> list[Reproduction]:
@@ -88,6 +90,9 @@ def _reproduction(workload: Workload, rows: list[Row]) -> Reproduction:
         measured_end_to_end_ratio=end_to_end,
         measured_accuracy=_accuracy(rows, workload.published.accuracy_kind),
         data_sources=", ".join(sorted({row.settings["data_source"] for row in rows})),
+        outlook=None if cpu is None else published_outlook(
+            workload, cpu.samples_per_s.median, cpu.settings["batch_size"], cpu.settings["data_source"],
+            max_steps=cpu.settings["max_steps"]),
     )
 
 
@@ -101,3 +106,66 @@ def _accuracy(rows: list[Row], kind: str) -> float | None:
                 finals.append(last.train_accuracy if kind == "train" else last.test_accuracy)
     finals = [value for value in finals if value is not None]
     return max(finals, default=None)
+
+
+# --- what the post's figures say about this CPU ------------------------------------------------------------
+# The simplest layer of a GPU estimate for a machine without one: where a post gave both its CPU's and its GPU's
+# samples/s, this CPU's samples/s over the post's CPU's places this machine, and the post's GPU over this CPU is
+# what that GPU would have given here. Only the post's own figures are used; nothing is guessed where it gave none.
+
+FRAMEWORKS = ("Keras on TensorFlow", "Keras", "TensorFlow")  # as the seeds' `hardware` names them, longest first
+
+
+def published_outlook(workload: Workload, measured_cpu_samples_per_s: float, measured_batch_size: int | None,
+                      data_source: str, *, max_steps: int | None = None) -> str | None:
+    """One or two sentences: this CPU against the post's, and the post's GPU against this CPU, with what makes the
+    comparison rough (framework, hardware of its day, batch size, synthetic data, capped epochs). None where the
+    post published nothing to compare with."""
+    published = workload.published
+    if published is None or not measured_cpu_samples_per_s > 0:
+        return None
+    here = f"{workload.name}: this CPU ran {_samples_text(measured_cpu_samples_per_s)} samples/s"
+    post_cpu = published.samples_per_s.get("cpu")
+    if post_cpu is None:
+        if published.speedup is None:
+            return None
+        return (f"{here}; the post gave no CPU throughput, so its {published.speedup:g}x cannot be carried to this "
+                "CPU.")
+    post_gpu = published.samples_per_s.get("gpu")
+    if post_gpu is None and published.speedup is not None:
+        post_gpu = post_cpu * published.speedup
+    sentence = (f"{here}, {factor_text(measured_cpu_samples_per_s / post_cpu)} the post's CPU "
+                f"({_samples_text(post_cpu)} samples/s)")
+    caveats = _caveats(workload, measured_batch_size, data_source, max_steps)
+    if post_gpu is not None:
+        sentence += (f"; the post's GPU was {factor_text(post_gpu / post_cpu)} its CPU, so about "
+                     f"{factor_text(post_gpu / measured_cpu_samples_per_s)} this one")
+        caveats.append(f"`devicebench estimate {workload.name}` predicts named GPUs")  # the finer layer
+    return f"{sentence}. A rough guide: {'; '.join(caveats)}."
+
+
+def _caveats(workload: Workload, measured_batch_size: int | None, data_source: str,
+             max_steps: int | None) -> list[str]:
+    published = workload.published
+    framework = next((name for name in FRAMEWORKS if name in published.hardware), None)
+    devices = published.hardware.removesuffix(f", {framework}") if framework else published.hardware
+    caveats = [f"{framework or 'another framework'}, not PyTorch, on hardware of its day ({devices})"]
+    post_batch = published.batch_size or workload.defaults.get("batch_size")
+    if measured_batch_size is not None and post_batch is not None and measured_batch_size != post_batch:
+        caveats.append(f"the post measured at batch {post_batch}, this run at {measured_batch_size}")
+    if data_source == "synthetic":
+        caveats.append("synthetic data (speeds are real)")
+    if max_steps:
+        caveats.append(f"epochs capped at {max_steps} steps")
+    return caveats
+
+
+def factor_text(value: float) -> str:
+    """A ratio to two significant figures: `0.50x`, `3.3x`, `23x`, `230x`."""
+    rounded = float(f"{value:.2g}")
+    decimals = max(0, 1 - math.floor(math.log10(rounded))) if rounded > 0 else 0
+    return f"{rounded:,.{decimals}f}x"
+
+
+def _samples_text(value: float) -> str:
+    return f"{value:,.0f}"  # as the tables' samples/s columns write them

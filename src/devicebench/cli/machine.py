@@ -70,5 +70,6 @@ def _workload_json(entry: Workload) -> dict:
             "epoch_time_s": dict(published.epoch_time_s),
             "end_to_end_s": dict(published.end_to_end_s),
             "samples_per_s": dict(published.samples_per_s),
+            "batch_size": published.batch_size,  # null: measured at the defaults' batch size
         },
     }

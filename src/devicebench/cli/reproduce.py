@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Annotated, Optional
 
 import typer
+from rich.text import Text
 
 from devicebench.cli import DatabaseOption, app, console, errors, fail
 from devicebench.cli.run import (
@@ -76,7 +77,11 @@ def reproduce(
     for missing in seeds_without_workloads(asked):
         errors.print(f"{missing} has no workloads in this version of devicebench yet; skipped.", highlight=False)
     outcome = train_and_show(plan_or_fail(config), json_file=json_file, quiet=quiet, db=db, tensorboard=tensorboard)
-    console.print(reproduction_table(reproductions(compare([outcome.result]))))
+    measured = reproductions(compare([outcome.result]))
+    console.print(reproduction_table(measured))
+    for entry in measured:
+        if entry.outlook is not None:
+            console.print(Text(entry.outlook))  # Text: a hardware name is no markup
     exit_for(outcome)
 
 

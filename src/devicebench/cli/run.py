@@ -41,7 +41,7 @@ from devicebench.files import UnusableFile
 from devicebench.launch import DistributedError, Launch, run_distributed
 from devicebench.planning import Plan
 from devicebench.report.progress import RichReporter
-from devicebench.report.tables import comparison_tables, plan_table
+from devicebench.report.tables import comparison_tables, outlook_lines, plan_table
 from devicebench.report.tensorboard import TensorBoardReporter, TensorBoardUnavailable
 from devicebench.results.compare import compare
 from devicebench.results.schema import Result, RunRecord, write_atomically
@@ -227,13 +227,19 @@ def run(
         return
     saved_before = _modified_ns(save)
     outcome = train_and_show(job_plan, json_file=json_file, quiet=quiet, db=db, tensorboard=tensorboard, save_to=save,
-                             tables=lambda result: comparison_tables(compare([result]), wide=wide))
+                             tables=lambda result: run_tables(result, wide))
     if save is not None and _modified_ns(save) not in (None, saved_before):
         errors.print(f"Model saved to {save}: `devicebench predict {save} IMAGE...` classifies images with it")
     elif save is not None and any(run.status == "ok" for run in outcome.result.runs):
         raise fail(f"the model was not saved to {save} (the error above says why); the run itself is kept",
                    EXIT_FAILED_RUN)
     exit_for(outcome)
+
+
+def run_tables(result: Result, wide: bool) -> list:
+    """The comparison tables, then what the posts' published figures say about this CPU."""
+    rows = compare([result])
+    return comparison_tables(rows, wide=wide) + outlook_lines(rows)
 
 
 def _modified_ns(path: Path | None) -> int | None:
@@ -269,7 +275,7 @@ def train_distributed(job_plan: Plan, config: RunConfig, node_rank: int, rdzv_en
             raise typer.Exit(0)
         keeper.finish(result)  # a failed run's finished epochs too
     json_failure = write_json_first(result, json_file)
-    for table in comparison_tables(compare([result]), wide=wide):
+    for table in run_tables(result, wide):
         console.print(table)
     report_json(json_file, json_failure)
     store_failure = None if keeper.recorder.failure is None else str(keeper.recorder.failure)

@@ -77,6 +77,8 @@ class Published:
     end_to_end_s: Mapping[str, float] = field(default_factory=dict)  # model creation to last epoch, by device kind
     samples_per_s: Mapping[str, float] = field(default_factory=dict)  # the above as training throughput, to set
     # beside ours even when our epochs are capped by --max-steps
+    batch_size: int | None = None  # the batch size the published throughput was measured at, when it differs from
+    # the defaults (None: at the workload's default batch size, as far as the post says)
 
 
 class ModelTooLarge(ValueError):
