@@ -339,7 +339,7 @@ def test_the_quick_suite_on_auto_plans_the_limit_and_named_workloads_or_real_dat
 
     asked = {}
     monkeypatch.setattr(runner, "load_dataset", lambda *arguments, **options: asked.update(options))
-    runner._load(plan.jobs[0])
+    runner.load_data(plan.jobs[0])
     assert asked["largest_download_bytes"] == sources.QUICK_SUITE_DOWNLOAD_LIMIT_BYTES
 
 

@@ -286,14 +286,14 @@ STARTED = [("interrupted", 0)]  # the run had started (its tuning trial, its bat
 @pytest.mark.parametrize(("signal_number", "phase", "arguments", "said", "runs"), [
     pytest.param(signal.SIGINT, "devicebench.planning:plan", RUN, "what finished before is kept", None,
                  id="SIGINT-plan"),
-    pytest.param(signal.SIGTERM, "devicebench.runner:_load", RUN, "0 finished epochs kept", [], id="SIGTERM-load"),
+    pytest.param(signal.SIGTERM, "devicebench.runner:load_data", RUN, "0 finished epochs kept", [], id="SIGTERM-load"),
     pytest.param(signal.SIGHUP, "devicebench.runner:load_dataset", RUN, "0 finished epochs kept", [],
                  id="SIGHUP-generate"),
     pytest.param(signal.SIGTERM, "devicebench.runner:choose_tuning", [*RUN, "--mode", "tuned"],
                  "0 finished epochs kept", STARTED, id="SIGTERM-tuned-trial"),
     pytest.param(signal.SIGINT, "devicebench.runner:choose_batch_size", [*RUN, "--batch-size", "auto"],
                  "0 finished epochs kept", STARTED, id="SIGINT-batch-size-auto"),
-    pytest.param(signal.SIGTERM, "devicebench.runner:_load", ["sweep", *RUN[1:], "--batch-size", "16,32"],
+    pytest.param(signal.SIGTERM, "devicebench.runner:load_data", ["sweep", *RUN[1:], "--batch-size", "16,32"],
                  "0 finished epochs kept", [], id="SIGTERM-sweep"),
     pytest.param(signal.SIGTERM, "devicebench.cli.calibrate:measure_ceilings", ["calibrate", "--devices", "cpu"],
                  "nothing stored", None, id="SIGTERM-calibrate"),
@@ -357,7 +357,7 @@ def test_sigterm_to_the_group_while_loader_workers_run_interrupts_the_run_and_st
 def test_a_second_signal_ends_a_stuck_step_at_once_and_leaves_this_session_s_json(tmp_path, signal_number, pause_s):
     (tmp_path / "run.json").write_text('{"an earlier run": true}\n')
     arguments = ["run", "mnist-cnn2", "cifar10-mlp", *RUN[2:]]  # mnist-cnn2 trains; cifar10-mlp's data is stuck
-    process = start_held(tmp_path, "devicebench.runner:_load", arguments, call=2, stuck=True)
+    process = start_held(tmp_path, "devicebench.runner:load_data", arguments, call=2, stuck=True)
     os.killpg(process.pid, signal_number)
     time.sleep(pause_s)
     assert process.poll() is None  # the first signal waits for the step to end

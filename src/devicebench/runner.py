@@ -123,7 +123,7 @@ def _execute(jobs: tuple[Job, ...], result: Result, reporter: RunReporter, save_
             wanted = (job.workload.load_data, job.data)  # data of your own is its loader's
             if wanted != loaded:
                 dataset = None  # let the last one go before the next one is read
-                loaded, dataset = wanted, _load(job)
+                loaded, dataset = wanted, load_data(job)
                 if not isinstance(dataset, DataProblem):
                     reporter.dataset_loaded(job.workload, dataset)
             for repeat in range(job.repeats):
@@ -146,7 +146,8 @@ def _execute(jobs: tuple[Job, ...], result: Result, reporter: RunReporter, save_
                 reporter.run_finished(record)
 
 
-def _load(job: Job) -> Dataset | DataProblem:
+def load_data(job: Job) -> Dataset | DataProblem:
+    """The data `job` trains on, or the problem that keeps it from any (what every run of it then fails with)."""
     if job.workload.load_data is not None:  # a user's model on the user's own data
         return job.workload.load_data()
     request = job.data

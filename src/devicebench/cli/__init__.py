@@ -80,6 +80,8 @@ COMMANDS = {
                        "there?), timing with and without synchronizing (does the clock wait for it?) and a short "
                        "calibration against the datasheet (does it reach its rating?). Each check passes, warns or "
                        "fails, with the figure measured and what to do."),
+    "estimate": ("estimate", "Estimate samples/s, epoch time, speedup and cost on GPUs that are not here, with an "
+                             "interval."),
 }
 
 

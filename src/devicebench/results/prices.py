@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,14 +64,24 @@ def parse_prices(text: str) -> Prices:
     if text.endswith(".toml") or kind in ("file", "other"):  # "other": a FIFO or a device, refused by name
         return _read_toml(path)
     where = f"--price {text!r}"
+    return Prices(default=_parse_table(_pairs(text, where, "cpu=0.10,cuda=2.50"), where))
+
+
+def parse_named_prices(text: str, known: Sequence[str]) -> dict[str, float]:
+    """`t4=0.35,h100-sxm=2.50`: a price per hour for each of the `known` names (the GPUs `estimate` knows)."""
+    where = f"--price {text!r}"
+    return _parse_table(_pairs(text, where, f"{known[0]}=0.35"), where, known)
+
+
+def _pairs(text: str, where: str, example: str) -> dict[str, str]:
     pairs = [_pair(item, where) for item in text.split(",") if item.strip()]
     if not pairs:
-        raise PriceError(f"{where} names no prices; write e.g. --price cpu=0.10,cuda=2.50")
-    devices = [device for device, _ in pairs]
-    repeated = sorted({device for device in devices if devices.count(device) > 1})
+        raise PriceError(f"{where} names no prices; write e.g. --price {example}")
+    names = [name for name, _ in pairs]
+    repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:
         raise PriceError(f"{where} prices {', '.join(repeated)} more than once; give each device one price")
-    return Prices(default=_parse_table(dict(pairs), where))
+    return dict(pairs)
 
 
 def _existing_kind(path: Path) -> str | None:
@@ -90,12 +100,15 @@ def _pair(item: str, where: str) -> tuple[str, str]:
     return name.strip().lower(), value.strip()
 
 
-def _parse_table(table: object, where: str) -> dict[str, float]:
+def _parse_table(table: object, where: str, known: Sequence[str] | None = None) -> dict[str, float]:
+    """DEVICE = PRICE pairs, the devices checked against `known` names, else against the device kinds."""
     if not isinstance(table, Mapping):
         raise PriceError(f"{where} is not a table of DEVICE = PRICE lines")
     prices = {}
     for device, value in table.items():
-        if not _DEVICE_NAME.match(str(device)):
+        if known is not None and str(device) not in known:
+            raise PriceError(f"{where}: unknown device {device!r}; prices are for {', '.join(known)}")
+        if known is None and not _DEVICE_NAME.match(str(device)):
             raise PriceError(f"{where}: unknown device {device!r}; prices are for cpu, cuda, cuda:N, mps or xpu")
         try:
             if isinstance(value, bool):  # TOML's true would otherwise be a price of 1
