@@ -49,12 +49,8 @@ def _times_text(value: float | None, bounds: tuple[float, float] | None) -> str:
     return text if bounds is None else f"{text} ({_short(bounds[0])}–{_short(bounds[1])}x)"
 
 
-def _duration_range(value: float, bounds: tuple[float, float] | None) -> str:
-    text = duration_text(value) if value >= 1 else f"{value * 1000:,.0f} ms"
-    if bounds is None:
-        return text
-    low, high = (duration_text(bound) if bound >= 1 else f"{bound * 1000:,.0f} ms" for bound in bounds)
-    return f"{text} ({low}–{high})"
+def _duration(seconds: float) -> str:
+    return duration_text(seconds) if seconds >= 1 else f"{seconds * 1000:,.0f} ms"
 
 
 def _money(value: float | None) -> str:
@@ -75,7 +71,7 @@ def estimate_table(estimates: Sequence[Estimate]) -> Table:
         table.add_row(
             estimate.workload, estimate.target.key,
             _range_text(estimate.samples_per_s, estimate.samples_per_s_range),
-            _duration_range(estimate.epoch_s, None),  # its interval is the samples/s one's: in the JSON
+            _duration(estimate.epoch_s),  # its interval is the samples/s one's, and in the JSON
             _times_text(estimate.speedup, estimate.speedup_range),
             estimate.step.bound,
             *((_money(estimate.cost_per_epoch), _money(estimate.cost_per_run)) if priced else ()),

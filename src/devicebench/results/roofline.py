@@ -90,11 +90,11 @@ class StepTime:
 
     @property
     def host_s(self) -> float:
-        return self.launch_s + (self.input_s if self.serial_input else 0.0)
+        return _host_s(self.launch_s, self.input_s, self.serial_input)
 
     @property
     def seconds(self) -> float:
-        return max(self.device_s, self.host_s, 0.0 if self.serial_input else self.input_s)
+        return float(_slowest(self.device_s, self.launch_s, self.input_s, self.serial_input))
 
     @property
     def bound(self) -> str:
@@ -115,15 +115,38 @@ def peaks_flop_s(shape: StepShape, sheet: Datasheet) -> np.ndarray:
     return np.where(shape.low_precision, low, sheet.fp32_tflops) * 1e12
 
 
+def _kernel_seconds(shape: StepShape, sheet: Datasheet, compute: float | np.ndarray,
+                    memory: float | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each kernel's seconds at `compute` times the peak FLOP/s, and at `memory` times the bandwidth: for one
+    efficiency, or for a column of them (shape (n, 1)) at once."""
+    return (shape.flops / (compute * peaks_flop_s(shape, sheet)),
+            shape.bytes / (memory * sheet.memory_gb_s * 1e9))
+
+
+def _copy_s(shape: StepShape, sheet: Datasheet) -> float:
+    return shape.host_to_device_bytes / (sheet.host_link_gb_s * 1e9)
+
+
+def _host_s(launch_s: float | np.ndarray, input_s: float, serial_input: bool) -> float | np.ndarray:
+    """The host's share: launching, and loading too when it has no loader workers."""
+    return launch_s + (input_s if serial_input else 0.0)
+
+
+def _slowest(device_s: float | np.ndarray, launch_s: float | np.ndarray, input_s: float,
+             serial_input: bool) -> float | np.ndarray:
+    """The step: the slowest of the GPU, the host and the loader workers (arrays broadcast)."""
+    return np.maximum(np.maximum(device_s, _host_s(launch_s, input_s, serial_input)),
+                      0.0 if serial_input else input_s)
+
+
 def predict(shape: StepShape, sheet: Datasheet, efficiency: Efficiency, *, input_s: float = 0.0,
             serial_input: bool = False) -> StepTime:
-    compute_side = shape.flops / (efficiency.compute * peaks_flop_s(shape, sheet))
-    memory_side = shape.bytes / (efficiency.memory * sheet.memory_gb_s * 1e9)
+    compute_side, memory_side = _kernel_seconds(shape, sheet, efficiency.compute, efficiency.memory)
     by_compute = compute_side >= memory_side
     return StepTime(
         compute_s=float(compute_side[by_compute].sum()),
         memory_s=float(memory_side[~by_compute].sum()),
-        copy_s=shape.host_to_device_bytes / (sheet.host_link_gb_s * 1e9),
+        copy_s=_copy_s(shape, sheet),
         launch_s=shape.kernels * efficiency.launch_s,
         input_s=input_s,
         serial_input=serial_input,
@@ -160,16 +183,14 @@ class Unscored:
 
 def _log_error_grid(point: Point) -> np.ndarray:
     """log(predicted / observed) at every cell of the grid, shape (compute, memory, launch)."""
-    peaks = peaks_flop_s(point.shape, point.sheet)
-    compute_side = point.shape.flops[None, :] / (COMPUTE_GRID[:, None] * peaks[None, :])  # (compute, kernels)
-    memory_side = point.shape.bytes[None, :] / (MEMORY_GRID[:, None] * point.sheet.memory_gb_s * 1e9)
+    compute_side, memory_side = _kernel_seconds(point.shape, point.sheet, COMPUTE_GRID[:, None],
+                                                MEMORY_GRID[:, None])  # (compute, kernels), (memory, kernels)
     device = np.maximum(compute_side[:, None, :], memory_side[None, :, :]).sum(axis=2)  # (compute, memory)
-    device = device + point.shape.host_to_device_bytes / (point.sheet.host_link_gb_s * 1e9)
+    device = device + _copy_s(point.shape, point.sheet)
     predicted = np.broadcast_to(device[:, :, None], (len(COMPUTE_GRID), len(MEMORY_GRID), len(LAUNCH_GRID)))
     if point.kind == "step":
-        host = point.shape.kernels * LAUNCH_GRID + (point.input_s if point.serial_input else 0.0)
-        floor = 0.0 if point.serial_input else point.input_s
-        predicted = np.maximum(np.maximum(predicted, host[None, None, :]), floor)
+        launches = point.shape.kernels * LAUNCH_GRID[None, None, :]
+        predicted = _slowest(predicted, launches, point.input_s, point.serial_input)
     return np.log(predicted / point.observed_s)
 
 
