@@ -423,6 +423,45 @@ def test_validate_scores_every_published_point_and_lists_those_not_scored(tmp_pa
     assert validation["judged"] <= len(labels)
 
 
+@pytest.mark.parametrize(("arguments", "said"), [
+    (["nosuchworkload"], "nosuchworkload"),
+    (["cifar10-mlp", "--batch-size", "0"], "--batch-size must be a whole number of at least 1"),
+    (["cifar10-mlp", "--json", "{tmp}/missing/estimates.json"], "does not exist"),
+], ids=["unknown-workload", "impossible-batch", "json-in-a-missing-folder"])
+def test_bad_input_is_refused_before_anything_is_trained(tmp_path, arguments, said):
+    arguments = [argument.format(tmp=tmp_path) for argument in arguments]
+    outcome = invoke("estimate", *arguments, "--on", "t4", "--data", "synthetic", "--db", str(tmp_path / "db.sqlite"))
+    assert outcome.exit_code == EXIT_USAGE, outcome.output
+    assert said in flat(outcome.output)
+    assert not (tmp_path / "db.sqlite").exists() or not Store(tmp_path / "db.sqlite").results()
+
+
+def test_ctrl_c_in_the_cpu_baseline_exits_130_and_says_what_was_kept(tmp_path, monkeypatch):
+    def interrupted(*arguments, **keywords):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("devicebench.runner._train_model", interrupted)  # the run started, no epoch finished
+    outcome = invoke("estimate", "cifar10-mlp", "--on", "t4", "--data", "synthetic", "--db",
+                     str(tmp_path / "db.sqlite"), "--quiet")
+    assert outcome.exit_code == 130, outcome.output
+    assert "0 finished epochs kept" in flat(outcome.output)
+    assert "ESTIMATED" not in outcome.output
+
+
+def test_ctrl_c_after_the_baseline_keeps_the_stored_cpu_run(tmp_path, monkeypatch):
+    def interrupted(*arguments, **keywords):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("devicebench.cli.estimate.BASELINE_BUDGET_S", 1.0)  # the fewest steps: seconds, not 20
+    monkeypatch.setattr("devicebench.cli.estimate.estimates_for", interrupted)  # while timing the input pipeline
+    db = tmp_path / "db.sqlite"
+    outcome = invoke("estimate", "cifar10-mlp", "--on", "t4", "--data", "synthetic", "--db", str(db), "--quiet")
+    assert outcome.exit_code == 130, outcome.output
+    runs = [run for result in Store(db).results() for run in result.runs]
+    assert [(run.workload, run.device, run.status) for run in runs] == [("cifar10-mlp", "cpu", "ok")]
+    assert len(runs[0].steady_epochs) == 2
+
+
 def test_the_help_lists_estimate():
     outcome = invoke("--help")
     assert outcome.exit_code == 0, outcome.output

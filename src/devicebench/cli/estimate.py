@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 import typer
 
 from devicebench.cli import DatabaseOption, app, check_output_file, console, errors, fail, open_store
-from devicebench.cli.run import DataOption, plan_or_fail, train_and_show
+from devicebench.cli.run import DataOption, exit_for, plan_or_fail, train_and_show
 from devicebench.config import ConfigError, RunConfig
 from devicebench.estimating import (
     Calibration,
@@ -109,6 +109,8 @@ def estimate(
         raise fail("nothing to estimate: name a torch workload (see `devicebench list`) or give --model")
     job_plan = dataclasses.replace(job_plan, jobs=torch_jobs, budget_s=BASELINE_BUDGET_S * len(torch_jobs))
     outcome = train_and_show(job_plan, json_file=None, quiet=quiet, db=db, tensorboard=None, tables=lambda result: [])
+    if outcome.result.interrupted or outcome.store_failure is not None:
+        exit_for(outcome)  # Ctrl-C, or a database that stopped taking runs: what was kept, with its exit status
     estimates: list[Estimate] = []
     for job, run in zip(torch_jobs, outcome.result.runs):
         if run.status != "ok":
@@ -125,7 +127,8 @@ def estimate(
     for note in estimate_notes(estimates, fitted):
         console.print(note, highlight=False)
     if json_file is not None:
-        write_atomically(json_file, json.dumps(_document(fitted, estimates=estimates), indent=2))
+        document = _document(fitted, estimates=[estimate.to_dict() for estimate in estimates])
+        write_atomically(json_file, json.dumps(document, indent=2))
         errors.print(f"Estimates written to {json_file}")
 
 
@@ -153,5 +156,5 @@ def _document(fitted: Calibration, **parts: object) -> dict:
         "fit": {"compute_efficiency": efficiency.compute, "memory_efficiency": efficiency.memory,
                 "launch_s": efficiency.launch_s, "points": [point.label for point in fitted.points],
                 "interval": None if fitted.interval is None else dataclasses.asdict(fitted.interval)},
-        **{name: [item.to_dict() for item in value] if name == "estimates" else value for name, value in parts.items()},
+        **parts,
     }
