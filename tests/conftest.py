@@ -16,12 +16,13 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import numpy as np
 import platformdirs
 import pytest
+from http_fixtures import StatefulHTTPServer, serving
 from hypothesis import HealthCheck, settings
 
 from devicebench.data import ArrayDataset
@@ -320,7 +321,7 @@ class LoopbackServer:
 
 
 class _LoopbackHandler(BaseHTTPRequestHandler):
-    server: _LoopbackHTTPServer
+    server: StatefulHTTPServer
 
     def do_GET(self) -> None:  # the name http.server dispatches GET requests to
         state = self.server.state
@@ -348,26 +349,13 @@ class _LoopbackHandler(BaseHTTPRequestHandler):
         pass  # keep test output clean
 
 
-class _LoopbackHTTPServer(ThreadingHTTPServer):
-    def __init__(self, state: LoopbackServer) -> None:
-        super().__init__(("127.0.0.1", 0), _LoopbackHandler)
-        self.state = state
-
-
 @pytest.fixture
 def loopback_server(tmp_path: Path) -> Iterator[LoopbackServer]:
     state = LoopbackServer(folder=tmp_path / "served")
     state.folder.mkdir()
-    server = _LoopbackHTTPServer(state)
-    state.base_url = f"http://127.0.0.1:{server.server_address[1]}/"
-    # a short poll interval (seconds) makes shutdown() at teardown quick
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-    thread.start()
-    yield state
-    state.stall_released.set()
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
+    with serving(_LoopbackHandler, state) as state.base_url:
+        yield state
+        state.stall_released.set()  # a stalled response lets go before the server shuts down
 
 
 @pytest.fixture

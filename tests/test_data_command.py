@@ -10,14 +10,14 @@ import hashlib
 import json
 import re
 import shutil
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import numpy as np
 import pytest
+from http_fixtures import StatefulHTTPServer, serving
 from typer.testing import CliRunner
 
 from devicebench import RunConfig, planning, runner
@@ -57,7 +57,7 @@ class RangeServer:
 
 
 class _RangeHandler(BaseHTTPRequestHandler):
-    server: _RangeHTTPServer
+    server: StatefulHTTPServer
 
     def do_GET(self) -> None:  # the name http.server dispatches GET requests to
         state = self.server.state
@@ -79,23 +79,11 @@ class _RangeHandler(BaseHTTPRequestHandler):
         pass
 
 
-class _RangeHTTPServer(ThreadingHTTPServer):
-    def __init__(self, state: RangeServer) -> None:
-        super().__init__(("127.0.0.1", 0), _RangeHandler)
-        self.state = state
-
-
 @pytest.fixture
 def range_server() -> Iterator[RangeServer]:
     state = RangeServer(files=dict(CONTENT))
-    server = _RangeHTTPServer(state)
-    state.base_url = f"http://127.0.0.1:{server.server_address[1]}/"
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-    thread.start()
-    yield state
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
+    with serving(_RangeHandler, state) as state.base_url:
+        yield state
 
 
 @pytest.fixture

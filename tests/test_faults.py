@@ -16,14 +16,14 @@ import os
 import re
 import sqlite3
 import tempfile
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import numpy as np
 import pytest
+from http_fixtures import StatefulHTTPServer, serving
 from typer.testing import CliRunner
 
 from devicebench.cli import EXIT_FAILED_RUN, app
@@ -73,7 +73,7 @@ class CuttingServer:
 
 
 class _CuttingHandler(BaseHTTPRequestHandler):
-    server: _CuttingHTTPServer
+    server: StatefulHTTPServer
 
     def do_GET(self) -> None:  # the name http.server dispatches GET requests to
         state = self.server.state
@@ -97,23 +97,12 @@ class _CuttingHandler(BaseHTTPRequestHandler):
         pass
 
 
-class _CuttingHTTPServer(ThreadingHTTPServer):
-    def __init__(self, state: CuttingServer) -> None:
-        super().__init__(("127.0.0.1", 0), _CuttingHandler)
-        self.state = state
-
-
 @pytest.fixture
 def cutting_server() -> Iterator[CuttingServer]:
     state = CuttingServer(cuts_left=1)
-    server = _CuttingHTTPServer(state)
-    state.url = f"http://127.0.0.1:{server.server_address[1]}/{NAME}"
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-    thread.start()
-    yield state
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
+    with serving(_CuttingHandler, state) as base_url:
+        state.url = base_url + NAME
+        yield state
 
 
 # --- downloads cut off midway ---------------------------------------------------------------------------------------

@@ -21,14 +21,14 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import threading
 import urllib.request
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import platformdirs
 import pytest
+from http_fixtures import serving
 from typer.testing import CliRunner
 
 from devicebench.cli import EXIT_USAGE, app
@@ -364,22 +364,15 @@ class _Redirecting(BaseHTTPRequestHandler):
 
 def test_6_a_download_redirected_from_https_to_http_is_refused(tmp_path, monkeypatch):
     import hashlib
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Redirecting)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-    thread.start()
     _Redirecting.requested = []
     monkeypatch.setattr(sources, "_OPENER", urllib.request.build_opener(HttpsOnlyRedirects, _PlainHttps))
-    url = f"https://127.0.0.1:{server.server_address[1]}/start"
-    remote = RemoteFile("data.bin", urls=(url,), checksum=f"sha256:{hashlib.sha256(_Redirecting.body).hexdigest()}")
-    try:
+    with serving(_Redirecting) as base_url:
+        url = base_url.replace("http://", "https://", 1) + "start"
+        remote = RemoteFile("data.bin", urls=(url,),
+                            checksum=f"sha256:{hashlib.sha256(_Redirecting.body).hexdigest()}")
         with pytest.raises(DataUnavailable) as caught:
             sources.fetch(remote, tmp_path / "data", progress=False)
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
-    port = server.server_address[1]
-    assert caught.value.failures == ((url, f"redirected (HTTP 302) to http://127.0.0.1:{port}/file, which is not "
+    assert caught.value.failures == ((url, f"redirected (HTTP 302) to {base_url}file, which is not "
                                            "HTTPS: refused, since devicebench downloads over HTTPS only"),)
     assert _Redirecting.requested == ["/start"]  # the plain HTTP URL was never asked for
     assert list((tmp_path / "data").iterdir()) == []
