@@ -3,6 +3,12 @@ for a Linear and a Conv2d layer, views left out, and every registered torch work
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 from torch import nn
@@ -151,6 +157,47 @@ def test_a_step_of_your_own_that_reads_numbers_is_profiled_on_the_cpu():
     assert profile.kernels[0].operator == "aten.addmm.default" and profile.kernels[0].flops == 48
     assert operators(profile)[-1] == "aten._foreach_add_.List"  # foreach on the CPU too, as on a GPU
     assert profile.flops == 48 + 48
+
+
+def conv_step_with_item(model, batch, optimizer):
+    """A step of your own that reads a number: profiled on the CPU, whose kernels depend on its vector ISA."""
+    inputs, labels = batch
+    loss = nn.functional.cross_entropy(model(inputs.view(-1, 1, 2, 2)).flatten(1), labels)
+    if loss.item() > 1e9:
+        return loss
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+ON_THE_CPU = """
+import json, sys, torch
+from torch import nn
+sys.path.insert(0, sys.argv[1])
+from test_opcount import SGD, conv_step_with_item, tiny
+from devicebench.engine.opcount import profile_training_step
+profile = profile_training_step(tiny(lambda: nn.Conv2d(1, 3, 2), train_step=conv_step_with_item), SGD)
+kernels = [[kernel.operator, kernel.flops, kernel.bytes_read, kernel.bytes_written] for kernel in profile.kernels]
+print(json.dumps({"isa": torch.backends.cpu.get_cpu_capability(), "notes": profile.notes, "kernels": kernels}))
+"""
+
+
+def test_a_profile_on_the_cpu_is_the_same_whatever_its_vector_isa():
+    """ATEN_CPU_CAPABILITY=default forces torch's plain kernels; unset, it takes the CPU's widest (AVX2 on an EPYC,
+    AVX-512 on a Xeon). The dispatcher sees the same operators either way: the counts do not depend on the ISA."""
+    profiles = {}
+    for capability in ("default", None):
+        environment = {key: value for key, value in os.environ.items() if key != "ATEN_CPU_CAPABILITY"}
+        if capability:
+            environment["ATEN_CPU_CAPABILITY"] = capability
+        completed = subprocess.run([sys.executable, "-c", ON_THE_CPU, str(Path(__file__).parent)], env=environment,
+                                   capture_output=True, text=True, timeout=120)
+        assert completed.returncode == 0, completed.stderr
+        profiles[capability] = json.loads(completed.stdout.splitlines()[-1])
+    assert profiles["default"]["isa"] == "DEFAULT" and profiles[None]["isa"] != "DEFAULT"
+    assert "profiled on the CPU" in profiles["default"]["notes"][0]
+    assert profiles["default"]["kernels"] == profiles[None]["kernels"]
+    assert profiles["default"]["kernels"][0][:2] == ["aten.convolution.default", 2 * 2 * 3 * 1 * 2 * 2]  # 2 x batch 2 x 3 outputs of 1x1, each 1 channel x 2x2
 
 
 def test_a_step_of_your_own_that_fails_everywhere_names_the_workload():
