@@ -197,7 +197,8 @@ def test_a_profile_on_the_cpu_is_the_same_whatever_its_vector_isa():
     assert profiles["default"]["isa"] == "DEFAULT" and profiles[None]["isa"] != "DEFAULT"
     assert "profiled on the CPU" in profiles["default"]["notes"][0]
     assert profiles["default"]["kernels"] == profiles[None]["kernels"]
-    assert profiles["default"]["kernels"][0][:2] == ["aten.convolution.default", 2 * 2 * 3 * 1 * 2 * 2]  # 2 x batch 2 x 3 outputs of 1x1, each 1 channel x 2x2
+    # 2 FLOPs a multiply-add x batch 2 x 3 outputs of 1x1 x (1 channel x a 2x2 window)
+    assert profiles["default"]["kernels"][0][:2] == ["aten.convolution.default", 2 * 2 * 3 * 1 * 2 * 2]
 
 
 def test_a_step_of_your_own_that_fails_everywhere_names_the_workload():
