@@ -90,9 +90,7 @@ def _reproduction(workload: Workload, rows: list[Row]) -> Reproduction:
         measured_end_to_end_ratio=end_to_end,
         measured_accuracy=_accuracy(rows, workload.published.accuracy_kind),
         data_sources=", ".join(sorted({row.settings["data_source"] for row in rows})),
-        outlook=None if cpu is None else published_outlook(
-            workload, cpu.samples_per_s.median, cpu.settings["batch_size"], cpu.settings["data_source"],
-            max_steps=cpu.settings["max_steps"]),
+        outlook=rows_outlook(workload, rows),
     )
 
 
@@ -114,6 +112,15 @@ def _accuracy(rows: list[Row], kind: str) -> float | None:
 # what that GPU would have given here. Only the post's own figures are used; nothing is guessed where it gave none.
 
 FRAMEWORKS = ("Keras on TensorFlow", "Keras", "TensorFlow")  # as the seeds' `hardware` names them, longest first
+
+
+def rows_outlook(workload: Workload, rows: list[Row]) -> str | None:
+    """`published_outlook` for the CPU row among `rows`; None without one."""
+    cpu = next((row for row in rows if row.device == "cpu" and row.samples_per_s), None)
+    if cpu is None:
+        return None
+    return published_outlook(workload, cpu.samples_per_s.median, cpu.settings["batch_size"],
+                             cpu.settings["data_source"], max_steps=cpu.settings["max_steps"])
 
 
 def published_outlook(workload: Workload, measured_cpu_samples_per_s: float, measured_batch_size: int | None,

@@ -275,16 +275,14 @@ def comparison_tables(rows_by_workload: dict[str, list[Row]], *, wide: bool = Fa
 def outlook_lines(rows_by_workload: dict[str, list[Row]]) -> list[RenderableType]:
     """Per workload with a CPU row and a post that gave a CPU figure, what the post's figures say about this CPU
     (`published_outlook`): printed after the tables by `run`."""
-    from devicebench.reproduce import published_outlook  # imports the registry, hence torch: only `run` needs it
+    from devicebench.reproduce import rows_outlook  # imports the registry, hence torch: only `run` needs it
 
     lines = []
     for name, rows in rows_by_workload.items():
         entry = known_workload(name)
-        cpu = next((row for row in rows if row.device == "cpu" and row.samples_per_s), None)
-        if entry is None or entry.published is None or "cpu" not in entry.published.samples_per_s or cpu is None:
+        if entry is None or entry.published is None or "cpu" not in entry.published.samples_per_s:
             continue  # no published CPU figure: `reproduce` says why there is no comparison
-        outlook = published_outlook(entry, cpu.samples_per_s.median, cpu.settings["batch_size"],
-                                    cpu.settings["data_source"], max_steps=cpu.settings["max_steps"])
+        outlook = rows_outlook(entry, rows)
         if outlook is not None:
             lines.append(Text(outlook))
     return lines
