@@ -11,6 +11,8 @@ import os
 import shutil
 import socket
 import struct
+import subprocess
+import sys
 import tarfile
 import tempfile
 import threading
@@ -486,3 +488,18 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
                                       str(folder / "results.sqlite"), "--save", str(folder / "model.pt"), "--quiet"])
     assert result.exit_code == 0, result.output
     return folder / "model.pt"
+
+
+@pytest.fixture(scope="session")
+def plugin_environment(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """An environment in which the example plugin is installed, by pip, from a copy of examples/plugin, with a
+    database of its own (DEVICEBENCH_DB)."""
+    work = tmp_path_factory.mktemp("plugin")
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    source = shutil.copytree(examples / "plugin", work / "source")  # pip builds in the tree: not in the checkout
+    installed = work / "site"
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                          "--target", str(installed), str(source)], capture_output=True, text=True, timeout=300)
+    assert pip.returncode == 0, pip.stderr
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(installed), os.environ.get("PYTHONPATH", "")]),
+            "DEVICEBENCH_DB": str(work / "results.sqlite")}

@@ -22,19 +22,6 @@ def command(*arguments: str, env: dict[str, str], cwd: Path | None = None, timeo
                           timeout=timeout)
 
 
-@pytest.fixture(scope="module")
-def plugin_environment(tmp_path_factory) -> dict[str, str]:
-    """An environment in which the example plugin is installed, by pip, from a copy of examples/plugin."""
-    work = tmp_path_factory.mktemp("plugin")
-    source = shutil.copytree(EXAMPLES / "plugin", work / "source")  # pip builds in the tree: not in the checkout
-    installed = work / "site"
-    pip = command("-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--target", str(installed),
-                  str(source), env=os.environ.copy())
-    assert pip.returncode == 0, pip.stderr
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(installed), os.environ.get("PYTHONPATH", "")]),
-            "DEVICEBENCH_DB": str(work / "results.sqlite")}
-
-
 def test_the_installed_plugin_is_listed_with_its_origin_and_joins_the_quick_suite(plugin_environment):
     listed = command("-m", "devicebench", "list", "lenet5-mnist", "--json", env=plugin_environment)
     assert listed.returncode == 0, listed.stderr

@@ -57,11 +57,14 @@ class EpochRecord:
     rank_device_utilization_percent: list[float | None] | None = None
 
 
+NO_BATCHES = 0  # the batch_size of a workload that takes no batches: boosted trees read every row each round
+
+
 @dataclass
 class RunSettings:
     """Everything that changes the numbers; two runs are comparable only when these agree."""
 
-    batch_size: int
+    batch_size: int  # samples per step, over all processes; NO_BATCHES for boosted trees
     epochs: int
     max_steps: int | None  # cap on training steps per epoch, None for full epochs
     max_eval_steps: int | None
@@ -241,7 +244,7 @@ class InvalidResult(ValueError):
 
 # The ranges of numbers, by field name. Every other number is a time, rate, count, size, memory or energy: ≥ 0
 _ANY_SIGN = frozenset({"train_loss", "test_loss", "seed"})  # a loss can be negative; torch takes any seed
-_AT_LEAST_ONE = frozenset({"epoch", "batch_size", "threads", "world_size"})
+_AT_LEAST_ONE = frozenset({"epoch", "threads", "world_size"})  # batch_size may be NO_BATCHES
 _IDS = frozenset({"run_id", "result_id"})  # strings that must not be empty
 
 

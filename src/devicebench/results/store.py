@@ -65,6 +65,10 @@ class StoreError(RuntimeError):
     """The database file cannot be used: it says which file, what is wrong with it, and what to do."""
 
 
+class UnreadableRun(StoreError):
+    """A run that reading it back would refuse; it was not stored."""
+
+
 class ResultsFileError(ValueError):
     """A file to import is missing, is not JSON, or holds no devicebench results this version can read."""
 
@@ -436,10 +440,12 @@ class Store:
             self._connection.execute(
                 "INSERT INTO live_runs (run_id, hostname, process_id, process_namespace) VALUES (?, ?, ?, ?)",
                 (record.run_id, socket.gethostname(), os.getpid(), pid_namespace()))
+            self._refuse_unreadable([record.run_id])
 
     def add_epoch(self, run_id: str, epoch: EpochRecord) -> None:
         with self._transaction(f"store epoch {epoch.epoch} of run {run_id}"):
             self._connection.execute(_INSERT_EPOCH, _epoch_row(run_id, epoch))
+            self._refuse_unreadable([run_id])
 
     def finish_run(self, record: RunRecord) -> None:
         """Record the run's final status, error and every run-level figure.
@@ -455,6 +461,7 @@ class Store:
             if record.status == "interrupted":
                 self._connection.execute("UPDATE sessions SET interrupted = 1 WHERE result_id = "
                                          "(SELECT result_id FROM runs WHERE run_id = ?)", (record.run_id,))
+            self._refuse_unreadable([record.run_id])
 
     # --- moving results between databases ---
 
@@ -469,11 +476,26 @@ class Store:
             for result in results:
                 self._refuse_another_session_of_the_same_id(result)
                 self._insert_session(result)
+                new_runs = [record.run_id for record in result.runs if self._insert_run(result.result_id, record)]
                 for record in result.runs:
-                    if self._insert_run(result.result_id, record):
+                    if record.run_id in new_runs:
                         self._insert_epochs(record)
-                        added += 1
+                self._refuse_unreadable(new_runs)
+                added += len(new_runs)
         return added
+
+    def _refuse_unreadable(self, run_ids: list[str]) -> None:
+        """Read the runs just written back, inside the writing transaction, as every reading command will: a run
+        the reader would refuse is refused now (the transaction rolls back), never after it was stored."""
+        for start in range(0, len(run_ids), 500):  # SQLite's limit on parameters in one statement
+            chunk = run_ids[start:start + 500]
+            matching = f"WITH matching AS (SELECT run_id FROM runs WHERE run_id IN ({', '.join('?' * len(chunk))})) "
+            try:
+                _assemble(*self._rows(matching, chunk))
+            except (KeyError, TypeError, ValueError, RecursionError) as error:
+                raise UnreadableRun(
+                    f"nothing was stored: devicebench could not read this run back ({error}). This is a bug in "
+                    "devicebench or in the workload that made the run: please report it") from None
 
     def _refuse_another_session_of_the_same_id(self, result: Result) -> None:
         """Raise StoreError when `result` is not the session stored under its id (another machine's, another
@@ -549,28 +571,32 @@ class Store:
         )
         parameters = {"workload": workload, "machine": machine, "status": status,
                       "limit": -1 if last is None else last}  # LIMIT -1: no limit
-        # one snapshot for the three reads, whatever other processes write
-        with self._transaction("read the runs", "BEGIN"):
-            sessions = self._connection.execute(
-                f"{matching} SELECT {', '.join(SESSION_COLUMNS)} FROM sessions WHERE result_id IN "
-                "(SELECT result_id FROM runs WHERE run_id IN matching) ORDER BY created_utc, rowid",
-                parameters,
-            ).fetchall()
-            runs = self._connection.execute(
-                f"{matching} SELECT result_id, run_id, {', '.join(RUN_COLUMNS)}, settings_json FROM runs "
-                "WHERE run_id IN matching ORDER BY result_id, position",
-                parameters,
-            ).fetchall()
-            epochs = self._connection.execute(
-                f"{matching} SELECT run_id, {', '.join(EPOCH_COLUMNS)} FROM epochs WHERE run_id IN matching "
-                "ORDER BY run_id, epoch",
-                parameters,
-            ).fetchall()
+        with self._transaction("read the runs", "BEGIN"):  # one snapshot, whatever other processes write
+            rows = self._rows(matching, parameters)
         try:
-            return _assemble(sessions, runs, epochs)
+            return _assemble(*rows)
         except (KeyError, TypeError, ValueError, RecursionError) as error:  # InvalidResult and JSONDecodeError too
             raise StoreError(f"{self.path} is a damaged devicebench results database: {error}. Nothing was "
                              f"changed in it; {_DAMAGED}") from None
+
+    def _rows(self, matching: str, parameters: Any) -> tuple[list[sqlite3.Row], list[sqlite3.Row], list[sqlite3.Row]]:
+        """The session, run and epoch rows of the runs the `matching` common table expression names."""
+        sessions = self._connection.execute(
+            f"{matching} SELECT {', '.join(SESSION_COLUMNS)} FROM sessions WHERE result_id IN "
+            "(SELECT result_id FROM runs WHERE run_id IN matching) ORDER BY created_utc, rowid",
+            parameters,
+        ).fetchall()
+        runs = self._connection.execute(
+            f"{matching} SELECT result_id, run_id, {', '.join(RUN_COLUMNS)}, settings_json FROM runs "
+            "WHERE run_id IN matching ORDER BY result_id, position",
+            parameters,
+        ).fetchall()
+        epochs = self._connection.execute(
+            f"{matching} SELECT run_id, {', '.join(EPOCH_COLUMNS)} FROM epochs WHERE run_id IN matching "
+            "ORDER BY run_id, epoch",
+            parameters,
+        ).fetchall()
+        return sessions, runs, epochs
 
     def stored_names(self) -> tuple[list[str], list[str]]:
         """The names of the machines and the workloads stored, sorted: what a filter that matched nothing could

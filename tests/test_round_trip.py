@@ -1,0 +1,117 @@
+"""What a run stores reads back, for every kind of workload and every command that reads the database.
+
+Every registered workload (the seeds, the text models, the boosted trees, an installed plugin) and a model of the
+user's own train briefly into one database; then every reading command runs on it: history, compare, export (JSON
+and CSV), import into another database, report, estimate --validate and reproduce. And a run the reader would
+refuse is refused when it is written, never after.
+
+    python -m pytest tests/test_round_trip.py -q
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from devicebench.results.schema import NO_BATCHES
+from devicebench.results.store import Store, UnreadableRun
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+BRIEFLY = ["--devices", "cpu", "--epochs", "2", "--max-steps", "2", "--max-eval-steps", "1", "--quiet"]
+
+
+def devicebench(*arguments: str, env: dict[str, str], cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "devicebench", *arguments], env=env, cwd=cwd, capture_output=True,
+                          text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def every_kind_stored(plugin_environment, tmp_path_factory) -> tuple[dict[str, str], list[str]]:
+    """A database holding a short run of every registered workload and of examples/own_model.py's MyNet."""
+    folder = tmp_path_factory.mktemp("round-trip")
+    env = {**plugin_environment, "DEVICEBENCH_DB": str(folder / "results.sqlite"), "COLUMNS": "80"}
+    listed = devicebench("list", "--json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    names = [entry["name"] for entry in json.loads(listed.stdout) if not entry.get("unavailable")]
+    assert {"mnist-cnn2", "imdb-bilstm", "gbdt-synthetic", "lenet5-mnist"} <= set(names)  # seed, text, trees, plugin
+    trained = devicebench("run", *names, "--data", "synthetic", *BRIEFLY, env=env)
+    assert trained.returncode == 0, trained.stdout[-2000:] + trained.stderr[-2000:]
+    own = devicebench("run", "--model", "own_model:MyNet", "--data", "own_model:make_data", *BRIEFLY,
+                      env={**env, "PYTHONPATH": os.pathsep.join([str(EXAMPLES), env["PYTHONPATH"]])})
+    assert own.returncode == 0, own.stdout[-2000:] + own.stderr[-2000:]
+    return env, names
+
+
+def test_every_reading_command_reads_what_every_kind_of_workload_stored(every_kind_stored, tmp_path):
+    env, names = every_kind_stored
+    history = devicebench("history", "--json", env=env)
+    assert history.returncode == 0, history.stderr
+    stored = [run["workload"] for result in json.loads(history.stdout) for run in result["runs"]]
+    assert sorted(stored) == sorted([*names, "MyNet"])  # every run, once
+    assert all(run["status"] == "ok" for result in json.loads(history.stdout) for run in result["runs"])
+    for command in (["history"], ["compare"], ["compare", "--wide"]):
+        shown = devicebench(*command, env=env)
+        assert shown.returncode == 0, f"{command}: {shown.stderr}"
+        assert "gbdt-synthetic" in shown.stdout and "MyNet" in shown.stdout, command
+
+    exported, table = tmp_path / "runs.json", tmp_path / "runs.csv"
+    for out in (exported, table):
+        export = devicebench("export", str(out), env=env)
+        assert export.returncode == 0, export.stderr
+    assert table.read_text().count("\n") == len(stored) + 1  # a header and a line per run
+    other = {**env, "DEVICEBENCH_DB": str(tmp_path / "other.sqlite")}
+    imported = devicebench("import", str(exported), env=other)
+    assert imported.returncode == 0, imported.stderr
+    again = devicebench("history", "--json", env=other)
+    assert json.loads(again.stdout) == json.loads(history.stdout)  # nothing lost or changed on the way
+
+    report = devicebench("report", "--out", str(tmp_path / "report.html"), env=env)
+    assert report.returncode == 0, report.stderr
+    assert "gbdt-synthetic" in (tmp_path / "report.html").read_text()
+    validate = devicebench("estimate", "--validate", env=env)
+    assert validate.returncode == 0, validate.stderr
+    reproduce = devicebench("reproduce", "S5", "--quick", "--devices", "cpu", "--data", "synthetic", "--quiet",
+                            env=env)
+    assert reproduce.returncode == 0, reproduce.stderr
+    after = devicebench("history", "--json", env=env)
+    assert after.returncode == 0, after.stderr  # what reproduce stored reads back too
+    assert len([run for result in json.loads(after.stdout) for run in result["runs"]]) > len(stored)
+
+
+def test_a_boosted_tree_run_stored_by_the_previous_release_reads(default_results_db, make_result, make_run):
+    """The previous release stored boosted trees' batch as 0 ("every row each round") and refused to read it."""
+    trees = make_run("gbdt-synthetic")
+    trees.settings.batch_size = NO_BATCHES
+    with Store(default_results_db) as store:
+        store.import_results([make_result("laptop", [trees])])
+    with Store(default_results_db, reading_only=True) as store:
+        [result] = store.results()
+    assert result.runs[0].settings.batch_size == NO_BATCHES
+
+
+def test_a_run_the_reader_would_refuse_is_refused_when_written(default_results_db, make_result, make_run):
+    session, refused = make_result("laptop", []), "nothing was stored: devicebench could not read this run back"
+    negative_batch = make_run("mnist-cnn2", epochs=[])
+    negative_batch.settings.batch_size = -1
+    started = make_run("mnist-cnn2", epochs=[], status="running")
+    [good, above_one] = make_run("mnist-cnn2", epoch_times_s=(2.0, 1.0)).epochs
+    above_one.test_accuracy = 1.5
+    with Store(default_results_db) as store:
+        store.add_session(session)
+        with pytest.raises(UnreadableRun, match=r"settings\.batch_size: expected a whole number ≥ 0, got -1"):
+            store.start_run(session.result_id, negative_batch)
+        store.start_run(session.result_id, started)
+        store.add_epoch(started.run_id, good)
+        with pytest.raises(UnreadableRun, match=rf"{refused}.*epochs\[1\]\.test_accuracy: expected a finite"):
+            store.add_epoch(started.run_id, above_one)
+        started.epochs = [good, above_one]
+        started.status = "ok"
+        with pytest.raises(UnreadableRun, match=refused):
+            store.finish_run(started)
+        [result] = store.results()  # what was refused was rolled back: what is stored still reads
+    assert [(run.run_id, run.status, len(run.epochs)) for run in result.runs] == [(started.run_id, "running", 1)]
