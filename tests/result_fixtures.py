@@ -32,6 +32,14 @@ def run(device: str, epoch_times: list[float], *, workload: str = "mnist-cnn2", 
                      energy_j=energy_j)
 
 
+def tuned(record: RunRecord, *choices: str) -> RunRecord:
+    """`record` in tuned mode, with the tuned-mode `choices` (channels_last, fused_optimizer, ...) switched on."""
+    record.settings.mode = "tuned"
+    for choice in choices:
+        setattr(record.settings, choice, True)
+    return record
+
+
 def session(machine_fingerprint: dict, runs: list[RunRecord]) -> Result:
     return Result(machine=machine_fingerprint, config={}, created_utc="2026-01-01T00:00:00Z",
                   devicebench_version="0.1.0", runs=runs)

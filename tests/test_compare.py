@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from result_fixtures import machine, run, session
+from result_fixtures import machine, run, session, tuned
 
 from devicebench.engine.tuning_choices import Tuning
 from devicebench.report.tables import comparison_text, row_notes
@@ -131,14 +131,6 @@ def test_tuned_runs_that_chose_differently_are_separate_rows_named_by_the_choice
     notes = row_notes(rows)
     assert sum("choosing before training" in note for note in notes) == 1  # the row that spent the 12.5 s
     assert any("12.5 s choosing before training" in note for note in notes)
-
-
-def tuned(record, *choices: str):
-    """`record` in tuned mode, with the tuned-mode `choices` (channels_last, ...) switched on."""
-    record.settings.mode = "tuned"
-    for choice in choices:
-        setattr(record.settings, choice, True)
-    return record
 
 
 def test_a_label_names_only_what_sets_its_row_apart_and_never_a_switch_that_is_off():

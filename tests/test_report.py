@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from PIL import Image
-from result_fixtures import machine, run, session
+from result_fixtures import machine, run, session, tuned
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -27,7 +27,7 @@ from devicebench.report.plots import file_stem, steady_epoch_lengths, workload_c
 from devicebench.report.progress import RichReporter
 from devicebench.results.compare import Row, compare
 from devicebench.results.prices import parse_prices
-from devicebench.results.schema import Result, RunRecord
+from devicebench.results.schema import Result
 from devicebench.results.store import Store
 from devicebench.workloads import get_workload
 
@@ -219,13 +219,6 @@ def test_missing_report_extra_names_the_install_command(results, tmp_path, monke
     monkeypatch.setitem(sys.modules, "jinja2", None)  # import jinja2 now raises ImportError
     with pytest.raises(ReportDependencyError, match=r"jinja2.*pip install 'devicebench\[report\]'"):
         write_report(results, tmp_path / "report.html")
-
-
-def tuned(record: RunRecord, *choices: str) -> RunRecord:
-    record.settings.mode = "tuned"
-    for choice in choices:
-        setattr(record.settings, choice, True)
-    return record
 
 
 def cpu_only() -> list[Result]:
