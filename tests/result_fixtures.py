@@ -14,20 +14,30 @@ def machine(name: str, machine_id: str) -> dict:
 
 def run(device: str, epoch_times: list[float], *, workload: str = "mnist-cnn2", repeat: int = 0,
         batch_size: int = 50, threads: int = 2, data_source: str = "synthetic", status: str = "ok",
-        end_to_end_s: float | None = None, energy_j: float | None = None) -> RunRecord:
-    """A run whose epoch i took epoch_times[i] seconds for SAMPLES_PER_EPOCH samples; epoch 1 is warm-up."""
+        end_to_end_s: float | None = None, energy_j: float | None = None, steps: int = 10) -> RunRecord:
+    """A run whose epoch i took epoch_times[i] seconds for `steps` steps of SAMPLES_PER_EPOCH / 10 samples each
+    (SAMPLES_PER_EPOCH samples at the default 10 steps, the run's --max-steps); epoch 1 is warm-up."""
+    samples = SAMPLES_PER_EPOCH * steps // 10
     epochs = [
-        EpochRecord(epoch=index + 1, phase="warmup" if index == 0 else "steady", steps=10, samples=SAMPLES_PER_EPOCH,
-                    train_time_s=seconds, samples_per_s=SAMPLES_PER_EPOCH / seconds, step_time_ms=seconds * 100,
+        EpochRecord(epoch=index + 1, phase="warmup" if index == 0 else "steady", steps=steps, samples=samples,
+                    train_time_s=seconds, samples_per_s=samples / seconds, step_time_ms=seconds * 1000 / steps,
                     train_loss=1.0 / (index + 1), train_accuracy=0.5, eval_time_s=0.1, eval_samples=100,
                     test_loss=1.0, test_accuracy=0.6 + 0.1 * index)
         for index, seconds in enumerate(epoch_times)
     ]
-    settings = RunSettings(batch_size=batch_size, epochs=len(epoch_times), max_steps=10, max_eval_steps=1, seed=0,
+    settings = RunSettings(batch_size=batch_size, epochs=len(epoch_times), max_steps=steps, max_eval_steps=1, seed=0,
                            threads=threads, data_source=data_source)
     return RunRecord(workload, "S1", device, f"{device} model", repeat, settings, "2026-01-01T00:00:00Z",
                      status=status, epochs=epochs, end_to_end_s=end_to_end_s or sum(epoch_times) + 1.0,
                      energy_j=energy_j)
+
+
+def tuned(record: RunRecord, *choices: str) -> RunRecord:
+    """`record` in tuned mode, with the tuned-mode `choices` (channels_last, fused_optimizer, ...) switched on."""
+    record.settings.mode = "tuned"
+    for choice in choices:
+        setattr(record.settings, choice, True)
+    return record
 
 
 def session(machine_fingerprint: dict, runs: list[RunRecord]) -> Result:

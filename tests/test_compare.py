@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-import pytest
-from result_fixtures import machine, run, session
+import dataclasses
 
-from devicebench.report.tables import row_notes
-from devicebench.results.compare import Row, compare
+import pytest
+from result_fixtures import machine, run, session, tuned
+
+from devicebench.engine.tuning_choices import Tuning
+from devicebench.report.tables import comparison_text, row_notes
+from devicebench.results.compare import TUNED_CHOICES, Row, compare, setting_text, tuned_gains
 from devicebench.results.prices import Prices
 
 LAPTOP, SERVER = machine("laptop", "aaaa1111"), machine("server", "bbbb2222")
@@ -37,7 +40,7 @@ def test_runs_with_different_speed_settings_are_never_pooled_and_the_difference_
     runs = [run("cpu", [12, 10, 10]), run("cpu", [12, 6, 6], batch_size=200), run("cuda:0", [5, 2, 2], batch_size=200)]
     rows = compare([session(LAPTOP, runs)])["mnist-cnn2"]
     assert [(row.device, row.differs_by) for row in rows] == [
-        ("cpu", "batch_size=50"), ("cpu", "batch_size=200"), ("cuda:0", "")]
+        ("cpu", "batch 50"), ("cpu", "batch 200"), ("cuda:0", "")]
     gpu = rows[2]
     assert gpu.baseline is rows[1]  # the CPU run doing the same work, at batch 200
     assert gpu.speedup.ratio == pytest.approx(3.0)
@@ -91,7 +94,7 @@ def test_runs_with_set_overrides_are_their_own_rows_and_need_a_baseline_with_the
     changed = run("cuda:0", [5, 2, 2])
     changed.settings.overrides = {"learning_rate": 0.1}
     rows = compare([session(LAPTOP, [run("cpu", [12, 10, 10]), run("cuda:0", [5, 2, 2]), changed])])["mnist-cnn2"]
-    assert [row.differs_by for row in rows] == ["", "no --set", "learning_rate=0.1"]
+    assert [row.label for row in rows] == ["laptop/cpu", "laptop/cuda:0", "laptop/cuda:0 (learning_rate=0.1)"]
     assert rows[1].speedup.ratio == pytest.approx(5.0)
     assert rows[2].speedup is None  # no CPU run trained with learning_rate=0.1
 
@@ -124,11 +127,61 @@ def test_tuned_runs_that_chose_differently_are_separate_rows_named_by_the_choice
     chose.tuning_s, did_not.tuning_s = 12.5, 0.0
     rows = compare([session(LAPTOP, [chose, did_not])])["mnist-cnn2"]
     assert [(len(row.runs), row.epoch_time_s.median) for row in rows] == [(1, 3.0), (1, 6.0)]  # never pooled to 4.5
-    assert [row.differs_by for row in rows] == ["channels_last=True, fused_optimizer=True",
-                                                "channels_last=False, fused_optimizer=False"]
+    assert [row.label for row in rows] == ["laptop/cpu (channels last, fused optimizer)", "laptop/cpu"]
     notes = row_notes(rows)
     assert sum("choosing before training" in note for note in notes) == 1  # the row that spent the 12.5 s
     assert any("12.5 s choosing before training" in note for note in notes)
+
+
+def test_a_label_names_only_what_sets_its_row_apart_and_never_a_switch_that_is_off():
+    """The issue's label, `vm/cpu (mode=seed, channels_last=False, fused_optimizer=False, allocator_keeps_memory=False,
+    max_steps=3)`: a seed and a tuned row set apart by their mode and their steps; what tuned mode chose follows from
+    `tuned` (the notes list it), unless two tuned rows chose differently."""
+    seed = run("cpu", [2.0, 1.5, 1.5], steps=3)
+    tuned_run = tuned(run("cpu", [6.0, 5.0, 5.0], steps=25), "channels_last", "fused_optimizer",
+                      "allocator_keeps_memory")
+    gpu = run("cuda:0", [1.0, 0.5, 0.5], steps=3)
+    results = [session(LAPTOP, [seed, tuned_run, gpu])]
+    assert [row.label for row in compare(results)["mnist-cnn2"]] == [
+        "laptop/cpu (seed, 3 steps)", "laptop/cpu (tuned, 25 steps)", "laptop/cuda:0"]
+    assert "cpu (seed, 3 steps)" in comparison_text(results)  # the terminal's tables say the same
+
+    plain_tuned = tuned(run("cpu", [6.0, 5.5, 5.5], steps=25))  # a tuned run that kept nothing
+    rows = compare([session(LAPTOP, [seed, tuned_run, plain_tuned])])["mnist-cnn2"]
+    assert [row.differs_by for row in rows] == [
+        "seed, 3 steps", "tuned, channels last, fused optimizer, allocator keeps memory, 25 steps", "tuned, 25 steps"]
+
+
+def test_the_choices_a_label_leaves_to_the_mode_are_tuned_mode_s_choices():
+    assert set(TUNED_CHOICES) == {field.name for field in dataclasses.fields(Tuning)}
+
+
+@pytest.mark.parametrize(("name", "value", "text"), [
+    ("mode", "tuned", "tuned"), ("precision", "bf16", "bf16"), ("data_source", "real", "real"),
+    ("batch_size", 1024, "batch 1,024"), ("threads", 1, "1 thread"), ("threads", 16, "16 threads"),
+    ("workers", 0, "0 workers"), ("world_size", 1, "1 process"), ("world_size", 4, "4 processes"),
+    ("max_steps", 1, "1 step"), ("max_steps", 25, "25 steps"), ("max_steps", None, "full epochs"),
+    ("batch_size_auto", True, "auto batch"), ("channels_last", True, "channels last"), ("compiled", False, ""),
+    ("overrides", {"learning_rate": 0.1, "depth": 3}, "learning_rate=0.1, depth=3"), ("overrides", {}, ""),
+])
+def test_a_setting_reads_in_a_word_or_two(name, value, text):
+    assert setting_text(name, value) == text
+
+
+def test_tuned_mode_s_gain_is_taken_in_samples_per_s_against_the_seed_row_of_the_same_work():
+    """A 25-step tuned epoch takes longer than a 3-step seed one, yet trains 2.5 times the samples per second."""
+    seed = run("cpu", [2.0, 1.5, 1.5], steps=3)  # 300 samples an epoch: 200 samples/s
+    longer_seed = run("cpu", [6.0, 12.5, 12.5], steps=25)  # 2,500 samples an epoch: 200 samples/s
+    faster = tuned(run("cpu", [6.0, 5.0, 5.0], steps=25), "channels_last")  # 500 samples/s
+    other_batch = tuned(run("cpu", [1.0, 1.0, 1.0], steps=3, batch_size=64))  # no seed row at batch 64
+    gpu = tuned(run("cuda:0", [1.0, 0.5, 0.5], steps=3))  # no seed row on the GPU
+    rows = compare([session(LAPTOP, [seed, longer_seed, faster, other_batch, gpu])])["mnist-cnn2"]
+    (gain,) = tuned_gains(rows)
+    assert (gain.tuned.runs, gain.seed.runs) == ([faster], [longer_seed])  # the seed row of the same length first
+    assert gain.gain.ratio == pytest.approx(2.5) and (gain.gain.low, gain.gain.high) == pytest.approx((2.5, 2.5))
+    (gain,) = tuned_gains([row for row in rows if row.runs != [longer_seed]])
+    assert gain.seed.runs == [seed] and gain.gain.ratio == pytest.approx(2.5)
+    assert gain.tuned.epoch_time_s.median > gain.seed.epoch_time_s.median  # longer epochs, yet faster
 
 
 def cpu_row(epoch_times_per_repeat: list[list[float]]) -> Row:

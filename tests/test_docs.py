@@ -69,3 +69,31 @@ def test_the_link_finder_sees_links_and_images_and_leaves_out_code_and_urls():
     markdown = ("See [a](docs/a.md#part), ![b](docs/b.png) and [c](https://example.com), [d](#here), "
                 "[e](mailto:x@example.com).\n\n```bash\n[f](nowhere.md)\n```\n")
     assert relative_links(markdown) == ["docs/a.md#part", "docs/b.png"]
+
+
+DOCS = REPOSITORY / "docs"
+MOST_MENU_ENTRIES = 5  # the theme's top menu stays one line from 1000 px up: 17 entries took 4 lines at 1280 px
+NARROW_PAGE_COLUMNS = 70  # the code a page shows without scrolling in an 800-px window (screenshots: about 70)
+
+
+def nav_pages(entries: list) -> list[str]:
+    """The pages of a MkDocs nav, sections opened, in order."""
+    pages = []
+    for entry in entries:
+        (target,) = entry.values()
+        pages += nav_pages(target) if isinstance(target, list) else [target]
+    return pages
+
+
+def test_the_top_menu_is_a_few_sections_that_hold_every_page():
+    yaml = pytest.importorskip("yaml", reason="reading mkdocs.yml needs PyYAML, which MkDocs brings")
+    nav = yaml.safe_load((REPOSITORY / "mkdocs.yml").read_text())["nav"]
+    assert len(nav) <= MOST_MENU_ENTRIES, [next(iter(entry)) for entry in nav]
+    pages = nav_pages(nav)
+    assert sorted(pages) == sorted(path.name for path in DOCS.glob("*.md")) and len(set(pages)) == len(pages)
+
+
+def test_the_commands_on_the_front_page_fit_a_narrow_window_comments_included():
+    long_lines = [line for block in fenced_blocks((DOCS / "index.md").read_text()) for line in block.splitlines()
+                  if len(line) > NARROW_PAGE_COLUMNS]
+    assert not long_lines, f"docs/index.md: cut off at 800 px; give comments a line of their own: {long_lines}"

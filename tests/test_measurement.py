@@ -37,7 +37,7 @@ from devicebench.engine.timing import Stopwatch
 from devicebench.events import RunReporter
 from devicebench.host import BYTES_PER_MIB
 from devicebench.report.tables import comparison_text
-from devicebench.results.compare import SPEED_SETTINGS, compare
+from devicebench.results.compare import SPEED_SETTINGS, compare, setting_text
 from devicebench.results.schema import EpochRecord, RunRecord, RunSettings, RunSummary
 
 CPU = torch.device("cpu")
@@ -438,8 +438,8 @@ def test_runs_that_differ_in_one_speed_setting_are_never_pooled(setting):
     setattr(changed.settings, setting, CHANGED[setting])
     rows = compare([session(BOX, [run("cpu", [2, 1, 1]), changed])])["mnist-cnn2"]
     assert len(rows) == 2 and all(len(row.runs) == 1 for row in rows)
-    assert all(row.differs_by for row in rows)  # and each says how it differs
-    assert setting in rows[1].differs_by or setting == "overrides"  # overrides read as the --set they came from
+    assert rows[0].label != rows[1].label  # and the labels tell them apart: the changed row names its value
+    assert rows[1].differs_in == (setting,) and rows[1].differs_by == setting_text(setting, CHANGED[setting]) != ""
 
 
 def test_a_run_records_its_speed_settings_and_the_software_it_ran_on():

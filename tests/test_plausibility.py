@@ -206,8 +206,7 @@ def test_runs_of_different_lengths_are_never_pooled_into_one_row():
     runs = [capped(run("cpu", [2.0, 1.0, 1.0]), 20), capped(run("cpu", [2.0, 0.9, 0.9]), 30),
             capped(run("cpu", [2.0, 0.8, 0.8]), 60)]
     rows = compare([session(LAPTOP, runs)])["mnist-cnn2"]
-    assert [(len(row.runs), row.differs_by) for row in rows] == [(1, "max_steps=20"), (1, "max_steps=30"),
-                                                                  (1, "max_steps=60")]
+    assert [(len(row.runs), row.differs_by) for row in rows] == [(1, "20 steps"), (1, "30 steps"), (1, "60 steps")]
 
 
 def test_scaling_efficiency_is_taken_against_one_process_of_the_same_length():
@@ -232,7 +231,7 @@ def test_no_scaling_efficiency_across_lengths_or_from_an_interrupted_run_and_the
     notes = row_notes([single, data_parallel])
     assert any("no scaling efficiency against one process: its epochs were capped at 60 steps" in note
                for note in notes)
-    assert any("speedup against laptop/cpu (world_size=1, max_steps=20), whose epochs were capped at 20 steps (this row's at 60)"
+    assert any("speedup against laptop/cpu (1 process, 20 steps), whose epochs were capped at 20 steps (this row's at 60)"
                in note for note in notes)
     assert not [note for note in notes if "scaling efficiency 1" in note or "143%" in note]
 

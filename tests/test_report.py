@@ -16,13 +16,14 @@ from pathlib import Path
 
 import pytest
 from PIL import Image
-from result_fixtures import machine, run, session
+from result_fixtures import machine, run, session, tuned
 from rich.console import Console
 from typer.testing import CliRunner
 
 from devicebench.cli import EXIT_USAGE, app
+from devicebench.report import plots
 from devicebench.report.html import ReportDependencyError, write_report
-from devicebench.report.plots import file_stem
+from devicebench.report.plots import file_stem, steady_epoch_lengths, workload_charts
 from devicebench.report.progress import RichReporter
 from devicebench.results.compare import Row, compare
 from devicebench.results.prices import parse_prices
@@ -148,10 +149,10 @@ def test_table_numbers_are_the_comparison_rows(results, tmp_path):
     assert gpu.speedup.ratio == pytest.approx(10.0)  # per-repeat medians: 1000 and 909.1 over 100 and 90.9
     speedup_cell = table["laptop/cuda:0"][10]
     assert speedup_cell.startswith(f"10.00x [{gpu.speedup.low:.2f}–{gpu.speedup.high:.2f}]")
-    assert "vs laptop/cpu (batch_size=50)" in speedup_cell and "95% interval from repeats" in speedup_cell
+    assert "vs laptop/cpu (batch 50)" in speedup_cell and "95% interval from repeats" in speedup_cell
 
-    cpu = table["laptop/cpu (batch_size=50)"]
-    assert cpu[0] == "laptop/cpu (batch_size=50) seed mode, batch 50, 2 threads"
+    cpu = table["laptop/cpu (batch 50)"]
+    assert cpu[0] == "laptop/cpu (batch 50) seed mode, batch 50, 2 threads"
     assert cpu[1] == "laptop cpu model (cpu)"  # the machine, then its device's name in small print
     assert cpu[2] == "10.50 [10.00–11.00]"  # steady epochs 10, 10, 11, 11
     assert cpu[3] == "95" and cpu[4] == "1,050.00"  # median of 100 and 90.9 samples/s; 10.5 s / 10 steps in ms
@@ -161,7 +162,7 @@ def test_table_numbers_are_the_comparison_rows(results, tmp_path):
     assert cpu[9] == "80.0%" and cpu[10] == "1.00x (baseline)"
     assert cpu[11:13] == ["real", "2 2 repeats; ok 2"]
 
-    wide_batch = table["laptop/cpu (batch_size=64)"]
+    wide_batch = table["laptop/cpu (batch 64)"]
     assert wide_batch[0].endswith("seed mode, batch 64, 2 threads") and wide_batch[2] == "12.00 [12.00–12.00]"
 
     server_gpu_row = row_by_label(rows, "cifar10-mlp", "server/cuda:0")
@@ -220,6 +221,95 @@ def test_missing_report_extra_names_the_install_command(results, tmp_path, monke
         write_report(results, tmp_path / "report.html")
 
 
+def cpu_only() -> list[Result]:
+    """A machine without a GPU: seed mode in 3-step epochs (200 samples/s) and tuned mode in 25-step ones (500
+    samples/s). Each tuned epoch takes longer, 5 s against 1.5 s, though tuned mode trains 2.5 times as fast."""
+    return [session(machine("vm", "ccc333"), [run("cpu", [2.0, 1.5, 1.5], steps=3),
+                                              tuned(run("cpu", [6.0, 5.0, 5.0], steps=25), "channels_last")])]
+
+
+def page_text(path: Path) -> str:
+    return " ".join(parse(path.read_text()).text.split())  # as a reader sees it: one space between words
+
+
+def test_a_cpu_only_report_says_why_there_is_no_speedup_and_what_tuned_mode_gained(tmp_path):
+    text = page_text(write_report(cpu_only(), tmp_path / "report.html"))
+    assert "CPU only: every run here trained on the CPU, the speedup baseline, so there is no speedup to show." in text
+    assert "devicebench estimate mnist-cnn2 predicts the samples/s, speedup and cost of named GPUs" in text
+    assert "No row has a speedup" not in text
+    assert ("mnist-cnn2: vm/cpu (tuned, 25 steps) trained 2.50x [2.50–2.50] the samples/s of vm/cpu (seed, 3 steps): "
+            "500 against 200.") in text
+
+    gpu_alone = [session(machine("box", "ddd444"), [run("cuda:0", [2.0, 1.0, 1.0])])]  # a baseline is missing
+    text = page_text(write_report(gpu_alone, tmp_path / "gpu.html"))
+    assert "No row has a speedup: each needs a baseline run (cpu)" in text and "CPU only" not in text
+    assert "Tuned mode against seed mode" not in text
+
+
+@pytest.fixture
+def figures(monkeypatch) -> list:
+    """Every matplotlib figure a chart is made from, kept as it is turned into PNG."""
+    kept = []
+    to_png = plots._png
+
+    def keep(figure):
+        kept.append(figure)
+        return to_png(figure)
+
+    monkeypatch.setattr(plots, "_png", keep)
+    return kept
+
+
+def test_epochs_of_different_lengths_are_set_side_by_side_in_samples_per_s_never_in_epoch_time(figures):
+    rows = compare(cpu_only())["mnist-cnn2"]
+    assert steady_epoch_lengths(rows) == [(3, 300), (25, 2500)]
+    charts = workload_charts("mnist-cnn2", rows, None)
+    assert [chart.slug for chart in charts] == ["mnist-cnn2-samples-per-s", "mnist-cnn2-test-accuracy"]
+    assert charts[0].caption.startswith("Epochs here had 3–25 steps, so their times are not set side by side")
+    throughput, accuracy = figures
+    assert [bar.get_width() for bar in throughput.axes[0].patches] == pytest.approx([200, 500])  # tuned: longer
+    assert throughput.axes[0].get_xlabel().startswith("training throughput, samples/s")
+    assert [text.get_text() for text in accuracy.legends[0].get_texts()] == ["vm/cpu (seed, 3 steps)",
+                                                                           "vm/cpu (tuned, 25 steps)"]
+
+    figures.clear()  # labels that do not name the steps get them where lengths differ
+    on_two_devices = [session(machine("vm", "ccc333"), [run("cpu", [2.0, 1.5, 1.5], steps=3),
+                                                        run("cuda:0", [1.0, 0.5, 0.5], steps=25)])]
+    workload_charts("mnist-cnn2", compare(on_two_devices)["mnist-cnn2"], None)
+    assert [text.get_text() for text in figures[-1].legends[0].get_texts()] == ["vm/cpu, 3-step epochs",
+                                                                              "vm/cuda:0, 25-step epochs"]
+
+    figures.clear()  # epochs of one length: their times compare, and the title says how long they were
+    same_length = [session(machine("vm", "ccc333"), [run("cpu", [2.0, 1.5, 1.5], steps=3),
+                                                     run("cuda:0", [1.0, 0.5, 0.5], steps=3)])]
+    charts = workload_charts("mnist-cnn2", compare(same_length)["mnist-cnn2"], None)
+    assert "mnist-cnn2-epoch-time" in [chart.slug for chart in charts] and not charts[0].caption
+    epoch_time = figures[[chart.slug for chart in charts].index("mnist-cnn2-epoch-time")]
+    assert epoch_time.axes[0].get_title() == "mnist-cnn2: steady 3-step epoch time (shorter is faster)"
+    assert [bar.get_width() for bar in epoch_time.axes[0].patches] == pytest.approx([1.5, 0.5])
+
+
+def test_nothing_a_chart_draws_reaches_outside_its_picture(results, figures, tmp_path):
+    """The accuracy chart's axis label was cut off once its legend, a line or more per row, squeezed the plot."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    choices = ("channels_last", "fused_optimizer", "allocator_keeps_memory", "compiled", "cudnn_benchmark")
+    crowded = [tuned(run("cpu", [2.0, 1.0 + index / 10, 1.0], workload="crowded", steps=3 + index,
+                         batch_size=32 * (index + 1)), *choices[:index]) for index in range(len(choices) + 1)]
+    write_report([*results, session(machine("crowded", "eee555"), crowded)], tmp_path / "report.html")
+    legends = {figure.axes[0].get_title(): len(figure.legends[0].get_texts()) for figure in figures if figure.legends}
+    assert legends["crowded: test accuracy per epoch (dashed: synthetic data)"] == 6  # a curve per row
+    for figure in figures:
+        canvas = FigureCanvasAgg(figure)
+        canvas.draw()
+        drawn = figure.get_tightbbox(canvas.get_renderer())  # inches, around every text, tick and legend
+        width, height = figure.get_size_inches()
+        slack = 1 / figure.dpi  # a pixel
+        title = figure.axes[0].get_title()
+        assert drawn.x0 >= -slack and drawn.y0 >= -slack, title
+        assert drawn.x1 <= width + slack and drawn.y1 <= height + slack, title
+
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
@@ -264,8 +354,8 @@ def test_cli_filters_and_an_empty_selection(results, tmp_path):
     out = tmp_path / "laptop.html"
     outcome = cli.invoke(app, ["report", "--db", str(database), "--out", str(out), "--machine", "laptop"])
     assert outcome.exit_code == 0, outcome.output
-    assert set(parse(out.read_text()).table_rows) == {"laptop/cpu (batch_size=50)", "laptop/cuda:0",
-                                                      "laptop/cpu (batch_size=64)"}
+    assert set(parse(out.read_text()).table_rows) == {"laptop/cpu (batch 50)", "laptop/cuda:0",
+                                                      "laptop/cpu (batch 64)"}
     outcome = cli.invoke(app, ["report", "--db", str(database), "--out", str(out), "--workload", "resnet*"])
     assert outcome.exit_code == 0 and "0 runs" in outcome.stdout
     assert "No runs matched" in parse(out.read_text()).text

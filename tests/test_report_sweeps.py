@@ -77,8 +77,9 @@ def test_report_inlines_a_sweep_figure_for_a_batch_size_sweep(tmp_path):
     html = out.read_text()
     parser = parse(html)
     expected_alt = "mnist-cnn2: sweep of batch_size. samples/s: cpu [32=90, 64=180, 128=360]."
-    # epoch time, samples/s and accuracy (no speedup: cpu only), then the sweep
-    assert alt_texts(html) == ["mnist-cnn2: Steady epoch time", "mnist-cnn2: Training throughput",
+    # samples/s, epoch time (every epoch here had 10 steps of 100 samples) and accuracy (no speedup: cpu only),
+    # then the sweep
+    assert alt_texts(html) == ["mnist-cnn2: Training throughput", "mnist-cnn2: Steady epoch time",
                                "mnist-cnn2: Test accuracy per epoch", expected_alt]
     for chart in images(parser):
         assert_valid_png(chart)

@@ -35,12 +35,14 @@ from devicebench.report.tables import (
     median_text,
     number_text,
     percent_text,
+    ratio_text,
     row_notes,
     speedup_text,
+    steps_label,
     target_text,
     tflops_text,
 )
-from devicebench.results.compare import DEFAULT_BASELINE, Row, compare
+from devicebench.results.compare import DEFAULT_BASELINE, Row, compare, tuned_gains
 from devicebench.results.prices import Prices
 from devicebench.results.schema import Result, write_atomically
 from devicebench.results.stats import Spread
@@ -92,12 +94,17 @@ def write_report(results: list[Result], out: Path, *, baseline: str = DEFAULT_BA
         png_dir.mkdir(parents=True, exist_ok=True)
         for chart in charts:
             files.write_atomically(png_dir / f"{chart.slug}.png", chart.png)  # no half chart, no device replaced
+    baseline_device = baseline.rpartition("/")[2]
     page = environment.get_template("report.html.j2").render(
         generated_utc=wall_clock_utc(),
         run_count=sum(len(result.runs) for result in results),
         session_count=len(results),
         machines=_machines(results),
         baseline=baseline,
+        # every row on the baseline's own device (a CPU-only machine): no speedup can exist, rather than a missing one
+        only_baseline_device=baseline_device if all(row.device == baseline_device for rows in
+                                                    rows_by_workload.values() for row in rows) else "",
+        tuned_gains=_tuned_gain_lines(rows_by_workload),
         prices=_price_lines(prices),
         summary=summary,
         sections=sections,
@@ -125,6 +132,19 @@ def _template_environment() -> Any:
 
 def _data_uri(chart: Chart) -> str:
     return "data:image/png;base64," + base64.b64encode(chart.png).decode("ascii")
+
+
+def _tuned_gain_lines(rows_by_workload: dict[str, list[Row]]) -> list[str]:
+    """A sentence per tuned row with a seed-mode row of the same work beside it: how much tuned mode gained, in
+    samples/s (epochs of either mode may have had other lengths: then the labels say how many steps)."""
+    lines = []
+    for name, rows in rows_by_workload.items():
+        for found in tuned_gains(rows):
+            tuned, seed = found.tuned, found.seed
+            label = steps_label if tuned.epoch_steps != seed.epoch_steps else (lambda row: row.label)
+            lines.append(f"{name}: {label(tuned)} trained {ratio_text(found.gain)} the samples/s of {label(seed)}: "
+                         f"{median_text(tuned.samples_per_s, 0)} against {median_text(seed.samples_per_s, 0)}")
+    return lines
 
 
 # --- one workload ------------------------------------------------------------------------------------------

@@ -4,7 +4,8 @@ of a `devicebench sweep`, and one summary.
 Every number drawn comes from the comparison rows (`devicebench.results.compare.Row`), so a chart and the table
 beside it cannot disagree. matplotlib is imported inside the functions: `import devicebench` stays light, and
 figures are built with `matplotlib.figure.Figure` rather than pyplot, so no global backend or figure registry
-is touched (nothing to `plt.close`, nothing left open in a notebook that imports us).
+is touched (nothing to `plt.close`, nothing left open in a notebook that imports us). Titles wrap (`wrap=True`): a
+workload's name from an imported file can be longer than a chart is wide, and nothing drawn may leave the picture.
 
     python -c "from devicebench.report.plots import summary_chart; help(summary_chart)"
 """
@@ -21,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from devicebench.report.tables import device_kind, swept_value
+from devicebench.report.tables import device_kind, span_text, steps_label, swept_value
 from devicebench.results.compare import SPEED_SETTINGS, Row
 from devicebench.results.stats import Spread
 from devicebench.workloads import Published
@@ -38,6 +39,9 @@ CHART_WIDTH_IN = 7.0
 ROW_HEIGHT_IN = 0.42  # per bar, and half as much again for each extra line of a wrapped label
 CHART_MARGIN_HEIGHT_IN = 1.5  # title, axis label and legend
 LABEL_WIDTH_CHARS = 34  # longer row labels wrap instead of squeezing the plot
+ACCURACY_PLOT_HEIGHT_IN = 3.6  # title, axes and axis labels; the legend under them adds its lines
+LEGEND_LINE_HEIGHT_IN = 0.2  # a line of small legend text
+ACCURACY_LEGEND_COLUMNS = 2
 SYNTHETIC_HATCH = "///"  # synthetic-data bars are hatched, so a glance tells them from real data
 PUBLISHED_MARKER = "D"
 CURVE_MARKERS = "osv^PX"  # one shape per accuracy curve, so curves that coincide still show each row
@@ -97,16 +101,30 @@ def _text_as_given(draw: Callable[..., T]) -> Callable[..., T]:
 
 @_text_as_given
 def workload_charts(workload: str, rows: Sequence[Row], published: Published | None) -> list[Chart]:
-    """The charts of one workload, in reading order; a chart with nothing to show is left out."""
+    """The charts of one workload, in reading order; a chart with nothing to show is left out. Epoch times are
+    drawn only when every steady epoch had the same steps and samples: a 3-step epoch beside a 25-step one would
+    make the faster row look slower. Otherwise the throughput chart's caption says why they are not."""
+    lengths = steady_epoch_lengths(rows)
+    steps = span_text(steps for steps, _ in lengths)
     drawn = [
-        ("epoch-time", "Steady epoch time", _epoch_time_figure(workload, rows)),
-        ("samples-per-s", "Training throughput", _throughput_figure(workload, rows, published)),
-        ("speedup", "Speedup against the baseline", _speedup_figure(workload, rows)),
-        ("test-accuracy", "Test accuracy per epoch", _accuracy_figure(workload, rows, published)),
-        ("scaling", "Throughput against the number of processes", _scaling_figure(workload, rows)),
+        ("samples-per-s", "Training throughput", _throughput_figure(workload, rows, published),
+         f"Epochs here had {steps} steps, so their times are not set side by side; samples/s compares them."
+         if len(lengths) > 1 else ""),
+        ("speedup", "Speedup against the baseline", _speedup_figure(workload, rows), ""),
+        ("epoch-time", "Steady epoch time",
+         _epoch_time_figure(workload, rows, steps) if len(lengths) == 1 else None, ""),
+        ("test-accuracy", "Test accuracy per epoch", _accuracy_figure(workload, rows, published, len(lengths) > 1),
+         ""),
+        ("scaling", "Throughput against the number of processes", _scaling_figure(workload, rows), ""),
     ]
-    return [Chart(f"{file_stem(workload)}-{kind}", f"{workload}: {title}", _png(figure))
-            for kind, title, figure in drawn if figure is not None]
+    return [Chart(f"{file_stem(workload)}-{kind}", f"{workload}: {title}", _png(figure), caption=caption)
+            for kind, title, figure, caption in drawn if figure is not None]
+
+
+def steady_epoch_lengths(rows: Sequence[Row]) -> list[tuple[int, int]]:
+    """(steps, samples) of the steady epochs of `rows`, each length once: their times compare only when there is
+    one. No matplotlib: numbers only."""
+    return sorted({(epoch.steps, epoch.samples) for row in rows for epoch in row.steady_epochs})
 
 
 @_text_as_given
@@ -120,7 +138,7 @@ def summary_chart(rows_by_workload: Mapping[str, Sequence[Row]]) -> Chart | None
     colour_of = dict(zip(rows_by_workload, palette))
     figure, axes = _bar_figure(labels)
     _draw_speedups(axes, [row for _, row in measured], [colour_of[name] for name, _ in measured])
-    axes.set_title("Speedup against the baseline, every workload")
+    axes.set_title("Speedup against the baseline, every workload", wrap=True)
     _legend(figure, axes, [row for _, row in measured])
     return Chart("summary-speedup", "Speedup across all workloads", _png(figure))
 
@@ -157,13 +175,14 @@ def file_stem(name: str) -> str:
 # --- the per-workload charts -------------------------------------------------------------------------------
 
 
-def _epoch_time_figure(workload: str, rows: Sequence[Row]) -> Figure | None:
+def _epoch_time_figure(workload: str, rows: Sequence[Row], steps: str) -> Figure | None:
+    """`steps`: how many steps every steady epoch had, the same in every row."""
     if all(row.epoch_time_s is None for row in rows):
         return None
     figure, axes = _bar_figure([row.label for row in rows])
     _draw_spread_bars(axes, rows, [row.epoch_time_s for row in rows], unit="s", digits=2)
     axes.set_xlabel("steady epoch time, s (median; whiskers: min–max)")
-    axes.set_title(f"{workload}: steady epoch time (shorter is faster)")
+    axes.set_title(f"{workload}: steady {steps}-step epoch time (shorter is faster)", wrap=True)
     _legend(figure, axes, rows)
     return figure
 
@@ -176,7 +195,7 @@ def _throughput_figure(workload: str, rows: Sequence[Row], published: Published 
     _draw_spread_bars(axes, rows, [row.samples_per_s for row in rows], unit="", digits=0,
                       published=[published_rates.get(device_kind(row.device)) for row in rows])
     axes.set_xlabel("training throughput, samples/s (median; whiskers: min–max)")
-    axes.set_title(f"{workload}: samples per second (longer is faster)")
+    axes.set_title(f"{workload}: samples per second (longer is faster)", wrap=True)
     _legend(figure, axes, rows)
     return figure
 
@@ -186,37 +205,43 @@ def _speedup_figure(workload: str, rows: Sequence[Row]) -> Figure | None:
         return None
     figure, axes = _bar_figure([row.label for row in rows])
     _draw_speedups(axes, rows, _palette(len(rows)))
-    axes.set_title(f"{workload}: speedup against the baseline")
+    axes.set_title(f"{workload}: speedup against the baseline", wrap=True)
     _legend(figure, axes, rows)
     return figure
 
 
-def _accuracy_figure(workload: str, rows: Sequence[Row], published: Published | None) -> Figure | None:
+def _accuracy_figure(workload: str, rows: Sequence[Row], published: Published | None,
+                     lengths_differ: bool) -> Figure | None:
+    """Test accuracy per epoch; where epochs had different lengths, each curve's label says how many steps."""
     curves = [(row, _accuracy_by_epoch(row)) for row in rows]
     if not any(curve for _, curve in curves):
         return None
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator, PercentFormatter
 
-    figure = Figure(figsize=(CHART_WIDTH_IN, 4.2), dpi=DPI, layout="constrained")
-    axes = figure.add_subplot()
-    for index, ((row, curve), colour) in enumerate(zip(curves, _palette(len(rows)))):
-        if curve:
-            epochs = sorted(curve)
-            axes.plot(epochs, [curve[epoch] * 100 for epoch in epochs], color=colour, label=_wrap(row.label),
-                      marker=CURVE_MARKERS[index % len(CURVE_MARKERS)], markersize=7, markerfacecolor="none",
-                      linestyle="--" if _is_synthetic(row) else "-")
+    labels = [_wrap(steps_label(row) if lengths_differ else row.label) for row, curve in curves if curve]
     if published and published.accuracy is not None:
-        axes.axhline(published.accuracy * 100, color="black", linestyle=":", linewidth=1.2,
-                     label=f"published {published.accuracy_kind} accuracy")
+        labels.append(f"published {published.accuracy_kind} accuracy")
+    legend_lines = math.ceil(sum(label.count("\n") + 1 for label in labels) / ACCURACY_LEGEND_COLUMNS)
+    figure = Figure(figsize=(CHART_WIDTH_IN, ACCURACY_PLOT_HEIGHT_IN + LEGEND_LINE_HEIGHT_IN * legend_lines), dpi=DPI,
+                    layout="constrained")
+    axes = figure.add_subplot()
+    drawn = [(row, curve, colour) for (row, curve), colour in zip(curves, _palette(len(rows))) if curve]
+    for index, ((row, curve, colour), label) in enumerate(zip(drawn, labels)):
+        epochs = sorted(curve)
+        axes.plot(epochs, [curve[epoch] * 100 for epoch in epochs], color=colour, label=label,
+                  marker=CURVE_MARKERS[index % len(CURVE_MARKERS)], markersize=7, markerfacecolor="none",
+                  linestyle="--" if _is_synthetic(row) else "-")
+    if published and published.accuracy is not None:
+        axes.axhline(published.accuracy * 100, color="black", linestyle=":", linewidth=1.2, label=labels[-1])
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.yaxis.set_major_formatter(PercentFormatter())  # decimals chosen from the tick spacing: no 100%, 100%
-    axes.set_xlabel("epoch (1 is warm-up)")
-    axes.set_ylabel("test accuracy, % (median over repeats)")
+    axes.set_xlabel("epoch (1 is warm-up); accuracy: median over repeats")
+    axes.set_ylabel("test accuracy, %")
     axes.set_title(f"{workload}: test accuracy per epoch" + (" (dashed: synthetic data)" if any(
-        _is_synthetic(row) for row in rows) else ""))
+        _is_synthetic(row) for row in rows) else ""), wrap=True)
     axes.grid(alpha=0.3)
-    figure.legend(fontsize="small", loc="outside lower center", ncols=2, frameon=False)
+    figure.legend(fontsize="small", loc="outside lower center", ncols=ACCURACY_LEGEND_COLUMNS, frameon=False)
     return figure
 
 
@@ -250,7 +275,7 @@ def _scaling_figure(workload: str, rows: Sequence[Row]) -> Figure | None:
     axes.set_xlabel("processes (one device each)")
     axes.set_ylabel("samples/s (median)")
     axes.set_xticks(sorted({count for points in series.values() for count, _ in points}))
-    axes.set_title(f"{workload}: throughput against the number of processes")
+    axes.set_title(f"{workload}: throughput against the number of processes", wrap=True)
     axes.legend(loc="upper left", fontsize="small")
     return figure
 
@@ -339,12 +364,12 @@ def _sweep_figure(workload: str, sweep: Sweep) -> Figure:
               for index, (line, colour) in enumerate(zip(sweep.throughput, _palette(len(sweep.throughput))))}
     scale = _draw_sweep_lines(axes[0], sweep.throughput, styles)
     axes[0].set_ylabel(f"samples/s{scale}\n(median; error bars: min–max)")
-    axes[0].set_title(f"{workload}: training throughput against {sweep.setting}")
+    axes[0].set_title(f"{workload}: training throughput against {sweep.setting}", wrap=True)
     if sweep.ratios:
         scale = _draw_sweep_lines(axes[1], sweep.ratios, styles)
         axes[1].axhline(1, color="black", linewidth=1)  # as fast as the baseline
         axes[1].set_ylabel(f"{sweep.ratio_name} throughput ratio (x){scale}\n(error bars: 95% interval)")
-        axes[1].set_title(f"{workload}: {sweep.ratio_name} throughput ratio against {sweep.setting}")
+        axes[1].set_title(f"{workload}: {sweep.ratio_name} throughput ratio against {sweep.setting}", wrap=True)
     values = sorted({x for line in sweep.throughput for x in line.x})
     if sweep.setting == "batch_size":
         axes[-1].set_xscale("log", base=2)

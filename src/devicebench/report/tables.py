@@ -20,7 +20,7 @@ from rich.text import Text
 from devicebench.engine.tuning_choices import Tuning
 from devicebench.results.compare import NOISY_EPOCH_TIME_CV, Row, compare
 from devicebench.results.schema import Result, RunRecord
-from devicebench.results.stats import Spread
+from devicebench.results.stats import Speedup, Spread
 
 if TYPE_CHECKING:  # each imports torch: history and compare's tables must load without it
     from devicebench.planning import Plan
@@ -333,6 +333,14 @@ def span_text(values: Iterable[int]) -> str:
     return f"{ordered[0]:,}" if len(ordered) == 1 else f"{ordered[0]:,}–{ordered[-1]:,}"
 
 
+def steps_label(row: Row) -> str:
+    """The row's label, and how many steps its epochs had where the label does not say: for a chart or a line that
+    sets rows whose epochs differ in length side by side. `laptop/cuda:0, 25-step epochs`."""
+    if "max_steps" in row.differs_in or not row.epoch_steps:
+        return row.label
+    return f"{row.label}, {span_text(row.epoch_steps)}-step epochs"
+
+
 def length_text(rows: list[Row]) -> str:
     """`3 epochs of 60 steps`: what the epochs really had (a cap above an epoch's length changes nothing); `7–30
     steps` when rows differ (a sweep over batch sizes); boosting rounds for trees, which read every row each round."""
@@ -469,9 +477,9 @@ def row_label(row: Row, one_machine: bool) -> str:
     """The row's label cell: the device (with its machine when several), what sets it apart, its problems."""
     # names come from other machines' files: markup in them is text (what is added below is ours)
     label = escape((f"{row.device} ({row.differs_by})" if row.differs_by else row.device) if one_machine else row.label)
-    if row.settings["batch_size_auto"] and "batch_size=" not in label:
+    if row.settings["batch_size_auto"] and "batch_size" not in row.differs_in:
         label += f" (batch {row.settings['batch_size']}, auto)"
-    if row.settings["world_size"] > 1 and "world_size=" not in label:
+    if row.settings["world_size"] > 1 and "world_size" not in row.differs_in:
         label += f" ({row.settings['world_size']} processes)"
     problems = sorted(set(row.statuses) - {"ok"})
     if problems:
@@ -523,9 +531,11 @@ def waiting_text(row: Row) -> str:
 def speedup_text(row: Row) -> str:
     if row.baseline is row:
         return "1.00x (baseline)"
-    value = row.speedup
-    if value is None:
-        return "—"
+    return "—" if row.speedup is None else ratio_text(row.speedup)
+
+
+def ratio_text(value: Speedup) -> str:
+    """`2.10x [1.90–2.31]`: a ratio of samples/s with its 95% interval, or `2.10x` where one sample gave none."""
     if value.low is None or value.high is None:
         return f"{value.ratio:.2f}x"
     return f"{value.ratio:.2f}x [{value.low:.2f}–{value.high:.2f}]"

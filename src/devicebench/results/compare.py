@@ -32,6 +32,10 @@ SPEED_SETTINGS = ("mode", "precision", "batch_size", "batch_size_auto", "data_so
 # it. Two exceptions (`_same_work`): in tuned mode each device picks its own precision, and with --batch-size auto
 # its own batch size: the comparison is then each device at its best.
 SAME_WORK_SETTINGS = ("mode", "precision", "batch_size", "batch_size_auto", "data_source", "workers", "overrides")
+# What tuned mode chooses for each run (engine/tuning_choices.Tuning's fields; a test keeps the two the same). They
+# follow from the mode, so a row's label names them only where rows of the same mode chose differently.
+TUNED_CHOICES = ("precision", "channels_last", "fused_optimizer", "compiled", "tf32_matmul", "tf32_cudnn",
+                 "cudnn_benchmark", "device_resident", "allocator_keeps_memory")
 DEFAULT_BASELINE = "cpu"
 NOISY_EPOCH_TIME_CV = 0.05  # above this, steady epoch time varies too much across repeats to trust the row
 SECONDS_PER_HOUR = 3600.0
@@ -49,7 +53,7 @@ class Row:
     device_name: str
     settings: dict[str, Any]  # the speed settings every run here shares
     runs: list[RunRecord] = field(default_factory=list)
-    differs_by: str = ""  # what sets this row apart from the others on the same machine and device
+    differs_in: tuple[str, ...] = ()  # the settings that set this row apart from others on its machine and device
     baseline: Row | None = None
     speedup: Speedup | None = None
     speedup_note: str = ""  # why there is no speedup, or where its interval comes from
@@ -64,8 +68,14 @@ class Row:
         return self.machine.get("machine_name") or self.machine["hostname"]
 
     @property
+    def differs_by(self) -> str:
+        """`tuned, 25 steps`: the values of `differs_in` in words, leaving out switches that are off (the rows with
+        the switch on are the ones that say so)."""
+        return ", ".join(text for name in self.differs_in if (text := setting_text(name, self.settings[name])))
+
+    @property
     def label(self) -> str:
-        """`laptop/cuda:0`, plus the settings that set the row apart: `laptop/cpu (batch_size=64)`."""
+        """`laptop/cuda:0`, plus the settings that set the row apart: `laptop/cpu (batch 64)`."""
         return f"{self.machine_name}/{self.device}" + (f" ({self.differs_by})" if self.differs_by else "")
 
     @property
@@ -297,27 +307,51 @@ def _spread_or_none(values: list[float]) -> Spread | None:
 
 
 def _name_differences(rows: list[Row]) -> None:
-    """Give each row that shares (machine, device) with another the settings in which they differ."""
+    """Give each row that shares (machine, device) with another the settings in which they differ; a tuned-mode
+    choice only where rows of the same mode differ in it (between a seed and a tuned row, `tuned` says it)."""
     siblings: dict[tuple[str, str], list[Row]] = {}
     for row in rows:
         siblings.setdefault((row.machine_id, row.device), []).append(row)
     for group in siblings.values():
         if len(group) < 2:
             continue
-        varying = [name for name in SPEED_SETTINGS if len({str(row.settings[name]) for row in group}) > 1]
+        by_mode: dict[str, list[Row]] = {}
         for row in group:
-            row.differs_by = ", ".join(_setting_text(name, row.settings[name]) for name in varying)
+            by_mode.setdefault(row.settings["mode"], []).append(row)
+        named = tuple(name for name in SPEED_SETTINGS if any(
+            _varies(name, among) for among in (by_mode.values() if name in TUNED_CHOICES else [group])))
+        for row in group:
+            row.differs_in = named
 
 
-def _setting_text(name: str, value: Any) -> str:
-    """`batch_size=64`; overrides read as the --set that made them: `learning_rate=0.1`, or `no --set`."""
+def _varies(name: str, rows: list[Row]) -> bool:
+    return len({json.dumps(row.settings[name], sort_keys=True) for row in rows}) > 1
+
+
+SWITCH_WORDS = {"batch_size_auto": "auto batch"}  # other switches read as their names, `channels last`
+COUNTED = {"threads": "thread", "workers": "worker", "world_size": "process"}  # `4 threads`, `1 process`
+
+
+def setting_text(name: str, value: Any) -> str:
+    """A setting's value as a row's label gives it: `tuned`, `bf16`, `synthetic`, `batch 64`, `4 threads`,
+    `2 processes`, `25 steps`, `full epochs`, `channels last`, the --set that made it (`learning_rate=0.1`); ""
+    for a switch that is off and for no --set."""
+    if isinstance(value, bool):
+        return SWITCH_WORDS.get(name, name.replace("_", " ")) if value else ""
     if name == "overrides":
-        return ", ".join(f"{key}={item}" for key, item in value.items()) or "no --set"
-    return f"{name}={value}"
+        return ", ".join(f"{key}={item}" for key, item in value.items())
+    if name == "batch_size":
+        return f"batch {value:,}"
+    if name == "max_steps":
+        return "full epochs" if value is None else f"{value:,} step{'s' if value != 1 else ''}"
+    if name in COUNTED:
+        noun = COUNTED[name]
+        return f"{value:,} {noun}" + ("" if value == 1 else "es" if noun.endswith("s") else "s")
+    return str(value)
 
 
-def _same_work(first: Row, second: Row) -> bool:
-    own_choice = {"precision"} if first.settings["mode"] == "tuned" else set()
+def _same_work(first: Row, second: Row, apart_from: frozenset[str] = frozenset()) -> bool:
+    own_choice = {"precision", *apart_from} if first.settings["mode"] == "tuned" else set(apart_from)
     if first.settings["batch_size_auto"]:
         own_choice.add("batch_size")
     return all(first.settings[name] == second.settings[name] for name in SAME_WORK_SETTINGS if name not in own_choice)
@@ -333,12 +367,42 @@ def _find_baseline(row: Row, rows: list[Row], spec: str) -> Row | None:
         and _same_work(row, other)
         and other.samples_per_s is not None
     ]
-    if not candidates:
-        return None
+    return _closest(row, candidates) if candidates else None
+
+
+def _closest(row: Row, candidates: list[Row]) -> Row:
+    """Of rows doing `row`'s work, the one to set it against."""
     for preferred in ("world_size", "max_steps", "threads"):  # one process (what scaling is measured against), then
         wanted = 1 if preferred == "world_size" else row.settings[preferred]  # the same length and threads
         candidates = [other for other in candidates if other.settings[preferred] == wanted] or candidates
     return candidates[0]
+
+
+@dataclass(frozen=True)
+class TunedGain:
+    """What tuned mode gained on one machine and device: a tuned row against the seed-mode row doing its work."""
+
+    tuned: Row
+    seed: Row
+    gain: Speedup  # tuned samples/s over seed samples/s, with a 95% interval as a speedup has
+
+
+def tuned_gains(rows: list[Row]) -> list[TunedGain]:
+    """Per tuned row of one workload with steady epochs, in `rows`' order, its gain over the seed-mode row of the
+    same machine and device doing the same work (its precision and its other choices apart), where there is one.
+    Samples/s, not epoch time: the two rows' epochs may have had different numbers of steps."""
+    gains = []
+    for tuned in rows:
+        if tuned.settings["mode"] != "tuned" or tuned.samples_per_s is None:
+            continue
+        seeds = [other for other in rows if other.settings["mode"] == "seed" and other.machine_id == tuned.machine_id
+                 and other.device == tuned.device and other.samples_per_s is not None
+                 and _same_work(tuned, other, apart_from=frozenset({"mode"}))]
+        if seeds:
+            seed = _closest(tuned, seeds)
+            seed_rates, tuned_rates, _ = _interval_samples(seed, tuned)
+            gains.append(TunedGain(tuned, seed, speedup(seed_rates, tuned_rates)))
+    return gains
 
 
 def _attach_speedup(row: Row, rows: list[Row], spec: str) -> None:
