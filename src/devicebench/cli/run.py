@@ -18,6 +18,7 @@ from typing import Annotated, Optional
 
 import torch
 import typer
+from rich.markup import escape
 
 from devicebench import planning, runner, stopping
 from devicebench.cli import (
@@ -78,7 +79,7 @@ CompileOption = Annotated[str, typer.Option(
     "--compile", help="Tuned mode: torch.compile on (always), off, or auto (tried on GPUs, kept if faster).")]
 TensorBoardOption = Annotated[Optional[Path], typer.Option(
     help="Also log per-epoch loss, accuracy, throughput and the model graph here for TensorBoard "
-         "(needs pip install 'devicebench[tensorboard]').", show_default=False)]
+         + escape("(needs pip install 'devicebench[tensorboard]')."), show_default=False)]  # [..] is no markup
 
 
 @app.command()
