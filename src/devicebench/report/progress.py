@@ -20,23 +20,11 @@ from rich.text import Text
 from devicebench.data import ArrayDataset, ImageFolderDataset
 from devicebench.engine.loop import FEWEST_BUDGETED_STEPS
 from devicebench.events import RunReporter
-from devicebench.report.tables import batch_text
+from devicebench.report.tables import batch_text, duration_text
 from devicebench.results.schema import EpochRecord, RunRecord
 from devicebench.workloads import Workload
 
 LONG_RUN_S = 120.0  # a run expected to take longer is announced before it starts, with how to shorten it
-
-
-def duration_text(seconds: float) -> str:
-    """`45 s`, `2 min 05 s`, `3 h 07 min`: a duration as a person reads it."""
-    seconds = round(seconds)
-    if seconds < 60:
-        return f"{seconds} s"
-    minutes, seconds = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes} min {seconds:02d} s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes:02d} min"
 
 
 def epoch_fields(record: RunRecord, epoch: EpochRecord) -> list[str]:

@@ -38,6 +38,18 @@ def percent_text(value: float | None) -> str:
     return "—" if value is None else f"{value * 100:.1f}%"
 
 
+def duration_text(seconds: float) -> str:
+    """`45 s`, `2 min 05 s`, `3 h 07 min`: a duration as a person reads it."""
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
+
+
 # --- a plan ------------------------------------------------------------------------------------------------
 
 
@@ -98,7 +110,6 @@ def plan_notes(plan: Plan) -> list[Text]:
     """Under the plan: how a budget sizes the epochs, and which workloads will train on synthetic data and why,
     with how to get the real data."""
     from devicebench.engine.loop import FEWEST_BUDGETED_STEPS  # torch: the dry run has it already
-    from devicebench.report.progress import duration_text
 
     notes = [Text("Steps: training steps an epoch; eval: evaluation batches after each epoch; all: the whole set.")]
     if plan.budget_s is not None and any(_sized(plan, job) for job in plan.jobs):
