@@ -66,10 +66,10 @@ def main() -> None:
     data = make_data()
     settings = dict(data=data, batch_size=64, epochs=arguments.epochs, devices=arguments.devices)
     plain = db.run(model=MyNet, optimizer=lambda parameters: torch.optim.AdamW(parameters, lr=1e-3), **settings)
-    print(plain.table())
+    plain.show()  # fitted to the terminal, as `devicebench run` prints it (table() is 200 columns of text)
     clipped = db.run(model=MyNet, train_step=clipped_step, name="MyNet-clipped",
                      optimizer=lambda parameters: torch.optim.AdamW(parameters, lr=1e-3), **settings)
-    print(clipped.table())
+    clipped.show()
     plain.save()
     stored = clipped.save()
     print(f"Stored in {stored}: `devicebench compare --workload 'MyNet*'` shows both again")

@@ -94,10 +94,9 @@ def test_dry_run_prints_the_plan_and_trains_nothing(monkeypatch, tmp_path):
                                        "--db", str(tmp_path / "never.sqlite")], terminal_width=200)
     assert outcome.exit_code == 0, outcome.output
     assert "The plan: 4 runs; nothing is loaded or trained" in outcome.stdout
-    rows = [line for line in outcome.stdout.splitlines() if "mnist-cnn2" in line or "cifar10-mlp" in line]
-    assert [line.split("│")[1:7] for line in rows] == [
-        [" mnist-cnn2  ", " cpu    ", "    2 ", "    50 ", "      3 ", "          40 "],
-        [" cifar10-mlp ", " cpu    ", "    2 ", "    32 ", "      3 ", "          40 "]]
+    rows = [line for line in outcome.stdout.splitlines() if "│ mnist-cnn2" in line or "│ cifar10-mlp" in line]
+    assert [[cell.strip() for cell in line.split("│")[1:8]] for line in rows] == [
+        ["mnist-cnn2", "cpu", "2", "50", "3", "40", "40"], ["cifar10-mlp", "cpu", "2", "32", "3", "40", "40"]]
     written = json.loads(out.read_text())
     assert [(job["workload"], job["device"], job["repeats"]) for job in written["jobs"]] == [
         ("mnist-cnn2", "cpu", 2), ("cifar10-mlp", "cpu", 2)]

@@ -17,16 +17,22 @@ from types import SimpleNamespace
 import pytest
 from result_fixtures import machine, run, session
 from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 from typer.testing import CliRunner
 
 from devicebench.cli import app, console, errors
-from devicebench.report.progress import RichReporter, epoch_line
+from devicebench.report.progress import FIELD_GAP, RichReporter, epoch_fields, epoch_line
 from devicebench.report.tables import (
     comparison_tables,
+    fitted,
     history_table,
     median_text,
     percent_text,
+    published_text,
+    row_label,
     sweep_tables,
+    workloads_table,
 )
 from devicebench.results.compare import Row, compare
 from devicebench.results.prices import parse_prices
@@ -246,3 +252,143 @@ def test_run_and_compare_at_80_columns_print_every_number_whole(tmp_path, monkey
     wide = cli.invoke(app, ["compare", "--db", str(database), "--wide"])
     assert {f"{steady['steady_epoch_time_s']:,.2f}", "Warm-up", "End-to-end"} <= tokens(wide.stdout)
     assert_fits(wide.stdout, 80)
+
+
+# --- every table, every identifier whole (issue 29, item 5) ---------------------------------------------------------
+
+NARROW = 80
+
+
+def assert_whole(text: str, words: set[str]) -> None:
+    """Every word of `words` (an identifier, a number, a setting like max_steps=178) stands whole in `text`."""
+    missing = words - tokens(text)
+    assert not missing, f"cut or missing: {sorted(missing)}\n{text}"
+
+
+def test_compare_and_history_keep_machine_workload_and_device_names_whole(results):
+    results[1].machine = results[0].machine  # one machine's workload: labels are devices; the other's too
+    results.append(session(machine("gpu-server-in-the-basement", "ccc333"),
+                           [run("cuda:0", [3.0, 1.0, 1.1], data_source="real")]))  # beside the laptop's mnist-cnn2
+    rows_by_workload = compare(results)
+    labels = {f"{name}:" for name in rows_by_workload}  # each title's first word
+    for rows in rows_by_workload.values():
+        one_machine = len({row.machine_id for row in rows}) == 1
+        labels |= tokens(Text.from_markup(" ".join(row_label(row, one_machine) for row in rows)).plain) - {""}
+    assert "a-laptop-with-a-rather-long-name/cuda:0" in labels and "gpu-server-in-the-basement/cuda:0" in labels
+    text = render(comparison_tables(rows_by_workload), NARROW)
+    assert_fits(text, NARROW)
+    assert_whole(text, labels)  # a-laptop-with-a-rather-long-name/cuda:0 was cut into three lines
+    history = render([history_table(results, Path("/tmp/results.sqlite"), wide=True)], NARROW)
+    assert_fits(history, NARROW)
+    assert_whole(history, {result.machine["machine_name"] for result in results}
+                 | {record.workload for result in results for record in result.runs})
+
+
+def test_list_keeps_names_settings_and_published_numbers_whole():
+    from devicebench.workloads import list_workloads
+
+    entries = list_workloads()
+    text = render([workloads_table(entries)], NARROW)
+    assert_fits(text, NARROW)
+    words = {entry.name for entry in entries} | {entry.dataset for entry in entries}
+    words |= {f"{entry.parameter_count():,}" for entry in entries if entry.trainer is None}
+    words |= {word.rstrip(",") for entry in entries for word in tokens(published_text(entry)) if any(
+        character.isdigit() for character in word)}  # 15,000-17,000 was cut after 17,00
+    assert_whole(text.replace(",\n", "\n"), words)
+    flat = text.replace(",", " ")
+    assert_whole(flat, {f"{key}={value:g}" if isinstance(value, float) else f"{key}={value}" for entry in entries
+                        for key, value in entry.defaults.items()})  # learning_ra / te=0.0001
+
+
+def test_check_table_keeps_device_names_and_figures_whole():
+    from devicebench.check import FAIL, PASS, WARN, Check, document
+    from devicebench.cli.check import checks_table
+
+    checks = [Check(None, "software", "PyTorch build", PASS, "2.13.0+cu128 sees 1 GPU, driver 570.86.15"),
+              Check("cuda:0", "work", "catdog-original lands on the device", WARN,
+                    "0.41 s a step on cuda:0, 12,345 samples/s", advice="close the program using 97% of cuda:0"),
+              Check("cuda:0", "ceilings", "Matmul fp32", FAIL, "12.34 TFLOP/s of 19.50 TFLOP/s (63%)",
+                    advice="check the power limit with nvidia-smi -q -d POWER")]
+    text = render([checks_table(checks, document(checks))], NARROW)
+    assert_fits(text, NARROW)
+    assert_whole(text, {"catdog-original", "2.13.0+cu128", "570.86.15", "12,345", "12.34", "19.50", "cuda:0",
+                        "nvidia-smi"})
+
+
+def test_any_rich_table_fitted_keeps_its_words_whole_and_wraps_its_title_between_words():
+    """fitted(): what every rich table devicebench prints goes through (estimate, reproduce, data list, ...)."""
+    table = Table(title="A title long enough that it must wrap at eighty columns, between its words, never inside "
+                        "identifiers such as gpu-server-in-the-basement/cuda:0", caption="caption words whole")
+    for heading in ("Workload", "Setting", "Samples/s", "Speedup", "Hardware"):
+        table.add_column(heading)
+    table.add_row("catdog-original", "max_steps=178", "15,000-17,000", "9.78x [9.09–10.50]",
+                  "Tesla V100 vs dual Xeon Silver 4110 (16 cores)")
+    table.add_row("imdb-transformer", "learning_rate=0.0001", "1,234,567", "—", "a-very-long-hardware-name-indeed")
+    text = render([fitted(table)], NARROW)
+    assert_fits(text, NARROW)
+    assert_whole(text, {"catdog-original", "imdb-transformer", "max_steps=178", "learning_rate=0.0001",
+                        "15,000-17,000", "1,234,567", "9.78x", "9.09–10.50", "a-very-long-hardware-name-indeed",
+                        "gpu-server-in-the-basement/cuda:0", "eighty"})
+    title_lines = text.split("┏")[0].splitlines()
+    assert len(title_lines) == 2 and title_lines[0].startswith("A title")  # the screen's width, not the table's
+
+
+def test_an_epoch_line_folds_between_its_fields_at_80_columns():
+    record = run("cpu", [1.0, 1.0])
+    epoch = dataclasses.replace(record.epochs[1], steps=1563, samples_per_s=1732.4, eval_time_s=0.9,
+                                train_loss=1.6234, test_accuracy=0.4412)
+    fields = epoch_fields(record, epoch)
+    assert len(epoch_line(record, epoch)) > NARROW  # too long for one line
+    screen = io.StringIO()
+    narrow = Console(file=screen, width=NARROW, soft_wrap=True, color_system=None)  # as the CLI's stderr
+    RichReporter(narrow).epoch_finished(record, epoch)
+    lines = screen.getvalue().splitlines()
+    assert len(lines) == 2 and all(len(line) <= NARROW for line in lines)
+    assert lines[1].startswith("    ")  # the continuation reads as the same epoch's
+    assert [field for line in lines for field in line.strip().split(FIELD_GAP)] == fields  # no field split
+
+
+@pytest.mark.parametrize("arguments", [["run", "--help"], ["reproduce", "--help"], ["history", "--help"],
+                                       ["--help"]])
+def test_help_shows_no_bool_type_and_no_markup_eaten(arguments):
+    shown = cli.invoke(app, arguments, terminal_width=100)
+    assert shown.exit_code == 0, shown.output
+    text = shown.output
+    assert "<bool>" not in text  # a flag takes no value
+    assert "--help" in text
+    if arguments[0] == "run":
+        assert "'devicebench[tensorboard]'" in " ".join(text.split())  # rich took [tensorboard] for markup
+    if arguments[0] == "reproduce":
+        assert "SEEDS.md" not in text and "docs/workloads.md" in " ".join(text.replace("│", " ").split())
+    if arguments[0] == "history":
+        line = next(line for line in text.splitlines() if line.startswith("│ --last"))
+        assert " N " in line and "(N ≥ 1)" in line and "9223372036854775807" not in text
+
+
+def test_last_refuses_zero_with_the_range_in_words():
+    refused = cli.invoke(app, ["history", "--last", "0"])
+    assert refused.exit_code == 2
+    assert "Invalid value for '--last'" in refused.output and "N ≥ 1" in refused.output
+
+
+def test_the_dry_run_names_every_workload_whole_and_says_budget_and_synthetic_data(monkeypatch):
+    """The quick suite's plan at 80 columns: names whole (gbdt… and mnis… were cut), the steps sized to the
+    budget with the budget said, and the workloads that will train on synthetic data, with how to get the real."""
+    for screen in (console, errors):
+        monkeypatch.setattr(screen, "width", NARROW)
+    shown = cli.invoke(app, ["run", "--dry-run", "--devices", "cpu"])
+    assert shown.exit_code == 0, shown.output
+    text = shown.stdout
+    assert_fits(text, NARROW)
+    from devicebench.config import RunConfig
+
+    names = {entry.name for entry in RunConfig(devices="cpu").selected_workloads()}
+    assert_whole(text, names)
+    flat = " ".join(text.split())
+    assert "Sized: a time budget of 2 min 00 s, start-up included" in flat
+    assert "cifar10-mlp, cifar10-cnn will train on SYNTHETIC data: CIFAR-10 (170 MB) is not downloaded by the " \
+           "quick suite; `devicebench data fetch cifar10` gets it" in flat
+    assert "gbdt-synthetic will train on SYNTHETIC data: generated" in flat
+    assert "mnist-cnn2, mnist-cnn4: mnist downloads 11.6 MB first" in flat  # small: downloaded when run
+    rows = {line.split("│")[1].strip(): line for line in text.splitlines() if line.count("│") > 3}
+    assert "sized" in rows["mnist-cnn2"] and "all" not in rows["mnist-cnn2"]  # 'all' when 3 steps will run

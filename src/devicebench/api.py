@@ -25,8 +25,9 @@ from devicebench.config import RunConfig
 from devicebench.planning import Plan
 from devicebench.report.html import comparison_html
 from devicebench.report.progress import RichReporter
-from devicebench.report.tables import comparison_text
+from devicebench.report.tables import comparison_tables, comparison_text
 from devicebench.results import schema
+from devicebench.results.compare import compare
 from devicebench.results.store import Store, default_db_path
 from devicebench.workloads import OutputKind, TrainStep
 from devicebench.workloads.own import (
@@ -48,6 +49,13 @@ class Result(schema.Result):
     def table(self) -> str:
         """The tables `devicebench run` prints: a row per device, the speedup against the CPU, as plain text."""
         return comparison_text([self])
+
+    def show(self, *, wide: bool = False, console: Console | None = None) -> None:
+        """Print the tables `devicebench run` prints, fitted to the terminal's width with every number whole
+        (`table()` is 200 columns of text, every column shown); `wide`: every column, as `run --wide`."""
+        console = console or Console()
+        for part in comparison_tables(compare([self]), wide=wide):
+            console.print(part)
 
     def save(self, db: str | Path | None = None) -> Path:
         """Store every run in the results database (`db`, else $DEVICEBENCH_DB, else the user data folder's), where

@@ -125,16 +125,20 @@ class Plan:
                    own_model=own, budget_s=fields.get("budget_s"))
 
 
-def plan(configs: RunConfig | Sequence[RunConfig]) -> Plan:
+def plan(configs: RunConfig | Sequence[RunConfig], *, step_estimates: bool = True) -> Plan:
     """The jobs of one configuration, or of the points of a sweep (one session: the devices, threads and mode of
-    the first point). Raises ConfigError or DeviceError for what cannot run, before anything is loaded."""
+    the first point). Raises ConfigError or DeviceError for what cannot run, before anything is loaded.
+
+    `step_estimates`: count each model's FLOPs to warn of a step estimated to take minutes. The count takes seconds
+    (the LSTM's 20 s on a 2-core machine, most of a dry run's time); a run needs the counts anyway (its records and
+    its budget), `run --dry-run` leaves them out, and with them only that warning."""
     configs = [configs] if isinstance(configs, RunConfig) else list(configs)
     first = configs[0]
     devices = resolve_devices(first.devices)
     jobs = tuple(_job(config, workload, device) for config in configs for workload in config.selected_workloads()
                  for device in devices)
     own = (first.model, first.data, first.loss, first.optimizer) if first.model is not None else None
-    _check_sizes(jobs)
+    _check_sizes(jobs, step_estimates)
     return Plan(
         jobs=jobs,
         threads=first.threads or (tuned_threads() if first.mode == "tuned" else None),
@@ -145,7 +149,7 @@ def plan(configs: RunConfig | Sequence[RunConfig]) -> Plan:
     )
 
 
-def _check_sizes(jobs: Sequence[Job]) -> None:
+def _check_sizes(jobs: Sequence[Job], step_estimates: bool = True) -> None:
     """Before anything is loaded: refuse a model whose training state alone (weights, gradients, optimizer state)
     cannot fit the memory its device has free, and warn of one that nearly fills it or whose step is estimated to
     take minutes. From the parameter count and FLOPs counted on the meta device: no memory, no arithmetic."""
@@ -161,7 +165,8 @@ def _check_sizes(jobs: Sequence[Job]) -> None:
         except Exception:  # too large (ModelTooLarge), or a model that cannot be built: the run says so in its record
             continue
         _check_memory(job, parameters)
-        _check_step_time(job)
+        if step_estimates:
+            _check_step_time(job)
 
 
 def training_state_bytes(workload: Workload, hyperparameters: dict[str, Any], parameters: int) -> tuple[int, int]:
@@ -187,8 +192,9 @@ def free_memory_bytes(device: torch.device) -> int | None:
 
 def _check_memory(job: Job, parameters: int) -> None:
     free = free_memory_bytes(job.device)
-    if free is None:
-        return
+    most = parameters * BYTES_PER_PARAMETER * (2 + max(OPTIMIZER_STATE_COPIES.values()))  # no optimizer keeps more
+    if free is None or most <= CLOSE_MEMORY_SHARE * free:
+        return  # nothing to say: and no optimizer built (the first one imports torch._dynamo: seconds)
     needed, copies = training_state_bytes(job.workload, job.hyperparameters, parameters)
     numbers = (f"its {parameters:,} parameters need {needed / GIB:,.1f} GiB to train (weights, gradients and "
                f"{copies} optimizer state cop{'y' if copies == 1 else 'ies'}, {BYTES_PER_PARAMETER} bytes each) and "

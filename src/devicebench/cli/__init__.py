@@ -22,7 +22,7 @@ import click
 import typer
 from rich.console import Console
 from rich.markup import escape
-from typer.core import TyperGroup
+from typer.core import TyperGroup, TyperOption
 from typer.exceptions import TyperException
 
 from devicebench import stopping
@@ -225,6 +225,18 @@ def _explained(error: Exception) -> tuple[str, int]:
             EXIT_FAILED_RUN)
 
 
+_typer_display_type = TyperOption.display_type_rich
+
+
+def _flag_shows_no_type(option: TyperOption, ctx: click.Context) -> str | None:
+    """What the help shows beside an option: its value's type (`<path>`), but nothing for a flag, which takes no
+    value (typer shows `<bool>` beside --quiet, --dry-run and --help alike)."""
+    return None if option.is_flag and option.metavar is None else _typer_display_type(option, ctx)
+
+
+TyperOption.display_type_rich = _flag_shows_no_type  # every command's help, the group's and --help's own
+
+
 app = typer.Typer(
     cls=_ErrorBoundary,
     help="Measure how much faster deep-learning training runs on one device than another, and why.\n\n"
@@ -303,8 +315,16 @@ WorkloadFilter = Annotated[Optional[str], typer.Option(help="Only this workload,
                                                        show_default=False)]
 MachineFilter = Annotated[Optional[str], typer.Option(help="Only this machine: its name, hostname or id prefix.",
                                                       show_default=False)]
-LastFilter = Annotated[Optional[int], typer.Option(min=1, max=LARGEST_WHOLE_NUMBER, show_default=False,
-                                                   help="Only the N most recently started runs that match.")]
+def _run_count(value: int | None) -> int | None:
+    """--last N: a count of runs, 1 or more (and one the database can compare with)."""
+    if value is not None and not 1 <= value <= LARGEST_WHOLE_NUMBER:
+        raise typer.BadParameter(f"{value} is no count of runs; give N ≥ 1 (at most {LARGEST_WHOLE_NUMBER:,})")
+    return value
+
+
+# a range of its own: typer's would print [1<=x<=9223372036854775807]
+LastFilter = Annotated[Optional[int], typer.Option(metavar="N", callback=_run_count, show_default=False,
+                                                   help="Only the N most recently started runs that match (N ≥ 1).")]
 BaselineOption = Annotated[str, typer.Option(
     help="What speedups are measured against: a device on each row's own machine (cpu, cuda:0), "
          "or one fixed MACHINE/DEVICE such as laptop/cpu.")]

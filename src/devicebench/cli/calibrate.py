@@ -33,7 +33,7 @@ from devicebench.engine.calibrate import (
 )
 from devicebench.environment import machine_fingerprint
 from devicebench.host import BYTES_PER_MIB
-from devicebench.report.tables import number_text, percent_text
+from devicebench.report.tables import FittedTable, fitted, number_text, percent_text
 from devicebench.results.datasheets import datasheet_for
 
 
@@ -90,7 +90,7 @@ def calibrate(
 NOT_NATIVE = "not native"  # a precision the device only emulates: calibrate does not measure it
 
 
-def ceilings_table(ceilings: DeviceCeilings) -> Table:
+def ceilings_table(ceilings: DeviceCeilings) -> FittedTable:
     """One device's ceilings: measured, the datasheet's figure, and the one as a percent of the other."""
     datasheet = datasheet_for(ceilings.device_name)
     plan = ceilings.plan
@@ -117,7 +117,7 @@ def ceilings_table(ceilings: DeviceCeilings) -> Table:
                   *_figures(copy, datasheet.memory_gb_s if datasheet else None, 1, " GB/s"))
     for memory_kind, transfer in ceilings.host_to_device.items():  # datasheets give only the PCIe link's
         table.add_row(f"Host to device ({_mib(transfer.size)}, {memory_kind})", *_figures(transfer, None, 1, " GB/s"))
-    return table
+    return fitted(table)
 
 
 def _figures(measured: Measurement, promised: float | None, digits: int, unit: str) -> tuple[str, str, str]:

@@ -22,6 +22,7 @@ from devicebench.cli import (
     local_devices_or_fail,
     stopped,
 )
+from devicebench.report.tables import FittedTable, fitted
 
 STATUS_STYLES = {PASS: "green", WARN: "yellow", FAIL: "bold red"}
 MACHINE_WIDE = "machine"  # what the Device column says of a check about the whole machine
@@ -59,7 +60,7 @@ def check(
         raise typer.Exit(EXIT_FAILED_RUN)
 
 
-def checks_table(checks: list[Check], found: dict) -> Table:
+def checks_table(checks: list[Check], found: dict) -> FittedTable:
     """One row a check, grouped by device (the machine first, then each device in the order they ran) and by group
     within it; each warn or fail says what to do under its figure."""
     table = Table(title="devicebench check", title_justify="left", caption_justify="left",
@@ -77,4 +78,4 @@ def checks_table(checks: list[Check], found: dict) -> Table:
                       f"[{STATUS_STYLES[entry.status]}]{entry.status}[/]", escape(entry.measured) + advice,
                       end_section=next_device != device)
         previous = (device, entry.group)
-    return table
+    return fitted(table, leading=0)  # a device's name stands on its first row only: no label to repeat

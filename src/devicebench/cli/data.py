@@ -30,6 +30,7 @@ from devicebench.data.sources import (
     remove_dataset,
     verify_dataset,
 )
+from devicebench.report.tables import fitted
 
 ALL = "all"  # the name that means every dataset
 
@@ -73,7 +74,7 @@ def list_datasets(
         table.add_row(status.spec.name, escape(status.spec.title), megabytes(status.spec.size_bytes),
                       f"[{styles[status.state]}]{escape(status.describe())}[/]")
     console.print(f"Datasets in {escape(str(data_root(data_dir)))}/<name>/", highlight=False, soft_wrap=True)
-    console.print(table)
+    console.print(fitted(table))
     console.print("States come from file sizes; `devicebench data verify` checks their sha256.\n"
                   "`devicebench data fetch NAME` downloads one, or 'all'.", highlight=False)
 

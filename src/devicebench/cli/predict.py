@@ -16,6 +16,7 @@ from rich.table import Table
 
 from devicebench.checkpoint import CheckpointError, load_checkpoint, predict
 from devicebench.cli import EXIT_FAILED_RUN, app, console, errors, fail
+from devicebench.report.tables import fitted
 
 
 @app.command(name="predict")
@@ -52,7 +53,7 @@ def predict_command(
         for prediction in predictions:
             if prediction.error is None:
                 table.add_row(escape(prediction.path), escape(prediction.class_name), f"{prediction.probability:.1%}")
-        console.print(table)
+        console.print(fitted(table))
     for prediction in predictions:
         if prediction.error is not None:
             errors.print(f"[bold red]error:[/] {escape(prediction.error)}", highlight=False)

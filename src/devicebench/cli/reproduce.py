@@ -40,7 +40,8 @@ from devicebench.results.compare import compare
 @app.command()
 def reproduce(
     seeds: Annotated[Optional[list[str]], typer.Argument(
-        help="Seed experiments of SEEDS.md: S1 … S5, or all (the default).", show_default=False)] = None,
+        help="Seed experiments S1 … S5 (`devicebench list` shows the workloads of each; docs/workloads.md the posts "
+             "they come from), or all (the default).", show_default=False, metavar="SEEDS")] = None,
     quick: Annotated[bool, typer.Option("--quick", help="Reduced epochs and steps (the quick suite) instead of the "
                                                         "published settings.")] = False,
     devices: DevicesOption = "auto",

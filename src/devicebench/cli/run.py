@@ -18,6 +18,7 @@ from typing import Annotated, Optional
 
 import torch
 import typer
+from rich.markup import escape
 
 from devicebench import planning, runner, stopping
 from devicebench.cli import (
@@ -41,7 +42,7 @@ from devicebench.files import UnusableFile
 from devicebench.launch import DistributedError, Launch, run_distributed
 from devicebench.planning import Plan
 from devicebench.report.progress import RichReporter
-from devicebench.report.tables import comparison_tables, outlook_lines, plan_table
+from devicebench.report.tables import comparison_tables, outlook_lines, plan_notes, plan_table
 from devicebench.report.tensorboard import TensorBoardReporter, TensorBoardUnavailable
 from devicebench.results.compare import compare
 from devicebench.results.schema import Result, RunRecord, write_atomically
@@ -78,7 +79,7 @@ CompileOption = Annotated[str, typer.Option(
     "--compile", help="Tuned mode: torch.compile on (always), off, or auto (tried on GPUs, kept if faster).")]
 TensorBoardOption = Annotated[Optional[Path], typer.Option(
     help="Also log per-epoch loss, accuracy, throughput and the model graph here for TensorBoard "
-         "(needs pip install 'devicebench[tensorboard]').", show_default=False)]
+         + escape("(needs pip install 'devicebench[tensorboard]')."), show_default=False)]  # [..] is no markup
 
 
 @app.command()
@@ -203,7 +204,7 @@ def run(
         raise fail(str(error)) from None
     if nproc * nnodes > 1:  # every process trains on one device of one kind: its own
         config = dataclasses.replace(config, devices=_one_device_kind(config.devices, config.nproc))
-    job_plan = plan_or_fail(config)
+    job_plan = plan_or_fail(config, step_estimates=not dry_run)  # a dry run shows the plan: no FLOPs to count
     for name, reason in job_plan.skipped:
         errors.print(f"{name} is left out: it {reason}", highlight=False)
     check_outputs_or_fail({"--json": json_file, "--save": save}, db=db, data_dir=data_dir)  # before any work
@@ -345,10 +346,10 @@ def check_paths(data_dir: str | None, json_file: Path | None, tensorboard: Path 
     check_outputs_or_fail({"--json": json_file, "--save": save}, db=db, data_dir=data_dir)
 
 
-def plan_or_fail(configs: RunConfig | list[RunConfig]) -> Plan:
+def plan_or_fail(configs: RunConfig | list[RunConfig], *, step_estimates: bool = True) -> Plan:
     """The plan of `configs`, or the usage error that says why there is none (a bad request, a missing device)."""
     try:
-        return planning.plan(configs)
+        return planning.plan(configs, step_estimates=step_estimates)
     except (ConfigError, DeviceError) as error:
         raise fail(str(error)) from None
 
@@ -360,6 +361,8 @@ def show_plan(job_plan: Plan, json_file: Path | None) -> None:
         check_output_file("--json", json_file)
         write_atomically(json_file, json.dumps(job_plan.to_dict(), indent=2, default=str) + "\n")  # before display
     console.print(plan_table(job_plan))
+    for note in plan_notes(job_plan):
+        console.print(note)
     if json_file is not None:
         errors.print(f"Plan written to {json_file}")
 

@@ -57,6 +57,7 @@ __all__ = [
     "ImageFolderDataset",
     "TableDataset",
     "TokenDataset",
+    "expected_source",
     "known_datasets",
     "load_dataset",
     "synthetic_dataset",
@@ -98,10 +99,8 @@ def load_dataset(
         return own
     if source == "real":
         return _load_real(spec.name, data_dir, shape, progress=progress, timeout_s=timeout_s)
-    if (largest_download_bytes is not None and spec.size_bytes > largest_download_bytes
-            and dataset_status(spec.name, data_dir).state != "cached"):  # sizes only: no hashing to decide
-        reason = (f"{spec.title} ({megabytes(spec.size_bytes)} MB) is not downloaded by the quick suite; "
-                  f"`devicebench data fetch {spec.name}` gets it, or `--data real`")
+    reason = _not_downloaded(spec, data_dir, largest_download_bytes)
+    if reason is not None:
         return dataclasses.replace(_synthetic(spec, seed, shape), fallback_reason=reason)
     try:
         return _load_real(spec.name, data_dir, shape, progress=progress, timeout_s=timeout_s)
@@ -113,6 +112,43 @@ def load_dataset(
         )
     warnings.warn(reason, stacklevel=2)
     return dataclasses.replace(_synthetic(spec, seed, shape), fallback_reason=reason)
+
+
+def _not_downloaded(spec: DatasetSpec, data_dir: str | Path | None, largest_download_bytes: int | None) -> str | None:
+    """Why "auto" data is synthetic without trying: a release above the download limit that is not cached (told
+    from file sizes, no hashing), with how to get it; None when it is tried."""
+    if (largest_download_bytes is None or spec.size_bytes <= largest_download_bytes
+            or dataset_status(spec.name, data_dir).state == "cached"):
+        return None
+    return (f"{spec.title} ({megabytes(spec.size_bytes)} MB) is not downloaded by the quick suite; "
+            f"`devicebench data fetch {spec.name}` gets it, or `--data real`")
+
+
+def expected_source(name: str, source: DataChoice = "auto", *, data_dir: str | Path | None = None,
+                    largest_download_bytes: int | None = None) -> tuple[str, str | None]:
+    """What `load_dataset` with these arguments will train on, told without loading or downloading anything (for
+    `run --dry-run`): ("real", None), ("real or synthetic", why) when it depends on a download, ("synthetic", why),
+    or ("yours", None) for data that is not one of devicebench's datasets."""
+    if name == SYNTHETIC_TABLE:
+        return "synthetic", "generated: there is no real one"
+    if name not in known_datasets():
+        return "yours", None
+    spec = dataset_spec(name)
+    if source == "synthetic":
+        return "synthetic", "--data synthetic was asked for"
+    if data_dir is not None and (is_image_folder(data_dir) if spec.kind == "images" else
+                                 spec.kind == "text" and is_text_folder(data_dir)):
+        return "real", None  # the user's own folder
+    if source == "auto":
+        reason = _not_downloaded(spec, data_dir, largest_download_bytes)
+        if reason is not None:
+            return "synthetic", reason
+    if dataset_status(spec.name, data_dir).state == "cached":
+        return "real", None
+    fallback = "the run stops" if source == "real" else "synthetic data, loudly"
+    return ("real" if source == "real" else "real or synthetic",
+            f"downloads {megabytes(spec.size_bytes)} MB first (`devicebench data fetch {spec.name}` gets it now); "
+            f"if that fails, {fallback}")
 
 
 def _synthetic(spec: DatasetSpec, seed: int, shape: dict[str, Any]) -> Dataset:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 
 from devicebench.report.progress import duration_text
-from devicebench.report.tables import number_text
+from devicebench.report.tables import FittedTable, fitted, number_text
 from devicebench.results.roofline import Validation, coverage, median_absolute_error
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ def _money(value: float | None) -> str:
     return "—" if value is None else f"{value:.2g}" if value < 1 else f"{value:,.2f}"  # 0.00078: a cent's share
 
 
-def estimate_table(estimates: Sequence[Estimate]) -> Table:
+def estimate_table(estimates: Sequence[Estimate]) -> FittedTable:
     """One line per (workload, GPU): estimated samples/s, epoch time, speedup over the device measured here, what
     bounds the step and, with prices, the cost of an epoch and of the seed's run."""
     priced = any(estimate.price_per_hour is not None for estimate in estimates)
@@ -76,7 +76,7 @@ def estimate_table(estimates: Sequence[Estimate]) -> Table:
             estimate.step.bound,
             *((_money(estimate.cost_per_epoch), _money(estimate.cost_per_run)) if priced else ()),
         )
-    return table
+    return fitted(table, leading=2)
 
 
 def estimate_notes(estimates: Sequence[Estimate], fitted: Calibration) -> list[str]:
@@ -107,7 +107,7 @@ def estimate_notes(estimates: Sequence[Estimate], fitted: Calibration) -> list[s
     return notes
 
 
-def validation_table(validations: Sequence[Validation]) -> Table:
+def validation_table(validations: Sequence[Validation]) -> FittedTable:
     """Each point predicted by a fit made without it: the error and whether its interval held it."""
     table = Table(title="Leave-one-out: each measured point predicted by a fit made without it", title_justify="left")
     for column in ("Point", "Measured", "Estimated", "Error", "Interval", "Inside"):
@@ -128,7 +128,7 @@ def validation_table(validations: Sequence[Validation]) -> Table:
             f"{number_text(batch / interval.seconds(validation.predicted_s)[0], 0)}",
             {True: "yes", False: "[bold red]no[/]", None: "—"}[validation.inside],
         )
-    return table
+    return fitted(table)
 
 
 def validation_summary(validations: Sequence[Validation], fitted: Calibration) -> list[str]:

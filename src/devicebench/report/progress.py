@@ -20,45 +20,53 @@ from rich.text import Text
 from devicebench.data import ArrayDataset, ImageFolderDataset
 from devicebench.engine.loop import FEWEST_BUDGETED_STEPS
 from devicebench.events import RunReporter
-from devicebench.report.tables import batch_text
+from devicebench.report.tables import batch_text, duration_text
 from devicebench.results.schema import EpochRecord, RunRecord
 from devicebench.workloads import Workload
 
 LONG_RUN_S = 120.0  # a run expected to take longer is announced before it starts, with how to shorten it
 
 
-def duration_text(seconds: float) -> str:
-    """`45 s`, `2 min 05 s`, `3 h 07 min`: a duration as a person reads it."""
-    seconds = round(seconds)
-    if seconds < 60:
-        return f"{seconds} s"
-    minutes, seconds = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes} min {seconds:02d} s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes:02d} min"
+def epoch_fields(record: RunRecord, epoch: EpochRecord) -> list[str]:
+    """The fields of an epoch's line, each a whole that a narrow screen never splits: `Epoch 3/10`, `1563/1563`,
+    `9.1s`, `5.8ms/step`, `1732 samples/s`, `loss 1.62`, `acc 0.43`, `test_acc 0.44`, `eval 0.9s`."""
+    fields = [f"Epoch {epoch.epoch}/{record.settings.epochs}", f"{epoch.steps}/{epoch.steps}",
+              f"{epoch.train_time_s:.1f}s", f"{epoch.step_time_ms:.1f}ms/step", f"{epoch.samples_per_s:,.0f} samples/s",
+              f"loss {epoch.train_loss:.4g}"]
+    if epoch.train_accuracy is not None:  # None: outputs that name no classes
+        fields.append(f"acc {epoch.train_accuracy:.4f}")
+    if epoch.test_accuracy is not None:
+        fields.append(f"test_acc {epoch.test_accuracy:.4f}")
+    elif epoch.test_loss is not None:  # a regression: its test loss is what there is to read
+        fields.append(f"test_loss {epoch.test_loss:.4g}")
+    if epoch.eval_time_s is not None:
+        # the epoch's wall time mostly not the training measured: said beside it
+        slow = " (eval > training: --max-eval-steps caps it)" if epoch.eval_time_s > epoch.train_time_s else ""
+        fields.append(f"eval {epoch.eval_time_s:.1f}s{slow}")
+    if epoch.phase == "warmup":
+        fields.append("(warm-up)")
+    return fields
 
 
 def epoch_line(record: RunRecord, epoch: EpochRecord) -> str:
     """`Epoch 3/10  1563/1563  9.1s  5.8ms/step  1732 samples/s  loss 1.62  acc 0.43  test_acc 0.44  eval 0.9s`"""
-    line = (
-        f"Epoch {epoch.epoch}/{record.settings.epochs}  {epoch.steps}/{epoch.steps}  {epoch.train_time_s:.1f}s  "
-        f"{epoch.step_time_ms:.1f}ms/step  {epoch.samples_per_s:,.0f} samples/s  "
-        f"loss {epoch.train_loss:.4g}"
-    )
-    if epoch.train_accuracy is not None:  # None: outputs that name no classes
-        line += f"  acc {epoch.train_accuracy:.4f}"
-    if epoch.test_accuracy is not None:
-        line += f"  test_acc {epoch.test_accuracy:.4f}"
-    elif epoch.test_loss is not None:  # a regression: its test loss is what there is to read
-        line += f"  test_loss {epoch.test_loss:.4g}"
-    if epoch.eval_time_s is not None:
-        line += f"  eval {epoch.eval_time_s:.1f}s"
-        if epoch.eval_time_s > epoch.train_time_s:  # the epoch's wall time is mostly not the training measured
-            line += " (eval > training: --max-eval-steps caps it)"
-    if epoch.phase == "warmup":
-        line += "  (warm-up)"
-    return line
+    return FIELD_GAP.join(epoch_fields(record, epoch))
+
+
+FIELD_GAP = "  "
+CONTINUATION = "    "  # the indent of an epoch line's second line: it reads as the same epoch's
+
+
+def folded(fields: list[str], width: int) -> str:
+    """`fields` joined by FIELD_GAP into lines of at most `width` columns, broken only between fields (a terminal
+    or rich would break `test_acc` or `0.4412` in two), each line after the first indented."""
+    lines = [fields[0]]
+    for field in fields[1:]:
+        if len(lines[-1]) + len(FIELD_GAP) + len(field) <= width:
+            lines[-1] += FIELD_GAP + field
+        else:
+            lines.append(CONTINUATION + field)
+    return "\n".join(lines)
 
 
 def run_header(record: RunRecord, steps: int) -> Text:
@@ -92,16 +100,16 @@ class RichReporter(RunReporter):
         notes = getattr(dataset, "notes", ())  # an image folder's: files left out, empty classes
         if notes and dataset.origin not in self.announced:
             self.announced.add(dataset.origin)
-            self.console.print(Text(f"{dataset.origin}: " + "; ".join(notes), style="yellow"))
+            self._say(Text(f"{dataset.origin}: " + "; ".join(notes), style="yellow"))
         if dataset.source == "synthetic" and dataset.name not in self.announced:
             self.announced.add(dataset.name)
             why = (dataset.fallback_reason or "--data synthetic was asked for").rstrip(". ")
             # one wrapped paragraph, reason and all: a panel's border cut it at 80 columns
-            self.console.print(Text.assemble(
+            self._say(Text.assemble(
                 (f"{workload.name} and every later workload on {dataset.name} train on ", "yellow"),
                 ("SYNTHETIC data", "bold yellow"),
                 (f": {why}. Speeds are real; accuracies cannot be compared with the published ones.", "yellow"),
-            ), soft_wrap=False)
+            ))
 
     def run_started(self, record: RunRecord) -> None:
         self.record = record  # its header waits for the first epoch: the batch and the steps that really run
@@ -112,7 +120,7 @@ class RichReporter(RunReporter):
         if self.record is not None:
             self.console.rule(style="dim")
             # wrapped at its words, even on a console that soft-wraps (a rule's title was cut with "…")
-            self.console.print(run_header(self.record, steps), highlight=False, soft_wrap=False)
+            self._say(run_header(self.record, steps))
             self.record = None
         self.progress = Progress(
             TextColumn(f"Epoch {epoch}"),
@@ -133,8 +141,9 @@ class RichReporter(RunReporter):
 
     def epoch_finished(self, record: RunRecord, epoch: EpochRecord) -> None:
         self._stop_progress()
-        if not self.quiet:
-            self.console.print(epoch_line(record, epoch), highlight=False)
+        if not self.quiet:  # lines already fitted: a soft-wrapping console must not break them again
+            self.console.print(folded(epoch_fields(record, epoch), self.console.width), highlight=False,
+                               soft_wrap=True)
 
     def run_finished(self, record: RunRecord) -> None:
         self._stop_progress()
@@ -146,7 +155,7 @@ class RichReporter(RunReporter):
 
     def run_estimated(self, record: RunRecord, seconds: float) -> None:
         if seconds > LONG_RUN_S:  # before long work, say how long and how to shorten it
-            self.console.print(Text(
+            self._say(Text(
                 f"{record.workload} on {record.device} should take about {duration_text(seconds)} "
                 f"({record.settings.epochs} epochs, evaluation included; estimated from its first steps). Shorten "
                 "it with --budget (e.g. --budget 10m), --epochs or --max-steps; Ctrl-C stops it and keeps every "
@@ -154,12 +163,17 @@ class RichReporter(RunReporter):
 
     def budget_spent(self, spent_s: float, budget_s: float) -> None:
         if spent_s <= budget_s:
-            self.console.print(f"Trained in {duration_text(spent_s)}, within the {duration_text(budget_s)} budget.")
+            self._say(f"Trained in {duration_text(spent_s)}, within the {duration_text(budget_s)} budget.")
         else:
-            self.console.print(Text(
+            self._say(Text(
                 f"Trained in {duration_text(spent_s)}, over the {duration_text(budget_s)} budget: each epoch trains "
                 f"at least {FEWEST_BUDGETED_STEPS} steps however slow they are. A larger --budget, or naming fewer "
                 "workloads, fits it.", style="yellow"))
+
+    def _say(self, message: str | Text) -> None:
+        """Print `message` wrapped between its words at the console's width, also on a console that soft-wraps
+        (the CLI's stderr does, to keep an error's paths whole): a terminal's own wrapping cuts words."""
+        self.console.print(message, highlight=False, soft_wrap=False)
 
     def close(self) -> None:
         """Take the progress bar off the screen, e.g. after Ctrl-C."""

@@ -23,7 +23,7 @@ from devicebench.results.schema import Result, RunRecord
 from devicebench.results.stats import Speedup, Spread
 
 if TYPE_CHECKING:  # each imports torch: history and compare's tables must load without it
-    from devicebench.planning import Plan
+    from devicebench.planning import Job, Plan
     from devicebench.reproduce import Reproduction
     from devicebench.workloads import Workload
 
@@ -38,35 +38,100 @@ def percent_text(value: float | None) -> str:
     return "—" if value is None else f"{value * 100:.1f}%"
 
 
+def duration_text(seconds: float) -> str:
+    """`45 s`, `2 min 05 s`, `3 h 07 min`: a duration as a person reads it."""
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
+
+
 # --- a plan ------------------------------------------------------------------------------------------------
 
 
-def plan_table(plan: Plan) -> Table:
-    """What `devicebench run --dry-run` shows: every job, resolved, before anything is loaded or trained."""
+def plan_table(plan: Plan) -> FittedTable:
+    """What `devicebench run --dry-run` shows: every job, resolved, before anything is loaded or trained. Runs and
+    Settings come only when some job repeats, or is tuned or changed with --set."""
     runs = sum(job.repeats for job in plan.jobs)
-    table = Table(title=f"The plan: {runs} run{'' if runs == 1 else 's'}; nothing is loaded or trained",
-                  title_justify="left")
-    for column in ("Workload", "Device", "Runs", "Batch", "Epochs", "Steps/epoch", "Eval batches", "Data", "Mode",
-                   "Changed"):
-        table.add_column(column, justify="right" if column in ("Runs", "Batch", "Epochs", "Steps/epoch",
-                                                                "Eval batches") else "left")
+    table = Table(title=f"The plan: {runs} run{'' if runs == 1 else 's'}; nothing is loaded or trained")
+    repeated = any(job.repeats > 1 for job in plan.jobs)
+    changed = any(job.mode != "seed" or job.overrides for job in plan.jobs)
+    for column, shown in (("Workload", True), ("Device", True), ("Runs", repeated), ("Batch", True),
+                          ("Epochs", True), ("Steps", True), ("Eval", True), ("Data", True), ("Settings", changed)):
+        if shown:
+            table.add_column(column, justify="right" if column in ("Runs", "Batch", "Epochs", "Steps", "Eval")
+                             else "left")
     for job in plan.jobs:
         if job.batch_size_auto:
             batch = "auto"
         else:
             batch = f"{job.batch_size:,}" if job.batch_size else "every row"  # 0: boosted trees read every row
-        table.add_row(
-            escape(job.workload.name), str(job.device), str(job.repeats), batch, str(job.training.epochs),
-            _cap_text(job.training.max_steps), _cap_text(job.training.max_eval_steps),
-            escape(f"{job.data.dataset} ({job.data.source})"), job.mode,
-            escape(", ".join(f"{name}={value}" for name, value in job.overrides.items())) or "—",
-        )
-    return table
+        source, _ = _expected_source(job)
+        settings = [job.mode, *(f"{name}={value}" for name, value in job.overrides.items())]
+        table.add_row(escape(job.workload.name), str(job.device), *([str(job.repeats)] if repeated else []), batch,
+                      str(job.training.epochs), _steps_text(plan, job), _cap_text(job.training.max_eval_steps),
+                      escape(job.data.dataset) + " " + (f"[bold yellow]{source.upper()}[/]" if source == "synthetic"
+                                                        else source),
+                      *([escape(", ".join(settings))] if changed else []))
+    return fitted(table)
+
+
+def _sized(plan: Plan, job: Job) -> bool:
+    """Whether the runner sizes `job`'s epochs to the plan's time budget (its own trainer's runs are not)."""
+    return plan.budget_s is not None and job.workload.trainer is None
+
+
+def _steps_text(plan: Plan, job: Job) -> str:
+    """Steps an epoch: `40`, `all`, `sized` to the budget (`sized ≤ 40` under a cap), `2 rounds` for trees."""
+    cap = job.training.max_steps
+    if _sized(plan, job):
+        return "sized" + ("" if cap is None else f" ≤ {cap:,}")
+    return _cap_text(cap) + (" rounds" if job.batch_size == 0 and cap is not None else "")
 
 
 def _cap_text(cap: int | None) -> str:
     """A per-epoch cap on steps or evaluation batches; "all" when there is none."""
     return "all" if cap is None else f"{cap:,}"
+
+
+def _expected_source(job: Job) -> tuple[str, str | None]:
+    from devicebench.data import expected_source  # imports numpy and the readers: only the dry run needs it
+
+    data = job.data
+    return expected_source(data.dataset, data.source, data_dir=data.data_dir,
+                           largest_download_bytes=data.largest_download_bytes)
+
+
+def plan_notes(plan: Plan) -> list[Text]:
+    """Under the plan: how a budget sizes the epochs, and which workloads will train on synthetic data and why,
+    with how to get the real data."""
+    from devicebench.engine.loop import FEWEST_BUDGETED_STEPS  # torch: the dry run has it already
+
+    notes = [Text("Steps: training steps an epoch; eval: evaluation batches after each epoch; all: the whole set.")]
+    if plan.budget_s is not None and any(_sized(plan, job) for job in plan.jobs):
+        notes.append(Text(
+            f"Sized: a time budget of {duration_text(plan.budget_s)}, start-up included: each run times its first "
+            f"steps and an evaluation batch on a throwaway model, and its epochs get the steps that fit its share, "
+            f"at least {FEWEST_BUDGETED_STEPS} an epoch (--budget changes it; --max-steps alone runs fixed steps)."))
+    by_source: dict[tuple[str, str | None, str], list[str]] = {}
+    for job in plan.jobs:
+        source, why = _expected_source(job)
+        if why is not None and source != "real":
+            by_source.setdefault((source, why, job.data.dataset), []).append(job.workload.name)
+    for (source, why, dataset), names in by_source.items():
+        listed = ", ".join(dict.fromkeys(names))
+        if source == "synthetic":
+            notes.append(Text(f"{listed} will train on SYNTHETIC data: {why}.", style="yellow"))
+        else:
+            notes.append(Text(f"{listed}: {dataset} {why}."))
+    if any(source == "synthetic" for source, _, _ in by_source):
+        notes.append(Text("On synthetic data speeds are real; accuracies cannot be compared with the published ones.",
+                          style="yellow"))
+    return notes
 
 
 # --- the machine -------------------------------------------------------------------------------------------
@@ -87,7 +152,7 @@ def machine_view(fingerprint: dict[str, Any]) -> RenderableType:
     host.add_row("PyTorch", f"{fingerprint['torch']} (CUDA build: {fingerprint['torch_cuda_build'] or 'no'})")
     host.add_row("Python", fingerprint["python"])
     host.add_row("OS", fingerprint["os"])
-    parts: list[RenderableType] = [host]
+    parts: list[RenderableType] = [fitted(host)]
     accelerators = fingerprint["accelerators"]
     if accelerators:
         table = Table(title="Accelerators", title_justify="left")
@@ -104,7 +169,7 @@ def machine_view(fingerprint: dict[str, Any]) -> RenderableType:
                 entry.get("cuda_runtime") or "—",
                 entry.get("cudnn") or "—",
             )
-        parts.append(table)
+        parts.append(fitted(table))
     else:
         reason = fingerprint.get("no_accelerator_reason") or "no accelerator is visible to PyTorch"
         parts.append(Text(f"No GPU or other accelerator: {reason}", style="yellow"))
@@ -114,10 +179,12 @@ def machine_view(fingerprint: dict[str, Any]) -> RenderableType:
 # --- the workloads -----------------------------------------------------------------------------------------
 
 
-def workloads_table(workloads: Iterable[Workload]) -> Table:
+def workloads_table(workloads: Iterable[Workload]) -> FittedTable:
+    """`devicebench list`: a row per workload, its name, seed experiment, dataset and size first (the label kept
+    beside every part of a narrow screen), then the model, its default settings and the published figures."""
     table = Table(title="Workloads", title_justify="left", show_lines=True)
-    for column in ("Name", "Seed", "Dataset", "Parameters", "Defaults", "Published"):
-        table.add_column(column, overflow="fold")
+    for column in ("Workload", "Model", "Defaults", "Published"):
+        table.add_column(column)
     for entry in workloads:
         defaults = ", ".join(f"{key}={value:g}" if isinstance(value, float) else f"{key}={value}"
                              for key, value in entry.defaults.items())
@@ -125,15 +192,14 @@ def workloads_table(workloads: Iterable[Workload]) -> Table:
         parameters = entry.parameter_count()
         origin = "" if entry.origin == "devicebench" else f"\nfrom {entry.origin}"
         table.add_row(
-            f"[bold]{escape(entry.name)}[/]\n{escape(entry.summary)}{escape(origin)}"
+            f"[bold]{escape(entry.name)}[/]\n{escape(entry.seed or 'no seed')}, {escape(entry.dataset)}\n"
+            + ("trees" if parameters is None else f"{parameters:,} parameters")
             + (f"\n[yellow]unavailable: {escape(missing)}[/]" if missing else ""),
-            entry.seed or "—",
-            entry.dataset,
-            "— (trees)" if parameters is None else f"{parameters:,}",
+            escape(entry.summary + origin),
             defaults,
             published_text(entry),
         )
-    return table
+    return fitted(table)
 
 
 def published_text(entry: Workload | None) -> str:
@@ -376,13 +442,10 @@ def _workload_table(name: str, rows: list[Row], columns: list[Column]) -> Fitted
 
 
 def figure_table(title: str, leading: dict[str, list[str]], rows: list[Row], columns: list[Column]) -> FittedTable:
-    """A table of `rows`: the `leading` columns (heading: a cell per row), which fold, then `columns`, each at
-    least as wide as its longest word so that no number is ever cut."""
+    """A table of `rows`: the `leading` columns (heading: a cell per row), then `columns`, right-aligned figures."""
     cells = [[column.cell(row) for row in rows] for column in columns]
     return FittedTable(title, [label_column(heading, values) for heading, values in leading.items()], [
-        FittedColumn(column.heading, values, longest_word([column.heading, *values]),
-                     {"justify": "right", "overflow": "fold"})
-        for column, values in zip(columns, cells)])
+        FittedColumn(column.heading, values, options={"justify": "right"}) for column, values in zip(columns, cells)])
 
 
 @dataclasses.dataclass
@@ -391,33 +454,62 @@ class FittedColumn:
 
     heading: str
     cells: list[RenderableType]
-    min_width: int
-    options: dict[str, Any] = dataclasses.field(default_factory=dict)  # for Table.add_column: justify, overflow
+    min_width: int | None = None  # None: its longest word, heading included (no_wrap: its widest cell)
+    options: dict[str, Any] = dataclasses.field(default_factory=dict)  # for Table.add_column: justify, style
+
+    def narrowest(self) -> int:
+        texts = [self.heading, *self.cells]
+        if self.min_width is not None:
+            return self.min_width
+        if self.options.get("no_wrap"):
+            return max(plain_text(text).cell_len for text in texts)
+        return longest_word(texts)
 
 
 @dataclasses.dataclass
 class FittedTable:
-    """A table that fits whatever prints it: when its columns cannot stand side by side at their narrowest (no
-    number cut, labels folded), the ones that do not fit follow in another table, the leading columns repeated."""
+    """A table that fits whatever prints it, every word whole: identifiers and numbers are never cut. A cell wraps
+    only at its spaces (each column is at least as wide as its longest word); when the columns cannot stand side by
+    side at their narrowest, the ones that do not fit follow in another table, the leading columns repeated. The
+    title and the caption are paragraphs of the screen's width, wrapped between words (a rich title wraps at the
+    table's). Only a word wider than the screen itself is folded."""
 
     title: str
     leading: list[FittedColumn]  # the labels that say which row is which: in every part
     columns: list[FittedColumn]
-    table_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    table_options: dict[str, Any] = dataclasses.field(default_factory=dict)  # for Table(): box, caption...
     padding: int = 2  # columns of padding per table column: (0, 1) on each side
     edges: bool = True  # a border at both ends: one more rule than there are columns, else one fewer
+    rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # for Table.add_row: style, end_section
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        parts = self.parts(options.max_width)
+        width = options.max_width
+        parts = self.parts(width)
+        table_options = {name: value for name, value in self.table_options.items()
+                         if name not in ("caption", "caption_justify", "title", "title_justify")}
         for part, columns in enumerate(parts):
-            yield self.table(columns, self.title if part == 0 else f"{self.title} (continued)",
-                             widths=self.widths(columns, options.max_width), last=part == len(parts) - 1)
+            if self.title:
+                yield Text.from_markup(self.title + (" (continued)" if part else ""), style="table.title")
+            yield self.table(columns, widths=self.widths(columns, width), options=table_options)
+        caption = self.table_options.get("caption")
+        if caption:
+            yield Text.from_markup(caption, style="table.caption") if isinstance(caption, str) else caption
+
+    def narrowest(self, width: int) -> dict[int, int]:
+        """Each column's narrowest (by id): its longest word, the labels leaving FIGURE_ROOM beside them."""
+        room = width - self.overhead(len(self.leading) + 1)
+        label_room = max(LABEL_MIN_WIDTH, (room - FIGURE_ROOM) // max(1, len(self.leading)))
+        floors = {id(column): min(column.narrowest(), label_room) for column in self.leading}
+        labels = sum(floors.values())
+        floors |= {id(column): max(1, min(column.narrowest(), room - labels)) for column in self.columns}
+        return floors
 
     def parts(self, width: int) -> list[list[FittedColumn]]:
         """The columns of each table, in order: as many as fit at their narrowest, the leading ones in each."""
+        floors = self.narrowest(width)
         parts: list[list[FittedColumn]] = []
         for column in self.columns:
-            if parts and sum(item.min_width for item in [*parts[-1], column]) + self.overhead(len(parts[-1]) + 1) \
+            if parts and sum(floors[id(item)] for item in [*parts[-1], column]) + self.overhead(len(parts[-1]) + 1) \
                     <= width:
                 parts[-1].append(column)
             else:
@@ -426,47 +518,76 @@ class FittedTable:
 
     def overhead(self, count: int) -> int:
         """Columns of `count` table columns that are not their content: padding and rules."""
-        return count * self.padding + count + (1 if self.edges else -1)
+        rules = 0 if self.table_options.get("box", True) is None else count + (1 if self.edges else -1)
+        return count * self.padding + rules
 
     def widths(self, columns: list[FittedColumn], width: int) -> list[int | None]:
         """Each column's width: its widest cell while all fit, else narrowed, the column with the most room to spare
-        first, never below its narrowest (rich's own narrowing can leave a table wider than the screen)."""
-        widths = [max((cell if isinstance(cell, Text) else Text.from_markup(str(cell))).cell_len
-                      for cell in [column.heading, *column.cells]) for column in columns]
+        first, never below its narrowest (rich's own narrowing cuts words, and can leave a table wider than the
+        screen), its heading kept on one line while others can give; below its narrowest only when even the
+        narrowest do not fit (a word wider than the screen)."""
+        widths = [max(plain_text(cell).cell_len for cell in [column.heading, *column.cells]) for column in columns]
         excess = sum(widths) + self.overhead(len(columns)) - width
         if excess <= 0:
             return [None] * len(columns)  # rich's own layout
-        for _ in range(excess):
-            spare, index = max((widths[index] - column.min_width, index) for index, column in enumerate(columns))
-            if spare <= 0:
-                break  # nothing can be narrower without cutting a word: too wide, never cut
-            widths[index] -= 1
+        words = [self.narrowest(width)[id(column)] for column in columns]
+        headings = [max(floor, plain_text(column.heading).cell_len) for floor, column in zip(words, columns)]
+        for floor in (headings, words, [1] * len(columns)):  # headings whole while they can be, then words whole
+            while excess > 0:
+                spare, index = max((widths[index] - floor[index], index) for index in range(len(columns)))
+                if spare <= 0:
+                    break
+                widths[index] -= 1
+                excess -= 1
         return widths
 
-    def table(self, columns: list[FittedColumn], title: str, *, widths: list[int | None] | None = None,
-              last: bool = True) -> Table:
-        options = {name: value for name, value in self.table_options.items() if last or name != "caption"}
-        table = Table(title=title, title_justify="left", padding=(0, self.padding // 2), **options)
+    def table(self, columns: list[FittedColumn], *, widths: list[int | None] | None = None,
+              options: dict[str, Any] | None = None) -> Table:
+        table = Table(padding=(0, self.padding // 2), **(options or {}))
         for column, column_width in zip(columns, widths or [None] * len(columns)):
-            table.add_column(column.heading, min_width=column.min_width, width=column_width, **column.options)
+            table.add_column(column.heading, **{"overflow": "fold", **column.options, "width": column_width,
+                                                "no_wrap": column.options.get("no_wrap", False) and not column_width})
         for index in range(len(columns[0].cells) if columns else 0):
-            table.add_row(*(column.cells[index] for column in columns))
+            table.add_row(*(column.cells[index] for column in columns),
+                          **(self.rows[index] if index < len(self.rows) else {}))
         return table
+
+
+def fitted(table: Table, *, leading: int = 1) -> FittedTable:
+    """`table` as a FittedTable: its first `leading` columns label the rows (repeated in a continuation); its title,
+    caption, box, styles and row sections kept. Every table devicebench prints goes through here or FittedTable."""
+    columns = [FittedColumn(column.header if isinstance(column.header, str) else str(column.header),
+                            list(column.cells), options={
+                                "justify": column.justify, "style": column.style, "header_style": column.header_style,
+                                "vertical": column.vertical, "no_wrap": column.no_wrap})
+               for column in table.columns]
+    _, right, _, left = table.padding
+    return FittedTable(
+        str(table.title or ""), columns[:leading], columns[leading:],
+        {"box": table.box, "show_header": table.show_header, "show_lines": table.show_lines,
+         "show_edge": table.show_edge, "pad_edge": table.pad_edge, "header_style": table.header_style,
+         "style": table.style, "caption": table.caption},
+        padding=left + right, edges=table.show_edge,
+        rows=[{"style": row.style, "end_section": row.end_section} for row in table.rows])
+
+
+def plain_text(text: str | RenderableType) -> Text:
+    """A cell as the text it shows, markup left out."""
+    return text if isinstance(text, Text) else Text.from_markup(str(text))
 
 
 def longest_word(texts: Iterable[str | Text]) -> int:
     """The widest word (run of characters without a space) of `texts`, markup left out: the narrowest a column of
     them can be without cutting one."""
-    plain = (text.plain if isinstance(text, Text) else Text.from_markup(text).plain for text in texts)
-    return max((len(word) for text in plain for word in text.split()), default=1)
+    return max((len(word) for text in texts for word in plain_text(text).plain.split()), default=1)
 
 
-LABEL_MIN_WIDTH = 10  # a label column folds its words, down to this width
+LABEL_MIN_WIDTH = 10  # a label longer than the screen allows folds, down to this width
+FIGURE_ROOM = 12  # columns the labels leave for at least one figure beside them
 
 
 def label_column(heading: str, cells: list[str]) -> FittedColumn:
-    return FittedColumn(heading, list(cells), min(longest_word([heading, *cells]), LABEL_MIN_WIDTH),
-                        {"overflow": "fold"})
+    return FittedColumn(heading, list(cells))
 
 
 def median_text(value: Spread | None, digits: int) -> str:
@@ -644,13 +765,12 @@ def history_table(results: list[Result], path: Path, *, wide: bool = False) -> F
     runs = [(result, run, run.summary()) for result in results for run in result.runs]
     text = {"justify": "left", "no_wrap": True}
     number = {"justify": "right", "no_wrap": True}
-    label = {"overflow": "fold"}  # names from imported files fold rather than push the figures off the screen
-    started = {"justify": "left"}  # in a narrow terminal the time of day goes under the date
+    words = {"justify": "left"}  # names wrap at their spaces; in a narrow terminal the time goes under the date
     wanted: list[tuple[str, dict[str, Any], bool, Callable[[Result, RunRecord, Any], str | Text]]] = [
-        ("Started (UTC)", started, True, lambda result, run, summary: run.started_utc[:16].replace("T", " ")),
-        ("Machine", label, True, lambda result, run, summary: escape(result.machine["machine_name"])),
-        ("Workload", label, True, lambda result, run, summary: escape(run.workload)),
-        ("Device", label, True, lambda result, run, summary: escape(run.device)),
+        ("Started (UTC)", words, True, lambda result, run, summary: run.started_utc[:16].replace("T", " ")),
+        ("Machine", words, True, lambda result, run, summary: escape(result.machine["machine_name"])),
+        ("Workload", words, True, lambda result, run, summary: escape(run.workload)),
+        ("Device", words, True, lambda result, run, summary: escape(run.device)),
         ("Status", text, True, lambda result, run, summary: Text(run.status, style=STATUS_STYLES.get(run.status,
                                                                                                      "red"))),
         ("Epochs", text, wide, lambda result, run, summary: f"{summary.epochs_completed}/{run.settings.epochs}"),
@@ -660,15 +780,9 @@ def history_table(results: list[Result], path: Path, *, wide: bool = False) -> F
         ("Data", text, wide, lambda result, run, summary: run.settings.data_source),
         ("Batch", number, wide, lambda result, run, summary: str(run.settings.batch_size)),
     ]
-    columns = []
-    for heading, options, shown, cell in wanted:
-        if shown:
-            cells = [cell(result, run, summary) for result, run, summary in runs]
-            narrowest = min(longest_word([heading, *cells]), LABEL_MIN_WIDTH) if options is label else longest_word(
-                [heading, *cells]) if options is started else max(
-                (text if isinstance(text, Text) else Text.from_markup(text)).cell_len for text in [heading, *cells])
-            columns.append(FittedColumn(heading, cells, narrowest, options))
-    run_ids = FittedColumn("Run id", [run.run_id[:8] for _, run, _ in runs], 8, text)  # to the minute above: the
+    columns = [FittedColumn(heading, [cell(result, run, summary) for result, run, summary in runs], options=options)
+               for heading, options, shown, cell in wanted if shown]
+    run_ids = FittedColumn("Run id", [run.run_id[:8] for _, run, _ in runs], options=text)  # to the minute above: the
     count = len(runs)                                                                  # id tells runs apart
     return FittedTable(
         f"{count} run{'' if count == 1 else 's'} in {escape(str(path))}", [run_ids], columns,
@@ -683,7 +797,7 @@ def history_table(results: list[Result], path: Path, *, wide: bool = False) -> F
 # --- reproduce ---------------------------------------------------------------------------------------------
 
 
-def reproduction_table(reproductions: list[Reproduction]) -> Table:
+def reproduction_table(reproductions: list[Reproduction]) -> FittedTable:
     """Published against measured here, a pair of lines per workload."""
     table = Table(title="Published vs measured here", title_justify="left", show_lines=True)
     for column in ("Workload", "", "Hardware", "CPU samples/s", "GPU samples/s", "Speedup", "Accuracy"):
@@ -713,4 +827,4 @@ def reproduction_table(reproductions: list[Reproduction]) -> Table:
             measured_speedup,
             percent_text(entry.measured_accuracy) + (f" {published.accuracy_kind}" if entry.measured_accuracy else ""),
         )
-    return table
+    return fitted(table)
