@@ -29,11 +29,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import platformdirs
 import psutil
 
 from devicebench.events import RunReporter
-from devicebench.files import UnusableFile, require_regular_file
+from devicebench.files import DB_VARIABLE, UnusableFile, require_regular_file, user_folder
 from devicebench.results.schema import (
     READABLE_SCHEMA_VERSIONS,
     SCHEMA_VERSION,
@@ -47,7 +46,7 @@ from devicebench.results.schema import (
     write_atomically,
 )
 
-DB_ENVIRONMENT_VARIABLE = "DEVICEBENCH_DB"
+DB_ENVIRONMENT_VARIABLE = DB_VARIABLE
 LARGEST_WHOLE_NUMBER = 2**63 - 1  # SQLite's INTEGER, where every setting is stored
 APPLICATION_ID = 0x4476426E  # "DvBn" in ASCII: PRAGMA application_id, how our files tell themselves from others'
 BUSY_TIMEOUT_S = 30.0  # how long a write waits for another process's write to finish before giving up
@@ -74,7 +73,7 @@ def default_db_path(db: str | Path | None = None) -> Path:
     chosen = db or os.environ.get(DB_ENVIRONMENT_VARIABLE, "").strip()
     if chosen:
         return Path(chosen).expanduser()
-    return Path(platformdirs.user_data_dir("devicebench")) / "results.sqlite"
+    return user_folder("data", "the results database") / "results.sqlite"
 
 
 # --- the schema and its migrations -----------------------------------------------------------------------------
