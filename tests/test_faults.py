@@ -536,8 +536,11 @@ def test_a_database_deleted_or_replaced_mid_run_is_not_called_stored(stored, mak
     must not end with "Runs stored in" a file without them, and exit 0; the --json file is what was kept."""
     path, _ = stored
     out = tmp_path / "out.json"
-    run = replaying(make_result("laptop", [make_run(workload="cifar100-mlp")]),
-                    after_epoch=lambda epoch: change(path) if when == "after_first_epoch" and epoch.epoch == 1 else None,
+    def after_epoch(epoch):
+        if when == "after_first_epoch" and epoch.epoch == 1:
+            change(path)
+
+    run = replaying(make_result("laptop", [make_run(workload="cifar100-mlp")]), after_epoch=after_epoch,
                     at_the_end=lambda: change(path) if when == "after_the_run" else None)
     monkeypatch.setattr("devicebench.runner.run", run)
     outcome = CliRunner().invoke(app, ["run", "cifar100-mlp", "--devices", "cpu", "--data", "synthetic",
