@@ -501,3 +501,40 @@ def test_estimate_end_to_end_on_two_gpus_with_a_price(tmp_path):
     assert t4["cost_per_epoch"] == pytest.approx(t4["epoch_time_s"] / 3600 * 0.35, rel=1e-12)
     assert t4["cost_per_run"] == pytest.approx(t4["cost_per_epoch"] * t4["epochs"], rel=1e-12)
     assert h100["cost_per_epoch"] is None and h100["cost_per_run"] is None
+
+
+BRANCHY = '''
+import torch
+from torch import nn
+
+
+class Branchy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.wide = nn.Sequential(nn.Linear(8, 256), nn.ReLU(), nn.Linear(256, 2))
+        self.narrow = nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.wide(x) if x.sum() > 0 else self.narrow(x)  # real data: always narrow; random: either
+
+
+def load():
+    x = -torch.rand(96, 8, generator=torch.Generator().manual_seed(0))
+    y = (x[:, 0] < -0.5).long()
+    return x[:64], y[:64], x[64:], y[64:]
+'''
+
+
+def test_an_estimate_of_a_model_that_branches_on_its_data_says_its_count_is_of_random_inputs(tmp_path, monkeypatch):
+    (tmp_path / "branchy.py").write_text(BRANCHY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "estimate.json"
+    result = CliRunner().invoke(app, ["estimate", "--model", "branchy:Branchy", "--data", "branchy:load", "--on", "t4",
+                                      "--db", str(tmp_path / "r.sqlite"), "--json", str(out), "--quiet"])
+    assert result.exit_code == 0, result.output
+    shown = " ".join(result.stdout.split())
+    assert "branchy:Branchy: FLOPs counted on random inputs: one step of 32 samples could not run on the meta device " \
+           "(RuntimeError: Tensor.item() cannot be called on meta tensors)" in shown
+    assert "its count may differ on real data" in shown
+    [estimate] = json.loads(out.read_text())["estimates"]
+    assert len(estimate["profile_notes"]) == 1 and estimate["profile_notes"][0].startswith("FLOPs counted on random")

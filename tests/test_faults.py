@@ -11,6 +11,7 @@ test can fill the machine's disk, and root writes into read-only folders).
 from __future__ import annotations
 
 import errno
+import json
 import hashlib
 import os
 import re
@@ -495,3 +496,71 @@ def test_a_run_whose_database_is_locked_while_it_trains_trains_on_and_says_it_co
     locked.execute("ROLLBACK")
     locked.close()
     assert_intact(path, before)
+
+
+def replaying(result, *, after_epoch=lambda epoch: None, at_the_end=lambda: None):
+    """A stand-in for runner.run that reports `result`'s events without training, calling `after_epoch(epoch)` as
+    each epoch is stored and `at_the_end()` once every run has finished."""
+    def run(plan, reporter, *, save_to=None, spent_before_s=0.0):
+        reporter.session_started(result)
+        for record in result.runs:
+            reporter.run_started(record)
+            for epoch in record.epochs:
+                reporter.epoch_finished(record, epoch)
+                after_epoch(epoch)
+            reporter.run_finished(record)
+        at_the_end()
+        return result
+
+    return run
+
+
+def remove_folder(path: Path) -> None:
+    for file in path.parent.iterdir():
+        file.unlink()
+    path.parent.rmdir()
+
+
+def replace_file(path: Path) -> None:
+    """Another database takes the path (a restore from a backup, a sync tool): the old file's inode is not it."""
+    with Store(path.parent / "other.sqlite"):
+        pass
+    os.replace(path.parent / "other.sqlite", path)
+
+
+@pytest.mark.parametrize("when", ["after_first_epoch", "after_the_run"])
+@pytest.mark.parametrize("change", [remove_folder, replace_file], ids=["folder_deleted", "file_replaced"])
+def test_a_database_deleted_or_replaced_mid_run_is_not_called_stored(stored, make_result, make_run, monkeypatch,
+                                                                     tmp_path, when, change):
+    """SQLite writes on into the file it opened, whatever became of its path: every commit "succeeds". The run
+    must not end with "Runs stored in" a file without them, and exit 0; the --json file is what was kept."""
+    path, _ = stored
+    out = tmp_path / "out.json"
+    def after_epoch(epoch):
+        if when == "after_first_epoch" and epoch.epoch == 1:
+            change(path)
+
+    run = replaying(make_result("laptop", [make_run(workload="cifar100-mlp")]), after_epoch=after_epoch,
+                    at_the_end=lambda: change(path) if when == "after_the_run" else None)
+    monkeypatch.setattr("devicebench.runner.run", run)
+    outcome = CliRunner().invoke(app, ["run", "cifar100-mlp", "--devices", "cpu", "--data", "synthetic",
+                                       "--db", str(path), "--json", str(out)])
+    assert outcome.exit_code == EXIT_FAILED_RUN, outcome.output
+    output = unwrapped(outcome.output)
+    assert "Runs stored in" not in output
+    happened = "was deleted (or its folder was)" if change is remove_folder else "was replaced by another file"
+    assert f"could not store the runs in {path} (could not " in output and f"in {path}: the file {happened} while " \
+           "devicebench was writing to it" in output, output
+    assert "the tables above hold every number" in output and f"Results written to {out}" in output
+    assert [run["workload"] for run in json.loads(out.read_text())["runs"]] == ["cifar100-mlp"]
+
+
+def test_a_database_that_stays_put_is_still_stored_in(stored, make_result, make_run, monkeypatch):
+    path, before = stored
+    monkeypatch.setattr("devicebench.runner.run", replaying(make_result("laptop", [make_run(workload="cifar100-mlp")])))
+    outcome = CliRunner().invoke(app, ["run", "cifar100-mlp", "--devices", "cpu", "--data", "synthetic",
+                                       "--db", str(path)])
+    assert outcome.exit_code == 0, outcome.output
+    assert f"Runs stored in {path}" in unwrapped(outcome.output)
+    with Store(path) as store:
+        assert len(store.results()) == len(before) + 1

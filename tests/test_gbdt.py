@@ -8,6 +8,7 @@ it); without xgboost they are skipped and say so.
 from __future__ import annotations
 
 import gzip
+import json
 import math
 import sys
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ import pytest
 import torch
 
 from devicebench import runner
+from devicebench.config import ConfigError, RunConfig
 from devicebench.data.formats import DataFormatError
 from devicebench.data.sources import dataset_spec
 from devicebench.data.tables import (
@@ -250,7 +252,7 @@ def test_the_workloads_describe_boosted_trees() -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"rounds_per_epoch": 0}, "rounds_per_epoch must be a whole number of at least 1"),
+        ({"rounds_per_epoch": 0}, "rounds_per_epoch must be a whole number from 1"),
         ({"max_depth": 0}, "max_depth"),
         ({"max_bin": 1}, "max_bin"),
         ({"learning_rate": 0.0}, "learning_rate"),
@@ -263,6 +265,88 @@ def test_the_builder_refuses_values_xgboost_could_not_train_with(change: dict, m
     workload = get_workload("gbdt-synthetic")
     with pytest.raises(ValueError, match=message):
         workload.parameter_count({**workload.defaults, **change})  # what `--set` checking calls
+
+
+# Every hyperparameter `--set` accepts for the boosted trees, a value other than its default that XGBoost trains
+# with, and where that value shows in the trained booster's configuration (None: it shapes the run or the table).
+SETTABLE = {
+    "epochs": (2, None),
+    "rounds_per_epoch": (3, None),
+    "max_depth": (3, "max_depth"),
+    "learning_rate": (0.3, "eta"),
+    "max_bin": (64, "max_bin"),
+    "rows": (400, None),
+    "features": (4, None),
+}
+
+
+def test_every_settable_gbdt_parameter_is_listed_here() -> None:
+    for name in ("gbdt-synthetic", "gbdt-covertype"):
+        assert set(get_workload(name).defaults) <= set(SETTABLE), "a new --set parameter needs its case in SETTABLE"
+
+
+@pytest.mark.parametrize("name", SETTABLE)
+def test_each_set_value_reaches_xgboost_and_trains(name: str, monkeypatch: pytest.MonkeyPatch,
+                                                   one_thread: None) -> None:
+    xgboost = needs_xgboost()
+    boosters: list = []
+    booster_class = xgboost.Booster
+
+    def recording_booster(*arguments, **options):
+        boosters.append(booster_class(*arguments, **options))
+        return boosters[-1]
+
+    monkeypatch.setattr(xgboost, "Booster", recording_booster)
+    value, in_config = SETTABLE[name]
+    config = RunConfig(workloads=("gbdt-synthetic",), devices="cpu",
+                       overrides=(f"{name}={value}",) + (() if name == "rows" else ("rows=600",)))
+    workload = get_workload("gbdt-synthetic")
+    settings = config.hyperparameters_for(workload)
+    assert settings[name] == value
+    table = synthetic_table("synthetic-table", **workload.data_request(settings))
+    record = new_record()
+    boosting.train_boosted_trees(record, table, CPU, settings, config.plan_for(workload), Stopwatch(CPU))
+
+    assert record.status == "running" and all(math.isfinite(epoch.train_loss) for epoch in record.epochs)
+    assert len(record.epochs) == settings["epochs"]
+    assert record.epochs[0].steps == settings["rounds_per_epoch"]
+    assert table.num_features == settings["features"] and len(table.train_labels) + len(table.test_labels) == \
+        settings["rows"]
+    trained = json.loads(boosters[-1].save_config())["learner"]["gradient_booster"]["tree_train_param"]
+    if in_config:
+        assert float(trained[in_config]) == pytest.approx(value, rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("max_bin=2147483648", "max_bin must be a whole number from 2 to 2,147,483,647"),
+        ("max_depth=2147483648", "max_depth must be a whole number from 1 to 2,147,483,647"),
+        ("rounds_per_epoch=2147483648", "rounds_per_epoch must be a whole number from 1"),
+        ("learning_rate=1e-300", "learning_rate must be a finite number of at least 1.18e-38"),
+        ("learning_rate=11", "at most 10"),
+        ("rows=100000000", "above the bound of 1,073,741,824 cells"),
+        ("features=30000000", "above the bound of 1,073,741,824 cells"),
+        ("max_bin=1", "max_bin must be a whole number from 2"),
+    ],
+)
+def test_a_set_value_xgboost_would_refuse_is_refused_before_anything_runs(setting: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        RunConfig(workloads=("gbdt-synthetic",), devices="cpu", overrides=(setting,))
+
+
+def test_an_xgboost_error_is_one_line_without_its_stack_trace(monkeypatch: pytest.MonkeyPatch,
+                                                             one_thread: None) -> None:
+    xgboost = needs_xgboost()
+
+    def failing(*arguments, **options):
+        raise xgboost.core.XGBoostError("[17:50:58] batch_utils.cc:23: Check failed\nStack trace:\n  [bt] (0) lib.so")
+
+    monkeypatch.setattr(xgboost, "QuantileDMatrix", failing)
+    with pytest.raises(RuntimeError) as raised:
+        boosting.train_boosted_trees(new_record(), small_table(), CPU, hyperparameters(), TrainingPlan(epochs=1),
+                                     Stopwatch(CPU))
+    assert str(raised.value) == "XGBoost: [17:50:58] batch_utils.cc:23: Check failed"
 
 
 def test_xgboost_missing_gives_the_install_hint(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,12 +14,13 @@ import sys
 import textwrap
 
 import pytest
+from result_fixtures import machine, run, session
 from typer.testing import CliRunner
 
 import devicebench.cli.machine
-from devicebench.cli import EXIT_FAILED_RUN, EXIT_USAGE, app
+from devicebench.cli import COMMANDS, EXIT_FAILED_RUN, EXIT_OUTPUT_CUT, EXIT_OUTPUT_LOST, EXIT_USAGE, app
 from devicebench.files import UnusableFile
-from devicebench.results.store import ResultsFileError, StoreError
+from devicebench.results.store import ResultsFileError, Store, StoreError
 
 cli = CliRunner()
 
@@ -194,3 +195,77 @@ def test_a_price_file_that_is_a_fifo_is_refused_not_read_forever(tmp_path):
     result = cli.invoke(app, ["compare", "--db", str(tmp_path / "r.sqlite"), "--price", "/dev/null"])
     assert result.exit_code == EXIT_USAGE, result.output
     assert "is a character device, not a regular file" in flat(result.output), result.output
+
+
+# What each command does in the tests of a standard output that cannot be written: its real work where that takes
+# seconds ({db}: a database holding one session of two runs, so that history and compare print tables), its help
+# (printed by typer's own console, not ours) where the work takes minutes or needs a model file.
+TINY_RUN = ["run", "mnist-cnn2", "--devices", "cpu", "--data", "synthetic", "--epochs", "1", "--max-steps", "2",
+            "--max-eval-steps", "1", "--db", "{db}"]
+OUTPUT_COMMANDS = {"devices": ["devices"], "list": ["list"], "data": ["data", "list"], "run": TINY_RUN,
+                   "history": ["history", "--db", "{db}"], "compare": ["compare", "--db", "{db}"]}
+
+
+def command_line(name: str, db) -> list[str]:
+    return [sys.executable, "-m", "devicebench",
+            *[part.format(db=db) for part in OUTPUT_COMMANDS.get(name, [name, "--help"])]]
+
+
+def stored_runs(db) -> int:
+    store = Store(db, reading_only=True)
+    try:
+        return sum(len(result.runs) for result in store.results())
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def two_runs_db(tmp_path):
+    db = tmp_path / "results.sqlite"
+    store = Store(db)
+    store.import_result(session(machine("vm", "machine-1"),
+                                [run("cpu", [1.0, 1.0]), run("cpu", [1.0, 2.0], repeat=1)]))
+    store.close()
+    return db
+
+
+def no_traceback(stderr: bytes) -> str:
+    text = stderr.decode(errors="replace")
+    assert "Traceback" not in text and "AttributeError" not in text and "BrokenPipeError" not in text, text
+    return text
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_a_closed_standard_output_ends_in_120_and_one_line_after_the_work_is_done(name, two_runs_db):
+    result = subprocess.run(command_line(name, two_runs_db), stderr=subprocess.PIPE, timeout=600,
+                            preexec_fn=lambda: os.close(1))  # as `devicebench ... >&-`
+    stderr = no_traceback(result.stderr)
+    assert result.returncode == EXIT_OUTPUT_LOST, stderr
+    assert "error: standard output is closed: the command ran to its end" in flat(stderr)
+    assert stored_runs(two_runs_db) == 2 + (name == "run")  # the run was stored all the same
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_a_pipe_whose_reader_left_ends_quietly_in_141_after_the_work_is_done(name, two_runs_db):
+    """`devicebench history | head -1`: the reader is gone before the first line (its end is closed at once)."""
+    process = subprocess.Popen(command_line(name, two_runs_db), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process.stdout.close()
+    stderr = no_traceback(process.communicate(timeout=600)[1])
+    assert process.returncode == EXIT_OUTPUT_CUT, stderr
+    assert "error:" not in stderr
+    assert stored_runs(two_runs_db) == 2 + (name == "run")
+
+
+def test_an_output_that_fails_to_be_written_says_why(two_runs_db):
+    with open("/dev/full", "w") as full:
+        result = subprocess.run(command_line("history", two_runs_db), stdout=full, stderr=subprocess.PIPE,
+                                timeout=600)
+    stderr = no_traceback(result.stderr)
+    assert result.returncode == EXIT_OUTPUT_LOST
+    assert "error: standard output could not be written (no space left on device)" in flat(stderr)
+
+
+def test_a_failed_command_keeps_its_own_status_when_its_output_is_closed(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "devicebench", "history", "--db", str(tmp_path / "no" / "x.db")],
+                            stderr=subprocess.PIPE, timeout=600, preexec_fn=lambda: os.close(1))
+    assert result.returncode == EXIT_USAGE, no_traceback(result.stderr)

@@ -153,7 +153,8 @@ def test_a_step_of_your_own_that_reads_numbers_is_profiled_on_the_cpu():
         return loss
 
     profile = profile_training_step(tiny(lambda: nn.Linear(4, 3), train_step=step_with_item), SGD)
-    assert len(profile.notes) == 1 and "profiled on the CPU with real tensors of 2 samples" in profile.notes[0]
+    assert len(profile.notes) == 1 and profile.notes[0].startswith("FLOPs counted on random inputs: one step of 2 "
+                                                                   "samples could not run on the meta device")
     assert profile.kernels[0].operator == "aten.addmm.default" and profile.kernels[0].flops == 48
     assert operators(profile)[-1] == "aten._foreach_add_.List"  # foreach on the CPU too, as on a GPU
     assert profile.flops == 48 + 48
@@ -195,10 +196,47 @@ def test_a_profile_on_the_cpu_is_the_same_whatever_its_vector_isa():
         assert completed.returncode == 0, completed.stderr
         profiles[capability] = json.loads(completed.stdout.splitlines()[-1])
     assert profiles["default"]["isa"] == "DEFAULT" and profiles[None]["isa"] != "DEFAULT"
-    assert "profiled on the CPU" in profiles["default"]["notes"][0]
+    assert "ran on the CPU on random numbers" in profiles["default"]["notes"][0]
     assert profiles["default"]["kernels"] == profiles[None]["kernels"]
     # 2 FLOPs a multiply-add x batch 2 x 3 outputs of 1x1 x (1 channel x a 2x2 window)
     assert profiles["default"]["kernels"][0][:2] == ["aten.convolution.default", 2 * 2 * 3 * 1 * 2 * 2]
+
+
+class Branchy(nn.Module):
+    """A wide path of 4x64x3 or a narrow one of 4x3, chosen by the sign of its batch's sum: its data's values."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wide = nn.Sequential(nn.Linear(4, 64), nn.ReLU(), nn.Linear(64, 3))
+        self.narrow = nn.Linear(4, 3)
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        return self.wide(inputs) if inputs.sum() > 0 else self.narrow(inputs)
+
+
+@pytest.mark.parametrize("reads", [
+    lambda inputs: inputs.sum() > 0,  # a Python `if` on a tensor
+    lambda inputs: inputs.max().item() > 0,
+    lambda inputs: inputs.flatten().tolist()[0] > 0,
+    lambda inputs: len(torch.nonzero(inputs)) > 0,  # a shape that depends on the values
+    lambda inputs: torch.masked_select(inputs, inputs > 0).numel() > 0,
+], ids=["if", "item", "tolist", "nonzero", "masked_select"])
+def test_a_model_whose_branches_follow_its_data_is_counted_on_random_inputs_and_says_so(reads, monkeypatch):
+    monkeypatch.setattr(Branchy, "forward", lambda self, inputs: self.wide(inputs) if reads(inputs)
+                        else self.narrow(inputs))
+    profile = profile_training_step(tiny(Branchy), SGD)
+    assert len(profile.notes) == 1 and profile.notes[0].startswith("FLOPs counted on random inputs:"), profile.notes
+    assert "its count may differ on real data" in profile.notes[0]
+    forward = sum(kernel.flops for kernel in profile.kernels if kernel.operator == "aten.addmm.default")
+    assert forward in (2 * 2 * (4 * 64 + 64 * 3), 2 * 2 * 4 * 3)  # one path or the other: whichever random took
+
+
+def test_the_flops_per_sample_of_a_model_that_branches_on_its_data_are_left_out_with_why(caplog):
+    assert training_flops_per_sample(tiny(Branchy), SGD) is None
+    message = " ".join(caplog.text.split())
+    assert "FLOPs per sample of tiny not counted, so its runs show no TFLOP/s: one step could not run on the meta " \
+           "device (RuntimeError: Tensor.item() cannot be called on meta tensors)" in message
+    assert "as happens when the model reads its data's values" in message
 
 
 def test_a_step_of_your_own_that_fails_everywhere_names_the_workload():

@@ -111,6 +111,7 @@ class Estimate:
     epochs: int
     baseline: Baseline | None
     price_per_hour: float | None = None
+    profile_notes: tuple[str, ...] = ()  # how its step was profiled, when not as planned (random inputs on the CPU)
 
     @property
     def samples_per_s(self) -> float:
@@ -175,6 +176,7 @@ class Estimate:
                 "points": self.interval.points, "coverage": self.interval.coverage},
             "price_per_hour": self.price_per_hour, "cost_per_epoch": self.cost_per_epoch,
             "cost_per_run": self.cost_per_run, "datasheet_source": self.target.source,
+            "profile_notes": list(self.profile_notes),
         }
 
 
@@ -331,4 +333,4 @@ def estimates_for(job: Job, run: RunRecord, targets: Sequence[Datasheet], fitted
         workload=job.workload.name, target=target, batch_size=shape.batch_size,
         step=predict(shape, target, fitted.efficiency, input_s=input_s, serial_input=serial),
         interval=fitted.interval, steps_per_epoch=steps_per_epoch, epochs=int(hyperparameters.get("epochs", 1)),
-        baseline=baseline, price_per_hour=prices.get(target.key)) for target in targets]
+        baseline=baseline, price_per_hour=prices.get(target.key), profile_notes=shape.notes) for target in targets]

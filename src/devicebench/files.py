@@ -9,11 +9,43 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import sys
 from pathlib import Path
+from typing import Literal
+
+import platformdirs
 
 
 class UnusableFile(ValueError):
     """A path devicebench will not read or write; the message names it, what it is, and what to do."""
+
+
+# devicebench's own variables for each file or folder it keeps in the user's folders, and what each names
+DB_VARIABLE = "DEVICEBENCH_DB"
+DATA_VARIABLE = "DEVICEBENCH_DATA"
+CALIBRATION_VARIABLE = "DEVICEBENCH_CALIBRATION_DIR"
+_NAMED_BY = {DB_VARIABLE: "the results database file", DATA_VARIABLE: "the datasets' folder",
+             CALIBRATION_VARIABLE: "the calibration folder"}
+# The variable through which a user names each of platformdirs' folders on Linux and the BSDs (macOS and Windows do
+# not read them).
+_XDG_VARIABLES = {"data": "XDG_DATA_HOME", "cache": "XDG_CACHE_HOME"}
+
+
+def user_folder(kind: Literal["data", "cache"], what: str) -> Path:
+    """devicebench's folder of `kind` in the user's folders (platformdirs), for `what` ("the results database").
+
+    Where HOME is not set on a POSIX system (a service, `env -i`, a cron job, a container), Python would take the
+    home folder from the password database: a guess (`/`, `/root`, a home that is not this session's), into which
+    nothing is written. Then an $XDG_*_HOME naming the folder is used where platformdirs reads it, and otherwise
+    UnusableFile names every variable that says where devicebench's files go."""
+    home_given = bool(os.environ.get("HOME", "").strip())  # HOME="" would put the folder under the working folder
+    xdg = _XDG_VARIABLES[kind] if sys.platform not in ("darwin", "win32") else None
+    if os.name == "posix" and not home_given and not (xdg and os.path.isabs(os.environ.get(xdg, "").strip())):
+        own = ", ".join(f"{variable} ({words})" for variable, words in _NAMED_BY.items())
+        raise UnusableFile(f"HOME is not set, so devicebench will not guess where to keep {what}; set HOME"
+                           f"{f' or {xdg}' if xdg else ''}, or devicebench's own variables: {own}")
+    return Path(platformdirs.user_data_dir("devicebench") if kind == "data"
+                else platformdirs.user_cache_dir("devicebench"))
 
 
 _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),

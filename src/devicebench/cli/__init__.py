@@ -40,6 +40,8 @@ EXIT_USAGE = 2  # the request itself was wrong: unknown workload, device, suite 
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT); everything finished before it is kept
 EXIT_TERMINATED = 128 + signal.SIGTERM  # 143: stopped by SIGTERM (kill, a scheduler, a container), kept the same way
 EXIT_HUNG_UP = 129  # 128 + SIGHUP: the terminal closed, kept the same way (see devicebench.stopping)
+EXIT_OUTPUT_LOST = 120  # standard output closed (`>&-`) or failing: Python's own status when it cannot flush it
+EXIT_OUTPUT_CUT = 141  # 128 + SIGPIPE: the reader of the pipe left (`| head -1`), as the shell shows `yes | head -1`
 DEBUG_VARIABLE = "DEVICEBENCH_DEBUG"  # set to 1: an unexpected error propagates with its traceback
 
 
@@ -171,6 +173,23 @@ class _ErrorBoundary(TyperGroup):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         return self.commands.listed(cmd_name) if self._listing else self.commands.get(cmd_name)
 
+    def main(self, *arguments: Any, **options: Any) -> Any:
+        """Run the command; if its standard output could not be written (closed, cut by the pipe's reader, or
+        failing) the command still ran to its end, and the exit status says what happened to its output."""
+        for stream in (console.file, errors.file):
+            stream.lost = None
+        stdout = sys.stdout
+        if stdout is None:  # started with descriptor 1 closed: Python leaves sys.stdout None
+            console.file.lost = "closed"
+        opened = _opened_file(stdout)
+        try:
+            return super().main(*arguments, **options)
+        except SystemExit as ending:
+            code = ending.code
+            if code == 1 and _cut_by_a_library(stdout, opened):
+                console.file.lost, code = "cut", None
+            raise SystemExit(_status_after_output(code)) from None
+
     def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         self._listing = True
         try:
@@ -191,13 +210,64 @@ class _ErrorBoundary(TyperGroup):
                     raise stopped(_KEPT) from None
                 if os.environ.get(DEBUG_VARIABLE, "").strip() not in ("", "0"):
                     raise
-                if isinstance(error, OSError) and error.errno == errno.EPIPE:
-                    raise  # a closed pipe (`| head`): click ends quietly
+                if isinstance(error, OSError) and error.errno == errno.EPIPE:  # a plain print() into `| head`
+                    console.file.lost = "cut"
+                    _discard_from_now_on(sys.stdout)
+                    return None
                 message, code = _explained(error)
                 raise fail(message, code) from None
 
 
 _KEPT = "what finished before is kept; nothing was left half-done"  # a command that says nothing more precise
+
+
+def _status_after_output(code: Any) -> Any:
+    """The exit status of a command whose standard output was lost: its own when it failed (a failed run's 1
+    says more), else 141 for a pipe its reader left, silently as other tools end, or 120 and one line on stderr
+    for a closed or failing output, which the user may not know of."""
+    lost = console.file.lost
+    if lost is None or code not in (None, 0):
+        return code
+    if lost == "cut":
+        return EXIT_OUTPUT_CUT
+    reason = "is closed" if lost == "closed" else f"could not be written ({lost})"
+    errors.print(f"[bold red]error:[/] standard output {escape(reason)}: the command ran to its end (what it stores "
+                 "is kept) but its output could not be printed; to discard the output, send it to /dev/null",
+                 highlight=False)
+    return EXIT_OUTPUT_LOST
+
+
+def _opened_file(stream: IO[str] | None) -> tuple[int, int] | None:
+    """(device, inode) of the file `stream` writes to; None when it has no descriptor."""
+    try:
+        status = os.fstat(stream.fileno())  # type: ignore[union-attr]
+    except (OSError, ValueError, AttributeError):
+        return None
+    return status.st_dev, status.st_ino
+
+
+def _cut_by_a_library(stdout: IO[str] | None, opened: tuple[int, int] | None) -> bool:
+    """Whether the 1 a command ended with is click's or rich's answer to EPIPE, met while printing help or usage
+    (their own consoles, not ours): click wraps sys.stdout to ignore the flush at exit, rich points descriptor 1
+    at /dev/null; each then exits 1."""
+    if sys.stdout is not stdout and getattr(sys.stdout, "wrapped", None) is stdout:
+        return True
+    devnull = os.stat(os.devnull)
+    return opened not in (None, (devnull.st_dev, devnull.st_ino)) and \
+        _opened_file(stdout) == (devnull.st_dev, devnull.st_ino)
+
+
+def _discard_from_now_on(stream: IO[str] | None) -> None:
+    """Point `stream`'s descriptor at /dev/null, so that what is still buffered in it, which Python flushes at
+    exit, goes nowhere instead of raising again (Python's advice in the note on SIGPIPE of its signal module)."""
+    try:
+        descriptor = stream.fileno() if stream is not None else None
+    except (OSError, ValueError, AttributeError):  # no descriptor: a test's in-memory stream
+        return
+    if descriptor is not None:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, descriptor)
+        os.close(devnull)
 
 
 def _explained(error: Exception) -> tuple[str, int]:
@@ -258,21 +328,46 @@ _PLAIN = str.maketrans({"\u2013": "-", "\u2014": "-", "\u2212": "-", "\u2026": "
 class _Degrading:
     """sys.stdout or sys.stderr as they are now (a test's CliRunner swaps them), for a rich Console: text the
     stream cannot encode (PYTHONIOENCODING=ascii, a C locale) is written plainly ('-' for '–', '?' for the rest)
-    instead of raising UnicodeEncodeError after the work is done. Rich itself draws ASCII boxes for such a stream."""
+    instead of raising UnicodeEncodeError after the work is done. Rich itself draws ASCII boxes for such a stream.
 
-    def __init__(self, stream: Callable[[], IO[str]]) -> None:
+    A stream that cannot be written at all (closed: None; its pipe's reader gone; a full disk) never stops the
+    command: what it would print is dropped and `lost` says why ("closed", "cut" or the error), for the exit
+    status (_status_after_output). A run goes on and stores its results."""
+
+    def __init__(self, stream: Callable[[], IO[str] | None]) -> None:
         self._stream = stream
+        self.lost: str | None = None
 
     def write(self, text: str) -> int:
         stream = self._stream()
+        if stream is None:
+            self.lost = self.lost or "closed"
+        if self.lost is not None:
+            return len(text)
         try:
-            return stream.write(text)
-        except UnicodeEncodeError:  # raised while encoding, before anything was written
-            encoding = getattr(stream, "encoding", None) or "ascii"
-            plain = text.translate(_PLAIN).encode(encoding, errors="replace").decode(encoding)
-            return stream.write(plain)
+            try:
+                return stream.write(text)
+            except UnicodeEncodeError:  # raised while encoding, before anything was written
+                encoding = getattr(stream, "encoding", None) or "ascii"
+                plain = text.translate(_PLAIN).encode(encoding, errors="replace").decode(encoding)
+                return stream.write(plain)
+        except OSError as error:
+            self._lose(stream, error)
+            return len(text)
 
-    def __getattr__(self, name: str) -> Any:  # isatty, fileno, flush, encoding: the stream's own
+    def flush(self) -> None:
+        stream = self._stream()
+        if stream is not None and self.lost is None:
+            try:
+                stream.flush()
+            except OSError as error:
+                self._lose(stream, error)
+
+    def _lose(self, stream: IO[str], error: OSError) -> None:
+        self.lost = "cut" if error.errno == errno.EPIPE else (error.strerror or str(error)).lower()
+        _discard_from_now_on(stream)
+
+    def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding: the stream's own
         return getattr(self._stream(), name)
 
 

@@ -279,6 +279,7 @@ def train_distributed(job_plan: Plan, config: RunConfig, node_rank: int, rdzv_en
     for table in run_tables(result, wide):
         console.print(table)
     report_json(json_file, json_failure)
+    keeper.recorder.confirm()
     store_failure = None if keeper.recorder.failure is None else str(keeper.recorder.failure)
     if store_failure is None:
         errors.print(f"Runs stored in {store.path}")
@@ -441,6 +442,7 @@ def train_and_show(
         for table in tables(result):                          # character, a closed pipe) cannot lose the JSON
             console.print(table)
         report_json(json_file, json_failure)
+    recorder.confirm()
     if recorder.failure is None:
         errors.print(f"Runs stored in {store.path}")
     return Outcome(result, json_file, store.path, None if recorder.failure is None else str(recorder.failure))

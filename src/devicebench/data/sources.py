@@ -30,7 +30,6 @@ from http import HTTPStatus
 from pathlib import Path
 from typing import Any, TypeVar
 
-import platformdirs
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -42,11 +41,11 @@ from rich.progress import (
 )
 
 from devicebench.data.formats import CIFAR10_BINARY, CIFAR100_BINARY, MNIST_FILES
-from devicebench.files import UnusableFile, require_regular_file
+from devicebench.files import DATA_VARIABLE, UnusableFile, require_regular_file, user_folder
 
 CHUNK_BYTES = 1 << 20  # 1 MiB per read: small enough for a smooth progress bar, large enough to be cheap
 DIGEST_HEX_LENGTHS = {"md5": 32, "sha256": 64}  # the checksum kinds we accept, and their hex lengths
-DATA_DIR_ENVIRONMENT_VARIABLE = "DEVICEBENCH_DATA"
+DATA_DIR_ENVIRONMENT_VARIABLE = DATA_VARIABLE
 DOWNLOAD_ATTEMPTS = 3  # requests per URL: a transfer cut off midway is taken up again twice at most
 RETRY_PAUSE_S = 1.0  # seconds before taking it up again, so a server that just dropped the connection can recover
 # `--data auto` in the quick suite downloads a dataset that is not cached only up to this size: MNIST (11.6 MB) and
@@ -288,7 +287,7 @@ def data_root(data_dir: str | Path | None = None) -> Path:
     from_environment = os.environ.get(DATA_DIR_ENVIRONMENT_VARIABLE)
     if from_environment:
         return Path(from_environment).expanduser()
-    return Path(platformdirs.user_cache_dir("devicebench")) / "data"
+    return user_folder("cache", "the datasets") / "data"
 
 
 def dataset_folder(name: str, data_dir: str | Path | None = None) -> Path:

@@ -14,7 +14,9 @@ works without the `gbdt` extra.
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -74,13 +76,14 @@ def train_boosted_trees(
 
     rounds = capped(hyperparameters["rounds_per_epoch"], plan.max_steps)
     samples = len(dataset.train_labels) * rounds  # every round reads every training row
-    with Monitor(watch.device) as monitor:
+    with Monitor(watch.device) as monitor, _xgboost_errors_in_one_line(xgboost):
         started = watch.now()
         train_matrix = xgboost.QuantileDMatrix(
             dataset.train_features, dataset.train_labels, max_bin=parameters["max_bin"], nthread=parameters["nthread"]
         )
-        test_matrix = xgboost.QuantileDMatrix(
-            dataset.test_features, dataset.test_labels, ref=train_matrix, nthread=parameters["nthread"]
+        test_matrix = xgboost.QuantileDMatrix(  # the booster's max_bin too: XGBoost refuses matrices that differ
+            dataset.test_features, dataset.test_labels, ref=train_matrix, max_bin=parameters["max_bin"],
+            nthread=parameters["nthread"],
         )
         booster = xgboost.Booster(parameters, cache=[train_matrix])
         record.model_build_s = watch.now() - started
@@ -110,6 +113,17 @@ def train_boosted_trees(
             note_time_to_target(record, plan.target_accuracy, watch.now() - started)
         record.end_to_end_s = watch.now() - started
     record.energy_j = total_energy_j(record)
+
+
+@contextlib.contextmanager
+def _xgboost_errors_in_one_line(xgboost: Any) -> Iterator[None]:
+    """An XGBoostError as a RuntimeError of its first line: XGBoost appends its C++ stack trace ("[bt] (0)
+    libxgboost.so(+0x2c1a8c)" and so on) to every message, which would fill the run's stored error and table."""
+    try:
+        yield
+    except xgboost.core.XGBoostError as error:
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise RuntimeError(f"XGBoost: {first_line}") from None
 
 
 def _boost_epoch(booster: Any, train_matrix: Any, first_round: int, rounds: int, watch: Stopwatch,

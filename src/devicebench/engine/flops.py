@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from devicebench.engine.opcount import READS_ITS_DATA
 from devicebench.workloads import Workload
 
 COUNTED_BATCH = 2  # samples in the counted step: more than one, so per-sample costs cannot hide in batch-1 shortcuts
@@ -47,6 +48,10 @@ def _counted(workload: Workload, hyperparameters_json: str) -> float | None:
             else:
                 workload.build_loss()(model(inputs), labels).backward()
     except Exception as error:  # an op the meta device cannot run, or a user's step that needs real numbers
-        logging.getLogger(__name__).warning("could not count the FLOPs of %s: %s", workload.name, error)
+        # no count on random numbers instead: a model whose branches follow its data would get a figure that its
+        # real data may not take, stored beside measured throughput as if it were as sure
+        logging.getLogger(__name__).warning(
+            "FLOPs per sample of %s not counted, so its runs show no TFLOP/s: one step could not run on the meta "
+            "device (%s: %s), %s", workload.name, type(error).__name__, error, READS_ITS_DATA)
         return None
     return counter.get_total_flops() / COUNTED_BATCH

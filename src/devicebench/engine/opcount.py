@@ -8,8 +8,9 @@ Views and pure allocations launch nothing and are left out; everything else, in-
 kernel. FLOPs come from torch's own flop formulas, so forward, loss and backward add up to what `FlopCounterMode`
 counts; element-wise work has 0 FLOPs and is bound by its bytes. The optimizer takes one warm-up step first (its
 state is created once, not every step) and then steps as PyTorch does on CUDA, through the multi-tensor `_foreach_*`
-kernels. A step that cannot run on the meta device (one that reads a number back with `.item()`) is run on the CPU
-with real tensors of the batch size instead, and the profile says so in its `notes`.
+kernels. A step that cannot run on the meta device (one that reads a number back with `.item()`, or branches on its
+data) is run on the CPU on random tensors of the batch size instead, and the profile says so in its `notes`: a model
+whose branches depend on its data may do other work on real data.
 
     python -c "from devicebench.engine.opcount import profile_training_step as p; from devicebench.workloads import get_workload as g; w = g('cifar10-mlp'); print(p(w, dict(w.defaults)).summary()[:5])"
 """
@@ -102,8 +103,7 @@ def profile_training_step(workload: Workload, hyperparameters: dict[str, Any],
     try:
         kernels, parameter_bytes = _recorded(workload, hyperparameters, example, batch_size, "meta", notes)
     except Exception as meta_error:  # an op the meta device cannot run, or a user's step that needs real numbers
-        notes.append(f"the step could not run on the meta device ({_described(meta_error)}): profiled on the CPU "
-                     f"with real tensors of {batch_size} samples")
+        notes.append(random_inputs_note(meta_error, f"one step of {batch_size} samples"))
         try:
             kernels, parameter_bytes = _recorded(workload, hyperparameters, example, batch_size, "cpu", notes)
         except Exception as cpu_error:
@@ -111,6 +111,18 @@ def profile_training_step(workload: Workload, hyperparameters: dict[str, Any],
                                f"the meta device, then {_described(cpu_error)} on the CPU") from cpu_error
     return StepProfile(batch_size=batch_size, kernels=tuple(kernels), parameter_bytes=float(parameter_bytes),
                        host_to_device_bytes=float(host_to_device_bytes), notes=tuple(notes))
+
+
+# Why a step may not run on the meta device, which has shapes but no values
+READS_ITS_DATA = ("as happens when the model reads its data's values (a Python `if` on a tensor, .item(), .tolist(), "
+                  "nonzero or masked_select, whose shapes depend on the values)")
+
+
+def random_inputs_note(meta_error: BaseException, counted: str) -> str:
+    """What a count made on the CPU instead of the meta device is worth: its inputs were random numbers, and a step
+    that could not run on meta most often reads its data's values, so real data may take other branches."""
+    return (f"FLOPs counted on random inputs: {counted} could not run on the meta device ({_described(meta_error)}), "
+            f"{READS_ITS_DATA}, so it ran on the CPU on random numbers and its count may differ on real data")
 
 
 class _OptimizerFailed(Exception):

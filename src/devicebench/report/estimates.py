@@ -87,6 +87,9 @@ def estimate_notes(estimates: Sequence[Estimate], fitted: Calibration) -> list[s
     for workload, device, rate, source in sorted(baselines):
         notes.append(f"{workload}: speedups are over {device}, measured here at {number_text(rate, 0)} samples/s "
                      f"({source} data).")
+    for workload, note in dict.fromkeys((estimate.workload, note) for estimate in estimates
+                                        for note in estimate.profile_notes):
+        notes.append(f"{workload}: {note}.")
     if any(estimate.price_per_hour is not None for estimate in estimates):
         runs = ", ".join(sorted({f"{estimate.workload} {estimate.epochs}" for estimate in estimates}))
         notes.append(f"Cost/run: the seed's epochs ({runs}) at the estimated epoch time and the price per hour.")

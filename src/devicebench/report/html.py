@@ -22,6 +22,7 @@ from devicebench.engine.timing import wall_clock_utc
 from devicebench.report.plots import (
     Chart,
     file_stem,
+    keep_matplotlib_out_of_a_guessed_home,
     summary_chart,
     sweep_charts,
     workload_charts,
@@ -115,6 +116,7 @@ def write_report(results: list[Result], out: Path, *, baseline: str = DEFAULT_BA
 
 
 def _template_environment() -> Any:
+    keep_matplotlib_out_of_a_guessed_home()
     try:
         import jinja2
         import matplotlib  # noqa: F401  (imported here only to fail early, with the install hint)

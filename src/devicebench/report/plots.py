@@ -15,8 +15,10 @@ from __future__ import annotations
 import functools
 import io
 import math
+import os
 import re
 import statistics
+import tempfile
 import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 T = TypeVar("T")
+_MATPLOTLIB_FOLDER: list[tempfile.TemporaryDirectory] = []  # the process's own matplotlib folder, when it needs one
 Colour = tuple[float, float, float]  # red, green, blue in 0..1, as matplotlib takes them
 
 DPI = 110  # dots per inch: a 7-inch chart is 770 pixels wide, sharp on screen and small inlined
@@ -83,6 +86,18 @@ class Sweep:
     ratios: tuple[SweepLine, ...]  # Row.speedup, error bars its 95% interval
     ratio_name: str  # "GPU/CPU" when every ratio is a GPU's over a CPU's; empty when there are no ratios
     held: tuple[tuple[str, str], ...]  # other swept settings held at their first value, when every line is too many
+
+
+def keep_matplotlib_out_of_a_guessed_home() -> None:
+    """Give matplotlib a temporary folder of this process's (removed at exit) for its font cache where it would
+    otherwise write into a home folder Python guessed: HOME unset, and neither MPLCONFIGDIR nor the XDG folders
+    matplotlib reads set (files.user_folder says why a guessed home is not written to). Call before importing it."""
+    if os.name != "posix" or os.environ.get("HOME", "").strip() or _MATPLOTLIB_FOLDER:
+        return
+    if any(os.environ.get(name, "").strip() for name in ("MPLCONFIGDIR", "XDG_CONFIG_HOME", "XDG_CACHE_HOME")):
+        return
+    _MATPLOTLIB_FOLDER.append(tempfile.TemporaryDirectory(prefix="devicebench-matplotlib-"))
+    os.environ["MPLCONFIGDIR"] = _MATPLOTLIB_FOLDER[0].name
 
 
 def _text_as_given(draw: Callable[..., T]) -> Callable[..., T]:

@@ -48,6 +48,7 @@ class StepShape:
     bytes: np.ndarray  # per kernel, read + written
     low_precision: np.ndarray  # per kernel: a bf16/fp16 matrix kernel, read against the bf16 peak
     host_to_device_bytes: float
+    notes: tuple[str, ...] = ()  # how the profile departs from the plain step (opcount.StepProfile.notes)
 
     @classmethod
     def of(cls, profile: StepProfile) -> StepShape:
@@ -59,6 +60,7 @@ class StepShape:
             low_precision=np.array([kernel.matrix and kernel.dtype in ("bfloat16", "float16") for kernel in kernels],
                                    dtype=bool),
             host_to_device_bytes=float(profile.host_to_device_bytes),
+            notes=profile.notes,
         )
 
     @property

@@ -29,11 +29,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import platformdirs
 import psutil
 
 from devicebench.events import RunReporter
-from devicebench.files import UnusableFile, require_regular_file
+from devicebench.files import DB_VARIABLE, UnusableFile, require_regular_file, user_folder
 from devicebench.results.schema import (
     READABLE_SCHEMA_VERSIONS,
     SCHEMA_VERSION,
@@ -47,7 +46,7 @@ from devicebench.results.schema import (
     write_atomically,
 )
 
-DB_ENVIRONMENT_VARIABLE = "DEVICEBENCH_DB"
+DB_ENVIRONMENT_VARIABLE = DB_VARIABLE
 LARGEST_WHOLE_NUMBER = 2**63 - 1  # SQLite's INTEGER, where every setting is stored
 APPLICATION_ID = 0x4476426E  # "DvBn" in ASCII: PRAGMA application_id, how our files tell themselves from others'
 BUSY_TIMEOUT_S = 30.0  # how long a write waits for another process's write to finish before giving up
@@ -73,12 +72,21 @@ class ResultsFileError(ValueError):
     """A file to import is missing, is not JSON, or holds no devicebench results this version can read."""
 
 
+def _file_identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the file at `path`; None when there is none."""
+    try:
+        status = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return status.st_dev, status.st_ino
+
+
 def default_db_path(db: str | Path | None = None) -> Path:
     """`db` when given, else $DEVICEBENCH_DB, else results.sqlite in the user's data folder."""
     chosen = db or os.environ.get(DB_ENVIRONMENT_VARIABLE, "").strip()
     if chosen:
         return Path(chosen).expanduser()
-    return Path(platformdirs.user_data_dir("devicebench")) / "results.sqlite"
+    return user_folder("data", "the results database") / "results.sqlite"
 
 
 # --- the schema and its migrations -----------------------------------------------------------------------------
@@ -260,6 +268,7 @@ class Store:
         cannot be written (a read-only file, folder or disk) is then opened read-only, and nothing in it changes."""
         self.path = Path(path)
         self.read_only = False  # whether it was opened read-only: nothing is written, abandoned runs are left be
+        self._file: tuple[int, int] | None = None  # (device, inode) of the file written to, once it was opened
         _refuse_if_not_a_file(self.path)
         _refuse_if_not_sqlite(self.path)
         try:
@@ -273,6 +282,8 @@ class Store:
                 raise StoreError(f"cannot open the results database {self.path}: {_explain(error, self.path)}") \
                     from None
             self._connect_read_only()
+        if not self.read_only:
+            self._file = _file_identity(self.path)
 
     def _connect(self, query: str | None = None) -> None:
         """Connect and open; `query`, a URI query such as "mode=ro", opens it that way."""
@@ -425,6 +436,23 @@ class Store:
         except sqlite3.Error as error:
             explanation = _explain(error, self.path, unchanged=True)
             raise StoreError(f"could not {action} in {self.path}: {explanation}") from None
+        self.check_still_there(action)
+
+    def check_still_there(self, action: str = "keep the runs") -> None:
+        """A StoreError when the path no longer leads to the file this store writes to: deleted (or its folder),
+        or replaced by another file. SQLite keeps writing to the file it opened, so every write would still
+        succeed, into a file nobody can open again, and "Runs stored in" would name a file without them."""
+        if self._file is None:
+            return
+        try:
+            now = _file_identity(self.path)
+        except OSError:
+            now = None
+        if now == self._file:
+            return
+        happened = "was deleted (or its folder was)" if now is None else "was replaced by another file"
+        raise StoreError(f"could not {action} in {self.path}: the file {happened} while devicebench was writing to "
+                         "it, and what it wrote went with the old file; " + _WHAT_TO_DO)
 
     # --- writing, as a run happens ---
 
@@ -792,6 +820,10 @@ class StoreReporter(RunReporter):
 
     def run_finished(self, record: RunRecord) -> None:
         self._write(self.store.finish_run, record)
+
+    def confirm(self) -> None:
+        """At the end: that the database file still holds what was written (check_still_there), else `failure`."""
+        self._write(self.store.check_still_there)
 
     def _write(self, write: Callable[..., None], *arguments: Any) -> None:
         if self.failure is not None:

@@ -22,11 +22,18 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from devicebench.data.sources import dataset_spec
 from devicebench.workloads import Hyperparameters, Published, QuickSettings, workload
 
 INSTALL_HINT = "needs xgboost: pip install 'devicebench[gbdt]'"
 SYNTHETIC_CLASSES = 2  # synthetic-table's default: binary, as the GPU tree benchmarks' synthetic sets are
+XGBOOST_LARGEST_INT = 2**31 - 1  # XGBoost reads max_depth, max_bin and round numbers as 32-bit signed integers
+XGBOOST_SMALLEST_RATE = float(np.finfo(np.float32).tiny)  # it holds eta as a float32: below this it reads 0
+# The largest synthetic table: 2^30 cells, 4 GiB of float32 features before XGBoost's quantised copy and the
+# predictions; 20 times the default's 50M cells, and more than a laptop's memory holds twice over.
+MOST_SYNTHETIC_CELLS = 2**30
 
 BOOSTING = {
     "epochs": 10,
@@ -55,11 +62,14 @@ def booster_parameters(hyperparameters: Hyperparameters, num_classes: int) -> di
     device; a ValueError for any value XGBoost could not train with."""
     for name, least in (("rounds_per_epoch", 1), ("max_depth", 1), ("max_bin", 2)):
         value = hyperparameters[name]
-        if not isinstance(value, int) or isinstance(value, bool) or value < least:
-            raise ValueError(f"{name} must be a whole number of at least {least}, got {value!r}")
+        if not isinstance(value, int) or isinstance(value, bool) or not least <= value <= XGBOOST_LARGEST_INT:
+            raise ValueError(f"{name} must be a whole number from {least} to {XGBOOST_LARGEST_INT:,} (XGBoost's "
+                             f"largest), got {value!r}")
     learning_rate = hyperparameters["learning_rate"]
-    if not (isinstance(learning_rate, (int, float)) and math.isfinite(learning_rate) and learning_rate > 0):
-        raise ValueError(f"learning_rate must be a finite number above 0, got {learning_rate!r}")
+    if not (isinstance(learning_rate, (int, float)) and math.isfinite(learning_rate)
+            and learning_rate >= XGBOOST_SMALLEST_RATE):
+        raise ValueError(f"learning_rate must be a finite number of at least {XGBOOST_SMALLEST_RATE:.3g} (XGBoost "
+                         f"holds it as a 32-bit float), got {learning_rate!r}")
     if num_classes < 2:
         raise ValueError(f"boosted trees need at least 2 classes, got {num_classes}")
     objective = {"objective": "binary:logistic"} if num_classes == 2 else {
@@ -114,5 +124,10 @@ def gbdt_synthetic(hyperparameters: Hyperparameters) -> dict[str, Any]:
         raise ValueError(
             f"a synthetic table needs rows >= 10 and features >= 1, got rows={hyperparameters['rows']}, "
             f"features={hyperparameters['features']}"
+        )
+    if hyperparameters["rows"] * hyperparameters["features"] > MOST_SYNTHETIC_CELLS:
+        raise ValueError(
+            f"a synthetic table of rows x features = {hyperparameters['rows']:,} x {hyperparameters['features']:,} "
+            f"is above the bound of {MOST_SYNTHETIC_CELLS:,} cells (4 GiB of float32): give fewer rows or features"
         )
     return booster_parameters(hyperparameters, SYNTHETIC_CLASSES)
