@@ -243,14 +243,21 @@ class InvalidResult(ValueError):
 _ANY_SIGN = frozenset({"train_loss", "test_loss", "seed"})  # a loss can be negative; torch takes any seed
 _AT_LEAST_ONE = frozenset({"epoch", "batch_size", "threads", "world_size"})
 _IDS = frozenset({"run_id", "result_id"})  # strings that must not be empty
+LARGEST_WHOLE_NUMBER = 2**63 - 1  # SQLite's INTEGER, where every setting and count is stored
+# No figure is larger than the largest storable whole number (9.2e18 s is 292 billion years; 9.2e18 samples/s is
+# beyond any device), nor, losses aside, nonzero and smaller than its inverse (1.1e-19 s is below any clock's
+# tick): then sums, means, products and ratios of figures stay far inside a float's range (about 1.8e308), and no
+# comparison or report of imported runs can overflow. A loss may be tiny (a regression fitted exactly)
+SMALLEST_FIGURE = 1 / LARGEST_WHOLE_NUMBER
+_TINY_ALLOWED = frozenset({"train_loss", "test_loss"})
 
 
 def _range(name: str) -> tuple[float, float]:
     if name in _ANY_SIGN:
-        return -math.inf, math.inf
+        return -LARGEST_WHOLE_NUMBER, LARGEST_WHOLE_NUMBER
     if "accuracy" in name:  # a fraction of samples
         return 0.0, 1.0
-    return (1.0 if name in _AT_LEAST_ONE else 0.0), math.inf
+    return (1.0 if name in _AT_LEAST_ONE else 0.0), LARGEST_WHOLE_NUMBER
 
 
 def _at(where: str, name: str) -> str:
@@ -321,10 +328,17 @@ def _checked(value: Any, hint: Any, where: str, name: str) -> Any:
         whole = hint is int
         number = isinstance(value, (int, float)) and not isinstance(value, bool) and (
             isinstance(value, int) if whole else math.isfinite(value))
+        kind = "a whole number" if whole else "a finite number"
+        if number and abs(value) > LARGEST_WHOLE_NUMBER:
+            largest = LARGEST_WHOLE_NUMBER if whole else f"{LARGEST_WHOLE_NUMBER:.3g}"
+            raise InvalidResult(f"{where}: expected {kind} of magnitude ≤ {largest} (more than any "
+                                f"run measures, and more than can be stored or summed), got {_shown(value)}")
+        if number and not whole and 0 < abs(value) < SMALLEST_FIGURE and name not in _TINY_ALLOWED:
+            raise InvalidResult(f"{where}: expected 0 or {kind} of magnitude ≥ {SMALLEST_FIGURE:.3g} (less than "
+                                f"any clock or counter measures; dividing by it overflows), got {_shown(value)}")
         if number and low <= value <= high:
             return value if whole else float(value)
-        kind = "a whole number" if whole else "a finite number"
-        bounds = (f"in [{low:g}, {high:g}]" if high < math.inf else f"≥ {low:g}") if low > -math.inf else ""
+        bounds = "" if name in _ANY_SIGN else f"in [{low:g}, {high:g}]" if high == 1 else f"≥ {low:g}"
         raise InvalidResult(f"{where}: expected {kind}{' ' + bounds if bounds else ''}, got {_shown(value)}")
     raise TypeError(f"{where}: no check for fields of type {hint!r}")  # a new annotation: teach _checked it
 

@@ -35,6 +35,7 @@ import psutil
 from devicebench.events import RunReporter
 from devicebench.files import UnusableFile, require_regular_file
 from devicebench.results.schema import (
+    LARGEST_WHOLE_NUMBER,
     READABLE_SCHEMA_VERSIONS,
     SCHEMA_VERSION,
     EpochRecord,
@@ -48,7 +49,6 @@ from devicebench.results.schema import (
 )
 
 DB_ENVIRONMENT_VARIABLE = "DEVICEBENCH_DB"
-LARGEST_WHOLE_NUMBER = 2**63 - 1  # SQLite's INTEGER, where every setting is stored
 APPLICATION_ID = 0x4476426E  # "DvBn" in ASCII: PRAGMA application_id, how our files tell themselves from others'
 BUSY_TIMEOUT_S = 30.0  # how long a write waits for another process's write to finish before giving up
 WAL_SWITCH_ATTEMPTS = 100  # about 5 s of retries at a random 0.01-0.1 s apart

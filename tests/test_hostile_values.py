@@ -1,0 +1,132 @@
+"""Imported results whose values are well-formed yet hostile: numbers too large or too small to compute with,
+times that are not times, and names that a spreadsheet would run as formulas.
+
+    python -m pytest tests/test_hostile_values.py -q
+
+1. Every number field is bounded: a figure above the largest storable number (or nonzero below its inverse) is
+   refused at import, naming the field, and runs at the bounds compare and report without overflowing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+
+import pytest
+from typer.testing import CliRunner
+
+from devicebench.cli import EXIT_USAGE, app
+from devicebench.results.schema import LARGEST_WHOLE_NUMBER, SMALLEST_FIGURE, EpochRecord, RunRecord, RunSettings
+from devicebench.results.store import Store
+
+cli = CliRunner()
+READING_COMMANDS = (["history", "--wide"], ["compare"], ["compare", "--wide", "--baseline", "huge/cpu", "--price", "cpu=0.10,cuda=2.50"], ["report", "--out", "r.html"],
+                    ["export", "out.csv"], ["export", "out.json"])
+
+
+def unwrapped(text: str) -> str:
+    return " ".join(text.split())
+
+
+def stored_runs(db) -> int:
+    with Store(db) as store:
+        return sum(len(result.runs) for result in store.results())
+
+
+def _number_fields(cls: type, kind: type) -> list[str]:
+    """The fields of `cls` annotated `kind` or `kind | None`: every one that an import must bound."""
+    hints = typing.get_type_hints(cls)
+    return [item.name for item in dataclasses.fields(cls)
+            if hints[item.name] is kind or set(typing.get_args(hints[item.name])) == {kind, type(None)}]
+
+
+# (the field's place in a run's dict, its name) for every float and every int a run holds
+FLOAT_FIELDS = [*(("epochs[1]", name) for name in _number_fields(EpochRecord, float)),
+                *(("", name) for name in _number_fields(RunRecord, float))]
+INT_FIELDS = [*(("epochs[1]", name) for name in _number_fields(EpochRecord, int)),
+              *(("", name) for name in _number_fields(RunRecord, int)),
+              *(("settings", name) for name in _number_fields(RunSettings, int))]
+
+
+def _place(run: dict, where: str) -> dict:
+    return run["epochs"][1] if where == "epochs[1]" else run["settings"] if where == "settings" else run
+
+
+def _import(tmp_path, db, data) -> object:
+    path = tmp_path / "hostile.json"
+    path.write_text(json.dumps(data))
+    return cli.invoke(app, ["import", str(path), "--db", str(db)])
+
+
+def _refused(outcome, field_path: str, words: str) -> None:
+    assert outcome.exit_code == EXIT_USAGE, outcome.output
+    text = unwrapped(outcome.output)
+    assert "nothing of it was imported" in text and f"{field_path}: expected" in text and words in text, text
+
+
+@pytest.mark.parametrize("where, name", FLOAT_FIELDS, ids=[name for _, name in FLOAT_FIELDS])
+def test_1_a_float_above_the_largest_storable_number_is_refused_naming_it(tmp_path, make_result, make_run, where,
+                                                                         name):
+    data = make_result("elsewhere", [make_run(run_id="first")]).to_dict()
+    _place(data["runs"][0], where)[name] = 1.7e308
+    path = f"runs[0].{where + '.' if where else ''}{name}"
+    _refused(_import(tmp_path, tmp_path / "db.sqlite", data), path, "of magnitude ≤ 9.22e+18")
+    assert stored_runs(tmp_path / "db.sqlite") == 0
+
+
+@pytest.mark.parametrize("where, name", [field for field in FLOAT_FIELDS if "loss" not in field[1]],
+                         ids=[name for _, name in FLOAT_FIELDS if "loss" not in name])
+def test_1_a_float_below_any_measurable_figure_is_refused_naming_it(tmp_path, make_result, make_run, where, name):
+    data = make_result("elsewhere", [make_run(run_id="first")]).to_dict()
+    _place(data["runs"][0], where)[name] = 5e-324  # the smallest float above 0: 1 / it is infinite
+    path = f"runs[0].{where + '.' if where else ''}{name}"
+    _refused(_import(tmp_path, tmp_path / "db.sqlite", data), path, "expected 0 or a finite number of magnitude ≥")
+    assert stored_runs(tmp_path / "db.sqlite") == 0
+
+
+@pytest.mark.parametrize("where, name", INT_FIELDS, ids=[name for _, name in INT_FIELDS])
+def test_1_a_whole_number_sqlite_cannot_store_is_refused_naming_it(tmp_path, make_result, make_run, where, name):
+    data = make_result("elsewhere", [make_run(run_id="first")]).to_dict()
+    _place(data["runs"][0], where)[name] = LARGEST_WHOLE_NUMBER + 1
+    path = f"runs[0].{where + '.' if where else ''}{name}"
+    _refused(_import(tmp_path, tmp_path / "db.sqlite", data), path, f"of magnitude ≤ {LARGEST_WHOLE_NUMBER}")
+    assert stored_runs(tmp_path / "db.sqlite") == 0
+
+
+def test_1_a_tiny_loss_is_a_loss_and_is_kept(tmp_path, make_result, make_run):
+    data = make_result("elsewhere", [make_run(run_id="first")]).to_dict()
+    data["runs"][0]["epochs"][1]["train_loss"] = 1e-300  # a regression fitted exactly
+    assert _import(tmp_path, tmp_path / "db.sqlite", data).exit_code == 0
+    with Store(tmp_path / "db.sqlite") as store:
+        assert store.results()[0].runs[0].epochs[1].train_loss == 1e-300
+
+
+def _at_the_bounds(run: dict, figure: float) -> None:
+    """Every figure of `run` (not accuracies, fractions by definition) set to `figure`, every count to the largest."""
+    for where, name in FLOAT_FIELDS:
+        if "accuracy" not in name:
+            for epoch in run["epochs"] if where else [run]:
+                epoch[name] = figure
+    for epoch in run["epochs"]:
+        epoch["rank_device_utilization_percent"] = [figure, None]
+    for where, name in INT_FIELDS:
+        if where != "settings" and name != "epoch":
+            for epoch in run["epochs"] if where else [run]:
+                epoch[name] = LARGEST_WHOLE_NUMBER
+
+
+def test_1_runs_at_the_bounds_compare_and_report_without_overflowing(tmp_path, monkeypatch, make_result, make_run):
+    """The largest figures against the smallest: every sum, median, ratio and chart of them stays finite."""
+    monkeypatch.chdir(tmp_path)
+    db = tmp_path / "db.sqlite"
+    for machine, figure in (("huge", float(LARGEST_WHOLE_NUMBER) / 2), ("tiny", SMALLEST_FIGURE * 2)):
+        data = make_result(machine, [make_run(run_id=f"{machine}-cpu"),
+                                     make_run(device="cuda:0", run_id=f"{machine}-gpu")]).to_dict()
+        for run in data["runs"]:
+            _at_the_bounds(run, figure)
+        assert _import(tmp_path, db, data).exit_code == 0
+    for command in READING_COMMANDS:
+        outcome = cli.invoke(app, [*command, "--db", str(db)])
+        assert outcome.exit_code == 0, (command, outcome.output)
+        assert "Error" not in outcome.output and "unexpected" not in outcome.output
