@@ -22,6 +22,7 @@ from devicebench.cli import (
     fail,
     open_store,
 )
+from devicebench.engine.timing import wall_clock_utc
 from devicebench.results.store import (
     ResultsFileError,
     Store,
@@ -93,7 +94,7 @@ def import_command(
     with open_store(db) as store:
         for file in files:
             try:
-                results = read_results_file(file)
+                results = read_results_file(file, now_utc=wall_clock_utc())
             except ResultsFileError as error:
                 failure = fail(str(error))  # say so now, and go on with the other files
                 continue

@@ -10,8 +10,10 @@ away, and carries the settings that change speed so that runs which cannot be co
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import math
+import re
 import statistics
 import types
 import typing
@@ -250,6 +252,10 @@ LARGEST_WHOLE_NUMBER = 2**63 - 1  # SQLite's INTEGER, where every setting and co
 # comparison or report of imported runs can overflow. A loss may be tiny (a regression fitted exactly)
 SMALLEST_FIGURE = 1 / LARGEST_WHOLE_NUMBER
 _TINY_ALLOWED = frozenset({"train_loss", "test_loss"})
+# engine.timing.wall_clock_utc's one form of a time: in it, the order of the texts is the order of the times
+UTC_TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+_UTC_TIME_SHAPE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")  # strptime takes "1" for "01"
+_UTC_TIMES = frozenset({"started_utc", "created_utc"})
 
 
 def _range(name: str) -> tuple[float, float]:
@@ -315,6 +321,8 @@ def _checked(value: Any, hint: Any, where: str, name: str) -> Any:
         if not isinstance(value, dict):
             raise InvalidResult(f"{where}: expected an object, got {_shown(value)}")
         return value  # JSON objects' keys are strings; the values are whatever the workload took
+    if hint is str and name in _UTC_TIMES:
+        return _utc_time(value, where)
     if hint is str:
         if isinstance(value, str) and (value or name not in _IDS):
             return value
@@ -341,6 +349,17 @@ def _checked(value: Any, hint: Any, where: str, name: str) -> Any:
         bounds = "" if name in _ANY_SIGN else f"in [{low:g}, {high:g}]" if high == 1 else f"≥ {low:g}"
         raise InvalidResult(f"{where}: expected {kind}{' ' + bounds if bounds else ''}, got {_shown(value)}")
     raise TypeError(f"{where}: no check for fields of type {hint!r}")  # a new annotation: teach _checked it
+
+
+def _utc_time(value: Any, where: str) -> str:
+    """`value` if it is a real UTC time in UTC_TIME_FORMAT, else InvalidResult."""
+    if isinstance(value, str) and _UTC_TIME_SHAPE.fullmatch(value):
+        try:
+            datetime.datetime.strptime(value, UTC_TIME_FORMAT)
+            return value
+        except ValueError:  # month 13, hour 25, February 30
+            pass
+    raise InvalidResult(f"{where}: expected a UTC time such as 2026-03-01T09:30:00Z, got {_shown(value)}")
 
 
 def write_atomically(path: Path, text: str) -> None:

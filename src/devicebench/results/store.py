@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import datetime
 import io
 import json
 import os
@@ -38,6 +39,7 @@ from devicebench.results.schema import (
     LARGEST_WHOLE_NUMBER,
     READABLE_SCHEMA_VERSIONS,
     SCHEMA_VERSION,
+    UTC_TIME_FORMAT,
     EpochRecord,
     InvalidResult,
     Result,
@@ -56,6 +58,7 @@ SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite dat
 EXPORT_KIND = "devicebench-export"
 FINISHED_STATUSES = tuple(status for status in typing.get_args(RunStatus) if status != "running")
 MACHINE_IDENTITY_KEYS = ("machine_id", "machine_name", "hostname")  # the fingerprint keys the store indexes
+CLOCK_SKEW = datetime.timedelta(days=1)  # how far ahead of this machine's clock another machine's may be
 _WHAT_TO_DO = f"pass another --db (or set {DB_ENVIRONMENT_VARIABLE}) to keep results elsewhere"
 _DAMAGED = ("restore it from a backup, or save what can still be read with `sqlite3 FILE .recover` into a new "
             f"file; or {_WHAT_TO_DO}")
@@ -545,7 +548,7 @@ class Store:
         matching = (
             "WITH matching AS (SELECT runs.run_id FROM runs JOIN sessions USING (result_id) "
             f"JOIN machines USING (machine_id) WHERE {' AND '.join(conditions)} "
-            "ORDER BY runs.started_utc DESC, runs.rowid DESC LIMIT :limit) "
+            "ORDER BY runs.started_utc DESC, runs.rowid DESC LIMIT :limit) "  # in UTC_TIME_FORMAT: by time
         )
         parameters = {"workload": workload, "machine": machine, "status": status,
                       "limit": -1 if last is None else last}  # LIMIT -1: no limit
@@ -839,10 +842,11 @@ def printable(value: Any) -> Any:
     return value
 
 
-def read_results_file(path: Path) -> list[Result]:
+def read_results_file(path: Path, *, now_utc: str | None = None) -> list[Result]:
     """The sessions in an export file or in a `devicebench run --json` file, every field checked (results.schema's
     Result.from_dict); ResultsFileError says what is wrong, naming a wrong field by its path. Nothing in the file is
-    trusted: one wrong field refuses the whole file."""
+    trusted: one wrong field refuses the whole file. `now_utc`, the time now (engine.timing.wall_clock_utc()):
+    a session or run that started more than CLOCK_SKEW after it is refused too."""
     try:
         require_regular_file(path, "the results file")
         data = json.loads(path.read_text())
@@ -873,7 +877,7 @@ def read_results_file(path: Path) -> list[Result]:
         where = f"results[{index}]" if exported else ""
         try:
             result = Result.from_dict(printable(item), where)
-            _check_finished_session(result, where)
+            _check_finished_session(result, where, now_utc)
         except (KeyError, TypeError, ValueError) as error:
             raise ResultsFileError(f"{path} holds a result devicebench cannot read, so nothing of it was imported "
                                    f"({error})") from None
@@ -881,16 +885,25 @@ def read_results_file(path: Path) -> list[Result]:
     return results
 
 
-def _check_finished_session(result: Result, where: str) -> None:
-    """What an import needs beyond a well-formed Result: the machine's identity, and finished runs only (a file is
-    written once every run has ended; `devicebench run --json` marks a run cut short `interrupted`)."""
+def _check_finished_session(result: Result, where: str, now_utc: str | None) -> None:
+    """What an import needs beyond a well-formed Result: the machine's identity, finished runs only (a file is
+    written once every run has ended; `devicebench run --json` marks a run cut short `interrupted`), and, given the
+    time now, no time to come (a session dated 9999 would stay the latest, `--last 1`, for ever)."""
     machine = f"{where}.machine" if where else "machine"
     for key in MACHINE_IDENTITY_KEYS:
         if not isinstance(result.machine.get(key), str) or not result.machine[key]:
             raise InvalidResult(f"{machine}.{key}: expected a non-empty string, got "
                                 f"{json.dumps(result.machine.get(key))[:60]}")
+    latest = None if now_utc is None else (datetime.datetime.strptime(now_utc, UTC_TIME_FORMAT) + CLOCK_SKEW
+                                           ).strftime(UTC_TIME_FORMAT)
+    times = [(f"{where}.created_utc" if where else "created_utc", result.created_utc)]
     for index, run in enumerate(result.runs):
+        place = f"{where}.runs[{index}]" if where else f"runs[{index}]"
         if run.status == "running":
-            place = f"{where}.runs[{index}]" if where else f"runs[{index}]"
             raise InvalidResult(f"{place}.status: 'running' is not a finished run's status; a file holds runs that "
                                 f"ended: {', '.join(repr(status) for status in FINISHED_STATUSES)}")
+        times.append((f"{place}.started_utc", run.started_utc))
+    for place, value in times:
+        if latest is not None and value > latest:  # in UTC_TIME_FORMAT, text order is time order
+            raise InvalidResult(f"{place}: {value} is more than {CLOCK_SKEW.days} day after this machine's clock "
+                                f"({now_utc}); a run cannot have started in the future")
