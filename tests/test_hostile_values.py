@@ -9,6 +9,7 @@ times that are not times, and names that a spreadsheet would run as formulas.
    machine's clock: `--last` is the latest by time.
 3. A CSV export escapes every text cell that a spreadsheet would run as a formula (OWASP's advice: a ' before it);
    numbers, negative ones too, stay numbers.
+4. An export is read one session at a time (never whole in memory), and still refused whole for one wrong field.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import datetime
+import io
 import json
 import typing
 
@@ -23,8 +25,16 @@ import pytest
 from typer.testing import CliRunner
 
 from devicebench.cli import EXIT_USAGE, app
-from devicebench.results.schema import LARGEST_WHOLE_NUMBER, SMALLEST_FIGURE, EpochRecord, RunRecord, RunSettings
-from devicebench.results.store import Store
+from devicebench.results import store as store_module
+from devicebench.results.schema import (
+    LARGEST_WHOLE_NUMBER,
+    SMALLEST_FIGURE,
+    EpochRecord,
+    Result,
+    RunRecord,
+    RunSettings,
+)
+from devicebench.results.store import Store, export_document, stream_results_file
 
 cli = CliRunner()
 READING_COMMANDS = (["history", "--wide"], ["compare"], ["report", "--out", "r.html"], ["export", "out.csv"],
@@ -230,3 +240,73 @@ def test_3_every_text_cell_that_a_spreadsheet_would_run_is_escaped_and_numbers_s
         assert all(row[name] == "'" + formula for _, name in TEXT_FIELDS)  # the text itself, shown as typed
         assert row["seed"] == "-3"
     assert [float(row["train_loss"]) for row in rows] == pytest.approx([2.0, -0.25, 2.0 / 3])
+
+
+# --- 4. an export of any size is read one session at a time --------------------------------------------------------
+
+
+def _export(make_result, make_run, sessions: int) -> dict:
+    return export_document([make_result(f"box-{number}", [make_run(run_id=f"run-{number}-{repeat}")
+                                                          for repeat in range(3)]) for number in range(sessions)])
+
+
+@pytest.mark.parametrize("piece", [1, 7, 4096])
+def test_4_an_export_read_piece_by_piece_is_the_export(tmp_path, monkeypatch, make_result, make_run, piece):
+    """Pieces of 1 and 7 characters cut every name, number and string somewhere: what is read is what was written."""
+    document = _export(make_result, make_run, sessions=4)
+    path = tmp_path / "export.json"
+    path.write_text(json.dumps(document, indent=2))
+    monkeypatch.setattr(store_module, "READ_CHARACTERS", piece)
+    read = [result.to_dict() for result in stream_results_file(path)]
+    assert read == [Result.from_dict(item).to_dict() for item in document["results"]]
+
+
+def test_4_an_export_is_never_whole_in_memory(tmp_path, monkeypatch, make_result, make_run):
+    document = _export(make_result, make_run, sessions=40)
+    path = tmp_path / "export.json"
+    path.write_text(json.dumps(document, indent=2))
+    one_session = len(json.dumps(document["results"][0], indent=2))
+    buffered = []
+    read_more = store_module._JsonReader._read_more
+
+    def watched(reader):
+        read_more(reader)
+        buffered.append(len(reader._text))
+
+    monkeypatch.setattr(store_module, "READ_CHARACTERS", 1024)
+    monkeypatch.setattr(store_module._JsonReader, "_read_more", watched)
+    assert len(list(stream_results_file(path))) == 40
+    assert path.stat().st_size > 30 * one_session
+    assert max(buffered) < 2 * (one_session + 1024)  # what one session needs, never the file
+
+
+def test_4_a_wrong_field_in_the_last_session_refuses_the_sessions_stored_before_it(tmp_path, make_result, make_run):
+    document = _export(make_result, make_run, sessions=30)
+    document["results"][-1]["runs"][2]["epochs"][2]["samples_per_s"] = -1.0
+    outcome = _import(tmp_path, tmp_path / "db.sqlite", document)
+    _refused(outcome, "results[29].runs[2].epochs[2].samples_per_s", "expected a finite number ≥ 0, got -1.0")
+    assert stored_runs(tmp_path / "db.sqlite") == 0
+
+
+def test_4_an_export_with_its_keys_sorted_imports_and_trailing_text_is_refused(tmp_path, make_result, make_run):
+    document = _export(make_result, make_run, sessions=2)
+    path = tmp_path / "sorted.json"
+    path.write_text(json.dumps(document, sort_keys=True))  # jq -S: results before schema_version
+    assert cli.invoke(app, ["import", str(path), "--db", str(tmp_path / "db.sqlite")]).exit_code == 0
+    assert stored_runs(tmp_path / "db.sqlite") == 6
+    document["schema_version"] = 99
+    path.write_text(json.dumps(document, sort_keys=True))
+    outcome = cli.invoke(app, ["import", str(path), "--db", str(tmp_path / "other.sqlite")])
+    assert outcome.exit_code == EXIT_USAGE and "schema version 99" in unwrapped(outcome.output)
+    path.write_text(json.dumps(_export(make_result, make_run, sessions=1)) + ' {"more": 1}')
+    outcome = cli.invoke(app, ["import", str(path), "--db", str(tmp_path / "other.sqlite")])
+    assert outcome.exit_code == EXIT_USAGE and "is not valid JSON (Extra data" in unwrapped(outcome.output)
+    assert stored_runs(tmp_path / "other.sqlite") == 0
+
+
+@pytest.mark.parametrize("text, values", [("1234567", [1234567]), ("[1.5e10, -2] 3.25", [[1.5e10, -2], 3.25]),
+                                          ('"a long name" true', ["a long name", True])])
+def test_4_a_value_cut_by_the_end_of_a_piece_is_read_whole(monkeypatch, text, values):
+    monkeypatch.setattr(store_module, "READ_CHARACTERS", 1)
+    reader = store_module._JsonReader(io.StringIO(text))
+    assert [reader.value() for _ in values] == values and reader.peek() == ""

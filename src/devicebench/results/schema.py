@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import json
 import math
 import re
@@ -275,12 +276,16 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+# a dataclass's annotations, evaluated once: evaluating them for every epoch took half of a large import's time
+_type_hints = functools.cache(typing.get_type_hints)
+
+
 def _checked_fields(cls: type, data: Any, where: str, derived: tuple[str, ...] = ()) -> dict[str, Any]:
     """`data`'s fields for `cls(**...)`, each checked against the dataclass's annotation; `derived` keys are
     dropped (recomputed, never trusted). Raises InvalidResult naming the field by its path."""
     if not isinstance(data, dict):
         raise InvalidResult(f"{where or cls.__name__}: expected an object, got {_shown(data)}")
-    hints = typing.get_type_hints(cls)
+    hints = _type_hints(cls)
     fields = {item.name: item for item in dataclasses.fields(cls)}
     for name in data:
         if name not in fields and name not in derived:

@@ -16,6 +16,7 @@ import csv
 import dataclasses
 import datetime
 import io
+import itertools
 import json
 import os
 import random
@@ -28,7 +29,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import platformdirs
 import psutil
@@ -686,8 +687,9 @@ def _json_text(value: Any) -> str:
 
 
 def _run_row(record: RunRecord) -> dict[str, Any]:
-    data = finite_or_none(record.to_dict())  # strict JSON's convention: a NaN or infinite figure is stored NULL
-    return {**{column: data[column] for column in RUN_COLUMNS}, "settings_json": json.dumps(data["settings"])}
+    # strict JSON's convention: a NaN or infinite figure is stored NULL. The epochs have rows of their own
+    row = finite_or_none({column: getattr(record, column) for column in RUN_COLUMNS})
+    return {**row, "settings_json": _json_text(dataclasses.asdict(record.settings))}
 
 
 LIST_EPOCH_COLUMNS = ("rank_device_utilization_percent",)  # lists, kept as JSON text in their column
@@ -842,6 +844,8 @@ def printable(value: Any) -> Any:
     must not reach the terminal as an escape sequence (ESC ]8 links, cursor moves, a cleared screen), nor as
     invisible characters that reorder or disguise it (INVISIBLE_CHARACTERS)."""
     if isinstance(value, str):
+        if value.isascii() and value.isprintable():  # most text, at once: no control character, nothing invisible
+            return value
         return "".join(character for character in value
                        if character in KEPT_CONTROL_CHARACTERS
                        or (unicodedata.category(character) != "Cc" and character not in INVISIBLE_CHARACTERS))
@@ -853,46 +857,151 @@ def printable(value: Any) -> Any:
 
 
 def read_results_file(path: Path, *, now_utc: str | None = None) -> list[Result]:
-    """The sessions in an export file or in a `devicebench run --json` file, every field checked (results.schema's
-    Result.from_dict); ResultsFileError says what is wrong, naming a wrong field by its path. Nothing in the file is
-    trusted: one wrong field refuses the whole file. `now_utc`, the time now (engine.timing.wall_clock_utc()):
-    a session or run that started more than CLOCK_SKEW after it is refused too."""
+    """The sessions in an export file or in a `devicebench run --json` file, all of them (stream_results_file reads
+    them one at a time)."""
+    return list(stream_results_file(path, now_utc=now_utc))
+
+
+def stream_results_file(path: Path, *, now_utc: str | None = None) -> Iterator[Result]:
+    """The sessions in an export file or in a `devicebench run --json` file, one at a time as the file is read, so
+    that an export of any size is never whole in memory; every field checked (results.schema's Result.from_dict).
+    `now_utc`, the time now (engine.timing.wall_clock_utc()): a session or run started more than CLOCK_SKEW after it
+    is refused too. Nothing in the file is trusted: ResultsFileError says what is wrong, naming a wrong field by its
+    path, when the reading reaches it, after the sessions before it. Store them in one transaction
+    (Store.import_results), which the error rolls back: one wrong field anywhere refuses the whole file."""
     try:
         require_regular_file(path, "the results file")
-        data = json.loads(path.read_text())
+        file = path.open(encoding="utf-8")
     except FileNotFoundError:
         raise ResultsFileError(f"{path}: no such file") from None
     except UnusableFile as error:
         raise ResultsFileError(str(error)) from None
     except OSError as error:
         raise ResultsFileError(f"cannot read {path} ({error.strerror})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ResultsFileError(f"{path} is not valid JSON ({error})") from None
-    except RecursionError:
-        raise ResultsFileError(f"{path} is not a devicebench results file: its JSON is nested too deeply to be "
-                               "one") from None
-    if not isinstance(data, dict) or ("runs" not in data and data.get("kind") != EXPORT_KIND):
-        raise ResultsFileError(f"{path} is neither a devicebench export nor a `devicebench run --json` file")
-    if data.get("schema_version") not in READABLE_SCHEMA_VERSIONS or isinstance(data.get("schema_version"), bool):
-        readable = " and ".join(map(str, READABLE_SCHEMA_VERSIONS))
-        raise ResultsFileError(f"{path} holds results of schema version {data.get('schema_version')!r}; this "
-                               f"devicebench reads versions {readable}: upgrade devicebench or re-export them")
-    exported = data.get("kind") == EXPORT_KIND
-    items = data.get("results") if exported else [data]  # an export, or one run's --json
-    if not isinstance(items, list):
-        raise ResultsFileError(f"{path} holds a result devicebench cannot read (results: expected a list, got "
-                               f"{type(items).__name__})")
-    results = []
-    for index, item in enumerate(items):
-        where = f"results[{index}]" if exported else ""
+    with file:
         try:
-            result = Result.from_dict(printable(item), where)
-            _check_finished_session(result, where, now_utc)
-        except (KeyError, TypeError, ValueError) as error:
-            raise ResultsFileError(f"{path} holds a result devicebench cannot read, so nothing of it was imported "
-                                   f"({error})") from None
-        results.append(result)
-    return results
+            yield from _results_in(path, _JsonReader(file), now_utc)
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise ResultsFileError(f"{path} is not valid JSON ({error})") from None
+        except RecursionError:
+            raise ResultsFileError(f"{path} is not a devicebench results file: its JSON is nested too deeply to be "
+                                   "one") from None
+        except OSError as error:
+            raise ResultsFileError(f"cannot read {path} ({error.strerror})") from None
+
+
+def _results_in(path: Path, reader: _JsonReader, now_utc: str | None) -> Iterator[Result]:
+    """The checked sessions of the JSON object `reader` is at: an export's `results` one by one, as they come, the
+    other members whole (a `run --json` file is one session: its members are the session's fields)."""
+    if reader.peek() != "{":
+        reader.value()  # not JSON: its error; JSON, but not an object: neither kind of file
+        raise ResultsFileError(f"{path} is neither a devicebench export nor a `devicebench run --json` file")
+    reader.take("{")
+    members: dict[str, Any] = {}
+    streamed = False  # whether an export's results were read (and checked) one by one
+    while reader.peek() != "}":
+        if members or streamed:
+            reader.take(",")
+        name = reader.value()
+        if not isinstance(name, str):
+            raise json.JSONDecodeError("Expecting property name enclosed in double quotes", str(name), 0)
+        reader.take(":")
+        if name == "results" and members.get("kind", EXPORT_KIND) == EXPORT_KIND and reader.peek() == "[":
+            _check_version(path, members)  # when it came first, as exports write it
+            reader.take("[")
+            for index in itertools.count():
+                if reader.peek() == "]":
+                    break
+                if index:
+                    reader.take(",")
+                yield _checked_result(path, reader.value(), f"results[{index}]", now_utc)
+            reader.take("]")
+            streamed = True
+        else:
+            members[name] = reader.value()
+    reader.take("}")
+    if reader.peek():
+        raise json.JSONDecodeError("Extra data", reader.peek(), 0)
+    exported = members.get("kind") == EXPORT_KIND
+    if not (exported or "runs" in members) or (streamed and not exported):
+        raise ResultsFileError(f"{path} is neither a devicebench export nor a `devicebench run --json` file")
+    _check_version(path, {"schema_version": None, **members})
+    if not exported:
+        yield _checked_result(path, members, "", now_utc)  # one run's --json
+    elif not streamed:
+        raise ResultsFileError(f"{path} holds a result devicebench cannot read (results: expected a list, got "
+                               f"{type(members.get('results')).__name__})")
+
+
+def _check_version(path: Path, members: dict[str, Any]) -> None:
+    """ResultsFileError unless the file's schema_version, where `members` has one, is one this devicebench reads."""
+    version = members.get("schema_version", READABLE_SCHEMA_VERSIONS[0])
+    if version not in READABLE_SCHEMA_VERSIONS or isinstance(version, bool):
+        readable = " and ".join(map(str, READABLE_SCHEMA_VERSIONS))
+        raise ResultsFileError(f"{path} holds results of schema version {version!r}; this devicebench reads "
+                               f"versions {readable}: upgrade devicebench or re-export them")
+
+
+def _checked_result(path: Path, item: Any, where: str, now_utc: str | None) -> Result:
+    try:
+        result = Result.from_dict(printable(item), where)
+        _check_finished_session(result, where, now_utc)
+    except (KeyError, TypeError, ValueError) as error:
+        raise ResultsFileError(f"{path} holds a result devicebench cannot read, so nothing of it was imported "
+                               f"({error})") from None
+    return result
+
+
+READ_CHARACTERS = 1 << 20  # read from a file being imported at a time, at least
+
+
+class _JsonReader:
+    """JSON text read from a file a piece at a time and decoded value by value (json.JSONDecoder.raw_decode), the
+    buffer growing only as far as the value being decoded: an export's sessions are decoded one at a time."""
+
+    def __init__(self, file: IO[str]) -> None:
+        self._file = file
+        self._text = ""
+        self._position = 0  # in _text, of the first character not yet consumed
+        self._ended = False
+        self._decoder = json.JSONDecoder()
+
+    def _read_more(self) -> None:
+        """Append the file's next piece, as long as what is buffered: a long value is tried a few times, not once a
+        piece (which would be quadratic in its length)."""
+        piece = self._file.read(max(READ_CHARACTERS, len(self._text) - self._position))
+        self._text = self._text[self._position:] + piece
+        self._position = 0
+        self._ended = not piece
+
+    def peek(self) -> str:
+        """The next character that is not white space, left unconsumed; "" at the end of the file."""
+        while True:
+            self._position = json.decoder.WHITESPACE.match(self._text, self._position).end()
+            if self._position < len(self._text) or self._ended:
+                return self._text[self._position:self._position + 1]
+            self._read_more()
+
+    def take(self, expected: str) -> None:
+        """Consume `expected`, the next character that is not white space; JSONDecodeError when it is another."""
+        if self.peek() != expected:
+            raise json.JSONDecodeError(f"Expecting {expected!r}", self._text, self._position)
+        self._position += 1
+
+    def value(self) -> Any:
+        """Decode the next value and consume it."""
+        self.peek()
+        while True:
+            try:
+                value, end = self._decoder.raw_decode(self._text, self._position)
+            except json.JSONDecodeError:
+                if self._ended:
+                    raise
+            else:  # a number at the end of the buffer may go on in the next piece
+                if end < len(self._text) or self._ended:
+                    self._position = end
+                    return value
+            self._read_more()
 
 
 def _check_finished_session(result: Result, where: str, now_utc: str | None) -> None:
