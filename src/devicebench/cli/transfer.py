@@ -95,21 +95,22 @@ def import_command(
     failure: typer.Exit | None = None
     with open_store(db) as store:
         for file in files:
-            runs = 0
-
-            def counted(results: Iterator[Result]) -> Iterator[Result]:
-                nonlocal runs
-                for result in results:
-                    runs += len(result.runs)
-                    yield result
-
+            runs: list[int] = []  # each session's, as it is read
             try:  # read as it is stored, in one transaction: a wrong field anywhere rolls back the whole file
-                added = store.import_results(counted(stream_results_file(file, now_utc=wall_clock_utc())))
+                added = store.import_results(_counting_runs(stream_results_file(file, now_utc=wall_clock_utc()),
+                                                            runs))
             except ResultsFileError as error:
                 failure = fail(str(error))  # say so now, and go on with the other files
                 continue
-            present = runs - added
+            present = sum(runs) - added
             console.print(f"{file}: {added} run{'' if added == 1 else 's'} added, {present} already present",
                           highlight=False)
     if failure is not None:
         raise failure
+
+
+def _counting_runs(results: Iterator[Result], runs: list[int]) -> Iterator[Result]:
+    """`results`, each session's number of runs appended to `runs` as it passes on to be stored."""
+    for result in results:
+        runs.append(len(result.runs))
+        yield result
