@@ -77,7 +77,7 @@ HOSTILE_FIELDS = {
                            "runs[0].parameter_count: expected a whole number ≥ 0, got true"),
     "a string for a bool": (_set("interrupted", "no"), "interrupted: expected true or false, got 'no'"),
     "a setting as text": (_set("runs[0].settings.batch_size", "50"),
-                          "runs[0].settings.batch_size: expected a whole number ≥ 1, got '50'"),
+                          "runs[0].settings.batch_size: expected a whole number ≥ 0, got '50'"),
     "a setting unknown": (_set("runs[0].settings.rm_rf", True), "runs[0].settings.rm_rf: not a field"),
     "epochs out of order": (_swap_epochs, "runs[1].epochs[1].epoch: expected 2 (epochs are numbered 1, 2, 3..."),
     "an epoch twice": (_set("runs[1].epochs[2].epoch", 2), "runs[1].epochs[2].epoch: expected 3"),

@@ -20,6 +20,9 @@ from rich.table import Table
 from devicebench.cli import EXIT_FAILED_RUN, app, check_folder, console, errors, fail, stopped
 from devicebench.data.sources import (
     DATASETS,
+    DOWNLOAD_DEADLINE_S,
+    STALL_TIMEOUT_S,
+    DataFolderIsALink,
     DataUnavailable,
     data_root,
     dataset_folder,
@@ -83,8 +86,9 @@ def list_datasets(
 def fetch_datasets(
     names: NamesArgument,
     data_dir: DataDirOption = None,
-    timeout: Annotated[float, typer.Option(min=0.1, help="Seconds to wait on the network before giving up a URL.")]
-    = 15.0,
+    timeout: Annotated[float, typer.Option(min=0.1, help=f"Seconds a URL has to deliver a file, retries included; "
+                                           f"one that sends nothing for {STALL_TIMEOUT_S:g} s (or this, if less) is "
+                                           "given up sooner.")] = DOWNLOAD_DEADLINE_S,
 ) -> None:
     """Download datasets, verified against their pinned checksums; what is cached already is not downloaded again.
 
@@ -98,7 +102,7 @@ def fetch_datasets(
         before = dataset_status(name, data_dir)
         try:
             for remote in spec.files:
-                fetch(remote, folder, progress=True, timeout_s=timeout)
+                fetch(remote, folder, progress=True, timeout_s=min(timeout, STALL_TIMEOUT_S), deadline_s=timeout)
         except DataUnavailable as error:
             errors.print(f"[bold red]error:[/] {escape(str(error))}", highlight=False)
             failed.append(name)
@@ -163,7 +167,10 @@ def remove(
     Any other file in its folder is left alone. Asks first, unless --yes.
     """
     check_folder("--data-dir", data_dir)
-    doomed = {name: managed_paths(name, data_dir) for name in _resolved(names)}
+    try:
+        doomed = {name: managed_paths(name, data_dir) for name in _resolved(names)}
+    except DataFolderIsALink as error:
+        raise fail(str(error)) from None
     doomed = {name: paths for name, paths in doomed.items() if paths}
     if not doomed:
         console.print("Nothing to remove: none of these datasets has files here.", highlight=False)

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -22,10 +23,12 @@ from devicebench.cli import (
     fail,
     open_store,
 )
+from devicebench.engine.timing import wall_clock_utc
+from devicebench.results.schema import Result
 from devicebench.results.store import (
     ResultsFileError,
     Store,
-    read_results_file,
+    stream_results_file,
     write_csv_export,
     write_json_export,
 )
@@ -92,14 +95,22 @@ def import_command(
     failure: typer.Exit | None = None
     with open_store(db) as store:
         for file in files:
-            try:
-                results = read_results_file(file)
+            runs: list[int] = []  # each session's, as it is read
+            try:  # read as it is stored, in one transaction: a wrong field anywhere rolls back the whole file
+                added = store.import_results(_counting_runs(stream_results_file(file, now_utc=wall_clock_utc()),
+                                                            runs))
             except ResultsFileError as error:
                 failure = fail(str(error))  # say so now, and go on with the other files
                 continue
-            added = store.import_results(results)
-            present = sum(len(result.runs) for result in results) - added
+            present = sum(runs) - added
             console.print(f"{file}: {added} run{'' if added == 1 else 's'} added, {present} already present",
                           highlight=False)
     if failure is not None:
         raise failure
+
+
+def _counting_runs(results: Iterator[Result], runs: list[int]) -> Iterator[Result]:
+    """`results`, each session's number of runs appended to `runs` as it passes on to be stored."""
+    for result in results:
+        runs.append(len(result.runs))
+        yield result

@@ -15,16 +15,19 @@ import contextlib
 import errno
 import hashlib
 import http.client
+import math
 import os
+import socket
 import shutil
 import stat
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
@@ -48,6 +51,10 @@ DIGEST_HEX_LENGTHS = {"md5": 32, "sha256": 64}  # the checksum kinds we accept, 
 DATA_DIR_ENVIRONMENT_VARIABLE = DATA_VARIABLE
 DOWNLOAD_ATTEMPTS = 3  # requests per URL: a transfer cut off midway is taken up again twice at most
 RETRY_PAUSE_S = 1.0  # seconds before taking it up again, so a server that just dropped the connection can recover
+STALL_TIMEOUT_S = 15.0  # seconds a connection or a read may wait for the server before the URL is given up
+# seconds a URL has to deliver a whole file, attempts included: a server sending a byte now and then, never stalling,
+# cannot hold a download for ever. 30 min brings the largest release (CIFAR-100, 169 MB) at 94 kB/s
+DOWNLOAD_DEADLINE_S = 1800.0
 # `--data auto` in the quick suite downloads a dataset that is not cached only up to this size: MNIST (11.6 MB) and
 # Covertype (11 MB) are fetched, the larger ones run on synthetic data until `devicebench data fetch` gets them
 QUICK_SUITE_DOWNLOAD_LIMIT_BYTES = 15_000_000
@@ -375,13 +382,23 @@ def verify_dataset(name: str, data_dir: str | Path | None = None) -> dict[str, s
 
 def managed_paths(name: str, data_dir: str | Path | None = None) -> list[Path]:
     """What devicebench put in dataset `name`'s folder: its release files, downloads kept or left behind
-    (`.<file>.partial`, `.<file>.*.partial`) and what reading it made (`derived`). Nothing else there is touched."""
+    (`.<file>.partial`, `.<file>.*.partial`) and what reading it made (`derived`). Nothing else there is touched.
+    A folder that is a symbolic link is refused (DataFolderIsALink): it leads into a folder of someone else's."""
     spec, folder = dataset_spec(name), dataset_folder(name, data_dir)
+    if folder.is_symlink():
+        raise DataFolderIsALink(
+            f"{folder} is a symbolic link (to {os.readlink(folder)}), not a folder devicebench made: what it would "
+            "remove there may be another program's or yours, so nothing was removed. Remove the link itself with "
+            f"`rm {folder}` if its dataset is no longer wanted")
     if not folder.is_dir():
         return []
     patterns = [pattern for remote in spec.files
                 for pattern in (remote.filename, f".{remote.filename}.partial", f".{remote.filename}.*.partial")]
     return sorted({path for pattern in (*patterns, *spec.derived) for path in folder.glob(pattern)})
+
+
+class DataFolderIsALink(RuntimeError):
+    """A dataset's folder is a symbolic link: devicebench removes files only from a folder of its own."""
 
 
 def remove_dataset(name: str, data_dir: str | Path | None = None) -> int:
@@ -415,10 +432,13 @@ def _regular_file_size(path: Path) -> int | None:
     return info.st_size if stat.S_ISREG(info.st_mode) else None
 
 
-def fetch(remote: RemoteFile, folder: Path, *, progress: bool = True, timeout_s: float = 15.0) -> Path:
+def fetch(remote: RemoteFile, folder: Path, *, progress: bool = True, timeout_s: float = STALL_TIMEOUT_S,
+          deadline_s: float | None = DOWNLOAD_DEADLINE_S) -> Path:
     """Return `folder/remote.filename`, verified, downloading it from the first mirror that serves it intact.
 
-    A data folder that takes no more bytes (full, read-only) ends the search at once: no other mirror can help.
+    `timeout_s`: how long connecting or any one read may wait; `deadline_s`: how long each mirror has to deliver
+    the whole file, attempts included (None: no limit). A data folder that takes no more bytes (full, read-only)
+    ends the search at once: no other mirror can help.
     """
     folder = Path(folder)
     target = folder / remote.filename
@@ -428,7 +448,7 @@ def fetch(remote: RemoteFile, folder: Path, *, progress: bool = True, timeout_s:
             return target
         _writing(folder, folder.mkdir, parents=True, exist_ok=True)
         for url in remote.urls:
-            reason = _download(url, remote, target, progress=progress, timeout_s=timeout_s)
+            reason = _download(url, remote, target, progress=progress, timeout_s=timeout_s, deadline_s=deadline_s)
             if reason is None:
                 return target
             failures.append((url, reason))
@@ -491,6 +511,7 @@ class _PartialFile:
         handle, name = _writing(folder, tempfile.mkstemp, dir=folder, prefix=f".{remote.filename}.",
                                 suffix=".partial")
         self.path = Path(name)
+        self.expected_bytes = remote.size_bytes
         if not self.kept_path.is_symlink() and _regular_file_size(self.kept_path):
             os.close(handle)
             try:
@@ -500,14 +521,27 @@ class _PartialFile:
             except OSError as error:
                 self.path.unlink(missing_ok=True)
                 raise _CacheUnusable(_unwritable(folder, error)) from None
-            handle = _writing(folder, os.open, self.path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0))
+            handle = self._claimed(_writing(folder, os.open, self.path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0)))
         self._file = os.fdopen(handle, "wb")
         self.arrived_bytes = 0  # every byte any attempt brought, kept or not: whether retrying still helps
+        self.oversized = False  # the server sent (or announced) more bytes than the file has
         self.moved = False
         self.hasher = hashlib.new(self.algorithm, usedforsecurity=False)
         self.received_bytes = self.resumed_bytes = self._hash_kept_bytes()
-        if remote.size_bytes is not None and self.received_bytes > remote.size_bytes:
-            self.restart()  # longer than the file: not a beginning of it
+
+    def _claimed(self, handle: int) -> int:
+        """`handle`, open on a kept download, if it may be taken up; else a new, empty file's in its place.
+
+        It is written to and may be truncated, so it must be this folder's alone: a regular file with no other name
+        (a hard link would make a file elsewhere, outside the data folder, the one written). One longer than the
+        whole file is no beginning of it: it is dropped unread, not hashed (it may be 50 GB)."""
+        info = os.fstat(handle)
+        if stat.S_ISREG(info.st_mode) and info.st_nlink == 1 and info.st_size <= (self.expected_bytes or math.inf):
+            return handle
+        os.close(handle)
+        _writing(self.folder, self.path.unlink)  # the name only: another name of a hard link keeps its bytes
+        return _writing(self.folder, os.open, self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL
+                        | getattr(os, "O_NOFOLLOW", 0), 0o600)
 
     def _hash_kept_bytes(self) -> int:
         """Hash the bytes an earlier fetch kept in the file (none for a new one); their count. Ends at the end."""
@@ -553,17 +587,19 @@ class _PartialFile:
         self.path.unlink(missing_ok=True)
 
 
-def _download(url: str, remote: RemoteFile, target: Path, *, progress: bool, timeout_s: float) -> str | None:
+def _download(url: str, remote: RemoteFile, target: Path, *, progress: bool, timeout_s: float,
+              deadline_s: float | None) -> str | None:
     """Download `url` to `target` through a verified temporary file; None on success, else why it failed.
 
     A transfer cut off midway is taken up where it stopped (an HTTP Range request) or, from a server that ignores
-    ranges, from the start: up to DOWNLOAD_ATTEMPTS requests, as long as each one brings new bytes. Stopped by
-    Ctrl-C, or failing to add to bytes an earlier fetch kept, it keeps what it has for the next fetch to take up.
+    ranges, from the start: up to DOWNLOAD_ATTEMPTS requests, as long as each one brings new bytes, all within
+    `deadline_s`. Stopped by Ctrl-C, or failing to add to bytes an earlier fetch kept, it keeps what it has for the
+    next fetch to take up. A server sending more bytes than the file has is stopped there, and its bytes deleted.
     """
     partial = _PartialFile(target.parent, remote)
     interrupted = False
     try:
-        with _progress_bar(enabled=progress) as bar:
+        with _progress_bar(enabled=progress) as bar, _Deadline(deadline_s) as deadline:
             task = bar.add_task(remote.filename, total=remote.size_bytes, completed=partial.received_bytes)
 
             def show(received_bytes: int, expected_bytes: int | None) -> None:
@@ -573,12 +609,18 @@ def _download(url: str, remote: RemoteFile, target: Path, *, progress: bool, tim
             already_whole = bool(partial.resumed_bytes) and partial.resumed_bytes == remote.size_bytes
             for attempt in range(1, 0 if already_whole else DOWNLOAD_ATTEMPTS + 1):
                 arrived_before = partial.arrived_bytes
-                reason = _request(url, partial, timeout_s=timeout_s, show=show)
+                reason = _request(url, partial, timeout_s=timeout_s, show=show, deadline=deadline)
+                kept = (f"; kept its first {partial.received_bytes:,} bytes for the next fetch"
+                        if partial.resumed_bytes else "")
+                if deadline.passed.is_set() and partial.received_bytes != remote.size_bytes:
+                    return (f"gave up after {deadline_s:g} s, the time a URL has to deliver the file, with "
+                            f"{partial.received_bytes:,} bytes received") + kept
+                if partial.oversized:
+                    partial.restart()
+                    return f"{reason}; the downloaded file was deleted"
                 if reason is None:
                     break
                 if partial.arrived_bytes == arrived_before or attempt == DOWNLOAD_ATTEMPTS:
-                    kept = (f"; kept its first {partial.received_bytes:,} bytes for the next fetch"
-                            if partial.resumed_bytes else "")
                     return (reason if attempt == 1 else f"{reason} (gave up after {attempt} attempts)") + kept
                 time.sleep(RETRY_PAUSE_S)
         deleted = "; the downloaded file was deleted"
@@ -603,9 +645,10 @@ def _download(url: str, remote: RemoteFile, target: Path, *, progress: bool, tim
 
 
 def _request(
-    url: str, partial: _PartialFile, *, timeout_s: float, show: Callable[[int, int | None], None]
+    url: str, partial: _PartialFile, *, timeout_s: float, show: Callable[[int, int | None], None], deadline: _Deadline
 ) -> str | None:
-    """One request for the bytes `partial` still lacks; None once it holds the whole file, else why not."""
+    """One request for the bytes `partial` still lacks; None once it holds the whole file, else why not. Never more
+    than the file's size is read: a server sending more is stopped there (`partial.oversized`)."""
     headers = {"User-Agent": "devicebench"}
     if partial.received_bytes:
         headers["Range"] = f"bytes={partial.received_bytes}-"  # resume where the last attempt stopped
@@ -620,9 +663,19 @@ def _request(
                 partial.restart()  # the server ignores ranges: it is sending the whole file again
             if response.length is not None:  # Content-Length, or None when the server does not say
                 expected_bytes = partial.received_bytes + response.length
-            while chunk := response.read(CHUNK_BYTES):
-                partial.append(chunk)
-                show(partial.received_bytes, expected_bytes)
+            size = partial.expected_bytes
+            if size is not None and (expected_bytes or 0) > size:
+                partial.oversized = True
+                return f"the server announced {expected_bytes:,} bytes, more than the file's {size:,}: not read"
+            with deadline.watching(response):
+                # one byte beyond the file's end is asked for, to tell a server that sends more
+                while chunk := response.read(CHUNK_BYTES if size is None else min(
+                        CHUNK_BYTES, size - partial.received_bytes + 1)):
+                    if size is not None and partial.received_bytes + len(chunk) > size:
+                        partial.oversized = True
+                        return f"the server sent more than the file's {size:,} bytes: stopped reading there"
+                    partial.append(chunk)
+                    show(partial.received_bytes, expected_bytes)
     except InsecureRedirect as error:
         return str(error.reason)
     except urllib.error.HTTPError as error:
@@ -636,6 +689,55 @@ def _request(
     if expected_bytes is not None and partial.received_bytes < expected_bytes:
         return f"truncated: received {partial.received_bytes} of {expected_bytes} bytes"
     return None
+
+
+class _Deadline:
+    """The time a URL has to deliver a file, attempts included. When it passes, a timer thread (so that no clock is
+    read here: only engine/timing.py reads one) marks it passed and shuts down the connection being read, whose
+    read then ends at once: a server sending a byte now and then, never stalling, cannot outlive it."""
+
+    def __init__(self, seconds: float | None) -> None:
+        self.passed = threading.Event()
+        self._response: Any = None  # the response being read, whose connection the timer shuts down
+        self._lock = threading.Lock()  # so the timer never shuts a connection down as it is closed (its fd reused)
+        self._timer = None if seconds is None else threading.Timer(seconds, self._pass)
+        if self._timer is not None:
+            self._timer.daemon = True
+
+    def __enter__(self) -> _Deadline:
+        if self._timer is not None:
+            self._timer.start()
+        return self
+
+    def __exit__(self, *exception: object) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+    @contextlib.contextmanager
+    def watching(self, response: Any) -> Iterator[None]:
+        """Shut `response`'s connection down if the deadline passes while it is read (or has passed already)."""
+        with self._lock:
+            self._response = response
+            if self.passed.is_set():
+                _shut_down(response)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._response = None
+
+    def _pass(self) -> None:
+        with self._lock:
+            self.passed.set()
+            if self._response is not None:
+                _shut_down(self._response)
+
+
+def _shut_down(response: Any) -> None:
+    """End the connection under `response` both ways: a read blocked on it, in another thread, returns at once."""
+    with contextlib.suppress(OSError, ValueError):  # closed already
+        with socket.fromfd(response.fileno(), socket.AF_INET, socket.SOCK_STREAM) as connection:  # a duplicate fd
+            connection.shutdown(socket.SHUT_RDWR)
 
 
 class InsecureRedirect(urllib.error.URLError):

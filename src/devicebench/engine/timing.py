@@ -12,14 +12,25 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import psutil
-import torch
 
-from devicebench.devices import synchronize as synchronize_device
+from devicebench.results.schema import UTC_TIME_FORMAT
+
+if TYPE_CHECKING:  # torch is loaded by the first synchronization: commands that train nothing read the wall clock
+    import torch
 
 Clock = Callable[[], float]  # seconds, monotonic
-Synchronizer = Callable[[torch.device], None]
+Synchronizer = Callable[["torch.device"], None]
+
+
+def synchronize_device(device: torch.device) -> None:
+    """devices.synchronize, imported on first use (then a dictionary look-up) so that importing this module
+    imports no torch."""
+    from devicebench.devices import synchronize
+
+    synchronize(device)
 
 
 @dataclass
@@ -80,7 +91,7 @@ def process_age_s() -> float:
 
 def wall_clock_utc() -> str:
     """The current UTC date and time, ISO 8601 to the second: when a run started, for the record."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return time.strftime(UTC_TIME_FORMAT, time.gmtime())
 
 
 WARMUP_EPOCHS = 1  # the first epoch carries allocator growth, kernel selection and cache warm-up

@@ -10,8 +10,11 @@ away, and carries the settings that change speed so that runs which cannot be co
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import functools
 import json
 import math
+import re
 import statistics
 import types
 import typing
@@ -246,14 +249,25 @@ class InvalidResult(ValueError):
 _ANY_SIGN = frozenset({"train_loss", "test_loss", "seed"})  # a loss can be negative; torch takes any seed
 _AT_LEAST_ONE = frozenset({"epoch", "threads", "world_size"})  # batch_size may be NO_BATCHES
 _IDS = frozenset({"run_id", "result_id"})  # strings that must not be empty
+LARGEST_WHOLE_NUMBER = 2**63 - 1  # SQLite's INTEGER, where every setting and count is stored
+# No figure is larger than the largest storable whole number (9.2e18 s is 292 billion years; 9.2e18 samples/s is
+# beyond any device), nor, losses aside, nonzero and smaller than its inverse (1.1e-19 s is below any clock's
+# tick): then sums, means, products and ratios of figures stay far inside a float's range (about 1.8e308), and no
+# comparison or report of imported runs can overflow. A loss may be tiny (a regression fitted exactly)
+SMALLEST_FIGURE = 1 / LARGEST_WHOLE_NUMBER
+_TINY_ALLOWED = frozenset({"train_loss", "test_loss"})
+# engine.timing.wall_clock_utc's one form of a time: in it, the order of the texts is the order of the times
+UTC_TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+_UTC_TIME_SHAPE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")  # strptime takes "1" for "01"
+_UTC_TIMES = frozenset({"started_utc", "created_utc"})
 
 
 def _range(name: str) -> tuple[float, float]:
     if name in _ANY_SIGN:
-        return -math.inf, math.inf
+        return -LARGEST_WHOLE_NUMBER, LARGEST_WHOLE_NUMBER
     if "accuracy" in name:  # a fraction of samples
         return 0.0, 1.0
-    return (1.0 if name in _AT_LEAST_ONE else 0.0), math.inf
+    return (1.0 if name in _AT_LEAST_ONE else 0.0), LARGEST_WHOLE_NUMBER
 
 
 def _at(where: str, name: str) -> str:
@@ -265,12 +279,16 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+# a dataclass's annotations, evaluated once: evaluating them for every epoch took half of a large import's time
+_type_hints = functools.cache(typing.get_type_hints)
+
+
 def _checked_fields(cls: type, data: Any, where: str, derived: tuple[str, ...] = ()) -> dict[str, Any]:
     """`data`'s fields for `cls(**...)`, each checked against the dataclass's annotation; `derived` keys are
     dropped (recomputed, never trusted). Raises InvalidResult naming the field by its path."""
     if not isinstance(data, dict):
         raise InvalidResult(f"{where or cls.__name__}: expected an object, got {_shown(data)}")
-    hints = typing.get_type_hints(cls)
+    hints = _type_hints(cls)
     fields = {item.name: item for item in dataclasses.fields(cls)}
     for name in data:
         if name not in fields and name not in derived:
@@ -311,6 +329,8 @@ def _checked(value: Any, hint: Any, where: str, name: str) -> Any:
         if not isinstance(value, dict):
             raise InvalidResult(f"{where}: expected an object, got {_shown(value)}")
         return value  # JSON objects' keys are strings; the values are whatever the workload took
+    if hint is str and name in _UTC_TIMES:
+        return _utc_time(value, where)
     if hint is str:
         if isinstance(value, str) and (value or name not in _IDS):
             return value
@@ -324,12 +344,30 @@ def _checked(value: Any, hint: Any, where: str, name: str) -> Any:
         whole = hint is int
         number = isinstance(value, (int, float)) and not isinstance(value, bool) and (
             isinstance(value, int) if whole else math.isfinite(value))
+        kind = "a whole number" if whole else "a finite number"
+        if number and abs(value) > LARGEST_WHOLE_NUMBER:
+            largest = LARGEST_WHOLE_NUMBER if whole else f"{LARGEST_WHOLE_NUMBER:.3g}"
+            raise InvalidResult(f"{where}: expected {kind} of magnitude ≤ {largest} (more than any "
+                                f"run measures, and more than can be stored or summed), got {_shown(value)}")
+        if number and not whole and 0 < abs(value) < SMALLEST_FIGURE and name not in _TINY_ALLOWED:
+            raise InvalidResult(f"{where}: expected 0 or {kind} of magnitude ≥ {SMALLEST_FIGURE:.3g} (less than "
+                                f"any clock or counter measures; dividing by it overflows), got {_shown(value)}")
         if number and low <= value <= high:
             return value if whole else float(value)
-        kind = "a whole number" if whole else "a finite number"
-        bounds = (f"in [{low:g}, {high:g}]" if high < math.inf else f"≥ {low:g}") if low > -math.inf else ""
+        bounds = "" if name in _ANY_SIGN else f"in [{low:g}, {high:g}]" if high == 1 else f"≥ {low:g}"
         raise InvalidResult(f"{where}: expected {kind}{' ' + bounds if bounds else ''}, got {_shown(value)}")
     raise TypeError(f"{where}: no check for fields of type {hint!r}")  # a new annotation: teach _checked it
+
+
+def _utc_time(value: Any, where: str) -> str:
+    """`value` if it is a real UTC time in UTC_TIME_FORMAT, else InvalidResult."""
+    if isinstance(value, str) and _UTC_TIME_SHAPE.fullmatch(value):
+        try:
+            datetime.datetime.strptime(value, UTC_TIME_FORMAT)
+            return value
+        except ValueError:  # month 13, hour 25, February 30
+            pass
+    raise InvalidResult(f"{where}: expected a UTC time such as 2026-03-01T09:30:00Z, got {_shown(value)}")
 
 
 def write_atomically(path: Path, text: str) -> None:
