@@ -145,11 +145,13 @@ def test_the_ranks_stop_when_the_launcher_is_killed_and_its_epochs_stay_stored(t
     wait_for_stored_epochs(process, database, 1)
     for rank in ranks:
         rank.suspend()  # no epoch ends meanwhile: the kill lands after everything merged so far is kept
-    before = wait_until_all_is_kept(process, folder, database, output)
-    process.kill()  # kill -9: no handler runs, nothing is forwarded
-    process.wait()
-    for rank in ranks:
-        rank.resume()
+    try:
+        before = wait_until_all_is_kept(process, folder, database, output)
+        process.kill()  # kill -9: no handler runs, nothing is forwarded
+        process.wait()
+    finally:
+        for rank in ranks:
+            rank.resume()
     assert none_left(children, 30)  # not re-parented to PID 1 to train to the end
     assert not folder.exists()  # the ranks' temporary folder, which the launcher can no longer remove
     ((status, epochs),) = stored_runs(database)

@@ -209,7 +209,7 @@ def _installed_gigabytes() -> float:
     (the first of each name on the path, as import finds it)."""
     sizes: dict[str, int] = {}
     for distribution in importlib.metadata.distributions():
-        name = distribution.metadata["Name"].lower()
+        name = (distribution.metadata["Name"] or "").lower()  # None for a broken install
         if name not in sizes and (name == "torch" or GPU_LIBRARY_DISTRIBUTIONS.match(name)):
             sizes[name] = sum(file.size or 0 for file in distribution.files or ())
     return sum(sizes.values()) / 1e9
