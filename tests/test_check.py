@@ -231,10 +231,26 @@ def test_a_cpu_machine_passes_and_says_why_there_is_no_gpu(cpu_machine):
     assert "a CPU-only build; no GPU driver either (looked for /proc/driver/nvidia, nvidia-smi" in found.measured
 
 
-def test_a_cuda_build_on_a_machine_without_a_driver_passes_with_the_reason(cpu_machine, monkeypatch):
-    monkeypatch.setattr(torch.version, "cuda", "12.4")
+def installed(monkeypatch, *distributions: tuple[str, int]) -> None:
+    """importlib.metadata lists these (name, bytes) distributions, in this order, each as a single file."""
+    listed = [types.SimpleNamespace(metadata={"Name": name}, files=[types.SimpleNamespace(size=size)])
+              for name, size in distributions]
+    monkeypatch.setattr(check.importlib.metadata, "distributions", lambda: listed)
+
+
+@pytest.mark.parametrize("build, library, name", [("cuda", "nvidia-cudnn-cu12", "CUDA 12.4"),
+                                                  ("hip", "pytorch-triton-rocm", "ROCm 6.1")])
+def test_a_gpu_build_on_a_machine_without_a_driver_warns_that_it_is_gigabytes_for_nothing(cpu_machine, monkeypatch,
+                                                                                          build, library, name):
+    monkeypatch.setattr(torch.version, build, name.split()[1])
+    installed(monkeypatch, ("torch", 1_200_000_000), (library, 2_000_000_000), ("triton", 900_000_000),
+              ("numpy", 10**12), ("torch", 10**12))  # numpy is no GPU library; the second torch is shadowed
     found = check.pytorch_build_check()
-    assert found.status == PASS and "no GPU here: this PyTorch has CUDA 12.4 but no NVIDIA driver" in found.measured
+    assert found.status == WARN
+    assert found.measured.startswith(f"torch {torch.__version__}, a {name} build, 4.1 GB on disk with its GPU "
+                                     "libraries; no GPU driver either (looked for /proc/driver/nvidia, nvidia-smi")
+    assert f"A {name.split()[0]} build is gigabytes for nothing on a machine without a GPU" in found.advice
+    assert "`pip install torch --index-url https://download.pytorch.org/whl/cpu` before installing" in found.advice
 
 
 def test_a_build_that_sees_its_gpu_passes_and_names_it(h100_machine):
@@ -675,7 +691,8 @@ def test_the_real_cpu_check_measures_work_timing_and_ceilings(real_cpu_check):
     assert matmul and int(matmul[2]) <= CPU_CHECK_PLAN.matmul_size  # the largest size that fits a 0.3 s stretch
     copy = re.fullmatch(r"([\d.,]+) GB/s \(256 MiB\); no datasheet to compare", rows["cpu", "memory copy"]["measured"])
     assert copy and float(copy[1].replace(",", "")) > 0
-    assert rows[None, "PyTorch build"]["status"] == PASS
+    gpu_build_without_gpu = bool(torch.version.cuda or torch.version.hip) and not torch.cuda.is_available()
+    assert rows[None, "PyTorch build"]["status"] == (WARN if gpu_build_without_gpu else PASS)
     assert rows[None, "load from other processes"]["status"] in (PASS, WARN)
 
 
@@ -696,7 +713,8 @@ def test_the_table_shows_every_check_by_device(real_cpu_check, wide_console, mon
     lines = result.stdout.splitlines()
     rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in lines if line.startswith("│")]
     named = [(row[0], row[2], row[3]) for row in rows if row[2]]  # a check's first line names it
-    assert named[:2] == [("machine", "PyTorch build", PASS), ("", "driver and toolkit", PASS)]
+    build_status = next(row["status"] for row in real_cpu_check["checks"] if row["name"] == "PyTorch build")
+    assert named[:2] == [("machine", "PyTorch build", build_status), ("", "driver and toolkit", PASS)]
     assert ("cpu", "model on the device", PASS) in named and ("", "matmul fp32", PASS) in named
     assert len(named) == len(real_cpu_check["checks"])
     counts = f"{real_cpu_check['failed']} failed, {real_cpu_check['warned']} warned, {real_cpu_check['passed']} passed"

@@ -31,12 +31,21 @@ EPOCHS = 200  # far more than any test waits for: a run that ends "ok" trained o
 
 
 def start_cli(tmp_path: Path, *extra: str) -> subprocess.Popen:
-    """`devicebench run --nproc 2` in a session of its own, as a terminal or a scheduler would start it."""
+    """`devicebench run --nproc 2` in a session of its own, as a terminal or a scheduler would start it: with
+    SIGINT at its default even where the tests run with it ignored (a shell's background job), since an ignored
+    signal stays ignored across exec and devicebench leaves it so."""
     command = [sys.executable, "-m", "devicebench", "run", "mnist-cnn2", "--devices", "cpu", "--nproc", "2",
                "--epochs", str(EPOCHS), "--max-steps", "5", "--max-eval-steps", "1", "--data", "synthetic",
                "--quiet", "--db", str(tmp_path / "db.sqlite"), *extra]
-    return subprocess.Popen(command, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # a handler of ours is reset to the default by exec
+    try:
+        return subprocess.Popen(command, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+    finally:
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def stored_runs(database: Path) -> list[tuple[str, int]]:
@@ -62,6 +71,26 @@ def wait_for_stored_epochs(process: subprocess.Popen, database: Path, epochs: in
             return runs[0][1]
         time.sleep(0.2)
     raise AssertionError(f"no {epochs} epochs in the database while the ranks trained: {stored_runs(database)}")
+
+
+def wait_until_all_is_kept(process: subprocess.Popen, folder: Path, database: Path, output: Path) -> int:
+    """With the ranks paused, wait until the launcher has stored and written every epoch rank 0 merged (it commits
+    an epoch to the database, then writes the --json file: a kill between the two would leave them one apart);
+    returns how many that is."""
+    merged_file = launcher.partial_path(folder / "result.json")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.communicate()
+        runs = stored_runs(database)
+        try:
+            merged, written = (Result.read_json(path).runs for path in (merged_file, output))
+        except (OSError, ValueError):  # not written yet, or still the earlier command's file
+            merged, written = [], []
+        counts = {len(record.epochs) for record in (*merged, *written)} | {epochs for _, epochs in runs}
+        if len(merged) == len(written) == len(runs) == 1 and len(counts) == 1:
+            return counts.pop()
+        time.sleep(0.2)
+    raise AssertionError(f"the launcher never kept what rank 0 merged: {stored_runs(database)}")
 
 
 def ranks_of(process: subprocess.Popen) -> list[psutil.Process]:
@@ -111,14 +140,22 @@ def test_the_ranks_stop_when_the_launcher_is_killed_and_its_epochs_stay_stored(t
     output.write_text("an earlier command's results")
     process = start_cli(tmp_path, "--json", str(output))
     children = ranks_of(process)
-    folder = next(Path(child.cmdline()[-1]).parent for child in children if "devicebench.launch" in child.cmdline())
-    before = wait_for_stored_epochs(process, database, 1)
-    process.kill()  # kill -9: no handler runs, nothing is forwarded
-    process.wait()
+    ranks = [child for child in children if "devicebench.launch" in child.cmdline()]
+    folder = Path(ranks[0].cmdline()[-1]).parent
+    wait_for_stored_epochs(process, database, 1)
+    for rank in ranks:
+        rank.suspend()  # no epoch ends meanwhile: the kill lands after everything merged so far is kept
+    try:
+        before = wait_until_all_is_kept(process, folder, database, output)
+        process.kill()  # kill -9: no handler runs, nothing is forwarded
+        process.wait()
+    finally:
+        for rank in ranks:
+            rank.resume()
     assert none_left(children, 30)  # not re-parented to PID 1 to train to the end
     assert not folder.exists()  # the ranks' temporary folder, which the launcher can no longer remove
     ((status, epochs),) = stored_runs(database)
-    assert status == "running" and epochs >= before  # what was committed stays; nobody closed the run
+    assert status == "running" and epochs == before  # what was committed stays; nobody closed the run
     history = CliRunner().invoke(app, ["history", "--db", str(database), "--json"])
     assert history.exit_code == 0, history.output
     (stored,) = json.loads(history.output)["results"]

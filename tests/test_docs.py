@@ -58,6 +58,17 @@ def test_the_readme_gives_the_three_commands_in_one_block_in_order():
     pytest.fail(f"no fenced block of README.md holds {', '.join(THREE_COMMANDS)} in this order")
 
 
+def test_the_readme_installs_pytorch_s_cpu_build_before_devicebench():
+    """Left to `pip install -e`, PyPI's torch is a CUDA build: gigabytes a machine without a GPU cannot use. The
+    line is the one `devicebench check` gives such a machine."""
+    from devicebench.host import CPU_INSTALL  # imports torch: only this test needs it
+
+    for markdown in (README, REPOSITORY / "docs" / "index.md"):
+        (block,) = [block for block in fenced_blocks(markdown.read_text()) if THREE_COMMANDS[1] in block]
+        lines = [line.strip() for line in block.splitlines()]
+        assert lines[0].split("#")[0].strip() == CPU_INSTALL and lines[1].startswith(THREE_COMMANDS[0]), markdown
+
+
 def test_every_relative_link_of_the_readme_points_to_a_file_that_exists():
     links = relative_links(README.read_text())
     assert links, "README.md links to no page of docs/"

@@ -422,6 +422,7 @@ def test_reason_for_a_rocm_build_with_hidden_gpus(no_accelerator_visible, monkey
 )  # fmt: skip
 def test_reason_on_macos_is_about_mps(no_accelerator_visible, monkeypatch, mps_built, expected):
     monkeypatch.setattr(platform, "system", lambda: "Darwin")
+    monkeypatch.setattr(torch.version, "cuda", None)  # PyTorch's macOS builds have no CUDA, whichever runs the test
     monkeypatch.setattr(torch.backends.mps, "is_built", lambda: mps_built)
     monkeypatch.setattr(torch, "__version__", "2.13.0")
     assert no_accelerator_reason() == expected

@@ -19,7 +19,9 @@ from __future__ import annotations
 import collections
 import dataclasses
 import importlib
+import importlib.metadata
 import os
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from types import ModuleType
@@ -71,6 +73,9 @@ CPU_CHECK_PLAN = CalibrationPlan(matmul_size=2048, memory_copy_bytes=256 * host.
 ACCELERATOR_CHECK_PLAN = CalibrationPlan(matmul_size=8192, memory_copy_bytes=1024 * host.BYTES_PER_MIB,
                                          host_to_device_bytes=256 * host.BYTES_PER_MIB, warmup_s=0.2, stretch_s=0.2,
                                          stretches=3, cap_s=2.0)
+
+# The distributions a GPU build of PyTorch brings beside its own: CUDA's (nvidia-*, cuda-*) and Triton's compiler
+GPU_LIBRARY_DISTRIBUTIONS = re.compile(r"(nvidia|cuda)[-_.]|triton$|pytorch-triton", re.IGNORECASE)
 
 VECTOR_ISA_FLAGS = ("avx512f", "avx2")  # widest first: the vector ISAs torch's CPU capability names
 
@@ -164,7 +169,8 @@ def _torch_build() -> str:
 
 
 def pytorch_build_check() -> Check:
-    """The build against the GPUs: a driver present that PyTorch cannot use fails; a CPU machine passes, saying why."""
+    """The build against the GPUs: a driver present that PyTorch cannot use fails; a CPU machine passes, saying why,
+    unless its PyTorch is a GPU build, whose gigabytes of CUDA or ROCm libraries it cannot use: a warn."""
     build = _torch_build()
     measured = f"torch {torch.__version__}, a {build} build"
     seen = _accelerators()
@@ -178,15 +184,35 @@ def pytorch_build_check() -> Check:
                      f"{measured}, but an {vendor} GPU driver is present ({place})",
                      f"Install a {'ROCm' if vendor == 'AMD' else 'CUDA'} build of PyTorch ({host.INSTALL_URL}): "
                      "this one cannot use the GPU, so every 'GPU' figure would be the CPU's.")
+    looked = ", ".join(path for paths, tools in host.GPU_DRIVERS.values() for path in (*paths, *tools))
     if build == "CPU-only" and not driver:
-        looked = ", ".join(path for paths, tools in host.GPU_DRIVERS.values() for path in (*paths, *tools))
         return Check(None, SOFTWARE, "PyTorch build", PASS,
                      f"{measured}; no GPU driver either (looked for {looked}): a CPU machine, which this build suits")
+    if not driver and (torch.version.cuda or torch.version.hip):
+        size = _installed_gigabytes()
+        return Check(None, SOFTWARE, "PyTorch build", WARN,
+                     f"{measured}, {size:.1f} GB on disk with its GPU libraries; no GPU driver either (looked for "
+                     f"{looked}): nothing here can use them",
+                     f"A {build.split()[0]} build is gigabytes for nothing on a machine without a GPU. In a new "
+                     f"virtual environment, `{host.CPU_INSTALL}` before installing devicebench gives the CPU build "
+                     "(under 1 GB), which trains on the CPU as this one does (uninstalling torch alone would leave "
+                     "its libraries behind).")
     reason = host.unavailable_reason(host.expected_accelerator_kind()) or "PyTorch reports no GPU"
     if driver:
         return Check(None, SOFTWARE, "PyTorch build", FAIL, f"{measured}; a {driver[0]} driver is present "
                      f"({driver[1]}), yet PyTorch sees no GPU", f"{reason[:1].upper()}{reason[1:]}.")
     return Check(None, SOFTWARE, "PyTorch build", PASS, f"{measured}; no GPU here: {reason}")
+
+
+def _installed_gigabytes() -> float:
+    """What torch and the GPU libraries installed beside it take on disk, in GB, from each distribution's record
+    (the first of each name on the path, as import finds it)."""
+    sizes: dict[str, int] = {}
+    for distribution in importlib.metadata.distributions():
+        name = (distribution.metadata["Name"] or "").lower()  # None for a broken install
+        if name not in sizes and (name == "torch" or GPU_LIBRARY_DISTRIBUTIONS.match(name)):
+            sizes[name] = sum(file.size or 0 for file in distribution.files or ())
+    return sum(sizes.values()) / 1e9
 
 
 def driver_check() -> Check:

@@ -20,6 +20,7 @@ import torch
 
 BYTES_PER_MIB = 2**20
 INSTALL_URL = "https://pytorch.org/get-started/locally/"
+CPU_INSTALL = "pip install torch --index-url https://download.pytorch.org/whl/cpu"  # PyTorch's CPU wheels: no CUDA
 # The /proc/cpuinfo flags that decide which of PyTorch's CPU kernels run: AVX2 and AVX-512 vector units, bfloat16
 # dot products, and the AMX matrix tiles of Sapphire Rapids and later
 ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
