@@ -646,7 +646,7 @@ def history_table(results: list[Result], path: Path, *, wide: bool = False) -> F
         ("Epochs", text, wide, lambda result, run, summary: f"{summary.epochs_completed}/{run.settings.epochs}"),
         ("Samples/s", number, True, lambda result, run, summary: number_text(summary.steady_samples_per_s, 0)),
         ("Epoch s", number, wide, lambda result, run, summary: number_text(summary.steady_epoch_time_s, 2)),
-        ("Test acc", number, True, lambda result, run, summary: number_text(summary.final_test_accuracy, 4)),
+        ("Test acc", number, True, lambda result, run, summary: percent_text(summary.final_test_accuracy)),
         ("Data", text, wide, lambda result, run, summary: run.settings.data_source),
         ("Batch", number, wide, lambda result, run, summary: str(run.settings.batch_size)),
     ]
