@@ -526,9 +526,10 @@ def speedup_text(row: Row) -> str:
     value = row.speedup
     if value is None:
         return "—"
+    text = f"{value.ratio:.2f}x" + (" vs seed" if row.against_seed_mode else "")  # tuned mode's gain on its device
     if value.low is None or value.high is None:
-        return f"{value.ratio:.2f}x"
-    return f"{value.ratio:.2f}x [{value.low:.2f}–{value.high:.2f}]"
+        return text
+    return f"{text} [{value.low:.2f}–{value.high:.2f}]"
 
 
 def row_notes(rows: list[Row]) -> list[str]:

@@ -69,6 +69,14 @@ class Row:
         return f"{self.machine_name}/{self.device}" + (f" ({self.differs_by})" if self.differs_by else "")
 
     @property
+    def against_seed_mode(self) -> bool:
+        """Whether this tuned row's speedup is its gain over seed mode on its own device (`_own_seed_row`)."""
+        baseline = self.baseline
+        return (baseline is not None and baseline is not self and baseline.device == self.device
+                and baseline.machine_id == self.machine_id and baseline.settings["mode"] == "seed"
+                and self.settings["mode"] == "tuned")
+
+    @property
     def steady_epochs(self) -> list[EpochRecord]:
         return [epoch for run in self.runs for epoch in run.steady_epochs]
 
@@ -333,16 +341,34 @@ def _find_baseline(row: Row, rows: list[Row], spec: str) -> Row | None:
         and _same_work(row, other)
         and other.samples_per_s is not None
     ]
-    if not candidates:
-        return None
-    for preferred in ("world_size", "max_steps", "threads"):  # one process (what scaling is measured against), then
-        wanted = 1 if preferred == "world_size" else row.settings[preferred]  # the same length and threads
+    return _preferred(row, candidates)
+
+
+def _preferred(row: Row, candidates: list[Row]) -> Row | None:
+    """The candidate baseline `row` is best set against: one process (what scaling is measured against), then the
+    same epoch length and threads; None without candidates."""
+    for preferred in ("world_size", "max_steps", "threads"):
+        wanted = 1 if preferred == "world_size" else row.settings[preferred]
         candidates = [other for other in candidates if other.settings[preferred] == wanted] or candidates
-    return candidates[0]
+    return candidates[0] if candidates else None
+
+
+def _own_seed_row(row: Row, rows: list[Row]) -> Row | None:
+    """For a tuned row that would be its own baseline, the seed-mode row of the same machine and device doing the same
+    work (tuned mode may pick its precision): the tuned row then shows its gain over seed mode, not a second 1.00x."""
+    if row.settings["mode"] != "tuned":
+        return None
+    same_work = [name for name in SAME_WORK_SETTINGS if name not in ("mode", "precision")]
+    return _preferred(row, [other for other in rows
+                            if other.settings["mode"] == "seed" and other.machine_id == row.machine_id
+                            and other.device == row.device and other.samples_per_s is not None
+                            and all(other.settings[name] == row.settings[name] for name in same_work)])
 
 
 def _attach_speedup(row: Row, rows: list[Row], spec: str) -> None:
     row.baseline = _find_baseline(row, rows, spec)
+    if row.baseline is row:
+        row.baseline = _own_seed_row(row, rows) or row
     if row.baseline is None:
         where = f"on {spec.rpartition('/')[0]}" if "/" in spec else f"on {row.machine_name}"
         work = ", ".join(f"{name}={row.settings[name]}" for name in SAME_WORK_SETTINGS[:4])
