@@ -43,7 +43,8 @@ from devicebench.files import UnusableFile
 from devicebench.launch import DistributedError, Launch, run_distributed
 from devicebench.planning import Plan
 from devicebench.report.progress import RichReporter
-from devicebench.report.tables import comparison_tables, outlook_lines, plan_table
+from devicebench.report.answer import answer_parts
+from devicebench.report.tables import comparison_tables, plan_table
 from devicebench.report.tensorboard import TensorBoardReporter, TensorBoardUnavailable
 from devicebench.results.compare import compare
 from devicebench.results.schema import Result, RunRecord, write_atomically
@@ -239,9 +240,10 @@ def run(
 
 
 def run_tables(result: Result, wide: bool) -> list:
-    """The comparison tables, then what the posts' published figures say about this CPU."""
+    """The answer first (per workload, how much faster a GPU would be here, and on what that rests), then the
+    comparison tables."""
     rows = compare([result])
-    return comparison_tables(rows, wide=wide) + outlook_lines(rows)
+    return answer_parts(rows) + comparison_tables(rows, wide=wide)
 
 
 def _modified_ns(path: Path | None) -> int | None:

@@ -272,22 +272,6 @@ def comparison_tables(rows_by_workload: dict[str, list[Row]], *, wide: bool = Fa
     return parts + legend(list(shown), all_rows, published)
 
 
-def outlook_lines(rows_by_workload: dict[str, list[Row]]) -> list[RenderableType]:
-    """Per workload with a CPU row and a post that gave a CPU figure, what the post's figures say about this CPU
-    (`published_outlook`): printed after the tables by `run`."""
-    from devicebench.reproduce import rows_outlook  # imports the registry, hence torch: only `run` needs it
-
-    lines = []
-    for name, rows in rows_by_workload.items():
-        entry = known_workload(name)
-        if entry is None or entry.published is None or "cpu" not in entry.published.samples_per_s:
-            continue  # no published CPU figure: `reproduce` says why there is no comparison
-        outlook = rows_outlook(entry, rows)
-        if outlook is not None:
-            lines.append(Text(outlook))
-    return lines
-
-
 def legend(columns: list[Column], rows: list[Row], extra: Iterable[str] = ()) -> list[RenderableType]:
     """What the shown columns hold, in one paragraph, and each device's name: printed once, after the tables."""
     clauses = [column.legend for column in RESULT_COLUMNS if column in columns and column.legend]
