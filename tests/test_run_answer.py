@@ -20,7 +20,8 @@ from devicebench.report.answer import Answer, answer_parts, answers, flags_text,
 from devicebench.report.tables import speedup_text
 from devicebench.reproduce import factor_text
 from devicebench.results.compare import compare
-from devicebench.workloads import get_workload
+from devicebench.workloads import get_workload, register_own
+from devicebench.workloads.own import ORIGIN as OWN_MODEL
 
 cli = CliRunner()
 TINY_RUN = ["--devices", "cpu", "--data", "synthetic", "--epochs", "2", "--max-steps", "1", "--max-eval-steps", "1"]
@@ -138,3 +139,13 @@ def test_the_seed_mode_cpu_row_is_the_one_carried():
     tuned.settings.mode = "tuned"
     found, _ = answer_of(tuned, seed)
     assert found.cpu.settings["mode"] == "seed" and found.cpu.samples_per_s.median == pytest.approx(100.0)
+
+
+def test_the_estimate_is_named_only_for_workloads_it_can_take_by_name():
+    """Boosted trees have no kernels to count, and a model of the user's is given to estimate as --model."""
+    _, trees = answer_of(cpu_run("gbdt-covertype", [2.0, 1.0, 1.0]))
+    assert "devicebench estimate" not in unwrapped(trees)
+    own = dataclasses.replace(get_workload("mnist-cnn2"), name="mypkg.models:build", origin=OWN_MODEL, published=None)
+    register_own(own)  # as `run --model` does, for the session
+    found, text = answer_of(cpu_run("mypkg.models:build", [2.0, 1.0, 1.0]))
+    assert found.basis == "nothing published to carry" and "devicebench estimate" not in unwrapped(text)

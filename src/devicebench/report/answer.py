@@ -25,6 +25,7 @@ from devicebench.report.tables import FittedColumn, FittedTable, label_column, l
 from devicebench.reproduce import CarriedSpeedup, carried_speedup, factor_text, outlook_row, rows_outlook
 from devicebench.results.compare import NOISY_EPOCH_TIME_CV, Row
 from devicebench.workloads import Workload, get_workload
+from devicebench.workloads.own import ORIGIN as OWN_MODEL
 
 STEADIER_RUN = "--budget 5m"  # what gives every epoch more steps (the quick suite's budget is 2 minutes)
 
@@ -89,9 +90,10 @@ def _registered(name: str) -> Workload | None:
 
 
 def _torch_model(name: str) -> bool:
-    """Whether `devicebench estimate` can count `name`'s kernels: a registered torch model, not boosted trees."""
+    """Whether `devicebench estimate NAME` can count `name`'s kernels: a registered torch model, not boosted trees,
+    nor a model of the user's (which `estimate --model MODULE:FUNCTION` takes, not by its name)."""
     workload = _registered(name)
-    return workload is not None and workload.trainer is None
+    return workload is not None and workload.trainer is None and workload.origin != OWN_MODEL
 
 
 def gpu_text(answer: Answer) -> str:
