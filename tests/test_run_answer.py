@@ -94,7 +94,7 @@ def test_a_noisy_and_short_cpu_figure_is_flagged_with_what_to_do():
     assert ("Noisy: steady epoch time varied more than 5% (cifar10-mlp 25%), and every figure above moves with it: "
             "close other programs, or add --repeats 3, and run again.") in flat
     assert "Short: steady epochs of 3 steps, the fewest a budget gives" in flat and "--budget 5m gives" in flat
-    assert gpu_text(found) == "about 5.6x (5.6–8.3x)"  # 1,000 samples/s at the median, 667 in the slowest steady epoch
+    assert gpu_text(found) == "about 5.6x (5.6–8.3x)"  # 1,000 samples/s at the median, 667 at the slowest
     assert max(len(line) for line in text.splitlines()) <= 80
 
 
@@ -130,7 +130,7 @@ def test_a_gpu_measured_here_answers_with_its_own_speedup_and_interval():
 
 def test_a_gpu_alone_has_no_cpu_to_be_set_against():
     found, _ = answer_of(cpu_run("cifar10-mlp", [1.0, 0.5, 0.5], device="cuda:0", batch_size=32))
-    assert found.cpu is None and found.basis == "no CPU run here" and gpu_text(found) == "—"
+    assert found.cpu is None and found.basis == "no CPU samples/s here" and gpu_text(found) == "—"
 
 
 def test_the_seed_mode_cpu_row_is_the_one_carried():

@@ -62,7 +62,7 @@ class Answer:
 def answer_for(workload: Workload | None, name: str, rows: list[Row]) -> Answer:
     cpu = outlook_row(rows)
     if cpu is None:
-        return Answer(name, None, [], None, "no CPU run here")
+        return Answer(name, None, [], None, "no CPU samples/s here")  # no CPU run, or none with steady epochs
     measured = [row for row in rows if row.device != "cpu" and row.baseline is cpu and row.speedup is not None]
     if measured:
         return Answer(name, cpu, measured, None, "measured here")
