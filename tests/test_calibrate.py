@@ -12,6 +12,7 @@ import logging
 import statistics
 from collections.abc import Callable
 
+import psutil
 import pytest
 import torch
 from torch.overrides import TorchFunctionMode
@@ -441,3 +442,35 @@ def test_an_uncalibrated_device_has_no_mfu():
                                   max_eval_steps=1)))
     assert result.runs[0].peak_tflops is None
     assert compare([result])["mnist-cnn2"][0].mfu is None
+
+
+@pytest.mark.parametrize("busy", [True, False])
+def test_ceilings_measured_on_a_busy_machine_are_stored_with_a_warning(busy, calibration_folder, monkeypatch):
+    """The load before measuring, by `check`'s rule (more than half the logical cores kept busy by others): warned
+    before measuring and beside where they were stored, with what to do; never silent, never refused."""
+    cores = psutil.cpu_count(logical=True)
+    load = 2.0 * cores if busy else 0.0
+    monkeypatch.setattr(psutil, "getloadavg", lambda: (load, load, load))
+    monkeypatch.setattr(calibrate_command, "default_plan", lambda device: dataclasses.replace(
+        calibrate.QUICK_PLAN, stretch_s=0.05, stretches=1))
+    result = cli.invoke(app, ["calibrate", "--devices", "cpu"])
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.stderr.split())
+    assert (calibration_folder / f"{machine_fingerprint()['machine_id']}.json").is_file()  # stored either way
+    warning = (f"This machine is busy: 1-minute load average {load:.2f} on {cores} logical cores: other processes "
+               f"keep about {cores} of them busy. Stop other work (top shows it) before benchmarking the CPU")
+    assert (warning in said) == busy
+    assert ("stored all the same: run `devicebench calibrate` again once the machine is quiet" in said) == busy
+    assert ("measured while the machine was busy (see above)" in said) == busy
+    if busy:
+        assert said.index(warning) < said.index("Calibration stored in")
+
+
+def test_a_quick_calibration_on_a_busy_machine_warns_without_speaking_of_storing(calibration_folder, monkeypatch):
+    cores = psutil.cpu_count(logical=True)
+    monkeypatch.setattr(psutil, "getloadavg", lambda: (2.0 * cores, 1.0, 1.0))
+    result = cli.invoke(app, ["calibrate", "--devices", "cpu", "--quick"])
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.stderr.split())
+    assert "This machine is busy: 1-minute load average" in said and "stored all the same" not in said
+    assert not calibration_folder.exists()

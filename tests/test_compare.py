@@ -8,9 +8,10 @@ import pytest
 from result_fixtures import machine, run, session, tuned
 
 from devicebench.engine.tuning_choices import Tuning
-from devicebench.report.tables import comparison_text, row_notes
+from devicebench.report.tables import comparison_text, row_notes, speedup_text
 from devicebench.results.compare import TUNED_CHOICES, Row, compare, setting_text, tuned_gains
 from devicebench.results.prices import Prices
+from devicebench.results.stats import speedup
 
 LAPTOP, SERVER = machine("laptop", "aaaa1111"), machine("server", "bbbb2222")
 
@@ -182,6 +183,32 @@ def test_tuned_mode_s_gain_is_taken_in_samples_per_s_against_the_seed_row_of_the
     (gain,) = tuned_gains([row for row in rows if row.runs != [longer_seed]])
     assert gain.seed.runs == [seed] and gain.gain.ratio == pytest.approx(2.5)
     assert gain.tuned.epoch_time_s.median > gain.seed.epoch_time_s.median  # longer epochs, yet faster
+
+
+def test_a_tuned_row_shows_its_gain_over_seed_mode_on_its_own_device():
+    """Seed and tuned runs on one CPU: the tuned row is set against the seed-mode row, not a second baseline;
+    a tuned GPU is still set against the tuned CPU (each device at its best)."""
+    seed = run("cpu", [3.0, 2.0, 2.2, 1.8])
+    tuned_cpu, tuned_gpu = run("cpu", [2.0, 1.4, 1.5, 1.3]), run("cuda:0", [1.0, 0.2, 0.2, 0.2])
+    for record in (tuned_cpu, tuned_gpu):
+        record.settings.mode = "tuned"
+    tuned_cpu.settings.channels_last = True
+    rows = compare([session(LAPTOP, [seed]), session(LAPTOP, [tuned_cpu, tuned_gpu])])["mnist-cnn2"]
+    seed_row, tuned_row, gpu_row = rows
+    assert seed_row.baseline is seed_row and speedup_text(seed_row) == "1.00x (baseline)"
+    assert tuned_row.baseline is seed_row and tuned_row.against_seed_mode
+    expected = speedup([1000 / 2.0, 1000 / 2.2, 1000 / 1.8], [1000 / 1.4, 1000 / 1.5, 1000 / 1.3])
+    assert tuned_row.speedup == expected and expected.ratio == pytest.approx(2.0 / 1.4)
+    assert speedup_text(tuned_row) == f"1.43x vs seed [{expected.low:.2f}–{expected.high:.2f}]"
+    assert gpu_row.baseline is tuned_row and not gpu_row.against_seed_mode
+    assert speedup_text(gpu_row).startswith("7.00x [")  # 1.4 s against 0.2 s, no "vs seed"
+
+
+def test_a_tuned_row_without_a_seed_row_of_the_same_work_stays_its_own_baseline():
+    seed, tuned_run = run("cpu", [3.0, 2.0, 2.0], batch_size=64), run("cpu", [2.0, 1.4, 1.4])
+    tuned_run.settings.mode = "tuned"
+    rows = compare([session(LAPTOP, [seed, tuned_run])])["mnist-cnn2"]
+    assert [speedup_text(row) for row in rows] == ["1.00x (baseline)", "1.00x (baseline)"]  # batch 64 against 50
 
 
 def cpu_row(epoch_times_per_repeat: list[list[float]]) -> Row:

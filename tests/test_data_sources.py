@@ -116,6 +116,17 @@ def test_progress_bar_never_writes_to_stdout(loopback_server, served_file, tmp_p
     assert capsys.readouterr().out == ""
 
 
+def test_no_progress_bar_and_no_blank_line_off_a_terminal(loopback_server, served_file, dead_base_url, tmp_path,
+                                                        capsys):
+    """Piped (`devicebench run | cat`), a bar cannot vanish: rich left a blank line per download tried, two of them
+    at the top of the output when both mirrors failed and the run fell back to synthetic data."""
+    name, content = served_file
+    fetch(remote_for(name, content, loopback_server.url(name)), tmp_path / "cache", progress=True)
+    with pytest.raises(DataUnavailable):
+        fetch(remote_for(name, content, dead_base_url + "a", dead_base_url + "b"), tmp_path / "other", progress=True)
+    assert capsys.readouterr().err == ""  # capsys's stderr is no terminal
+
+
 def test_stalled_server_times_out(loopback_server, served_file, tmp_path):
     name, content = served_file
     loopback_server.stall(name)

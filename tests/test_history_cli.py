@@ -61,20 +61,21 @@ def test_history_shows_one_line_per_run_with_its_figures(stored, monkeypatch):
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     laptop_mnist = next(line for line in lines if "1aptop0m" in line)
-    # steady epochs of 1.0 s and 1.25 s for 1000 samples: medians 900 samples/s and 1.12 s; last test accuracy 0.7
+    # steady epochs of 1.0 s and 1.25 s for 1000 samples: medians 900 samples/s and 1.12 s; last test accuracy 0.7,
+    # in percent as every other view shows it
     assert [word for word in laptop_mnist.split() if word != "10:00"] == [
-        "1aptop0m", "2026-03-01", "laptop", "mnist-cnn2", "cpu", "ok", "900", "0.7000"]
+        "1aptop0m", "2026-03-01", "laptop", "mnist-cnn2", "cpu", "ok", "900", "70.0%"]
     assert "3 runs in" in result.stdout and max(len(line) for line in lines) <= 80
     monkeypatch.setattr(console, "width", 200)
     wide = cli.invoke(app, ["history", "--wide"])
     lines = wide.stdout.splitlines()
     laptop_mnist = next(line for line in lines if "1aptop0m" in line)
     assert laptop_mnist.split() == ["1aptop0m", "2026-03-01", "10:00", "laptop", "mnist-cnn2", "cpu", "ok", "3/3",
-                                    "900", "1.12", "0.7000", "synthetic", "50"]
+                                    "900", "1.12", "70.0%", "synthetic", "50"]
     failed = next(line for line in lines if "1aptop0c" in line)
     assert failed.split()[3:9] == ["laptop", "cifar10-mlp", "cpu", "failed", "0/0", "—"]
     gpu = next(line for line in lines if "5erver0g" in line)
-    assert gpu.split()[3:11] == ["server", "mnist-cnn2", "cuda:0", "interrupted", "2/3", "4,000", "0.25", "0.6000"]
+    assert gpu.split()[3:11] == ["server", "mnist-cnn2", "cuda:0", "interrupted", "2/3", "4,000", "0.25", "60.0%"]
 
 
 @pytest.mark.parametrize("flags, shown", [

@@ -83,10 +83,12 @@ def test_a_reproduction_carries_the_outlook_of_its_cpu_row():
     assert "this CPU ran 100 samples/s" in entry.outlook
 
 
-def test_run_prints_the_outlook_after_the_tables():
+def test_run_leads_its_end_with_the_answer_and_the_outlook_it_rests_on():
     result = CliRunner().invoke(app, ["run", "cifar10-mlp", *SHORT_RUN])
     assert result.exit_code == 0, result.output
     text = " ".join(result.stdout.split())  # the sentence wraps at the terminal's width
     assert "cifar10-mlp: this CPU ran" in text and "the post's CPU (847 samples/s)" in text
     assert "the post's GPU was 6.6x its CPU, so about" in text and "synthetic data (speeds are real)" in text
-    assert text.index("Samples/s") < text.index("cifar10-mlp: this CPU ran")
+    assert text.startswith("How much faster would a GPU train these here?")  # the answer first, then the tables
+    assert text.index("cifar10-mlp: this CPU ran") < text.index("Samples/s")
+    assert text.count("cifar10-mlp: this CPU ran") == 1  # not repeated after the tables

@@ -170,7 +170,7 @@ def test_history_fits_with_every_number(results, width):
     summaries = [(record, record.summary()) for result in results for record in result.runs]
     expected = {record.run_id[:8] for record, _ in summaries}
     expected |= {f"{summary.steady_samples_per_s:,.0f}" for _, summary in summaries if summary.steady_samples_per_s}
-    expected |= {f"{summary.final_test_accuracy:.4f}" for _, summary in summaries if summary.final_test_accuracy}
+    expected |= {f"{summary.final_test_accuracy:.1%}" for _, summary in summaries if summary.final_test_accuracy}
     assert expected <= tokens(text)
     wide = render([history_table(results, Path("/tmp/results.sqlite"), wide=True)], width)
     assert_fits(wide, width)

@@ -344,6 +344,16 @@ def load_check() -> Check:
     return Check(None, CPU, "load from other processes", PASS, measured)
 
 
+def busy_warning() -> str | None:
+    """`load_check`'s warning as one line, for the commands that measure (`run`, `calibrate`) to say before they
+    start; None when other processes leave the cores free, or when the load cannot be read."""
+    try:
+        found = load_check()
+    except OSError:  # a platform whose load psutil cannot read: nothing to warn of, and no reason to stop a run
+        return None
+    return None if found.status == PASS else f"This machine is busy: {found.measured}. {found.advice}"
+
+
 CPU_CHECKS = (threads_check, isa_check, bf16_check, load_check)
 
 

@@ -114,13 +114,54 @@ def _accuracy(rows: list[Row], kind: str) -> float | None:
 FRAMEWORKS = ("Keras on TensorFlow", "Keras", "TensorFlow")  # as the seeds' `hardware` names them, longest first
 
 
+def outlook_row(rows: list[Row]) -> Row | None:
+    """The CPU row the post's figures are carried to: one with steady epochs, in seed mode (the post's settings)
+    where there is one; None without a CPU row."""
+    measured = [row for row in rows if row.device == "cpu" and row.samples_per_s]
+    return next((row for row in measured if row.settings["mode"] == "seed"), measured[0] if measured else None)
+
+
 def rows_outlook(workload: Workload, rows: list[Row]) -> str | None:
-    """`published_outlook` for the CPU row among `rows`; None without one."""
-    cpu = next((row for row in rows if row.device == "cpu" and row.samples_per_s), None)
+    """`published_outlook` for the CPU row among `rows` (`outlook_row`); None without one."""
+    cpu = outlook_row(rows)
     if cpu is None:
         return None
     return published_outlook(workload, cpu.samples_per_s.median, cpu.settings["batch_size"],
                              cpu.settings["data_source"], max_steps=cpu.settings["max_steps"])
+
+
+def post_figures(workload: Workload) -> tuple[float, float] | None:
+    """The post's (CPU, GPU) samples/s, the GPU's from the CPU's and the speedup where the post gave no GPU figure;
+    None where the post gave no CPU throughput, or nothing to find its GPU's with."""
+    published = workload.published
+    post_cpu = None if published is None else published.samples_per_s.get("cpu")
+    if post_cpu is None:
+        return None
+    post_gpu = published.samples_per_s.get("gpu")
+    if post_gpu is None and published.speedup is not None:
+        post_gpu = post_cpu * published.speedup
+    return None if post_gpu is None else (post_cpu, post_gpu)
+
+
+@dataclass(frozen=True)
+class CarriedSpeedup:
+    """The post's GPU over this CPU: the one number `published_outlook` ends on, with the range this CPU's own
+    spread gives it (the post's figures are single numbers, with no spread to carry)."""
+
+    ratio: float  # the post's GPU samples/s over this CPU's median steady samples/s
+    low: float | None  # over this CPU's fastest steady epoch; None with a single steady epoch
+    high: float | None  # over its slowest
+
+
+def carried_speedup(workload: Workload, cpu: Row) -> CarriedSpeedup | None:
+    """What the post's GPU would be over the CPU of row `cpu`; None where the post's figures cannot be carried."""
+    figures, rates = post_figures(workload), cpu.samples_per_s
+    if figures is None or rates is None or not rates.low > 0:
+        return None
+    post_gpu = figures[1]
+    spread = rates.count > 1
+    return CarriedSpeedup(post_gpu / rates.median, post_gpu / rates.high if spread else None,
+                          post_gpu / rates.low if spread else None)
 
 
 def published_outlook(workload: Workload, measured_cpu_samples_per_s: float, measured_batch_size: int | None,
@@ -138,9 +179,8 @@ def published_outlook(workload: Workload, measured_cpu_samples_per_s: float, mea
             return None
         return (f"{here}; the post gave no CPU throughput, so its {published.speedup:g}x cannot be carried to this "
                 "CPU.")
-    post_gpu = published.samples_per_s.get("gpu")
-    if post_gpu is None and published.speedup is not None:
-        post_gpu = post_cpu * published.speedup
+    figures = post_figures(workload)
+    post_gpu = None if figures is None else figures[1]
     sentence = (f"{here}, {factor_text(measured_cpu_samples_per_s / post_cpu)} the post's CPU "
                 f"({_samples_text(post_cpu)} samples/s)")
     caveats = _caveats(workload, measured_batch_size, data_source, max_steps)

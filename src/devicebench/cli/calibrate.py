@@ -11,7 +11,9 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
+from devicebench.check import busy_warning
 from devicebench.cli import (
     EXIT_FAILED_RUN,
     LocalDevicesOption,
@@ -57,6 +59,12 @@ def calibrate(
     """
     chosen = local_devices_or_fail(devices)
     fingerprint = machine_fingerprint()
+    busy = busy_warning()  # read before measuring: the load of the minute before is other processes' alone
+    if busy is not None:  # warned, not refused: the stored file is replaced by the next calibration, GPU ceilings
+        # hardly depend on the host's load, and a machine that is always shared must still be able to calibrate
+        errors.print(Text(busy + ("" if quick else " Ceilings measured now come out low, and MFU taken against them "
+                                  "high; they are stored all the same: run `devicebench calibrate` again once the "
+                                  "machine is quiet, which replaces them."), style="yellow"))
     measured: list[DeviceCeilings] = []
     try:
         with errors.status("Calibrating") as status:
@@ -84,7 +92,8 @@ def calibrate(
     else:
         for ceilings in measured:
             console.print(ceilings_table(ceilings))
-    errors.print(f"Calibration stored in {path}")
+    errors.print(f"Calibration stored in {path}" + (", measured while the machine was busy (see above)"
+                                                     if busy else ""))
 
 
 NOT_NATIVE = "not native"  # a precision the device only emulates: calibrate does not measure it

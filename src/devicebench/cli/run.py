@@ -19,8 +19,10 @@ from typing import Annotated, Optional
 import torch
 import typer
 from rich.markup import escape
+from rich.text import Text
 
 from devicebench import planning, runner, stopping
+from devicebench.check import busy_warning
 from devicebench.cli import (
     EXIT_FAILED_RUN,
     DatabaseOption,
@@ -42,7 +44,8 @@ from devicebench.files import UnusableFile
 from devicebench.launch import DistributedError, Launch, run_distributed
 from devicebench.planning import Plan
 from devicebench.report.progress import RichReporter
-from devicebench.report.tables import comparison_tables, outlook_lines, plan_notes, plan_table
+from devicebench.report.answer import answer_parts
+from devicebench.report.tables import comparison_tables, plan_notes, plan_table
 from devicebench.report.tensorboard import TensorBoardReporter, TensorBoardUnavailable
 from devicebench.results.compare import compare
 from devicebench.results.schema import Result, RunRecord, write_atomically
@@ -238,9 +241,10 @@ def run(
 
 
 def run_tables(result: Result, wide: bool) -> list:
-    """The comparison tables, then what the posts' published figures say about this CPU."""
+    """The answer first (per workload, how much faster a GPU would be here, and on what that rests), then the
+    comparison tables."""
     rows = compare([result])
-    return comparison_tables(rows, wide=wide) + outlook_lines(rows)
+    return answer_parts(rows) + comparison_tables(rows, wide=wide)
 
 
 def _modified_ns(path: Path | None) -> int | None:
@@ -257,6 +261,7 @@ def train_distributed(job_plan: Plan, config: RunConfig, node_rank: int, rdzv_en
         raise fail(str(error)) from None
     check_paths(config.data_dir, json_file, db=db)
     store = open_store(db)  # a database that is not ours is refused here, before any process starts
+    warn_if_busy()
     errors.print(f"Training on {launch.world_size} {config.devices} processes ({config.nproc} on this machine) "
                  "through torchrun; rank 0 shows each epoch as it ends", highlight=False)
     failure = None
@@ -429,6 +434,7 @@ def train_and_show(
     session_json = [SessionJson(json_file)] if json_file is not None else []
     kept = f"{store.path} holds every finished epoch" + (
         f", {json_file} every run finished before the current one" if json_file is not None else "")
+    warn_if_busy()
     with stopping.kept_on_hard_exit(kept + "; the current epoch is lost"):
         try:
             # the store hears each event first: an epoch is kept before it is shown, so Ctrl-C loses nothing printed
@@ -446,6 +452,14 @@ def train_and_show(
     if recorder.failure is None:
         errors.print(f"Runs stored in {store.path}")
     return Outcome(result, json_file, store.path, None if recorder.failure is None else str(recorder.failure))
+
+
+def warn_if_busy() -> None:
+    """Before training, one line when other processes keep the cores busy, by `devicebench check`'s rule and with
+    its numbers: every CPU figure of the run will be low and vary."""
+    warning = busy_warning()
+    if warning is not None:
+        errors.print(Text(warning, style="yellow"))  # Text: the line is no markup
 
 
 class SessionJson(RunReporter):

@@ -783,14 +783,17 @@ def _describe_network_error(error: object, timeout_s: float) -> str:
 
 
 def _progress_bar(*, enabled: bool) -> Progress:
-    """Bytes, speed and time left on stderr; vanishes when done, so stdout stays for results."""
+    """Bytes, speed and time left on stderr; vanishes when done, so stdout stays for results. Only on a terminal: in
+    a pipe or a log file it cannot vanish, and rich leaves a blank line for each download tried (two before a
+    fallback to synthetic data from two mirrors, at the top of the output)."""
+    console = Console(stderr=True)
     return Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         DownloadColumn(),
         TransferSpeedColumn(),
         TimeRemainingColumn(),
-        console=Console(stderr=True),
+        console=console,
         transient=True,
-        disable=not enabled,
+        disable=not (enabled and (console.is_terminal or console.is_jupyter)),
     )

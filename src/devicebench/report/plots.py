@@ -506,7 +506,8 @@ def _draw_speedups(axes: Axes, rows: Sequence[Row], colours: Sequence[Colour]) -
     for index, (row, colour) in enumerate(zip(rows, colours)):
         value = row.speedup
         if not _has_speedup(row):
-            text = "baseline (1x)" if row.baseline is row else "no speedup: see the table"
+            text = ("baseline (1x)" if row.baseline is row else "tuned: its gain over seed mode is listed above"
+                    if row.against_seed_mode else "no speedup: see the table")
             axes.text(1, index, f"  {text}", va="center", fontsize="small", color="dimgray")
             continue
         has_interval = value.low is not None and value.high is not None
@@ -546,8 +547,9 @@ def _legend(figure: Figure, axes: Axes, rows: Sequence[Row]) -> None:
 
 
 def _has_speedup(row: Row) -> bool:
-    """Whether the row has a speedup against another row: a baseline row's own 1x says nothing."""
-    return row.speedup is not None and row.baseline is not row
+    """Whether the row has a speedup against another device's row: a baseline row's own 1x says nothing, and a tuned
+    row's gain over seed mode on its own device is listed apart from the speedups (Tuned mode against seed mode)."""
+    return row.speedup is not None and row.baseline is not row and not row.against_seed_mode
 
 
 def _is_synthetic(row: Row) -> bool:

@@ -338,22 +338,6 @@ def comparison_tables(rows_by_workload: dict[str, list[Row]], *, wide: bool = Fa
     return parts + legend(list(shown), all_rows, published)
 
 
-def outlook_lines(rows_by_workload: dict[str, list[Row]]) -> list[RenderableType]:
-    """Per workload with a CPU row and a post that gave a CPU figure, what the post's figures say about this CPU
-    (`published_outlook`): printed after the tables by `run`."""
-    from devicebench.reproduce import rows_outlook  # imports the registry, hence torch: only `run` needs it
-
-    lines = []
-    for name, rows in rows_by_workload.items():
-        entry = known_workload(name)
-        if entry is None or entry.published is None or "cpu" not in entry.published.samples_per_s:
-            continue  # no published CPU figure: `reproduce` says why there is no comparison
-        outlook = rows_outlook(entry, rows)
-        if outlook is not None:
-            lines.append(Text(outlook))
-    return lines
-
-
 def legend(columns: list[Column], rows: list[Row], extra: Iterable[str] = ()) -> list[RenderableType]:
     """What the shown columns hold, in one paragraph, and each device's name: printed once, after the tables."""
     clauses = [column.legend for column in RESULT_COLUMNS if column in columns and column.legend]
@@ -652,14 +636,18 @@ def waiting_text(row: Row) -> str:
 def speedup_text(row: Row) -> str:
     if row.baseline is row:
         return "1.00x (baseline)"
-    return "—" if row.speedup is None else ratio_text(row.speedup)
+    if row.speedup is None:
+        return "—"
+    return ratio_text(row.speedup, " vs seed" if row.against_seed_mode else "")  # tuned mode's gain on its device
 
 
-def ratio_text(value: Speedup) -> str:
-    """`2.10x [1.90–2.31]`: a ratio of samples/s with its 95% interval, or `2.10x` where one sample gave none."""
+def ratio_text(value: Speedup, after: str = "") -> str:
+    """`2.10x [1.90–2.31]`: a ratio of samples/s with its 95% interval, or `2.10x` where one sample gave none;
+    `after` follows the ratio (` vs seed`)."""
+    text = f"{value.ratio:.2f}x{after}"
     if value.low is None or value.high is None:
-        return f"{value.ratio:.2f}x"
-    return f"{value.ratio:.2f}x [{value.low:.2f}–{value.high:.2f}]"
+        return text
+    return f"{text} [{value.low:.2f}–{value.high:.2f}]"
 
 
 def row_notes(rows: list[Row]) -> list[str]:
@@ -776,7 +764,7 @@ def history_table(results: list[Result], path: Path, *, wide: bool = False) -> F
         ("Epochs", text, wide, lambda result, run, summary: f"{summary.epochs_completed}/{run.settings.epochs}"),
         ("Samples/s", number, True, lambda result, run, summary: number_text(summary.steady_samples_per_s, 0)),
         ("Epoch s", number, wide, lambda result, run, summary: number_text(summary.steady_epoch_time_s, 2)),
-        ("Test acc", number, True, lambda result, run, summary: number_text(summary.final_test_accuracy, 4)),
+        ("Test acc", number, True, lambda result, run, summary: percent_text(summary.final_test_accuracy)),
         ("Data", text, wide, lambda result, run, summary: run.settings.data_source),
         ("Batch", number, wide, lambda result, run, summary: str(run.settings.batch_size)),
     ]

@@ -79,6 +79,14 @@ class Row:
         return f"{self.machine_name}/{self.device}" + (f" ({self.differs_by})" if self.differs_by else "")
 
     @property
+    def against_seed_mode(self) -> bool:
+        """Whether this tuned row's speedup is its gain over seed mode on its own device (`_own_seed_row`)."""
+        baseline = self.baseline
+        return (baseline is not None and baseline is not self and baseline.device == self.device
+                and baseline.machine_id == self.machine_id and baseline.settings["mode"] == "seed"
+                and self.settings["mode"] == "tuned")
+
+    @property
     def steady_epochs(self) -> list[EpochRecord]:
         return [epoch for run in self.runs for epoch in run.steady_epochs]
 
@@ -378,6 +386,17 @@ def _closest(row: Row, candidates: list[Row]) -> Row:
     return candidates[0]
 
 
+def _own_seed_row(row: Row, rows: list[Row]) -> Row | None:
+    """For a tuned row, the seed-mode row of the same machine and device doing the same work (tuned mode may pick its
+    precision), or None: a tuned row sets its gain over seed mode against it, never a second 1.00x."""
+    if row.settings["mode"] != "tuned":
+        return None
+    seeds = [other for other in rows if other.settings["mode"] == "seed" and other.machine_id == row.machine_id
+             and other.device == row.device and other.samples_per_s is not None
+             and _same_work(row, other, apart_from=frozenset({"mode"}))]
+    return _closest(row, seeds) if seeds else None
+
+
 @dataclass(frozen=True)
 class TunedGain:
     """What tuned mode gained on one machine and device: a tuned row against the seed-mode row doing its work."""
@@ -395,11 +414,8 @@ def tuned_gains(rows: list[Row]) -> list[TunedGain]:
     for tuned in rows:
         if tuned.settings["mode"] != "tuned" or tuned.samples_per_s is None:
             continue
-        seeds = [other for other in rows if other.settings["mode"] == "seed" and other.machine_id == tuned.machine_id
-                 and other.device == tuned.device and other.samples_per_s is not None
-                 and _same_work(tuned, other, apart_from=frozenset({"mode"}))]
-        if seeds:
-            seed = _closest(tuned, seeds)
+        seed = _own_seed_row(tuned, rows)
+        if seed is not None:
             seed_rates, tuned_rates, _ = _interval_samples(seed, tuned)
             gains.append(TunedGain(tuned, seed, speedup(seed_rates, tuned_rates)))
     return gains
@@ -407,6 +423,8 @@ def tuned_gains(rows: list[Row]) -> list[TunedGain]:
 
 def _attach_speedup(row: Row, rows: list[Row], spec: str) -> None:
     row.baseline = _find_baseline(row, rows, spec)
+    if row.baseline is row:
+        row.baseline = _own_seed_row(row, rows) or row
     if row.baseline is None:
         where = f"on {spec.rpartition('/')[0]}" if "/" in spec else f"on {row.machine_name}"
         work = ", ".join(f"{name}={row.settings[name]}" for name in SAME_WORK_SETTINGS[:4])

@@ -1,0 +1,168 @@
+"""What `run` leads its end with: per workload, how much faster a GPU would train it here, what that rests on, and
+whether this machine's own figure is steady enough to carry it.
+
+A GPU measured here answers with its speedup over this CPU and the 95% bootstrap interval. Without one, where the
+post published its CPU's and its GPU's samples/s, the post's GPU is carried to this CPU (reproduce.carried_speedup):
+its samples/s over this CPU's, with the range this CPU's fastest and slowest steady epochs give (the post's figures
+are single numbers). Nothing is guessed where a post gave less: the row says so, and `devicebench estimate` is named.
+The estimate is not run here: beyond a second of fitting, it profiles each workload and loads and times its data
+again, 15 s of CPU time for the quick suite's 11 torch workloads on the 2-core development VM, where the whole job
+has 2 minutes.
+
+    devicebench run mnist-cnn2 cifar10-mlp --data synthetic --budget 40s
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.console import RenderableType
+from rich.markup import escape
+from rich.text import Text
+
+from devicebench.engine.loop import FEWEST_BUDGETED_STEPS
+from devicebench.report.tables import FittedColumn, FittedTable, label_column, longest_word, number_text, speedup_text
+from devicebench.reproduce import CarriedSpeedup, carried_speedup, factor_text, outlook_row, rows_outlook
+from devicebench.results.compare import NOISY_EPOCH_TIME_CV, Row
+from devicebench.workloads import Workload, get_workload
+from devicebench.workloads.own import ORIGIN as OWN_MODEL
+
+STEADIER_RUN = "--budget 5m"  # what gives every epoch more steps (the quick suite's budget is 2 minutes)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One workload's answer and what it rests on."""
+
+    workload: str
+    cpu: Row | None  # the CPU row every figure is over (reproduce.outlook_row)
+    measured: list[Row]  # accelerators measured here against that CPU
+    carried: CarriedSpeedup | None  # the post's GPU over that CPU, where the post's figures allow it
+    basis: str  # what the answer rests on, or why there is none
+
+    @property
+    def rows(self) -> list[Row]:
+        """The rows whose own figures the answer rests on."""
+        return ([self.cpu] if self.cpu is not None else []) + self.measured
+
+    @property
+    def noisy(self) -> list[tuple[Row, float]]:
+        """Rows whose steady epoch time varies more than NOISY_EPOCH_TIME_CV, with that variation (a fraction)."""
+        return [(row, row.epoch_time_cv) for row in self.rows
+                if row.epoch_time_cv is not None and row.epoch_time_cv > NOISY_EPOCH_TIME_CV]
+
+    @property
+    def short_steps(self) -> int | None:
+        """The steps of the steady epochs when some had no more than FEWEST_BUDGETED_STEPS (the fewest a budget
+        gives): each such rate rests on that many steps. None when every steady epoch was longer."""
+        steps = [epoch.steps for row in self.rows for epoch in row.steady_epochs]
+        return min(steps) if steps and min(steps) <= FEWEST_BUDGETED_STEPS else None
+
+
+def answer_for(workload: Workload | None, name: str, rows: list[Row]) -> Answer:
+    cpu = outlook_row(rows)
+    if cpu is None:
+        return Answer(name, None, [], None, "no CPU samples/s here")  # no CPU run, or none with steady epochs
+    measured = [row for row in rows if row.device != "cpu" and row.baseline is cpu and row.speedup is not None]
+    if measured:
+        return Answer(name, cpu, measured, None, "measured here")
+    published = workload.published if workload is not None else None
+    carried = carried_speedup(workload, cpu) if published is not None else None
+    seed = f"{workload.seed}'s" if workload is not None and workload.seed else "the post's"
+    if carried is not None:
+        return Answer(name, cpu, [], carried, f"{seed} GPU over this CPU")
+    if published is not None and published.speedup is not None and "cpu" not in published.samples_per_s:
+        basis = f"{seed} {published.speedup:g}x: no CPU samples/s to carry it"
+    else:
+        basis = "nothing published to carry"
+    return Answer(name, cpu, [], None, basis)
+
+
+def answers(rows_by_workload: dict[str, list[Row]]) -> list[Answer]:
+    return [answer_for(_registered(name), name, rows) for name, rows in rows_by_workload.items()]
+
+
+def _registered(name: str) -> Workload | None:
+    try:
+        return get_workload(name)
+    except KeyError:  # a model of the user's: nothing published
+        return None
+
+
+def _torch_model(name: str) -> bool:
+    """Whether `devicebench estimate NAME` can count `name`'s kernels: a registered torch model, not boosted trees,
+    nor a model of the user's (which `estimate --model MODULE:FUNCTION` takes, not by its name)."""
+    workload = _registered(name)
+    return workload is not None and workload.trainer is None and workload.origin != OWN_MODEL
+
+
+def gpu_text(answer: Answer) -> str:
+    """`7.00x [6.50–7.40]` per accelerator measured here, `about 90x (66–170x)` carried, `—` without either."""
+    if answer.measured:
+        several = len(answer.measured) > 1
+        return "; ".join((f"{row.device} " if several else "") + speedup_text(row) for row in answer.measured)
+    carried = answer.carried
+    if carried is None:
+        return "—"
+    if carried.low is None or carried.high is None:
+        return f"about {factor_text(carried.ratio)} (one steady epoch: no range)"
+    return f"about {factor_text(carried.ratio)} ({factor_text(carried.low).removesuffix('x')}–" \
+           f"{factor_text(carried.high)})"
+
+
+def flags_text(answer: Answer) -> str:
+    """`noisy 34%, 3-step epochs`: why this machine's own figures cannot carry the answer yet; `—`: no flag."""
+    flags = [f"noisy {max(cv for _, cv in answer.noisy):.0%}"] if answer.noisy else []
+    if answer.short_steps is not None:
+        flags.append(f"{answer.short_steps}-step epochs")
+    return ", ".join(flags) or "—"
+
+
+def answer_parts(rows_by_workload: dict[str, list[Row]]) -> list[RenderableType]:
+    """The table that leads `run`'s end, one row per workload, then what its figures rest on and what to do where
+    this machine's figures are too noisy or too short to carry them."""
+    found = answers(rows_by_workload)
+    if not found:
+        return []
+    cpu_rows = [answer.cpu for answer in found if answer.cpu is not None]
+    cpu_rates = [number_text(answer.cpu.samples_per_s.median, 0) if answer.cpu else "—" for answer in found]
+    here = f" (this CPU: {escape(cpu_rows[0].device_name)})" if cpu_rows else ""
+    columns = [("CPU samples/s", cpu_rates, {"justify": "right"}),
+               ("GPU speedup here", [gpu_text(answer) for answer in found], {}),
+               ("Rests on", [answer.basis for answer in found], {}),
+               ("Flags", [flags_text(answer) for answer in found], {})]
+    table = FittedTable(
+        f"[bold]How much faster would a GPU train these here?[/]{here}",
+        [label_column("Workload", [escape(answer.workload) for answer in found])],
+        [FittedColumn(heading, cells, longest_word([heading, *cells]), {"overflow": "fold", **options})
+         for heading, cells, options in columns])
+    return [table, *(Text(line) for line in answer_notes(found))]
+
+
+def answer_notes(found: list[Answer]) -> list[str]:
+    """What the table's figures rest on, and what to do where this machine's own figures cannot carry them."""
+    notes = []
+    if any(answer.measured for answer in found):
+        notes.append("Measured here: the ratio of median steady samples/s [95% bootstrap interval].")
+    if any(answer.carried for answer in found):
+        notes.append("About: the post's GPU samples/s over this CPU's median; in brackets, over its fastest and its "
+                     "slowest steady epoch (the post's figures are single numbers). What each rests on:")
+        notes += [outlook for answer in found if answer.carried and answer.cpu
+                  and (outlook := rows_outlook(get_workload(answer.workload), [answer.cpu])) is not None]
+    noisy = [(answer.workload, cv) for answer in found for _, cv in answer.noisy[:1]]
+    if noisy:
+        listed = ", ".join(f"{name} {cv:.0%}" for name, cv in noisy)
+        notes.append(f"Noisy: steady epoch time varied more than {NOISY_EPOCH_TIME_CV:.0%} ({listed}), and every "
+                     "figure above moves with it: close other programs, or add --repeats 3, and run again.")
+    short = sorted({answer.short_steps for answer in found if answer.short_steps is not None})
+    if short:
+        steps = " or ".join(str(count) for count in short)
+        notes.append(f"Short: steady epochs of {steps} steps, the fewest a budget gives: each rate rests on that "
+                     "many steps, and what an epoch starts with (its first batch) weighs on all of them. "
+                     f"{STEADIER_RUN} gives every epoch more steps.")
+    unanswered = [answer.workload for answer in found if not answer.measured and answer.carried is None
+                  and answer.cpu is not None and _torch_model(answer.workload)]
+    if unanswered:
+        notes.append(f"`devicebench estimate {' '.join(unanswered)}` predicts named GPUs (T4, L4, A100, H100) from "
+                     "this CPU, with an interval.")
+    return notes
