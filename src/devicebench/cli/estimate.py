@@ -24,7 +24,7 @@ from devicebench.estimating import (
     estimates_for,
 )
 from devicebench.report.estimates import estimate_notes, estimate_table, validation_summary, validation_table
-from devicebench.results.datasheets import DATASHEETS, UnknownTarget, parse_targets
+from devicebench.results.datasheets import DATASHEETS, TargetError, parse_targets
 from devicebench.results.prices import PriceError, parse_named_prices
 from devicebench.results.roofline import coverage, median_absolute_error, validate
 from devicebench.results.schema import write_atomically
@@ -72,7 +72,7 @@ def estimate(
     try:
         targets = parse_targets(on)
         prices = parse_named_prices(price, [sheet.key for sheet in DATASHEETS]) if price is not None else {}
-    except (UnknownTarget, PriceError) as error:
+    except (TargetError, PriceError) as error:
         raise fail(str(error)) from None
     if json_file is not None:
         check_output_file("--json", json_file)
