@@ -13,7 +13,16 @@ from typing import Annotated, Optional
 
 import typer
 
-from devicebench.cli import DatabaseOption, app, check_output_file, console, errors, fail, open_store
+from devicebench.cli import (
+    DatabaseOption,
+    app,
+    check_output_file,
+    check_outputs_or_fail,
+    console,
+    errors,
+    fail,
+    open_store,
+)
 from devicebench.cli.run import DataOption, exit_for, plan_or_fail, train_and_show
 from devicebench.config import ConfigError, RunConfig
 from devicebench.estimating import (
@@ -76,6 +85,7 @@ def estimate(
         raise fail(str(error)) from None
     if json_file is not None:
         check_output_file("--json", json_file)
+    check_outputs_or_fail({"--json": json_file}, db=db, modules={"--model": model, "--data": data})
     with open_store(db, writes=False) as store:
         stored = store.results()
     try:
