@@ -80,6 +80,7 @@ COMMANDS = {
                        "there?), timing with and without synchronizing (does the clock wait for it?) and a short "
                        "calibration against the datasheet (does it reach its rating?). Each check passes, warns or "
                        "fails, with the figure measured and what to do."),
+    "forget": ("forget", "Delete stored runs by id (as `history` shows them), with their epochs; asks first."),
     "estimate": ("estimate", "Estimate samples/s, epoch time, speedup and cost on GPUs that are not here, with an "
                              "interval."),
 }
@@ -403,6 +404,21 @@ def check_outputs_or_fail(outputs: dict[str, Path | None], *, db: Path | None,
                                      "the calibration folder": calibration_path("machine").parent})
     except UnusableFile as error:
         raise fail(str(error)) from None
+
+
+def input_is_terminal() -> bool:
+    return sys.stdin.isatty()
+
+
+def confirmed(question: str, *, yes: bool) -> bool:
+    """Whether the user agrees to what the command just listed (`data remove`, `forget`): True with --yes; else
+    asked on the terminal. Without a terminal to ask on (a script, a pipe) it is refused: nothing is deleted
+    unasked."""
+    if yes:
+        return True
+    if not input_is_terminal():
+        raise fail("refusing to delete without confirmation when input is not a terminal; add --yes")
+    return typer.confirm(question)
 
 
 def prices_from(price: str | None) -> Prices | None:
