@@ -100,7 +100,8 @@ def test_an_unknown_id_is_named_and_nothing_is_deleted(database, unknown):
     before = stored(path)
     outcome = cli.invoke(app, ["forget", first, unknown, "--db", str(path), "--yes"])  # the known one stays too
     assert outcome.exit_code == EXIT_USAGE
-    assert f"no run {unknown!r} in {path}" in outcome.output.replace("\n", "") and "Nothing was deleted" in outcome.output
+    said = outcome.output.replace("\n", "")  # the message as one line, its quoted blanks kept
+    assert f"no run {unknown!r} in {path}" in said and "Nothing was deleted" in said
     assert stored(path) == before
 
 

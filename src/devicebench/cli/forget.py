@@ -46,9 +46,10 @@ def forget(
             raise fail(f"run {', '.join(still_running)} is still running; stop it first, or forget it once it has "
                        "ended. Nothing was deleted")
         for result, run in doomed:
+            epochs = f"{len(run.epochs)} epoch{'' if len(run.epochs) == 1 else 's'}"
             console.print(f"{run.run_id[:8]}  {run.started_utc}  {result.machine.get('machine_name', '?')}  "
-                          f"{run.workload} on {run.device} ({run.device_name}), {run.status}, "
-                          f"{len(run.epochs)} epoch{'' if len(run.epochs) == 1 else 's'}", highlight=False, markup=False)
+                          f"{run.workload} on {run.device} ({run.device_name}), {run.status}, {epochs}",
+                          highlight=False, markup=False)
         count = f"{len(doomed)} run{'' if len(doomed) == 1 else 's'}"
         if not confirmed(f"Delete these {count} from {store.path}?", yes=yes):
             console.print("Nothing deleted.")
