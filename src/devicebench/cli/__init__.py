@@ -407,6 +407,7 @@ def check_outputs_or_fail(outputs: dict[str, Path | None], *, db: Path | None,
 
 
 def input_is_terminal() -> bool:
+    """Whether a person can answer a question (a function of its own, which tests replace with a terminal)."""
     return sys.stdin.isatty()
 
 

@@ -54,7 +54,7 @@ def forget(
         if not confirmed(f"Delete these {count} from {store.path}?", yes=yes):
             console.print("Nothing deleted.")
             return
-        runs, sessions = store.forget_runs(chosen)
+        _, sessions = store.forget_runs(chosen)
     console.print(f"Deleted {count} from {store.path}" + (
         f", and {sessions} session{'' if sessions == 1 else 's'} left with no run" if sessions else ""),
         highlight=False, markup=False)

@@ -49,11 +49,11 @@ def parse_set_grid(items: list[str]) -> list[tuple[str, ...]]:
     axes = []
     for item in items:
         name, equals, values = item.partition("=")
-        axis = [f"{name.strip()}={value.strip()}" for value in values.split(",")]
-        if not equals or not name.strip() or not all(value.strip() for value in values.split(",")):
+        listed = values.split(",")
+        if not equals or not name.strip() or not all(value.strip() for value in listed):
             # 'depth=,' names no value, like 'depth='; 'depth=8,,16' leaves one out
             raise fail(f"--set {item!r} is not KEY=VALUE[,VALUE...]; write e.g. --set depth=8,16,32")
-        axes.append(axis)
+        axes.append([f"{name.strip()}={value.strip()}" for value in listed])
     return list(itertools.product(*axes))
 
 @app.command()
