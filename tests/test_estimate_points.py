@@ -13,9 +13,11 @@ import tracemalloc
 
 import pytest
 import result_fixtures
+import torch
 from typer.testing import CliRunner
 
 from devicebench.cli import app
+from devicebench.engine import opcount
 from devicebench.estimating import calibration, measured_points, shape_of
 from devicebench.results.datasheets import catalog_entry
 from devicebench.results.store import export_document
@@ -147,3 +149,19 @@ def test_imported_forgeries_leave_the_fit_as_it_was_and_validate_lists_them(tmp_
     assert sum(why.startswith("implausible: above-peak") for why in left_out.values()) == 1
     assert sum(why.startswith("epoch 2 cannot be timed per step") for why in left_out.values()) == 2
     assert sum("batch_size is str '64'" in why for why in left_out.values()) == 1
+
+
+def test_a_step_of_too_many_kernels_is_no_point_and_is_never_retried_on_the_cpu(monkeypatch):
+    monkeypatch.setattr(opcount, "MOST_KERNELS_PER_STEP", 1_000)  # the MLP's step launches fewer; the LSTM's more
+    assert len(opcount.profile_training_step(MLP, dict(MLP.defaults)).kernels) < 1_000
+    lstm = get_workload("imdb-bilstm")
+    run = gpu_run(0.04, workload=lstm)
+    forged = dataclasses.replace(run, settings=dataclasses.replace(
+        run.settings, hyperparameters={**run.settings.hyperparameters, "sequence_length": 10**6}))
+    retried = []
+    monkeypatch.setattr(opcount, "_full_batch", lambda part, size, device: retried.append(device) or
+                        torch.empty((size, *part.shape[1:]), dtype=part.dtype, device="meta"))
+    why = why_left_out(forged)
+    assert why == (f"its settings cannot rebuild imdb-bilstm: one training step launches more than 1,000 kernels: a "
+                   "model that large is no benchmark (check its sizes: depth, sequence length)")
+    assert "cpu" not in retried  # the meta device only: never real tensors of a million tokens
