@@ -22,6 +22,7 @@ from devicebench.estimating import calibration, measured_points, shape_of
 from devicebench.results.datasheets import catalog_entry
 from devicebench.results.store import export_document
 from devicebench.workloads import get_workload
+from devicebench.workloads.text import MOST_TOKENS
 
 H100_NAME = "NVIDIA H100 80GB HBM3"
 H100 = catalog_entry("h100-sxm")  # fp32 67 TFLOP/s
@@ -103,19 +104,22 @@ def test_a_string_batch_size_is_no_point():
                                     "cifar10-mlp takes a finite int")
 
 
-def test_a_depth_of_a_hundred_million_is_refused_before_anything_is_built():
-    deep = get_workload("catdog-deep")
-    run = gpu_run(0.04, workload=deep)
+@pytest.mark.parametrize(("name", "size", "said"), [
+    ("catdog-deep", {"depth": 100_000_000}, "depth=100000000 is above its bound of 256"),
+    ("imdb-bilstm", {"sequence_length": 10**6}, "sequence_length=1000000 is above its bound of 4,096"),
+], ids=["depth", "sequence"])
+def test_a_size_past_its_bound_is_refused_before_anything_is_built(name, size, said):
+    run = gpu_run(0.04, workload=get_workload(name))
     forged = dataclasses.replace(run, settings=dataclasses.replace(
-        run.settings, hyperparameters={**run.settings.hyperparameters, "depth": 100_000_000}))
+        run.settings, hyperparameters={**run.settings.hyperparameters, **size}))
     tracemalloc.start()
     try:
         why = why_left_out(forged)
         _, peak_bytes = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert "depth=100000000 is above its bound of 256" in why
-    assert peak_bytes < 20 * 2**20  # 10^8 layers on the meta device would take gigabytes
+    assert said in why
+    assert peak_bytes < 20 * 2**20  # 10^8 layers, or 10^6 unrolled LSTM steps, on the meta device: gigabytes
 
 
 def forged_export(tmp_path, runs) -> str:
@@ -157,11 +161,11 @@ def test_a_step_of_too_many_kernels_is_no_point_and_is_never_retried_on_the_cpu(
     lstm = get_workload("imdb-bilstm")
     run = gpu_run(0.04, workload=lstm)
     forged = dataclasses.replace(run, settings=dataclasses.replace(
-        run.settings, hyperparameters={**run.settings.hyperparameters, "sequence_length": 10**6}))
+        run.settings, hyperparameters={**run.settings.hyperparameters, "sequence_length": MOST_TOKENS}))
     retried = []
     monkeypatch.setattr(opcount, "_full_batch", lambda part, size, device: retried.append(device) or
                         torch.empty((size, *part.shape[1:]), dtype=part.dtype, device="meta"))
     why = why_left_out(forged)
     assert why == (f"its settings cannot rebuild imdb-bilstm: one training step launches more than 1,000 kernels: a "
                    "model that large is no benchmark (check its sizes: depth, sequence length)")
-    assert "cpu" not in retried  # the meta device only: never real tensors of a million tokens
+    assert "cpu" not in retried  # the meta device only: never real tensors of 4,096 tokens a sample

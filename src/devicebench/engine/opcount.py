@@ -38,8 +38,8 @@ FLOP_FORMULAS: dict[Any, Any] = getattr(flop_counter, "flop_registry", {})
 # More kernels in one training step than any model the roofline describes: the largest reference model launches
 # about 30,000 (the BiLSTM unrolled over 200 tokens). A size no one trains (a depth or a sequence of millions,
 # typed or forged in a stored run) would otherwise be recorded for hours into gigabytes; this caps a profile at
-# some 100 MB and its recording at minutes
-MOST_KERNELS_PER_STEP = 200_000
+# under 1 GB and its recording at a minute or two
+MOST_KERNELS_PER_STEP = 100_000
 
 
 class ProfileError(ValueError):
