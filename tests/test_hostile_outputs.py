@@ -16,6 +16,7 @@ import errno
 import json
 import os
 import stat
+import uuid
 from pathlib import Path
 
 import pytest
@@ -295,3 +296,109 @@ def test_a_display_that_fails_does_not_lose_the_dry_run_plan(tmp_path, monkeypat
     out = tmp_path / "plan.json"
     cli.invoke(app, [*RUN, "--dry-run", "--json", str(out)])
     assert json.loads(out.read_text())
+
+
+# --- 4. every output of every command, against every kind of input ------------------------------------------------
+
+MODEL_SOURCE = """
+import torch
+from torch import nn
+from devicebench import TensorData
+
+def build():
+    return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+
+def load():
+    inputs = torch.randn(40, 4, generator=torch.Generator().manual_seed(0))
+    labels = (inputs[:, 0] > 0).long()
+    return TensorData(inputs[:32], labels[:32], inputs[32:], labels[32:])
+"""
+SHORT = ["--devices", "cpu", "--data", "synthetic", "--epochs", "1", "--max-steps", "1", "--quiet"]
+# Every output option of every command: the command line before it, then the flag (None: the output is an argument)
+OUTPUTS = {
+    "run --json": (["run", "mnist-cnn2", *SHORT], "--json"),
+    "run --save": (["run", "mnist-cnn2", *SHORT], "--save"),
+    "run --dry-run --json": (["run", "mnist-cnn2", *SHORT, "--dry-run"], "--json"),
+    "sweep --json": (["sweep", "mnist-cnn2", *SHORT], "--json"),
+    "reproduce --json": (["reproduce", "S1", "--quick", "--devices", "cpu", "--data", "synthetic", "--quiet"],
+                         "--json"),
+    "estimate --json": (["estimate", "cifar10-mlp", "--on", "t4", "--data", "synthetic", "--quiet"], "--json"),
+    "estimate --validate --json": (["estimate", "--validate"], "--json"),
+    "report --out": (["report"], "--out"),
+    "export": (["export"], None),
+}
+# The commands that import a --model module, with the same output options
+MODEL_OUTPUTS = {
+    "run --json": (["run", "--model", "{module}:build", "--data", "{module}:load", "--devices", "cpu", "--epochs", "1",
+                    "--quiet"], "--json"),
+    "run --save": (["run", "--model", "{module}:build", "--data", "{module}:load", "--devices", "cpu", "--epochs",
+                    "1", "--quiet"], "--save"),
+    "run --dry-run --json": (["run", "--model", "{module}:build", "--data", "{module}:load", "--dry-run"], "--json"),
+    "estimate --json": (["estimate", "--model", "{module}:build", "--data", "{module}:load", "--on", "t4", "--quiet"],
+                        "--json"),
+    "estimate --validate --json": (["estimate", "--validate", "--model", "{module}:build", "--data",
+                                    "{module}:load"], "--json"),
+}
+
+
+def sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def invoke_output(case: tuple[list[str], str | None], target: Path, db: Path, module: str = ""):
+    before, flag = case
+    line = [part.format(module=module) for part in before]
+    return cli.invoke(app, [*line, *([flag] if flag else []), str(target), "--db", str(db)])
+
+
+@pytest.mark.parametrize("case", OUTPUTS.values(), ids=OUTPUTS.keys())
+def test_no_output_of_any_command_replaces_the_results_database(tmp_path, make_result, make_run, case):
+    db = tmp_path / "runs.json"  # named as export wants its file: the refusal must be the database's, not the name's
+    with Store(db) as store:
+        store.import_result(make_result(runs=[make_run()]))
+    kept = sha256(db)
+    result = invoke_output(case, db, db)
+    assert_refused(result, f"{db} is the results database")
+    assert sha256(db) == kept
+
+
+@pytest.mark.parametrize("case", OUTPUTS.values(), ids=OUTPUTS.keys())
+def test_no_output_of_any_command_replaces_a_calibration_file(tmp_path, case):
+    calibration = calibration_path("0123456789ab")
+    calibration.parent.mkdir(parents=True, exist_ok=True)
+    calibration.write_text('{"schema": 2}')
+    kept = sha256(calibration)
+    result = invoke_output(case, calibration, tmp_path / "db.sqlite")
+    assert_refused(result, "inside the calibration folder")
+    assert sha256(calibration) == kept
+
+
+@pytest.mark.parametrize("case", MODEL_OUTPUTS.values(), ids=MODEL_OUTPUTS.keys())
+def test_no_output_of_any_command_replaces_the_source_of_its_model(tmp_path, monkeypatch, case):
+    module = f"own_{uuid.uuid4().hex[:12]}"  # a fresh name: an imported module stays in sys.modules
+    source = tmp_path / f"{module}.py"
+    source.write_text(MODEL_SOURCE)
+    monkeypatch.chdir(tmp_path)  # --model modules are imported from the folder devicebench runs in
+    kept = sha256(source)
+    result = invoke_output(case, source, tmp_path / "db.sqlite", module)
+    assert_refused(result, f"is the source of --model {module}:build")
+    assert sha256(source) == kept
+
+
+def test_the_data_module_and_a_packages_files_are_inputs_too(tmp_path, monkeypatch):
+    package = tmp_path / "mypkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "data.py").write_text(MODEL_SOURCE)
+    monkeypatch.chdir(tmp_path)
+    for target, said in ((package / "data.py", "is the source of --data mypkg.data:load"),
+                         (package / "__init__.py", "is the source of --data mypkg.data:load")):
+        kept = sha256(target)
+        result = cli.invoke(app, ["estimate", "--validate", "--data", "mypkg.data:load", "--json", str(target),
+                                  "--db", str(tmp_path / "db.sqlite")])
+        assert_refused(result, said)
+        assert sha256(target) == kept
+    assert files.module_sources("mypkg.data:load") == [package / "__init__.py", package / "data.py"]
+    assert files.module_sources("synthetic") == files.module_sources("nosuchmodule:load") == []

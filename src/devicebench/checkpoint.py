@@ -12,7 +12,6 @@ someone else cannot run their code.
 from __future__ import annotations
 
 import contextlib
-import math
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
@@ -167,7 +166,10 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     if bad_names:
         raise CheckpointError(f"{path}: class_names holds {type(bad_names[0]).__name__} {bad_names[0]!r}, not "
                               f"text; {SAVE_AGAIN}")
-    hyperparameters = _checked_hyperparameters(path, workload, payload["hyperparameters"])
+    try:
+        hyperparameters = workload.typed_hyperparameters(payload["hyperparameters"])
+    except ValueError as error:
+        raise CheckpointError(f"{path}: hyperparameters: {error}; {SAVE_AGAIN}") from None
     try:
         workload.parameter_count(hyperparameters)  # size bounds first, then the count, on the meta device only
         with torch.device("meta"):
@@ -191,29 +193,6 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         class_names=tuple(payload["class_names"]),
         trained=payload["trained"],
     )
-
-
-def _checked_hyperparameters(path: Path, workload: Workload, given: dict) -> dict[str, Any]:
-    """The workload's defaults with the checkpoint's values, each of the type its default has; a CheckpointError
-    naming the first that is unknown or of another type."""
-    checked = dict(workload.defaults)
-    for name, value in given.items():
-        if name not in workload.defaults:
-            raise CheckpointError(f"{path}: hyperparameters: {workload.name} has no parameter {name!r}; {SAVE_AGAIN}")
-        default = workload.defaults[name]
-        if isinstance(default, bool):
-            fits = isinstance(value, bool)
-        elif isinstance(default, int):
-            fits = isinstance(value, int) and not isinstance(value, bool)
-        elif isinstance(default, float):
-            fits = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-        else:
-            fits = isinstance(value, type(default))
-        if not fits:
-            raise CheckpointError(f"{path}: hyperparameters: {name} is {type(value).__name__} {value!r}, where "
-                                  f"{workload.name} takes a finite {type(default).__name__}; {SAVE_AGAIN}")
-        checked[name] = value
-    return checked
 
 
 def _check_weights(path: Path, workload: Workload, weights: dict, expected: dict[str, torch.Tensor]) -> None:

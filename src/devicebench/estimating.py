@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from devicebench.engine.opcount import ProfileError, profile_training_step
 from devicebench.engine.timing import Stopwatch
 from devicebench.planning import Job
 from devicebench.results.datasheets import Datasheet, catalog_entry, datasheet_for
+from devicebench.results.plausibility import run_flags
 from devicebench.results.roofline import (
     Efficiency,
     Fitter,
@@ -208,35 +209,61 @@ def published_points() -> list[Point]:
 
 
 def measured_points(results: Iterable[Result], where: str) -> tuple[list[Point], list[Unscored]]:
-    """A point per finished single-process seed-mode run on a catalogued GPU: the median steady step, waits for
-    data left out. Runs that cannot be one are listed with why."""
+    """A point per finished single-process seed-mode run on a catalogued GPU whose figures are plausible: the
+    median steady step, waits for data left out. Runs that cannot be one are listed with why. A stored run may
+    come from anyone's export (`devicebench import`): every figure and setting a point is made of is checked
+    before it is used, so that no row can move, crash or swell every later estimate."""
     points, unscored = [], []
     for result in results:
         for run in result.runs:
             if not run.device.startswith("cuda") or run.status != "ok" or not run.steady_epochs:
                 continue
             label = f"{run.workload} on {run.device_name} ({where}, run {run.run_id[:8]})"
-            why = _why_not_a_point(run)
-            if why:
-                unscored.append(Unscored(label, where, why))
-                continue
-            workload = _registered(run.workload)
-            steps = [(epoch.train_time_s - (epoch.input_wait_s or 0.0)) / epoch.steps for epoch in run.steady_epochs]
-            points.append(Point(
-                label=label, source=where, shape=shape_of(workload, run.settings.hyperparameters),
-                sheet=datasheet_for(run.device_name), observed_s=statistics.median(steps), kind="step"))
+            point = _point_or_why(run, label, where)
+            if isinstance(point, str):
+                unscored.append(Unscored(label, where, point))
+            else:
+                points.append(point)
     return points, unscored
 
 
-def _why_not_a_point(run: RunRecord) -> str:
-    if datasheet_for(run.device_name) is None:
+def _point_or_why(run: RunRecord, label: str, where: str) -> Point | str:
+    """The point `run` makes, or why it makes none."""
+    sheet = datasheet_for(run.device_name)
+    if sheet is None:
         return "the GPU is not in the datasheet catalog"
     workload = _registered(run.workload)
     if workload is None or workload.trainer is not None:
         return "not a registered torch workload (a model of your own cannot be rebuilt from its record)"
     if run.settings.mode != "seed" or run.settings.world_size != 1:
         return "tuned or multi-process: the roofline models one process in fp32"
-    return ""
+    steps = []
+    for epoch in run.steady_epochs:
+        computing_s = epoch.train_time_s - (epoch.input_wait_s or 0.0)
+        if epoch.steps < 1 or not computing_s > 0:
+            return (f"epoch {epoch.epoch} cannot be timed per step: {epoch.steps} steps, {epoch.train_time_s:g} s "
+                    f"of training of which {epoch.input_wait_s or 0.0:g} s waiting for data")
+        steps.append(computing_s / epoch.steps)
+    if run.plausibility_flags:  # flagged when it ran: by figures (a merged rank's) its record may no longer hold
+        return f"flagged {run.plausibility_flags}: {run.plausibility_note}"
+    try:
+        hyperparameters = workload.typed_hyperparameters(run.settings.hyperparameters)
+        if hyperparameters["batch_size"] < 1:
+            raise ValueError(f"batch_size is {hyperparameters['batch_size']}, not a whole number of at least 1")
+        parameters = workload.parameter_count(hyperparameters)  # its size bounds first: nothing is built past them
+        shape = shape_of(workload, hyperparameters)
+    except (ValueError, TypeError, KeyError, RuntimeError) as error:  # ModelTooLarge and EstimateError included
+        return f"its settings cannot rebuild {workload.name}: {error}"
+    # the very rates the point is made of, with the FLOPs and weights devicebench counts, not those the record gives
+    # (a forged row may leave them out, or give a samples/s its times do not)
+    counted = replace(run, flops_per_sample=float(shape.flops.sum()) / shape.batch_size, parameter_count=parameters,
+                      epochs=[replace(epoch, samples_per_s=shape.batch_size / step_s)
+                              for epoch, step_s in zip(run.steady_epochs, steps)])
+    flags = run_flags(run) or run_flags(counted)  # the row's own flags first: those compare shows beside it
+    if flags:
+        return "implausible: " + "; ".join(f"{flag.code}: {flag.text}" for flag in flags)
+    return Point(label=label, source=where, shape=shape, sheet=sheet, observed_s=statistics.median(steps),
+                 kind="step")
 
 
 def _registered(name: str) -> Workload | None:

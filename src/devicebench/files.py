@@ -7,6 +7,7 @@ would hang a read or never end one), and no output ever destroys an input.
 from __future__ import annotations
 
 import contextlib
+import importlib.machinery
 import os
 import stat
 import sys
@@ -168,6 +169,28 @@ def check_outputs(outputs: dict[str, str | os.PathLike | None], inputs: dict[str
             if _same_file(given[flag], given[other]):
                 raise UnusableFile(f"{flag} and {other} name the same file {given[flag]}: one would overwrite the "
                                    "other; name two files")
+
+
+def module_sources(spec: str) -> list[Path]:
+    """The source files that importing the MODULE of a `MODULE:FUNCTION` spec (`--model mypkg.models:build`) runs:
+    each package's __init__.py and the module's own file, looked for as devicebench imports them (the current
+    folder first, then sys.path), without importing anything. [] for a spec that names no such file (`--data
+    synthetic`, a module only installed as a compiled extension keeps its file too)."""
+    module, colon, _ = spec.partition(":")
+    if not colon or not module:
+        return []
+    sources, search = [], [os.getcwd(), *sys.path]
+    for part in module.split("."):
+        try:
+            found = importlib.machinery.PathFinder.find_spec(part, search)
+        except (ImportError, ValueError):  # a name no import could take ('..', '')
+            return sources
+        if found is None:
+            return sources
+        if found.has_location and found.origin:
+            sources.append(Path(found.origin))
+        search = list(found.submodule_search_locations or [])
+    return sources
 
 
 def database_files(path: str | os.PathLike) -> dict[str, Path]:

@@ -27,7 +27,7 @@ from typer.exceptions import TyperException
 
 from devicebench import stopping
 from devicebench.engine.calibration_files import calibration_path
-from devicebench.files import UnusableFile, check_outputs, database_files
+from devicebench.files import UnusableFile, check_outputs, database_files, module_sources
 from devicebench.results.prices import PriceError, Prices, parse_prices
 from devicebench.results.store import LARGEST_WHOLE_NUMBER, ResultsFileError, Store, StoreError, default_db_path
 from devicebench.version import __version__
@@ -82,6 +82,7 @@ COMMANDS = {
                        "there?), timing with and without synchronizing (does the clock wait for it?) and a short "
                        "calibration against the datasheet (does it reach its rating?). Each check passes, warns or "
                        "fails, with the figure measured and what to do."),
+    "forget": ("forget", "Delete stored runs by id (as `history` shows them), with their epochs; asks first."),
     "estimate": ("estimate", "Estimate samples/s, epoch time, speedup and cost on GPUs that are not here, with an "
                              "interval."),
 }
@@ -501,16 +502,39 @@ def open_store(db: Path | None, *, writes: bool = True) -> Store:
 
 
 def check_outputs_or_fail(outputs: dict[str, Path | None], *, db: Path | None,
-                          reads: dict[str, Path | None] | None = None, data_dir: str | Path | None = None) -> None:
+                          reads: dict[str, Path | None] | None = None, data_dir: str | Path | None = None,
+                          modules: dict[str, str | None] | None = None) -> None:
     """Refuse, before any work, an output that would destroy an input or another output (files.check_outputs): the
     results database `db` names (or the default one, with SQLite's files beside it), the calibration files, the
-    files of `data_dir`, and `reads`, the files the command reads besides. Every command that writes files asks."""
+    files of `data_dir`, `reads`, the files the command reads besides, and the source files of `modules`, the
+    MODULE:FUNCTION specs it imports (--model, --data...). Every command that writes files asks."""
+    sources: dict[str, Path | None] = {}
+    for flag, spec in (modules or {}).items():
+        found = module_sources(spec) if spec else []
+        sources |= {f"the source of {flag} {spec}" + (f" ({source})" if len(found) > 1 else ""): source
+                    for source in found}
     try:
-        check_outputs(outputs, {**database_files(default_db_path(db)), **(reads or {})},
+        check_outputs(outputs, {**database_files(default_db_path(db)), **(reads or {}), **sources},
                       input_folders={"--data-dir": data_dir,
                                      "the calibration folder": calibration_path("machine").parent})
     except UnusableFile as error:
         raise fail(str(error)) from None
+
+
+def input_is_terminal() -> bool:
+    """Whether a person can answer a question (a function of its own, which tests replace with a terminal)."""
+    return sys.stdin.isatty()
+
+
+def confirmed(question: str, *, yes: bool) -> bool:
+    """Whether the user agrees to what the command just listed (`data remove`, `forget`): True with --yes; else
+    asked on the terminal. Without a terminal to ask on (a script, a pipe) it is refused: nothing is deleted
+    unasked."""
+    if yes:
+        return True
+    if not input_is_terminal():
+        raise fail("refusing to delete without confirmation when input is not a terminal; add --yes")
+    return typer.confirm(question)
 
 
 def prices_from(price: str | None) -> Prices | None:

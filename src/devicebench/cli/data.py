@@ -9,7 +9,6 @@ their folder, remove them. Only the registry (data/sources.py) is read here: not
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -17,7 +16,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from devicebench.cli import EXIT_FAILED_RUN, app, check_folder, console, errors, fail, stopped
+from devicebench.cli import EXIT_FAILED_RUN, app, check_folder, confirmed, console, errors, fail, stopped
 from devicebench.data.sources import (
     DATASETS,
     DOWNLOAD_DEADLINE_S,
@@ -178,12 +177,9 @@ def remove(
     for name, paths in doomed.items():
         console.print(f"{name}: {', '.join(path.name for path in paths)} in {escape(str(paths[0].parent))}",
                       highlight=False)
-    if not yes:
-        if not sys.stdin.isatty():
-            raise fail("refusing to delete without confirmation when input is not a terminal; add --yes")
-        if not typer.confirm(f"Delete these files of {', '.join(doomed)}?"):
-            console.print("Nothing removed.")
-            return
+    if not confirmed(f"Delete these files of {', '.join(doomed)}?", yes=yes):
+        console.print("Nothing removed.")
+        return
     for name in doomed:
         freed = remove_dataset(name, data_dir)
         console.print(f"{name}: removed, {megabytes(freed)} MB ({freed:,} bytes) freed", highlight=False)

@@ -13,7 +13,16 @@ from typing import Annotated, Optional
 
 import typer
 
-from devicebench.cli import DatabaseOption, app, check_output_file, console, errors, fail, open_store
+from devicebench.cli import (
+    DatabaseOption,
+    app,
+    check_output_file,
+    check_outputs_or_fail,
+    console,
+    errors,
+    fail,
+    open_store,
+)
 from devicebench.cli.run import DataOption, exit_for, plan_or_fail, train_and_show
 from devicebench.config import ConfigError, RunConfig
 from devicebench.estimating import (
@@ -24,7 +33,7 @@ from devicebench.estimating import (
     estimates_for,
 )
 from devicebench.report.estimates import estimate_notes, estimate_table, validation_summary, validation_table
-from devicebench.results.datasheets import DATASHEETS, UnknownTarget, parse_targets
+from devicebench.results.datasheets import DATASHEETS, TargetError, parse_targets
 from devicebench.results.prices import PriceError, parse_named_prices
 from devicebench.results.roofline import coverage, median_absolute_error, validate
 from devicebench.results.schema import write_atomically
@@ -72,10 +81,11 @@ def estimate(
     try:
         targets = parse_targets(on)
         prices = parse_named_prices(price, [sheet.key for sheet in DATASHEETS]) if price is not None else {}
-    except (UnknownTarget, PriceError) as error:
+    except (TargetError, PriceError) as error:
         raise fail(str(error)) from None
     if json_file is not None:
         check_output_file("--json", json_file)
+    check_outputs_or_fail({"--json": json_file}, db=db, modules={"--model": model, "--data": data})
     with open_store(db, writes=False) as store:
         stored = store.results()
     try:

@@ -210,7 +210,8 @@ def run(
     job_plan = plan_or_fail(config, step_estimates=not dry_run)  # a dry run shows the plan: no FLOPs to count
     for name, reason in job_plan.skipped:
         errors.print(f"{name} is left out: it {reason}", highlight=False)
-    check_outputs_or_fail({"--json": json_file, "--save": save}, db=db, data_dir=data_dir)  # before any work
+    check_outputs_or_fail({"--json": json_file, "--save": save}, db=db, data_dir=data_dir,  # before any work
+                          modules={"--model": model, "--data": data, "--loss": loss, "--optimizer": optimizer})
     if dry_run:
         show_plan(job_plan, json_file)
         return

@@ -35,12 +35,13 @@ def parse_values(flag: str, text: str | None) -> list[int | None]:
     """'32,64,128' as [32, 64, 128]; None (flag not given) as [None]: the default."""
     if text is None:
         return [None]
-    try:
-        values = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise fail(f"{flag} {text!r}: write whole numbers separated by commas, e.g. {flag} 32,64,128") from None
-    if not values:
+    parts = text.split(",")
+    if not any(part.strip() for part in parts):
         raise fail(f"{flag} {text!r} names no values")
+    try:
+        values = [int(part) for part in parts]  # '32,,64' is a value left out, refused as any word is
+    except ValueError:
+        raise fail(f"{flag} {text!r}: write whole numbers separated by single commas, e.g. {flag} 32,64,128") from None
     return list(dict.fromkeys(values))  # each value once, in the order given
 
 def parse_set_grid(items: list[str]) -> list[tuple[str, ...]]:
@@ -48,10 +49,11 @@ def parse_set_grid(items: list[str]) -> list[tuple[str, ...]]:
     axes = []
     for item in items:
         name, equals, values = item.partition("=")
-        axis = [f"{name.strip()}={value.strip()}" for value in values.split(",") if value.strip()]
-        if not equals or not name.strip() or not axis:  # 'depth=,' names no value, like 'depth='
+        listed = values.split(",")
+        if not equals or not name.strip() or not all(value.strip() for value in listed):
+            # 'depth=,' names no value, like 'depth='; 'depth=8,,16' leaves one out
             raise fail(f"--set {item!r} is not KEY=VALUE[,VALUE...]; write e.g. --set depth=8,16,32")
-        axes.append(axis)
+        axes.append([f"{name.strip()}={value.strip()}" for value in listed])
     return list(itertools.product(*axes))
 
 @app.command()
@@ -93,8 +95,8 @@ def sweep(
 
     [bold]devicebench sweep catdog-deep --set depth=8,16,32 --devices cpu,cuda[/]: the GPU/CPU ratio against depth.
     """
-    modes = list(dict.fromkeys(part.strip() for part in mode.split(",") if part.strip()))
-    if not modes or any(part not in MODES for part in modes):
+    modes = list(dict.fromkeys(part.strip() for part in mode.split(",")))
+    if any(part not in MODES for part in modes):  # '' and 'seed,,tuned' too
         raise fail(f"--mode {mode!r}: write seed, tuned, or seed,tuned")
     # Every seed point before any tuned one: tuned mode's allocator setting outlives its runs (engine/tuning.py)
     grid = [(size, loaders, settings, point_mode) for point_mode, size, loaders, settings in itertools.product(

@@ -34,6 +34,7 @@ from devicebench.engine.calibration_files import CALIBRATION_DIR_VARIABLE, calib
 from devicebench.engine.timing import Stopwatch, wall_clock_utc
 from devicebench.files import UnusableFile, require_regular_file
 from devicebench.host import BYTES_PER_MIB
+from devicebench.results.plausibility import peak_doubt
 from devicebench.results.schema import write_atomically
 from devicebench.version import __version__
 
@@ -429,6 +430,10 @@ def load_calibration(machine_id: str, folder: str | Path | None = None) -> dict 
             raise _unreadable(path, f"its entry for {device!r} is not a device's ceilings: {error}") from None
         if ceilings.device != device:
             raise _unreadable(path, f"its entry for {device!r} holds the ceilings of {ceilings.device!r}")
+        for precision, measured in ceilings.matmul.items():  # a hand-edited figure would make every MFU read 0%
+            doubt = peak_doubt(ceilings.device_name, precision, measured.rate)
+            if doubt:
+                raise _unreadable(path, f"its {precision} matmul peak of {device} cannot have been measured: {doubt}")
         checked[device] = json.loads(json.dumps(ceilings.to_dict()))  # the checked figures (as JSON has them: lists),
         # never the file's raw values
     return {**document, "devices": checked}

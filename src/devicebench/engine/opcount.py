@@ -36,6 +36,11 @@ ALLOCATIONS = frozenset({"aten::empty", "aten::empty_strided", "aten::empty_like
 # Views whose schema declares no alias: _unsafe_view takes over its input's memory, as view does.
 UNDECLARED_VIEWS = frozenset({"aten::_unsafe_view"})
 FLOP_FORMULAS: dict[Any, Any] = getattr(flop_counter, "flop_registry", {})
+# More kernels in one training step than any model the roofline describes: the largest reference model launches
+# about 30,000 (the BiLSTM unrolled over 200 tokens). A size no one trains (a depth or a sequence of millions,
+# typed or forged in a stored run) would otherwise be recorded for hours into gigabytes; this caps a profile at
+# under 1 GB and its recording at a minute or two
+MOST_KERNELS_PER_STEP = 100_000
 
 
 class ProfileError(ValueError):
@@ -102,6 +107,8 @@ def profile_training_step(workload: Workload, hyperparameters: dict[str, Any],
     notes: list[str] = []
     try:
         kernels, parameter_bytes = _recorded(workload, hyperparameters, example, batch_size, "meta", notes)
+    except ProfileError:
+        raise  # a step too large to record: on the CPU, with real tensors, it would be larger still
     except Exception as meta_error:  # an op the meta device cannot run, or a user's step that needs real numbers
         notes.append(random_inputs_note(meta_error, f"one step of {batch_size} samples"))
         try:
@@ -149,6 +156,8 @@ def _recorded(workload: Workload, hyperparameters: dict[str, Any], example: tupl
                 else:
                     _plain_step(workload, model, inputs, labels, optimizer)
         except _OptimizerFailed as failure:
+            if isinstance(failure.__cause__, ProfileError):
+                raise failure.__cause__ from None  # the step was too large, not the optimizer broken
             cause = _described(failure.__cause__ or failure)
             notes.append(f"the optimizer's {'multi-tensor ' if foreach else ''}step failed on {device} ({cause}): "
                          + ("profiled one tensor at a time" if foreach else "profiled without the optimizer"))
@@ -226,6 +235,9 @@ class _Recorder(TorchDispatchMode):
         out = func(*args, **kwargs)
         kernel = _kernel(func, args, kwargs, out, self.device)
         if kernel is not None:
+            if len(self.kernels) == MOST_KERNELS_PER_STEP:
+                raise ProfileError(f"one training step launches more than {MOST_KERNELS_PER_STEP:,} kernels: a "
+                                   "model that large is no benchmark (check its sizes: depth, sequence length)")
             self.kernels.append(kernel)
         return out
 

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from devicebench.results.plausibility import Flag, run_flags, slower_than_baseline
+from devicebench.results.plausibility import Flag, calibrated_peak, run_flags, slower_than_baseline
 from devicebench.results.prices import Prices
 from devicebench.results.schema import EpochRecord, Result, RunRecord
 from devicebench.results.stats import Speedup, Spread, speedup, spread
@@ -200,9 +200,10 @@ class Row:
         run used (`devicebench calibrate`), of every device that trained: samples/s of several processes is their
         global rate, so it is taken against one peak per process."""
         return _spread_or_none([run.flops_per_sample * epoch.samples_per_s / TERA
-                                / (run.peak_tflops * run.settings.world_size)
+                                / (calibrated_peak(run) * run.settings.world_size)
                                 for run in self.runs for epoch in run.steady_epochs
-                                if run.flops_per_sample is not None and run.peak_tflops])
+                                if run.flops_per_sample is not None and calibrated_peak(run)])  # a peak no device
+        # reaches would read 0% (results/plausibility: implausible-peak)
 
     @property
     def input_wait_share(self) -> Spread | None:

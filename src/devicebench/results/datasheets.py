@@ -115,7 +115,11 @@ DATASHEETS = (
 )
 
 
-class UnknownTarget(ValueError):
+class TargetError(ValueError):
+    """An `--on` that names no GPU, one twice, or one the catalog does not know; the message says what to write."""
+
+
+class UnknownTarget(TargetError):
     """A GPU the catalog does not know; the message names the closest key, if one is close, and every key."""
 
     def __init__(self, name: str) -> None:
@@ -141,16 +145,16 @@ def parse_targets(text: str) -> list[Datasheet]:
         return list(DATASHEETS)
     names = [name.strip() for name in text.split(",")]
     if not any(names):
-        raise ValueError(f"No GPU named: write keys separated by commas (e.g. `--on t4,a100-80gb`) or `--on all`. "
+        raise TargetError(f"No GPU named: write keys separated by commas (e.g. `--on t4,a100-80gb`) or `--on all`. "
                          f"Known: {', '.join(datasheet.key for datasheet in DATASHEETS)}.")
     if not all(names):
-        raise ValueError(f"An empty GPU name in {text!r}: write keys separated by single commas (e.g. "
+        raise TargetError(f"An empty GPU name in {text!r}: write keys separated by single commas (e.g. "
                          f"`--on t4,a100-80gb`).")
     targets: list[Datasheet] = []
     for name in names:
         datasheet = catalog_entry(name)
         if datasheet in targets:
-            raise ValueError(f"{name!r} is named twice in {text!r} (as {datasheet.key!r}): name each GPU once.")
+            raise TargetError(f"{name!r} is named twice in {text!r} (as {datasheet.key!r}): name each GPU once.")
         targets.append(datasheet)
     return targets
 

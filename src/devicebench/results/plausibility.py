@@ -8,6 +8,9 @@ numbers that raised it and what to do:
   the device, or the peak was understated.
 - `above-bandwidth`: a training step reads every weight and writes it back at least once. Where the weights are too
   large for any chip's cache, steps/s x that traffic above the device's memory bandwidth (its datasheet's) cannot be.
+- `implausible-peak`: a calibrated matmul peak no device reaches (above LARGEST_DEVICE_TFLOPS, or more than twice
+  its datasheet's): a hand-edited or imported figure. The MFU against it would read 0% and mean nothing, so it is
+  left out, and the datasheet's peak stands in for the checks above. A calibration file holding one is not read.
 - `device-idle`: an accelerator under 5% busy while it trained. From the numbers, which: the loop waited for its
   batches (input-bound), a step's work is too small to hide the launching of its kernels (launch-bound), or real work
   left the device idle (the work ran elsewhere).
@@ -19,6 +22,7 @@ with the reason its numbers give.
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 
@@ -34,6 +38,12 @@ DEVICE_IDLE_PERCENT = 5.0  # an accelerator less busy than this while training d
 LARGEST_ON_CHIP_CACHE_BYTES = 256 * 2**20
 FP32_BYTES = 4  # the weights and the optimizer's update stay fp32, under bf16 autocast too
 BYTES_PER_WEIGHT_PER_STEP = 2 * FP32_BYTES  # each weight read at least once (forward) and written once (the update)
+# More matmul TFLOP/s than any single device computes at fp32, tf32 or bf16 (a B200: about 2,250 dense bf16), with
+# room for a decade of growth: a calibrated figure above it was typed or forged, not measured
+LARGEST_DEVICE_TFLOPS = 10_000.0
+# A calibration measures what the datasheet promises or less (boost clocks are the datasheet's); twice as much is a
+# figure that was not measured on that device
+MOST_OVER_DATASHEET = 2.0
 # A GPU launches a training step's tens to hundreds of kernels at 5-10 us each: a step whose matmul work the device
 # would finish in less than this at its peak leaves it waiting for Python to launch the next kernel
 LAUNCH_HIDING_S = 1e-3
@@ -42,7 +52,7 @@ SMALL_BATCH_BUSY_PERCENT = 50.0  # below this, a GPU that lost to the CPU was no
 
 @dataclass(frozen=True)
 class Flag:
-    code: str  # "above-peak", "above-bandwidth", "device-idle", "slower-than-baseline"
+    code: str  # "implausible-peak", "above-peak", "above-bandwidth", "device-idle", "slower-than-baseline"
     text: str  # the numbers that raised it and what to do
 
 
@@ -59,11 +69,37 @@ def peak_precision(device: str, settings: RunSettings) -> str | None:
     return "tf32" if settings.tf32_matmul else "fp32"
 
 
+def peak_doubt(device_name: str, precision: str | None, tflops: float) -> str | None:
+    """Why a calibrated matmul peak of `tflops` on `device_name` at `precision` cannot have been measured, or None
+    when it can: the one rule for a calibration file's figures and a stored run's."""
+    if not (math.isfinite(tflops) and tflops > 0):
+        return f"{tflops!r} TFLOP/s is not a rate"
+    datasheet = datasheet_for(device_name)
+    promised = None if datasheet is None or precision is None else datasheet.tflops(precision)
+    if promised is not None and tflops > MOST_OVER_DATASHEET * promised:
+        return (f"{tflops:.3g} TFLOP/s is {tflops / promised:,.3g}x the {datasheet.product} datasheet's {precision} "
+                f"peak ({promised:.3g} TFLOP/s)")
+    if tflops > LARGEST_DEVICE_TFLOPS:
+        return f"{tflops:.3g} TFLOP/s is more than any device computes (under {LARGEST_DEVICE_TFLOPS:,.0f} TFLOP/s)"
+    return None
+
+
+def calibrated_peak(record: RunRecord) -> float | None:
+    """The calibrated matmul peak stored with `record` (the MFU's divisor), None when there is none or it cannot
+    have been measured (peak_doubt)."""
+    if not record.peak_tflops:
+        return None
+    doubt = peak_doubt(record.device_name, peak_precision(record.device, record.settings), record.peak_tflops)
+    return None if doubt else record.peak_tflops
+
+
 def device_peak(record: RunRecord) -> tuple[float, str] | None:
     """The matmul TFLOP/s one of the run's devices reaches at most at the precision the run used, and where that
-    figure comes from: the calibration (`devicebench calibrate`), else the device's datasheet; None when neither."""
-    if record.peak_tflops:
-        return record.peak_tflops, "calibrated"
+    figure comes from: the calibration (`devicebench calibrate`) when it can be believed, else the device's
+    datasheet; None when neither."""
+    calibrated = calibrated_peak(record)
+    if calibrated:
+        return calibrated, "calibrated"
     precision = peak_precision(record.device, record.settings)
     datasheet = datasheet_for(record.device_name)
     promised = None if datasheet is None or precision is None else datasheet.tflops(precision)
@@ -83,7 +119,8 @@ def run_flags(record: RunRecord) -> list[Flag]:
     if not steady:
         return []
     samples_per_s = statistics.median(epoch.samples_per_s for epoch in steady)
-    checks = (_above_peak(record, samples_per_s), _above_bandwidth(record, samples_per_s), _device_idle(record))
+    checks = (_implausible_peak(record), _above_peak(record, samples_per_s), _above_bandwidth(record, samples_per_s),
+              _device_idle(record))
     return [flag for flag in checks if flag is not None]
 
 
@@ -110,6 +147,16 @@ def slower_than_baseline(record_runs: list[RunRecord], ratio: float, baseline: s
     else:
         why = "no cause shows in its numbers: `devicebench check` tests that the work lands on the device"
     return Flag("slower-than-baseline", f"{lost}: {why}")
+
+
+def _implausible_peak(record: RunRecord) -> Flag | None:
+    if not record.peak_tflops or calibrated_peak(record) is not None:
+        return None
+    precision = peak_precision(record.device, record.settings)
+    doubt = peak_doubt(record.device_name, precision, record.peak_tflops)
+    return Flag("implausible-peak", (
+        f"the calibrated {precision or ''} peak stored with the run cannot have been measured: {doubt}; its MFU is "
+        "left out. Run `devicebench calibrate` again on that machine (a hand-edited or imported calibration?)"))
 
 
 def _above_peak(record: RunRecord, samples_per_s: float) -> Flag | None:

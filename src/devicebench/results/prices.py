@@ -74,9 +74,13 @@ def parse_named_prices(text: str, known: Sequence[str]) -> dict[str, float]:
 
 
 def _pairs(text: str, where: str, example: str) -> dict[str, str]:
-    pairs = [_pair(item, where) for item in text.split(",") if item.strip()]
-    if not pairs:
+    items = text.split(",")
+    if not any(item.strip() for item in items):
         raise PriceError(f"{where} names no prices; write e.g. --price {example}")
+    if not all(item.strip() for item in items):  # 'cpu=1,,cuda=2': a price left out, not a spare comma
+        raise PriceError(f"{where} has an empty item; separate DEVICE=PRICE pairs by single commas, e.g. "
+                         f"--price {example}")
+    pairs = [_pair(item, where) for item in items]
     names = [name for name, _ in pairs]
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:

@@ -629,6 +629,25 @@ class Store:
         ).fetchall()
         return sessions, runs, epochs
 
+    def run_ids_starting(self, prefix: str) -> list[str]:
+        """The stored run ids that start with `prefix` (a whole id, or the 8 characters `history` shows), sorted."""
+        with self._transaction("look up the run ids", "BEGIN"):
+            rows = self._connection.execute("SELECT run_id FROM runs WHERE substr(run_id, 1, length(?)) = ? "
+                                            "ORDER BY run_id", (prefix, prefix)).fetchall()
+        return [row[0] for row in rows]
+
+    def forget_runs(self, run_ids: Iterable[str]) -> tuple[int, int]:
+        """Delete the runs `run_ids` with their epochs, then every session left with no run and every machine left
+        with no session, in one transaction: all of it or nothing. Returns (runs, sessions) deleted."""
+        ids = [(run_id,) for run_id in dict.fromkeys(run_ids)]
+        with self._transaction("forget the runs"):
+            for table in ("epochs", "live_runs", "runs"):
+                self._connection.executemany(f"DELETE FROM {table} WHERE run_id = ?", ids)
+            sessions = self._connection.execute(
+                "DELETE FROM sessions WHERE result_id NOT IN (SELECT result_id FROM runs)").rowcount
+            self._connection.execute("DELETE FROM machines WHERE machine_id NOT IN (SELECT machine_id FROM sessions)")
+        return len(ids), sessions
+
     def stored_names(self) -> tuple[list[str], list[str]]:
         """The names of the machines and the workloads stored, sorted: what a filter that matched nothing could
         have named instead."""

@@ -19,6 +19,7 @@ import contextlib
 import fnmatch
 import importlib
 import logging
+import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
@@ -147,6 +148,30 @@ class Workload:
         with torch.device("meta"):
             last = [module for module in self.build_model(self.defaults).modules() if isinstance(module, nn.Linear)]
         return last[-1].out_features if last else None
+
+    def typed_hyperparameters(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        """The defaults with `given`'s values, each of the type its default has (a finite number where the default
+        is a float): for settings read from a file anyone may have written (a checkpoint, a stored run), which
+        would otherwise build a model from a string batch size. ValueError naming the first that is unknown or of
+        another type; the sizes are checked apart (check_size_bounds)."""
+        checked = dict(self.defaults)
+        for name, value in given.items():
+            if name not in self.defaults:
+                raise ValueError(f"{self.name} has no parameter {name!r}")
+            default = self.defaults[name]
+            if isinstance(default, bool):
+                fits = isinstance(value, bool)
+            elif isinstance(default, int):
+                fits = isinstance(value, int) and not isinstance(value, bool)
+            elif isinstance(default, float):
+                fits = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            else:
+                fits = isinstance(value, type(default))
+            if not fits:
+                raise ValueError(f"{name} is {type(value).__name__} {value!r:.60}, where {self.name} takes a finite "
+                                 f"{type(default).__name__}")
+            checked[name] = value
+        return checked
 
     def check_size_bounds(self, hyperparameters: Hyperparameters) -> None:
         """Raise ModelTooLarge when a size hyperparameter (`size_bounds`) is not a whole number within its bound:

@@ -46,7 +46,12 @@ TEXT = {
     "learning_rate": 1e-3,  # Keras Adam defaults
     "adam_epsilon": KERAS_EPSILON,
 }
+# The longest review devicebench reads: 20 times the seed's 200 tokens, more than IMDB's longest review holds.
+# `sequence_length` multiplies the LSTM's steps (each a handful of kernels) and the tensors a step unbinds into, so
+# a larger value, from `--set`, a checkpoint or a stored run, is refused before anything is built, even on meta.
+MOST_TOKENS = 4_096
 S5_TEXT = {
+    "size_bounds": {"sequence_length": MOST_TOKENS},
     "seed": "S5",
     "dataset": "imdb",
     "optimizer": adam,
