@@ -93,9 +93,10 @@ def test_an_impossible_peak_does_not_hide_a_gpu_run_above_its_datasheet():
 
 
 def test_compare_shows_the_flag_not_zero_percent_mfu(tmp_path):
+    """1e12 TFLOP/s: within the figures an import takes (schema.LARGEST_WHOLE_NUMBER), more than any device computes."""
     exported = tmp_path / "forged.json"
     exported.write_text(json.dumps(export_document([result_fixtures.session(result_fixtures.machine("box", "m1"),
-                                                                            [cpu_run(1e30)])])))
+                                                                            [cpu_run(1e12)])])))
     db = tmp_path / "db.sqlite"
     assert CliRunner().invoke(app, ["import", str(exported), "--db", str(db)]).exit_code == 0
     outcome = CliRunner().invoke(app, ["compare", "--wide", "--db", str(db)])
