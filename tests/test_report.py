@@ -246,6 +246,13 @@ def test_a_cpu_only_report_says_why_there_is_no_speedup_and_what_tuned_mode_gain
     assert "Tuned mode against seed mode" not in text
 
 
+def test_a_report_of_runs_that_ended_in_their_warm_up_epoch_is_written_and_says_so(tmp_path):
+    """`run --epochs 1` trains the warm-up epoch alone: no steady epoch, so no throughput, and still a report."""
+    warm_up_only = [session(machine("vm", "aaa111"), [run("cpu", [2.0])])]
+    text = page_text(write_report(warm_up_only, tmp_path / "report.html"))
+    assert "mnist-cnn2" in text and "No steady-state figures: epoch 1 is warm-up, so run at least 2 epochs" in text
+
+
 @pytest.fixture
 def figures(monkeypatch) -> list:
     """Every matplotlib figure a chart is made from, kept as it is turned into PNG."""

@@ -4,8 +4,10 @@ of a `devicebench sweep`, and one summary.
 Every number drawn comes from the comparison rows (`devicebench.results.compare.Row`), so a chart and the table
 beside it cannot disagree. matplotlib is imported inside the functions: `import devicebench` stays light, and
 figures are built with `matplotlib.figure.Figure` rather than pyplot, so no global backend or figure registry
-is touched (nothing to `plt.close`, nothing left open in a notebook that imports us). Titles wrap (`wrap=True`): a
-workload's name from an imported file can be longer than a chart is wide, and nothing drawn may leave the picture.
+is touched (nothing to `plt.close`, nothing left open in a notebook that imports us). Titles are wrapped here
+(`_title`): a workload's name from an imported file can be longer than a chart is wide, and nothing drawn may leave
+the picture. Not with matplotlib's own `wrap=True`, which measures the text as mathtext whatever `text.parse_math`
+says, so a name such as `$\\frac$` would stop the report.
 
     python -c "from devicebench.report.plots import summary_chart; help(summary_chart)"
 """
@@ -42,6 +44,7 @@ CHART_WIDTH_IN = 7.0
 ROW_HEIGHT_IN = 0.42  # per bar, and half as much again for each extra line of a wrapped label
 CHART_MARGIN_HEIGHT_IN = 1.5  # title, axis label and legend
 LABEL_WIDTH_CHARS = 34  # longer row labels wrap instead of squeezing the plot
+TITLE_WIDTH_CHARS = 70  # a title's characters that fit a chart's width at the title's size
 ACCURACY_PLOT_HEIGHT_IN = 3.6  # title, axes and axis labels; the legend under them adds its lines
 LEGEND_LINE_HEIGHT_IN = 0.2  # a line of small legend text
 ACCURACY_LEGEND_COLUMNS = 2
@@ -119,8 +122,8 @@ def workload_charts(workload: str, rows: Sequence[Row], published: Published | N
     """The charts of one workload, in reading order; a chart with nothing to show is left out. Epoch times are
     drawn only when every steady epoch had the same steps and samples: a 3-step epoch beside a 25-step one would
     make the faster row look slower. Otherwise the throughput chart's caption says why they are not."""
-    lengths = steady_epoch_lengths(rows)
-    steps = span_text(steps for steps, _ in lengths)
+    lengths = steady_epoch_lengths(rows)  # empty where every run ended in its warm-up epoch
+    steps = span_text(steps for steps, _ in lengths) if lengths else ""
     drawn = [
         ("samples-per-s", "Training throughput", _throughput_figure(workload, rows, published),
          f"Epochs here had {steps} steps, so their times are not set side by side; samples/s compares them."
@@ -153,7 +156,7 @@ def summary_chart(rows_by_workload: Mapping[str, Sequence[Row]]) -> Chart | None
     colour_of = dict(zip(rows_by_workload, palette))
     figure, axes = _bar_figure(labels)
     _draw_speedups(axes, [row for _, row in measured], [colour_of[name] for name, _ in measured])
-    axes.set_title("Speedup against the baseline, every workload", wrap=True)
+    axes.set_title(_title("Speedup against the baseline, every workload"))
     _legend(figure, axes, [row for _, row in measured])
     return Chart("summary-speedup", "Speedup across all workloads", _png(figure))
 
@@ -197,7 +200,7 @@ def _epoch_time_figure(workload: str, rows: Sequence[Row], steps: str) -> Figure
     figure, axes = _bar_figure([row.label for row in rows])
     _draw_spread_bars(axes, rows, [row.epoch_time_s for row in rows], unit="s", digits=2)
     axes.set_xlabel("steady epoch time, s (median; whiskers: min–max)")
-    axes.set_title(f"{workload}: steady {steps}-step epoch time (shorter is faster)", wrap=True)
+    axes.set_title(_title(f"{workload}: steady {steps}-step epoch time (shorter is faster)"))
     _legend(figure, axes, rows)
     return figure
 
@@ -210,7 +213,7 @@ def _throughput_figure(workload: str, rows: Sequence[Row], published: Published 
     _draw_spread_bars(axes, rows, [row.samples_per_s for row in rows], unit="", digits=0,
                       published=[published_rates.get(device_kind(row.device)) for row in rows])
     axes.set_xlabel("training throughput, samples/s (median; whiskers: min–max)")
-    axes.set_title(f"{workload}: samples per second (longer is faster)", wrap=True)
+    axes.set_title(_title(f"{workload}: samples per second (longer is faster)"))
     _legend(figure, axes, rows)
     return figure
 
@@ -220,7 +223,7 @@ def _speedup_figure(workload: str, rows: Sequence[Row]) -> Figure | None:
         return None
     figure, axes = _bar_figure([row.label for row in rows])
     _draw_speedups(axes, rows, _palette(len(rows)))
-    axes.set_title(f"{workload}: speedup against the baseline", wrap=True)
+    axes.set_title(_title(f"{workload}: speedup against the baseline"))
     _legend(figure, axes, rows)
     return figure
 
@@ -253,8 +256,8 @@ def _accuracy_figure(workload: str, rows: Sequence[Row], published: Published | 
     axes.yaxis.set_major_formatter(PercentFormatter())  # decimals chosen from the tick spacing: no 100%, 100%
     axes.set_xlabel("epoch (1 is warm-up); accuracy: median over repeats")
     axes.set_ylabel("test accuracy, %")
-    axes.set_title(f"{workload}: test accuracy per epoch" + (" (dashed: synthetic data)" if any(
-        _is_synthetic(row) for row in rows) else ""), wrap=True)
+    axes.set_title(_title(f"{workload}: test accuracy per epoch" + (" (dashed: synthetic data)" if any(
+        _is_synthetic(row) for row in rows) else "")))
     axes.grid(alpha=0.3)
     figure.legend(fontsize="small", loc="outside lower center", ncols=ACCURACY_LEGEND_COLUMNS, frameon=False)
     return figure
@@ -290,7 +293,7 @@ def _scaling_figure(workload: str, rows: Sequence[Row]) -> Figure | None:
     axes.set_xlabel("processes (one device each)")
     axes.set_ylabel("samples/s (median)")
     axes.set_xticks(sorted({count for points in series.values() for count, _ in points}))
-    axes.set_title(f"{workload}: throughput against the number of processes", wrap=True)
+    axes.set_title(_title(f"{workload}: throughput against the number of processes"))
     axes.legend(loc="upper left", fontsize="small")
     return figure
 
@@ -379,12 +382,12 @@ def _sweep_figure(workload: str, sweep: Sweep) -> Figure:
               for index, (line, colour) in enumerate(zip(sweep.throughput, _palette(len(sweep.throughput))))}
     scale = _draw_sweep_lines(axes[0], sweep.throughput, styles)
     axes[0].set_ylabel(f"samples/s{scale}\n(median; error bars: min–max)")
-    axes[0].set_title(f"{workload}: training throughput against {sweep.setting}", wrap=True)
+    axes[0].set_title(_title(f"{workload}: training throughput against {sweep.setting}"))
     if sweep.ratios:
         scale = _draw_sweep_lines(axes[1], sweep.ratios, styles)
         axes[1].axhline(1, color="black", linewidth=1)  # as fast as the baseline
         axes[1].set_ylabel(f"{sweep.ratio_name} throughput ratio (x){scale}\n(error bars: 95% interval)")
-        axes[1].set_title(f"{workload}: {sweep.ratio_name} throughput ratio against {sweep.setting}", wrap=True)
+        axes[1].set_title(_title(f"{workload}: {sweep.ratio_name} throughput ratio against {sweep.setting}"))
     values = sorted({x for line in sweep.throughput for x in line.x})
     if sweep.setting == "batch_size":
         axes[-1].set_xscale("log", base=2)
@@ -566,6 +569,10 @@ def _palette(count: int) -> list[Colour]:
 
 def _wrap(label: str) -> str:
     return textwrap.fill(label, LABEL_WIDTH_CHARS, break_on_hyphens=False)
+
+
+def _title(text: str) -> str:
+    return textwrap.fill(text, TITLE_WIDTH_CHARS, break_on_hyphens=False)
 
 
 def _png(figure: Figure) -> bytes:
