@@ -14,6 +14,7 @@ from devicebench.results.schema import EpochRecord, Result, RunRecord
 
 if TYPE_CHECKING:  # for annotations only
     from devicebench.data import Dataset
+    from devicebench.engine.budget import BudgetAccount
     from devicebench.workloads import Workload
 
 
@@ -65,8 +66,14 @@ class RunReporter(Reporter):
         """How long the run about to train is expected to take (its epochs, evaluation included), from its first
         steps timed: said before long work, and for each run a time budget sized."""
 
-    def budget_spent(self, spent_s: float, budget_s: float) -> None:
-        """The session ran within a time budget (--budget, the quick suite's): what it took of it."""
+    def run_paced(self, record: RunRecord, planned_epochs: int, resized: list[tuple[int, int]],
+                  slowdown: float) -> None:
+        """A time budget shortened the run as it went: from epoch e on, s steps, for each (e, s) in `resized`, and
+        it ran `record.settings.epochs` of `planned_epochs`; its steps took up to `slowdown` times what its first
+        steps said."""
+
+    def budget_spent(self, account: BudgetAccount) -> None:
+        """The session ran within a time budget (--budget, the quick suite's): what it took of it, and why."""
 
 
 class ReporterGroup(RunReporter):
@@ -103,5 +110,8 @@ class ReporterGroup(RunReporter):
     def run_estimated(self, record, seconds):
         self._tell_all("run_estimated", record, seconds)
 
-    def budget_spent(self, spent_s, budget_s):
-        self._tell_all("budget_spent", spent_s, budget_s)
+    def run_paced(self, record, planned_epochs, resized, slowdown):
+        self._tell_all("run_paced", record, planned_epochs, resized, slowdown)
+
+    def budget_spent(self, account):
+        self._tell_all("budget_spent", account)

@@ -18,7 +18,7 @@ from rich.progress import (
 from rich.text import Text
 
 from devicebench.data import ArrayDataset, ImageFolderDataset
-from devicebench.engine.loop import FEWEST_BUDGETED_STEPS
+from devicebench.engine.budget import BudgetAccount
 from devicebench.events import RunReporter
 from devicebench.report.tables import batch_text
 from devicebench.results.schema import EpochRecord, RunRecord
@@ -146,20 +146,38 @@ class RichReporter(RunReporter):
 
     def run_estimated(self, record: RunRecord, seconds: float) -> None:
         if seconds > LONG_RUN_S:  # before long work, say how long and how to shorten it
-            self.console.print(Text(
-                f"{record.workload} on {record.device} should take about {duration_text(seconds)} "
-                f"({record.settings.epochs} epochs, evaluation included; estimated from its first steps). Shorten "
-                "it with --budget (e.g. --budget 10m), --epochs or --max-steps; Ctrl-C stops it and keeps every "
-                "finished epoch.", style="yellow"))
+            self._say(f"{record.workload} on {record.device} should take about {duration_text(seconds)} "
+                      f"({record.settings.epochs} epochs, evaluation included; estimated from its first steps). "
+                      "Shorten it with --budget (e.g. --budget 10m), --epochs or --max-steps; Ctrl-C stops it and "
+                      "keeps every finished epoch.", "yellow")
 
-    def budget_spent(self, spent_s: float, budget_s: float) -> None:
-        if spent_s <= budget_s:
-            self.console.print(f"Trained in {duration_text(spent_s)}, within the {duration_text(budget_s)} budget.")
+    def run_paced(self, record: RunRecord, planned_epochs: int, resized: list[tuple[int, int]],
+                  slowdown: float) -> None:
+        if self.quiet:
+            return
+        said = []
+        if resized:
+            (first_epoch, _), (_, steps) = resized[0], resized[-1]
+            said.append(f"its epochs were cut from {record.settings.max_steps:,} to {steps:,} steps from epoch "
+                        f"{first_epoch}")
+        if record.settings.epochs < planned_epochs:
+            said.append(f"it ended after {record.settings.epochs} of {planned_epochs} epochs")
+        slower = f"; its steps took up to {slowdown:.1f}x what its first steps said" if slowdown >= 1.05 else ""
+        self._say(f"{record.workload} on {record.device} kept to its share of the budget: {' and '.join(said)}"
+                  f"{slower}.", "dim")
+
+    def budget_spent(self, account: BudgetAccount) -> None:
+        spent, budget = duration_text(account.spent_s), duration_text(account.budget_s)
+        if not account.over:
+            self._say(f"Trained in {spent}, within the {budget} budget.")
         else:
-            self.console.print(Text(
-                f"Trained in {duration_text(spent_s)}, over the {duration_text(budget_s)} budget: each epoch trains "
-                f"at least {FEWEST_BUDGETED_STEPS} steps however slow they are. A larger --budget, or naming fewer "
-                "workloads, fits it.", style="yellow"))
+            cause, lever = account.overrun()
+            self._say(f"Trained in {spent}, over the {budget} budget: {cause}. {lever}.", "yellow")
+
+    def _say(self, text: str, style: str = "") -> None:
+        """A message wrapped at the console's width between words (the CLI's console soft-wraps, which lets the
+        terminal cut a line mid-word), never read as markup."""
+        self.console.print(Text(text, style=style), soft_wrap=False)
 
     def close(self) -> None:
         """Take the progress bar off the screen, e.g. after Ctrl-C."""
