@@ -227,12 +227,14 @@ def budgeted_run(budget_s, heard=None, **settings):
 
 def test_a_machine_three_times_slower_than_its_first_steps_still_ends_within_the_budget(monkeypatch):
     machine = SlowingMachine(monkeypatch, slower=3.0)
-    heard = Heard()
+    heard = PacedHeard()
     run, = budgeted_run(60, heard).runs
     # sized for 1 s steps: 3 x (18 + 2 x 0.5) = 57 s of the 60 (5% kept for what follows the runs); at 3 s a step
     # that is 171 s. Three steps into the warm-up epoch the pacer sees 3 s steps: 3 x (5 x 3 + 2 x 1.5) = 54 s
-    assert run.settings.max_steps == 18 and [epoch.steps for epoch in run.epochs] == [5, 5, 5]
+    assert [epoch.steps for epoch in run.epochs] == [5, 5, 5]
     assert run.status == "ok" and machine.now == 54.0 <= 60
+    assert heard.paced == [(3, 18, 3.0)]  # told: sized to 18 steps, its steps took 3x what its first said
+    assert run.settings.max_steps == 5  # the record holds the longest epoch that ran
     (spent, budget), = heard.spent
     assert spent == 54.0 and budget == 60
 
@@ -253,7 +255,7 @@ def test_a_run_too_long_for_its_budget_ends_after_a_warm_up_and_two_steady_epoch
     run, = budgeted_run(20, heard, epochs=10).runs
     # 3 steps and 2 evaluation batches an epoch take 4 s; 19 s of the 20 fit 4 epochs
     assert [epoch.steps for epoch in run.epochs] == [3, 3, 3, 3] and run.settings.epochs == 4
-    assert machine.now == 16.0 and heard.paced == [(10, [], 1.0)]
+    assert machine.now == 16.0 and heard.paced == [(10, 3, 1.0)]
 
 
 def test_a_run_is_never_ended_before_its_warm_up_and_two_steady_epochs():
@@ -269,37 +271,44 @@ class PacedHeard(Heard):
         super().__init__()
         self.paced: list[tuple] = []
 
-    def run_paced(self, record, planned_epochs, resized, slowdown):
-        self.paced.append((planned_epochs, resized, slowdown))
+    def run_paced(self, record, planned_epochs, planned_steps, slowdown):
+        self.paced.append((planned_epochs, planned_steps, slowdown))
 
 
 # --- why a session ran over, and what would fit it ------------------------------------------------------------
 
 
-def account(*runs, workloads=1, budget_s=60.0):
+def account(*runs, workloads=1, budget_s=30.0):
     return BudgetAccount(budget_s, spent_s=sum(run.spent_s for run in runs) + 2.0, start_up_s=2.0, runs=runs,
                          workloads=workloads)
 
 
 def test_an_overrun_names_the_run_that_took_the_time_and_the_lever_that_fits_it():
-    floor = RunSpent("mnist-cnn2 on cpu", spent_s=90.0, share_s=50.0, fewest_s=85.0, slowdown=1.0)
-    cause, lever = account(floor).overrun()
-    assert cause == ("mnist-cnn2 on cpu took 90 s, its share was 50 s, and even 3 epochs of 3 steps take 85 s at "
-                     "the speed it ran")
-    assert lever == "A --budget of at least 95 s fits it"  # 60 - 50 + 85
-    evaluation = RunSpent("catdog-deep on cpu", spent_s=70.0, share_s=30.0, evaluation_s=41.0,
-                          evaluation_share_s=12.0, fewest_s=10.0)
+    fewest = RunSpent("mnist-cnn2 on cpu", spent_s=52.0, share_s=20.0, set_up_s=16.0, fewest_epochs=3, slowdown=2.2)
+    cause, lever = account(fewest).overrun()  # 2 s of start-up + 52 s = 54 s of a 30 s budget
+    assert cause == ("mnist-cnn2 on cpu took 16 s for its data and first steps, then 36 s for its fewest epochs "
+                     "(3 of 3 steps): its share was 20 s after 2.0 s of start-up")
+    assert lever == "On this machine as loaded now, a --budget of at least 55 s fits it"
+    evaluation = RunSpent("catdog-deep on cpu", spent_s=70.0, share_s=30.0, set_up_s=5.0, evaluation_s=41.0,
+                          evaluation_share_s=12.0)
     cause, lever = account(evaluation).overrun()
     assert cause == "catdog-deep on cpu's evaluation took 41 s, its share was 12 s"
-    assert lever.startswith("--max-eval-steps caps it")
-    slowed = RunSpent("cifar10-cnn on cpu", spent_s=45.0, share_s=30.0, fewest_s=10.0, slowdown=2.6)
+    assert lever == "--max-eval-steps caps it; a larger --budget fits it"
+    slowed = RunSpent("cifar10-cnn on cpu", spent_s=50.0, share_s=30.0, set_up_s=5.0, slowdown=2.6)
     cause, lever = account(slowed).overrun()
-    assert cause.startswith("the machine ran 2.6x slower than cifar10-cnn on cpu's first steps said")
-    assert "at least 3 steps" not in " ".join(account(run).overrun()[0] for run in (evaluation, slowed))
+    assert cause == ("the machine ran 2.6x slower than cifar10-cnn on cpu's first steps said: it took 45 s for "
+                     "training, its share was 30 s")
+    tuning = RunSpent("cifar10-cnn on cpu", spent_s=80.0, share_s=10.0, set_up_s=60.0, slowdown=1.1)
+    assert account(tuning).overrun()[0].startswith("cifar10-cnn on cpu took 60 s for its data, tuning and first "
+                                                   "steps before it trained")
+    trees = RunSpent("gbdt-covertype on cpu", spent_s=80.0, share_s=None)
+    assert account(trees).overrun()[1].startswith("--max-steps caps its rounds")
+    said = " ".join(account(run).overrun()[0] for run in (fewest, evaluation, slowed, tuning, trees))
+    assert "at least 3 steps" not in said
 
 
 def test_naming_fewer_workloads_is_a_lever_only_when_several_ran():
-    slowed = RunSpent("cifar10-cnn on cpu", spent_s=45.0, share_s=30.0, fewest_s=10.0, slowdown=2.6)
+    slowed = RunSpent("cifar10-cnn on cpu", spent_s=45.0, share_s=30.0, slowdown=2.6)
     assert "fewer workloads" not in account(slowed, workloads=1).overrun()[1]
     assert "name fewer workloads" in account(slowed, workloads=5).overrun()[1]
 
@@ -310,7 +319,7 @@ def test_the_budget_line_wraps_between_words_at_80_columns(over):
     reporter = RichReporter(Console(file=screen, width=80, soft_wrap=True))  # the CLI's stderr soft-wraps
     evaluation = RunSpent("catdog-deep on cpu", spent_s=70.0 if over else 50.0, share_s=30.0, evaluation_s=41.0,
                           evaluation_share_s=12.0)
-    said = account(evaluation)
+    said = account(evaluation, budget_s=60.0)
     reporter.budget_spent(said)
     lines = screen.getvalue().splitlines()
     assert all(len(line) <= 80 for line in lines) and (len(lines) > 1) == over

@@ -66,11 +66,10 @@ class RunReporter(Reporter):
         """How long the run about to train is expected to take (its epochs, evaluation included), from its first
         steps timed: said before long work, and for each run a time budget sized."""
 
-    def run_paced(self, record: RunRecord, planned_epochs: int, resized: list[tuple[int, int]],
-                  slowdown: float) -> None:
-        """A time budget shortened the run as it went: from epoch e on, s steps, for each (e, s) in `resized`, and
-        it ran `record.settings.epochs` of `planned_epochs`; its steps took up to `slowdown` times what its first
-        steps said."""
+    def run_paced(self, record: RunRecord, planned_epochs: int, planned_steps: int, slowdown: float) -> None:
+        """A time budget shortened the run as it went: its epochs (in `record`) had fewer steps than the
+        `planned_steps` it was sized to, or fewer epochs ran than `planned_epochs`; its steps took up to `slowdown`
+        times what its first steps said."""
 
     def budget_spent(self, account: BudgetAccount) -> None:
         """The session ran within a time budget (--budget, the quick suite's): what it took of it, and why."""
@@ -110,8 +109,8 @@ class ReporterGroup(RunReporter):
     def run_estimated(self, record, seconds):
         self._tell_all("run_estimated", record, seconds)
 
-    def run_paced(self, record, planned_epochs, resized, slowdown):
-        self._tell_all("run_paced", record, planned_epochs, resized, slowdown)
+    def run_paced(self, record, planned_epochs, planned_steps, slowdown):
+        self._tell_all("run_paced", record, planned_epochs, planned_steps, slowdown)
 
     def budget_spent(self, account):
         self._tell_all("budget_spent", account)

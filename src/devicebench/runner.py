@@ -313,8 +313,8 @@ def _train_model(
         pacer = None if shares is None else shares.pacer
         model = train(record, build=build, train_batches=batches[0], test_batches=batches[1],
                       plan=training, watch=Stopwatch(device), reporter=reporter, pace=pacer)
-        if pacer is not None and (pacer.resized or record.settings.epochs < job.training.epochs):
-            reporter.run_paced(record, job.training.epochs, pacer.resized, pacer.slowdown)
+        if pacer is not None:
+            _note_pacing(record, job, pacer, reporter)
         if compiled_from is not None:
             note_compilation(record, compiled_from)
     return model
@@ -368,17 +368,13 @@ class BudgetShares:
         if pacer is None:  # not sized: a trainer of its own, or a run that failed before its sizing
             self.spent.append(RunSpent(f"{record.workload} on {record.device}", spent_s, None, evaluation_s))
         else:
-            settings, planned = record.settings, pacer.planned
-            slowdown = pacer.slowdown
-            fewest_s = dataclasses.replace(planned, step_s=planned.step_s * slowdown,
-                                           eval_step_s=planned.eval_step_s * slowdown).run_s(
-                min(settings.epochs, MEASURABLE_EPOCHS), FEWEST_BUDGETED_STEPS,
-                min(FEWEST_BUDGETED_STEPS, settings.max_eval_steps or 0))
-            before_sizing_s = pacer.deadline_s - self._share_s - (now - spent_s)
+            settings = record.settings
+            at_fewest = record.epochs and all(epoch.steps <= FEWEST_BUDGETED_STEPS for epoch in record.epochs)
             self.spent.append(RunSpent(
-                f"{record.workload} on {record.device}", spent_s, before_sizing_s + self._share_s, evaluation_s,
-                evaluation_share_s=planned.eval_step_s * settings.epochs * (settings.max_eval_steps or 0),
-                fewest_s=before_sizing_s + fewest_s, slowdown=slowdown))
+                f"{record.workload} on {record.device}", spent_s, self._share_s,
+                set_up_s=pacer.deadline_s - self._share_s - (now - spent_s), evaluation_s=evaluation_s,
+                evaluation_share_s=pacer.planned.eval_step_s * settings.epochs * (settings.max_eval_steps or 0),
+                fewest_epochs=len(record.epochs) if at_fewest else None, slowdown=pacer.slowdown))
         self.runs.pop(0)
 
     def account(self, workloads: int) -> BudgetAccount:
@@ -420,6 +416,15 @@ def _sized(job: Job, record: RunRecord, build: partial, batches: list, reporter:
         record.settings = dataclasses.replace(record.settings, max_steps=steps, max_eval_steps=eval_steps)
     reporter.run_estimated(record, times.run_s(plan.epochs, steps, eval_steps))
     return plan
+
+
+def _note_pacing(record: RunRecord, job: Job, pacer: Pacer, reporter: RunReporter) -> None:
+    """A run its budget shortened as it went: its settings say the longest epoch that ran, and the screen how."""
+    ran, settings = [epoch.steps for epoch in record.epochs], record.settings
+    if ran and (pacer.resized or settings.epochs < job.training.epochs):
+        reporter.run_paced(record, job.training.epochs, settings.max_steps, pacer.slowdown)
+        record.settings = dataclasses.replace(settings, max_steps=max(ran),
+                                              max_eval_steps=min(settings.max_eval_steps or 0, max(ran)))
 
 
 AUTO_BATCH_FEWEST_STEPS = 7  # the largest batch --batch-size auto tries still makes this many steps an epoch

@@ -151,15 +151,12 @@ class RichReporter(RunReporter):
                       "Shorten it with --budget (e.g. --budget 10m), --epochs or --max-steps; Ctrl-C stops it and "
                       "keeps every finished epoch.", "yellow")
 
-    def run_paced(self, record: RunRecord, planned_epochs: int, resized: list[tuple[int, int]],
-                  slowdown: float) -> None:
+    def run_paced(self, record: RunRecord, planned_epochs: int, planned_steps: int, slowdown: float) -> None:
         if self.quiet:
             return
-        said = []
-        if resized:
-            (first_epoch, _), (_, steps) = resized[0], resized[-1]
-            said.append(f"its epochs were cut from {record.settings.max_steps:,} to {steps:,} steps from epoch "
-                        f"{first_epoch}")
+        ran = [epoch.steps for epoch in record.epochs]
+        steps = str(ran[0]) if len(set(ran)) == 1 else ", ".join(map(str, ran[:-1])) + f" and {ran[-1]}"
+        said = [f"its epochs had {steps} of the {planned_steps} steps planned"] if min(ran) < planned_steps else []
         if record.settings.epochs < planned_epochs:
             said.append(f"it ended after {record.settings.epochs} of {planned_epochs} epochs")
         slower = f"; its steps took up to {slowdown:.1f}x what its first steps said" if slowdown >= 1.05 else ""
