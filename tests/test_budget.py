@@ -258,6 +258,20 @@ def test_a_run_too_long_for_its_budget_ends_after_a_warm_up_and_two_steady_epoch
     assert machine.now == 16.0 and heard.paced == [(10, 3, 1.0)]
 
 
+def test_the_screen_says_what_a_paced_run_really_trained(monkeypatch):
+    SlowingMachine(monkeypatch, slower=3.0)
+    screen = io.StringIO()
+    budgeted_run(60, RichReporter(Console(file=screen, width=80, soft_wrap=True)), epochs=10)
+    said = screen.getvalue().split("kept to its share", 1)[1].splitlines()  # the message, and the budget line
+    assert all(len(line) <= 80 for line in said)
+    text = " ".join(screen.getvalue().split())
+    # sized to 4 steps for 10 epochs at 1 s (10 x (4 + 2 x 0.5) = 50 s of 57); at 3 s a step, epochs of 3 steps
+    # and 2 evaluation batches take 12 s: 4 of them fit
+    assert ("cifar100-mlp on cpu kept to its share of the budget: its epochs had 3 of the 4 steps planned and it "
+            "ended after 4 of 10 epochs; its steps took up to 3.0x what its first steps said. Trained in 48 s, within the "
+            "1 min 00 s budget.") in text
+
+
 def test_a_run_is_never_ended_before_its_warm_up_and_two_steady_epochs():
     times = StepTimes(first_step_s=1.0, step_s=1.0, eval_step_s=0.0)
     assert next_epoch_steps(0.0, times, epochs_done=2, epochs_left=8, steps=30, eval_most=0) == FEWEST_BUDGETED_STEPS

@@ -336,6 +336,7 @@ class BudgetShares:
     pacer: Pacer | None = None  # the run under way's, once sized
     _run_started_s: float = 0.0  # budget spent when the run under way began (the one before it ended)
     _share_s: float = 0.0  # the run under way's share, counted from its sizing
+    _sized_s: float = 0.0  # budget spent when the run under way was sized
 
     def __post_init__(self) -> None:
         self._run_started_s = self.budget.spent()
@@ -353,8 +354,8 @@ class BudgetShares:
 
     def pace(self, times: StepTimes, share_s: float) -> Pacer:
         """The run under way's Pacer, which keeps it within `share_s` from now."""
-        self._share_s = share_s
-        self.pacer = Pacer(self.budget, self.budget.spent() + share_s, times)
+        self._share_s, self._sized_s = share_s, self.budget.spent()
+        self.pacer = Pacer(self.budget, self._sized_s + share_s, times)
         return self.pacer
 
     def run_done(self, record: RunRecord) -> None:
@@ -364,7 +365,8 @@ class BudgetShares:
         if record.flops_per_sample and steady:  # what this device really did, for the runs to come on it
             self.speeds.setdefault(record.device, []).append(record.flops_per_sample * statistics.median(steady))
         evaluation_s = sum(epoch.eval_time_s or 0.0 for epoch in record.epochs)
-        spent_s, self._run_started_s = now - self._run_started_s, now
+        started_s, self._run_started_s = self._run_started_s, now
+        spent_s = now - started_s
         if pacer is None:  # not sized: a trainer of its own, or a run that failed before its sizing
             self.spent.append(RunSpent(f"{record.workload} on {record.device}", spent_s, None, evaluation_s))
         else:
@@ -372,7 +374,7 @@ class BudgetShares:
             at_fewest = record.epochs and all(epoch.steps <= FEWEST_BUDGETED_STEPS for epoch in record.epochs)
             self.spent.append(RunSpent(
                 f"{record.workload} on {record.device}", spent_s, self._share_s,
-                set_up_s=pacer.deadline_s - self._share_s - (now - spent_s), evaluation_s=evaluation_s,
+                set_up_s=self._sized_s - started_s, evaluation_s=evaluation_s,
                 evaluation_share_s=pacer.planned.eval_step_s * settings.epochs * (settings.max_eval_steps or 0),
                 fewest_epochs=len(record.epochs) if at_fewest else None, slowdown=pacer.slowdown))
         self.runs.pop(0)

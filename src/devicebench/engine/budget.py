@@ -25,6 +25,7 @@ MEASURABLE_EPOCHS = WARMUP_EPOCHS + 2  # a budget ends a run early only after a 
 # Of a budget, the part kept for what follows the last run (tables, the JSON, the interpreter's exit): no plan
 # times it, and on a loaded machine exiting torch alone takes seconds
 FINISHING_SHARE = 0.05
+TINY_S = 1e-9  # a step timed at 0 s (a clock's resolution) is taken as this, never divided by
 SLOWER_WORTH_SAYING = 1.5  # a run whose steps took this many times what its first steps said is said to be slowed
 
 
@@ -58,20 +59,20 @@ class Pacer:
         if steps_done == 0:  # an epoch is about to start: learn from the one before it
             if epochs_done and self._epoch_started_s is not None:
                 self._latest = _epoch_times(record.epochs[-1], eval_steps, now - self._epoch_started_s)
-                self.slowdown = max(self.slowdown, self._latest.step_s / self.planned.step_s)
+                self._note_speed(self._latest.step_s)
             self._epoch_started_s = now
-            times, seconds_left = self._latest or self.planned, self.deadline_s - now
-            sized = next_epoch_steps(seconds_left, _steady(times), epochs_done, record.settings.epochs - epochs_done,
+            # the first epoch pays the first step's one-time cost, which the planned times hold; the last epoch's none
+            sized = next_epoch_steps(self.deadline_s - now, self._latest or self.planned, epochs_done, record.settings.epochs - epochs_done,
                                      steps, eval_steps)
         else:  # within an epoch: its own steps so far say what a step takes now
             if steps_done < FEWEST_BUDGETED_STEPS:
                 return steps
             one_time_s = self.planned.first_step_s - self.planned.step_s if epochs_done == 0 else 0.0
             step_s = max(0.0, now - self._epoch_started_s - one_time_s) / steps_done
-            self.slowdown = max(self.slowdown, step_s / self.planned.step_s)
+            self._note_speed(step_s)
             # no evaluation measured yet: it is taken to be as much slower as the steps are
             known = self._latest or dataclasses.replace(
-                self.planned, eval_step_s=self.planned.eval_step_s * step_s / self.planned.step_s)
+                self.planned, eval_step_s=self.planned.eval_step_s * step_s / max(self.planned.step_s, TINY_S))
             times = StepTimes(first_step_s=step_s, step_s=step_s, eval_step_s=known.eval_step_s,
                               epoch_s=known.epoch_s)
             # the epochs after this one, and the rest of this one (its steps already taken are spent)
@@ -82,6 +83,9 @@ class Pacer:
             self.resized.append((epochs_done + 1, sized))
         return sized
 
+    def _note_speed(self, step_s: float) -> None:
+        self.slowdown = max(self.slowdown, step_s / max(self.planned.step_s, TINY_S))
+
 
 def _epoch_times(epoch: EpochRecord, eval_steps: int, wall_s: float) -> StepTimes:
     """What `epoch` took: a training step, an evaluation batch, and the rest of its `wall_s` (the store, the
@@ -90,12 +94,6 @@ def _epoch_times(epoch: EpochRecord, eval_steps: int, wall_s: float) -> StepTime
     eval_s = epoch.eval_time_s or 0.0
     return StepTimes(first_step_s=step_s, step_s=step_s, eval_step_s=eval_s / eval_steps if eval_steps else 0.0,
                      epoch_s=max(0.0, wall_s - epoch.train_time_s - eval_s))
-
-
-def _steady(times: StepTimes) -> StepTimes:
-    """`times` without a first step's one-time cost: the epochs to come pay none."""
-    return StepTimes(first_step_s=times.step_s, step_s=times.step_s, eval_step_s=times.eval_step_s,
-                     epoch_s=times.epoch_s)
 
 
 # --- what a budgeted session spent, and why it ran over -------------------------------------------------------
