@@ -84,7 +84,7 @@ def timed(command: list[str], folder: Path) -> tuple[float, str]:
     if elapsed_file.exists():
         wall_s = float(elapsed_file.read_text().split()[-1])
     said = " ".join(completed.stderr.split())
-    found = re.search(r"Trained in .*?budget[.:].*?(?:fits it\.|budget\.)", said)
+    found = re.search(r"Trained in .*? budget(?:\.|: .*? fits it\.)", said)
     if completed.returncode not in (0, 1):  # 1: a run failed, which the budget still bounds
         raise SystemExit(f"devicebench exited {completed.returncode}: {completed.stderr[-2000:]}")
     return wall_s, found.group(0) if found else "(no budget line)"
