@@ -11,10 +11,10 @@ from rich.console import Console
 from devicebench import RunConfig, planning, runner
 from devicebench.config import QUICK_BUDGET_S, ConfigError
 from devicebench.engine import loop
-from devicebench.engine.budget import MEASURABLE_EPOCHS, BudgetAccount, RunSpent, next_epoch_steps
+from devicebench.engine.budget import MEASURABLE_EPOCHS, next_epoch_steps
 from devicebench.engine.loop import FEWEST_BUDGETED_STEPS, StepTimes, steps_within
 from devicebench.engine.timing import Budget, Stopwatch
-from devicebench.events import RunReporter
+from devicebench.events import BudgetAccount, RunReporter, RunSpent
 from devicebench.report.progress import RichReporter, duration_text
 
 ONE_SECOND_STEPS = StepTimes(first_step_s=1.0, step_s=1.0, eval_step_s=0.5)
@@ -268,8 +268,8 @@ def test_the_screen_says_what_a_paced_run_really_trained(monkeypatch):
     # sized to 4 steps for 10 epochs at 1 s (10 x (4 + 2 x 0.5) = 50 s of 57); at 3 s a step, epochs of 3 steps
     # and 2 evaluation batches take 12 s: 4 of them fit
     assert ("cifar100-mlp on cpu kept to its share of the budget: its epochs had 3 of the 4 steps planned and it "
-            "ended after 4 of 10 epochs; its steps took up to 3.0x what its first steps said. Trained in 48 s, within the "
-            "1 min 00 s budget.") in text
+            "ended after 4 of 10 epochs; its steps took up to 3.0x what its first steps said. Trained in 48 s, within "
+            "the 1 min 00 s budget.") in text
 
 
 def test_a_run_is_never_ended_before_its_warm_up_and_two_steady_epochs():
@@ -294,7 +294,7 @@ class PacedHeard(Heard):
 
 def account(*runs, workloads=1, budget_s=30.0):
     return BudgetAccount(budget_s, spent_s=sum(run.spent_s for run in runs) + 2.0, start_up_s=2.0, runs=runs,
-                         workloads=workloads)
+                         workloads=workloads, fewest_steps=FEWEST_BUDGETED_STEPS)
 
 
 def test_an_overrun_names_the_run_that_took_the_time_and_the_lever_that_fits_it():

@@ -7,6 +7,7 @@ runner it watches.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -14,7 +15,6 @@ from devicebench.results.schema import EpochRecord, Result, RunRecord
 
 if TYPE_CHECKING:  # for annotations only
     from devicebench.data import Dataset
-    from devicebench.engine.budget import BudgetAccount
     from devicebench.workloads import Workload
 
 
@@ -31,6 +31,81 @@ class Divergence:
     def reason(self) -> str:
         where = f"{self.process}: " if self.process else ""
         return f"{where}loss became {self.loss} at step {self.step} (epoch {self.epoch})"
+
+
+# --- what a budgeted session spent, and why it ran over (the runner's account, told when the session ends) ---
+
+SLOWER_WORTH_SAYING = 1.5  # a run whose steps took this many times what its first steps said is said to be slowed
+
+
+@dataclass(frozen=True)
+class RunSpent:
+    """What one run of a budgeted session took against the share it was given."""
+
+    label: str  # "catdog-deep on cpu"
+    spent_s: float  # from the end of the run before it: its data, set-up, training, evaluation, saving
+    share_s: float | None  # what it was given from its sizing on; None: not sized (a trainer of its own)
+    set_up_s: float = 0.0  # before its sizing: its data, --batch-size auto, tuning, its first steps timed
+    evaluation_s: float = 0.0
+    evaluation_share_s: float = 0.0  # what its evaluation was planned to take
+    fewest_epochs: int | None = None  # the epochs it ran when every one had the fewest steps, else None
+    slowdown: float = 1.0  # its steps took up to this many times what its first steps said
+
+    @property
+    def over_s(self) -> float:
+        return self.spent_s - self.set_up_s - (self.share_s if self.share_s is not None else 0.0)
+
+
+@dataclass(frozen=True)
+class BudgetAccount:
+    """A budgeted session's seconds: its start-up, each run, and what came after the last."""
+
+    budget_s: float
+    spent_s: float
+    start_up_s: float
+    runs: tuple[RunSpent, ...]
+    workloads: int  # how many workloads ran: naming fewer is a lever only when there were several
+    fewest_steps: int  # an epoch's fewest steps under a budget (engine/loop.py's FEWEST_BUDGETED_STEPS)
+
+    @property
+    def over(self) -> bool:
+        return self.spent_s > self.budget_s
+
+    def overrun(self) -> tuple[str, str]:
+        """(what took the time, what would shorten it), for a session over its budget."""
+        fewer = " or name fewer workloads" if self.workloads > 1 else ""
+        larger = "A larger --budget" + fewer + " fits it"
+        worst = max(self.runs, key=lambda run: run.spent_s - (run.share_s or 0.0), default=None)
+        if worst is None or self.start_up_s > self.budget_s / 2:
+            return f"starting took {_seconds(self.start_up_s)} before any run", larger
+        if worst.share_s is None:
+            return (f"{worst.label} trains on a trainer of its own, which no budget sizes, and took "
+                    f"{_seconds(worst.spent_s)}", "--max-steps caps its rounds; " + larger[0].lower() + larger[1:])
+        share = f"its share was {_seconds(worst.share_s)}"
+        trained = f"{_seconds(worst.spent_s - worst.set_up_s)} for"
+        if worst.fewest_epochs is not None:
+            at_least = 5 * math.ceil(self.spent_s / 5)
+            return (f"{worst.label} took {_seconds(worst.set_up_s)} for its data and first steps, then {trained} "
+                    f"its fewest epochs ({worst.fewest_epochs} of {self.fewest_steps} steps): {share} after "
+                    f"{_seconds(self.start_up_s)} of start-up",
+                    f"On this machine as loaded now, a --budget of at least {at_least} s{fewer} fits it")
+        if worst.evaluation_s - worst.evaluation_share_s > worst.over_s / 2:
+            return (f"{worst.label}'s evaluation took {_seconds(worst.evaluation_s)}, its share was "
+                    f"{_seconds(worst.evaluation_share_s)}", "--max-eval-steps caps it; " + larger[0].lower()
+                    + larger[1:])
+        if worst.set_up_s > (worst.share_s or 0.0):
+            return (f"{worst.label} took {_seconds(worst.set_up_s)} for its data, tuning and first steps before "
+                    f"it trained, then {trained} training: {share}", larger)
+        if worst.slowdown >= SLOWER_WORTH_SAYING:
+            return (f"the machine ran {worst.slowdown:.1f}x slower than {worst.label}'s first steps said: it took "
+                    f"{trained} training, {share}", "Fewer programs running beside it, or a larger --budget" + fewer
+                    + ", fits it")
+        return (f"{worst.label} took {trained} training and evaluation ({_seconds(worst.evaluation_s)}), {share}",
+                larger)
+
+
+def _seconds(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
 
 
 class Reporter:

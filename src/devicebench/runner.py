@@ -38,7 +38,7 @@ from devicebench.data.own import TensorData, TorchData
 from devicebench.data.pipeline import batches_for, default_workers, usable_cores
 from devicebench.devices import device_name, out_of_memory
 from devicebench.engine.boosting import train_boosted_trees
-from devicebench.engine.budget import FINISHING_SHARE, MEASURABLE_EPOCHS, BudgetAccount, Pacer, RunSpent
+from devicebench.engine.budget import FINISHING_SHARE, MEASURABLE_EPOCHS, Pacer
 from devicebench.engine.calibrate import peak_tflops
 from devicebench.engine.distributed import current_shard, data_parallel, world_size
 from devicebench.engine.flops import training_flops_per_sample
@@ -67,7 +67,7 @@ from devicebench.engine.tuning import (
     tuned_setup,
 )
 from devicebench.environment import machine_fingerprint
-from devicebench.events import RunReporter
+from devicebench.events import BudgetAccount, RunReporter, RunSpent
 from devicebench.planning import Job, Plan
 from devicebench.results.diagnosis import diagnose
 from devicebench.results.plausibility import flag_run, peak_precision
@@ -381,7 +381,7 @@ class BudgetShares:
 
     def account(self, workloads: int) -> BudgetAccount:
         return BudgetAccount(self.budget.seconds, self.budget.spent(), self.budget.spent_before, tuple(self.spent),
-                             workloads)
+                             workloads, FEWEST_BUDGETED_STEPS)
 
     def _fewest_s(self, job: Job) -> float:
         flops, speeds = _flops_per_step(job), self.speeds.get(str(job.device))

@@ -1,5 +1,5 @@
-"""Keeping a time budget while the runs go: each run is re-sized from what its steps really take, and a session that
-still ran over is explained by what took the time and what would shorten it.
+"""Keeping a time budget while the runs go: each run is re-sized from what its steps really take (a session that still
+ran over is explained by events.BudgetAccount: what took the time and what would shorten it).
 
 A run is sized before it starts from two steps timed on a throwaway model (loop.time_first_steps); a machine that
 turns out slower than those steps said (load arriving mid-run, a warm-up that lasts) would overrun by the same
@@ -14,7 +14,6 @@ FEWEST_BUDGETED_STEPS an epoch, and a run ends early only once a warm-up and two
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 
 from devicebench.engine.loop import FEWEST_BUDGETED_STEPS, StepTimes, steps_within
@@ -26,7 +25,6 @@ MEASURABLE_EPOCHS = WARMUP_EPOCHS + 2  # a budget ends a run early only after a 
 # times it, and on a loaded machine exiting torch alone takes seconds
 FINISHING_SHARE = 0.05
 TINY_S = 1e-9  # a step timed at 0 s (a clock's resolution) is taken as this, never divided by
-SLOWER_WORTH_SAYING = 1.5  # a run whose steps took this many times what its first steps said is said to be slowed
 
 
 def next_epoch_steps(seconds_left: float, times: StepTimes, epochs_done: int, epochs_left: int, steps: int,
@@ -62,8 +60,8 @@ class Pacer:
                 self._note_speed(self._latest.step_s)
             self._epoch_started_s = now
             # the first epoch pays the first step's one-time cost, which the planned times hold; the last epoch's none
-            sized = next_epoch_steps(self.deadline_s - now, self._latest or self.planned, epochs_done, record.settings.epochs - epochs_done,
-                                     steps, eval_steps)
+            sized = next_epoch_steps(self.deadline_s - now, self._latest or self.planned, epochs_done,
+                                     record.settings.epochs - epochs_done, steps, eval_steps)
         else:  # within an epoch: its own steps so far say what a step takes now
             if steps_done < FEWEST_BUDGETED_STEPS:
                 return steps
@@ -94,75 +92,3 @@ def _epoch_times(epoch: EpochRecord, eval_steps: int, wall_s: float) -> StepTime
     eval_s = epoch.eval_time_s or 0.0
     return StepTimes(first_step_s=step_s, step_s=step_s, eval_step_s=eval_s / eval_steps if eval_steps else 0.0,
                      epoch_s=max(0.0, wall_s - epoch.train_time_s - eval_s))
-
-
-# --- what a budgeted session spent, and why it ran over -------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RunSpent:
-    """What one run of a budgeted session took against the share it was given."""
-
-    label: str  # "catdog-deep on cpu"
-    spent_s: float  # from the end of the run before it: its data, set-up, training, evaluation, saving
-    share_s: float | None  # what it was given from its sizing on; None: not sized (a trainer of its own)
-    set_up_s: float = 0.0  # before its sizing: its data, --batch-size auto, tuning, its first steps timed
-    evaluation_s: float = 0.0
-    evaluation_share_s: float = 0.0  # what its evaluation was planned to take
-    fewest_epochs: int | None = None  # the epochs it ran when every one had the fewest steps, else None
-    slowdown: float = 1.0  # its steps took up to this many times what its first steps said
-
-    @property
-    def over_s(self) -> float:
-        return self.spent_s - self.set_up_s - (self.share_s if self.share_s is not None else 0.0)
-
-
-@dataclass(frozen=True)
-class BudgetAccount:
-    """A budgeted session's seconds: its start-up, each run, and what came after the last."""
-
-    budget_s: float
-    spent_s: float
-    start_up_s: float
-    runs: tuple[RunSpent, ...]
-    workloads: int  # how many workloads ran: naming fewer is a lever only when there were several
-
-    @property
-    def over(self) -> bool:
-        return self.spent_s > self.budget_s
-
-    def overrun(self) -> tuple[str, str]:
-        """(what took the time, what would shorten it), for a session over its budget."""
-        fewer = " or name fewer workloads" if self.workloads > 1 else ""
-        larger = "A larger --budget" + fewer + " fits it"
-        worst = max(self.runs, key=lambda run: run.spent_s - (run.share_s or 0.0), default=None)
-        if worst is None or self.start_up_s > self.budget_s / 2:
-            return f"starting took {_seconds(self.start_up_s)} before any run", larger
-        if worst.share_s is None:
-            return (f"{worst.label} trains on a trainer of its own, which no budget sizes, and took "
-                    f"{_seconds(worst.spent_s)}", "--max-steps caps its rounds; " + larger[0].lower() + larger[1:])
-        share = f"its share was {_seconds(worst.share_s)}"
-        trained = f"{_seconds(worst.spent_s - worst.set_up_s)} for"
-        if worst.fewest_epochs is not None:
-            at_least = 5 * math.ceil(self.spent_s / 5)
-            return (f"{worst.label} took {_seconds(worst.set_up_s)} for its data and first steps, then {trained} "
-                    f"its fewest epochs ({worst.fewest_epochs} of {FEWEST_BUDGETED_STEPS} steps): {share} after "
-                    f"{_seconds(self.start_up_s)} of start-up",
-                    f"On this machine as loaded now, a --budget of at least {at_least} s{fewer} fits it")
-        if worst.evaluation_s - worst.evaluation_share_s > worst.over_s / 2:
-            return (f"{worst.label}'s evaluation took {_seconds(worst.evaluation_s)}, its share was "
-                    f"{_seconds(worst.evaluation_share_s)}", "--max-eval-steps caps it; " + larger[0].lower()
-                    + larger[1:])
-        if worst.set_up_s > (worst.share_s or 0.0):
-            return (f"{worst.label} took {_seconds(worst.set_up_s)} for its data, tuning and first steps before "
-                    f"it trained, then {trained} training: {share}", larger)
-        if worst.slowdown >= SLOWER_WORTH_SAYING:
-            return (f"the machine ran {worst.slowdown:.1f}x slower than {worst.label}'s first steps said: it took "
-                    f"{trained} training, {share}", "Fewer programs running beside it, or a larger --budget" + fewer
-                    + ", fits it")
-        return (f"{worst.label} took {trained} training and evaluation ({_seconds(worst.evaluation_s)}), {share}",
-                larger)
-
-
-def _seconds(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"

@@ -18,8 +18,7 @@ from rich.progress import (
 from rich.text import Text
 
 from devicebench.data import ArrayDataset, ImageFolderDataset
-from devicebench.engine.budget import BudgetAccount
-from devicebench.events import RunReporter
+from devicebench.events import BudgetAccount, RunReporter
 from devicebench.report.tables import batch_text
 from devicebench.results.schema import EpochRecord, RunRecord
 from devicebench.workloads import Workload
