@@ -316,9 +316,26 @@ def test_an_overrun_names_the_run_that_took_the_time_and_the_lever_that_fits_it(
     assert account(tuning).overrun()[0].startswith("cifar10-cnn on cpu took 60 s for its data, tuning and first "
                                                    "steps before it trained")
     trees = RunSpent("gbdt-covertype on cpu", spent_s=80.0, share_s=None)
-    assert account(trees).overrun()[1].startswith("--max-steps caps its rounds")
+    assert account(trees).overrun()[1].startswith("--max-steps caps their rounds")
     said = " ".join(account(run).overrun()[0] for run in (fewest, evaluation, slowed, tuning, trees))
     assert "at least 3 steps" not in said
+
+
+def test_a_suite_over_its_budget_blames_what_took_the_most_of_it():
+    # the main job on a loaded machine: boosted trees no budget sizes first, then runs left only their fewest epochs
+    suite = account(RunSpent("gbdt-covertype on cpu", 44.0, None), RunSpent("mnist-cnn2 on cpu", 9.0, 8.0),
+                    RunSpent("catdog-deep on cpu", 114.0, 20.0, set_up_s=30.0, fewest_epochs=3),
+                    RunSpent("imdb-bilstm on cpu", 200.0, 25.0, set_up_s=20.0, fewest_epochs=3), workloads=12,
+                    budget_s=120.0)
+    cause, lever = suite.overrun()
+    assert cause == ("2 runs already at their fewest epochs (3 steps each) took 314 s (imdb-bilstm on cpu 200 s, "
+                     "catdog-deep on cpu 114 s)")
+    assert lever == "On this machine as loaded now, a --budget of at least 370 s or name fewer workloads fits it"
+    trees_first = account(RunSpent("gbdt-covertype on cpu", 80.0, None), RunSpent("gbdt-synthetic on cpu", 30.0, None),
+                          RunSpent("mnist-cnn2 on cpu", 12.0, 10.0), workloads=3)
+    assert trees_first.overrun() == ("2 runs on trainers of their own, which no budget sizes, took 110 s "
+                                     "(gbdt-covertype on cpu 80 s, gbdt-synthetic on cpu 30 s)",
+                                     "--max-steps caps their rounds; a larger --budget or name fewer workloads fits it")
 
 
 def test_naming_fewer_workloads_is_a_lever_only_when_several_ran():

@@ -72,36 +72,62 @@ class BudgetAccount:
         return self.spent_s > self.budget_s
 
     def overrun(self) -> tuple[str, str]:
-        """(what took the time, what would shorten it), for a session over its budget."""
+        """(what took the time, what would shorten it), for a session over its budget: the start-up, the runs no
+        budget sizes, the runs already at their fewest epochs, or the run furthest over its share, whichever took
+        the most."""
         fewer = " or name fewer workloads" if self.workloads > 1 else ""
-        larger = "A larger --budget" + fewer + " fits it"
-        worst = max(self.runs, key=lambda run: run.spent_s - (run.share_s or 0.0), default=None)
-        if worst is None or self.start_up_s > self.budget_s / 2:
-            return f"starting took {_seconds(self.start_up_s)} before any run", larger
-        if worst.share_s is None:
-            return (f"{worst.label} trains on a trainer of its own, which no budget sizes, and took "
-                    f"{_seconds(worst.spent_s)}", "--max-steps caps its rounds; " + larger[0].lower() + larger[1:])
+        larger = f"a larger --budget{fewer} fits it"
+        if not self.runs or self.start_up_s > self.budget_s / 2:
+            return f"starting took {_seconds(self.start_up_s)} before any run", larger.capitalize()
+        unsized = _longest_first([run for run in self.runs if run.share_s is None])
+        fewest = _longest_first([run for run in self.runs if run.fewest_epochs is not None])
+        sized = [run for run in self.runs if run.share_s is not None and run.fewest_epochs is None]
+        worst = max(sized, key=lambda run: run.over_s, default=None)
+        taken = {name: seconds for name, seconds, runs in (
+            ("unsized", sum(run.spent_s for run in unsized), unsized),
+            ("fewest", sum(run.spent_s for run in fewest), fewest),
+            ("worst", worst.over_s if worst is not None else 0.0, sized)) if runs}
+        cause = max(taken, key=taken.get)
+        if cause == "unsized":
+            what = (f"{unsized[0].label} trains on a trainer of its own, which no budget sizes, and took "
+                    f"{_seconds(unsized[0].spent_s)}" if len(unsized) == 1 else
+                    f"{len(unsized)} runs on trainers of their own, which no budget sizes, took "
+                    f"{_seconds(taken['unsized'])} ({_listed(unsized)})")
+            return what, "--max-steps caps their rounds; " + larger
+        if cause == "fewest":
+            at_least = f"On this machine as loaded now, a --budget of at least {5 * math.ceil(self.spent_s / 5)} s" \
+                       f"{fewer} fits it"
+            if len(fewest) > 1:
+                return (f"{len(fewest)} runs already at their fewest epochs ({self.fewest_steps} steps each) took "
+                        f"{_seconds(taken['fewest'])} ({_listed(fewest)})", at_least)
+            run = fewest[0]
+            return (f"{run.label} took {_seconds(run.set_up_s)} for its data and first steps, then "
+                    f"{_seconds(run.spent_s - run.set_up_s)} for its fewest epochs ({run.fewest_epochs} of "
+                    f"{self.fewest_steps} steps): its share was {_seconds(run.share_s)} after "
+                    f"{_seconds(self.start_up_s)} of start-up", at_least)
         share = f"its share was {_seconds(worst.share_s)}"
         trained = f"{_seconds(worst.spent_s - worst.set_up_s)} for"
-        if worst.fewest_epochs is not None:
-            at_least = 5 * math.ceil(self.spent_s / 5)
-            return (f"{worst.label} took {_seconds(worst.set_up_s)} for its data and first steps, then {trained} "
-                    f"its fewest epochs ({worst.fewest_epochs} of {self.fewest_steps} steps): {share} after "
-                    f"{_seconds(self.start_up_s)} of start-up",
-                    f"On this machine as loaded now, a --budget of at least {at_least} s{fewer} fits it")
         if worst.evaluation_s - worst.evaluation_share_s > worst.over_s / 2:
             return (f"{worst.label}'s evaluation took {_seconds(worst.evaluation_s)}, its share was "
-                    f"{_seconds(worst.evaluation_share_s)}", "--max-eval-steps caps it; " + larger[0].lower()
-                    + larger[1:])
-        if worst.set_up_s > (worst.share_s or 0.0):
+                    f"{_seconds(worst.evaluation_share_s)}", "--max-eval-steps caps it; " + larger)
+        if worst.set_up_s > worst.share_s:
             return (f"{worst.label} took {_seconds(worst.set_up_s)} for its data, tuning and first steps before "
-                    f"it trained, then {trained} training: {share}", larger)
+                    f"it trained, then {trained} training: {share}", larger.capitalize())
         if worst.slowdown >= SLOWER_WORTH_SAYING:
             return (f"the machine ran {worst.slowdown:.1f}x slower than {worst.label}'s first steps said: it took "
-                    f"{trained} training, {share}", "Fewer programs running beside it, or a larger --budget" + fewer
-                    + ", fits it")
+                    f"{trained} training, {share}", f"Fewer programs running beside it, or {larger}")
         return (f"{worst.label} took {trained} training and evaluation ({_seconds(worst.evaluation_s)}), {share}",
-                larger)
+                larger.capitalize())
+
+
+def _longest_first(runs: list[RunSpent]) -> list[RunSpent]:
+    return sorted(runs, key=lambda run: run.spent_s, reverse=True)
+
+
+def _listed(runs: list[RunSpent], most: int = 3) -> str:
+    """`imdb-bilstm on cpu 200 s, catdog-deep on cpu 114 s and 2 more`"""
+    named = ", ".join(f"{run.label} {_seconds(run.spent_s)}" for run in runs[:most])
+    return named + (f" and {len(runs) - most} more" if len(runs) > most else "")
 
 
 def _seconds(seconds: float) -> str:
