@@ -230,13 +230,14 @@ def test_a_machine_three_times_slower_than_its_first_steps_still_ends_within_the
     heard = PacedHeard()
     run, = budgeted_run(60, heard).runs
     # sized for 1 s steps: 3 x (18 + 2 x 0.5) = 57 s of the 60 (5% kept for what follows the runs); at 3 s a step
-    # that is 171 s. Three steps into the warm-up epoch the pacer sees 3 s steps: 3 x (5 x 3 + 2 x 1.5) = 54 s
-    assert [epoch.steps for epoch in run.epochs] == [5, 5, 5]
-    assert run.status == "ok" and machine.now == 54.0 <= 60
+    # that is 171 s. Three steps into the warm-up epoch the pacer sees 3 s steps: 3 x (5 x 3 + 2 x 1.5) = 54 s;
+    # the last epoch takes the 3 s still left: 6 steps
+    assert [epoch.steps for epoch in run.epochs] == [5, 5, 6]
+    assert run.status == "ok" and machine.now == 57.0 <= 60
     assert heard.paced == [(3, 18, 3.0)]  # told: sized to 18 steps, its steps took 3x what its first said
-    assert run.settings.max_steps == 5  # the record holds the longest epoch that ran
+    assert run.settings.max_steps == 6  # the record holds the longest epoch that ran
     (spent, budget), = heard.spent
-    assert spent == 54.0 and budget == 60
+    assert spent == 57.0 and budget == 60
 
 
 def test_load_arriving_mid_run_shortens_the_epochs_still_to_come(monkeypatch):

@@ -50,6 +50,7 @@ class Pacer:
     slowdown: float = 1.0  # the largest of the run's measured step times over the planned one
     _epoch_started_s: float | None = None  # budget spent when the epoch under way began
     _latest: StepTimes | None = None  # what the last finished epoch took, a step, an evaluation batch, the rest
+    _sized_steps: int | None = None  # the first epoch's steps: a later epoch may grow back to them, never beyond
 
     def epoch_steps(self, record: RunRecord, steps_done: int, steps: int, eval_steps: int) -> int:
         now = self.budget.spent()
@@ -59,9 +60,11 @@ class Pacer:
                 self._latest = _epoch_times(record.epochs[-1], eval_steps, now - self._epoch_started_s)
                 self._note_speed(self._latest.step_s)
             self._epoch_started_s = now
+            # an epoch cut short by a slow moment (a warm-up's first steps, a burst of load) need not shorten the rest
+            self._sized_steps = self._sized_steps or steps
             # the first epoch pays the first step's one-time cost, which the planned times hold; the last epoch's none
             sized = next_epoch_steps(self.deadline_s - now, self._latest or self.planned, epochs_done,
-                                     record.settings.epochs - epochs_done, steps, eval_steps)
+                                     record.settings.epochs - epochs_done, self._sized_steps, eval_steps)
         else:  # within an epoch: its own steps so far say what a step takes now
             if steps_done < FEWEST_BUDGETED_STEPS:
                 return steps
@@ -77,7 +80,7 @@ class Pacer:
             seconds_left = self.deadline_s - now + steps_done * step_s
             epochs_left = record.settings.epochs - epochs_done
             sized = max(steps_done, steps_within(seconds_left, times, epochs_left, steps, eval_steps))
-        if 0 < sized < steps:
+        if 0 < sized < self._sized_steps:
             self.resized.append((epochs_done + 1, sized))
         return sized
 

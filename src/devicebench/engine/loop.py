@@ -141,8 +141,9 @@ class Pace(Protocol):
     """Sizes a run's epochs as it goes (engine/budget.py's Pacer, for a time budget)."""
 
     def epoch_steps(self, record: RunRecord, steps_done: int, steps: int, eval_steps: int) -> int:
-        """The steps the epoch under way may have, at most `steps` and at least `steps_done` (0: it is about to
-        start, and 0 back ends the run before it). `record` holds every epoch finished so far."""
+        """The steps the epoch under way may have: within it, at least `steps_done` and at most its `steps`; about
+        to start (`steps_done` 0), at most the first epoch's, and 0 back ends the run before it. `record` holds
+        every epoch finished so far."""
 
 
 def train(

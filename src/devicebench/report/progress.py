@@ -154,7 +154,12 @@ class RichReporter(RunReporter):
         if self.quiet:
             return
         ran = [epoch.steps for epoch in record.epochs]
-        steps = str(ran[0]) if len(set(ran)) == 1 else ", ".join(map(str, ran[:-1])) + f" and {ran[-1]}"
+        if len(set(ran)) == 1:
+            steps = str(ran[0])
+        elif len(ran) <= 3:
+            steps = ", ".join(map(str, ran[:-1])) + f" and {ran[-1]}"
+        else:  # the epoch lines say each
+            steps = f"{min(ran)} to {max(ran)}"
         said = [f"its epochs had {steps} of the {planned_steps} steps planned"] if min(ran) < planned_steps else []
         if record.settings.epochs < planned_epochs:
             said.append(f"it ended after {record.settings.epochs} of {planned_epochs} epochs")
