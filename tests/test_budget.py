@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 
 import pytest
@@ -9,9 +10,11 @@ from rich.console import Console
 
 from devicebench import RunConfig, planning, runner
 from devicebench.config import QUICK_BUDGET_S, ConfigError
+from devicebench.engine import loop
+from devicebench.engine.budget import MEASURABLE_EPOCHS, next_epoch_steps
 from devicebench.engine.loop import FEWEST_BUDGETED_STEPS, StepTimes, steps_within
-from devicebench.engine.timing import Budget
-from devicebench.events import RunReporter
+from devicebench.engine.timing import Budget, Stopwatch
+from devicebench.events import BudgetAccount, RunReporter, RunSpent
 from devicebench.report.progress import RichReporter, duration_text
 
 ONE_SECOND_STEPS = StepTimes(first_step_s=1.0, step_s=1.0, eval_step_s=0.5)
@@ -84,25 +87,28 @@ class Heard(RunReporter):
     def run_estimated(self, record, seconds):
         self.estimates.append((record.workload, seconds))
 
-    def budget_spent(self, spent_s, budget_s):
-        self.spent.append((spent_s, budget_s))
+    def budget_spent(self, account):
+        self.spent.append((account.spent_s, account.budget_s))
 
 
 def test_each_run_gets_its_share_of_what_is_left_and_trains_the_steps_that_fit(monkeypatch):
     monkeypatch.setattr(runner, "time_first_steps", lambda *arguments: ONE_SECOND_STEPS)
+    monkeypatch.setattr(runner, "Budget", functools.partial(Budget, clock=lambda: 0.0))  # the runs take no time
     heard = Heard()
     config = RunConfig(workloads=("cifar100-mlp",), devices="cpu", data="synthetic", epochs=3, repeats=2,
                        budget_s=30)
     result = runner.run(planning.plan(config), heard)
     first, second = result.runs
-    # the first run's share is half of 30 s: 3 x 1.5 s x 3 steps; the second gets what the first left (~29 s)
+    # of the 28.5 s planned (5% of 30 s is kept for what follows the runs), the first run is sure of 3 epochs of
+    # 3 steps (13.5 s), the second's are estimated at 9 s, and the rest is halved: 16.5 s, 3 steps; the second gets
+    # what the first left (28.5 s): 6 steps
     assert first.settings.max_steps == 3 and [epoch.steps for epoch in first.epochs] == [3, 3, 3]
     assert second.settings.max_steps == 6 and [epoch.steps for epoch in second.epochs] == [6, 6, 6]
     assert second.settings.max_eval_steps == 6  # evaluation never exceeds training's steps
     assert {epoch.eval_samples for epoch in second.epochs} == {6 * 32}
     assert heard.estimates == [("cifar100-mlp", 13.5), ("cifar100-mlp", 27.0)]
     (spent, budget), = heard.spent
-    assert budget == 30 and 0 < spent < 30
+    assert (spent, budget) == (0.0, 30)  # the fake clock stood still
 
 
 def test_a_long_run_is_foretold_with_how_to_shorten_it(monkeypatch):
@@ -137,16 +143,6 @@ def test_the_first_steps_are_timed_on_a_model_of_their_own():
     assert [e.train_loss for e in budgeted.runs[0].epochs] == [e.train_loss for e in plain.runs[0].epochs]
 
 
-def test_the_budget_line_says_within_or_over():
-    screen = io.StringIO()
-    reporter = RichReporter(Console(file=screen, width=80))
-    reporter.budget_spent(95.0, 120.0)
-    reporter.budget_spent(150.0, 120.0)
-    text = " ".join(screen.getvalue().split())
-    assert "Trained in 1 min 35 s, within the 2 min 00 s budget." in text
-    assert "Trained in 2 min 30 s, over the 2 min 00 s budget" in text
-
-
 @pytest.mark.parametrize(("seconds", "text"), [(45.4, "45 s"), (125, "2 min 05 s"), (11_220, "3 h 07 min")])
 def test_durations_read_as_a_person_says_them(seconds, text):
     assert duration_text(seconds) == text
@@ -161,12 +157,13 @@ def test_a_heavy_run_still_to_come_keeps_its_fewest_steps_from_the_light_ones_be
     assert heavy_flops > 100 * light_flops
     steps = StepTimes(first_step_s=1.0, step_s=1.0, eval_step_s=0.0)
     # the light run is sure of 3 epochs x 3 steps (9 s); the heavy one's 9 steps are estimated at the light one's
-    # FLOP/s, and only what is left beyond both is shared: far less than half of the 51 s beyond the light one's
+    # FLOP/s, and only what is left beyond both of the 57 s planned (5% is kept for what follows the runs) is
+    # shared: far less than half of the 48 s beyond the light one's
     heavy_fewest = 3 * 3 * heavy_flops / light_flops
-    assert shares.seconds_for(light, steps, 10, light_flops) == 9.0 + max(0.0, 60.0 - 9.0 - heavy_fewest) / 2
-    assert shares.seconds_for(light, steps, 10, light_flops) < 9.0 + 51.0 / 2
-    shares.run_done()
-    assert shares.seconds_for(heavy, steps, 10, heavy_flops) == 60.0  # the last run may take all that is left
+    assert shares.seconds_for(light, steps, 10, light_flops) == 9.0 + max(0.0, 57.0 - 9.0 - heavy_fewest) / 2
+    assert shares.seconds_for(light, steps, 10, light_flops) < 9.0 + 48.0 / 2
+    shares.run_done(runner.new_record(light, runner.load_data(light), 0))
+    assert shares.seconds_for(heavy, steps, 10, heavy_flops) == 57.0  # the last run may take all that is left
 
 
 @pytest.mark.parametrize("written", ["5x", "m", "", "0s"])
@@ -181,3 +178,184 @@ def test_a_budget_the_cli_cannot_read_is_refused_before_anything_runs(written, t
     assert outcome.exit_code == EXIT_USAGE, outcome.output
     assert "--budget" in outcome.output and "90s, 5m" in outcome.output
     assert not (tmp_path / "runs.sqlite").exists()  # refused before the database was made
+
+
+# --- keeping to the budget as the runs go ---------------------------------------------------------------------
+
+
+class SlowingMachine:
+    """One fake clock for the budget and every Stopwatch: a training step costs `step_s` (after `slows_after`
+    steps, `slower` times that), an evaluation batch `eval_step_s` times the same factor; nothing else takes time."""
+
+    def __init__(self, monkeypatch, *, step_s=1.0, eval_step_s=0.5, slower=3.0, slows_after=0):
+        self.now, self.steps = 0.0, 0
+        machine = self
+
+        def factor():
+            return slower if machine.steps >= slows_after else 1.0
+
+        original_step, original_outputs = loop.TrainingSetup.train_step, loop.TrainingSetup.outputs
+
+        def train_step(setup, inputs, labels):
+            machine.now += step_s * factor()
+            machine.steps += 1
+            return original_step(setup, inputs, labels)
+
+        def outputs(setup, inputs):
+            if not setup.model.training:
+                machine.now += eval_step_s * factor()
+            return original_outputs(setup, inputs)
+
+        monkeypatch.setattr(loop.TrainingSetup, "train_step", train_step)
+        monkeypatch.setattr(loop.TrainingSetup, "outputs", outputs)
+        monkeypatch.setattr(runner, "Budget", functools.partial(Budget, clock=self.clock))
+        monkeypatch.setattr(runner, "Stopwatch", lambda device: Stopwatch(device, clock=self.clock,
+                                                                         synchronize=lambda device: None,
+                                                                         host_clock=self.clock))
+        # what the first steps said: the machine before it slowed
+        monkeypatch.setattr(runner, "time_first_steps", lambda *arguments: StepTimes(step_s, step_s, eval_step_s))
+
+    def clock(self) -> float:
+        return self.now
+
+
+def budgeted_run(budget_s, heard=None, **settings):
+    config = RunConfig(workloads=("cifar100-mlp",), devices="cpu", data="synthetic", max_eval_steps=2,
+                       budget_s=budget_s, **{"epochs": 3, **settings})
+    return runner.run(planning.plan(config), heard)
+
+
+def test_a_machine_three_times_slower_than_its_first_steps_still_ends_within_the_budget(monkeypatch):
+    machine = SlowingMachine(monkeypatch, slower=3.0)
+    heard = PacedHeard()
+    run, = budgeted_run(60, heard).runs
+    # sized for 1 s steps: 3 x (18 + 2 x 0.5) = 57 s of the 60 (5% kept for what follows the runs); at 3 s a step
+    # that is 171 s. Three steps into the warm-up epoch the pacer sees 3 s steps: 3 x (5 x 3 + 2 x 1.5) = 54 s;
+    # the last epoch takes the 3 s still left: 6 steps
+    assert [epoch.steps for epoch in run.epochs] == [5, 5, 6]
+    assert run.status == "ok" and machine.now == 57.0 <= 60
+    assert heard.paced == [(3, 18, 3.0)]  # told: sized to 18 steps, its steps took 3x what its first said
+    assert run.settings.max_steps == 6  # the record holds the longest epoch that ran
+    (spent, budget), = heard.spent
+    assert spent == 57.0 and budget == 60
+
+
+def test_load_arriving_mid_run_shortens_the_epochs_still_to_come(monkeypatch):
+    machine = SlowingMachine(monkeypatch, slower=3.0, slows_after=18 + 3)  # after the warm-up and 3 more steps
+    run, = budgeted_run(60).runs
+    # epoch 1 as planned (18 x 1 s + 1 s); from its 4th step epoch 2's steps take 3 s, and once its average step
+    # (2.25 s at 8 steps) leaves room for no more in the 38 s left it ends there; epoch 3, 3 s steps and slower
+    # evaluation measured, fits 4 into the 17 s left: 19 + 21 + 15 s
+    assert [epoch.steps for epoch in run.epochs] == [18, 8, 4]
+    assert machine.now == 55.0
+
+
+def test_a_run_too_long_for_its_budget_ends_after_a_warm_up_and_two_steady_epochs(monkeypatch):
+    machine = SlowingMachine(monkeypatch, slower=1.0)
+    heard = PacedHeard()
+    run, = budgeted_run(20, heard, epochs=10).runs
+    # 3 steps and 2 evaluation batches an epoch take 4 s; 19 s of the 20 fit 4 epochs
+    assert [epoch.steps for epoch in run.epochs] == [3, 3, 3, 3] and run.settings.epochs == 4
+    assert machine.now == 16.0 and heard.paced == [(10, 3, 1.0)]
+
+
+def test_the_screen_says_what_a_paced_run_really_trained(monkeypatch):
+    SlowingMachine(monkeypatch, slower=3.0)
+    screen = io.StringIO()
+    budgeted_run(60, RichReporter(Console(file=screen, width=80, soft_wrap=True)), epochs=10)
+    said = screen.getvalue().split("kept to its share", 1)[1].splitlines()  # the message, and the budget line
+    assert all(len(line) <= 80 for line in said)
+    text = " ".join(screen.getvalue().split())
+    # sized to 4 steps for 10 epochs at 1 s (10 x (4 + 2 x 0.5) = 50 s of 57); at 3 s a step, epochs of 3 steps
+    # and 2 evaluation batches take 12 s: 4 of them fit
+    assert ("cifar100-mlp on cpu kept to its share of the budget: its epochs had 3 of the 4 steps planned and it "
+            "ended after 4 of 10 epochs; its steps took up to 3.0x what its first steps said. Trained in 48 s, within "
+            "the 1 min 00 s budget.") in text
+
+
+def test_a_run_is_never_ended_before_its_warm_up_and_two_steady_epochs():
+    times = StepTimes(first_step_s=1.0, step_s=1.0, eval_step_s=0.0)
+    assert next_epoch_steps(0.0, times, epochs_done=2, epochs_left=8, steps=30, eval_most=0) == FEWEST_BUDGETED_STEPS
+    assert next_epoch_steps(0.0, times, epochs_done=MEASURABLE_EPOCHS, epochs_left=7, steps=30, eval_most=0) == 0
+    assert next_epoch_steps(3.0, times, epochs_done=MEASURABLE_EPOCHS, epochs_left=7, steps=30, eval_most=0) == 3
+    assert next_epoch_steps(100.0, times, epochs_done=MEASURABLE_EPOCHS, epochs_left=2, steps=30, eval_most=0) == 30
+
+
+class PacedHeard(Heard):
+    def __init__(self) -> None:
+        super().__init__()
+        self.paced: list[tuple] = []
+
+    def run_paced(self, record, planned_epochs, planned_steps, slowdown):
+        self.paced.append((planned_epochs, planned_steps, slowdown))
+
+
+# --- why a session ran over, and what would fit it ------------------------------------------------------------
+
+
+def account(*runs, workloads=1, budget_s=30.0):
+    return BudgetAccount(budget_s, spent_s=sum(run.spent_s for run in runs) + 2.0, start_up_s=2.0, runs=runs,
+                         workloads=workloads, fewest_steps=FEWEST_BUDGETED_STEPS)
+
+
+def test_an_overrun_names_the_run_that_took_the_time_and_the_lever_that_fits_it():
+    fewest = RunSpent("mnist-cnn2 on cpu", spent_s=52.0, share_s=20.0, set_up_s=16.0, fewest_epochs=3, slowdown=2.2)
+    cause, lever = account(fewest).overrun()  # 2 s of start-up + 52 s = 54 s of a 30 s budget
+    assert cause == ("mnist-cnn2 on cpu took 16 s for its data and first steps, then 36 s for its fewest epochs "
+                     "(3 of 3 steps): its share was 20 s after 2.0 s of start-up")
+    assert lever == "On this machine as loaded now, a --budget of at least 55 s fits it"
+    evaluation = RunSpent("catdog-deep on cpu", spent_s=70.0, share_s=30.0, set_up_s=5.0, evaluation_s=41.0,
+                          evaluation_share_s=12.0)
+    cause, lever = account(evaluation).overrun()
+    assert cause == "catdog-deep on cpu's evaluation took 41 s, its share was 12 s"
+    assert lever == "--max-eval-steps caps it; a larger --budget fits it"
+    slowed = RunSpent("cifar10-cnn on cpu", spent_s=50.0, share_s=30.0, set_up_s=5.0, slowdown=2.6)
+    cause, lever = account(slowed).overrun()
+    assert cause == ("the machine ran 2.6x slower than cifar10-cnn on cpu's first steps said: it took 45 s for "
+                     "training, its share was 30 s")
+    tuning = RunSpent("cifar10-cnn on cpu", spent_s=80.0, share_s=10.0, set_up_s=60.0, slowdown=1.1)
+    assert account(tuning).overrun()[0].startswith("cifar10-cnn on cpu took 60 s for its data, tuning and first "
+                                                   "steps before it trained")
+    trees = RunSpent("gbdt-covertype on cpu", spent_s=80.0, share_s=None)
+    assert account(trees).overrun()[1].startswith("--max-steps caps their rounds")
+    said = " ".join(account(run).overrun()[0] for run in (fewest, evaluation, slowed, tuning, trees))
+    assert "at least 3 steps" not in said
+
+
+def test_a_suite_over_its_budget_blames_what_took_the_most_of_it():
+    # the main job on a loaded machine: boosted trees no budget sizes first, then runs left only their fewest epochs
+    suite = account(RunSpent("gbdt-covertype on cpu", 44.0, None), RunSpent("mnist-cnn2 on cpu", 9.0, 8.0),
+                    RunSpent("catdog-deep on cpu", 114.0, 20.0, set_up_s=30.0, fewest_epochs=3),
+                    RunSpent("imdb-bilstm on cpu", 200.0, 25.0, set_up_s=20.0, fewest_epochs=3), workloads=12,
+                    budget_s=120.0)
+    cause, lever = suite.overrun()
+    assert cause == ("2 runs already at their fewest epochs (3 steps each) took 314 s (imdb-bilstm on cpu 200 s, "
+                     "catdog-deep on cpu 114 s)")
+    assert lever == "On this machine as loaded now, a --budget of at least 370 s or name fewer workloads fits it"
+    trees_first = account(RunSpent("gbdt-covertype on cpu", 80.0, None), RunSpent("gbdt-synthetic on cpu", 30.0, None),
+                          RunSpent("mnist-cnn2 on cpu", 12.0, 10.0), workloads=3)
+    assert trees_first.overrun() == ("2 runs on trainers of their own, which no budget sizes, took 110 s "
+                                     "(gbdt-covertype on cpu 80 s, gbdt-synthetic on cpu 30 s)",
+                                     "--max-steps caps their rounds; a larger --budget or name fewer workloads fits it")
+
+
+def test_naming_fewer_workloads_is_a_lever_only_when_several_ran():
+    slowed = RunSpent("cifar10-cnn on cpu", spent_s=45.0, share_s=30.0, slowdown=2.6)
+    assert "fewer workloads" not in account(slowed, workloads=1).overrun()[1]
+    assert "name fewer workloads" in account(slowed, workloads=5).overrun()[1]
+
+
+@pytest.mark.parametrize("over", [False, True])
+def test_the_budget_line_wraps_between_words_at_80_columns(over):
+    screen = io.StringIO()
+    reporter = RichReporter(Console(file=screen, width=80, soft_wrap=True))  # the CLI's stderr soft-wraps
+    evaluation = RunSpent("catdog-deep on cpu", spent_s=70.0 if over else 50.0, share_s=30.0, evaluation_s=41.0,
+                          evaluation_share_s=12.0)
+    said = account(evaluation, budget_s=60.0)
+    reporter.budget_spent(said)
+    lines = screen.getvalue().splitlines()
+    assert all(len(line) <= 80 for line in lines) and (len(lines) > 1) == over
+    cause, lever = said.overrun()
+    expected = f"Trained in {duration_text(said.spent_s)}, over the 1 min 00 s budget: {cause}. {lever}." if over \
+        else "Trained in 52 s, within the 1 min 00 s budget."
+    assert [word for line in lines for word in line.split()] == expected.split()  # no word cut in two

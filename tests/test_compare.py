@@ -243,6 +243,16 @@ def test_with_one_repeat_the_cv_comes_from_its_steady_epochs_and_says_so():
     assert any("varies 10.5% across 4 steady epochs of one repeat (more than 5%)" in note for note in row_notes([row]))
 
 
+def test_epochs_a_time_budget_shortened_are_as_repeatable_as_their_steps():
+    # 18, 8 and 4 steps at 1 s a step: the epochs' times vary by their lengths, not by noise
+    paced = run("cpu", [20, 18, 8, 4])
+    for epoch in paced.epochs[1:]:
+        epoch.steps, epoch.step_time_ms = int(epoch.train_time_s), 1000.0
+    (row,) = compare([session(LAPTOP, [paced])])["mnist-cnn2"]
+    assert row.epoch_time_cv == 0.0
+    assert not [note for note in row_notes([row]) if "noisy" in note]
+
+
 def test_one_steady_epoch_has_no_cv():
     row = cpu_row([[20, 10]])
     assert row.epoch_time_cv is None

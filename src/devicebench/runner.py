@@ -38,6 +38,7 @@ from devicebench.data.own import TensorData, TorchData
 from devicebench.data.pipeline import batches_for, default_workers, usable_cores
 from devicebench.devices import device_name, out_of_memory
 from devicebench.engine.boosting import train_boosted_trees
+from devicebench.engine.budget import FINISHING_SHARE, MEASURABLE_EPOCHS, Pacer
 from devicebench.engine.calibrate import peak_tflops
 from devicebench.engine.distributed import current_shard, data_parallel, world_size
 from devicebench.engine.flops import training_flops_per_sample
@@ -66,7 +67,7 @@ from devicebench.engine.tuning import (
     tuned_setup,
 )
 from devicebench.environment import machine_fingerprint
-from devicebench.events import RunReporter
+from devicebench.events import BudgetAccount, RunReporter, RunSpent
 from devicebench.planning import Job, Plan
 from devicebench.results.diagnosis import diagnose
 from devicebench.results.plausibility import flag_run, peak_precision
@@ -105,7 +106,7 @@ def run(plan: Plan, reporter: RunReporter | None = None, *, save_to: Path | None
     try:
         _execute(plan.jobs, result, reporter, save_to, shares)
         if shares is not None:
-            reporter.budget_spent(shares.budget.spent(), shares.budget.seconds)
+            reporter.budget_spent(shares.account(len({job.workload.name for job in plan.jobs})))
     finally:
         torch.set_num_threads(threads_before)  # a library call leaves the process as it found it
     return result
@@ -136,7 +137,7 @@ def _execute(jobs: tuple[Job, ...], result: Result, reporter: RunReporter, save_
                 else:
                     train_record(record, job, dataset, reporter, save_to=save_to, tunings=tunings, shares=shares)
                 if shares is not None:
-                    shares.run_done()
+                    shares.run_done(record)
     except KeyboardInterrupt:
         result.interrupted = True
         for record in result.runs:
@@ -309,8 +310,11 @@ def _train_model(
             build = partial(_build_tuned, build, tuning, device, record)
             compiled_from = dynamo_counts() if tuning.compiled else None
         training = _sized(job, record, build, batches, reporter, shares)
+        pacer = None if shares is None else shares.pacer
         model = train(record, build=build, train_batches=batches[0], test_batches=batches[1],
-                      plan=training, watch=Stopwatch(device), reporter=reporter)
+                      plan=training, watch=Stopwatch(device), reporter=reporter, pace=pacer)
+        if pacer is not None:
+            _note_pacing(record, job, pacer, reporter)
         if compiled_from is not None:
             note_compilation(record, compiled_from)
     return model
@@ -320,31 +324,70 @@ def _train_model(
 class BudgetShares:
     """A session's time budget, shared among its runs as each is sized: every run is sure of its fewest steps
     (FEWEST_BUDGETED_STEPS an epoch), and what is left beyond the fewest steps of every run still to come is shared
-    equally. A run not yet timed has its fewest steps estimated from its FLOPs at the speed the runs timed so far
-    reached on its device (none: a run of its own trainer, or before any was timed there), so that a heavy model
-    late in the suite still fits when the light ones before it are sized."""
+    equally. A run not yet timed has its fewest steps estimated from its FLOPs at the speed the runs so far reached
+    on its device (none: a run of its own trainer, or before any was timed there), so that a heavy model late in the
+    suite still fits when the light ones before it are sized. Each run then keeps to its share as it goes (a Pacer),
+    and what each took is kept for the account of a session that ran over."""
 
     budget: Budget
     runs: list[Job]  # one per run still to come, the one being sized first
     speeds: dict[str, list[float]] = field(default_factory=dict)  # training FLOP/s reached, by device
+    spent: list[RunSpent] = field(default_factory=list)  # the runs finished, in order
+    pacer: Pacer | None = None  # the run under way's, once sized
+    _run_started_s: float = 0.0  # budget spent when the run under way began (the one before it ended)
+    _share_s: float = 0.0  # the run under way's share, counted from its sizing
+    _sized_s: float = 0.0  # budget spent when the run under way was sized
+
+    def __post_init__(self) -> None:
+        self._run_started_s = self.budget.spent()
 
     def seconds_for(self, job: Job, times: StepTimes, eval_most: int, flops_per_step: float | None) -> float:
         """Seconds the run of `job` now being sized may take, from its own first steps `times` (of
         `flops_per_step` each: the batch that runs, which --batch-size auto may have grown)."""
-        fewest = times.run_s(job.training.epochs, FEWEST_BUDGETED_STEPS, min(FEWEST_BUDGETED_STEPS, eval_most))
+        epochs = min(job.training.epochs, MEASURABLE_EPOCHS)  # the pacer may end a run after these
+        fewest = times.run_s(epochs, FEWEST_BUDGETED_STEPS, min(FEWEST_BUDGETED_STEPS, eval_most))
         if flops_per_step and times.step_s > 0:
             self.speeds.setdefault(str(job.device), []).append(flops_per_step / times.step_s)
         later = sum(self._fewest_s(run) for run in self.runs[1:])
-        return fewest + max(0.0, self.budget.left() - fewest - later) / len(self.runs)
+        left = self.budget.left() - FINISHING_SHARE * self.budget.seconds  # what follows the last run needs time too
+        return fewest + max(0.0, left - fewest - later) / len(self.runs)
 
-    def run_done(self) -> None:
+    def pace(self, times: StepTimes, share_s: float) -> Pacer:
+        """The run under way's Pacer, which keeps it within `share_s` from now."""
+        self._share_s, self._sized_s = share_s, self.budget.spent()
+        self.pacer = Pacer(self.budget, self._sized_s + share_s, times)
+        return self.pacer
+
+    def run_done(self, record: RunRecord) -> None:
+        now = self.budget.spent()
+        pacer, self.pacer = self.pacer, None
+        steady = [epoch.samples_per_s for epoch in record.steady_epochs]
+        if record.flops_per_sample and steady:  # what this device really did, for the runs to come on it
+            self.speeds.setdefault(record.device, []).append(record.flops_per_sample * statistics.median(steady))
+        evaluation_s = sum(epoch.eval_time_s or 0.0 for epoch in record.epochs)
+        started_s, self._run_started_s = self._run_started_s, now
+        spent_s = now - started_s
+        if pacer is None:  # not sized: a trainer of its own, or a run that failed before its sizing
+            self.spent.append(RunSpent(f"{record.workload} on {record.device}", spent_s, None, evaluation_s))
+        else:
+            settings = record.settings
+            at_fewest = record.epochs and all(epoch.steps <= FEWEST_BUDGETED_STEPS for epoch in record.epochs)
+            self.spent.append(RunSpent(
+                f"{record.workload} on {record.device}", spent_s, self._share_s,
+                set_up_s=self._sized_s - started_s, evaluation_s=evaluation_s,
+                evaluation_share_s=pacer.planned.eval_step_s * settings.epochs * (settings.max_eval_steps or 0),
+                fewest_epochs=len(record.epochs) if at_fewest else None, slowdown=pacer.slowdown))
         self.runs.pop(0)
+
+    def account(self, workloads: int) -> BudgetAccount:
+        return BudgetAccount(self.budget.seconds, self.budget.spent(), self.budget.spent_before, tuple(self.spent),
+                             workloads, FEWEST_BUDGETED_STEPS)
 
     def _fewest_s(self, job: Job) -> float:
         flops, speeds = _flops_per_step(job), self.speeds.get(str(job.device))
         if not flops or not speeds:
             return 0.0
-        return job.training.epochs * FEWEST_BUDGETED_STEPS * flops / statistics.median(speeds)
+        return min(job.training.epochs, MEASURABLE_EPOCHS) * FEWEST_BUDGETED_STEPS * flops / statistics.median(speeds)
 
 
 def _flops_per_step(job: Job) -> float | None:
@@ -367,12 +410,23 @@ def _sized(job: Job, record: RunRecord, build: partial, batches: list, reporter:
     times = time_first_steps(build, train_batches, test_batches, Stopwatch(job.device))
     if shares is not None:
         flops = (record.flops_per_sample or 0) * record.settings.batch_size
-        steps = steps_within(shares.seconds_for(job, times, eval_steps, flops), times, plan.epochs, steps, eval_steps)
+        share_s = shares.seconds_for(job, times, eval_steps, flops)
+        steps = steps_within(share_s, times, plan.epochs, steps, eval_steps)
+        shares.pace(times, share_s)
         eval_steps = min(steps, eval_steps)
         plan = dataclasses.replace(plan, max_steps=steps, max_eval_steps=eval_steps)
         record.settings = dataclasses.replace(record.settings, max_steps=steps, max_eval_steps=eval_steps)
     reporter.run_estimated(record, times.run_s(plan.epochs, steps, eval_steps))
     return plan
+
+
+def _note_pacing(record: RunRecord, job: Job, pacer: Pacer, reporter: RunReporter) -> None:
+    """A run its budget shortened as it went: its settings say the longest epoch that ran, and the screen how."""
+    ran, settings = [epoch.steps for epoch in record.epochs], record.settings
+    if ran and (pacer.resized or settings.epochs < job.training.epochs):
+        reporter.run_paced(record, job.training.epochs, settings.max_steps, pacer.slowdown)
+        record.settings = dataclasses.replace(settings, max_steps=max(ran),
+                                              max_eval_steps=min(settings.max_eval_steps or 0, max(ran)))
 
 
 AUTO_BATCH_FEWEST_STEPS = 7  # the largest batch --batch-size auto tries still makes this many steps an epoch

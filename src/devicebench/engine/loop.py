@@ -15,9 +15,13 @@ the diagnosis (results/diagnosis.py) reads it together with the device's own uti
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
+from typing import Protocol
 
 import torch
 from torch import nn
@@ -94,10 +98,12 @@ class StepTimes:
     first_step_s: float  # carries one-time costs: allocation, kernel selection, starting loader workers
     step_s: float  # the step after it, close to a steady one (the first again when an epoch has one step)
     eval_step_s: float  # one evaluation batch; 0 when nothing is evaluated
+    epoch_s: float = 0.0  # an epoch's time beyond its steps (the store, the monitor): known once one has run
 
     def run_s(self, epochs: int, steps: int, eval_steps: int) -> float:
         """Seconds `epochs` epochs of `steps` training steps and `eval_steps` evaluation batches should take."""
-        return self.first_step_s - self.step_s + epochs * (steps * self.step_s + eval_steps * self.eval_step_s)
+        return self.first_step_s - self.step_s + epochs * (self.epoch_s + steps * self.step_s
+                                                           + eval_steps * self.eval_step_s)
 
 
 def time_first_steps(
@@ -125,9 +131,19 @@ def steps_within(seconds: float, times: StepTimes, epochs: int, most: int, eval_
     trains (at most `eval_most`), to end within `seconds`: at least FEWEST_BUDGETED_STEPS (a run that cannot fit
     still measures something), at most `most` (the epoch's length, or its cap)."""
     fewest = min(FEWEST_BUDGETED_STEPS, most)
-    fitting = [steps for steps in range(fewest, most + 1)
-               if times.run_s(epochs, steps, min(steps, eval_most)) <= seconds]
-    return max(fitting, default=fewest)
+    # the time grows with the steps: a bisection, since the loop asks every few steps of an epoch of thousands
+    fitting = bisect.bisect_right(range(fewest, most + 1), seconds,
+                                  key=lambda steps: times.run_s(epochs, steps, min(steps, eval_most)))
+    return max(fewest, fewest + fitting - 1)
+
+
+class Pace(Protocol):
+    """Sizes a run's epochs as it goes (engine/budget.py's Pacer, for a time budget)."""
+
+    def epoch_steps(self, record: RunRecord, steps_done: int, steps: int, eval_steps: int) -> int:
+        """The steps the epoch under way may have: within it, at least `steps_done` and at most its `steps`; about
+        to start (`steps_done` 0), at most the first epoch's, and 0 back ends the run before it. `record` holds
+        every epoch finished so far."""
 
 
 def train(
@@ -138,11 +154,13 @@ def train(
     plan: TrainingPlan,
     watch: Stopwatch,
     reporter: Reporter | None = None,
+    pace: Pace | None = None,
 ) -> nn.Module:
     """Build a model and train it per `plan`, appending each finished epoch to `record` as it finishes.
 
     Because epochs land in `record` one by one, an interruption keeps every finished epoch. Returns the trained
-    model (on its device), for a checkpoint.
+    model (on its device), for a checkpoint. `pace` (a time budget's) may shorten epochs as they go and end the run
+    before its last: `record`'s settings then hold the epochs that ran, and each epoch its own steps.
     """
     reporter = reporter or Reporter()
     reset_peak_memory(watch.device)
@@ -151,14 +169,23 @@ def train(
         setup = build()  # inside end-to-end time: the seeds timed model creation too
         record.model_build_s = watch.now() - started
         steps = capped(len(train_batches), plan.max_steps)
-        batch_sizes = train_batches.batch_sizes(steps)  # every epoch draws the same sizes, in a new order
-        samples = sum(batch_sizes)
+        evaluation_steps = capped(len(test_batches), plan.max_eval_steps)
         for epoch in range(1, plan.epochs + 1):
+            if pace is not None:
+                steps = pace.epoch_steps(record, 0, steps, evaluation_steps)
+                if steps == 0:  # the budget ends the run here: its record says how many epochs ran
+                    record.settings = dataclasses.replace(record.settings, epochs=len(record.epochs))
+                    break
             reporter.epoch_started(epoch, steps)  # processes training together wait here for each other: nothing
             # slow may come between it and the clock's start in _train_epoch
             monitor.window()  # closes the window of model building or the last evaluation: not this epoch's
-            step_losses, correct, train_time_s, wait_s = _train_epoch(setup, train_batches, epoch, steps, watch, reporter)
+            step_losses, correct, train_time_s, wait_s = _train_epoch(
+                setup, train_batches, epoch, steps, watch, reporter,
+                None if pace is None else partial(pace.epoch_steps, record, eval_steps=evaluation_steps))
             usage = monitor.window()  # exactly this epoch's training, outside its timed region
+            steps = len(step_losses)  # a pace may have ended the epoch early: the epochs after it are as long
+            batch_sizes = train_batches.batch_sizes(steps)  # every epoch draws the same sizes, in a new order
+            samples = sum(batch_sizes)
             losses = step_losses.tolist()  # the epoch's one read-back, after its clock stopped
             divergence = reporter.divergence(_first_divergence(losses, epoch, steps))
             entry = timed_epoch(
@@ -167,7 +194,7 @@ def train(
                 train_accuracy=None if correct is None else correct / samples,
                 input_wait_s=wait_s,
             )
-            evaluation_steps = capped(len(test_batches), plan.max_eval_steps)
+            evaluation_steps = min(evaluation_steps, steps) if pace is not None else evaluation_steps
             evaluates = evaluation_steps > 0 and (setup.loss_function is not None or setup.predict is not None)
             if divergence is None and evaluates:  # evaluating a diverged model would only time arithmetic on NaNs
                 entry.test_loss, entry.test_accuracy, entry.eval_samples, entry.eval_time_s = _evaluate(
@@ -249,9 +276,11 @@ def _train_epoch(
     steps: int,
     watch: Stopwatch,
     reporter: Reporter,
+    steps_for: Callable[..., int] | None = None,
 ) -> tuple[torch.Tensor, int | None, float, float]:
-    """One epoch of `steps` training steps: (per-step losses on the device, correct predictions or None when
-    they cannot be told, seconds, seconds of those spent waiting for batches)."""
+    """One epoch of `steps` training steps: (per-step losses on the device, one per step taken, correct predictions
+    or None when they cannot be told, seconds, seconds of those spent waiting for batches). `steps_for(steps_done,
+    steps)`, asked as often as the reporter hears of steps, may end the epoch sooner (Pace.epoch_steps)."""
     setup.model.train()
     step_losses = torch.zeros(steps, device=watch.device)
     correct = torch.zeros((), dtype=torch.int64, device=watch.device)
@@ -260,20 +289,25 @@ def _train_epoch(
     waited = 0.0
     start = watch.now()
     batch_stream = batches.epoch(epoch, steps)
-    for step in range(steps):
+    done = 0
+    while done < steps:
         asked = watch.host_now()
         images, labels = next(batch_stream)
         waited += watch.host_now() - asked
         loss, outputs = setup.train_step(images, labels)
-        step_losses[step] = loss.detach() if isinstance(loss, torch.Tensor) else loss
+        step_losses[done] = loss.detach() if isinstance(loss, torch.Tensor) else loss
         if counted and outputs is not None:
             correct += (setup.predict(outputs.detach()) == labels).sum()
         else:
             counted = False
-        if (step + 1) % report_every == 0:
-            reporter.steps_finished(step + 1)
+        done += 1
+        if done % report_every == 0:
+            reporter.steps_finished(done)
+            if steps_for is not None:  # reads the host's clock without synchronizing: bookkeeping only
+                steps = steps_for(done, steps)
     seconds = watch.now() - start
-    return step_losses, int(correct) if counted else None, seconds, waited
+    batch_stream.close()  # an epoch ended early leaves no batch in flight
+    return step_losses[:steps], int(correct) if counted else None, seconds, waited
 
 
 def _evaluate(

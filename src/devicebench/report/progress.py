@@ -18,8 +18,7 @@ from rich.progress import (
 from rich.text import Text
 
 from devicebench.data import ArrayDataset, ImageFolderDataset
-from devicebench.engine.loop import FEWEST_BUDGETED_STEPS
-from devicebench.events import RunReporter
+from devicebench.events import BudgetAccount, RunReporter
 from devicebench.report.tables import batch_text, duration_text
 from devicebench.results.schema import EpochRecord, RunRecord
 from devicebench.workloads import Workload
@@ -155,25 +154,42 @@ class RichReporter(RunReporter):
 
     def run_estimated(self, record: RunRecord, seconds: float) -> None:
         if seconds > LONG_RUN_S:  # before long work, say how long and how to shorten it
-            self._say(Text(
-                f"{record.workload} on {record.device} should take about {duration_text(seconds)} "
-                f"({record.settings.epochs} epochs, evaluation included; estimated from its first steps). Shorten "
-                "it with --budget (e.g. --budget 10m), --epochs or --max-steps; Ctrl-C stops it and keeps every "
-                "finished epoch.", style="yellow"))
+            self._say(f"{record.workload} on {record.device} should take about {duration_text(seconds)} "
+                      f"({record.settings.epochs} epochs, evaluation included; estimated from its first steps). "
+                      "Shorten it with --budget (e.g. --budget 10m), --epochs or --max-steps; Ctrl-C stops it and "
+                      "keeps every finished epoch.", "yellow")
 
-    def budget_spent(self, spent_s: float, budget_s: float) -> None:
-        if spent_s <= budget_s:
-            self._say(f"Trained in {duration_text(spent_s)}, within the {duration_text(budget_s)} budget.")
+    def run_paced(self, record: RunRecord, planned_epochs: int, planned_steps: int, slowdown: float) -> None:
+        if self.quiet:
+            return
+        ran = [epoch.steps for epoch in record.epochs]
+        if len(set(ran)) == 1:
+            steps = str(ran[0])
+        elif len(ran) <= 3:
+            steps = ", ".join(map(str, ran[:-1])) + f" and {ran[-1]}"
+        else:  # the epoch lines say each
+            steps = f"{min(ran)} to {max(ran)}"
+        said = [f"its epochs had {steps} of the {planned_steps} steps planned"] if min(ran) < planned_steps else []
+        if record.settings.epochs < planned_epochs:
+            said.append(f"it ended after {record.settings.epochs} of {planned_epochs} epochs")
+        slower = f"; its steps took up to {slowdown:.1f}x what its first steps said" if slowdown >= 1.05 else ""
+        self._say(f"{record.workload} on {record.device} kept to its share of the budget: {' and '.join(said)}"
+                  f"{slower}.", "dim")
+
+    def budget_spent(self, account: BudgetAccount) -> None:
+        spent, budget = duration_text(account.spent_s), duration_text(account.budget_s)
+        if not account.over:
+            self._say(f"Trained in {spent}, within the {budget} budget.")
         else:
-            self._say(Text(
-                f"Trained in {duration_text(spent_s)}, over the {duration_text(budget_s)} budget: each epoch trains "
-                f"at least {FEWEST_BUDGETED_STEPS} steps however slow they are. A larger --budget, or naming fewer "
-                "workloads, fits it.", style="yellow"))
+            cause, lever = account.overrun()
+            self._say(f"Trained in {spent}, over the {budget} budget: {cause}. {lever}.", "yellow")
 
-    def _say(self, message: str | Text) -> None:
+    def _say(self, message: str | Text, style: str = "") -> None:
         """Print `message` wrapped between its words at the console's width, also on a console that soft-wraps
-        (the CLI's stderr does, to keep an error's paths whole): a terminal's own wrapping cuts words."""
-        self.console.print(message, highlight=False, soft_wrap=False)
+        (the CLI's stderr does, to keep an error's paths whole): a terminal's own wrapping cuts words. A string is
+        never read as markup."""
+        self.console.print(Text(message, style=style) if isinstance(message, str) else message, highlight=False,
+                           soft_wrap=False)
 
     def close(self) -> None:
         """Take the progress bar off the screen, e.g. after Ctrl-C."""

@@ -121,7 +121,9 @@ class Row:
         medians = per_repeat_medians(self, "train_time_s")
         if len(medians) >= 2:
             return medians, f"{len(medians)} repeats"
-        times = [epoch.train_time_s for epoch in self.steady_epochs]
+        # per step: the same variation as the epochs' times when they are equally long, and a fair one when a time
+        # budget shortened some of them (engine/budget.py)
+        times = [epoch.step_time_ms for epoch in self.steady_epochs]
         return times, f"{len(times)} steady epochs of one repeat"
 
     @property
