@@ -45,6 +45,7 @@ def test_a_budget_counts_down_on_its_clock():
     assert budget.left() == -10.0
 
 
+@pytest.mark.slow
 def test_the_quick_suite_has_a_budget_unless_its_steps_are_given():
     quick = RunConfig(devices="cpu")
     assert quick.effective_budget_s == QUICK_BUDGET_S

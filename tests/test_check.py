@@ -662,6 +662,7 @@ def real_cpu_check(tmp_path_factory) -> dict:
     return json.loads(result.stdout)
 
 
+@pytest.mark.slow
 def test_the_real_cpu_check_passes_with_the_documented_shape(real_cpu_check):
     assert set(real_cpu_check) == {"checks", "failed", "warned", "passed"}
     rows = real_cpu_check["checks"]

@@ -164,6 +164,7 @@ def test_the_commands_that_read_and_write_stored_runs_handle_any_input(command, 
     assert_handled(result, resolved)
 
 
+@pytest.mark.slow
 @settings(max_examples=60 * SCALE, **FUZZ_SETTINGS)
 @given(command=st.sampled_from(["run", "sweep"]), data=st.data())
 def test_run_and_sweep_refuse_bad_values_and_train_good_ones(command, data):

@@ -22,6 +22,7 @@ def command(*arguments: str, env: dict[str, str], cwd: Path | None = None, timeo
                           timeout=timeout)
 
 
+@pytest.mark.slow
 def test_the_installed_plugin_is_listed_with_its_origin_and_joins_the_quick_suite(plugin_environment):
     listed = command("-m", "devicebench", "list", "lenet5-mnist", "--json", env=plugin_environment)
     assert listed.returncode == 0, listed.stderr
@@ -34,6 +35,7 @@ def test_the_installed_plugin_is_listed_with_its_origin_and_joins_the_quick_suit
     assert suite.stdout.split()[-1] == "lenet5-mnist" and "mnist-cnn2" in suite.stdout.split()
 
 
+@pytest.mark.slow
 def test_the_installed_plugin_trains_like_a_seed_workload(plugin_environment, tmp_path):
     out = tmp_path / "run.json"
     run = command("-m", "devicebench", "run", "lenet5-mnist", "--devices", "cpu", "--data", "synthetic",
@@ -46,6 +48,7 @@ def test_the_installed_plugin_trains_like_a_seed_workload(plugin_environment, tm
     assert record["flops_per_sample"] > 0 and record["parameter_count"] == 61_706
 
 
+@pytest.mark.slow
 def test_the_plugins_own_tests_pass_against_this_devicebench(plugin_environment, tmp_path):
     tests = shutil.copytree(EXAMPLES / "plugin" / "tests", tmp_path / "tests")
     result = command("-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests), env=plugin_environment, cwd=tmp_path)
@@ -53,6 +56,7 @@ def test_the_plugins_own_tests_pass_against_this_devicebench(plugin_environment,
     assert "3 passed" in result.stdout
 
 
+@pytest.mark.slow
 def test_a_broken_plugin_is_reported_and_the_rest_still_works(tmp_path):
     """A plugin whose module raises on import is left out with its error; devicebench's workloads stay."""
     site = tmp_path / "site"
@@ -69,6 +73,7 @@ def test_a_broken_plugin_is_reported_and_the_rest_still_works(tmp_path):
     assert "RuntimeError: this plugin is broken" in listed.stderr
 
 
+@pytest.mark.slow
 def test_the_own_model_script_trains_both_steps_and_stores_them(tmp_path):
     database = tmp_path / "results.sqlite"
     script = command(str(EXAMPLES / "own_model.py"), "--devices", "cpu", "--epochs", "2",

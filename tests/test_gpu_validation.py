@@ -59,6 +59,7 @@ def smoke(tmp_path_factory: pytest.TempPathFactory) -> dict:
             "parts": {part["name"]: part for part in (document or {}).get("parts", [])}}
 
 
+@pytest.mark.slow
 def test_the_smoke_run_passes_and_writes_its_json_and_its_summary_named_after_the_hardware(smoke):
     completed = smoke["completed"]
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
@@ -226,6 +227,7 @@ def test_a_part_that_does_not_fit_in_the_time_left_is_skipped_saying_how_much_wa
     assert (tmp_path / "logs" / "quick.log").read_text() == "done\n"
 
 
+@pytest.mark.slow
 def test_a_part_may_use_what_earlier_parts_left_but_not_what_later_parts_need(tmp_path):
     fast, slow = part("fast", "pass", 3.0), part("slow", "import time; time.sleep(2)", 1.0)
     outcomes = run_parts([fast, slow], tmp_path, time_limit_s=4.0)

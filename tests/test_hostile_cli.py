@@ -89,6 +89,7 @@ def test_an_unexpected_error_through_python_m_is_one_line_not_a_traceback(tmp_pa
 ASCII = {**os.environ, "PYTHONIOENCODING": "ascii", "COLUMNS": "200"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [["list"], ["devices"]])
 def test_a_terminal_that_cannot_show_dashes_or_box_lines_still_gets_the_table(command):
     result = subprocess.run([sys.executable, "-m", "devicebench", *command], capture_output=True, env=ASCII,
@@ -99,6 +100,7 @@ def test_a_terminal_that_cannot_show_dashes_or_box_lines_still_gets_the_table(co
     assert len(result.stdout.splitlines()) > 3
 
 
+@pytest.mark.slow
 def test_a_run_on_an_ascii_terminal_prints_its_table_and_writes_its_json(tmp_path):
     out = tmp_path / "out.json"
     result = subprocess.run([sys.executable, "-m", "devicebench", "run", "mnist-cnn2", "--devices", "cpu",
@@ -235,6 +237,7 @@ def no_traceback(stderr: bytes) -> str:
     return text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", COMMANDS)
 def test_a_closed_standard_output_ends_in_120_and_one_line_after_the_work_is_done(name, two_runs_db):
     result = subprocess.run(command_line(name, two_runs_db), stderr=subprocess.PIPE, timeout=600,
@@ -245,6 +248,7 @@ def test_a_closed_standard_output_ends_in_120_and_one_line_after_the_work_is_don
     assert stored_runs(two_runs_db) == 2 + (name == "run")  # the run was stored all the same
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", COMMANDS)
 def test_a_pipe_whose_reader_left_ends_quietly_in_141_after_the_work_is_done(name, two_runs_db):
     """`devicebench history | head -1`: the reader is gone before the first line (its end is closed at once)."""

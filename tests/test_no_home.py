@@ -62,6 +62,7 @@ def homeless(tmp_path):
     return run
 
 
+@pytest.mark.slow
 def test_without_home_or_any_folder_variable_a_run_is_refused_naming_the_variables(homeless):
     result = homeless(TINY_RUN)
     assert result.returncode == EXIT_USAGE, result.stderr
@@ -70,6 +71,7 @@ def test_without_home_or_any_folder_variable_a_run_is_refused_naming_the_variabl
     assert all(variable in message for variable in ("XDG_DATA_HOME", *VARIABLES)), message
 
 
+@pytest.mark.slow
 def test_without_home_a_run_and_a_report_write_only_into_the_named_folders(homeless, tmp_path):
     given = tmp_path / "given"
     given.mkdir()
@@ -84,6 +86,7 @@ def test_without_home_a_run_and_a_report_write_only_into_the_named_folders(homel
         assert [run.status for result in store.results() for run in result.runs] == ["ok"]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform == "darwin", reason="platformdirs reads XDG_* on Linux and the BSDs only")
 def test_without_home_the_xdg_folders_are_used(homeless, tmp_path):
     data, cache = tmp_path / "xdg-data", tmp_path / "xdg-cache"

@@ -183,6 +183,7 @@ print(json.dumps({"isa": torch.backends.cpu.get_cpu_capability(), "notes": profi
 """
 
 
+@pytest.mark.slow
 def test_a_profile_on_the_cpu_is_the_same_whatever_its_vector_isa():
     """ATEN_CPU_CAPABILITY=default forces torch's plain kernels; unset, it takes the CPU's widest (AVX2 on an EPYC,
     AVX-512 on a Xeon). The dispatcher sees the same operators either way: the counts do not depend on the ISA."""

@@ -357,6 +357,7 @@ def test_own_workload_names_a_model_after_its_class_and_keeps_your_name_when_giv
     assert own_workload(TinyNet(), tensors(), name="mine").name == "mine"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("isa", "trial"), [("avx2,avx512f", False), ("avx2,avx512f,avx512_bf16", True)])
 def test_tuned_mode_and_an_auto_batch_size_apply_to_your_model_and_your_step(isa, trial, force_cpu_isa):
     force_cpu_isa(isa)  # with native bf16 there are two precisions to try; without, fp32 alone and no trial
@@ -371,6 +372,7 @@ def test_tuned_mode_and_an_auto_batch_size_apply_to_your_model_and_your_step(isa
     assert record.settings.batch_size in (16, 32, 64) and "batch sizes tried" in record.tuning_note
 
 
+@pytest.mark.slow
 def test_your_model_trains_in_several_processes_from_its_module(user_module, tmp_path):
     """--model names a module, so every torchrun process imports the same model and data."""
     out = tmp_path / "ddp.json"

@@ -26,6 +26,7 @@ def no_loading(monkeypatch) -> None:
     monkeypatch.setattr("devicebench.runner.run", lambda *a, **k: pytest.fail("training started"))
 
 
+@pytest.mark.slow
 def test_a_plan_holds_every_job_resolved_before_anything_is_loaded(monkeypatch):
     no_loading(monkeypatch)
     config = RunConfig(workloads=("mnist-*",), devices="cpu", repeats=2, epochs=4, max_steps=7,

@@ -85,6 +85,7 @@ def stored_runs(database: Path) -> list[tuple[str, int]]:
     (signal.SIGTERM, EXIT_TERMINATED, "stopped by SIGTERM"),
     (signal.SIGINT, EXIT_INTERRUPTED, "interrupted"),
 ])
+@pytest.mark.slow
 def test_a_signal_keeps_the_finished_epochs_in_the_database_and_the_json(tmp_path, signal_number, exit_status, said):
     finished, database, output = stop_a_run_midway(tmp_path, signal_number)
     assert finished.returncode == exit_status, finished.stderr
@@ -168,6 +169,7 @@ time.sleep(600)
 """
 
 
+@pytest.mark.slow
 def test_a_loader_worker_outlives_a_group_sigterm_for_seconds_but_never_hangs_its_exit():
     """The training process gets the group's SIGTERM too and closes its workers itself; but one that nobody closes
     (multiprocessing terminates leftover workers at the interpreter's exit, and waits for them) must still end."""
@@ -305,6 +307,7 @@ STARTED = [("interrupted", 0)]  # the run had started (its tuning trial, its bat
     pytest.param(signal.SIGTERM, "devicebench.cli.check:run_checks", ["check", "--devices", "cpu"],
                  "nothing to show", None, id="SIGTERM-check"),
 ])
+@pytest.mark.slow
 def test_a_signal_in_any_phase_ends_the_command_with_its_status_and_one_line(
         tmp_path, make_result, make_run, signal_number, phase, arguments, said, runs):
     make_result("laptop", [make_run()]).write_json(tmp_path / "earlier.json")  # what `import` reads
@@ -326,6 +329,7 @@ def test_a_signal_in_any_phase_ends_the_command_with_its_status_and_one_line(
         assert not (tmp_path / "run.json").exists()
 
 
+@pytest.mark.slow
 def test_sigterm_to_the_group_while_loader_workers_run_interrupts_the_run_and_starts_no_other(tmp_path):
     database, output = tmp_path / "results.sqlite", tmp_path / "run.json"
     command = [sys.executable, "-m", "devicebench", "run", "mnist-cnn2", "cifar10-mlp", "--devices", "cpu", "--data",
@@ -354,6 +358,7 @@ def test_sigterm_to_the_group_while_loader_workers_run_interrupts_the_run_and_st
     pytest.param(signal.SIGINT, 0.05, id="two-Ctrl-C-50-ms-apart"),
     pytest.param(signal.SIGTERM, 3.0, id="SIGTERM-again-after-the-notice"),
 ])
+@pytest.mark.slow
 def test_a_second_signal_ends_a_stuck_step_at_once_and_leaves_this_session_s_json(tmp_path, signal_number, pause_s):
     (tmp_path / "run.json").write_text('{"an earlier run": true}\n')
     arguments = ["run", "mnist-cnn2", "cifar10-mlp", *RUN[2:]]  # mnist-cnn2 trains; cifar10-mlp's data is stuck

@@ -395,6 +395,7 @@ def _run_until_an_epoch_is_stored(path: Path, *flags: str, **popen: object) -> s
     return process
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_a_real_run_keeps_every_finished_epoch_and_marks_the_run_interrupted(tmp_path):
     path = tmp_path / "results.sqlite"
     process = _run_until_an_epoch_is_stored(path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -453,6 +454,7 @@ def test_a_schema_1_file_upgrades_and_keeps_its_data(tmp_path):
     assert database.execute("SELECT COUNT(*) FROM live_runs").fetchone() == (0,)
 
 
+@pytest.mark.slow
 def test_a_killed_run_is_closed_as_interrupted_with_its_finished_epochs(tmp_path):
     """SIGKILL gives the process no chance to say anything: the next opening of the store notices."""
     path = tmp_path / "results.sqlite"

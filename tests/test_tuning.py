@@ -130,6 +130,7 @@ def test_seed_mode_refuses_tuned_only_choices():
         RunConfig(workloads=("mnist-cnn2",), mode="fast")
 
 
+@pytest.mark.slow
 def test_repeats_share_one_trial_and_record_every_choice(monkeypatch, force_cpu_isa):
     force_cpu_isa("avx2,avx512f,avx512_bf16")  # bf16 is offered, so there are two options to try on any CPU
     trials = []
@@ -191,6 +192,7 @@ def test_the_seconds_spent_choosing_are_recorded_on_the_run_that_chose_and_in_no
 # --- --batch-size auto -------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_run_with_auto_batch_size_records_the_size_it_trained_with():
     generator = np.random.default_rng(0)
     images = generator.integers(0, 256, (1_400, 1, 28, 28), dtype=np.uint8)

@@ -21,6 +21,7 @@ def test_the_seed_workloads_of_this_release_are_registered():
             "catdog-improved", "catdog-hires", "catdog-deep", "imdb-bilstm", "imdb-transformer"} <= set(NAMES)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry", WORKLOADS, ids=NAMES)
 def test_every_workload_meets_the_contract_plugins_are_held_to(entry):
     """Builds the same on meta as for real, outputs one row per sample of the right width, learns one small
