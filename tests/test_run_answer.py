@@ -15,7 +15,7 @@ from result_fixtures import machine, run, session
 from rich.console import Console
 from typer.testing import CliRunner
 
-from devicebench.cli import app
+from devicebench.cli import app, errors
 from devicebench.report.answer import Answer, answer_parts, answers, flags_text, gpu_text
 from devicebench.report.tables import speedup_text
 from devicebench.reproduce import factor_text
@@ -37,6 +37,7 @@ def test_run_warns_before_training_when_other_processes_keep_the_cores_busy(busy
     cores = psutil.cpu_count(logical=True)
     load = 2.0 * cores if busy else 0.0
     monkeypatch.setattr(psutil, "getloadavg", lambda: (load, load, load))
+    monkeypatch.setattr(errors, "width", 80)  # a terminal of 80 columns: the warning wraps between its words
     result = cli.invoke(app, ["run", "mnist-cnn2", *TINY_RUN, "--db", str(tmp_path / "runs.db")])
     assert result.exit_code == 0, result.output
     said = unwrapped(result.stderr)
@@ -47,6 +48,9 @@ def test_run_warns_before_training_when_other_processes_keep_the_cores_busy(busy
     assert "load average" not in result.stdout  # a warning, with the others on stderr
     if busy:
         assert said.count(warning) == 1 and said.index(warning) < said.index("Epoch 1/2")
+        lines = result.stderr[:result.stderr.index("Epoch 1/2")].splitlines()
+        assert max(map(len, lines)) <= 80, "a line longer than the terminal: the terminal cuts it mid-word"
+        assert set(warning.split()) <= {word for line in lines for word in line.split()}
 
 
 # --- the answer that leads the end of `run` --------------------------------------------------------------------

@@ -64,7 +64,7 @@ def calibrate(
         # hardly depend on the host's load, and a machine that is always shared must still be able to calibrate
         errors.print(Text(busy + ("" if quick else " Ceilings measured now come out low, and MFU taken against them "
                                   "high; they are stored all the same: run `devicebench calibrate` again once the "
-                                  "machine is quiet, which replaces them."), style="yellow"))
+                                  "machine is quiet, which replaces them."), style="yellow"), soft_wrap=False)
     measured: list[DeviceCeilings] = []
     try:
         with errors.status("Calibrating") as status:

@@ -460,7 +460,7 @@ def warn_if_busy() -> None:
     its numbers: every CPU figure of the run will be low and vary."""
     warning = busy_warning()
     if warning is not None:
-        errors.print(Text(warning, style="yellow"))  # Text: the line is no markup
+        errors.print(Text(warning, style="yellow"), soft_wrap=False)  # Text: no markup; wrapped between words
 
 
 class SessionJson(RunReporter):
