@@ -88,7 +88,7 @@ def test_compare_shows_the_speedups_and_imports_no_torch(database):
     assert not torch_imported
 
 
-@pytest.mark.parametrize("command", ["history", "compare", "export", "data"])
+@pytest.mark.parametrize("command", ["history", "compare", "export", "data", "run"])  # run: the main job's help
 def test_a_commands_own_help_imports_no_torch(command):
     status, stdout, stderr, torch_imported = devicebench(command, "--help")
     assert status == 0 and not torch_imported, stderr

@@ -14,15 +14,13 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
-import torch
 import typer
 from rich.markup import escape
 from rich.text import Text
 
-from devicebench import planning, runner, stopping
-from devicebench.check import busy_warning
+from devicebench import stopping
 from devicebench.cli import (
     EXIT_FAILED_RUN,
     DatabaseOption,
@@ -36,20 +34,17 @@ from devicebench.cli import (
     open_store,
 )
 from devicebench.cli.compare import WideOption
-from devicebench.config import ConfigError, RunConfig
-from devicebench.devices import DeviceError
 from devicebench.engine.timing import process_age_s
 from devicebench.events import ReporterGroup, RunReporter
 from devicebench.files import UnusableFile
-from devicebench.launch import DistributedError, Launch, run_distributed
-from devicebench.planning import Plan
-from devicebench.report.progress import RichReporter
-from devicebench.report.answer import answer_parts
 from devicebench.report.tables import comparison_tables, plan_notes, plan_table
-from devicebench.report.tensorboard import TensorBoardReporter, TensorBoardUnavailable
 from devicebench.results.compare import compare
 from devicebench.results.schema import Result, RunRecord, write_atomically
 from devicebench.results.store import Store, StoreReporter
+
+if TYPE_CHECKING:  # only named in annotations; what imports torch is imported where it runs, so `run --help` need not
+    from devicebench.config import RunConfig
+    from devicebench.planning import Plan
 
 # Options `run` shares with `reproduce`.
 DevicesOption = Annotated[str, typer.Option(
@@ -179,6 +174,10 @@ def run(
     Exit status: 0 done, 1 a run failed or ran out of memory, 2 a bad request, 130 interrupted (Ctrl-C), 143
     stopped by SIGTERM, 129 by SIGHUP (the finished epochs are kept, as on Ctrl-C; a second signal stops at once).
     """
+    import torch  # here, not above: `run --help` answers without importing torch
+
+    from devicebench.config import ConfigError, RunConfig
+
     if devices == "all-gpus":  # every local GPU, one process each
         if not torch.cuda.is_available():
             raise fail("--devices all-gpus: this machine has no GPU that torch can use (see `devicebench devices`)")
@@ -244,6 +243,8 @@ def run(
 def run_tables(result: Result, wide: bool) -> list:
     """The answer first (per workload, how much faster a GPU would be here, and on what that rests), then the
     comparison tables."""
+    from devicebench.report.answer import answer_parts  # the workload registry: torch
+
     rows = compare([result])
     return answer_parts(rows) + comparison_tables(rows, wide=wide)
 
@@ -256,6 +257,8 @@ def _modified_ns(path: Path | None) -> int | None:
 def train_distributed(job_plan: Plan, config: RunConfig, node_rank: int, rdzv_endpoint: str | None, *,
                       json_file: Path | None, db: Path | None, quiet: bool, wide: bool = False) -> Outcome:
     """`run --nproc N`: start the ranks through torchrun, then store and show rank 0's result like any other."""
+    from devicebench.launch import DistributedError, Launch, run_distributed
+
     try:
         launch = Launch(nproc=config.nproc, nnodes=config.nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint)
     except ValueError as error:
@@ -328,6 +331,8 @@ class RankResultKeeper:
 
 def _one_device_kind(devices: str, nproc: int) -> str:
     """cpu or cuda: every rank gets one device of one kind (cuda: rank i on cuda:i)."""
+    import torch
+
     kind = {"cpu": "cpu", "cuda": "cuda", "auto": "cuda" if torch.cuda.is_available() else "cpu"}
     if devices not in kind:
         raise fail(f"--nproc needs one kind of device for every process: --devices cpu or cuda, not {devices!r}")
@@ -355,6 +360,10 @@ def check_paths(data_dir: str | None, json_file: Path | None, tensorboard: Path 
 
 def plan_or_fail(configs: RunConfig | list[RunConfig], *, step_estimates: bool = True) -> Plan:
     """The plan of `configs`, or the usage error that says why there is none (a bad request, a missing device)."""
+    from devicebench import planning
+    from devicebench.config import ConfigError
+    from devicebench.devices import DeviceError
+
     try:
         return planning.plan(configs, step_estimates=step_estimates)
     except (ConfigError, DeviceError) as error:
@@ -379,6 +388,8 @@ DURATION_UNITS = {"h": 3600, "m": 60, "s": 1}
 
 def duration_seconds(flag: str, text: str | None) -> float | None:
     """`90s`, `5m`, `1h30m` or a plain number of seconds, in seconds; a ConfigError saying how to write it."""
+    from devicebench.config import ConfigError
+
     if text is None:
         return None
     written = text.strip().lower()
@@ -390,6 +401,8 @@ def duration_seconds(flag: str, text: str | None) -> float | None:
 
 def whole_number(flag: str, text: str | None) -> int | None:
     """`text` as an int, or a ConfigError saying what the flag takes."""
+    from devicebench.config import ConfigError
+
     if text is None:
         return None
     try:
@@ -421,6 +434,10 @@ def train_and_show(
     """Train with every listener attached, print the tables, write the JSON: what `run`, `reproduce` and
     `sweep` share. Every failure to start (a bad path, a foreign database, a missing device) comes before
     any training."""
+    from devicebench import runner
+    from devicebench.report.progress import RichReporter
+    from devicebench.report.tensorboard import TensorBoardReporter, TensorBoardUnavailable
+
     check_paths(job_plan.jobs[0].data.data_dir if job_plan.jobs else None, json_file, tensorboard, db=db,
                 save=save_to)
     listeners = []
@@ -458,6 +475,8 @@ def train_and_show(
 def warn_if_busy() -> None:
     """Before training, one line when other processes keep the cores busy, by `devicebench check`'s rule and with
     its numbers: every CPU figure of the run will be low and vary."""
+    from devicebench.check import busy_warning
+
     warning = busy_warning()
     if warning is not None:
         errors.print(Text(warning, style="yellow"), soft_wrap=False)  # Text: no markup; wrapped between words
