@@ -15,7 +15,8 @@ from devicebench.engine.budget import MEASURABLE_EPOCHS, next_epoch_steps
 from devicebench.engine.loop import FEWEST_BUDGETED_STEPS, StepTimes, steps_within
 from devicebench.engine.timing import Budget, Stopwatch
 from devicebench.events import BudgetAccount, RunReporter, RunSpent
-from devicebench.report.progress import RichReporter, duration_text
+from devicebench.report.progress import RichReporter
+from devicebench.report.tables import duration_text
 
 ONE_SECOND_STEPS = StepTimes(first_step_s=1.0, step_s=1.0, eval_step_s=0.5)
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from rich.table import Table
 
-from devicebench.report.progress import duration_text
+from devicebench.report.tables import duration_text
 from devicebench.report.tables import FittedTable, fitted, number_text
 from devicebench.results.roofline import Validation, coverage, median_absolute_error
 
