@@ -26,8 +26,8 @@ from devicebench.workloads.own import OwnModelError, own_workload_from_specs
 
 SuiteName = Literal["quick", "seeds"]
 SUITES: dict[str, str] = {
-    "quick": "every workload, a few reduced epochs each: the default main job",
-    "seeds": "every workload at the settings its seed experiment published (hours on a CPU)",
+    "quick": "every workload but the reference models, a few reduced epochs each: the default main job",
+    "seeds": "every workload but the reference models at the settings its seed experiment published (hours on a CPU)",
 }
 DATA_CHOICES = ("auto", "real", "synthetic")
 MODES = {
@@ -198,7 +198,7 @@ class RunConfig:
         if self.model is not None:
             return [own_from_specs(self.model, self.data, self.loss, self.optimizer)]
         if not self.workloads:
-            return [entry for entry in list_workloads() if entry.requires() is None]
+            return [entry for entry in list_workloads() if entry.in_suites and entry.requires() is None]
         selected: list[Workload] = []
         for name in self.workloads:
             matches = list_workloads(name) if any(c in name for c in "*?[") else [registered(name)]
@@ -215,7 +215,8 @@ class RunConfig:
         """The suite's workloads this installation cannot run, each with what it needs."""
         if self.workloads or self.model:
             return []
-        return [(entry, entry.requires()) for entry in list_workloads() if entry.requires() is not None]
+        return [(entry, entry.requires()) for entry in list_workloads()
+                if entry.in_suites and entry.requires() is not None]
 
     def overrides_for(self, workload: Workload) -> dict[str, Any]:
         """The `--set` values for `workload`, each converted to the type of the parameter's default."""

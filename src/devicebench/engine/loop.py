@@ -179,7 +179,7 @@ def train(
             reporter.epoch_started(epoch, steps)  # processes training together wait here for each other: nothing
             # slow may come between it and the clock's start in _train_epoch
             monitor.window()  # closes the window of model building or the last evaluation: not this epoch's
-            step_losses, correct, train_time_s, wait_s = _train_epoch(
+            step_losses, train_accuracy, train_time_s, wait_s = _train_epoch(
                 setup, train_batches, epoch, steps, watch, reporter,
                 None if pace is None else partial(pace.epoch_steps, record, eval_steps=evaluation_steps))
             usage = monitor.window()  # exactly this epoch's training, outside its timed region
@@ -191,7 +191,7 @@ def train(
             entry = timed_epoch(
                 record, epoch, steps, samples, train_time_s, usage,
                 train_loss=sum(loss * size for loss, size in zip(losses, batch_sizes)) / samples,
-                train_accuracy=None if correct is None else correct / samples,
+                train_accuracy=train_accuracy,
                 input_wait_s=wait_s,
             )
             evaluation_steps = min(evaluation_steps, steps) if pace is not None else evaluation_steps
@@ -278,12 +278,13 @@ def _train_epoch(
     reporter: Reporter,
     steps_for: Callable[..., int] | None = None,
 ) -> tuple[torch.Tensor, int | None, float, float]:
-    """One epoch of `steps` training steps: (per-step losses on the device, one per step taken, correct predictions
-    or None when they cannot be told, seconds, seconds of those spent waiting for batches). `steps_for(steps_done,
+    """One epoch of `steps` training steps: (per-step losses on the device, one per step taken, the share of correct
+    predictions or None when they cannot be told, seconds, seconds of those spent waiting for batches). `steps_for(steps_done,
     steps)`, asked as often as the reporter hears of steps, may end the epoch sooner (Pace.epoch_steps)."""
     setup.model.train()
     step_losses = torch.zeros(steps, device=watch.device)
     correct = torch.zeros((), dtype=torch.int64, device=watch.device)
+    predictions = 0  # a sample's label may be a sequence (a class at each position): each position is a prediction
     counted = setup.predict is not None  # and, with a user's own step, only if it hands back its outputs
     report_every = max(1, steps // PROGRESS_UPDATES_PER_EPOCH)
     waited = 0.0
@@ -298,6 +299,7 @@ def _train_epoch(
         step_losses[done] = loss.detach() if isinstance(loss, torch.Tensor) else loss
         if counted and outputs is not None:
             correct += (setup.predict(outputs.detach()) == labels).sum()
+            predictions += labels.numel()  # its shape: known on the host, nothing is read back
         else:
             counted = False
         done += 1
@@ -307,7 +309,7 @@ def _train_epoch(
                 steps = steps_for(done, steps)
     seconds = watch.now() - start
     batch_stream.close()  # an epoch ended early leaves no batch in flight
-    return step_losses[:steps], int(correct) if counted else None, seconds, waited
+    return step_losses[:steps], int(correct) / max(predictions, 1) if counted else None, seconds, waited
 
 
 def _evaluate(
@@ -319,6 +321,7 @@ def _evaluate(
     model.eval()
     loss_sum = torch.zeros((), device=watch.device)
     correct = torch.zeros((), dtype=torch.int64, device=watch.device)
+    predictions = 0  # positions predicted: samples, or samples times their sequence's positions
     start = watch.now()
     with torch.inference_mode():
         for images, labels in batches.epoch(0, steps):
@@ -327,8 +330,9 @@ def _evaluate(
                 loss_sum += loss_function(outputs, labels) * len(labels)
             if setup.predict is not None:
                 correct += (setup.predict(outputs) == labels).sum()
+                predictions += labels.numel()
     seconds = watch.now() - start
     samples = sum(batches.batch_sizes(steps))
     test_loss = float(loss_sum) / samples if loss_function is not None else None
-    test_accuracy = int(correct) / samples if setup.predict is not None else None
+    test_accuracy = int(correct) / max(predictions, 1) if setup.predict is not None else None
     return test_loss, test_accuracy, samples, seconds

@@ -42,8 +42,12 @@ DataOptions = Callable[[Hyperparameters], dict[str, Any]]  # what load_dataset n
 Trainer = Literal["boosted-trees"]
 # What a model's output means: "logits" (one per class, softmax in the loss), "probabilities" (one per class,
 # already squashed, as Keras sigmoid layers give), "binary_logit" (one number; sigmoid > 0.5 is class 1) or
-# "values" (no classes: a regression, whose runs have no accuracy).
-OutputKind = Literal["logits", "probabilities", "binary_logit", "values"]
+# "values" (no classes: a regression, whose runs have no accuracy), or "token_logits": (N, positions, classes) scores,
+# a class at each position of a sequence (the next token, an answer's start and end), with (N, positions) targets;
+# its accuracy is over positions.
+OutputKind = Literal["logits", "probabilities", "binary_logit", "values", "token_logits"]
+# Tokens one sample holds, for a workload whose published figures count tokens/s (a language model's sequence)
+TokensPerSample = Callable[[Hyperparameters], int]
 # A step that is not "forward, loss, backward, optimizer step" (a user's model): given the model as the engine
 # runs it, a batch (inputs, targets) on the device and the optimizer, it does the whole step and returns the
 # loss tensor, or (loss, outputs) for the training accuracy. The engine times it like any step.
@@ -119,6 +123,9 @@ class Workload:
     # The largest value of each hyperparameter that multiplies the model's modules or parameters (layers, widths):
     # checked before anything is built, even on the meta device (see MAX_PARAMETERS).
     size_bounds: Mapping[str, int] = field(default_factory=dict)
+    # False: run only when named (a reference model: hours on a CPU), never in the quick or seeds suite
+    in_suites: bool = True
+    tokens_per_sample: TokensPerSample | None = None  # None: its samples are not counted in tokens
 
     def example_batch(self, hyperparameters: Hyperparameters) -> tuple[torch.Tensor, torch.Tensor] | None:
         """One sample's (input, target) of the shape the model takes, to count FLOPs and trace the graph; None
@@ -235,6 +242,8 @@ def workload(
     requires: Callable[[], str | None] | None = None,
     quick: QuickSettings = QuickSettings(),
     size_bounds: Mapping[str, int] | None = None,
+    in_suites: bool = True,
+    tokens_per_sample: TokensPerSample | None = None,
 ) -> Callable[[ModelBuilder], ModelBuilder]:
     """Register the decorated model builder as a workload named `name` (how a plugin adds one: see PLUGIN_GROUP).
 
@@ -277,6 +286,8 @@ def workload(
             quick=quick,
             origin=_registering_for,
             size_bounds=MappingProxyType(dict(size_bounds or {})),
+            in_suites=in_suites,
+            tokens_per_sample=tokens_per_sample,
         )
         return build_model
 
@@ -372,6 +383,8 @@ def predicted_classes(outputs: torch.Tensor, output: OutputKind) -> torch.Tensor
     """The class index each output row stands for."""
     if output == "binary_logit":
         return (outputs.squeeze(1) > 0).long()  # a logit above 0 is a sigmoid above 0.5
+    if output == "token_logits":
+        return outputs.argmax(dim=-1)  # (N, positions): a class at each position
     return outputs.argmax(dim=1)
 
 
@@ -383,6 +396,14 @@ def class_probabilities(outputs: torch.Tensor, output: OutputKind) -> torch.Tens
     if output == "probabilities":
         return outputs / outputs.sum(dim=1, keepdim=True)  # how Keras' cross-entropy reads sigmoid outputs
     return torch.softmax(outputs, dim=1)
+
+
+class SequenceCrossEntropy(nn.Module):
+    """Cross-entropy of "token_logits" outputs (N, positions, classes) against (N, positions) targets, averaged over
+    every position: a language model's loss, and a span's (start and end) as BERT's question answering averages it."""
+
+    def forward(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
 
 class BinaryCrossEntropy(nn.Module):
