@@ -137,10 +137,13 @@ def test_a_short_run_is_not_timed_first(monkeypatch):
 
 
 def test_the_first_steps_are_timed_on_a_model_of_their_own():
-    """The two steps timed first change nothing the run measures: the same losses as a run without them."""
+    """The steps timed first (and those of a tiny batch, timed when the batch may not fit) change nothing the run
+    measures: the same losses as a run without them, at the batch the budget kept."""
     tiny = {"workloads": ("cifar100-mlp",), "devices": "cpu", "data": "synthetic", "epochs": 3}
     budgeted = runner.run(planning.plan(RunConfig(**tiny, budget_s=1e-3)))  # sized to the fewest steps
-    plain = runner.run(planning.plan(RunConfig(**tiny, max_steps=FEWEST_BUDGETED_STEPS)))
+    kept = budgeted.runs[0].settings.batch_size  # no batch fits 1 ms: the smallest a budget trains, 2
+    assert kept == runner.PROBE_BATCH
+    plain = runner.run(planning.plan(RunConfig(**tiny, batch_size=kept, max_steps=FEWEST_BUDGETED_STEPS)))
     assert budgeted.runs[0].settings.max_steps == FEWEST_BUDGETED_STEPS
     assert [e.train_loss for e in budgeted.runs[0].epochs] == [e.train_loss for e in plain.runs[0].epochs]
 
@@ -361,3 +364,41 @@ def test_the_budget_line_wraps_between_words_at_80_columns(over):
     expected = f"Trained in {duration_text(said.spent_s)}, over the 1 min 00 s budget: {cause}. {lever}." if over \
         else "Trained in 52 s, within the 1 min 00 s budget."
     assert [word for line in lines for word in line.split()] == expected.split()  # no word cut in two
+
+
+def steps_growing_with_the_batch(build, train_batches, test_batches, watch):
+    """A machine on which a training step takes 0.1 s a sample and an evaluation batch 0.05 s a sample."""
+    batch = train_batches.batch_sizes(1)[0]
+    return StepTimes(first_step_s=0.1 * batch, step_s=0.1 * batch, eval_step_s=0.05 * batch)
+
+
+def test_a_batch_whose_fewest_steps_cannot_fit_the_budget_is_halved_until_they_do(monkeypatch):
+    monkeypatch.setattr(runner, "time_first_steps", steps_growing_with_the_batch)
+    monkeypatch.setattr(runner, "Budget", functools.partial(Budget, clock=lambda: 0.0))
+    monkeypatch.setattr(runner, "ASSUMED_SLOW_FLOP_S", 1.0)  # any step may be slow: the probe decides
+    screen = io.StringIO()
+    run, = budgeted_run(30, RichReporter(Console(file=screen, width=80))).runs
+    # 28.5 s of the 30 are the run's. At batch b the steps timed first (a step, another, an evaluation batch) and
+    # 3 epochs of 3 steps and 2 evaluation batches take 0.25 b + 3 x (0.3 b + 0.1 b) = 1.45 b s: 46.4 s at the
+    # planned 32, 23.2 s at 16
+    assert run.settings.batch_size == 16 and run.settings.hyperparameters["batch_size"] == 16
+    assert {epoch.samples for epoch in run.epochs} == {16 * run.settings.max_steps}
+    text = " ".join(screen.getvalue().split())
+    assert "cifar100-mlp on cpu trains at batch 16, not 32" in text and "--batch-size keeps the batch" in text
+
+
+def test_a_batch_whose_steps_fit_the_budget_is_kept(monkeypatch):
+    monkeypatch.setattr(runner, "time_first_steps", steps_growing_with_the_batch)
+    monkeypatch.setattr(runner, "Budget", functools.partial(Budget, clock=lambda: 0.0))
+    monkeypatch.setattr(runner, "ASSUMED_SLOW_FLOP_S", 1.0)
+    run, = budgeted_run(60).runs  # 46.4 s of 57 s
+    assert run.settings.batch_size == 32
+
+
+def test_a_light_model_is_not_probed(monkeypatch):
+    probed = []
+    monkeypatch.setattr(runner, "time_first_steps", lambda build, train, *rest: probed.append(
+        train.batch_sizes(1)[0]) or ONE_SECOND_STEPS)
+    monkeypatch.setattr(runner, "Budget", functools.partial(Budget, clock=lambda: 0.0))
+    budgeted_run(30)
+    assert probed == [32]  # only the sizing's own first steps, at the planned batch

@@ -172,6 +172,10 @@ class RunReporter(Reporter):
         `planned_steps` it was sized to, or fewer epochs ran than `planned_epochs`; its steps took up to `slowdown`
         times what its first steps said."""
 
+    def run_batch_shrunk(self, record: RunRecord, planned_batch: int, share_s: float) -> None:
+        """A time budget trains the run at a smaller batch than `planned_batch` (now in `record`'s settings): at
+        the planned one, even its fewest steps would not end within its `share_s` of the budget."""
+
     def budget_spent(self, account: BudgetAccount) -> None:
         """The session ran within a time budget (--budget, the quick suite's): what it took of it, and why."""
 
@@ -212,6 +216,9 @@ class ReporterGroup(RunReporter):
 
     def run_paced(self, record, planned_epochs, planned_steps, slowdown):
         self._tell_all("run_paced", record, planned_epochs, planned_steps, slowdown)
+
+    def run_batch_shrunk(self, record, planned_batch, share_s):
+        self._tell_all("run_batch_shrunk", record, planned_batch, share_s)
 
     def budget_spent(self, account):
         self._tell_all("budget_spent", account)

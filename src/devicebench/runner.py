@@ -301,6 +301,9 @@ def _train_model(
         if job.batch_size_auto:
             _grow_batch_size(record, dataset, base, build, batches_of, device, tunings)
             build = partial(_build, workload, record.settings.hyperparameters, device, seed)
+        elif shares is not None and world_size() == 1:
+            _fit_batch_to_share(record, job, build, batches_of, shares, reporter)
+            build = partial(_build, workload, record.settings.hyperparameters, device, seed)
         batches = batches_of(record.settings.batch_size)
         opened += batches
         base = dataclasses.replace(base, device_resident=batches[0].resident)
@@ -348,9 +351,23 @@ class BudgetShares:
         fewest = times.run_s(epochs, FEWEST_BUDGETED_STEPS, min(FEWEST_BUDGETED_STEPS, eval_most))
         if flops_per_step and times.step_s > 0:
             self.speeds.setdefault(str(job.device), []).append(flops_per_step / times.step_s)
+        return self.share_s(fewest)
+
+    def share_s(self, fewest_s: float) -> float:
+        """Seconds the run now being sized may take, when its fewest steps take `fewest_s`: those, and an equal
+        part of what the fewest steps of every run still to come leave of the budget."""
         later = sum(self._fewest_s(run) for run in self.runs[1:])
         left = self.budget.left() - FINISHING_SHARE * self.budget.seconds  # what follows the last run needs time too
-        return fewest + max(0.0, left - fewest - later) / len(self.runs)
+        return fewest_s + max(0.0, left - fewest_s - later) / len(self.runs)
+
+    def even_share_s(self) -> float:
+        """What is left of the budget, shared equally among the runs still to come (the one being sized first)."""
+        return max(0.0, self.budget.left() - FINISHING_SHARE * self.budget.seconds) / len(self.runs)
+
+    def device_speed(self, device: torch.device) -> float | None:
+        """Training FLOP/s the runs so far reached on `device`; None before any was timed there."""
+        speeds = self.speeds.get(str(device))
+        return statistics.median(speeds) if speeds else None
 
     def pace(self, times: StepTimes, share_s: float) -> Pacer:
         """The run under way's Pacer, which keeps it within `share_s` from now."""
@@ -384,16 +401,69 @@ class BudgetShares:
                              workloads, FEWEST_BUDGETED_STEPS)
 
     def _fewest_s(self, job: Job) -> float:
-        flops, speeds = _flops_per_step(job), self.speeds.get(str(job.device))
-        if not flops or not speeds:
+        flops, speed = _flops_per_step(job), self.device_speed(job.device)
+        if not flops or not speed:
             return 0.0
-        return min(job.training.epochs, MEASURABLE_EPOCHS) * FEWEST_BUDGETED_STEPS * flops / statistics.median(speeds)
+        return min(job.training.epochs, MEASURABLE_EPOCHS) * FEWEST_BUDGETED_STEPS * flops / speed
 
 
 def _flops_per_step(job: Job) -> float | None:
     """FLOPs of one training step of `job` (engine/flops.py, counted once per process); None when uncountable."""
     per_sample = training_flops_per_sample(job.workload, job.hyperparameters)
     return None if per_sample is None else per_sample * job.batch_size
+
+
+# A time budget's batch (_fit_batch_to_share). Before a device has run anything, a step's FLOPs are taken at this
+# speed, that of a slow laptop's two cores, to decide whether to time a few steps of a tiny batch first: only a
+# trigger for that measurement, never a figure shown. The tiny batch is PROBE_BATCH (BatchNorm needs two samples).
+ASSUMED_SLOW_FLOP_S = 50e9
+PROBE_BATCH = 2
+
+
+def _fit_batch_to_share(record: RunRecord, job: Job, build: partial, batches_of, shares: BudgetShares,
+                        reporter: RunReporter) -> None:
+    """Within a time budget, halve the batch of a run whose fewest steps would not end within its share of the
+    budget at the planned batch (a reference model on a laptop: one step of ResNet-50 at 256 takes a minute on two
+    cores). Whether it fits is told from the step's FLOPs at the speed reached on this device so far; where that
+    says it may not, PROBE_BATCH samples a step are timed, and a step taken to grow in proportion to its batch (no
+    faster per sample at a larger batch: the batch kept is never too large). Its share here is an equal part of
+    what is left: a run not yet timed on this device counts for nothing in the budget's shares. The batch then
+    stays for the run, in its settings and said on the screen."""
+    settings = record.settings
+    planned = settings.batch_size
+    if planned <= PROBE_BATCH or not record.flops_per_sample:
+        return
+    speed = shares.device_speed(job.device) or ASSUMED_SLOW_FLOP_S
+    eval_most = job.training.max_eval_steps or FEWEST_BUDGETED_STEPS
+    epochs = min(job.training.epochs, MEASURABLE_EPOCHS)
+
+    def fewest_s(times: StepTimes) -> float:  # the steps timed first, then the fewest epochs a budget keeps
+        return (times.first_step_s + times.step_s + times.eval_step_s
+                + times.run_s(epochs, FEWEST_BUDGETED_STEPS, min(FEWEST_BUDGETED_STEPS, eval_most)))
+
+    step_s = record.flops_per_sample * planned / speed
+    share_s = shares.even_share_s()  # not the run's share, which counts no run not yet timed on this device
+    if fewest_s(StepTimes(step_s, step_s, step_s / 3)) <= share_s:
+        return
+    train_batches, test_batches = batches_of(PROBE_BATCH)
+    try:
+        probe = time_first_steps(build, train_batches, test_batches, Stopwatch(job.device))
+    finally:
+        train_batches.close()
+        test_batches.close()
+
+    def at(batch: int) -> StepTimes:  # each sample costing what it did at the probe's batch
+        scale = batch / PROBE_BATCH
+        return StepTimes(probe.first_step_s - probe.step_s + probe.step_s * scale, probe.step_s * scale,
+                         probe.eval_step_s * scale)
+
+    batch = planned
+    while batch > PROBE_BATCH and fewest_s(at(batch)) > share_s:
+        batch = max(batch // 2, PROBE_BATCH)
+    if batch < planned:
+        record.settings = dataclasses.replace(settings, batch_size=batch,
+                                              hyperparameters={**settings.hyperparameters, "batch_size": batch})
+        reporter.run_batch_shrunk(record, planned, share_s)
 
 
 ESTIMATED_FROM_STEPS = 200  # a run of more steps than this (all epochs) is timed first, and its length foretold

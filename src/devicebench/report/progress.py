@@ -176,6 +176,12 @@ class RichReporter(RunReporter):
         self._say(f"{record.workload} on {record.device} kept to its share of the budget: {' and '.join(said)}"
                   f"{slower}.", "dim")
 
+    def run_batch_shrunk(self, record: RunRecord, planned_batch: int, share_s: float) -> None:
+        self._say(f"{record.workload} on {record.device} trains at batch {record.settings.batch_size:,}, not "
+                  f"{planned_batch:,}: at {planned_batch:,} even its fewest steps would take longer than its "
+                  f"{duration_text(share_s)} of the budget. Its samples/s are at that batch; a longer --budget or "
+                  "--batch-size keeps the batch.", "yellow")
+
     def budget_spent(self, account: BudgetAccount) -> None:
         spent, budget = duration_text(account.spent_s), duration_text(account.budget_s)
         if not account.over:
