@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 
 from devicebench.results.compare import Row
+from devicebench.results.record import PublishedFigure, published_figures
 from devicebench.workloads import (
     SEED_EXPERIMENTS,
     Published,
@@ -26,30 +27,38 @@ class ReproduceError(ValueError):
     """A seed that cannot be reproduced; the message names the seeds that can."""
 
 
-def _wanted(seeds: list[str]) -> list[str]:
-    """Seed ids as written in SEEDS.md, in the order asked; "all" means every one."""
-    return list(SEED_EXPERIMENTS) if any(seed.lower() == "all" for seed in seeds) else [s.upper() for s in seeds]
+def _wanted(asked: list[str]) -> list[str]:
+    """Seed ids as written in SEEDS.md, in the order asked, leaving out reference models named; "all" means every
+    seed."""
+    if any(item.lower() == "all" for item in asked):
+        return list(SEED_EXPERIMENTS)
+    references = {entry.name for entry in reference_workloads()}
+    return [item.upper() for item in asked if item.lower() not in references]
 
 
-def seed_workloads(seeds: list[str]) -> list[Workload]:
-    """The workloads of the given seed ids ("S1", "s2", or "all"), in registry order."""
-    wanted = set(_wanted(seeds))
+def seed_workloads(asked: list[str]) -> list[Workload]:
+    """The workloads of the given seed ids ("S1", "s2", or "all"), in registry order, then the reference models
+    named ("resnet50": a workload the record has published figures of), in the order asked."""
+    wanted = set(_wanted(asked))
+    references = {entry.name: entry for entry in reference_workloads()}
     unknown = wanted - set(SEED_EXPERIMENTS)
     if unknown:
         raise ReproduceError(f"unknown seed experiment {', '.join(sorted(unknown))}; known: "
-                             f"{', '.join(SEED_EXPERIMENTS)} or all")
-    selected = [entry for entry in list_workloads() if entry.seed in wanted]
+                             f"{', '.join(SEED_EXPERIMENTS)} or all; reference models: "
+                             f"{', '.join(references) or 'none'}")
+    named = list(dict.fromkeys(references[item.lower()] for item in asked if item.lower() in references))
+    selected = [entry for entry in list_workloads() if entry.seed in wanted] + named
     if not selected:
-        available = sorted({entry.seed for entry in list_workloads()})
+        available = sorted({entry.seed for entry in list_workloads() if entry.seed})
         raise ReproduceError(f"{', '.join(sorted(wanted))} has no workloads in this version of devicebench yet; "
                              f"seeds with workloads: {', '.join(available)}")
     return selected
 
 
-def seeds_without_workloads(seeds: list[str]) -> list[str]:
+def seeds_without_workloads(asked: list[str]) -> list[str]:
     """Which of the asked-for seeds (or all) have no workloads yet, to say so instead of staying silent."""
     covered = {entry.seed for entry in list_workloads()}
-    return [seed for seed in _wanted(seeds) if seed not in covered]
+    return [seed for seed in _wanted(asked) if seed not in covered]
 
 
 @dataclass(frozen=True)
@@ -69,7 +78,9 @@ class Reproduction:
 
 
 def reproductions(rows_by_workload: dict[str, list[Row]]) -> list[Reproduction]:
-    return [_reproduction(get_workload(name), rows) for name, rows in rows_by_workload.items()]
+    """The seeds' workloads among `rows_by_workload`: those with a post of their own (`published`)."""
+    return [_reproduction(get_workload(name), rows) for name, rows in rows_by_workload.items()
+            if get_workload(name).published is not None]
 
 
 def _reproduction(workload: Workload, rows: list[Row]) -> Reproduction:
@@ -216,3 +227,63 @@ def factor_text(value: float) -> str:
 
 def _samples_text(value: float) -> str:
     return f"{value:,.0f}"  # as the tables' samples/s columns write them
+
+
+# --- the reference models: the public record beside this machine ------------------------------------------------
+# A reference model (ResNet-50, BERT, GPT-2, GNMT) has no post of its own: what the field published of it is the
+# record (results/record/), many rows of GPUs, precisions and batches. `devicebench reproduce resnet50` sets those
+# beside what this machine measured, in the unit each row was published in.
+
+def reference_workloads() -> list[Workload]:
+    """The workloads the record has published figures of, in registry order."""
+    recorded = {figure.workload for figure in published_figures()}
+    return [entry for entry in list_workloads() if entry.name in recorded]
+
+
+@dataclass(frozen=True)
+class RecordComparison:
+    """One reference workload: the record's rows at the sequence length measured here, and the rows measured here."""
+
+    workload: Workload
+    measured: list[Row]  # this machine's rows, each a device (and settings)
+    figures: tuple[PublishedFigure, ...]  # the record's rows comparable in shape, fastest per GPU first
+    other_lengths: dict[int, int]  # rows left out, by their sequence length: a different amount of work a sample
+
+
+def record_comparisons(rows_by_workload: dict[str, list[Row]]) -> list[RecordComparison]:
+    """The reference models among `rows_by_workload`: those the record has figures of."""
+    references = {entry.name for entry in reference_workloads()}
+    return [record_comparison(get_workload(name), rows) for name, rows in rows_by_workload.items()
+            if name in references]
+
+
+def record_comparison(workload: Workload, rows: list[Row]) -> RecordComparison:
+    measured = [row for row in rows if row.samples_per_s]
+    length = _sequence_length(workload, rows)
+    figures = published_figures(workload.name)
+    kept = [figure for figure in figures if figure.sequence_length in (None, length)]
+    other: dict[int, int] = {}
+    for figure in figures:
+        if figure not in kept:
+            other[figure.sequence_length] = other.get(figure.sequence_length, 0) + 1
+    kept.sort(key=lambda figure: (figure.gpu, -figure.per_gpu_throughput))
+    return RecordComparison(workload, measured, tuple(kept), dict(sorted(other.items())))
+
+
+def _sequence_length(workload: Workload, rows: list[Row]) -> int | None:
+    """The sequence length the runs here trained at (the same in every row: it is part of their settings)."""
+    for row in rows:
+        for run in row.runs:
+            return run.settings.hyperparameters.get("sequence_length")
+    return workload.defaults.get("sequence_length")
+
+
+def in_unit(workload: Workload, row: Row, unit: str) -> float | None:
+    """`row`'s median steady throughput in `unit` (images/s and sequences/s are samples/s; tokens/s counts each
+    sample's tokens, `tokens_per_sample`); None where this workload's samples are not counted in that unit."""
+    samples = row.samples_per_s.median
+    if unit != "tokens/s":
+        return samples
+    if workload.tokens_per_sample is None or not row.runs:
+        return None
+    return samples * workload.tokens_per_sample(row.runs[0].settings.hyperparameters)

@@ -301,8 +301,9 @@ def _train_model(
         if job.batch_size_auto:
             _grow_batch_size(record, dataset, base, build, batches_of, device, tunings)
             build = partial(_build, workload, record.settings.hyperparameters, device, seed)
-        elif shares is not None and world_size() == 1:
-            _fit_batch_to_share(record, job, build, batches_of, shares, reporter)
+        estimated = None  # a shrunk batch's step times, estimated from the tiny batch's: not timed again
+        if shares is not None and not job.batch_size_auto and world_size() == 1:
+            estimated = _fit_batch_to_share(record, job, build, batches_of, shares, reporter)
             build = partial(_build, workload, record.settings.hyperparameters, device, seed)
         batches = batches_of(record.settings.batch_size)
         opened += batches
@@ -312,7 +313,7 @@ def _train_model(
             tuning = _choose(base, build, batches[0], job, record, tunings)
             build = partial(_build_tuned, build, tuning, device, record)
             compiled_from = dynamo_counts() if tuning.compiled else None
-        training = _sized(job, record, build, batches, reporter, shares)
+        training = _sized(job, record, build, batches, reporter, shares, estimated)
         pacer = None if shares is None else shares.pacer
         model = train(record, build=build, train_batches=batches[0], test_batches=batches[1],
                       plan=training, watch=Stopwatch(device), reporter=reporter, pace=pacer)
@@ -421,18 +422,20 @@ PROBE_BATCH = 2
 
 
 def _fit_batch_to_share(record: RunRecord, job: Job, build: partial, batches_of, shares: BudgetShares,
-                        reporter: RunReporter) -> None:
+                        reporter: RunReporter) -> StepTimes | None:
     """Within a time budget, halve the batch of a run whose fewest steps would not end within its share of the
     budget at the planned batch (a reference model on a laptop: one step of ResNet-50 at 256 takes a minute on two
     cores). Whether it fits is told from the step's FLOPs at the speed reached on this device so far; where that
     says it may not, PROBE_BATCH samples a step are timed, and a step taken to grow in proportion to its batch (no
     faster per sample at a larger batch: the batch kept is never too large). Its share here is an equal part of
     what is left: a run not yet timed on this device counts for nothing in the budget's shares. The batch then
-    stays for the run, in its settings and said on the screen."""
+    stays for the run, in its settings and said on the screen. Returns the step times the smaller batch is
+    estimated to take (the run is sized from them: timing its first steps again would spend what it saves), or
+    None when the batch is kept."""
     settings = record.settings
     planned = settings.batch_size
     if planned <= PROBE_BATCH or not record.flops_per_sample:
-        return
+        return None
     speed = shares.device_speed(job.device) or ASSUMED_SLOW_FLOP_S
     eval_most = job.training.max_eval_steps or FEWEST_BUDGETED_STEPS
     epochs = min(job.training.epochs, MEASURABLE_EPOCHS)
@@ -444,7 +447,7 @@ def _fit_batch_to_share(record: RunRecord, job: Job, build: partial, batches_of,
     step_s = record.flops_per_sample * planned / speed
     share_s = shares.even_share_s()  # not the run's share, which counts no run not yet timed on this device
     if fewest_s(StepTimes(step_s, step_s, step_s / 3)) <= share_s:
-        return
+        return None
     train_batches, test_batches = batches_of(PROBE_BATCH)
     try:
         probe = time_first_steps(build, train_batches, test_batches, Stopwatch(job.device))
@@ -460,24 +463,27 @@ def _fit_batch_to_share(record: RunRecord, job: Job, build: partial, batches_of,
     batch = planned
     while batch > PROBE_BATCH and fewest_s(at(batch)) > share_s:
         batch = max(batch // 2, PROBE_BATCH)
-    if batch < planned:
-        record.settings = dataclasses.replace(settings, batch_size=batch,
-                                              hyperparameters={**settings.hyperparameters, "batch_size": batch})
-        reporter.run_batch_shrunk(record, planned, share_s)
+    if batch == planned:
+        return None
+    record.settings = dataclasses.replace(settings, batch_size=batch,
+                                          hyperparameters={**settings.hyperparameters, "batch_size": batch})
+    reporter.run_batch_shrunk(record, planned, share_s)
+    return at(batch)
 
 
 ESTIMATED_FROM_STEPS = 200  # a run of more steps than this (all epochs) is timed first, and its length foretold
 
 
 def _sized(job: Job, record: RunRecord, build: partial, batches: list, reporter: RunReporter,
-           shares: BudgetShares | None) -> TrainingPlan:
+           shares: BudgetShares | None, estimated: StepTimes | None = None) -> TrainingPlan:
     """`job`'s plan, its epochs sized to the run's share of a time budget (their steps recorded in the settings),
-    from two steps and an evaluation batch timed first; a long run is timed the same way, to say how long it takes."""
+    from two steps and an evaluation batch timed first (a batch the budget shrank: `estimated` from a tiny batch's);
+    a long run is timed the same way, to say how long it takes."""
     plan, (train_batches, test_batches) = job.training, batches
     steps, eval_steps = capped(len(train_batches), plan.max_steps), capped(len(test_batches), plan.max_eval_steps)
     if world_size() > 1 or (shares is None and plan.epochs * steps <= ESTIMATED_FROM_STEPS):
         return plan  # several processes would each time their own steps, and must agree on every step
-    times = time_first_steps(build, train_batches, test_batches, Stopwatch(job.device))
+    times = estimated or time_first_steps(build, train_batches, test_batches, Stopwatch(job.device))
     if shares is not None:
         flops = (record.flops_per_sample or 0) * record.settings.batch_size
         share_s = shares.seconds_for(job, times, eval_steps, flops)

@@ -12,6 +12,7 @@ from rich.text import Text
 
 from devicebench.cli import DatabaseOption, app, console, errors, fail
 from devicebench.cli.run import (
+    BudgetOption,
     DataDirOption,
     DataOption,
     DevicesOption,
@@ -20,16 +21,19 @@ from devicebench.cli.run import (
     QuietOption,
     RepeatsOption,
     SeedOption,
+    SetOption,
     TensorBoardOption,
     ThreadsOption,
+    duration_seconds,
     exit_for,
     plan_or_fail,
     train_and_show,
 )
 from devicebench.config import ConfigError, RunConfig
-from devicebench.report.tables import reproduction_table
+from devicebench.report.tables import record_table, reproduction_table
 from devicebench.reproduce import (
     ReproduceError,
+    record_comparisons,
     reproductions,
     seed_workloads,
     seeds_without_workloads,
@@ -41,7 +45,9 @@ from devicebench.results.compare import compare
 def reproduce(
     seeds: Annotated[Optional[list[str]], typer.Argument(
         help="Seed experiments S1 … S5 (`devicebench list` shows the workloads of each; docs/workloads.md the posts "
-             "they come from), or all (the default).", show_default=False, metavar="SEEDS")] = None,
+             "they come from), or all (the default); or reference models (resnet50, bert-base, …), set beside "
+             "the figures the field published of them (docs/record.md).", show_default=False,
+        metavar="SEEDS")] = None,
     quick: Annotated[bool, typer.Option("--quick", help="Reduced epochs and steps (the quick suite) instead of the "
                                                         "published settings.")] = False,
     devices: DevicesOption = "auto",
@@ -51,17 +57,22 @@ def reproduce(
     data: DataOption = "auto",
     data_dir: DataDirOption = None,
     mode: ModeOption = "seed",
+    budget: BudgetOption = None,
+    overrides: SetOption = None,
     json_file: JsonOption = None,
     quiet: QuietOption = False,
     db: DatabaseOption = None,
     tensorboard: TensorBoardOption = None,
 ) -> None:
     """Train each seed's workloads at its published settings and print published vs measured here, side by side:
-    hardware, throughput, speedup and accuracy. The runs are stored like any other.
+    hardware, throughput, speedup and accuracy; for a reference model, every figure the public record holds of it
+    beside this machine's, in the unit each was published in. The runs are stored like any other.
 
     [bold]devicebench reproduce S2 --devices cpu,cuda[/]: the CIFAR-10 MLP, 10 full epochs on each device.
 
     [bold]devicebench reproduce all --quick[/]: every seed, reduced, in minutes.
+
+    [bold]devicebench reproduce resnet50 --devices cpu --budget 2m[/]: ResNet-50 beside its published GPU figures.
     """
     asked = seeds or ["all"]
     try:
@@ -72,17 +83,22 @@ def reproduce(
         workloads = [entry for entry in workloads if entry.requires() is None]
         config = RunConfig(workloads=tuple(entry.name for entry in workloads), suite="quick" if quick else "seeds",
                            devices=devices, repeats=repeats, seed=seed, threads=threads, data=data,
-                           data_dir=str(data_dir) if data_dir else None, mode=mode)
+                           data_dir=str(data_dir) if data_dir else None, mode=mode,
+                           budget_s=duration_seconds("--budget", budget), overrides=tuple(overrides or ()))
     except (ReproduceError, ConfigError) as error:
         raise fail(str(error)) from None
     for missing in seeds_without_workloads(asked):
         errors.print(f"{missing} has no workloads in this version of devicebench yet; skipped.", highlight=False)
     outcome = train_and_show(plan_or_fail(config), json_file=json_file, quiet=quiet, db=db, tensorboard=tensorboard)
-    measured = reproductions(compare([outcome.result]))
-    console.print(reproduction_table(measured))
+    rows = compare([outcome.result])
+    measured = reproductions(rows)
+    if measured:
+        console.print(reproduction_table(measured))
     for entry in measured:
         if entry.outlook is not None:
             console.print(Text(entry.outlook))  # Text: a hardware name is no markup
+    for comparison in record_comparisons(rows):
+        console.print(record_table(comparison))
     exit_for(outcome)
 
 

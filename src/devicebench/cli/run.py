@@ -75,6 +75,15 @@ PrecisionOption = Annotated[str, typer.Option(
     help="Tuned mode: auto (try bf16 where the device computes it natively, keep it if faster), fp32 or bf16.")]
 CompileOption = Annotated[str, typer.Option(
     "--compile", help="Tuned mode: torch.compile on (always), off, or auto (tried on GPUs, kept if faster).")]
+BudgetOption = Annotated[Optional[str], typer.Option(
+    help="Time the whole run may take, e.g. 90s, 5m, 1h30m: each run's epochs are sized to its share from its "
+         "first steps timed (warm-up and two steady epochs at least, 3 steps each at least), and a batch whose "
+         "fewest steps cannot fit is halved. The quick suite has a 2m budget unless --max-steps is given.",
+    show_default=False)]
+SetOption = Annotated[Optional[list[str]], typer.Option(
+    "--set", help="Change a workload parameter, e.g. --set learning_rate=0.001 (repeatable; `devicebench list "
+                  "NAME` shows each workload's parameters). Runs with --set are never pooled with runs without.",
+    show_default=False)]
 TensorBoardOption = Annotated[Optional[Path], typer.Option(
     help="Also log per-epoch loss, accuracy, throughput and the model graph here for TensorBoard "
          + escape("(needs pip install 'devicebench[tensorboard]')."), show_default=False)]  # [..] is no markup
@@ -101,20 +110,14 @@ def run(
     max_steps: Annotated[Optional[int], typer.Option(help="Cap on training steps per epoch.", show_default=False)] = None,
     max_eval_steps: Annotated[Optional[int], typer.Option(
         help="Cap on evaluation batches per epoch (default: --max-steps, if given).", show_default=False)] = None,
-    budget: Annotated[Optional[str], typer.Option(
-        help="Time the whole run may take, e.g. 90s, 5m, 1h30m: each run's epochs are sized to its share from its "
-             "first steps timed (warm-up and two steady epochs at least, 3 steps each at least). The quick suite "
-             "has a 2m budget unless --max-steps is given.", show_default=False)] = None,
+    budget: BudgetOption = None,
     repeats: RepeatsOption = 1,
     seed: SeedOption = 0,
     threads: ThreadsOption = None,
     data: DataOption = "auto",
     data_dir: DataDirOption = None,
     workers: WorkersOption = None,
-    overrides: Annotated[Optional[list[str]], typer.Option(
-        "--set", help="Change a workload parameter, e.g. --set learning_rate=0.001 (repeatable; `devicebench list "
-                      "NAME` shows each workload's parameters). Runs with --set are never pooled with runs without.",
-        show_default=False)] = None,
+    overrides: SetOption = None,
     target_accuracy: Annotated[Optional[float], typer.Option(
         help="Record the time to reach this test accuracy (a fraction, e.g. 0.98).", show_default=False)] = None,
     model: Annotated[Optional[str], typer.Option(

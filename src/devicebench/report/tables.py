@@ -24,7 +24,7 @@ from devicebench.results.stats import Speedup, Spread
 
 if TYPE_CHECKING:  # each imports torch: history and compare's tables must load without it
     from devicebench.planning import Job, Plan
-    from devicebench.reproduce import Reproduction
+    from devicebench.reproduce import RecordComparison, Reproduction
     from devicebench.workloads import Workload
 
 BASELINE_DEVICE = "cpu"
@@ -816,3 +816,46 @@ def reproduction_table(reproductions: list[Reproduction]) -> FittedTable:
             percent_text(entry.measured_accuracy) + (f" {published.accuracy_kind}" if entry.measured_accuracy else ""),
         )
     return fitted(table)
+
+
+def record_table(comparison: RecordComparison) -> Group:
+    """A reference model's published figures (the record) beside what each device measured here, each in the unit
+    it was published in; the sources numbered beneath, and what was measured here."""
+    from devicebench.reproduce import factor_text, in_unit  # imports torch: only where a reproduction is shown
+
+    workload, measured = comparison.workload, comparison.measured
+    table = Table(title=f"{workload.name}: the public record beside this machine", title_justify="left")
+    for column in ("GPU", "Software", "Precision", "Batch", "Data", "Published"):
+        table.add_column(column, justify="right" if column in ("Batch", "Published") else "left")
+    for row in measured:
+        table.add_column(f"per GPU ÷ {row.device}", justify="right")
+    sources: dict[str, int] = {}
+    for figure in comparison.figures:
+        number = sources.setdefault(figure.source, len(sources) + 1)
+        gpus = f" x{figure.gpus}" if figure.gpus > 1 else ""
+        ratios = []
+        for row in measured:
+            here = in_unit(workload, row, figure.unit)
+            ratios.append("—" if not here else factor_text(figure.per_gpu_throughput / here))
+        table.add_row(f"{figure.gpu}{gpus} [{number}]", f"{figure.framework} {figure.framework_version}".strip(),
+                      figure.precision + (" (TF32 on)" if figure.tf32 == "on" and figure.precision == "fp32" else ""),
+                      f"{figure.batch_per_gpu:,}", figure.data, f"{figure.throughput:,.0f} {figure.unit}", *ratios)
+    lines: list[RenderableType] = [fitted(table)]
+    for row in measured:
+        settings = row.runs[0].settings if row.runs else None
+        units = {figure.unit for figure in comparison.figures}
+        shown = [f"{value:,.1f} {unit}" for unit in sorted(units)
+                 if (value := in_unit(workload, row, unit)) is not None]
+        batch = f" at batch {settings.batch_size:,}" if settings else ""
+        lines.append(Text(f"Measured here: {row.device_name} ({row.device}): {', '.join(shown)}{batch}, "
+                          f"{row.settings['data_source']} data, {row.settings['mode']} mode.", style="bold"))
+    if not comparison.figures:
+        lines.append(Text(f"The record has no figures of {workload.name} at the sequence length trained here."))
+    for length, count in comparison.other_lengths.items():
+        lines.append(Text(f"Left out: {count} published row{'s' if count > 1 else ''} at sequence length {length}, "
+                          f"a different amount of work a sample: --set sequence_length={length} compares with "
+                          f"{'them' if count > 1 else 'it'}."))
+    lines.append(Text("Published figures are other people's measurements, on other machines and software; a ratio "
+                      "says how much faster that GPU ran this model than this device, at the batch each used."))
+    lines += [Text(f"[{number}] {source}") for source, number in sources.items()]
+    return Group(*lines)
