@@ -104,6 +104,11 @@ def test_known_figures_match_their_documents():
     assert (k80.fp32_tflops, k80.memory_gb_s, k80.memory_gib) == (pytest.approx(4.365), 240.0, 12)
     a40 = catalog_entry("a40")  # the datasheet's 149.6 (TF32) and 299.4 (BF16) are with sparsity
     assert (a40.fp32_tflops, a40.tf32_tflops, a40.bf16_tflops, a40.memory_gb_s) == (37.4, 74.8, 149.7, 696.0)
+    rtx_3080 = catalog_entry("rtx-3080")  # GeForce: TF32 at the fp32 rate, half the professional cards' ratio
+    assert (rtx_3080.fp32_tflops, rtx_3080.tf32_tflops, rtx_3080.bf16_tflops, rtx_3080.memory_gb_s) == (
+        29.8, 29.8, 59.5, 760.0)
+    ada = catalog_entry("rtx-6000-ada")  # the datasheet's 1,457 is FP8 with sparsity; these are the whitepaper's
+    assert (ada.fp32_tflops, ada.tf32_tflops, ada.bf16_tflops, ada.memory_gb_s) == (91.1, 182.1, 364.2, 960.0)
     titan_v = catalog_entry("titan-v")  # 5120 cores x 2 x 1.455 GHz boost, not NVIDIA's 13.8 at a lower clock
     assert titan_v.fp32_tflops == pytest.approx(5120 * 2 * 1.455e9 / 1e12, abs=0.05)
     assert (titan_v.tf32_tflops, titan_v.bf16_tflops) == (None, None)  # Volta: FP16 tensor cores only

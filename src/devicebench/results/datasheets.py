@@ -160,9 +160,9 @@ DATASHEETS = (
     Datasheet("Quadro RTX 8000", 16.3, None, None, 672.0, "NVIDIA Quadro RTX 8000 datasheet", ("Quadro RTX 8000",),
               key="quadro-rtx-8000", memory_gib=48, host_link_gb_s=PCIE3_X16_GB_S, year=2018),
     # GA102, professional: fp32-accumulate tensor cores at the full rate. The whitepaper's v2 Table 3 prints BF16 with
-    # FP32 accumulate 154.8/309.6 and TF32 77.4 dense (as quoted in public code citing it), 768 GB/sec; 38.7 TFLOPS
-    # FP32 is the datasheet's. 48 GB GDDR6, PCIe 4.0 x16; announced October 2020, sold from December 2020. torch's
-    # name: "NVIDIA RTX A6000" (nvidia-smi in a public gist)
+    # FP32 accumulate 154.8/309.6 and TF32 77.4 dense, 768 GB/sec (as public code citing it quotes them, among it
+    # IST-DASLab/llmq's src/utilities/sol.cpp); 38.7 TFLOPS FP32 is the datasheet's. 48 GB GDDR6, PCIe 4.0 x16;
+    # announced October 2020, sold from December 2020. torch's name: "NVIDIA RTX A6000" (nvidia-smi in a public gist)
     Datasheet("RTX A6000", 38.7, 77.4, 154.8, 768.0, f"{GA102_WHITEPAPER}; NVIDIA RTX A6000 datasheet",
               ("NVIDIA RTX A6000",), key="rtx-a6000", memory_gib=48, host_link_gb_s=PCIE4_X16_GB_S, year=2020),
     # GA102: 27.8 TFLOPS FP32, 24 GB GDDR6 at 768 GB/s, as the datasheet's figures are quoted in public cluster
@@ -181,18 +181,22 @@ DATASHEETS = (
     Datasheet("A40", 37.4, 74.8, 149.7, 696.0, "NVIDIA A40 datasheet", ("NVIDIA A40",),
               key="a40", memory_gib=48, host_link_gb_s=PCIE4_X16_GB_S, year=2021),
     # GA102, 8704 cores at 1.71 GHz boost: 29.8 TFLOPS, 10 GB GDDR6X at 19 Gbps on 320 bits, 760 GB/s (NVIDIA's launch
-    # specifications as Fudzilla and PC Gamer print them). Its TF32 and BF16 rates (GeForce: half the professional
-    # ones, see the RTX 3090) are in the GA102 whitepaper's Table 1, which no stored copy shows: None. The 12 GB
-    # card of 2022 (8960 cores, 912 GB/s) is not this entry. PCIe 4.0, September 2020. torch's name: "NVIDIA GeForce
-    # RTX 3080" (torch.cuda.get_device_name in public code)
-    Datasheet("GeForce RTX 3080", 29.8, None, None, 760.0, "NVIDIA GeForce RTX 3080 specifications",
-              ("NVIDIA GeForce RTX 3080",),
+    # specifications as Fudzilla and PC Gamer print them). GeForce, so fp32-accumulate tensor cores at half the
+    # professional rate (see the RTX 3090): TF32 29.8 and BF16 59.5 dense, as IST-DASLab/llmq's src/utilities/sol.cpp
+    # lists them beside the GA102 and Ada whitepapers it cites (no stored copy of the GA102 whitepaper's Table 1
+    # shows them). The 12 GB card of 2022 (8960 cores, 912 GB/s) is not this entry. PCIe 4.0, September 2020.
+    # torch's name: "NVIDIA GeForce RTX 3080" (torch.cuda.get_device_name in public code)
+    Datasheet("GeForce RTX 3080", 29.8, 29.8, 59.5, 760.0,
+              f"NVIDIA GeForce RTX 3080 specifications; {GA102_WHITEPAPER}", ("NVIDIA GeForce RTX 3080",),
               key="rtx-3080", memory_gib=10, host_link_gb_s=PCIE4_X16_GB_S, year=2020),
-    # AD102: the datasheet prints 91.1 TFLOPS single precision, 48 GB GDDR6 at 960 GB/s, PCIe 4.0 x16, and only FP8
-    # with sparsity (1,457 TFLOPS) for the tensor cores: TF32 and BF16 are None (as atineoSE/coding-model-seeks-gpu
-    # reproduces it). Announced September 2022, sold from December 2022. torch's name: "NVIDIA RTX 6000 Ada
-    # Generation" (cudaDeviceProp.name and nvidia-smi in public code)
-    Datasheet("RTX 6000 Ada Generation", 91.1, None, None, 960.0, "NVIDIA RTX 6000 Ada Generation datasheet",
+    # AD102: the datasheet prints 91.1 TFLOPS single precision, 48 GB GDDR6 at 960 GB/s, PCIe 4.0 x16 and, for the
+    # tensor cores, only FP8 with sparsity (1,457 TFLOPS) (as atineoSE/coding-model-seeks-gpu reproduces it). TF32
+    # 182.1 and BF16 with FP32 accumulate 364.2 dense, the professional full rate, are the Ada professional (PROVIZ)
+    # whitepaper v1.1's, as IST-DASLab/llmq's src/utilities/sol.cpp quotes them. Announced September 2022, sold from
+    # December 2022. torch's name: "NVIDIA RTX 6000 Ada Generation" (cudaDeviceProp.name and nvidia-smi in public
+    # code)
+    Datasheet("RTX 6000 Ada Generation", 91.1, 182.1, 364.2, 960.0,
+              "NVIDIA RTX 6000 Ada Generation datasheet; NVIDIA Ada Lovelace professional GPU architecture whitepaper",
               ("NVIDIA RTX 6000 Ada Generation",),
               key="rtx-6000-ada", memory_gib=48, host_link_gb_s=PCIE4_X16_GB_S, year=2022),
 )
