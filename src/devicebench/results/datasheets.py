@@ -166,7 +166,8 @@ DATASHEETS = (
     Datasheet("RTX A6000", 38.7, 77.4, 154.8, 768.0, f"{GA102_WHITEPAPER}; NVIDIA RTX A6000 datasheet",
               ("NVIDIA RTX A6000",), key="rtx-a6000", memory_gib=48, host_link_gb_s=PCIE4_X16_GB_S, year=2020),
     # GA102: 27.8 TFLOPS FP32, 24 GB GDDR6 at 768 GB/s, as the datasheet's figures are quoted in public cluster
-    # documentation. No document read gives its TF32 or BF16 rate, so None. PCIe 4.0 as every GA102; April 2021.
+    # documentation and an A4000/A5000 datasheet comparison; that datasheet's one "Tensor performance", 222.2 TFLOPS,
+    # names neither precision nor sparsity, so TF32 and BF16 are None. PCIe 4.0 as every GA102; April 2021.
     # torch's name: "NVIDIA RTX A5000" (nvidia-smi and a device report in public code)
     Datasheet("RTX A5000", 27.8, None, None, 768.0, "NVIDIA RTX A5000 datasheet", ("NVIDIA RTX A5000",),
               key="rtx-a5000", memory_gib=24, host_link_gb_s=PCIE4_X16_GB_S, year=2021),
