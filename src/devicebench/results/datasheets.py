@@ -4,7 +4,8 @@ calibration is read against its datasheet and `devicebench estimate --on t4,a100
 Every figure is a dense peak (no 2:4 sparsity) at boost clock, in TFLOP/s, and memory bandwidth in GB/s (1e9
 bytes). Datasheets print the tensor-core figures with sparsity and a footnote; those are halved here, and each
 entry names the document it comes from. A figure no document we can name gives is None, never guessed (the A10G's
-compute, an AWS part without an NVIDIA datasheet); the CPUs have no such datasheet and are not here.
+compute, an AWS part without an NVIDIA datasheet); the CPUs have no such datasheet and are not here. A dual-GPU board
+(the K80) is entered as one of its GPUs, the device torch sees, at half the board's figures.
 
     python -c "from devicebench.results.datasheets import parse_targets; print(parse_targets('t4,h100-sxm'))"
 """
@@ -46,6 +47,8 @@ HOPPER_WHITEPAPER = "NVIDIA H100 Tensor Core GPU Architecture whitepaper"
 H100_DATASHEET = "NVIDIA H100 Tensor Core GPU datasheet"
 A100_DATASHEET = "NVIDIA A100 Tensor Core GPU datasheet"
 V100_DATASHEET = "NVIDIA Tesla V100 GPU datasheet"
+P100_DATASHEET = "NVIDIA Tesla P100 datasheet"
+GA102_WHITEPAPER = "NVIDIA Ampere GA102 GPU Architecture whitepaper"
 
 DATASHEETS = (
     # Turing: FP16 tensor cores only (65 TFLOP/s mixed precision), no TF32, no BF16
@@ -97,8 +100,7 @@ DATASHEETS = (
               key="h200", memory_gib=141, host_link_gb_s=PCIE5_X16_GB_S, year=2024),  # SXM5, PCIe 5.0 to host
     # GeForce tensor cores run TF32 and BF16 with fp32 accumulation at half the professional cards' rate: TF32 35.6
     # and BF16 71 dense (71.2 and 142 with sparsity) in the whitepaper's RTX 3090 appendix
-    Datasheet("GeForce RTX 3090", 35.6, 35.6, 71.0, 936.0, "NVIDIA Ampere GA102 GPU Architecture whitepaper",
-              ("NVIDIA GeForce RTX 3090",),
+    Datasheet("GeForce RTX 3090", 35.6, 35.6, 71.0, 936.0, GA102_WHITEPAPER, ("NVIDIA GeForce RTX 3090",),
               key="rtx-3090", memory_gib=24, host_link_gb_s=PCIE4_X16_GB_S, year=2020),  # PCIe 4.0
     # BF16 with fp32 accumulation at half the FP16-accumulate rate (330.3 with sparsity)
     Datasheet("GeForce RTX 4090", 82.6, 82.6, 165.2, 1008.0, "NVIDIA Ada GPU Architecture whitepaper",
@@ -112,6 +114,92 @@ DATASHEETS = (
     Datasheet("GeForce GTX 860M", 1.317, None, None, 80.0,
               "NVIDIA GeForce GTX 860M specifications (as reproduced by Notebookcheck and notebookinfo.de)", (),
               key="gtx-860m", memory_gib=2, host_link_gb_s=PCIE3_X16_GB_S, year=2014),  # PCIe 3.0
+    # Kepler, no tensor cores. A dual-GPU board: torch sees two devices, and an entry is one of them, so each figure
+    # is half the board's: the datasheet's "up to 8.73 teraflops single precision with GPU Boost" and "24 GB GDDR5
+    # with 480 GB/s aggregate" (NVIDIA's bullets as quoted in robang74/chatbots-for-fun; AnandTech's launch table
+    # prints 2 x 2496 cores, 2 x 12 GB, 875 MHz boost, 8.74 TFLOPS). One PCIe 3.0 x16 link for both GPUs; sold 2014.
+    # torch's name: "Tesla K80" (gpu.name in a device report in public code)
+    Datasheet("Tesla K80 (one GPU of two)", 8.73 / 2, None, None, 480.0 / 2, "NVIDIA Tesla K80 datasheet",
+              ("Tesla K80",), key="k80", memory_gib=24 / 2, host_link_gb_s=PCIE3_X16_GB_S, year=2014),
+    # Pascal, no tensor cores: 9.3 (PCIe) and 10.6 (SXM2) TFLOPS single precision, 16 GB HBM2 at 732 GB/s, as
+    # Microway's Pascal comparison reproduces NVIDIA's table; the 12 GB PCIe card (549 GB/s) is not this entry and
+    # its name, "Tesla P100-PCIE-12GB", does not match. Announced April and June 2016, shipped from autumn 2016.
+    # torch's names: "Tesla P100-PCIE-16GB" (Microway's bandwidthTest), "Tesla P100-SXM2-16GB" (cudaDeviceProp.name
+    # and nvidia-smi in public code)
+    Datasheet("Tesla P100 PCIe", 9.3, None, None, 732.0, P100_DATASHEET, ("Tesla P100-PCIE-16GB",),
+              key="p100-pcie", memory_gib=16, host_link_gb_s=PCIE3_X16_GB_S, year=2016),  # PCIe 3.0
+    Datasheet("Tesla P100 SXM2", 10.6, None, None, 732.0, P100_DATASHEET, ("Tesla P100-SXM2-16GB",),
+              key="p100-sxm2", memory_gib=16, host_link_gb_s=PCIE3_X16_GB_S, year=2016),  # NVLink 1, PCIe 3.0 to host
+    # Pascal GP102, all 3840 cores: 12.1 TFLOPS (3840 x 2 x 1.582 GHz boost, AnandTech's table; NVIDIA rounds to 12),
+    # 12 GB GDDR5X at 11.4 Gbps, 547.7 GB/s (NVIDIA's launch figures as TechGage and GameRevolution print them). No
+    # tensor cores; PCIe 3.0 as every Pascal card. Launched April 2017. torch's name: "NVIDIA TITAN Xp" (nvidia-smi
+    # in public code; older drivers drop "NVIDIA", which datasheet_for ignores)
+    Datasheet("TITAN Xp", 12.1, None, None, 547.7, "NVIDIA TITAN Xp specifications", ("NVIDIA TITAN Xp",),
+              key="titan-xp", memory_gib=12, host_link_gb_s=PCIE3_X16_GB_S, year=2017),
+    # Volta GV100: FP16 tensor cores only (no TF32, no BF16). 5120 cores at 1455 MHz boost: 5120 x 2 x 1.455 GHz =
+    # 14.9 TFLOPS; NVIDIA's launch figure, 13.8 (AnandTech, Tom's Hardware), is at about 1.35 GHz, below the boost
+    # clock this catalog takes. 12 GB HBM2 on 3072 bits at 1.7 Gbps: 652.8 GB/s. PCIe 3.0 as the V100 PCIe.
+    # December 2017. torch's name: "NVIDIA TITAN V" (a CUDA device listing in public code)
+    Datasheet("TITAN V", 14.9, None, None, 652.8, "NVIDIA TITAN V specifications", ("NVIDIA TITAN V",),
+              key="titan-v", memory_gib=12, host_link_gb_s=PCIE3_X16_GB_S, year=2017),
+    # Turing TU102, all 4608 cores: FP16 tensor cores only (130 TFLOPS), no TF32, no BF16. 16.3 TFLOPS at 1770 MHz
+    # boost, 24 GB GDDR6 at 672 GB/s (NVIDIA's figures in Tom's Hardware's launch table). PCIe 3.0, as the Quadro RTX
+    # 8000 datasheet prints for the same chip. December 2018. torch's name: "NVIDIA TITAN RTX" (cudaDeviceProp.name)
+    Datasheet("TITAN RTX", 16.3, None, None, 672.0, "NVIDIA TITAN RTX specifications", ("NVIDIA TITAN RTX",),
+              key="titan-rtx", memory_gib=24, host_link_gb_s=PCIE3_X16_GB_S, year=2018),
+    # Turing TU102, 4352 cores, FP16 tensor cores only. The Founders Edition's 1635 MHz boost: 14.2 TFLOPS (Tom's
+    # Hardware's table); reference-clocked cards (1545 MHz, the Turing whitepaper as bit-tech reproduces it) peak at
+    # 13.4. Taken from NVIDIA's own card, which partner cards match or exceed. 11 GB GDDR6 at 616 GB/s. PCIe 3.0,
+    # September 2018. torch's name: "NVIDIA GeForce RTX 2080 Ti" (a device report in public code)
+    Datasheet("GeForce RTX 2080 Ti", 14.2, None, None, 616.0,
+              "NVIDIA GeForce RTX 2080 Ti Founders Edition specifications", ("NVIDIA GeForce RTX 2080 Ti",),
+              key="rtx-2080-ti", memory_gib=11, host_link_gb_s=PCIE3_X16_GB_S, year=2018),
+    # Turing TU102: the datasheet prints 16.3 TFLOPS FP32, 130.5 "Deep Learning" TFLOPS (FP16 matmul, no TF32 or
+    # BF16), 48 GB GDDR6 at 672 GB/s, PCI Express 3.0 x16 (as a reseller reproduces it). Announced August 2018,
+    # sold from late 2018. torch's name: "Quadro RTX 8000" (a GPU report in public code)
+    Datasheet("Quadro RTX 8000", 16.3, None, None, 672.0, "NVIDIA Quadro RTX 8000 datasheet", ("Quadro RTX 8000",),
+              key="quadro-rtx-8000", memory_gib=48, host_link_gb_s=PCIE3_X16_GB_S, year=2018),
+    # GA102, professional: fp32-accumulate tensor cores at the full rate. The whitepaper's v2 Table 3 prints BF16 with
+    # FP32 accumulate 154.8/309.6 and TF32 77.4 dense, 768 GB/sec (as public code citing it quotes them, among it
+    # IST-DASLab/llmq's src/utilities/sol.cpp); 38.7 TFLOPS FP32 is the datasheet's. 48 GB GDDR6, PCIe 4.0 x16;
+    # announced October 2020, sold from December 2020. torch's name: "NVIDIA RTX A6000" (nvidia-smi in a public gist)
+    Datasheet("RTX A6000", 38.7, 77.4, 154.8, 768.0, f"{GA102_WHITEPAPER}; NVIDIA RTX A6000 datasheet",
+              ("NVIDIA RTX A6000",), key="rtx-a6000", memory_gib=48, host_link_gb_s=PCIE4_X16_GB_S, year=2020),
+    # GA102: 27.8 TFLOPS FP32, 24 GB GDDR6 at 768 GB/s, as the datasheet's figures are quoted in public cluster
+    # documentation and an A4000/A5000 datasheet comparison; that datasheet's one "Tensor performance", 222.2 TFLOPS,
+    # names neither precision nor sparsity, so TF32 and BF16 are None. PCIe 4.0 as every GA102; April 2021.
+    # torch's name: "NVIDIA RTX A5000" (nvidia-smi and a device report in public code)
+    Datasheet("RTX A5000", 27.8, None, None, 768.0, "NVIDIA RTX A5000 datasheet", ("NVIDIA RTX A5000",),
+              key="rtx-a5000", memory_gib=24, host_link_gb_s=PCIE4_X16_GB_S, year=2021),
+    # GA104: the datasheet prints 19.2 TFLOPS single precision, 16 GB GDDR6 at 448 GB/s, PCIe 4.0 x16 (as a reseller
+    # reproduces it) and one "Tensor performance" of 153.4 TFLOPS whose precision and sparsity that copy's footnote
+    # does not show: TF32 and BF16 are None. April 2021. torch's name: "NVIDIA RTX A4000" (nvidia-smi in public code)
+    Datasheet("RTX A4000", 19.2, None, None, 448.0, "NVIDIA RTX A4000 datasheet", ("NVIDIA RTX A4000",),
+              key="rtx-a4000", memory_gib=16, host_link_gb_s=PCIE4_X16_GB_S, year=2021),
+    # GA102 for servers: the datasheet prints FP32 37.4, TF32 74.8 | 149.6 and BF16 with FP32 accumulate 149.7 |
+    # 299.4 (dense | sparse), 48 GB GDDR6 at 696 GB/s, PCIe Gen4 (a reseller's and astroC86/gpu-datasheet's copies).
+    # Announced October 2020, sold from 2021. torch's name: "NVIDIA A40" (a name-to-architecture map in public code)
+    Datasheet("A40", 37.4, 74.8, 149.7, 696.0, "NVIDIA A40 datasheet", ("NVIDIA A40",),
+              key="a40", memory_gib=48, host_link_gb_s=PCIE4_X16_GB_S, year=2021),
+    # GA102, 8704 cores at 1.71 GHz boost: 29.8 TFLOPS, 10 GB GDDR6X at 19 Gbps on 320 bits, 760 GB/s (NVIDIA's launch
+    # specifications as Fudzilla and PC Gamer print them). GeForce, so fp32-accumulate tensor cores at half the
+    # professional rate (see the RTX 3090): TF32 29.8 and BF16 59.5 dense, as IST-DASLab/llmq's src/utilities/sol.cpp
+    # lists them beside the GA102 and Ada whitepapers it cites (no stored copy of the GA102 whitepaper's Table 1
+    # shows them). The 12 GB card of 2022 (8960 cores, 912 GB/s) is not this entry. PCIe 4.0, September 2020.
+    # torch's name: "NVIDIA GeForce RTX 3080" (torch.cuda.get_device_name in public code)
+    Datasheet("GeForce RTX 3080", 29.8, 29.8, 59.5, 760.0,
+              f"NVIDIA GeForce RTX 3080 specifications; {GA102_WHITEPAPER}", ("NVIDIA GeForce RTX 3080",),
+              key="rtx-3080", memory_gib=10, host_link_gb_s=PCIE4_X16_GB_S, year=2020),
+    # AD102: the datasheet prints 91.1 TFLOPS single precision, 48 GB GDDR6 at 960 GB/s, PCIe 4.0 x16 and, for the
+    # tensor cores, only FP8 with sparsity (1,457 TFLOPS) (as atineoSE/coding-model-seeks-gpu reproduces it). TF32
+    # 182.1 and BF16 with FP32 accumulate 364.2 dense, the professional full rate, are the Ada professional (PROVIZ)
+    # whitepaper v1.1's, as IST-DASLab/llmq's src/utilities/sol.cpp quotes them. Announced September 2022, sold from
+    # December 2022. torch's name: "NVIDIA RTX 6000 Ada Generation" (cudaDeviceProp.name and nvidia-smi in public
+    # code)
+    Datasheet("RTX 6000 Ada Generation", 91.1, 182.1, 364.2, 960.0,
+              "NVIDIA RTX 6000 Ada Generation datasheet; NVIDIA Ada Lovelace professional GPU architecture whitepaper",
+              ("NVIDIA RTX 6000 Ada Generation",),
+              key="rtx-6000-ada", memory_gib=48, host_link_gb_s=PCIE4_X16_GB_S, year=2022),
 )
 
 
