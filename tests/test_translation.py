@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch import nn
 
+from devicebench.engine.flops import training_flops_per_sample
 from devicebench.workloads import ModelTooLarge, SequenceCrossEntropy, get_workload, predicted_classes
 
 GNMT = get_workload("gnmt")
@@ -42,6 +44,21 @@ def test_parameters_at_the_defaults_are_those_of_the_readme_shapes():
     assert GNMT.num_classes == vocab  # the classifier is the model's last Linear
 
 
+def test_a_training_step_counts_three_forward_passes_of_the_matrix_products():
+    """FLOPs per sample at the defaults, as the engine counts them on the meta device from the workload's example
+    batch (100 tokens in, 50 labels): 2 per weight per token in the LSTMs and the classifier, the attention's
+    projections and its target x source products; the backward pass twice the forward."""
+    width, vocab, source, target = 1024, 32_000, 50, 50
+    encoder_weights = 2 * 4 * width * (width + width) + 4 * width * (2 * width + width) + 2 * 4 * width * (2 * width)
+    decoder_weights = 4 * width * (width + width) + 3 * 4 * width * (2 * width + width)
+    forward = (2 * encoder_weights * source + 2 * decoder_weights * target
+               + 2 * width * width * (target + source)  # the query and key projections
+               + 2 * (2 * target * source * width)  # the scores against the vector, the context from the weights
+               + 2 * width * vocab * target)  # the classifier
+    assert forward == 12_724_224_000
+    assert training_flops_per_sample(GNMT, dict(GNMT.defaults)) == pytest.approx(3 * forward, rel=0.01)
+
+
 def test_the_default_model_builds_on_the_meta_device_without_a_weight_in_memory():
     with torch.device("meta"):
         model = GNMT.build_model(GNMT.defaults)
@@ -74,6 +91,27 @@ def test_no_target_position_sees_a_later_target_token_and_every_one_sees_the_sou
     moved_by_source = (after_source - original).abs().amax(dim=(0, 2))
     assert moved_by_target[:3].eq(0).all() and (moved_by_target[3:] > 1e-6).all()
     assert (moved_by_source > 1e-6).all()  # through the attention, at every position
+
+
+def test_the_layers_are_wired_as_the_readme_says():
+    """Residual connections from the 3rd layer on, in the encoder and the decoder; the same attention context
+    concatenated with the input of every decoder layer after the 1st; each LSTM's input and output, seen by hooks."""
+    model = GNMT.build_model(TINY).eval()  # no dropout: a layer's input is the output below it, exactly
+    seen: dict[nn.Module, tuple[torch.Tensor, torch.Tensor]] = {}
+    for lstm in (module for module in model.modules() if isinstance(module, nn.LSTM)):
+        lstm.register_forward_hook(lambda module, inputs, outputs: seen.update({module: (inputs[0], outputs[0])}))
+    with torch.no_grad():
+        model(tiny_batch(samples=2)[0])
+    width = TINY["width"]
+    encoder = [seen[lstm] for lstm in (model.encoder.bidirectional, *model.encoder.unidirectional)]
+    assert torch.equal(encoder[1][0], encoder[0][1])  # the 2nd layer reads the 1st's two directions as they are
+    assert torch.equal(encoder[2][0], encoder[1][1])  # no residual around the 2nd
+    assert torch.allclose(encoder[3][0], encoder[2][1] + encoder[2][0])  # the 3rd adds its input to its output
+    decoder = [seen[lstm] for lstm in (model.decoder.attending, *model.decoder.with_context)]
+    below, context = zip(*((inputs[..., :width], inputs[..., width:]) for inputs, _ in decoder[1:]))
+    assert all(torch.equal(each, context[0]) for each in context)  # one context, computed once, fed to each layer
+    assert torch.equal(below[0], decoder[0][1]) and torch.equal(below[1], decoder[1][1])
+    assert torch.allclose(below[2], decoder[2][1] + below[1])  # the 3rd decoder layer's residual
 
 
 def test_a_tiny_gnmt_learns_a_batch_at_the_readme_learning_rate():

@@ -135,8 +135,12 @@ class Workload:
         if self.load_data is not None:
             return self.load_data().example()
         label = torch.zeros(1, dtype=torch.long)
-        if self.image_shape is None:  # token ids
-            return torch.zeros(1, hyperparameters["sequence_length"], dtype=torch.long), label
+        if self.image_shape is None:  # token ids, as many as the data makes for this model
+            request = self.data_request(hyperparameters)
+            tokens = torch.zeros(1, request["sequence_length"], dtype=torch.long)
+            if self.output == "token_logits":  # a label at each position: the target's (translation), else all
+                label = torch.zeros(1, request.get("target_length", request["sequence_length"]), dtype=torch.long)
+            return tokens, label
         return torch.zeros(1, *self.build_preprocessing(hyperparameters).output_shape(self.image_shape)), label
 
     def data_request(self, hyperparameters: Hyperparameters) -> dict[str, Any]:
