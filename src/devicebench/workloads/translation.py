@@ -1,7 +1,7 @@
 """GNMT v2, the recurrent translation model whose GPU training throughput NVIDIA publishes in tokens/s
 (NVIDIA/DeepLearningExamples, PyTorch/Translation/GNMT), written here in plain PyTorch from its README.
 
-What the README ("Default configuration", "Parameters", "Getting the data") and train.py's defaults say, as built here:
+What its README ("Default configuration", "Parameters", "Getting the data") and train.py's defaults say, as built:
 - one embedding shared by encoder and decoder ("encoder and decoder are using shared embeddings", --share-embedding
   on), as wide as the LSTMs (--hidden-size 1024), over the shared BPE vocabulary of 32,000 tokens that
   scripts/wmt16_en_de.sh builds for WMT16 English-German;
@@ -10,8 +10,8 @@ What the README ("Default configuration", "Parameters", "Getting the data") and 
 - decoder: 4 unidirectional LSTM layers of 1024 and a fully connected classifier. The first layer's outputs are the
   queries of normalized Bahdanau attention over the encoder's outputs, and the attention's context is concatenated
   with the input of every later layer at the same time step; residual connections from the 3rd layer; dropout 0.2 on
-  the input of every LSTM layer (the context itself is not dropped: the README's changelog puts dropout before the
-  concatenation);
+  the input of every LSTM layer (the context itself is not: dropout comes before the concatenation in NVIDIA's
+  seq2seq/models/decoder.py, the order its changelog of February 2019 switched to);
 - initialisation: LSTM weights and biases, the classifier and the attention's key and query transforms and its
   vector uniform in ±0.1; the attention's normalization scalar 1/sqrt(1024), its normalization bias 0. The README
   gives none for the shared embedding: PyTorch's default (standard normal) is kept;
@@ -35,7 +35,8 @@ sentences of up to 50 tokens, most of them shorter.
 
 Tokens per sample: NVIDIA's training meter (seq2seq/train/trainer.py) counts, per batch, the source tokens plus the
 target tokens the decoder reads (each sentence's length without padding), "total tokens per second" in the README's
-words; `tokens_per_sample` counts the same, source_length + target_length.
+words; `tokens_per_sample` counts the same, source_length + target_length. (NVIDIA's longest pair reads 50 + 49:
+the decoder reads a 50-token target but its last, EOS; 50 + 50 here keeps the two lengths the README's one.)
 
     devicebench run gnmt --devices cuda --data synthetic --max-steps 50
 """
