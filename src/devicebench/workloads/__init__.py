@@ -135,8 +135,12 @@ class Workload:
         if self.load_data is not None:
             return self.load_data().example()
         label = torch.zeros(1, dtype=torch.long)
-        if self.image_shape is None:  # token ids
-            return torch.zeros(1, hyperparameters["sequence_length"], dtype=torch.long), label
+        if self.image_shape is None:  # token ids, as many as the data makes for this model
+            request = self.data_request(hyperparameters)
+            tokens = torch.zeros(1, request["sequence_length"], dtype=torch.long)
+            if self.output == "token_logits":  # a label at each position: the target's (translation), else all
+                label = torch.zeros(1, request.get("target_length", request["sequence_length"]), dtype=torch.long)
+            return tokens, label
         return torch.zeros(1, *self.build_preprocessing(hyperparameters).output_shape(self.image_shape)), label
 
     def data_request(self, hyperparameters: Hyperparameters) -> dict[str, Any]:
@@ -218,7 +222,7 @@ def _size_settings(workload: Workload, hyperparameters: Hyperparameters) -> str:
 
 _REGISTRY: dict[str, Workload] = {}
 _OWN: dict[str, Workload] = {}  # users' own models, for this session: looked up by name, never in a suite
-_FAMILIES = ("mnist", "cifar_mlp", "cifar_cnn", "catdog", "text", "gbdt")  # modules under devicebench.workloads, one family each
+_FAMILIES = ("mnist", "cifar_mlp", "cifar_cnn", "catdog", "text", "gbdt", "translation")  # modules under devicebench.workloads, one family each
 _plugins_loaded = False
 _plugin_problems: dict[str, str] = {}  # entry point → why it could not be loaded
 _registering_for = "devicebench"  # the origin that workloads registered now get (a plugin's, while it loads)
