@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import io
 
 import pytest
 from rich.console import Console
 
-from devicebench import RunConfig, planning, runner
+from devicebench import RunConfig, planning, runner, workloads
 from devicebench.config import QUICK_BUDGET_S, ConfigError
 from devicebench.engine import loop
 from devicebench.engine.budget import MEASURABLE_EPOCHS, next_epoch_steps
@@ -384,7 +385,7 @@ def test_a_batch_whose_fewest_steps_cannot_fit_the_budget_is_halved_until_they_d
     assert run.settings.batch_size == 16 and run.settings.hyperparameters["batch_size"] == 16
     assert {epoch.samples for epoch in run.epochs} == {16 * run.settings.max_steps}
     text = " ".join(screen.getvalue().split())
-    assert "cifar100-mlp on cpu trains at batch 16, not 32" in text and "--batch-size keeps the batch" in text
+    assert "cifar100-mlp on cpu trains at batch 16 (planned: 32)" in text and "--batch-size" in text
 
 
 def test_a_batch_whose_steps_fit_the_budget_is_kept(monkeypatch):
@@ -402,3 +403,27 @@ def test_a_light_model_is_not_probed(monkeypatch):
     monkeypatch.setattr(runner, "Budget", functools.partial(Budget, clock=lambda: 0.0))
     budgeted_run(30)
     assert probed == [32]  # only the sizing's own first steps, at the planned batch
+
+
+def test_a_sequence_is_halved_once_the_smallest_batch_cannot_fit(monkeypatch):
+    def steps_growing_with_the_tokens(build, train_batches, test_batches, watch):
+        inputs, _ = next(iter(train_batches.epoch(0, 1)))
+        tokens = inputs.numel()  # batch x sequence length
+        return StepTimes(first_step_s=0.01 * tokens, step_s=0.01 * tokens, eval_step_s=0.005 * tokens)
+
+    transformer = dataclasses.replace(workloads.get_workload("imdb-transformer"), budget_lengths=("sequence_length",))
+    monkeypatch.setitem(workloads._REGISTRY, "imdb-transformer", transformer)
+    monkeypatch.setattr(runner, "time_first_steps", steps_growing_with_the_tokens)
+    monkeypatch.setattr(runner, "Budget", functools.partial(Budget, clock=lambda: 0.0))
+    monkeypatch.setattr(runner, "ASSUMED_SLOW_FLOP_S", 1.0)
+    screen = io.StringIO()
+    config = RunConfig(workloads=("imdb-transformer",), devices="cpu", data="synthetic", max_eval_steps=2, epochs=3,
+                       budget_s=30)
+    run, = runner.run(planning.plan(config), RichReporter(Console(file=screen, width=80))).runs
+    # at t tokens a step the fewest steps take 0.025 t + 3 x (0.03 t + 0.01 t) = 0.145 t s: within the 28.5 s at
+    # 196 tokens a step, so batch 2 (from 32) and 50 tokens (from 200: 100 would be 200 a step)
+    assert run.settings.batch_size == 2 and run.settings.hyperparameters["sequence_length"] == 50
+    assert run.settings.overrides == {"sequence_length": 50}  # never pooled with runs of full-length reviews
+    assert {epoch.samples for epoch in run.epochs} == {2 * run.settings.max_steps}
+    text = " ".join(screen.getvalue().split())
+    assert "imdb-transformer on cpu trains at batch 2 and sequence_length 50 (planned: 32 and 200)" in text

@@ -8,6 +8,7 @@ runner it watches.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -172,9 +173,10 @@ class RunReporter(Reporter):
         `planned_steps` it was sized to, or fewer epochs ran than `planned_epochs`; its steps took up to `slowdown`
         times what its first steps said."""
 
-    def run_batch_shrunk(self, record: RunRecord, planned_batch: int, share_s: float) -> None:
-        """A time budget trains the run at a smaller batch than `planned_batch` (now in `record`'s settings): at
-        the planned one, even its fewest steps would not end within its `share_s` of the budget."""
+    def run_shrunk(self, workload: str, device: str, changed: Mapping[str, tuple[int, int]], share_s: float) -> None:
+        """A time budget trains `workload` on `device` at smaller sizes: `changed` maps each setting (batch_size,
+        a sequence length) to (planned, trained); at the planned ones even its fewest steps would not end within
+        its `share_s` of the budget."""
 
     def budget_spent(self, account: BudgetAccount) -> None:
         """The session ran within a time budget (--budget, the quick suite's): what it took of it, and why."""
@@ -217,8 +219,8 @@ class ReporterGroup(RunReporter):
     def run_paced(self, record, planned_epochs, planned_steps, slowdown):
         self._tell_all("run_paced", record, planned_epochs, planned_steps, slowdown)
 
-    def run_batch_shrunk(self, record, planned_batch, share_s):
-        self._tell_all("run_batch_shrunk", record, planned_batch, share_s)
+    def run_shrunk(self, workload, device, changed, share_s):
+        self._tell_all("run_shrunk", workload, device, changed, share_s)
 
     def budget_spent(self, account):
         self._tell_all("budget_spent", account)

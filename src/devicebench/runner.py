@@ -19,6 +19,7 @@ import signal
 import statistics
 import sys
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -116,17 +117,23 @@ def _execute(jobs: tuple[Job, ...], result: Result, reporter: RunReporter, save_
              shares: BudgetShares | None) -> None:
     # One dataset in memory at a time (the quick suite's together weigh about 1 GB), reused for as long as the
     # next job wants the same one.
-    loaded: tuple | None = None
-    dataset: Dataset | DataProblem | None = None
+    loaded: list = [None, None]  # (what was asked, the dataset or its problem)
     tunings: dict[tuple, tuple] = {}  # tuned choices and auto batch sizes, made once per session: repeats agree
+
+    def data_for(job: Job) -> Dataset | DataProblem:
+        wanted = (job.workload.load_data, job.data)  # data of your own is its loader's
+        if wanted != loaded[0]:
+            loaded[:] = [None, None]  # let the last one go before the next one is read
+            loaded[:] = [wanted, load_data(job)]
+            if not isinstance(loaded[1], DataProblem):
+                reporter.dataset_loaded(job.workload, loaded[1])
+        return loaded[1]
+
     try:
         for job in jobs:
-            wanted = (job.workload.load_data, job.data)  # data of your own is its loader's
-            if wanted != loaded:
-                dataset = None  # let the last one go before the next one is read
-                loaded, dataset = wanted, load_data(job)
-                if not isinstance(dataset, DataProblem):
-                    reporter.dataset_loaded(job.workload, dataset)
+            if shares is not None and world_size() == 1 and job.workload.trainer is None and not job.batch_size_auto:
+                job = _fit_to_share(job, shares, data_for, reporter)
+            dataset = data_for(job)
             for repeat in range(job.repeats):
                 record = new_record(job, dataset, repeat)
                 result.runs.append(record)
@@ -301,10 +308,6 @@ def _train_model(
         if job.batch_size_auto:
             _grow_batch_size(record, dataset, base, build, batches_of, device, tunings)
             build = partial(_build, workload, record.settings.hyperparameters, device, seed)
-        estimated = None  # a shrunk batch's step times, estimated from the tiny batch's: not timed again
-        if shares is not None and not job.batch_size_auto and world_size() == 1:
-            estimated = _fit_batch_to_share(record, job, build, batches_of, shares, reporter)
-            build = partial(_build, workload, record.settings.hyperparameters, device, seed)
         batches = batches_of(record.settings.batch_size)
         opened += batches
         base = dataclasses.replace(base, device_resident=batches[0].resident)
@@ -313,7 +316,8 @@ def _train_model(
             tuning = _choose(base, build, batches[0], job, record, tunings)
             build = partial(_build_tuned, build, tuning, device, record)
             compiled_from = dynamo_counts() if tuning.compiled else None
-        training = _sized(job, record, build, batches, reporter, shares, estimated)
+        training = _sized(job, record, build, batches, reporter, shares,
+                          None if shares is None else shares.estimates.get(id(job)))
         pacer = None if shares is None else shares.pacer
         model = train(record, build=build, train_batches=batches[0], test_batches=batches[1],
                       plan=training, watch=Stopwatch(device), reporter=reporter, pace=pacer)
@@ -338,6 +342,7 @@ class BudgetShares:
     speeds: dict[str, list[float]] = field(default_factory=dict)  # training FLOP/s reached, by device
     spent: list[RunSpent] = field(default_factory=list)  # the runs finished, in order
     pacer: Pacer | None = None  # the run under way's, once sized
+    estimates: dict[int, StepTimes] = field(default_factory=dict)  # by id(job): a job _fit_to_share made smaller
     _run_started_s: float = 0.0  # budget spent when the run under way began (the one before it ended)
     _share_s: float = 0.0  # the run under way's share, counted from its sizing
     _sized_s: float = 0.0  # budget spent when the run under way was sized
@@ -414,61 +419,99 @@ def _flops_per_step(job: Job) -> float | None:
     return None if per_sample is None else per_sample * job.batch_size
 
 
-# A time budget's batch (_fit_batch_to_share). Before a device has run anything, a step's FLOPs are taken at this
-# speed, that of a slow laptop's two cores, to decide whether to time a few steps of a tiny batch first: only a
-# trigger for that measurement, never a figure shown. The tiny batch is PROBE_BATCH (BatchNorm needs two samples).
+# A time budget's sizes (_fit_to_share). Before a device has run anything, a step's FLOPs are taken at this speed,
+# that of a slow laptop's two cores, to decide whether to time a few steps of the smallest size first: only a
+# trigger for that measurement, never a figure shown. The smallest batch is PROBE_BATCH (BatchNorm needs two
+# samples), the shortest sequence SHORTEST_BUDGETED_LENGTH tokens (a workload's `budget_lengths`).
 ASSUMED_SLOW_FLOP_S = 50e9
 PROBE_BATCH = 2
+SHORTEST_BUDGETED_LENGTH = 16
 
 
-def _fit_batch_to_share(record: RunRecord, job: Job, build: partial, batches_of, shares: BudgetShares,
-                        reporter: RunReporter) -> StepTimes | None:
-    """Within a time budget, halve the batch of a run whose fewest steps would not end within its share of the
-    budget at the planned batch (a reference model on a laptop: one step of ResNet-50 at 256 takes a minute on two
-    cores). Whether it fits is told from the step's FLOPs at the speed reached on this device so far; where that
-    says it may not, PROBE_BATCH samples a step are timed, and a step taken to grow in proportion to its batch (no
-    faster per sample at a larger batch: the batch kept is never too large). Its share here is an equal part of
-    what is left: a run not yet timed on this device counts for nothing in the budget's shares. The batch then
-    stays for the run, in its settings and said on the screen. Returns the step times the smaller batch is
-    estimated to take (the run is sized from them: timing its first steps again would spend what it saves), or
-    None when the batch is kept."""
-    settings = record.settings
-    planned = settings.batch_size
-    if planned <= PROBE_BATCH or not record.flops_per_sample:
-        return None
-    speed = shares.device_speed(job.device) or ASSUMED_SLOW_FLOP_S
-    eval_most = job.training.max_eval_steps or FEWEST_BUDGETED_STEPS
-    epochs = min(job.training.epochs, MEASURABLE_EPOCHS)
-
-    def fewest_s(times: StepTimes) -> float:  # the steps timed first, then the fewest epochs a budget keeps
-        return (times.first_step_s + times.step_s + times.eval_step_s
-                + times.run_s(epochs, FEWEST_BUDGETED_STEPS, min(FEWEST_BUDGETED_STEPS, eval_most)))
-
-    step_s = record.flops_per_sample * planned / speed
-    share_s = shares.even_share_s()  # not the run's share, which counts no run not yet timed on this device
-    if fewest_s(StepTimes(step_s, step_s, step_s / 3)) <= share_s:
-        return None
-    train_batches, test_batches = batches_of(PROBE_BATCH)
+def _fit_to_share(job: Job, shares: BudgetShares, data_for: Callable[[Job], Dataset | DataProblem],
+                  reporter: RunReporter) -> Job:
+    """`job`, or a smaller one whose fewest steps end within its share of a time budget: a reference model on a
+    laptop (a step of ResNet-50 at batch 256 takes a minute on two cores, one of GPT-2 at 1,024 tokens as long).
+    The batch is halved first, down to PROBE_BATCH; then the sequence (the workload's `budget_lengths`), down to
+    SHORTEST_BUDGETED_LENGTH tokens. Whether the planned sizes fit is told from a step's FLOPs at the speed reached
+    on this device so far; where that says they may not, the smallest sizes are trained for two steps, and a step
+    of any other size is taken to cost what those did per FLOP (slower than a larger size runs: the sizes kept are
+    never too large). The share is an equal part of what is left, since a run not yet timed on a device counts for
+    nothing in the budget's shares. The smaller job's runs keep its sizes, in their settings (a shorter sequence
+    among their overrides, so they are never pooled with full-length runs), said on the screen; the step times
+    estimated for it size its epochs (`shares.estimates`), without timing its first steps again."""
+    planned_flops = _flops_per_step(job)
+    candidates = _smaller_jobs(job)
+    if not planned_flops or len(candidates) == 1:
+        return job
+    share_s = shares.even_share_s()
+    step_s = planned_flops / (shares.device_speed(job.device) or ASSUMED_SLOW_FLOP_S)
+    if _fewest_run_s(job, StepTimes(step_s, step_s, step_s / 3)) <= share_s:
+        return job
+    smallest = candidates[-1]
+    dataset = data_for(smallest)
+    if isinstance(dataset, DataProblem):
+        return job  # its runs fail with the problem, at whatever size
+    train_batches, test_batches = batches_for(dataset, job.workload.image_shape,
+                                              job.workload.build_preprocessing(smallest.hyperparameters),
+                                              smallest.batch_size, job.device, workers=0, seed=job.seed)
     try:
-        probe = time_first_steps(build, train_batches, test_batches, Stopwatch(job.device))
+        probe = time_first_steps(partial(_build, job.workload, smallest.hyperparameters, job.device, job.seed),
+                                 train_batches, test_batches, Stopwatch(job.device))
     finally:
         train_batches.close()
         test_batches.close()
+    probe_flops = _flops_per_step(smallest) or planned_flops
 
-    def at(batch: int) -> StepTimes:  # each sample costing what it did at the probe's batch
-        scale = batch / PROBE_BATCH
+    def at(candidate: Job) -> StepTimes:  # each FLOP costing what it did in the smallest job's steps
+        scale = (_flops_per_step(candidate) or planned_flops) / probe_flops
         return StepTimes(probe.first_step_s - probe.step_s + probe.step_s * scale, probe.step_s * scale,
                          probe.eval_step_s * scale)
 
-    batch = planned
-    while batch > PROBE_BATCH and fewest_s(at(batch)) > share_s:
+    chosen = next((candidate for candidate in candidates if _fewest_run_s(job, at(candidate)) <= share_s), smallest)
+    if chosen is job:
+        return job
+    shares.estimates[id(chosen)] = at(chosen)
+    shares.runs = [chosen if run is job else run for run in shares.runs]
+    changed = {name: (job.hyperparameters[name], chosen.hyperparameters[name])
+               for name in ("batch_size", *job.workload.budget_lengths)
+               if chosen.hyperparameters[name] != job.hyperparameters[name]}
+    reporter.run_shrunk(job.workload.name, str(job.device), changed, share_s)
+    return chosen
+
+
+def _smaller_jobs(job: Job) -> list[Job]:
+    """`job`, then each smaller one a budget may train instead, in the order it prefers them: the batch halved
+    down to PROBE_BATCH, then, at that batch, the sequence halved down to SHORTEST_BUDGETED_LENGTH tokens."""
+    jobs, batch = [job], job.batch_size
+    while batch > PROBE_BATCH:
         batch = max(batch // 2, PROBE_BATCH)
-    if batch == planned:
-        return None
-    record.settings = dataclasses.replace(settings, batch_size=batch,
-                                          hyperparameters={**settings.hyperparameters, "batch_size": batch})
-    reporter.run_batch_shrunk(record, planned, share_s)
-    return at(batch)
+        jobs.append(_resized(job, batch, 1))
+    lengths = job.workload.budget_lengths
+    halvings = 1
+    while any(job.hyperparameters[name] >> halvings >= SHORTEST_BUDGETED_LENGTH for name in lengths):
+        jobs.append(_resized(job, min(batch, job.batch_size), 2 ** halvings))
+        halvings += 1
+    return jobs
+
+
+def _resized(job: Job, batch: int, shorter: int) -> Job:
+    """`job` at `batch`, its `budget_lengths` divided by `shorter` (none below SHORTEST_BUDGETED_LENGTH)."""
+    lengths = {name: max(job.hyperparameters[name] // shorter, min(job.hyperparameters[name], SHORTEST_BUDGETED_LENGTH))
+               for name in job.workload.budget_lengths if shorter > 1}
+    hyperparameters = {**job.hyperparameters, "batch_size": batch, **lengths}
+    shape = tuple(sorted(job.workload.data_request(hyperparameters).items()))
+    return dataclasses.replace(job, hyperparameters=hyperparameters, overrides={**job.overrides, **lengths},
+                               data=dataclasses.replace(job.data, shape=shape))
+
+
+def _fewest_run_s(job: Job, times: StepTimes) -> float:
+    """What a budgeted run of `job` takes at least, at `times`: its steps timed first, then the fewest epochs a
+    budget keeps (a warm-up and two steady ones of FEWEST_BUDGETED_STEPS steps, evaluation included)."""
+    eval_most = job.training.max_eval_steps or FEWEST_BUDGETED_STEPS
+    return (times.first_step_s + times.step_s + times.eval_step_s
+            + times.run_s(min(job.training.epochs, MEASURABLE_EPOCHS), FEWEST_BUDGETED_STEPS,
+                          min(FEWEST_BUDGETED_STEPS, eval_most)))
 
 
 ESTIMATED_FROM_STEPS = 200  # a run of more steps than this (all epochs) is timed first, and its length foretold

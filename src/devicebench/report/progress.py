@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import (
@@ -176,11 +178,12 @@ class RichReporter(RunReporter):
         self._say(f"{record.workload} on {record.device} kept to its share of the budget: {' and '.join(said)}"
                   f"{slower}.", "dim")
 
-    def run_batch_shrunk(self, record: RunRecord, planned_batch: int, share_s: float) -> None:
-        self._say(f"{record.workload} on {record.device} trains at batch {record.settings.batch_size:,}, not "
-                  f"{planned_batch:,}: at {planned_batch:,} even its fewest steps would take longer than its "
-                  f"{duration_text(share_s)} of the budget. Its samples/s are at that batch; a longer --budget or "
-                  "--batch-size keeps the batch.", "yellow")
+    def run_shrunk(self, workload: str, device: str, changed: Mapping[str, tuple[int, int]], share_s: float) -> None:
+        trained = " and ".join(f"{'batch' if name == 'batch_size' else name} {new:,}" for name, (_, new) in changed.items())
+        planned = " and ".join(f"{old:,}" for old, _ in changed.values())
+        self._say(f"{workload} on {device} trains at {trained} (planned: {planned}): at the planned sizes even its "
+                  f"fewest steps would take longer than its {duration_text(share_s)} of the budget. Its figures are "
+                  "at these sizes; a longer --budget (or --batch-size, --set) keeps the planned ones.", "yellow")
 
     def budget_spent(self, account: BudgetAccount) -> None:
         spent, budget = duration_text(account.spent_s), duration_text(account.budget_s)

@@ -126,6 +126,9 @@ class Workload:
     # False: run only when named (a reference model: hours on a CPU), never in the quick or seeds suite
     in_suites: bool = True
     tokens_per_sample: TokensPerSample | None = None  # None: its samples are not counted in tokens
+    # The lengths (hyperparameters: tokens of a sequence) a time budget may halve when even the smallest batch
+    # cannot fit its share (runner._fit_to_share): a reference language model on a laptop
+    budget_lengths: tuple[str, ...] = ()
 
     def example_batch(self, hyperparameters: Hyperparameters) -> tuple[torch.Tensor, torch.Tensor] | None:
         """One sample's (input, target) of the shape the model takes, to count FLOPs and trace the graph; None
@@ -248,6 +251,7 @@ def workload(
     size_bounds: Mapping[str, int] | None = None,
     in_suites: bool = True,
     tokens_per_sample: TokensPerSample | None = None,
+    budget_lengths: tuple[str, ...] = (),
 ) -> Callable[[ModelBuilder], ModelBuilder]:
     """Register the decorated model builder as a workload named `name` (how a plugin adds one: see PLUGIN_GROUP).
 
@@ -263,6 +267,8 @@ def workload(
     missing = ({"epochs"} | ({"batch_size"} if trainer is None else set())) - set(defaults)
     if missing:
         raise ValueError(f"workload {name!r}: defaults lack {', '.join(sorted(missing))}")
+    if set(budget_lengths) - set(defaults):
+        raise ValueError(f"workload {name!r}: budget_lengths names a parameter not in its defaults")
     unbounded = set(size_bounds or {}) - set(defaults)
     if unbounded:
         raise ValueError(f"workload {name!r}: size_bounds names {', '.join(sorted(unbounded))}, not in its defaults")
@@ -292,6 +298,7 @@ def workload(
             size_bounds=MappingProxyType(dict(size_bounds or {})),
             in_suites=in_suites,
             tokens_per_sample=tokens_per_sample,
+            budget_lengths=budget_lengths,
         )
         return build_model
 
