@@ -26,13 +26,28 @@ def test_the_seed_workloads_of_this_release_are_registered():
 def test_every_workload_meets_the_contract_plugins_are_held_to(entry):
     """Builds the same on meta as for real, outputs one row per sample of the right width, learns one small
     batch at the seed's own learning rate, has its FLOPs counted (devicebench.testing, as plugins use it)."""
-    check_workload(entry, {"depth": 4} if "depth" in entry.defaults else None)  # catdog-deep's 32 layers: a minute
+    check_workload(entry, SMALLER.get(next((size for size in SMALLER if size in entry.defaults), None)))
 
 
-@pytest.mark.parametrize("entry", WORKLOADS, ids=NAMES)
+# Smaller variants of the slow models: catdog-deep's 32 layers take a minute; the language models at tiny sizes,
+# at a rate that moves a randomly started model within the contract's 30 steps (their fine-tuning rate of 3e-5
+# assumes a pre-trained one)
+SMALLER = {"depth": {"depth": 4},
+           "layers": {"layers": 2, "width": 64, "heads": 2, "sequence_length": 32, "vocab_size": 1_024,
+                      "learning_rate": 1e-3}}
+
+
+@pytest.mark.parametrize("entry", [entry for entry in WORKLOADS if entry.in_suites], ids=lambda entry: entry.name)
 def test_devicebench_workloads_are_seed_experiments_with_published_figures(entry):
     assert entry.origin == "devicebench" and entry.seed in SEED_EXPERIMENTS
     assert entry.published is not None and entry.published.hardware and entry.published.basis
+
+
+@pytest.mark.parametrize("entry", [entry for entry in WORKLOADS if not entry.in_suites], ids=lambda entry: entry.name)
+def test_reference_models_run_only_when_named_and_count_their_tokens(entry):
+    assert entry.origin == "devicebench" and entry.seed is None  # the field's models, not a seed post's
+    if entry.output == "token_logits":
+        assert entry.tokens_per_sample(entry.defaults) == entry.defaults["sequence_length"]
 
 
 def test_the_contract_catches_a_model_that_does_not_learn_or_has_the_wrong_width():
