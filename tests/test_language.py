@@ -196,7 +196,8 @@ def test_the_loss_falls_on_the_synthetic_next_token_data_below_what_token_freque
     losses = []
     for step in range(40):
         rows = slice(16 * step, 16 * step + 16)  # fresh sequences every step: it learns the chain, not a batch
-        loss = loss_function(model(torch.from_numpy(data.train_tokens[rows])), torch.from_numpy(data.train_labels[rows]))
+        inputs, targets = (torch.from_numpy(array[rows]) for array in (data.train_tokens, data.train_labels))
+        loss = loss_function(model(inputs), targets)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

@@ -79,7 +79,8 @@ def synthetic_sequences(
 
     # The structure (successors, answer words, dictionary) is shared by the splits; each split draws from its own
     # stream, so the test split does not change when only train_size does.
-    structure_rng, train_rng, test_rng = (np.random.default_rng(child) for child in np.random.SeedSequence(seed).spawn(3))
+    seeds = np.random.SeedSequence(seed).spawn(3)
+    structure_rng, train_rng, test_rng = (np.random.default_rng(child_seed) for child_seed in seeds)
     make, described = _TASK_MAKERS[task]
     structure = _structure(structure_rng, task, vocab_size)
     train_tokens, train_labels = make(train_rng, structure, train_size, vocab_size, sequence_length, target_length)

@@ -96,7 +96,8 @@ class TokenDataset:
         ):
             if tokens.dtype != np.int64 or tokens.ndim != 2:
                 raise ValueError(f"{self.name} {split} tokens must be int64 (N, L), got {tokens.dtype} {tokens.shape}")
-            if labels.dtype != np.int64 or labels.shape != (len(tokens), *self.train_labels.shape[1:]) or labels.ndim > 2:
+            expected = (len(tokens), *self.train_labels.shape[1:])  # the test split's positions are the train's
+            if labels.dtype != np.int64 or labels.shape != expected or labels.ndim > 2:
                 raise ValueError(f"{self.name} {split}: {len(tokens)} texts but labels {labels.dtype} {labels.shape}")
             # Checked here because an id out of range fails deep inside an Embedding (on CUDA, as a device assert).
             limits = (("token ids", tokens, len(self.vocabulary)), ("labels", labels, self.num_classes))
