@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from devicebench import RunConfig, planning, runner
 from devicebench.cli import EXIT_FAILED_RUN, EXIT_USAGE, app
 from devicebench.data import RealDataUnreadable, expected_source, load_dataset
+from devicebench.data.augmentation import Unchanged
 from devicebench.data.sequences import (
     ANSWER_WORDS,
     MOST_SEQUENCES,
@@ -240,6 +241,38 @@ def test_translations_are_the_source_then_the_shifted_target_and_a_function_of_t
     translations = {}  # one source word always gives the same target word
     for word, translated in zip(source[:, :12].ravel(), data.train_labels.ravel(), strict=True):
         assert translations.setdefault(word, translated) == translated
+
+
+class WordByWord(torch.nn.Module):
+    """A translation model in miniature: each target position scored from the source token at that position."""
+
+    def __init__(self, vocab_size: int, target_length: int) -> None:
+        super().__init__()
+        self.target_length = target_length
+        self.embedding = torch.nn.Embedding(vocab_size, 32)
+        self.scores = torch.nn.Linear(32, vocab_size)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.scores(self.embedding(tokens[:, : self.target_length]))  # (N, target positions, vocabulary)
+
+
+def test_a_translation_workload_meets_the_contract_on_the_synthetic_translations(one_thread):
+    """What a GNMT workload rests on: its data request, example batch, outputs, learning and FLOPs count."""
+    from devicebench.testing import check_workload
+    from devicebench.workloads import Workload
+
+    translation = Workload(
+        name="word-by-word", seed=None, dataset="squad", summary="a translation model in miniature",
+        build_model=lambda h: WordByWord(h["vocab_size"], h["target_length"]),
+        defaults={"vocab_size": 64, "sequence_length": 20, "target_length": 8, "batch_size": 16, "epochs": 2,
+                  "learning_rate": 0.05},
+        build_loss=SequenceCrossEntropy, build_optimizer=lambda model, h: torch.optim.Adam(model.parameters(), 0.05),
+        output="token_logits", build_preprocessing=lambda h: Unchanged(),
+        data_options=lambda h: {"vocab_size": h["vocab_size"], "sequence_length": h["sequence_length"],
+                                "task": "translation", "target_length": h["target_length"]})
+    inputs, targets = translation.example_batch(translation.defaults)
+    assert inputs.shape == (1, 20) and targets.shape == (1, 8)
+    check_workload(translation)
 
 
 def test_synthetic_sequences_are_seeded_and_capped_for_a_laptop():
