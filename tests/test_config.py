@@ -13,6 +13,7 @@ def test_no_names_means_the_quick_suite_of_every_workload_but_the_reference_mode
     assert config.effective_suite == "quick"
     assert [w.name for w in config.selected_workloads()] == [w.name for w in list_workloads() if w.in_suites]
     assert "gnmt" not in [w.name for w in config.selected_workloads()]  # hours an epoch on a CPU: only when named
+    assert {"bert-base", "bert-large", "gpt2-small"} <= {w.name for w in list_workloads() if not w.in_suites}
     entry = get_workload("cifar10-mlp")
     plan = config.plan_for(entry)
     # within the quick suite's time budget the runner sizes the steps; evaluation keeps the quick suite's cap

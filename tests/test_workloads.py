@@ -23,10 +23,14 @@ def test_the_seed_workloads_of_this_release_are_registered():
             "catdog-improved", "catdog-hires", "catdog-deep", "imdb-bilstm", "imdb-transformer"} <= set(NAMES)
 
 
-# Settings that shrink a slow model for the contract's 30 steps on a CPU
+# Settings that shrink a slow model for the contract's 30 steps on a CPU; the language models at a rate that moves
+# a randomly started model within them (their fine-tuning rate of 3e-5 assumes a pre-trained one)
+TINY_LANGUAGE_MODEL = {"layers": 2, "width": 64, "heads": 2, "sequence_length": 32, "vocab_size": 1_024,
+                       "learning_rate": 1e-3}
 SMALLER = {
     "catdog-deep": {"depth": 4},  # its 32 layers: a minute
     "gnmt": {"vocab_size": 64, "source_length": 7, "target_length": 5, "width": 64},  # 160 million parameters
+    **{name: TINY_LANGUAGE_MODEL for name in ("bert-base", "bert-large", "gpt2-small")},
 }
 
 
@@ -42,6 +46,14 @@ def test_every_workload_meets_the_contract_plugins_are_held_to(entry):
 def test_devicebench_workloads_are_seed_experiments_with_published_figures(entry):
     assert entry.origin == "devicebench" and entry.seed in SEED_EXPERIMENTS
     assert entry.published is not None and entry.published.hardware and entry.published.basis
+
+
+@pytest.mark.parametrize("entry", [entry for entry in WORKLOADS if not entry.in_suites], ids=lambda entry: entry.name)
+def test_reference_models_run_only_when_named_and_count_their_tokens(entry):
+    assert entry.origin == "devicebench" and entry.seed is None  # the field's models, not a seed post's
+    if entry.output == "token_logits":  # a language model's sequence, or a translation's source and target
+        assert entry.tokens_per_sample(entry.defaults) == entry.defaults.get(
+            "sequence_length", entry.defaults.get("source_length", 0) + entry.defaults.get("target_length", 0))
 
 
 def test_the_contract_catches_a_model_that_does_not_learn_or_has_the_wrong_width():

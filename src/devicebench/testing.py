@@ -27,6 +27,7 @@ from devicebench.data.augmentation import Preprocessing
 from devicebench.data.pipeline import batches_for
 from devicebench.data.sources import dataset_spec
 from devicebench.data.synthetic import synthetic_dataset
+from devicebench.data.sequences import synthetic_sequences
 from devicebench.data.text import synthetic_text
 from devicebench.engine.flops import training_flops_per_sample
 from devicebench.workloads import (
@@ -70,7 +71,7 @@ def check_workload(workload: Workload, hyperparameters: dict[str, Any] | None = 
     inputs, targets = next(iter(train.epoch(1)))
     train.close()
     test.close()
-    _check_outputs(workload, model(inputs), len(targets), dataset.num_classes)
+    _check_outputs(workload, model(inputs), targets, dataset.num_classes)
     _check_learns(workload, model, hyperparameters, inputs, targets)
     assert training_flops_per_sample(workload, hyperparameters), \
         f"{workload.name}: its FLOPs could not be counted on the meta device (see the warning logged)"
@@ -111,19 +112,23 @@ def _tiny_dataset(workload: Workload, hyperparameters: dict[str, Any]) -> Any:
     if workload.load_data is not None:
         return workload.load_data()
     request = workload.data_request(hyperparameters)
-    if dataset_spec(workload.dataset).kind == "text":
-        return synthetic_text(workload.dataset, seed=0, train_size=SAMPLES, test_size=SAMPLES // 2, **request)
+    kind = dataset_spec(workload.dataset).kind
+    if kind in ("text", "sequences"):
+        make = synthetic_text if kind == "text" else synthetic_sequences
+        return make(workload.dataset, seed=0, train_size=SAMPLES, test_size=SAMPLES // 2, **request)
     return synthetic_dataset(workload.dataset, seed=0, train_size=SAMPLES, test_size=SAMPLES // 2, **request)
 
 
-def _check_outputs(workload: Workload, outputs: torch.Tensor, samples: int, classes: int | None) -> None:
+def _check_outputs(workload: Workload, outputs: torch.Tensor, targets: torch.Tensor, classes: int | None) -> None:
+    samples = len(targets)
     assert len(outputs) == samples, f"{workload.name}: {len(outputs)} outputs for {samples} samples"
     if workload.output == "values" or classes is None:
         return  # a regression, or data whose classes are not known before reading every label
     width = 1 if workload.output == "binary_logit" else classes
-    assert outputs.shape == (samples, width), \
+    expected = (*targets.shape, width) if workload.output == "token_logits" else (samples, width)  # a row a position
+    assert outputs.shape == expected, \
         f"{workload.name}: outputs of shape {tuple(outputs.shape)} for {samples} samples of {classes} classes; " \
-        f"expected ({samples}, {width}) for output kind {workload.output!r}"
+        f"expected {expected} for output kind {workload.output!r}"
     if workload.num_classes is not None:
         assert workload.num_classes == classes, \
             f"{workload.name}: its last layer tells {workload.num_classes} classes apart, its data has {classes}"

@@ -22,6 +22,7 @@ from devicebench.data.sources import (
     DOWNLOAD_DEADLINE_S,
     STALL_TIMEOUT_S,
     DataFolderIsALink,
+    SYNTHETIC_ONLY,
     DataUnavailable,
     data_root,
     dataset_folder,
@@ -71,7 +72,7 @@ def list_datasets(
     table.add_column("title")
     table.add_column("MB", justify="right", no_wrap=True)
     table.add_column("state", no_wrap=True)
-    styles = {"cached": "green", "missing": "dim", "partial": "yellow", "wrong size": "red"}
+    styles = {"cached": "green", "missing": "dim", "partial": "yellow", "wrong size": "red", SYNTHETIC_ONLY: "dim"}
     for status in statuses:
         table.add_row(status.spec.name, escape(status.spec.title), megabytes(status.spec.size_bytes),
                       f"[{styles[status.state]}]{escape(status.describe())}[/]")
@@ -98,6 +99,15 @@ def fetch_datasets(
     for name in _resolved(names):
         folder = dataset_folder(name, data_dir)
         spec = DATASETS[name]
+        if spec.real_data_needs:  # nothing to download: asked by name it is an error, within 'all' a note
+            line = f"{name}: nothing to download; devicebench cannot read the real {spec.title} (that needs " \
+                   f"{spec.real_data_needs}), so its runs train on synthetic data"
+            if ALL in names:
+                console.print(escape(line), highlight=False)
+            else:
+                errors.print(f"[bold red]error:[/] {escape(line)}", highlight=False)
+                failed.append(name)
+            continue
         before = dataset_status(name, data_dir)
         try:
             for remote in spec.files:

@@ -27,6 +27,7 @@ from devicebench.data.images import (
 from devicebench.data.sources import (
     DatasetSpec,
     DataUnavailable,
+    RealDataUnreadable,
     dataset_folder,
     dataset_spec,
     dataset_status,
@@ -34,6 +35,7 @@ from devicebench.data.sources import (
     known_datasets,
     megabytes,
 )
+from devicebench.data.sequences import synthetic_sequences
 from devicebench.data.synthetic import synthetic_dataset
 from devicebench.data.tables import TableDataset, read_covertype, synthetic_table
 from devicebench.data.text import (
@@ -54,6 +56,7 @@ __all__ = [
     "DataSource",
     "DataUnavailable",
     "Dataset",
+    "RealDataUnreadable",
     "ImageFolderDataset",
     "TableDataset",
     "TokenDataset",
@@ -76,13 +79,16 @@ def load_dataset(
     **shape: Any,
 ) -> Dataset:
     """Load dataset `name` from `source`, shaped as `shape` says the model takes it: `image_shape=(C, H, W)` for
-    images, `vocab_size` and `sequence_length` for text, `rows` and `features` for a synthetic table.
+    images, `vocab_size` and `sequence_length` for text (and a `task` for sequences: data/sequences.py), `rows` and
+    `features` for a synthetic table.
 
     "real": your own folder `data_dir` if it is one (images or texts, by the dataset's kind); else from
     `<data root>/<name>/` (the root is `data_dir` when given), downloading and verifying what is missing;
     DataUnavailable when it cannot.
     "synthetic": seeded synthetic data of the real shapes (see synthetic.py, text.py, tables.py).
     "auto": real when cached or downloadable, otherwise synthetic with `fallback_reason` set (and a warning).
+    A dataset devicebench cannot read (`real_data_needs`) is synthetic under "auto", and "real" raises
+    RealDataUnreadable saying what reading it would take.
     With `largest_download_bytes` (the quick suite's limit), a release larger than that which is not cached is not
     downloaded at all: synthetic, with a one-line `fallback_reason` that says how to get it (and no warning).
     `seed` only affects synthetic data; `timeout_s` is per network operation, in seconds.
@@ -94,6 +100,10 @@ def load_dataset(
     spec = dataset_spec(name)
     if source == "synthetic":
         return _synthetic(spec, seed, shape)
+    if spec.real_data_needs:
+        if source == "real":
+            raise RealDataUnreadable(spec.title, spec.real_data_needs)
+        return dataclasses.replace(_synthetic(spec, seed, shape), fallback_reason=_unreadable(spec))
     own = _own_folder(spec, data_dir, shape)
     if own is not None:
         return own
@@ -112,6 +122,10 @@ def load_dataset(
         )
     warnings.warn(reason, stacklevel=2)
     return dataclasses.replace(_synthetic(spec, seed, shape), fallback_reason=reason)
+
+
+def _unreadable(spec: DatasetSpec) -> str:
+    return f"devicebench cannot read the real {spec.title}: that needs {spec.real_data_needs}"
 
 
 def _not_downloaded(spec: DatasetSpec, data_dir: str | Path | None, largest_download_bytes: int | None) -> str | None:
@@ -136,6 +150,8 @@ def expected_source(name: str, source: DataChoice = "auto", *, data_dir: str | P
     spec = dataset_spec(name)
     if source == "synthetic":
         return "synthetic", "--data synthetic was asked for"
+    if spec.real_data_needs:
+        return ("real", f"{_unreadable(spec)}: the run stops") if source == "real" else ("synthetic", _unreadable(spec))
     if data_dir is not None and (is_image_folder(data_dir) if spec.kind == "images" else
                                  spec.kind == "text" and is_text_folder(data_dir)):
         return "real", None  # the user's own folder
@@ -154,6 +170,8 @@ def expected_source(name: str, source: DataChoice = "auto", *, data_dir: str | P
 def _synthetic(spec: DatasetSpec, seed: int, shape: dict[str, Any]) -> Dataset:
     if spec.kind == "text":
         return synthetic_text(spec.name, seed=seed, **shape)
+    if spec.kind == "sequences":
+        return synthetic_sequences(spec.name, seed=seed, **shape)
     if spec.kind == "table":
         return synthetic_table(spec.name, seed=seed, rows=spec.train_size + spec.test_size, features=spec.features,
                                classes=spec.num_classes, test_fraction=spec.test_size / (spec.train_size + spec.test_size))

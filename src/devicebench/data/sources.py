@@ -58,6 +58,7 @@ DOWNLOAD_DEADLINE_S = 1800.0
 # `--data auto` in the quick suite downloads a dataset that is not cached only up to this size: MNIST (11.6 MB) and
 # Covertype (11 MB) are fetched, the larger ones run on synthetic data until `devicebench data fetch` gets them
 QUICK_SUITE_DOWNLOAD_LIMIT_BYTES = 15_000_000
+SYNTHETIC_ONLY = "synthetic only"  # the state of a dataset devicebench cannot read: nothing to download
 MEGABYTE = 1_000_000  # bytes; sizes are shown in decimal MB, as the releases state them
 T = TypeVar("T")
 
@@ -85,6 +86,24 @@ class DataUnavailable(RuntimeError):
     def reasons(self) -> str:
         """One line: each URL and why it failed."""
         return "; ".join(f"{url}: {reason}" for url, reason in self.failures) or "no URLs are known"
+
+
+class RealDataUnreadable(DataUnavailable):
+    """Real data was asked for (`--data real`) of a dataset devicebench cannot read (`DatasetSpec.real_data_needs`);
+    the message says what it would take. A DataUnavailable, so that the runs of it fail with it as with any."""
+
+    def __init__(self, title: str, needs: str) -> None:
+        self.title, self.needs = title, needs
+        self.filename, self.folder, self.failures, self.checksum = title, None, (), ""  # no file was tried
+        RuntimeError.__init__(self, f"devicebench cannot read the real {title}: that needs {needs}. Its runs train on "
+                                    f"synthetic data of the same shapes: use --data synthetic (or auto)")
+
+    def __reduce__(self) -> tuple[type[RealDataUnreadable], tuple[str, str]]:  # type: ignore[override]
+        return (RealDataUnreadable, (self.title, self.needs))
+
+    @property
+    def reasons(self) -> str:
+        return f"reading it needs {self.needs}"
 
 
 @dataclass(frozen=True)
@@ -129,6 +148,9 @@ class DatasetSpec:
     kind: str = "images"  # "images", "text" or "table": which reader and which synthetic stand-in
     features: int | None = None  # columns of a table
     derived: tuple[str, ...] = ()  # what reading it makes beside the release files (globs): removed with them
+    # What reading the real release would take that devicebench does not have (a tokenizer's vocabulary); "" when
+    # devicebench reads it. Such a dataset has no files to download: its runs train on synthetic stand-ins only.
+    real_data_needs: str = ""
 
     @property
     def size_bytes(self) -> int:
@@ -251,6 +273,54 @@ DATASETS: dict[str, DatasetSpec] = {
         kind="text",
         derived=("aclImdb", "imdb-v*-l*.npz"),  # the extracted reviews and the encoded arrays (data/text.py)
     ),
+    # The language models' data (workloads/language.py): token sequences made by a tokenizer devicebench does not
+    # ship, so every run trains on the synthetic stand-ins of data/sequences.py. The sizes are the real releases'.
+    "squad": DatasetSpec(
+        name="squad",
+        title="SQuAD v1.1",  # the Stanford Question Answering Dataset (Rajpurkar et al. 2016)
+        files=(),
+        image_shape=None,
+        num_classes=0,  # a class at each of 2 answer ends: a position of the sequence, so as many as its length
+        train_size=87_599,  # questions in train-v1.1.json (Rajpurkar et al. 2016)
+        test_size=10_570,  # questions in dev-v1.1.json, the split BERT's F1 figures are measured on
+        kind="sequences",
+        real_data_needs=(
+            "BERT's uncased WordPiece vocabulary (30,522 tokens) and its tokenizer, to turn questions and paragraphs "
+            "into token ids and answers' character offsets into token positions; devicebench ships neither"
+        ),
+    ),
+    "openwebtext": DatasetSpec(
+        name="openwebtext",
+        title="OpenWebText",  # the open replication of GPT-2's WebText, on which nanoGPT trains GPT-2 small
+        files=(),
+        image_shape=None,
+        num_classes=0,  # a class at each position: the next token, one of the tokenizer's vocabulary
+        # 8,013,769 documents; nanoGPT's data/openwebtext/prepare.py counts 9,035,582,198 training and 4,434,897
+        # validation tokens of GPT-2's BPE, here as sequences of 1,024 tokens (GPT-2's context)
+        train_size=8_823_810,
+        test_size=4_330,
+        kind="sequences",
+        real_data_needs=(
+            "GPT-2's byte-pair encoding (50,257 tokens) to tokenize its 8,013,769 documents (about 40 GB of text, "
+            "9 billion tokens); devicebench ships no tokenizer"
+        ),
+    ),
+    "wmt16": DatasetSpec(
+        name="wmt16",
+        title="WMT16 English-German",  # what NVIDIA's GNMT v2 trains on (workloads/translation.py)
+        files=(),
+        image_shape=None,
+        num_classes=0,  # a class at each target position: the next token, one of the 32,000 BPE tokens
+        # "about 4.5M sentence pairs", as Vaswani et al. 2017 count the WMT English-German training corpora; NVIDIA's
+        # README gives no count. Its test set is newstest2014: 3,003 sentences
+        train_size=4_500_000,
+        test_size=3_003,
+        kind="sequences",
+        real_data_needs=(
+            "the WMT16 English-German corpora segmented into NVIDIA's 32,000 shared BPE tokens (its "
+            "scripts/wmt16_en_de.sh, with subword-nmt); devicebench ships no tokenizer"
+        ),
+    ),
     "covertype": DatasetSpec(
         name="covertype",
         title="UCI Covertype",
@@ -335,7 +405,8 @@ class DatasetStatus:
 
     spec: DatasetSpec
     folder: Path
-    state: str  # "cached" (every file, each of its registry size), "partial", "missing" or "wrong size"
+    state: str  # "cached" (every file, each of its registry size), "partial", "missing", "wrong size", or
+    # SYNTHETIC_ONLY for a dataset devicebench cannot read (nothing to download)
     present_bytes: int  # whole files of the right size, plus downloads kept to be taken up
 
     def describe(self) -> str:
@@ -356,6 +427,8 @@ def dataset_status(name: str, data_dir: str | Path | None = None) -> DatasetStat
             wrong_size = True  # the wrong size, or not a regular file at all
         else:
             present_bytes += _regular_file_size(partial_path(folder, remote)) or 0
+    if spec.real_data_needs:
+        return DatasetStatus(spec, folder, SYNTHETIC_ONLY, 0)
     state = ("wrong size" if wrong_size else "cached" if whole_files == len(spec.files)
              else "partial" if present_bytes else "missing")
     return DatasetStatus(spec, folder, state, present_bytes)

@@ -63,20 +63,22 @@ REVIEW_WORDS_MIN = 10  # the shortest synthetic review, in words
 
 @dataclass(frozen=True, eq=False)
 class TokenDataset:
-    """A whole text-classification dataset as token ids in host memory.
+    """A whole dataset of token ids in host memory: texts to classify, or sequences with a label at each of several
+    positions (data/sequences.py).
 
     Each row holds a text's last `sequence_length` token ids, padded at the front with 0 (`<pad>`); a word not in
-    the vocabulary is 1 (`<unk>`). Labels are int64 class indices.
+    the vocabulary is 1 (`<unk>`). Labels are int64 class indices: one per text (N,), or (N, positions) for a
+    sequence task, whose classes (tokens, positions) have no names.
     """
 
     name: str  # "imdb", or the name of your text folder
     source: DataSource  # "real" or "synthetic": shown in every table and stored in every result
     train_tokens: np.ndarray  # int64, (N, sequence_length)
-    train_labels: np.ndarray  # int64, (N,)
+    train_labels: np.ndarray  # int64, (N,), or (N, positions) for a sequence task
     test_tokens: np.ndarray  # int64, (M, sequence_length)
-    test_labels: np.ndarray  # int64, (M,)
-    num_classes: int
-    class_names: tuple[str, ...]  # index -> name
+    test_labels: np.ndarray  # int64, (M,) or (M, positions)
+    num_classes: int  # the classes one label takes
+    class_names: tuple[str, ...]  # index -> name; empty for a sequence task's labels
     vocabulary: tuple[str, ...]  # token id -> word; "<pad>" and "<unk>" first
     origin: str = ""  # where the texts came from: a file path, or the generator and its seed
     fallback_reason: str | None = None  # why "auto" gave synthetic data instead of real; None when it did not
@@ -84,15 +86,18 @@ class TokenDataset:
     def __post_init__(self) -> None:
         if self.vocabulary[: len(RESERVED_WORDS)] != RESERVED_WORDS:
             raise ValueError(f"{self.name}: the vocabulary must start with {RESERVED_WORDS}, got {self.vocabulary[:2]}")
-        if len(self.class_names) != self.num_classes:
-            raise ValueError(f"{self.name}: {len(self.class_names)} class names for {self.num_classes} classes")
+        sequence_labels = self.train_labels.ndim == 2
+        if len(self.class_names) != (0 if sequence_labels else self.num_classes):
+            raise ValueError(f"{self.name}: {len(self.class_names)} class names for {self.num_classes} classes"
+                             + ("; a sequence task's labels (tokens, positions) have none" if sequence_labels else ""))
         for split, tokens, labels in (
             ("train", self.train_tokens, self.train_labels),
             ("test", self.test_tokens, self.test_labels),
         ):
             if tokens.dtype != np.int64 or tokens.ndim != 2:
                 raise ValueError(f"{self.name} {split} tokens must be int64 (N, L), got {tokens.dtype} {tokens.shape}")
-            if labels.dtype != np.int64 or labels.shape != (len(tokens),):
+            expected = (len(tokens), *self.train_labels.shape[1:])  # the test split's positions are the train's
+            if labels.dtype != np.int64 or labels.shape != expected or labels.ndim > 2:
                 raise ValueError(f"{self.name} {split}: {len(tokens)} texts but labels {labels.dtype} {labels.shape}")
             # Checked here because an id out of range fails deep inside an Embedding (on CUDA, as a device assert).
             limits = (("token ids", tokens, len(self.vocabulary)), ("labels", labels, self.num_classes))
@@ -502,14 +507,21 @@ def _synthetic_reviews(
     """`count` encoded reviews with balanced labels (class counts differ by at most one), shuffled."""
     num_classes, words_per_class = sentiment_ids.shape
     labels = rng.permutation(np.arange(count) % num_classes).astype(np.int64)
-    # Background words: rank floor(R ** u), u uniform in [0, 1), falls on rank k with probability log(1 + 1/k) / log R,
-    # about 1/k as Zipf's law has it; rank k is id k + 1, so low ids are the common words, as in a real vocabulary.
-    ranks_limit = vocab_size - 1  # ranks 1..vocab_size - 2, ids 2..vocab_size - 1
-    tokens = np.power(float(ranks_limit), rng.random((count, sequence_length))).astype(np.int64)
-    tokens += 1
+    tokens = zipf_like_ids(rng, (count, sequence_length), len(RESERVED_WORDS), vocab_size)
     rows, columns = np.nonzero(rng.random((count, sequence_length)) < SENTIMENT_WORD_FRACTION)
     tokens[rows, columns] = sentiment_ids[labels[rows], rng.integers(0, words_per_class, size=len(rows))]
     lengths = rng.lognormal(np.log(REVIEW_WORDS_MEDIAN), REVIEW_WORDS_SIGMA, size=count)
     lengths = np.clip(lengths.round(), REVIEW_WORDS_MIN, sequence_length)
     tokens[np.arange(sequence_length) < (sequence_length - lengths)[:, np.newaxis]] = 0  # pre-padding, as encode does
     return tokens, labels
+
+
+def zipf_like_ids(rng: np.random.Generator, shape: tuple[int, ...], low: int, high: int) -> np.ndarray:
+    """int64 ids in [low, high) drawn as words of a text are: low ids common, high ones rare.
+
+    Rank floor(R ** u), u uniform in [0, 1), falls on rank k with probability log(1 + 1/k) / log R, about 1/k as
+    Zipf's law has it; rank k is id low + k - 1, so low ids are the common words, as in a real vocabulary."""
+    ranks_limit = high - low + 1  # ranks 1..high - low
+    ids = np.power(float(ranks_limit), rng.random(shape)).astype(np.int64)
+    ids += low - 1
+    return ids

@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from devicebench.data.augmentation import Preprocessing, Rescale
+from devicebench.data.sequences import target_shape
 
 Hyperparameters = Mapping[str, Any]
 ModelBuilder = Callable[[Hyperparameters], Any]  # a torch model; for a workload with its own trainer, what it trains
@@ -138,12 +139,12 @@ class Workload:
         if self.load_data is not None:
             return self.load_data().example()
         label = torch.zeros(1, dtype=torch.long)
-        if self.image_shape is None:  # token ids, as many as the data makes for this model
+        if self.image_shape is None:  # token ids, as many as its data's rows hold
             request = self.data_request(hyperparameters)
-            tokens = torch.zeros(1, request["sequence_length"], dtype=torch.long)
-            if self.output == "token_logits":  # a label at each position: the target's (translation), else all
-                label = torch.zeros(1, request.get("target_length", request["sequence_length"]), dtype=torch.long)
-            return tokens, label
+            if self.output == "token_logits":  # a label at each of several positions
+                shape = target_shape(request["sequence_length"], request["task"], request.get("target_length"))
+                label = torch.zeros(1, *shape, dtype=torch.long)
+            return torch.zeros(1, request["sequence_length"], dtype=torch.long), label
         return torch.zeros(1, *self.build_preprocessing(hyperparameters).output_shape(self.image_shape)), label
 
     def data_request(self, hyperparameters: Hyperparameters) -> dict[str, Any]:
@@ -157,8 +158,8 @@ class Workload:
         """Classes the model tells apart, from its output layer (None when it cannot be told without building)."""
         if self.output == "binary_logit":
             return 2
-        if self.trainer is not None or self.load_data is not None or self.output == "values":
-            return None  # a user's model: its data says how many classes there are
+        if self.trainer is not None or self.load_data is not None or self.output in ("values", "token_logits"):
+            return None  # a user's model: its data says how many classes there are; a sequence's: positions or tokens
         with torch.device("meta"):
             last = [module for module in self.build_model(self.defaults).modules() if isinstance(module, nn.Linear)]
         return last[-1].out_features if last else None
@@ -225,7 +226,8 @@ def _size_settings(workload: Workload, hyperparameters: Hyperparameters) -> str:
 
 _REGISTRY: dict[str, Workload] = {}
 _OWN: dict[str, Workload] = {}  # users' own models, for this session: looked up by name, never in a suite
-_FAMILIES = ("mnist", "cifar_mlp", "cifar_cnn", "catdog", "text", "gbdt", "translation")  # modules under devicebench.workloads, one family each
+# modules under devicebench.workloads, one family each
+_FAMILIES = ("mnist", "cifar_mlp", "cifar_cnn", "catdog", "text", "gbdt", "language", "translation")
 _plugins_loaded = False
 _plugin_problems: dict[str, str] = {}  # entry point → why it could not be loaded
 _registering_for = "devicebench"  # the origin that workloads registered now get (a plugin's, while it loads)
