@@ -21,7 +21,7 @@ from rich.markup import escape
 from rich.text import Text
 
 from devicebench.engine.loop import FEWEST_BUDGETED_STEPS
-from devicebench.report.tables import FittedColumn, FittedTable, label_column, longest_word, number_text, speedup_text
+from devicebench.report.tables import FittedColumn, FittedTable, label_column, longest_word, number_text, rate_text, speedup_text
 from devicebench.reproduce import CarriedSpeedup, carried_speedup, factor_text, outlook_row, rows_outlook
 from devicebench.results.compare import NOISY_EPOCH_TIME_CV, Row
 from devicebench.workloads import Workload, get_workload
@@ -125,7 +125,7 @@ def answer_parts(rows_by_workload: dict[str, list[Row]]) -> list[RenderableType]
     if not found:
         return []
     cpu_rows = [answer.cpu for answer in found if answer.cpu is not None]
-    cpu_rates = [number_text(answer.cpu.samples_per_s.median, 0) if answer.cpu else "—" for answer in found]
+    cpu_rates = [rate_text(answer.cpu.samples_per_s.median) if answer.cpu else "—" for answer in found]
     here = f" (this CPU: {escape(cpu_rows[0].device_name)})" if cpu_rows else ""
     columns = [("CPU samples/s", cpu_rates, {"justify": "right"}),
                ("GPU speedup here", [gpu_text(answer) for answer in found], {}),

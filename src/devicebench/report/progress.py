@@ -21,7 +21,7 @@ from rich.text import Text
 
 from devicebench.data import ArrayDataset, ImageFolderDataset
 from devicebench.events import BudgetAccount, RunReporter
-from devicebench.report.tables import batch_text, duration_text
+from devicebench.report.tables import batch_text, duration_text, rate_text
 from devicebench.results.schema import EpochRecord, RunRecord
 from devicebench.workloads import Workload
 
@@ -32,7 +32,7 @@ def epoch_fields(record: RunRecord, epoch: EpochRecord) -> list[str]:
     """The fields of an epoch's line, each a whole that a narrow screen never splits: `Epoch 3/10`, `1563/1563`,
     `9.1s`, `5.8ms/step`, `1732 samples/s`, `loss 1.62`, `acc 0.43`, `test_acc 0.44`, `eval 0.9s`."""
     fields = [f"Epoch {epoch.epoch}/{record.settings.epochs}", f"{epoch.steps}/{epoch.steps}",
-              f"{epoch.train_time_s:.1f}s", f"{epoch.step_time_ms:.1f}ms/step", f"{epoch.samples_per_s:,.0f} samples/s",
+              f"{epoch.train_time_s:.1f}s", f"{epoch.step_time_ms:.1f}ms/step", f"{rate_text(epoch.samples_per_s)} samples/s",
               f"loss {epoch.train_loss:.4g}"]
     if epoch.train_accuracy is not None:  # None: outputs that name no classes
         fields.append(f"acc {epoch.train_accuracy:.4f}")
@@ -181,9 +181,10 @@ class RichReporter(RunReporter):
     def run_shrunk(self, workload: str, device: str, changed: Mapping[str, tuple[int, int]], share_s: float) -> None:
         trained = " and ".join(f"{'batch' if name == 'batch_size' else name} {new:,}" for name, (_, new) in changed.items())
         planned = " and ".join(f"{old:,}" for old, _ in changed.values())
+        room = f"its {duration_text(share_s)} of the budget" if share_s > 0 else "the budget, already spent"
         self._say(f"{workload} on {device} trains at {trained} (planned: {planned}): at the planned sizes even its "
-                  f"fewest steps would take longer than its {duration_text(share_s)} of the budget. Its figures are "
-                  "at these sizes; a longer --budget (or --batch-size, --set) keeps the planned ones.", "yellow")
+                  f"fewest steps would take longer than {room}. Its figures are at these sizes; a longer --budget "
+                  "(or --batch-size, --set) keeps the planned ones.", "yellow")
 
     def budget_spent(self, account: BudgetAccount) -> None:
         spent, budget = duration_text(account.spent_s), duration_text(account.budget_s)

@@ -34,6 +34,16 @@ def number_text(value: float | None, digits: int = 1, unit: str = "") -> str:
     return "—" if value is None else f"{value:,.{digits}f}{unit}"
 
 
+def rate_text(value: float | None) -> str:
+    """A throughput: whole numbers from 10 up (`1,732`), two significant figures below (`9.4`, `0.21`), so that a
+    reference model on a laptop reads 0.21 samples/s, not 0."""
+    if value is None:
+        return "—"
+    if value >= 10 or value == 0:
+        return f"{value:,.0f}"
+    return f"{value:.2g}" if value >= 1 else f"{value:.2g}".replace("e-0", "e-")
+
+
 def percent_text(value: float | None) -> str:
     return "—" if value is None else f"{value * 100:.1f}%"
 
@@ -277,7 +287,7 @@ def cost_vs_baseline_text(row: Row) -> str:
 
 RESULT_COLUMNS = (
     Column("Samples/s", "samples/s: median over the steady epochs (after the warm-up one) of every repeat",
-           lambda row: median_text(row.samples_per_s, 0)),
+           lambda row: rate_text(row.samples_per_s.median if row.samples_per_s else None)),
     Column("Speedup", "speedup: ratio of median samples/s against the baseline [95% bootstrap interval]",
            lambda row: speedup_text(row)),
     Column("Test acc", "test acc: after the last epoch, median of the repeats",
@@ -762,7 +772,7 @@ def history_table(results: list[Result], path: Path, *, wide: bool = False) -> F
         ("Status", text, True, lambda result, run, summary: Text(run.status, style=STATUS_STYLES.get(run.status,
                                                                                                      "red"))),
         ("Epochs", text, wide, lambda result, run, summary: f"{summary.epochs_completed}/{run.settings.epochs}"),
-        ("Samples/s", number, True, lambda result, run, summary: number_text(summary.steady_samples_per_s, 0)),
+        ("Samples/s", number, True, lambda result, run, summary: rate_text(summary.steady_samples_per_s)),
         ("Epoch s", number, wide, lambda result, run, summary: number_text(summary.steady_epoch_time_s, 2)),
         ("Test acc", number, True, lambda result, run, summary: percent_text(summary.final_test_accuracy)),
         ("Data", text, wide, lambda result, run, summary: run.settings.data_source),
@@ -810,8 +820,8 @@ def reproduction_table(reproductions: list[Reproduction]) -> FittedTable:
             "",
             "measured here",
             f"{entry.measured_hardware}; {data}",
-            number_text(entry.measured_cpu_samples_per_s, 0),
-            number_text(entry.measured_gpu_samples_per_s, 0),
+            rate_text(entry.measured_cpu_samples_per_s),
+            rate_text(entry.measured_gpu_samples_per_s),
             measured_speedup,
             percent_text(entry.measured_accuracy) + (f" {published.accuracy_kind}" if entry.measured_accuracy else ""),
         )

@@ -228,6 +228,7 @@ BERT_WORKLOAD = {
     "size_bounds": {**SIZE_BOUNDS, "sequence_length": BERT_POSITIONS},
     "in_suites": False,
     "tokens_per_sample": lambda hyperparameters: hyperparameters["sequence_length"],
+    "budget_lengths": ("sequence_length",),  # a laptop's time budget may shorten the sequence
 }
 
 
@@ -264,6 +265,7 @@ def bert_large(hyperparameters: Hyperparameters) -> nn.Module:
     size_bounds={**SIZE_BOUNDS, "sequence_length": GPT2_CONTEXT},
     in_suites=False,
     tokens_per_sample=lambda hyperparameters: hyperparameters["sequence_length"],
+    budget_lengths=("sequence_length",),  # a laptop's time budget may shorten the sequence
 )
 def gpt2_small(hyperparameters: Hyperparameters) -> nn.Module:
     return GPT2(**_sizes(hyperparameters, "next-token"))
