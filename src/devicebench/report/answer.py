@@ -4,7 +4,8 @@ whether this machine's own figure is steady enough to carry it.
 A GPU measured here answers with its speedup over this CPU and the 95% bootstrap interval. Without one, where the
 post published its CPU's and its GPU's samples/s, the post's GPU is carried to this CPU (reproduce.carried_speedup):
 its samples/s over this CPU's, with the range this CPU's fastest and slowest steady epochs give (the post's figures
-are single numbers). Nothing is guessed where a post gave less: the row says so, and `devicebench estimate` is named.
+are single numbers). A reference model has no post: the slowest and the fastest GPU of the public record's
+single-GPU figures of it (results/record/) over this CPU bound the answer. Nothing is guessed where a post gave less: the row says so, and `devicebench estimate` is named.
 The estimate is not run here: beyond a second of fitting, it profiles each workload and loads and times its data
 again, 15 s of CPU time for the quick suite's 11 torch workloads on the 2-core development VM, where the whole job
 has 2 minutes.
@@ -21,8 +22,23 @@ from rich.markup import escape
 from rich.text import Text
 
 from devicebench.engine.loop import FEWEST_BUDGETED_STEPS
-from devicebench.report.tables import FittedColumn, FittedTable, label_column, longest_word, number_text, rate_text, speedup_text
-from devicebench.reproduce import CarriedSpeedup, carried_speedup, factor_text, outlook_row, rows_outlook
+from devicebench.report.tables import (
+    FittedColumn,
+    FittedTable,
+    label_column,
+    longest_word,
+    rate_text,
+    speedup_text,
+)
+from devicebench.reproduce import (
+    CarriedSpeedup,
+    carried_speedup,
+    factor_text,
+    in_unit,
+    outlook_row,
+    record_comparison,
+    rows_outlook,
+)
 from devicebench.results.compare import NOISY_EPOCH_TIME_CV, Row
 from devicebench.workloads import Workload, get_workload
 from devicebench.workloads.own import ORIGIN as OWN_MODEL
@@ -39,6 +55,8 @@ class Answer:
     measured: list[Row]  # accelerators measured here against that CPU
     carried: CarriedSpeedup | None  # the post's GPU over that CPU, where the post's figures allow it
     basis: str  # what the answer rests on, or why there is none
+    # a reference model's: the slowest and the fastest of the record's GPUs over that CPU, (ratio, GPU) each
+    recorded: tuple[tuple[float, str], tuple[float, str]] | None = None
 
     @property
     def rows(self) -> list[Row]:
@@ -69,6 +87,9 @@ def answer_for(workload: Workload | None, name: str, rows: list[Row]) -> Answer:
     published = workload.published if workload is not None else None
     carried = carried_speedup(workload, cpu) if published is not None else None
     seed = f"{workload.seed}'s" if workload is not None and workload.seed else "the post's"
+    recorded = _recorded(workload, cpu, rows) if published is None and workload is not None else None
+    if recorded is not None:
+        return Answer(name, cpu, [], None, f"the public record: devicebench reproduce {name}", recorded)
     if carried is not None:
         return Answer(name, cpu, [], carried, f"{seed} GPU over this CPU")
     if published is not None and published.speedup is not None and "cpu" not in published.samples_per_s:
@@ -76,6 +97,17 @@ def answer_for(workload: Workload | None, name: str, rows: list[Row]) -> Answer:
     else:
         basis = "nothing published to carry"
     return Answer(name, cpu, [], None, basis)
+
+
+def _recorded(workload: Workload, cpu: Row, rows: list[Row]) -> tuple[tuple[float, str], tuple[float, str]] | None:
+    """The slowest and the fastest GPU of the record's single-GPU figures of `workload` (at the sequence length
+    trained here), each over this CPU in the unit it was published in; None without such figures."""
+    ratios = []
+    for figure in record_comparison(workload, rows).figures:
+        here = in_unit(workload, cpu, figure.unit)
+        if figure.gpus == 1 and here:
+            ratios.append((figure.throughput / here, figure.gpu))
+    return (min(ratios), max(ratios)) if ratios else None
 
 
 def answers(rows_by_workload: dict[str, list[Row]]) -> list[Answer]:
@@ -101,6 +133,9 @@ def gpu_text(answer: Answer) -> str:
     if answer.measured:
         several = len(answer.measured) > 1
         return "; ".join((f"{row.device} " if several else "") + speedup_text(row) for row in answer.measured)
+    if answer.recorded is not None:
+        (low, slowest), (high, fastest) = answer.recorded
+        return f"{factor_text(low)} ({slowest}) to {factor_text(high)} ({fastest})"
     carried = answer.carried
     if carried is None:
         return "—"
