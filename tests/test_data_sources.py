@@ -199,7 +199,7 @@ def test_is_cached_only_when_every_file_verifies(tiny_mnist, dead_base_url, monk
 
 
 def test_registry_pins_https_urls_sizes_and_sha256_for_every_file():
-    assert known_datasets() == ("mnist", "cifar10", "cifar100", "cats-vs-dogs", "imdb", "covertype")
+    assert known_datasets() == ("mnist", "cifar10", "cifar100", "cats-vs-dogs", "imdb", "covertype", "imagenet")
     shapes = {
         name: (spec.image_shape, spec.num_classes, spec.train_size, spec.test_size)
         for name, spec in sources.DATASETS.items()
@@ -211,6 +211,7 @@ def test_registry_pins_https_urls_sizes_and_sha256_for_every_file():
         "cats-vs-dogs": ((3, 64, 64), 2, 8_000, 2_000),  # the seeds' split of the PetImages photos
         "imdb": (None, 2, 25_000, 25_000),
         "covertype": (None, 7, 464_809, 116_203),  # 581,012 rows, split 80/20
+        "imagenet": ((3, 224, 224), 1000, 1_281_167, 50_000),  # ILSVRC-2012; nothing to download (test_imagenet.py)
     }
     for spec in sources.DATASETS.values():
         for remote in spec.files:

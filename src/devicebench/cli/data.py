@@ -71,9 +71,10 @@ def list_datasets(
     table.add_column("title")
     table.add_column("MB", justify="right", no_wrap=True)
     table.add_column("state", no_wrap=True)
-    styles = {"cached": "green", "missing": "dim", "partial": "yellow", "wrong size": "red"}
+    styles = {"cached": "green", "missing": "dim", "partial": "yellow", "wrong size": "red", "not downloadable": "dim"}
     for status in statuses:
-        table.add_row(status.spec.name, escape(status.spec.title), megabytes(status.spec.size_bytes),
+        size = megabytes(status.spec.size_bytes) if status.spec.files else "-"  # nothing devicebench downloads
+        table.add_row(status.spec.name, escape(status.spec.title), size,
                       f"[{styles[status.state]}]{escape(status.describe())}[/]")
     console.print(f"Datasets in {escape(str(data_root(data_dir)))}/<name>/", highlight=False, soft_wrap=True)
     console.print(fitted(table))
@@ -98,6 +99,11 @@ def fetch_datasets(
     for name in _resolved(names):
         folder = dataset_folder(name, data_dir)
         spec = DATASETS[name]
+        if spec.not_downloadable:  # an error when named, a note within 'all'
+            errors.print(f"{'[bold red]error:[/] ' * (ALL not in names)}{name}: devicebench cannot download it; "
+                         f"{escape(spec.not_downloadable)}", highlight=False)
+            failed += [] if ALL in names else [name]
+            continue
         before = dataset_status(name, data_dir)
         try:
             for remote in spec.files:

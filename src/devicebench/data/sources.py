@@ -87,6 +87,19 @@ class DataUnavailable(RuntimeError):
         return "; ".join(f"{url}: {reason}" for url, reason in self.failures) or "no URLs are known"
 
 
+class NotDownloadable(DataUnavailable):
+    """Real data of a dataset devicebench cannot download (ImageNet) was asked for, and no folder of its images was
+    given; the message says how to get them and hand them over."""
+
+    def __init__(self, title: str, folder: Path, how: str) -> None:
+        RuntimeError.__init__(self, f"real {title} was asked for, but devicebench cannot download it: {how}")
+        self.title, self.how = title, how
+        self.filename, self.folder, self.failures, self.checksum = title, folder, (), ""
+
+    def __reduce__(self) -> tuple[type[NotDownloadable], tuple[str, Path, str]]:  # see DataUnavailable.__reduce__
+        return (NotDownloadable, (self.title, self.folder, self.how))
+
+
 @dataclass(frozen=True)
 class RemoteFile:
     """One file of a dataset release, the mirrors that serve it, and the checksum it must have."""
@@ -129,6 +142,12 @@ class DatasetSpec:
     kind: str = "images"  # "images", "text" or "table": which reader and which synthetic stand-in
     features: int | None = None  # columns of a table
     derived: tuple[str, ...] = ()  # what reading it makes beside the release files (globs): removed with them
+    # Why devicebench cannot download it (a registration), and how to train on real images instead; empty for one
+    # whose `files` it downloads. Such a dataset is synthetic unless `--data-dir` names a folder of its images.
+    not_downloadable: str = ""
+    # (train, test) images of the synthetic stand-in, where the release's sizes would not fit a laptop's memory;
+    # None: the release's sizes
+    synthetic_sizes: tuple[int, int] | None = None
 
     @property
     def size_bytes(self) -> int:
@@ -272,6 +291,25 @@ DATASETS: dict[str, DatasetSpec] = {
         kind="table",
         features=54,  # 10 measurements, 4 wilderness areas and 40 soil types (one-hot)
     ),
+    # ILSVRC-2012 (Russakovsky et al. 2015): 1,281,167 training and 50,000 validation images of 1,000 classes, the
+    # data of the ImageNet reference models (workloads/imagenet.py). Only registered users may download it.
+    "imagenet": DatasetSpec(
+        name="imagenet",
+        title="ImageNet (ILSVRC-2012)",
+        files=(),
+        image_shape=(3, 224, 224),  # the photos vary in size; the reference models take 224 x 224
+        num_classes=1000,
+        train_size=1_281_167,
+        test_size=50_000,  # the validation split: its test labels were never released
+        not_downloadable=(
+            "image-net.org gives its images only to registered users: register and download ILSVRC-2012 there, "
+            "then give --data-dir DIR with DIR/train/<class>/*.JPEG and DIR/val/<class>/*.JPEG (a folder per class, "
+            "as torchvision's ImageFolder reads them)"
+        ),
+        # 1,280 + 256 images at 224 x 224 x 3 bytes: 231 MB in memory, where the real 1.33 M would take 200 GB.
+        # 1,280 is five batches of 256: enough steps an epoch for a steady state at the published batch size
+        synthetic_sizes=(1_280, 256),
+    ),
 }
 
 
@@ -335,7 +373,8 @@ class DatasetStatus:
 
     spec: DatasetSpec
     folder: Path
-    state: str  # "cached" (every file, each of its registry size), "partial", "missing" or "wrong size"
+    state: str  # "cached" (every file, each of its registry size), "partial", "missing", "wrong size" or
+    # "not downloadable" (devicebench cannot download it: see DatasetSpec.not_downloadable)
     present_bytes: int  # whole files of the right size, plus downloads kept to be taken up
 
     def describe(self) -> str:
@@ -356,8 +395,8 @@ def dataset_status(name: str, data_dir: str | Path | None = None) -> DatasetStat
             wrong_size = True  # the wrong size, or not a regular file at all
         else:
             present_bytes += _regular_file_size(partial_path(folder, remote)) or 0
-    state = ("wrong size" if wrong_size else "cached" if whole_files == len(spec.files)
-             else "partial" if present_bytes else "missing")
+    state = ("not downloadable" if spec.not_downloadable else "wrong size" if wrong_size
+             else "cached" if whole_files == len(spec.files) else "partial" if present_bytes else "missing")
     return DatasetStatus(spec, folder, state, present_bytes)
 
 

@@ -28,11 +28,13 @@ def synthetic_dataset(
     test_size: int | None = None,
     image_shape: tuple[int, int, int] | None = None,
 ) -> ArrayDataset:
-    """A deterministic synthetic dataset shaped like `name`; sizes default to those of the real release, the
-    image shape to the release's (datasets of photos of every size take the shape the model is fed)."""
+    """A deterministic synthetic dataset shaped like `name`; sizes default to those of the real release (or to the
+    capped ones of a release too large for memory, `synthetic_sizes`), the image shape to the release's (datasets
+    of photos of every size take the shape the model is fed)."""
     spec = dataset_spec(name)
-    train_size = spec.train_size if train_size is None else train_size
-    test_size = spec.test_size if test_size is None else test_size
+    default_train, default_test = spec.synthetic_sizes or (spec.train_size, spec.test_size)
+    train_size = default_train if train_size is None else train_size
+    test_size = default_test if test_size is None else test_size
     if train_size < 1 or test_size < 1:
         raise ValueError(f"synthetic {name}: sizes must be at least 1, got train={train_size} test={test_size}")
 
@@ -56,9 +58,13 @@ def synthetic_dataset(
         test_labels=test_labels,
         num_classes=spec.num_classes,
         origin=(
-            f"synthetic: {spec.num_classes} random {PROTOTYPE_BLOCK_PIXELS}x{PROTOTYPE_BLOCK_PIXELS}-block prototypes "
+            (f"synthetic: {train_size:,} train + {test_size:,} test images standing in for {spec.title}'s "
+             f"{spec.train_size:,} + {spec.test_size:,}; " if spec.synthetic_sizes else "synthetic: ")
+            + f"{spec.num_classes} random {PROTOTYPE_BLOCK_PIXELS}x{PROTOTYPE_BLOCK_PIXELS}-block prototypes "
             f"+ uniform noise of +-{PROTOTYPE_OFFSET} grey levels, numpy SeedSequence({seed})"
         ),
+        notes=(f"the whole release would not fit in memory: an epoch is {train_size:,} images",)
+        if spec.synthetic_sizes else (),
     )
 
 
