@@ -7,6 +7,7 @@ reduced-size training on a CPU, a synthetic stand-in a laptop holds, and real im
 from __future__ import annotations
 
 import math
+import re
 import time
 from types import SimpleNamespace
 
@@ -18,7 +19,8 @@ from typer.testing import CliRunner
 
 import devicebench as db
 from devicebench import RunConfig, planning
-from devicebench.cli import EXIT_USAGE, app
+from devicebench.cli import EXIT_FAILED_RUN, EXIT_USAGE, app
+from devicebench.cli import data as data_command
 from devicebench.config import ConfigError
 from devicebench.data import ImageFolderDataset, NotDownloadable, load_dataset, sources
 from devicebench.data.augmentation import IMAGENET_MEAN, IMAGENET_STD, ImageNetInput, describe, rebuild
@@ -183,10 +185,11 @@ def test_imagenet_is_registered_with_the_ilsvrc_2012_splits_and_nothing_to_downl
 
 
 def test_auto_stands_in_a_few_synthetic_images_and_says_so_loudly():
+    train, test = sources.DATASETS["imagenet"].synthetic_sizes or (0, 0)  # checked first: uncapped is 4 GB at 32x32
+    assert (train, test) == (1_280, 256)
     with pytest.warns(UserWarning, match="real ImageNet .* could not be had: devicebench cannot download it") as said:
         dataset = load_dataset("imagenet", image_shape=(3, 32, 32))  # the sizes at 224 pixels, in less memory
-    train, test = sources.DATASETS["imagenet"].synthetic_sizes
-    assert (len(dataset.train_labels), len(dataset.test_labels)) == (train, test) == (1_280, 256)
+    assert (len(dataset.train_labels), len(dataset.test_labels)) == (train, test)
     assert (train + test) * IMAGE_BYTES < 300e6  # bytes at 224 x 224: 231 MB where the release is 1.33 M images
     assert dataset.source == "synthetic" and dataset.num_classes == 1000
     for text in (dataset.fallback_reason, str(said[0].message)):
@@ -232,3 +235,16 @@ def test_vgg16_is_refused_where_its_training_state_cannot_fit(monkeypatch):
                                           r"train \(weights, gradients and 1 optimizer state copy, 4 bytes each\) "
                                           r"and cpu has 1.0 GiB free"):
         planning.plan(RunConfig(workloads=("vgg16",), devices="cpu", data="synthetic"))
+
+
+def test_data_list_and_fetch_say_it_cannot_be_downloaded(monkeypatch, tmp_path):
+    listing = cli.invoke(app, ["data", "list", "--data-dir", str(tmp_path)])
+    assert listing.exit_code == 0
+    assert re.search(r"│ imagenet\s.*│\s+- │ not downloadable", listing.output)
+    named = cli.invoke(app, ["data", "fetch", "imagenet", "--data-dir", str(tmp_path)])
+    assert named.exit_code == EXIT_FAILED_RUN and "could not fetch imagenet" in named.output
+    assert "registered users" in " ".join(named.output.split())
+    monkeypatch.setattr(data_command, "DATASETS", {"imagenet": sources.DATASETS["imagenet"]})
+    within_all = cli.invoke(app, ["data", "fetch", "all", "--data-dir", str(tmp_path)])
+    assert within_all.exit_code == 0 and "imagenet: devicebench cannot download it" in within_all.output
+    assert not any(tmp_path.iterdir())  # nothing was written
