@@ -149,9 +149,11 @@ def expected_source(name: str, source: DataChoice = "auto", *, data_dir: str | P
     if _is_own_folder(spec, data_dir):
         return "real", None
     if spec.not_downloadable:
-        stops = ", so the run stops" if source == "real" else ""
-        return source if source == "real" else "synthetic", (
-            f"devicebench cannot download {spec.title}{stops}; {spec.not_downloadable}")
+        if source == "real":
+            return "real", f"devicebench cannot download {spec.title}, so the run stops; {spec.not_downloadable}"
+        train, test = spec.synthetic_sizes or (spec.train_size, spec.test_size)
+        return "synthetic", (f"devicebench cannot download {spec.title}: {train:,} + {test:,} synthetic images of its "
+                             f"shape stand in. For real ones, {spec.not_downloadable}")
     if source == "auto":
         reason = _not_downloaded(spec, data_dir, largest_download_bytes)
         if reason is not None:
