@@ -218,16 +218,33 @@ def test_real_without_a_folder_of_images_is_refused_with_how_to_get_them(tmp_pat
     assert "Traceback" not in outcome.output
 
 
-def test_a_folder_of_class_subfolders_is_the_real_data(tmp_path):
+def write_imagenet_like_folder(root):
+    """ILSVRC-2012's layout as torchvision reads it, two classes: train/<wnid>/*.JPEG and val/<wnid>/*.JPEG."""
     rng = np.random.default_rng(0)
-    for split, count in (("train", 3), ("val", 1)):  # ILSVRC-2012's layout: train/<wnid>/, val/<wnid>/
+    for split, count in (("train", 3), ("val", 1)):
         for wnid, brightness in (("n01440764", 60), ("n01443537", 180)):
             for index in range(count):
-                write_image(tmp_path / split / wnid / f"{wnid}_{index}.JPEG", brightness, rng)
+                write_image(root / split / wnid / f"{wnid}_{index}.JPEG", brightness, rng)
+    return root
+
+
+def test_a_folder_of_class_subfolders_is_the_real_data(tmp_path):
+    write_imagenet_like_folder(tmp_path)
     dataset = load_dataset("imagenet", "real", data_dir=tmp_path, image_shape=(3, 224, 224))
     assert isinstance(dataset, ImageFolderDataset) and dataset.source == "real"
     assert (len(dataset.train), len(dataset.test), dataset.class_names) == (6, 2, ("n01440764", "n01443537"))
     assert RunConfig(workloads=("resnet50",), data="real", data_dir=str(tmp_path)).data == "real"  # accepted
+
+
+@pytest.mark.slow
+def test_a_run_trains_on_a_folder_of_real_images_decoded_at_224_and_resized(tmp_path):
+    config = RunConfig(workloads=("resnet50",), devices="cpu", data="real", data_dir=str(write_imagenet_like_folder(
+        tmp_path)), overrides=("image_size=32",), batch_size=3, epochs=2, max_steps=2, max_eval_steps=1, workers=0)
+    (record,) = db.run(config, progress=False).runs
+    assert record.status == "ok", record.error
+    assert record.settings.data_source == "real"
+    assert [(epoch.steps, epoch.samples, epoch.eval_samples) for epoch in record.epochs] == [(2, 6, 2)] * 2
+    assert all(math.isfinite(epoch.train_loss) for epoch in record.epochs)
 
 
 def test_vgg16_is_refused_where_its_training_state_cannot_fit(monkeypatch):
