@@ -1,7 +1,7 @@
 """The ImageNet reference models: ResNet-50 v1.5, ResNet-152 and VGG-16, whose training throughput the field's GPU
 tables publish, in plain PyTorch with the shapes of the published implementations (no model zoo).
 
-They run only when named (`in_suites=False`): ResNet-50 trains at about 10 images/s on two CPU cores. ImageNet itself
+They run only when named (`in_suites=False`): ResNet-50 trains at about 10 images/s on 2 CPU cores. ImageNet itself
 cannot be downloaded (see the "imagenet" dataset in data/sources.py): by default they train on a few synthetic
 images of its shape, saying so; `--data-dir DIR` with DIR/train/<class>/* and DIR/val/<class>/* trains on real
 ones. `--set image_size=64` trains the same model on smaller inputs, for a laptop or a test.
