@@ -27,8 +27,9 @@ configuration D, no batch normalisation):
 - Adaptive average pooling to 7x7, as torchvision's VGG (the identity at 224; other sizes keep the classifier's
   shape), then Dense 4096 → ReLU → Dropout 0.5 → Dense 4096 → ReLU → Dropout 0.5 → Dense 1000.
   Parameters: 138,357,544, torchvision's figure (the paper's: 138M).
-- Initialisation as torchvision's: convolutions He-normal over fan-out with zero biases, dense layers N(0, 0.01)
-  with zero biases (the paper drew N(0, 0.01) for its shallow net A and copied A's layers into D).
+- Initialisation as torchvision's: convolutions He-normal over fan-out with zero biases, dense layers normal with
+  standard deviation 0.01 and zero biases. (The paper trained its shallow net A from normal weights of variance
+  1e-2 and started D's first four convolutions and three dense layers from A's.)
 
 Training (SGD with momentum 0.9, cross-entropy, batches of 256):
 - ResNet: learning rate 0.1 per 256 images, scaled linearly with the batch (Goyal et al. 2017, "Accurate, Large
@@ -36,8 +37,8 @@ Training (SGD with momentum 0.9, cross-entropy, batches of 256):
   script), 90 epochs. 256 images a step is also the batch per GPU of NVIDIA's PyTorch ResNet-50 v1.5 throughput
   tables: `--batch-size` sets it, and the learning rate follows.
 - VGG-16: learning rate 0.01, weight decay 5e-4, 74 epochs (Simonyan and Zisserman).
-- The learning-rate schedules (x0.1 every 30 epochs; x0.1 when validation accuracy stalls) are left out: they change
-  what is learnt, not what a step costs. So are random crops and flips (see ImageNetInput).
+- The learning-rate schedules (ResNet: x0.1 at epochs 30, 60 and 80; VGG: x0.1 when validation accuracy stalls) are
+  left out: they change what is learnt, not what a step costs. So are random crops and flips (see ImageNetInput).
 
     devicebench run resnet50 --devices cpu --data synthetic --set image_size=64 --batch-size 8 --epochs 2 --max-steps 2
 """
@@ -54,8 +55,8 @@ CLASSES = 1000
 IMAGE_SIZE = 224  # pixels per side: the size the models were designed for, and the images are decoded to
 # image_size must leave VGG's fifth pooling a pixel (32 → 1): smaller inputs pool to nothing
 SMALLEST_IMAGE_SIZE = 32
-# The largest input devicebench builds: 4.5 times 224 per side, 21 times the pixels. The largest inputs ImageNet
-# models train at are about 600 pixels; a larger value (from --set or a checkpoint) is a typo
+# The largest input devicebench builds: 4.5 times 224 per side, 21 times the pixels. ImageNet models train at up to
+# about 600 pixels (EfficientNet-B7); a larger value (from --set or a checkpoint) is a typo
 LARGEST_IMAGE_SIZE = 1024
 REFERENCE_BATCH = 256  # images per step in the papers' and NVIDIA's tables; ResNet's learning rate is per this many
 BOTTLENECK_EXPANSION = 4  # a bottleneck block's output has 4 x its width channels
@@ -66,7 +67,7 @@ VGG16_BLOCKS = ((64, 64), (128, 128), (256, 256, 256), (512, 512, 512), (512, 51
 VGG_POOLED = 7  # pixels per side of VGG's last feature map at 224, which its classifier takes
 VGG_DENSE_UNITS = 4096
 DROPOUT = 0.5  # probability of dropping a unit
-DENSE_INIT_STD = 0.01  # VGG's dense layers: N(0, 0.01)
+DENSE_INIT_STD = 0.01  # standard deviation of VGG's dense layers' initial weights
 
 
 def _he_normal(convolution: nn.Conv2d) -> None:
@@ -75,12 +76,12 @@ def _he_normal(convolution: nn.Conv2d) -> None:
         nn.init.zeros_(convolution.bias)
 
 
-def _check_image_size(hyperparameters: Hyperparameters) -> int:
+def _check_image_size(hyperparameters: Hyperparameters) -> None:
+    """The smallest size is refused here; the largest by `size_bounds`, before anything is built."""
     size = hyperparameters["image_size"]
     if size < SMALLEST_IMAGE_SIZE:
         raise ValueError(f"image_size must be at least {SMALLEST_IMAGE_SIZE} pixels (VGG's five poolings halve it to "
                          f"1), got {size}")
-    return size
 
 
 # ---------------------------------------------------------------------------------------------------------------
