@@ -75,7 +75,7 @@ TINY_VALUES = {
 SWEEP_VALUES = {**TINY_VALUES, "--batch-size": st.sampled_from(["0", ",", "8,16", "", "-5", "auto", "1e3", HUGE,
                                                                 "8,,8", "8,ü"]),
                 "--workers": st.sampled_from(["0", "-1", "", "ü", HUGE, ",", "0,0"])}
-WORKLOADS = st.sampled_from(["mnist-cnn2", "mnist-*", "", "ü", "[", "resnet50", "cifar10-mlp", "mnist-cnn2 "])
+WORKLOADS = st.sampled_from(["mnist-cnn2", "mnist-*", "", "ü", "[", "resnet18", "cifar10-mlp", "mnist-cnn2 "])
 
 
 def value_type(parameter) -> type:

@@ -14,6 +14,7 @@ def test_no_names_means_the_quick_suite_of_every_workload_but_the_reference_mode
     assert [w.name for w in config.selected_workloads()] == [w.name for w in list_workloads() if w.in_suites]
     assert "gnmt" not in [w.name for w in config.selected_workloads()]  # hours an epoch on a CPU: only when named
     assert {"bert-base", "bert-large", "gpt2-small"} <= {w.name for w in list_workloads() if not w.in_suites}
+    assert {"resnet50", "resnet152", "vgg16"} <= {w.name for w in list_workloads() if not w.in_suites}
     entry = get_workload("cifar10-mlp")
     plan = config.plan_for(entry)
     # within the quick suite's time budget the runner sizes the steps; evaluation keeps the quick suite's cap
@@ -43,7 +44,7 @@ def test_patterns_select_without_duplicates():
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
-        ({"workloads": ("resnet50",)}, "unknown workload 'resnet50'.*mnist-cnn2"),
+        ({"workloads": ("resnet18",)}, "unknown workload 'resnet18'.*mnist-cnn2"),
         ({"workloads": ("vit-*",)}, "no workload matches 'vit-\\*'"),
         ({"suite": "fast"}, "unknown suite 'fast'.*quick, seeds"),
         ({"data": "fake"}, "unknown data source 'fake'"),

@@ -200,7 +200,7 @@ def test_is_cached_only_when_every_file_verifies(tiny_mnist, dead_base_url, monk
 
 def test_registry_pins_https_urls_sizes_and_sha256_for_every_file():
     assert known_datasets() == ("mnist", "cifar10", "cifar100", "cats-vs-dogs", "imdb", "squad", "openwebtext",
-                                "wmt16", "covertype")
+                                "wmt16", "covertype", "imagenet")
     shapes = {
         name: (spec.image_shape, spec.num_classes, spec.train_size, spec.test_size)
         for name, spec in sources.DATASETS.items()
@@ -215,6 +215,7 @@ def test_registry_pins_https_urls_sizes_and_sha256_for_every_file():
         "openwebtext": (None, 0, 8_823_810, 4_330),  # 1,024-token sequences of its 9.0e9 and 4.4e6 tokens
         "wmt16": (None, 0, 4_500_000, 3_003),  # sentence pairs: about 4.5 million, and newstest2014's
         "covertype": (None, 7, 464_809, 116_203),  # 581,012 rows, split 80/20
+        "imagenet": ((3, 224, 224), 1000, 1_281_167, 50_000),  # ILSVRC-2012; nothing to download (test_imagenet.py)
     }
     for spec in sources.DATASETS.values():
         for remote in spec.files:

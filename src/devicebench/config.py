@@ -17,6 +17,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from devicebench.data import real_data_missing
 from devicebench.data.sources import QUICK_SUITE_DOWNLOAD_LIMIT_BYTES
 from devicebench.engine.loop import TrainingPlan
 from devicebench.results.store import LARGEST_WHOLE_NUMBER
@@ -99,6 +100,8 @@ class RunConfig:
         if self.data not in DATA_CHOICES and self.model is None:
             raise ConfigError(f"unknown data source {self.data!r}; choose one of: {', '.join(DATA_CHOICES)}, or "
                               "MODULE:FUNCTION with --model")
+        if self.data == "real" and self.model is None:
+            self._check_real_data()
         for name in ("epochs", "batch_size", "max_steps", "max_eval_steps", "repeats", "threads"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -133,6 +136,14 @@ class RunConfig:
             if value is not None and value > cores:
                 raise ConfigError(f"{flag} {value} is more than this machine's {cores} logical cores, and more {what} "
                                   f"than cores only compete for them; use {flag} {cores} or less")
+
+    def _check_real_data(self) -> None:
+        """--data real on a dataset devicebench cannot download (ImageNet) needs --data-dir, a folder of its images:
+        refused now, with how to get them, rather than by each run."""
+        for workload in self.selected_workloads():
+            missing = real_data_missing(workload.dataset, self.data_dir)
+            if missing is not None:
+                raise ConfigError(f"--data real for {workload.name}: {missing}")
 
     def _check_own_model(self) -> None:
         """--model, --data, --loss and --optimizer name a model of the user's, and only together."""

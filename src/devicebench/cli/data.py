@@ -72,9 +72,11 @@ def list_datasets(
     table.add_column("title")
     table.add_column("MB", justify="right", no_wrap=True)
     table.add_column("state", no_wrap=True)
-    styles = {"cached": "green", "missing": "dim", "partial": "yellow", "wrong size": "red", SYNTHETIC_ONLY: "dim"}
+    styles = {"cached": "green", "missing": "dim", "partial": "yellow", "wrong size": "red", SYNTHETIC_ONLY: "dim",
+              "not downloadable": "dim"}
     for status in statuses:
-        table.add_row(status.spec.name, escape(status.spec.title), megabytes(status.spec.size_bytes),
+        size = megabytes(status.spec.size_bytes) if status.spec.files else "-"  # nothing devicebench downloads
+        table.add_row(status.spec.name, escape(status.spec.title), size,
                       f"[{styles[status.state]}]{escape(status.describe())}[/]")
     console.print(f"Datasets in {escape(str(data_root(data_dir)))}/<name>/", highlight=False, soft_wrap=True)
     console.print(fitted(table))
@@ -107,6 +109,11 @@ def fetch_datasets(
             else:
                 errors.print(f"[bold red]error:[/] {escape(line)}", highlight=False)
                 failed.append(name)
+            continue
+        if spec.not_downloadable:  # an error when named, a note within 'all'
+            errors.print(f"{'[bold red]error:[/] ' * (ALL not in names)}{name}: devicebench cannot download it; "
+                         f"{escape(spec.not_downloadable)}", highlight=False)
+            failed += [] if ALL in names else [name]
             continue
         before = dataset_status(name, data_dir)
         try:

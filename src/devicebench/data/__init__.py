@@ -28,6 +28,7 @@ from devicebench.data.sources import (
     DatasetSpec,
     DataUnavailable,
     RealDataUnreadable,
+    NotDownloadable,
     dataset_folder,
     dataset_spec,
     dataset_status,
@@ -57,12 +58,14 @@ __all__ = [
     "DataUnavailable",
     "Dataset",
     "RealDataUnreadable",
+    "NotDownloadable",
     "ImageFolderDataset",
     "TableDataset",
     "TokenDataset",
     "expected_source",
     "known_datasets",
     "load_dataset",
+    "real_data_missing",
     "synthetic_dataset",
 ]
 
@@ -109,6 +112,13 @@ def load_dataset(
         return own
     if source == "real":
         return _load_real(spec.name, data_dir, shape, progress=progress, timeout_s=timeout_s)
+    if spec.not_downloadable:  # nothing to try: synthetic, saying so as loudly as a failed download
+        stand_in = _synthetic(spec, seed, shape)
+        reason = (f"real {spec.title} could not be had: devicebench cannot download it; {spec.not_downloadable}. "
+                  f"Using {len(stand_in.train_labels):,} + {len(stand_in.test_labels):,} synthetic images of its "
+                  f"shape instead")
+        warnings.warn(reason, stacklevel=2)
+        return dataclasses.replace(stand_in, fallback_reason=reason)
     reason = _not_downloaded(spec, data_dir, largest_download_bytes)
     if reason is not None:
         return dataclasses.replace(_synthetic(spec, seed, shape), fallback_reason=reason)
@@ -152,9 +162,14 @@ def expected_source(name: str, source: DataChoice = "auto", *, data_dir: str | P
         return "synthetic", "--data synthetic was asked for"
     if spec.real_data_needs:
         return ("real", f"{_unreadable(spec)}: the run stops") if source == "real" else ("synthetic", _unreadable(spec))
-    if data_dir is not None and (is_image_folder(data_dir) if spec.kind == "images" else
-                                 spec.kind == "text" and is_text_folder(data_dir)):
-        return "real", None  # the user's own folder
+    if _is_own_folder(spec, data_dir):
+        return "real", None
+    if spec.not_downloadable:
+        if source == "real":
+            return "real", f"devicebench cannot download {spec.title}, so the run stops; {spec.not_downloadable}"
+        train, test = spec.synthetic_sizes or (spec.train_size, spec.test_size)
+        return "synthetic", (f"devicebench cannot download {spec.title}: {train:,} + {test:,} synthetic images of its "
+                             f"shape stand in. For real ones, {spec.not_downloadable}")
     if source == "auto":
         reason = _not_downloaded(spec, data_dir, largest_download_bytes)
         if reason is not None:
@@ -165,6 +180,15 @@ def expected_source(name: str, source: DataChoice = "auto", *, data_dir: str | P
     return ("real" if source == "real" else "real or synthetic",
             f"downloads {megabytes(spec.size_bytes)} MB first (`devicebench data fetch {spec.name}` gets it now); "
             f"if that fails, {fallback}")
+
+
+def real_data_missing(name: str, data_dir: str | Path | None) -> str | None:
+    """Why `--data real` cannot train on dataset `name`, told before anything is loaded: devicebench cannot download
+    it and `data_dir` is no folder of its images (what to do instead); None when real data may be had."""
+    spec = dataset_spec(name) if name in known_datasets() else None
+    if spec is None or not spec.not_downloadable or _is_own_folder(spec, data_dir):
+        return None
+    return str(NotDownloadable(spec.title, dataset_folder(name, data_dir), spec.not_downloadable))
 
 
 def _synthetic(spec: DatasetSpec, seed: int, shape: dict[str, Any]) -> Dataset:
@@ -178,15 +202,17 @@ def _synthetic(spec: DatasetSpec, seed: int, shape: dict[str, Any]) -> Dataset:
     return synthetic_dataset(spec.name, seed=seed, **shape)
 
 
+def _is_own_folder(spec: DatasetSpec, data_dir: str | Path | None) -> bool:
+    """Whether `data_dir` is laid out as a folder of the user's own images or texts of `spec`'s kind."""
+    return data_dir is not None and (is_image_folder(data_dir) if spec.kind == "images" else
+                                     spec.kind == "text" and is_text_folder(data_dir))
+
+
 def _own_folder(spec: DatasetSpec, data_dir: str | Path | None, shape: dict[str, Any]) -> Dataset | None:
     """The user's own images or texts in `data_dir`, when it is laid out as such a folder."""
-    if data_dir is None:
+    if not _is_own_folder(spec, data_dir):
         return None
-    if spec.kind == "images" and is_image_folder(data_dir):
-        return read_image_folder(data_dir)
-    if spec.kind == "text" and is_text_folder(data_dir):
-        return read_text_folder(data_dir, **shape)
-    return None
+    return read_image_folder(data_dir) if spec.kind == "images" else read_text_folder(data_dir, **shape)
 
 
 def _load_real(
@@ -194,6 +220,9 @@ def _load_real(
 ) -> Dataset:
     folder = dataset_folder(name, data_dir)
     spec = dataset_spec(name)
+    if spec.not_downloadable:  # and data_dir is no folder of its images (_own_folder)
+        given = f" ({data_dir} has no train/ folder)" if data_dir is not None else ""
+        raise NotDownloadable(spec.title, folder, spec.not_downloadable + given)
     paths = [fetch(remote, folder, progress=progress, timeout_s=timeout_s) for remote in spec.files]
     if spec.kind == "text":
         return read_imdb(paths[0], **shape)

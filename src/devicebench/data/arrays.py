@@ -32,6 +32,7 @@ class ArrayDataset:
     num_classes: int
     origin: str = ""  # where the bytes came from: a file path, or the generator and its seed
     fallback_reason: str | None = None  # why "auto" gave synthetic data instead of real; None when it did not
+    notes: tuple[str, ...] = ()  # things a user should be told: a synthetic stand-in smaller than the release
 
     def __post_init__(self) -> None:
         for split, images, labels in (

@@ -128,6 +128,43 @@ class CifarDistortion:
         return (image_shape[0], self.crop, self.crop)
 
 
+# The ImageNet training set's mean and deviation per channel (R, G, B) on the [0, 1] scale: what torchvision's
+# reference scripts and NVIDIA's Deep Learning Examples normalise ImageNet inputs with
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+@dataclass(frozen=True)
+class ImageNetInput:
+    """The input of the ImageNet reference models: pixels scaled to [0, 1], resized (bilinear, antialiased) to
+    `size` x `size` when the images are another size, each channel normalised by ImageNet's mean and deviation.
+
+    Images are decoded at 224 x 224 (the models' own size); a smaller `size` trains the same model on smaller
+    inputs, for a laptop or a test. No random crops or flips: those are the input pipeline's work, not the model's.
+    """
+
+    size: int = 224  # pixels per side of the model's input
+
+    @property
+    def augments(self) -> bool:
+        return False
+
+    def train(self, images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        return self.test(images)
+
+    def test(self, images: torch.Tensor) -> torch.Tensor:
+        pixels = images.float().div_(PIXEL_SCALE)
+        if pixels.shape[-2:] != (self.size, self.size):
+            pixels = F.interpolate(pixels, size=(self.size, self.size), mode="bilinear", antialias=True,
+                                   align_corners=False)
+        mean = torch.tensor(IMAGENET_MEAN, device=pixels.device).view(1, -1, 1, 1)
+        deviation = torch.tensor(IMAGENET_STD, device=pixels.device).view(1, -1, 1, 1)
+        return (pixels - mean) / deviation
+
+    def output_shape(self, image_shape: tuple[int, int, int]) -> tuple[int, int, int]:
+        return (image_shape[0], self.size, self.size)
+
+
 @dataclass(frozen=True)
 class Unchanged:
     """Inputs that are not pixels (token ids): handed to the model as they are."""
@@ -160,8 +197,9 @@ def _standardize(pixels: torch.Tensor) -> torch.Tensor:
     return (pixels - mean) / deviation
 
 
-Preprocessing = Rescale | KerasAugmentation | CifarDistortion | Unchanged
-KINDS: dict[str, type] = {kind.__name__: kind for kind in (Rescale, KerasAugmentation, CifarDistortion, Unchanged)}
+Preprocessing = Rescale | KerasAugmentation | CifarDistortion | ImageNetInput | Unchanged
+KINDS: dict[str, type] = {kind.__name__: kind for kind in (Rescale, KerasAugmentation, CifarDistortion, ImageNetInput,
+                                                           Unchanged)}
 
 
 def describe(preprocessing: Preprocessing) -> dict[str, Any]:

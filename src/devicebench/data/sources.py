@@ -106,6 +106,19 @@ class RealDataUnreadable(DataUnavailable):
         return f"reading it needs {self.needs}"
 
 
+class NotDownloadable(DataUnavailable):
+    """Real data of a dataset devicebench cannot download (ImageNet) was asked for, and no folder of its images was
+    given; the message says how to get them and hand them over."""
+
+    def __init__(self, title: str, folder: Path, how: str) -> None:
+        RuntimeError.__init__(self, f"real {title} was asked for, but devicebench cannot download it: {how}")
+        self.title, self.how = title, how
+        self.filename, self.folder, self.failures, self.checksum = title, folder, (), ""
+
+    def __reduce__(self) -> tuple[type[NotDownloadable], tuple[str, Path, str]]:  # see DataUnavailable.__reduce__
+        return (NotDownloadable, (self.title, self.folder, self.how))
+
+
 @dataclass(frozen=True)
 class RemoteFile:
     """One file of a dataset release, the mirrors that serve it, and the checksum it must have."""
@@ -151,6 +164,12 @@ class DatasetSpec:
     # What reading the real release would take that devicebench does not have (a tokenizer's vocabulary); "" when
     # devicebench reads it. Such a dataset has no files to download: its runs train on synthetic stand-ins only.
     real_data_needs: str = ""
+    # Why devicebench cannot download it (a registration), and how to train on real images instead; empty for one
+    # whose `files` it downloads. Such a dataset is synthetic unless `--data-dir` names a folder of its images.
+    not_downloadable: str = ""
+    # (train, test) images of the synthetic stand-in, where the release's sizes would not fit a laptop's memory;
+    # None: the release's sizes
+    synthetic_sizes: tuple[int, int] | None = None
 
     @property
     def size_bytes(self) -> int:
@@ -342,6 +361,25 @@ DATASETS: dict[str, DatasetSpec] = {
         kind="table",
         features=54,  # 10 measurements, 4 wilderness areas and 40 soil types (one-hot)
     ),
+    # ILSVRC-2012 (Russakovsky et al. 2015): 1,281,167 training and 50,000 validation images of 1,000 classes, the
+    # data of the ImageNet reference models (workloads/imagenet.py). Only registered users may download it.
+    "imagenet": DatasetSpec(
+        name="imagenet",
+        title="ImageNet (ILSVRC-2012)",
+        files=(),
+        image_shape=(3, 224, 224),  # the photos vary in size; the reference models take 224 x 224
+        num_classes=1000,
+        train_size=1_281_167,
+        test_size=50_000,  # the validation split: its test labels were never released
+        not_downloadable=(
+            "image-net.org gives its images only to registered users: register and download ILSVRC-2012 there, "
+            "then give --data-dir DIR with DIR/train/<class>/*.JPEG and DIR/val/<class>/*.JPEG (a folder per class, "
+            "as torchvision's ImageFolder reads them)"
+        ),
+        # 1,280 + 256 images at 224 x 224 x 3 bytes: 231 MB in memory, where the real 1.33 M would take 200 GB.
+        # 1,280 is five batches of 256: enough steps an epoch for a steady state at the published batch size
+        synthetic_sizes=(1_280, 256),
+    ),
 }
 
 
@@ -405,8 +443,9 @@ class DatasetStatus:
 
     spec: DatasetSpec
     folder: Path
-    state: str  # "cached" (every file, each of its registry size), "partial", "missing", "wrong size", or
-    # SYNTHETIC_ONLY for a dataset devicebench cannot read (nothing to download)
+    state: str  # "cached" (every file, each of its registry size), "partial", "missing", "wrong size",
+    # "not downloadable" (devicebench cannot download it: see DatasetSpec.not_downloadable), or SYNTHETIC_ONLY for a
+    # dataset devicebench cannot read (nothing to download)
     present_bytes: int  # whole files of the right size, plus downloads kept to be taken up
 
     def describe(self) -> str:
@@ -429,8 +468,8 @@ def dataset_status(name: str, data_dir: str | Path | None = None) -> DatasetStat
             present_bytes += _regular_file_size(partial_path(folder, remote)) or 0
     if spec.real_data_needs:
         return DatasetStatus(spec, folder, SYNTHETIC_ONLY, 0)
-    state = ("wrong size" if wrong_size else "cached" if whole_files == len(spec.files)
-             else "partial" if present_bytes else "missing")
+    state = ("not downloadable" if spec.not_downloadable else "wrong size" if wrong_size
+             else "cached" if whole_files == len(spec.files) else "partial" if present_bytes else "missing")
     return DatasetStatus(spec, folder, state, present_bytes)
 
 

@@ -227,7 +227,7 @@ def _size_settings(workload: Workload, hyperparameters: Hyperparameters) -> str:
 _REGISTRY: dict[str, Workload] = {}
 _OWN: dict[str, Workload] = {}  # users' own models, for this session: looked up by name, never in a suite
 # modules under devicebench.workloads, one family each
-_FAMILIES = ("mnist", "cifar_mlp", "cifar_cnn", "catdog", "text", "gbdt", "language", "translation")
+_FAMILIES = ("mnist", "cifar_mlp", "cifar_cnn", "catdog", "text", "gbdt", "imagenet", "language", "translation")
 _plugins_loaded = False
 _plugin_problems: dict[str, str] = {}  # entry point → why it could not be loaded
 _registering_for = "devicebench"  # the origin that workloads registered now get (a plugin's, while it loads)
