@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import io
+import types
 
 import pytest
 from rich.console import Console
@@ -427,3 +428,22 @@ def test_a_sequence_is_halved_once_the_smallest_batch_cannot_fit(monkeypatch):
     assert {epoch.samples for epoch in run.epochs} == {2 * run.settings.max_steps}
     text = " ".join(screen.getvalue().split())
     assert "imdb-transformer on cpu trains at batch 2 and sequence_length 50 (planned: 32 and 200)" in text
+
+
+def probe_job(flops_per_step):
+    """A stand-in for a Job: _step_times_model reads nothing but its FLOPs a step (patched below)."""
+    return types.SimpleNamespace(flops=flops_per_step)
+
+
+def test_a_step_is_estimated_as_a_fixed_cost_and_a_cost_per_flop_through_the_two_sizes_timed(monkeypatch):
+    monkeypatch.setattr(runner, "_flops_per_step", lambda job: job.flops)
+    # 2.1 s at 10 FLOPs, 2.8 s at 80: 2 s a step whatever its size (the optimizer's) and 0.01 s a FLOP
+    at = runner._step_times_model([(10, StepTimes(2.5, 2.1, 0.1)), (80, StepTimes(3.2, 2.8, 0.4))])
+    estimate = at(probe_job(1_000))
+    assert estimate.step_s == pytest.approx(12.0) and estimate.first_step_s == pytest.approx(12.4)
+    assert estimate.eval_step_s == pytest.approx(5.0)  # no optimizer: in proportion to the larger size's
+    # a larger size timed faster than the smaller (noise): no fixed cost, the larger one's rate
+    noisy = runner._step_times_model([(10, StepTimes(3.0, 3.0, 0.1)), (80, StepTimes(2.8, 2.8, 0.4))])
+    assert noisy(probe_job(160)).step_s == pytest.approx(5.6)
+    # one size timed: in proportion to the FLOPs
+    assert runner._step_times_model([(10, StepTimes(1.0, 1.0, 0.5))])(probe_job(30)).step_s == pytest.approx(3.0)

@@ -426,6 +426,7 @@ def _flops_per_step(job: Job) -> float | None:
 ASSUMED_SLOW_FLOP_S = 50e9
 PROBE_BATCH = 2
 SHORTEST_BUDGETED_LENGTH = 16
+PROBE_SPAN = 8  # the second size timed does at most this many times the smallest one's FLOPs a step
 
 
 def _fit_to_share(job: Job, shares: BudgetShares, data_for: Callable[[Job], Dataset | DataProblem],
@@ -434,9 +435,9 @@ def _fit_to_share(job: Job, shares: BudgetShares, data_for: Callable[[Job], Data
     laptop (a step of ResNet-50 at batch 256 takes a minute on two cores, one of GPT-2 at 1,024 tokens as long).
     The batch is halved first, down to PROBE_BATCH; then the sequence (the workload's `budget_lengths`), down to
     SHORTEST_BUDGETED_LENGTH tokens. Whether the planned sizes fit is told from a step's FLOPs at the speed reached
-    on this device so far; where that says they may not, the smallest sizes are trained for two steps, and a step
-    of any other size is taken to cost what those did per FLOP (slower than a larger size runs: the sizes kept are
-    never too large). The share is an equal part of what is left, since a run not yet timed on a device counts for
+    on this device so far; where that says they may not, the smallest sizes and a few times larger ones are trained
+    for two steps each, and a step of any other size is taken to cost a fixed part and a part per FLOP through those
+    two (`_step_times_model`; a larger size runs no slower per FLOP: the sizes kept are not too large). The share is an equal part of what is left, since a run not yet timed on a device counts for
     nothing in the budget's shares. The smaller job's runs keep its sizes, in their settings (a shorter sequence
     among their overrides, so they are never pooled with full-length runs), said on the screen; the step times
     estimated for it size its epochs (`shares.estimates`), without timing its first steps again."""
@@ -449,25 +450,19 @@ def _fit_to_share(job: Job, shares: BudgetShares, data_for: Callable[[Job], Data
     if _fewest_run_s(job, StepTimes(step_s, step_s, step_s / 3)) <= share_s:
         return job
     smallest = candidates[-1]
-    dataset = data_for(smallest)
-    if isinstance(dataset, DataProblem):
-        return job  # its runs fail with the problem, at whatever size
-    train_batches, test_batches = batches_for(dataset, job.workload.image_shape,
-                                              job.workload.build_preprocessing(smallest.hyperparameters),
-                                              smallest.batch_size, job.device, workers=0, seed=job.seed)
-    try:
-        probe = time_first_steps(partial(_build, job.workload, smallest.hyperparameters, job.device, job.seed),
-                                 train_batches, test_batches, Stopwatch(job.device))
-    finally:
-        train_batches.close()
-        test_batches.close()
-    probe_flops = _flops_per_step(smallest) or planned_flops
-
-    def at(candidate: Job) -> StepTimes:  # each FLOP costing what it did in the smallest job's steps
-        scale = (_flops_per_step(candidate) or planned_flops) / probe_flops
-        return StepTimes(probe.first_step_s - probe.step_s + probe.step_s * scale, probe.step_s * scale,
-                         probe.eval_step_s * scale)
-
+    smallest_flops = _flops_per_step(smallest) or planned_flops
+    # a second size, a few times the smallest's work but far below the planned one's, tells a step's fixed cost
+    # (the optimizer's, a kernel launch's) from its cost per FLOP: at the smallest sizes the fixed cost is most
+    # of a step, and a step taken to grow in proportion to its FLOPs alone would keep far too small a size
+    larger = next((candidate for candidate in candidates[1:-1]
+                   if (_flops_per_step(candidate) or 0) <= PROBE_SPAN * smallest_flops), None)
+    timed = []
+    for probe_job in (smallest, larger) if larger is not None else (smallest,):
+        times = _time_probe(probe_job, data_for)
+        if times is None:
+            return job  # no data: its runs fail with the problem, at whatever size
+        timed.append((_flops_per_step(probe_job) or planned_flops, times))
+    at = _step_times_model(timed)
     chosen = next((candidate for candidate in candidates if _fewest_run_s(job, at(candidate)) <= share_s), smallest)
     if chosen is job:
         return job
@@ -478,6 +473,43 @@ def _fit_to_share(job: Job, shares: BudgetShares, data_for: Callable[[Job], Data
                if chosen.hyperparameters[name] != job.hyperparameters[name]}
     reporter.run_shrunk(job.workload.name, str(job.device), changed, share_s)
     return chosen
+
+
+def _time_probe(job: Job, data_for: Callable[[Job], Dataset | DataProblem]) -> StepTimes | None:
+    """Two training steps and an evaluation batch of `job`, on a model built for them alone; None without data."""
+    dataset = data_for(job)
+    if isinstance(dataset, DataProblem):
+        return None
+    train_batches, test_batches = batches_for(dataset, job.workload.image_shape,
+                                              job.workload.build_preprocessing(job.hyperparameters), job.batch_size,
+                                              job.device, workers=0, seed=job.seed)
+    try:
+        return time_first_steps(partial(_build, job.workload, job.hyperparameters, job.device, job.seed),
+                                train_batches, test_batches, Stopwatch(job.device))
+    finally:
+        train_batches.close()
+        test_batches.close()
+
+
+def _step_times_model(timed: list[tuple[float, StepTimes]]) -> Callable[[Job], StepTimes]:
+    """What a step of any job is estimated to take from the steps timed at one or two sizes ((FLOPs a step, times)
+    each): a fixed cost plus a cost per FLOP through two points, never below the larger one's rate where the line
+    would fall below it (noise); in proportion to its FLOPs from one. An evaluation batch, which runs no optimizer,
+    in proportion to its FLOPs from the larger size's."""
+    flops_big, big = timed[-1]
+    per_flop, fixed = big.step_s / flops_big, 0.0
+    if len(timed) == 2:
+        flops_small, small = timed[0]
+        slope = (big.step_s - small.step_s) / (flops_big - flops_small) if flops_big > flops_small else 0.0
+        if 0 < slope < per_flop:  # a fixed cost that is positive
+            per_flop, fixed = slope, big.step_s - slope * flops_big
+
+    def at(candidate: Job) -> StepTimes:
+        flops = _flops_per_step(candidate) or flops_big
+        step_s = fixed + per_flop * flops
+        return StepTimes(big.first_step_s - big.step_s + step_s, step_s, big.eval_step_s * flops / flops_big)
+
+    return at
 
 
 def _smaller_jobs(job: Job) -> list[Job]:
@@ -535,7 +567,10 @@ def _sized(job: Job, record: RunRecord, build: partial, batches: list, reporter:
         eval_steps = min(steps, eval_steps)
         plan = dataclasses.replace(plan, max_steps=steps, max_eval_steps=eval_steps)
         record.settings = dataclasses.replace(record.settings, max_steps=steps, max_eval_steps=eval_steps)
-    reporter.run_estimated(record, times.run_s(plan.epochs, steps, eval_steps))
+    seconds = times.run_s(plan.epochs, steps, eval_steps)
+    if shares is not None:  # the run ends by its share, however many epochs it was planned: its pacer sees to it
+        seconds = min(seconds, share_s)
+    reporter.run_estimated(record, seconds)
     return plan
 
 
