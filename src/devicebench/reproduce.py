@@ -246,28 +246,42 @@ class RecordComparison:
 
     workload: Workload
     measured: list[Row]  # this machine's rows, each a device (and settings)
-    figures: tuple[PublishedFigure, ...]  # the record's rows comparable in shape, fastest per GPU first
+    figures: tuple[PublishedFigure, ...]  # the record's rows shown, the fastest a GPU first
     other_lengths: dict[int, int]  # rows left out, by their sequence length: a different amount of work a sample
+    length: int | None  # the sequence length trained here; None for images
+    not_shown: int = 0  # comparable rows left out of a short table: several GPUs', or slower ones of a GPU
 
 
-def record_comparisons(rows_by_workload: dict[str, list[Row]]) -> list[RecordComparison]:
+def record_comparisons(rows_by_workload: dict[str, list[Row]], *, every_row: bool = False) -> list[RecordComparison]:
     """The reference models among `rows_by_workload`: those the record has figures of."""
     references = {entry.name for entry in reference_workloads()}
-    return [record_comparison(get_workload(name), rows) for name, rows in rows_by_workload.items()
-            if name in references]
+    return [record_comparison(get_workload(name), rows, every_row=every_row)
+            for name, rows in rows_by_workload.items() if name in references]
 
 
-def record_comparison(workload: Workload, rows: list[Row]) -> RecordComparison:
+def record_comparison(workload: Workload, rows: list[Row], *, every_row: bool = False) -> RecordComparison:
+    """The record's figures of `workload` beside `rows`: by default the fastest single-GPU figure of each GPU and
+    precision (the record holds dozens of a GPU: frameworks, batches, years); `every_row`: all of them."""
     measured = [row for row in rows if row.samples_per_s]
     length = _sequence_length(workload, rows)
     figures = published_figures(workload.name)
-    kept = [figure for figure in figures if figure.sequence_length in (None, length)]
+    # a row at another sequence length did another amount of work a sample; a rate of tokens is one per token
+    comparable = [figure for figure in figures
+                  if figure.sequence_length in (None, length) or figure.unit == "tokens/s"]
     other: dict[int, int] = {}
     for figure in figures:
-        if figure not in kept:
+        if figure not in comparable:
             other[figure.sequence_length] = other.get(figure.sequence_length, 0) + 1
-    kept.sort(key=lambda figure: (figure.gpu, -figure.per_gpu_throughput))
-    return RecordComparison(workload, measured, tuple(kept), dict(sorted(other.items())))
+    comparable.sort(key=lambda figure: -figure.per_gpu_throughput)
+    shown = comparable
+    if not every_row:
+        fastest: dict[tuple[str, str], PublishedFigure] = {}
+        for figure in comparable:
+            if figure.gpus == 1:
+                fastest.setdefault((figure.gpu, figure.precision), figure)
+        shown = [figure for figure in comparable if figure in fastest.values()]
+    return RecordComparison(workload, measured, tuple(shown), dict(sorted(other.items())), length,
+                            len(comparable) - len(shown))
 
 
 def _sequence_length(workload: Workload, rows: list[Row]) -> int | None:

@@ -57,6 +57,8 @@ def reproduce(
     data: DataOption = "auto",
     data_dir: DataDirOption = None,
     mode: ModeOption = "seed",
+    every_row: Annotated[bool, typer.Option("--every-row", help="For a reference model, every published row of the "
+                                                                "record, not only each GPU's fastest.")] = False,
     budget: BudgetOption = None,
     overrides: SetOption = None,
     json_file: JsonOption = None,
@@ -97,7 +99,7 @@ def reproduce(
     for entry in measured:
         if entry.outlook is not None:
             console.print(Text(entry.outlook))  # Text: a hardware name is no markup
-    for comparison in record_comparisons(rows):
+    for comparison in record_comparisons(rows, every_row=every_row):
         console.print(record_table(comparison))
     exit_for(outcome)
 

@@ -828,6 +828,11 @@ def reproduction_table(reproductions: list[Reproduction]) -> FittedTable:
     return fitted(table)
 
 
+def batch_and_length(batch: int, length: int | None) -> str:
+    """`256`, or `32 x 384` for a batch of 32 sequences of 384 tokens."""
+    return f"{batch:,}" if length is None else f"{batch:,} x {length:,}"
+
+
 def record_table(comparison: RecordComparison) -> Group:
     """A reference model's published figures (the record) beside what each device measured here, each in the unit
     it was published in; the sources numbered beneath, and what was measured here."""
@@ -835,10 +840,12 @@ def record_table(comparison: RecordComparison) -> Group:
 
     workload, measured = comparison.workload, comparison.measured
     table = Table(title=f"{workload.name}: the public record beside this machine", title_justify="left")
-    for column in ("GPU", "Software", "Precision", "Batch", "Data", "Published"):
-        table.add_column(column, justify="right" if column in ("Batch", "Published") else "left")
+    units = {figure.unit for figure in comparison.figures}
+    one_unit = units.pop() if len(units) == 1 else None  # then said once, in the heading
+    for column in ("GPU", "Precision", "Batch", "Software, data", f"Published {one_unit or ''}".strip()):
+        table.add_column(column, justify="right" if column.startswith(("Batch", "Published")) else "left")
     for row in measured:
-        table.add_column(f"per GPU ÷ {row.device}", justify="right")
+        table.add_column(f"÷ {row.device}", justify="right")
     sources: dict[str, int] = {}
     for figure in comparison.figures:
         number = sources.setdefault(figure.source, len(sources) + 1)
@@ -847,25 +854,36 @@ def record_table(comparison: RecordComparison) -> Group:
         for row in measured:
             here = in_unit(workload, row, figure.unit)
             ratios.append("—" if not here else factor_text(figure.per_gpu_throughput / here))
-        table.add_row(f"{figure.gpu}{gpus} [{number}]", f"{figure.framework} {figure.framework_version}".strip(),
-                      figure.precision + (" (TF32 on)" if figure.tf32 == "on" and figure.precision == "fp32" else ""),
-                      f"{figure.batch_per_gpu:,}", figure.data, f"{figure.throughput:,.0f} {figure.unit}", *ratios)
+        table.add_row(f"{figure.gpu}{gpus} [{number}]",
+                      figure.precision + (" (TF32)" if figure.tf32 == "on" and figure.precision == "fp32" else ""),
+                      batch_and_length(figure.batch_per_gpu, figure.sequence_length),
+                      f"{figure.framework} {figure.framework_version}".strip() + f"; {figure.data}",
+                      f"{figure.throughput:,.0f}" + ("" if one_unit else f" {figure.unit}"), *ratios)
     lines: list[RenderableType] = [fitted(table)]
     for row in measured:
         settings = row.runs[0].settings if row.runs else None
         units = {figure.unit for figure in comparison.figures}
         shown = [f"{value:,.1f} {unit}" for unit in sorted(units)
                  if (value := in_unit(workload, row, unit)) is not None]
-        batch = f" at batch {settings.batch_size:,}" if settings else ""
+        batch = f" at batch {batch_and_length(settings.batch_size, comparison.length)}" if settings else ""
         lines.append(Text(f"Measured here: {row.device_name} ({row.device}): {', '.join(shown)}{batch}, "
                           f"{row.settings['data_source']} data, {row.settings['mode']} mode.", style="bold"))
     if not comparison.figures:
         lines.append(Text(f"The record has no figures of {workload.name} at the sequence length trained here."))
+    lengths = sorted({figure.sequence_length for figure in comparison.figures
+                      if figure.sequence_length not in (None, comparison.length)})
+    if lengths:
+        lines.append(Text(f"Rows at {' and '.join(f'{length:,}' for length in lengths)} tokens a sequence, this run "
+                          f"at {comparison.length:,}: their tokens/s compare only roughly (attention's share of the "
+                          "work grows with the length)."))
     for length, count in comparison.other_lengths.items():
         lines.append(Text(f"Left out: {count} published row{'s' if count > 1 else ''} at sequence length {length}, "
                           f"a different amount of work a sample: --set sequence_length={length} compares with "
                           f"{'them' if count > 1 else 'it'}."))
-    lines.append(Text("Published figures are other people's measurements, on other machines and software; a ratio "
-                      "says how much faster that GPU ran this model than this device, at the batch each used."))
+    if comparison.not_shown:
+        lines.append(Text(f"Shown: the fastest single-GPU figure of each GPU and precision; {comparison.not_shown} "
+                          "more rows (several GPUs, other frameworks, batches or years): --every-row."))
+    lines.append(Text("Published figures are other people's measurements, on other machines and software; ÷ says "
+                      "how much faster that GPU ran this model (per GPU) than this device, at the batch each used."))
     lines += [Text(f"[{number}] {source}") for source, number in sources.items()]
     return Group(*lines)

@@ -1,0 +1,99 @@
+"""`devicebench reproduce` of a reference model: the public record's figures beside this machine's, in the unit each
+was published in, the fastest single-GPU figure of each GPU and precision unless every row is asked for."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+
+import pytest
+from rich.console import Console
+
+from devicebench.report.answer import answer_parts
+from devicebench.report.tables import rate_text, record_table
+from devicebench.reproduce import ReproduceError, in_unit, record_comparison, reference_workloads, seed_workloads
+from devicebench.results.compare import compare
+from devicebench.results.record import published_figures
+from devicebench.workloads import get_workload
+
+STEADY_SAMPLES_PER_S = 900.0  # conftest's runs: 1,000 samples in 1.0 s and in 1.25 s, the median of the two rates
+
+
+def rows_of(make_run, make_result, workload, **hyperparameters):
+    run = make_run(workload, "cpu")
+    run.settings = dataclasses.replace(run.settings, hyperparameters={**run.settings.hyperparameters,
+                                                                      **hyperparameters})
+    return compare([make_result(runs=[run])])[workload]
+
+
+def shown(comparison) -> str:
+    console = Console(file=io.StringIO(), width=80)
+    console.print(record_table(comparison))
+    return " ".join(console.file.getvalue().split())
+
+
+def test_reproduce_takes_reference_models_by_name_beside_seeds():
+    assert [entry.name for entry in seed_workloads(["bert-base", "S1", "resnet50"])] == \
+        ["mnist-cnn2", "mnist-cnn4", "bert-base", "resnet50"]
+    assert {entry.name for entry in reference_workloads()} == \
+        {"resnet50", "resnet152", "vgg16", "bert-base", "bert-large", "gpt2-small", "gnmt"}
+    with pytest.raises(ReproduceError, match="unknown seed experiment RESNET18.*reference models: resnet50"):
+        seed_workloads(["resnet18"])
+
+
+def test_each_gpu_and_precision_shows_its_fastest_single_gpu_figure(make_run, make_result):
+    rows = rows_of(make_run, make_result, "resnet50")
+    brief = record_comparison(get_workload("resnet50"), rows)
+    every = record_comparison(get_workload("resnet50"), rows, every_row=True)
+    assert len(every.figures) == len(published_figures("resnet50"))  # images: every row compares
+    assert all(figure.gpus == 1 for figure in brief.figures)
+    keys = [(figure.gpu, figure.precision) for figure in brief.figures]
+    assert len(keys) == len(set(keys))
+    for figure in brief.figures:  # none faster of its GPU and precision is left out
+        assert figure.throughput == max(other.throughput for other in every.figures
+                                        if (other.gpu, other.precision, other.gpus) == (figure.gpu, figure.precision, 1))
+    rates = [figure.per_gpu_throughput for figure in brief.figures]
+    assert rates == sorted(rates, reverse=True)  # the fastest first
+    assert brief.not_shown == len(every.figures) - len(brief.figures) > 0
+    text = shown(brief)
+    fastest = brief.figures[0]
+    assert f"{fastest.throughput / STEADY_SAMPLES_PER_S:.2g}x" in text.replace(",", "")
+    assert "--every-row" in text and "Measured here: cpu model (cpu): 900.0 images/s at batch 50" in text
+
+
+def test_tokens_per_second_count_each_samples_tokens(make_run, make_result):
+    rows = rows_of(make_run, make_result, "gpt2-small", sequence_length=256)
+    workload = get_workload("gpt2-small")
+    assert in_unit(workload, rows[0], "tokens/s") == STEADY_SAMPLES_PER_S * 256
+    comparison = record_comparison(workload, rows)
+    assert comparison.figures and all(figure.unit == "tokens/s" for figure in comparison.figures)
+    text = shown(comparison)
+    top = comparison.figures[0]
+    assert f"{top.throughput:,.0f}" in text and f"{top.throughput / (900 * 256):.2g}x" in text
+    assert "Rows at 1,024 tokens a sequence, this run at 256" in text
+
+
+def test_a_sequence_length_the_record_has_no_figures_at_is_said_not_compared(make_run, make_result):
+    rows = rows_of(make_run, make_result, "bert-base", sequence_length=192)
+    comparison = record_comparison(get_workload("bert-base"), rows)
+    assert comparison.figures == () and comparison.other_lengths == {384: len(published_figures("bert-base"))}
+    text = shown(comparison)
+    assert "no figures of bert-base at the sequence length trained here" in text
+    assert "--set sequence_length=384 compares with them" in text
+
+
+def test_runs_answer_for_a_reference_model_spans_the_records_gpus(make_run, make_result):
+    rows = {"resnet50": rows_of(make_run, make_result, "resnet50")}
+    console = Console(file=io.StringIO(), width=120)
+    for part in answer_parts(rows):
+        console.print(part)
+    text = " ".join(console.file.getvalue().split())
+    single = [figure for figure in published_figures("resnet50") if figure.gpus == 1]
+    slowest = min(single, key=lambda figure: figure.throughput)
+    assert f"({slowest.gpu}) to" in text and "the public record: devicebench reproduce" in text
+
+
+@pytest.mark.parametrize(("value", "text"), [(0.2134, "0.21"), (9.44, "9.4"), (10.4, "10"), (1732.2, "1,732"),
+                                             (0.0, "0"), (None, "—")])
+def test_a_throughput_below_ten_keeps_two_significant_figures(value, text):
+    assert rate_text(value) == text
