@@ -62,8 +62,9 @@ COMMANDS = {
     "predict": ("predict", "Print the class and its probability for each image, preprocessed exactly as in training "
                            "(size, channels, scaling), with the 0.5 threshold for two-class models."),
     "reproduce": ("reproduce", "Train each seed's workloads at its published settings and print published vs "
-                               "measured here, side by side: hardware, throughput, speedup and accuracy. The runs "
-                               "are stored like any other."),
+                               "measured here, side by side: hardware, throughput, speedup and accuracy; for a "
+                               "reference model, the public record's figures of it beside this machine's, "
+                               "in the unit each was published in. The runs are stored like any other."),
     "history": ("history", "The stored runs, oldest first: when, where, what, how fast and how accurate."),
     "compare": ("compare", "Compare stored runs across devices and machines: medians with spread, speedups with 95% "
                            "intervals."),

@@ -67,7 +67,7 @@ def reproduce(
     tensorboard: TensorBoardOption = None,
 ) -> None:
     """Train each seed's workloads at its published settings and print published vs measured here, side by side:
-    hardware, throughput, speedup and accuracy; for a reference model, every figure the public record holds of it
+    hardware, throughput, speedup and accuracy; for a reference model, the public record's figures of it
     beside this machine's, in the unit each was published in. The runs are stored like any other.
 
     [bold]devicebench reproduce S2 --devices cpu,cuda[/]: the CIFAR-10 MLP, 10 full epochs on each device.
