@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import json
 
 import pytest
 from rich.console import Console
+from typer.testing import CliRunner
 
+from devicebench.cli import app
 from devicebench.report.answer import answer_parts
 from devicebench.report.tables import rate_text, record_table
 from devicebench.reproduce import ReproduceError, in_unit, record_comparison, reference_workloads, seed_workloads
@@ -97,3 +100,25 @@ def test_runs_answer_for_a_reference_model_spans_the_records_gpus(make_run, make
                                              (0.0, "0"), (None, "—")])
 def test_a_throughput_below_ten_keeps_two_significant_figures(value, text):
     assert rate_text(value) == text
+
+
+def test_list_says_a_reference_model_runs_when_named_and_what_the_record_holds_of_it():
+    listed = CliRunner().invoke(app, ["list", "resnet50", "--json"])
+    assert listed.exit_code == 0, listed.output
+    [entry] = json.loads(listed.output)
+    assert entry["in_suites"] is False and entry["record_figures"] == len(published_figures("resnet50"))
+    table = CliRunner().invoke(app, ["list", "resnet50"], env={"COLUMNS": "200"})
+    gpus = len({figure.gpu for figure in published_figures("resnet50")})
+    assert "reference model, run when named" in table.output
+    assert f"the public record: {entry['record_figures']} figures on {gpus} GPUs" in table.output
+
+
+@pytest.mark.slow  # trains ResNet-50 at 32 pixels under a budget that halves its batch: about 30 s on 2 cores
+def test_reproduce_trains_a_reference_model_and_sets_the_record_beside_it(tmp_path):
+    shown = CliRunner().invoke(app, ["reproduce", "resnet50", "--devices", "cpu", "--data", "synthetic",
+                                     "--set", "image_size=32", "--budget", "30s", "--db", str(tmp_path / "r.sqlite")],
+                               env={"COLUMNS": "80"})
+    assert shown.exit_code == 0, shown.output
+    text = " ".join(shown.output.split())
+    assert "resnet50: the public record beside this machine" in text and "÷ cpu" in text
+    assert "Measured here:" in text and "images/s at batch" in text and "--every-row" in text

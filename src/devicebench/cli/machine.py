@@ -14,6 +14,7 @@ from rich.markup import escape
 from devicebench.cli import app, console, errors, fail
 from devicebench.environment import machine_fingerprint
 from devicebench.report.tables import machine_view, workloads_table
+from devicebench.results.record import published_figures
 from devicebench.workloads import Workload, list_workloads, plugin_problems
 
 
@@ -58,6 +59,8 @@ def _workload_json(entry: Workload) -> dict:
         "summary": entry.summary,
         "parameter_count": entry.parameter_count(),
         "unavailable": entry.requires(),  # what this installation lacks to run it, or null
+        "in_suites": entry.in_suites,  # false: a reference model, run only when named
+        "record_figures": len(published_figures(entry.name)),  # the public record's rows of it (docs/record.md)
         "defaults": dict(entry.defaults),
         "quick": {"epochs": entry.quick.epochs, "max_steps": entry.quick.max_steps,
                   "max_eval_steps": entry.quick.max_eval_steps},

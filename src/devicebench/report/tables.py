@@ -201,15 +201,28 @@ def workloads_table(workloads: Iterable[Workload]) -> FittedTable:
         missing = entry.requires()
         parameters = entry.parameter_count()
         origin = "" if entry.origin == "devicebench" else f"\nfrom {entry.origin}"
+        kind = entry.seed or ("reference model, run when named" if not entry.in_suites else "no seed")
         table.add_row(
-            f"[bold]{escape(entry.name)}[/]\n{escape(entry.seed or 'no seed')}, {escape(entry.dataset)}\n"
+            f"[bold]{escape(entry.name)}[/]\n{escape(kind)}, {escape(entry.dataset)}\n"
             + ("trees" if parameters is None else f"{parameters:,} parameters")
             + (f"\n[yellow]unavailable: {escape(missing)}[/]" if missing else ""),
             escape(entry.summary + origin),
             defaults,
-            published_text(entry),
+            published_text(entry) if entry.published is not None else record_text(entry.name),
         )
     return fitted(table)
+
+
+def record_text(workload: str) -> str:
+    """`devicebench list`'s Published cell for a reference model: what the public record holds of it."""
+    from devicebench.results.record import published_figures  # read once, and only where a table asks
+
+    figures = published_figures(workload)
+    if not figures:
+        return "—"
+    gpus = len({figure.gpu for figure in figures})
+    return (f"the public record: {len(figures)} figures on {gpus} GPU{'s' if gpus > 1 else ''} "
+            f"(devicebench reproduce {workload})")
 
 
 def published_text(entry: Workload | None) -> str:
