@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 
 from devicebench.report.tables import duration_text
-from devicebench.report.tables import FittedTable, fitted, number_text
+from devicebench.report.tables import FittedTable, fitted, number_text, rate_text
 from devicebench.results.roofline import Validation, coverage, median_absolute_error
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ def _short(value: float) -> str:
 
 
 def _range_text(value: float, bounds: tuple[float, float] | None) -> str:
-    text = number_text(value, 0)
+    text = rate_text(value)
     return text + " (no interval)" if bounds is None else f"{text} ({_short(bounds[0])}–{_short(bounds[1])})"
 
 
@@ -85,7 +85,7 @@ def estimate_notes(estimates: Sequence[Estimate], fitted: Calibration) -> list[s
     baselines = {(estimate.workload, estimate.baseline.device, estimate.baseline.samples_per_s[0],
                   estimate.baseline.data_source) for estimate in estimates if estimate.baseline}
     for workload, device, rate, source in sorted(baselines):
-        notes.append(f"{workload}: speedups are over {device}, measured here at {number_text(rate, 0)} samples/s "
+        notes.append(f"{workload}: speedups are over {device}, measured here at {rate_text(rate)} samples/s "
                      f"({source} data).")
     for workload, note in dict.fromkeys((estimate.workload, note) for estimate in estimates
                                         for note in estimate.profile_notes):
