@@ -122,3 +122,15 @@ def test_reproduce_trains_a_reference_model_and_sets_the_record_beside_it(tmp_pa
     text = " ".join(shown.output.split())
     assert "resnet50: the public record beside this machine" in text and "÷ cpu" in text
     assert "Measured here:" in text and "images/s at batch" in text and "--every-row" in text
+
+
+def test_the_html_report_gives_a_reference_model_the_records_figures(make_run, make_result, tmp_path):
+    from devicebench.report.html import write_report
+
+    page = write_report([make_result(runs=[make_run("resnet50", "cpu")])], tmp_path / "report.html").read_text()
+    figures = published_figures("resnet50")
+    fastest = max((figure for figure in figures if figure.gpus == 1), key=lambda figure: figure.throughput)
+    assert "A reference model, on which the field&#39;s GPU tables are measured" in page
+    assert "Published figures (the public record, not measured here)" in page
+    assert f"{len(figures)} figures on {len({figure.gpu for figure in figures})} GPUs" in page
+    assert fastest.describe() in page and "your own model" not in page

@@ -46,6 +46,7 @@ from devicebench.report.tables import (
 )
 from devicebench.results.compare import DEFAULT_BASELINE, Row, compare, tuned_gains
 from devicebench.results.prices import Prices
+from devicebench.results.record import published_figures
 from devicebench.results.schema import Result, write_atomically
 from devicebench.results.stats import Spread
 from devicebench.workloads import SEED_EXPERIMENTS, Published
@@ -72,7 +73,8 @@ class WorkloadSection:
     seed: str
     seed_title: str
     summary: str  # the model in words; empty for a workload this devicebench does not know
-    published: list[tuple[str, str]]  # (what, figure) as the seed's post gave them
+    published: list[tuple[str, str]]  # (what, figure) as the seed's post gave them, or the record holds them
+    published_title: str  # where those figures come from: the seed's post, or the public record
     epoch_lengths: str  # how long the measured epochs were, so they are not read against full published epochs
     charts: list[Chart]
     sweeps: list[Chart]  # throughput (and the ratio to the baseline) against each swept setting; empty if none
@@ -165,9 +167,13 @@ def _workload_section(name: str, rows: list[Row], grid_runs: set[str]) -> Worklo
         anchor="workload-" + file_stem(name),
         seed=seed,
         seed_title=SEED_EXPERIMENTS.get(seed, "not a seed experiment this devicebench knows") if seed else (
+            "A reference model, on which the field's GPU tables are measured" if entry and not entry.in_suites else
             f"Not a seed experiment: {entry.origin if entry and entry.origin != 'devicebench' else 'your own model'}"),
         summary=entry.summary if entry else "",
-        published=_published_figures(entry.published) if entry and entry.published else [],
+        published=(_published_figures(entry.published) if entry and entry.published else
+                   _record_figures(name) if entry and not entry.in_suites else []),
+        published_title=("Published figures (the seed's post, not measured here)" if entry and entry.published else
+                         "Published figures (the public record, not measured here)"),
         epoch_lengths=length_text(rows),  # what the epochs really had
         charts=workload_charts(name, rows, entry.published if entry else None),
         sweeps=sweep_charts(name, [row for row in rows if any(run.run_id in grid_runs for run in row.runs)]),
@@ -190,6 +196,19 @@ def _published_figures(published: Published) -> list[tuple[str, str]]:
             figures.append((what, ", ".join(f"{kind.upper()} {number_text(value, digits)}" for kind, value in
                                             by_kind.items())))
     return figures
+
+
+def _record_figures(name: str) -> list[tuple[str, str]]:
+    """What the public record holds of reference model `name`: how much, and its fastest and slowest single-GPU
+    figures; `devicebench reproduce` sets every GPU's beside this machine's."""
+    figures = published_figures(name)
+    single = sorted((figure for figure in figures if figure.gpus == 1), key=lambda figure: figure.throughput)
+    if not single:
+        return []
+    gpus = sorted({figure.gpu for figure in figures})
+    return [("The public record", f"{len(figures)} figures on {len(gpus)} GPUs ({', '.join(gpus)}); devicebench "
+                                  f"reproduce {name} sets each GPU's beside this machine's (docs/record.md)"),
+            ("Fastest single-GPU figure", single[-1].describe()), ("Slowest single-GPU figure", single[0].describe())]
 
 
 def _columns(priced: bool, energy: bool, targeted: bool = False) -> list[tuple[str, str]]:
