@@ -148,3 +148,30 @@ def test_an_epoch_too_short_to_measure_says_unknown_not_zero():
     record = run(TrainingPlan(epochs=1, max_steps=1))
     assert record.epochs[0].train_time_s < 0.1
     assert record.epochs[0].process_cpu_percent is None
+
+
+class HugeWhenEvaluating(nn.Module):
+    """Cross-entropy in training; 1e30 when evaluating (a model whose batch-2 BatchNorm statistics blew up)."""
+
+    def forward(self, outputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        loss = nn.functional.cross_entropy(outputs, labels)
+        return loss if torch.is_grad_enabled() else loss * 0 + 1e30
+
+
+def test_a_test_loss_beyond_any_stored_figure_is_held_as_a_nan_one_is():
+    def build():
+        setup = linear_setup()
+        setup.loss_function = HugeWhenEvaluating()
+        return setup
+
+    record = run(TrainingPlan(epochs=2, max_steps=2, max_eval_steps=1), build=build)
+    assert all(math.isnan(epoch.test_loss) for epoch in record.epochs)  # written and stored as null
+    assert all(epoch.test_accuracy is not None for epoch in record.epochs)  # the predictions still count
+
+
+def test_a_training_loss_beyond_any_stored_figure_is_a_divergence():
+    from devicebench.engine.loop import _first_divergence
+
+    divergence = _first_divergence([2.0, 3e19, 1.0], epoch=2, steps=3)
+    assert (divergence.step, divergence.epoch, divergence.loss) == (5, 2, 3e19)
+    assert _first_divergence([2.0, -9e18, 1.0], epoch=1, steps=3) is None  # within the bound: a figure

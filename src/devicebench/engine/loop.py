@@ -31,7 +31,7 @@ from devicebench.devices import peak_memory_mib, reset_peak_memory
 from devicebench.engine.monitor import Monitor, Usage
 from devicebench.engine.timing import Stopwatch, is_warmup_epoch
 from devicebench.events import Divergence, Reporter
-from devicebench.results.schema import EpochRecord, RunRecord
+from devicebench.results.schema import LARGEST_WHOLE_NUMBER, EpochRecord, RunRecord
 from devicebench.workloads import TrainStep
 
 PROGRESS_UPDATES_PER_EPOCH = 100  # the reporter hears about steps this often, not on every step
@@ -257,9 +257,15 @@ def note_time_to_target(record: RunRecord, target: float | None, elapsed_s: floa
         record.time_to_target_wall_s = elapsed_s
 
 
+def measurable(loss: float) -> bool:
+    """Whether a loss is a figure a run can hold: finite and no larger than any figure stored (a loss of 1e29, from
+    a model whose batch-2 BatchNorm statistics blew up, is as diverged as an infinite one, and no store can sum it)."""
+    return math.isfinite(loss) and abs(loss) <= LARGEST_WHOLE_NUMBER
+
+
 def _first_divergence(losses: list[float], epoch: int, steps: int) -> Divergence | None:
-    """The first of an epoch's step losses that is NaN or infinite, if any is."""
-    first_bad = next((index for index, loss in enumerate(losses) if not math.isfinite(loss)), None)
+    """The first of an epoch's step losses that is NaN, infinite or beyond any stored figure, if any is."""
+    first_bad = next((index for index, loss in enumerate(losses) if not measurable(loss)), None)
     return None if first_bad is None else Divergence((epoch - 1) * steps + first_bad + 1, epoch, losses[first_bad])
 
 
@@ -334,5 +340,7 @@ def _evaluate(
     seconds = watch.now() - start
     samples = sum(batches.batch_sizes(steps))
     test_loss = float(loss_sum) / samples if loss_function is not None else None
+    if test_loss is not None and not measurable(test_loss):
+        test_loss = math.nan  # as a NaN loss is: stored and written as null (schema.finite_or_none)
     test_accuracy = int(correct) / max(predictions, 1) if setup.predict is not None else None
     return test_loss, test_accuracy, samples, seconds
