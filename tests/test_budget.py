@@ -447,3 +447,15 @@ def test_a_step_is_estimated_as_a_fixed_cost_and_a_cost_per_flop_through_the_two
     assert noisy(probe_job(160)).step_s == pytest.approx(5.6)
     # one size timed: in proportion to the FLOPs
     assert runner._step_times_model([(10, StepTimes(1.0, 1.0, 0.5))])(probe_job(30)).step_s == pytest.approx(3.0)
+
+
+def test_a_reference_model_named_alone_gets_a_budget_unless_its_length_is_given():
+    from devicebench.config import REFERENCE_BUDGET_S
+
+    assert RunConfig(workloads=("resnet50",), devices="cpu").effective_budget_s == REFERENCE_BUDGET_S
+    assert RunConfig(workloads=("resnet50", "gpt2-small", "mnist-cnn2"), devices="cpu").effective_budget_s == \
+        2 * REFERENCE_BUDGET_S  # each reference model its own; a seed's workload named runs as published
+    assert RunConfig(workloads=("resnet50",), devices="cpu", epochs=2).effective_budget_s is None
+    assert RunConfig(workloads=("resnet50",), devices="cpu", max_steps=5).effective_budget_s is None
+    assert RunConfig(workloads=("resnet50",), devices="cpu", budget_s=30).effective_budget_s == 30
+    assert RunConfig(workloads=("mnist-cnn2",), devices="cpu").effective_budget_s is None

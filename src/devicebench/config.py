@@ -40,6 +40,9 @@ COMPILE_CHOICES = ("auto", "on", "off")  # auto: tuned mode tries torch.compile 
 # The quick suite's time budget: each run is sized to its share of it (runner.py), so the main job answers in about
 # two minutes on two cores of any x86-64 CPU, however fast each workload is there.
 QUICK_BUDGET_S = 120.0
+# A reference model named without --budget, --epochs or --max-steps (`devicebench run resnet50`) gets this much of a
+# budget: its published settings are hours to days on a laptop CPU (90 epochs of ResNet-50); the budget sizes it
+REFERENCE_BUDGET_S = 120.0
 
 
 class ConfigError(ValueError):
@@ -198,11 +201,20 @@ class RunConfig:
     @property
     def effective_budget_s(self) -> float | None:
         """Seconds the whole run may take: --budget; else the quick suite's own, unless --max-steps sizes its epochs
-        or several processes train (they would each size theirs differently); else none."""
+        or several processes train (they would each size theirs differently); else, for named reference models
+        without --epochs, REFERENCE_BUDGET_S each; else none."""
         if self.budget_s is not None:
             return self.budget_s
-        quick = self.effective_suite == "quick" and self.max_steps is None and self.nproc * self.nnodes == 1
-        return QUICK_BUDGET_S if quick else None
+        sized = self.max_steps is None and self.nproc * self.nnodes == 1
+        if self.effective_suite == "quick" and sized:
+            return QUICK_BUDGET_S
+        if sized and self.epochs is None and self.workloads and self.model is None:
+            try:
+                references = sum(not entry.in_suites for entry in self.selected_workloads())
+            except ConfigError:  # an unknown name: the plan says so
+                return None
+            return REFERENCE_BUDGET_S * references if references else None
+        return None
 
     def selected_workloads(self) -> list[Workload]:
         """The workloads to run; the suite leaves out those this installation cannot run (see `skipped`)."""
