@@ -480,7 +480,7 @@ def _bar_figure(labels: Sequence[str]) -> tuple[Figure, Axes]:
     return figure, axes
 
 
-def _value_text(value: float, digits: int) -> str:
+def _bar_label(value: float, digits: int) -> str:
     """A bar's label: `digits` decimals, and two significant figures at least (0.77 samples/s, not 1)."""
     return f"{value:,.{digits}f}" if value >= 10 ** (2 - digits) or value == 0 else f"{value:.2g}"
 
@@ -501,8 +501,8 @@ def _draw_spread_bars(axes: Axes, rows: Sequence[Row], values: Sequence[Spread |
         axes.barh(index, value.median, color=colour, alpha=0.85, hatch=SYNTHETIC_HATCH if _is_synthetic(row) else None,
                   edgecolor="white", xerr=[[value.median - value.low], [value.high - value.median]],
                   error_kw={"ecolor": "black", "capsize": 3, "elinewidth": 1})
-        axes.text(value.high + largest * 0.01, index, f" {_value_text(value.median, digits)}{' ' + unit if unit else ''}",
-                  va="center", fontsize="small")
+        label = f" {_bar_label(value.median, digits)}{' ' + unit if unit else ''}"
+        axes.text(value.high + largest * 0.01, index, label, va="center", fontsize="small")
     axes.set_xlim(0, largest * 1.2)  # room for the value labels
 
 
