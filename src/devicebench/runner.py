@@ -432,13 +432,14 @@ PROBE_SPAN = 8  # the second size timed does at most this many times the smalles
 def _fit_to_share(job: Job, shares: BudgetShares, data_for: Callable[[Job], Dataset | DataProblem],
                   reporter: RunReporter) -> Job:
     """`job`, or a smaller one whose fewest steps end within its share of a time budget: a reference model on a
-    laptop (a step of ResNet-50 at batch 256 takes a minute on two cores, one of GPT-2 at 1,024 tokens as long).
-    The batch is halved first, down to PROBE_BATCH; then the sequence (the workload's `budget_lengths`), down to
-    SHORTEST_BUDGETED_LENGTH tokens. Whether the planned sizes fit is told from a step's FLOPs at the speed reached
-    on this device so far; where that says they may not, the smallest sizes and a few times larger ones are trained
-    for two steps each, and a step of any other size is taken to cost a fixed part and a part per FLOP through those
-    two (`_step_times_model`; a larger size runs no slower per FLOP: the sizes kept are not too large). The share is an equal part of what is left, since a run not yet timed on a device counts for
-    nothing in the budget's shares. The smaller job's runs keep its sizes, in their settings (a shorter sequence
+    laptop (a step of ResNet-50 at batch 256 takes half a minute on two cores, one of GPT-2 at 12 x 1,024 tokens
+    longer). The batch is halved first, down to PROBE_BATCH; then the sequence (the workload's `budget_lengths`),
+    down to SHORTEST_BUDGETED_LENGTH tokens. Whether the planned sizes fit is told from a step's FLOPs at the speed
+    reached on this device so far; where that says they may not, the smallest sizes and a few times larger ones are
+    trained for two steps each, and a step of any other size is taken to cost a fixed part and a part per FLOP
+    through those two (`_step_times_model`; a larger size runs no slower per FLOP: the sizes kept are not too
+    large). The share is an equal part of what is left, since a run not yet timed on a device counts for nothing in
+    the budget's shares. The smaller job's runs keep its sizes, in their settings (a shorter sequence
     among their overrides, so they are never pooled with full-length runs), said on the screen; the step times
     estimated for it size its epochs (`shares.estimates`), without timing its first steps again."""
     planned_flops = _flops_per_step(job)

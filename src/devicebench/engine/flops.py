@@ -31,7 +31,9 @@ def training_flops_per_sample(workload: Workload, hyperparameters: dict[str, Any
     is not a torch model, or when a layer cannot be counted."""
     if workload.trainer is not None:
         return None
-    return _counted(workload, json.dumps(hyperparameters, sort_keys=True, default=str))
+    # the count is of COUNTED_BATCH samples whatever the batch: a budget trying batch after batch counts once
+    counted = {**hyperparameters, "batch_size": COUNTED_BATCH} if "batch_size" in hyperparameters else hyperparameters
+    return _counted(workload, json.dumps(counted, sort_keys=True, default=str))
 
 
 @functools.lru_cache(maxsize=64)  # the LSTM takes seconds to count: once per process, workload and setting
