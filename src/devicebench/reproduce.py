@@ -10,6 +10,7 @@ figures measured here. Published numbers come from each workload's `published` d
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 
 from devicebench.results.compare import Row
@@ -79,8 +80,8 @@ class Reproduction:
 
 def reproductions(rows_by_workload: dict[str, list[Row]]) -> list[Reproduction]:
     """The seeds' workloads among `rows_by_workload`: those with a post of their own (`published`)."""
-    return [_reproduction(get_workload(name), rows) for name, rows in rows_by_workload.items()
-            if get_workload(name).published is not None]
+    return [_reproduction(workload, rows) for name, rows in rows_by_workload.items()
+            if (workload := get_workload(name)).published is not None]
 
 
 def _reproduction(workload: Workload, rows: list[Row]) -> Reproduction:
@@ -265,13 +266,14 @@ def record_comparison(workload: Workload, rows: list[Row], *, every_row: bool = 
     measured = [row for row in rows if row.samples_per_s]
     length = _sequence_length(workload, rows)
     figures = published_figures(workload.name)
-    # a row at another sequence length did another amount of work a sample; a rate of tokens is one per token
-    comparable = [figure for figure in figures
-                  if figure.sequence_length in (None, length) or figure.unit == "tokens/s"]
-    other: dict[int, int] = {}
+    comparable: list[PublishedFigure] = []
+    other: Counter[int] = Counter()
     for figure in figures:
-        if figure not in comparable:
-            other[figure.sequence_length] = other.get(figure.sequence_length, 0) + 1
+        # a row at another sequence length did another amount of work a sample; a rate of tokens is one per token
+        if figure.sequence_length in (None, length) or figure.unit == "tokens/s":
+            comparable.append(figure)
+        else:
+            other[figure.sequence_length] += 1
     comparable.sort(key=lambda figure: -figure.per_gpu_throughput)
     shown = comparable
     if not every_row:

@@ -523,7 +523,7 @@ def _smaller_jobs(job: Job) -> list[Job]:
     lengths = job.workload.budget_lengths
     halvings = 1
     while any(job.hyperparameters[name] >> halvings >= SHORTEST_BUDGETED_LENGTH for name in lengths):
-        jobs.append(_resized(job, min(batch, job.batch_size), 2 ** halvings))
+        jobs.append(_resized(job, batch, 2 ** halvings))
         halvings += 1
     return jobs
 

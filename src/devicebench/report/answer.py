@@ -5,7 +5,8 @@ A GPU measured here answers with its speedup over this CPU and the 95% bootstrap
 post published its CPU's and its GPU's samples/s, the post's GPU is carried to this CPU (reproduce.carried_speedup):
 its samples/s over this CPU's, with the range this CPU's fastest and slowest steady epochs give (the post's figures
 are single numbers). A reference model has no post: the slowest and the fastest GPU of the public record's
-single-GPU figures of it (results/record/) over this CPU bound the answer. Nothing is guessed where a post gave less: the row says so, and `devicebench estimate` is named.
+single-GPU figures of it (results/record/) over this CPU bound the answer. Nothing is guessed where a post gave
+less: the row says so, and `devicebench estimate` is named.
 The estimate is not run here: beyond a second of fitting, it profiles each workload and loads and times its data
 again, 15 s of CPU time for the quick suite's 11 torch workloads on the 2-core development VM, where the whole job
 has 2 minutes.
@@ -100,12 +101,12 @@ def answer_for(workload: Workload | None, name: str, rows: list[Row]) -> Answer:
 
 
 def _recorded(workload: Workload, cpu: Row, rows: list[Row]) -> tuple[tuple[float, str], tuple[float, str]] | None:
-    """The slowest and the fastest GPU of the record's single-GPU figures of `workload` (at the sequence length
-    trained here), each over this CPU in the unit it was published in; None without such figures."""
+    """The slowest and the fastest GPU of the record's single-GPU figures of `workload` (record_comparison's: at the
+    sequence length trained here), each over this CPU in the unit it was published in; None without such figures."""
     ratios = []
     for figure in record_comparison(workload, rows).figures:
         here = in_unit(workload, cpu, figure.unit)
-        if figure.gpus == 1 and here:
+        if here:
             ratios.append((figure.throughput / here, figure.gpu))
     return (min(ratios), max(ratios)) if ratios else None
 

@@ -853,8 +853,8 @@ def record_table(comparison: RecordComparison) -> Group:
 
     workload, measured = comparison.workload, comparison.measured
     table = Table(title=f"{workload.name}: the public record beside this machine", title_justify="left")
-    units = {figure.unit for figure in comparison.figures}
-    one_unit = units.pop() if len(units) == 1 else None  # then said once, in the heading
+    units = sorted({figure.unit for figure in comparison.figures})
+    one_unit = units[0] if len(units) == 1 else None  # then said once, in the heading
     for column in ("GPU", "Precision", "Batch", "Software, data", f"Published {one_unit or ''}".strip()):
         table.add_column(column, justify="right" if column.startswith(("Batch", "Published")) else "left")
     for row in measured:
@@ -875,8 +875,7 @@ def record_table(comparison: RecordComparison) -> Group:
     lines: list[RenderableType] = [fitted(table)]
     for row in measured:
         settings = row.runs[0].settings if row.runs else None
-        units = {figure.unit for figure in comparison.figures}
-        shown = [f"{value:,.1f} {unit}" for unit in sorted(units)
+        shown = [f"{value:,.1f} {unit}" for unit in units
                  if (value := in_unit(workload, row, unit)) is not None]
         batch = f" at batch {batch_and_length(settings.batch_size, comparison.length)}" if settings else ""
         lines.append(Text(f"Measured here: {row.device_name} ({row.device}): {', '.join(shown)}{batch}, "
