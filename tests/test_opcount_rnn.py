@@ -213,3 +213,20 @@ def test_fused_kernels_count_toward_the_most_a_step_may_launch(monkeypatch):
         profile_training_step(sequences(Recurrent), SGD)
     monkeypatch.setattr(opcount, "MOST_KERNELS_PER_STEP", 40)
     assert profile_training_step(sequences(Recurrent), SGD).kernel_count <= 40
+
+
+def test_a_gru_in_evaluation_keeps_no_reserve_space_and_counts_its_own_dtype():
+    call = opcount.RecurrentCall(gates=3, layers=1, directions=1, steps=10, batch=2, input_width=5, hidden=4,
+                                 biases=False, training=False, dtype=torch.bfloat16)
+    forward, data, weight = opcount.fused_recurrent_kernels(call)
+    gates, positions, state = 3 * 4, 10 * 2, 2 * 4  # G = 12, T x B = 20, one state of B x H
+    projection, recurrence = forward
+    assert projection.bytes_read == 2 * (positions * 5 + gates * 5)  # no biases; bfloat16: 2 bytes an element
+    assert recurrence.bytes_written == 2 * (positions * 4 + state)  # outputs and h_n, no reserve space
+    assert data[0].bytes_read == 2 * (positions * 4 + state + gates * 4)  # no reserve space to read back
+    assert [kernel.flops for kernel in forward + data + weight] == [
+        2 * positions * gates * 5, 2 * positions * gates * 4,  # forward: projection, recurrence
+        2 * positions * gates * 4, 2 * positions * gates * 5,  # data: recurrence, then the input's gradient
+        2 * positions * gates * (5 + 4)]  # weights
+    assert {kernel.dtype for kernel in forward + data + weight} == {"bfloat16"}
+    assert all(kernel.matrix for kernel in forward + data + weight)

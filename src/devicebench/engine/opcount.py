@@ -293,9 +293,9 @@ class RecurrentCall:
 
 def fused_recurrent_kernels(call: RecurrentCall) -> tuple[list[Kernel], list[Kernel], list[Kernel]]:
     """cuDNN's kernels for `call`, per layer and direction: the forward pass's, then the backward pass's data
-    gradients and its weight gradients, each of these from the last layer to the first. With T steps, B sequences, H units,
-    G = gates x H, I the layer's input width (the call's features, then directions x H) and S = B x H x states the
-    elements of the initial (or final) states, in elements of the input's dtype:
+    gradients and its weight gradients, each of these from the last layer to the first. With T steps, B sequences,
+    H units, G = gates x H, I the layer's input width (the call's features, then directions x H) and S = B x H x
+    states the elements of the initial (or final) states, in elements of the input's dtype:
 
         forward          input projection   2*T*B*G*I FLOPs       reads T*B*I + G*I + 2G       writes T*B*G
                          recurrence         2*T*B*G*H             reads T*B*G + G*H + S        writes T*B*H + S + R
