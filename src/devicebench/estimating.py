@@ -2,21 +2,27 @@
 
 What is measured here: the workload's training step, kernel by kernel, on the meta device (engine/opcount.py: FLOPs,
 bytes, launches, the batch's bytes), and on this machine's cores the input pipeline's time per batch and the CPU's
-own steady speed, the baseline of every speedup. What comes from elsewhere: each GPU's datasheet figures
-(results/datasheets.py) and the points the roofline's efficiencies are fitted on: the seeds' published figures on
-named GPUs, GPU runs committed under results/, and every GPU run in the user's database (results/roofline.py).
+own steady speed, the baseline of every speedup. What comes from elsewhere: each GPU's datasheet figures and the
+cores of the machines that rent it (results/datasheets.py), and the points the roofline's efficiencies are fitted on
+(results/roofline.py): every single-GPU row of the public record (results/record/), the seeds' published figures on
+named GPUs, GPU runs committed under results/, and every GPU run in the user's database.
 
-    devicebench estimate cifar10-mlp --on t4,a100-80gb,h100-sxm --data synthetic
+    devicebench estimate resnet50 --on v100-sxm2,a100-80gb,h100-sxm --batch-size 128
+    devicebench estimate --validate
 """
 
 from __future__ import annotations
 
+import functools
+import math
+import os
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from devicebench.data.pipeline import batches_for
@@ -25,15 +31,21 @@ from devicebench.engine.timing import Stopwatch
 from devicebench.planning import Job
 from devicebench.results.datasheets import Datasheet, catalog_entry, datasheet_for
 from devicebench.results.plausibility import run_flags
+from devicebench.results.record import PublishedFigure as RecordFigure
+from devicebench.results.record import published_figures
 from devicebench.results.roofline import (
     Efficiency,
     Fitter,
     Interval,
     Point,
+    Precision,
+    PrecisionError,
+    Resolved,
     StepShape,
     StepTime,
     Unscored,
-    interval_from,
+    conformal,
+    held_out,
     predict,
 )
 from devicebench.results.schema import Result, RunRecord
@@ -41,11 +53,12 @@ from devicebench.runner import load_data
 from devicebench.workloads import Workload, get_workload
 
 BATCHES_TIMED = 6  # input-pipeline batches timed, after one that starts the workers
+PROFILED_BATCHES = (2, 4)  # a record row's step comes from profiles at these two batch sizes (StepShape.at_batch)
 COMMITTED_RESULTS = Path(__file__).resolve().parents[2] / "results"  # devicebench's own runs, in a checkout
 
 
 @dataclass(frozen=True)
-class PublishedFigure:
+class SeedFigure:
     """A seed's throughput on a GPU the post names, as SEEDS.md records it."""
 
     workload: str
@@ -59,10 +72,10 @@ class PublishedFigure:
 
 TENSORFLOW = "TensorFlow/Keras, not PyTorch: other kernels and another per-step overhead"
 V100_FORM = "the post names a Tesla V100, not which form: the SXM2 part is assumed (the PCIe card: 11% less FP32)"
-PUBLISHED_FIGURES = (  # only figures where the GPU itself set the pace: saturated, or with nothing else to wait on
-    PublishedFigure("catdog-deep", "v100-sxm2", 425.0, 1.0, "S3: GPU 100% busy at about the improved net's 425 "
+SEED_FIGURES = (  # only figures where the GPU itself set the pace: saturated, or with nothing else to wait on
+    SeedFigure("catdog-deep", "v100-sxm2", 425.0, 1.0, "S3: GPU 100% busy at about the improved net's 425 "
                     "images/s", caveat=f"{TENSORFLOW}; {V100_FORM}; 'about the same speed' read as 425 images/s"),
-    PublishedFigure("cifar100-mlp", "t4", 100 * 50_000 / 343.0, None, "S4: model creation and 100 epochs of 50,000 "
+    SeedFigure("cifar100-mlp", "t4", 100 * 50_000 / 343.0, None, "S4: model creation and 100 epochs of 50,000 "
                     "images in 5 min 43 s on a Tesla T4 (Azure NC4as T4 v3), the data in memory",
                     caveat=f"{TENSORFLOW}; model creation inside the time"),
 )
@@ -97,6 +110,7 @@ class Baseline:
     device: str  # "cpu (AMD EPYC 7B13)"
     samples_per_s: tuple[float, float, float]  # median, lowest, highest over the steady epochs
     data_source: str
+    batch_size: int | None = None  # what it trained at, when not the batch estimated (a budget made it smaller)
 
 
 @dataclass(frozen=True)
@@ -111,6 +125,8 @@ class Estimate:
     steps_per_epoch: int
     epochs: int
     baseline: Baseline | None
+    precision: Precision = "fp32"  # what its matrix kernels were estimated at
+    host_cores: int | None = None  # the target host's cores the input pipeline was scaled to; None: this machine's
     price_per_hour: float | None = None
     profile_notes: tuple[str, ...] = ()  # how its step was profiled, when not as planned (random inputs on the CPU)
 
@@ -172,9 +188,11 @@ class Estimate:
                 "samples_per_s_min": self.baseline.samples_per_s[1],
                 "samples_per_s_max": self.baseline.samples_per_s[2], "data_source": self.baseline.data_source},
             "speedup": self.speedup, "speedup_range": self.speedup_range,
+            "precision": self.precision, "host_cores": self.host_cores,
             "interval": None if self.interval is None else {
-                "low_ratio": self.interval.low_ratio, "high_ratio": self.interval.high_ratio,
-                "points": self.interval.points, "coverage": self.interval.coverage},
+                "level": self.interval.level, "low_ratio": self.interval.low_ratio,
+                "high_ratio": self.interval.high_ratio, "points": self.interval.points,
+                "scheme": self.interval.scheme},
             "price_per_hour": self.price_per_hour, "cost_per_epoch": self.cost_per_epoch,
             "cost_per_run": self.cost_per_run, "datasheet_source": self.target.source,
             "profile_notes": list(self.profile_notes),
@@ -194,17 +212,89 @@ def shape_of(workload: Workload, hyperparameters: dict[str, Any]) -> StepShape:
     return StepShape.of(profile)
 
 
-def published_points() -> list[Point]:
+@functools.cache
+def _profiled_pair(name: str, settings: tuple[tuple[str, Any], ...]) -> tuple[StepShape, StepShape]:
+    workload = get_workload(name)
+    hyperparameters = dict(settings)
+    return tuple(shape_of(workload, {**hyperparameters, "batch_size": batch})  # type: ignore[return-value]
+                 for batch in PROFILED_BATCHES)
+
+
+def shape_at(workload: Workload, hyperparameters: dict[str, Any]) -> StepShape:
+    """The step of a registered workload at any batch size from two profiles at PROFILED_BATCHES (made once a
+    process): its kernels' FLOPs and bytes are a fixed part and a part per sample."""
+    settings = tuple(sorted((key, value) for key, value in hyperparameters.items() if key != "batch_size"))
+    small, large = _profiled_pair(workload.name, settings)
+    return small.at_batch(large, int(hyperparameters["batch_size"]))
+
+
+def record_precision(figure: RecordFigure, sheet: Datasheet) -> Precision:
+    """The precision a record row ran its matrix kernels at. "fp32" with TF32 not stated on a GPU that has TF32 is
+    taken as TF32: PyTorch runs convolutions in TF32 unless told not to, and NVIDIA's containers, which the
+    record's PyTorch figures come from, turn it on for matrix products as well."""
+    if figure.precision.startswith("amp"):
+        return figure.precision  # type: ignore[return-value]
+    if figure.precision == "tf32" or figure.tf32 == "on":
+        return "tf32"
+    if figure.tf32 == "n/a" and sheet.tf32_tflops is not None:
+        return "tf32"
+    return "fp32"
+
+
+def record_points(figures: Sequence[RecordFigure] | None = None) -> tuple[list[Point], list[Unscored]]:
+    """A point per single-GPU row of the public record whose workload devicebench can profile; the rest listed with
+    why. A row's throughput is its step: its batch per GPU over its samples per second."""
+    points, unscored = [], []
+    for figure in published_figures() if figures is None else figures:
+        label = f"{figure.workload} on the {catalog_entry(figure.gpu).product}, {figure.precision}, " \
+                f"batch {figure.batch_per_gpu}" + (f" x {figure.sequence_length}" if figure.sequence_length else "")
+        point = _record_point(figure, label)
+        if isinstance(point, str):
+            unscored.append(Unscored(label, figure.source, point))
+        else:
+            points.append(point)
+    return points, unscored
+
+
+def _record_point(figure: RecordFigure, label: str) -> Point | str:
+    if figure.gpus != 1:
+        return f"measured on {figure.gpus} GPUs: their communication is not modelled"
+    workload = _registered(figure.workload)
+    if workload is None:
+        return "not a devicebench workload"
+    sheet = catalog_entry(figure.gpu)
+    hyperparameters = {**workload.defaults, "batch_size": figure.batch_per_gpu}
+    if figure.sequence_length is not None and "sequence_length" in hyperparameters:
+        hyperparameters["sequence_length"] = figure.sequence_length
+    samples_per_s = figure.per_gpu_throughput
+    if figure.unit == "tokens/s":
+        if workload.tokens_per_sample is None:
+            return "a figure in tokens/s for a workload whose samples are not counted in tokens"
+        samples_per_s /= workload.tokens_per_sample(hyperparameters)
+    precision = record_precision(figure, sheet)
+    try:
+        resolved = Resolved.of(shape_at(workload, hyperparameters), sheet, precision)
+    except (PrecisionError, EstimateError) as error:
+        return str(error)
+    caveat = "" if figure.framework == "PyTorch" else f"{figure.framework}, not PyTorch: other kernels"
+    return Point(label=label, source=figure.source, workload=workload.name, sheet=sheet, precision=precision,
+                 resolved=resolved, batch_size=figure.batch_per_gpu,
+                 observed_s=figure.batch_per_gpu / samples_per_s, kind="step", caveat=caveat)
+
+
+def seed_points() -> list[Point]:
+    """The seeds' own published figures on named GPUs (SEEDS.md)."""
     points = []
-    for figure in PUBLISHED_FIGURES:
+    for figure in SEED_FIGURES:
         workload = get_workload(figure.workload)
         shape = shape_of(workload, {**workload.defaults, **figure.overrides})
         step_s = shape.batch_size / figure.samples_per_s
         batch = f", batch {shape.batch_size}" if figure.overrides.get("batch_size") else ""
+        sheet = catalog_entry(figure.target)
         points.append(Point(
-            label=f"{figure.workload} on the {catalog_entry(figure.target).product}{batch}", source=figure.source,
-            shape=shape, sheet=catalog_entry(figure.target), caveat=figure.caveat,
-            observed_s=step_s * (figure.busy or 1.0), kind="step" if figure.busy is None else "busy"))
+            label=f"{figure.workload} on the {sheet.product}{batch}", source=figure.source, workload=workload.name,
+            sheet=sheet, precision="fp32", resolved=Resolved.of(shape, sheet, "fp32"), batch_size=shape.batch_size,
+            caveat=figure.caveat, observed_s=step_s * (figure.busy or 1.0), kind="step" if figure.busy is None else "busy"))
     return points
 
 
@@ -232,11 +322,13 @@ def _point_or_why(run: RunRecord, label: str, where: str) -> Point | str:
     sheet = datasheet_for(run.device_name)
     if sheet is None:
         return "the GPU is not in the datasheet catalog"
+    if sheet.fp32_tflops is None:
+        return f"no citable source gives the {sheet.product}'s compute peaks"
     workload = _registered(run.workload)
     if workload is None or workload.trainer is not None:
         return "not a registered torch workload (a model of your own cannot be rebuilt from its record)"
     if run.settings.mode != "seed" or run.settings.world_size != 1:
-        return "tuned or multi-process: the roofline models one process in fp32"
+        return "tuned or multi-process: a point is one process in seed mode's fp32, whose precision is known"
     steps = []
     for epoch in run.steady_epochs:
         computing_s = epoch.train_time_s - (epoch.input_wait_s or 0.0)
@@ -262,8 +354,9 @@ def _point_or_why(run: RunRecord, label: str, where: str) -> Point | str:
     flags = run_flags(run) or run_flags(counted)  # the row's own flags first: those compare shows beside it
     if flags:
         return "implausible: " + "; ".join(f"{flag.code}: {flag.text}" for flag in flags)
-    return Point(label=label, source=where, shape=shape, sheet=sheet, observed_s=statistics.median(steps),
-                 kind="step")
+    return Point(label=label, source=where, workload=workload.name, sheet=sheet, precision="fp32",
+                 resolved=Resolved.of(shape, sheet, "fp32"), batch_size=shape.batch_size,
+                 observed_s=statistics.median(steps), kind="step")
 
 
 def _registered(name: str) -> Workload | None:
@@ -285,27 +378,57 @@ def committed_results(folder: Path = COMMITTED_RESULTS) -> list[Result]:
 
 
 @dataclass
-class Calibration:
-    """The fitted efficiencies, the points behind them and the interval their leave-one-out errors give."""
+class RooflineFit:
+    """The fitted efficiencies, the points behind them, and their held-out errors under each validation scheme,
+    which give the intervals."""
 
     points: list[Point]
     unscored: list[Unscored]
+    fitter: Fitter
     efficiency: Efficiency
-    interval: Interval | None
 
     @classmethod
-    def of(cls, points: list[Point], unscored: list[Unscored]) -> Calibration:
+    def of(cls, points: list[Point], unscored: list[Unscored]) -> RooflineFit:
         if not points:
             raise EstimateError("no measured GPU point to fit the roofline on")
         fitter = Fitter(points)
-        return cls(points, unscored, fitter.fit(), interval_from(fitter.held_out_ratios()))
+        return cls(points, unscored, fitter, fitter.fit())
+
+    @functools.cached_property
+    def pinned(self) -> dict[str, int]:
+        return self.fitter.pinned(self.efficiency)
+
+    def log_errors(self, scheme: str) -> np.ndarray:
+        """log(measured / predicted) of every point, each predicted by a fit made without its group."""
+        if scheme not in self._log_errors:
+            predicted = held_out(self.fitter, scheme)
+            self._log_errors[scheme] = np.log(np.array([point.observed_s for point in self.points]) / predicted)
+        return self._log_errors[scheme]
+
+    _log_errors: dict[str, np.ndarray] = field(default_factory=dict, init=False, repr=False)
+
+    def scheme_for(self, workload: str, sheet: Datasheet) -> str:
+        """The held-out errors that answer like the question: a model no point is of is like a model left out; a
+        GPU no point ran on, like a GPU left out; a model and a GPU both in the points, like a point left out."""
+        if workload not in {point.workload for point in self.points}:
+            return "leave one model out"
+        if sheet.key not in {point.sheet.key for point in self.points}:
+            return "leave one GPU out"
+        return "leave one out"
+
+    def interval_for(self, workload: str, sheet: Datasheet, level: float) -> Interval | None:
+        scheme = self.scheme_for(workload, sheet)
+        return conformal(self.log_errors(scheme), level, scheme)
 
 
-def calibration(stored: Sequence[Result]) -> Calibration:
-    """Fitted on the published points, the committed runs and `stored` (the user's database)."""
+def fit_roofline(stored: Sequence[Result]) -> RooflineFit:
+    """Fitted on the public record, the seeds' published figures, the committed runs and `stored` (the user's
+    database)."""
+    recorded, recorded_unscored = record_points()
     committed, committed_unscored = measured_points(committed_results(), "committed under results/")
     yours, yours_unscored = measured_points(stored, "your database")
-    return Calibration.of(published_points() + committed + yours, list(UNSCORED) + committed_unscored + yours_unscored)
+    return RooflineFit.of(recorded + seed_points() + committed + yours,
+                          recorded_unscored + list(UNSCORED) + committed_unscored + yours_unscored)
 
 
 # --- what is measured here -----------------------------------------------------------------------------------
@@ -345,19 +468,58 @@ def baseline_of(run: RunRecord, data_source: str) -> Baseline | None:
     if run.status != "ok" or not rates:
         return None
     return Baseline(f"{run.device} ({run.device_name})", (statistics.median(rates), min(rates), max(rates)),
-                    data_source)
+                    data_source, run.settings.batch_size)
 
 
-def estimates_for(job: Job, run: RunRecord, targets: Sequence[Datasheet], fitted: Calibration,
-                  prices: dict[str, float]) -> list[Estimate]:
-    """Every target for the workload `job` trained as `run` on this machine's CPU."""
-    hyperparameters = run.settings.hyperparameters
+def scaled_input_s(input_s: float, workers: int, cores_here: int, host_cores: int | None) -> float:
+    """The input pipeline's seconds per batch on a host of `host_cores` cores, from `input_s` timed here with
+    `workers` loader processes: on a rented host the loader is given a worker per core (`--workers`), and workers
+    keep pace with the cores they run on. A pipeline without workers runs on one core there as here. None: the host
+    is this machine."""
+    if host_cores is None or workers == 0:
+        return input_s
+    return input_s * min(workers, cores_here) / host_cores
+
+
+def precisions_for(mode: str, sheet: Datasheet) -> list[Precision]:
+    """What `mode` runs its matrix kernels at on `sheet`: seed mode fp32 on the CUDA cores; tuned mode TF32 where
+    the GPU has it, and bf16 autocast where the GPU computes bf16, whichever its trial finds faster."""
+    if mode == "seed":
+        return ["fp32"]
+    fast: list[Precision] = ["tf32" if sheet.tf32_tflops is not None else "fp32"]
+    return fast + (["amp-bf16"] if sheet.bf16_tflops is not None else [])
+
+
+def estimates_for(job: Job, run: RunRecord, targets: Sequence[Datasheet], fitted: RooflineFit,
+                  prices: dict[str, float], *, mode: str = "seed", precision: Precision | None = None,
+                  host_cores: dict[str, int | None] | None = None, level: float = 0.8) -> list[Estimate]:
+    """Every target for the workload `job` trained as `run` on this machine's CPU. `host_cores`: the cores of each
+    target's host by catalog key (missing or None: this machine's)."""
+    hyperparameters = job.hyperparameters  # as asked: a budget may have trained this machine at a smaller batch
     shape = shape_of(job.workload, hyperparameters)
-    input_s, steps_per_epoch = input_seconds_per_batch(job, run)
+    timed_s, timed_steps = input_seconds_per_batch(job, run)
+    per_sample = shape.batch_size / max(run.settings.batch_size, 1)
+    input_s = timed_s * per_sample  # the pipeline's work grows with the samples in a batch
+    steps_per_epoch = math.ceil(timed_steps / per_sample)
     baseline = baseline_of(run, run.settings.data_source)
-    serial = run.settings.workers == 0
-    return [Estimate(
-        workload=job.workload.name, target=target, batch_size=shape.batch_size,
-        step=predict(shape, target, fitted.efficiency, input_s=input_s, serial_input=serial),
-        interval=fitted.interval, steps_per_epoch=steps_per_epoch, epochs=int(hyperparameters.get("epochs", 1)),
-        baseline=baseline, price_per_hour=prices.get(target.key), profile_notes=shape.notes) for target in targets]
+    workers = run.settings.workers
+    cores_here = os.cpu_count() or 1
+    estimates = []
+    for target in targets:
+        cores = (host_cores or {}).get(target.key)
+        target_input_s = scaled_input_s(input_s, workers, cores_here, cores)
+        steps = []
+        for chosen in [precision] if precision is not None else precisions_for(mode, target):
+            try:
+                resolved = Resolved.of(shape, target, chosen)
+            except PrecisionError as error:
+                raise EstimateError(str(error)) from None
+            steps.append((predict(resolved, fitted.efficiency, input_s=target_input_s, serial_input=workers == 0),
+                          chosen))
+        step, chosen = min(steps, key=lambda pair: pair[0].seconds)  # as tuned mode's trial keeps the faster
+        estimates.append(Estimate(
+            workload=job.workload.name, target=target, batch_size=shape.batch_size, step=step,
+            interval=fitted.interval_for(job.workload.name, target, level), steps_per_epoch=steps_per_epoch,
+            epochs=int(hyperparameters.get("epochs", 1)), baseline=baseline, precision=chosen, host_cores=cores,
+            price_per_hour=prices.get(target.key), profile_notes=shape.notes))
+    return estimates

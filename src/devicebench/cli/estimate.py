@@ -1,7 +1,8 @@
 """`devicebench estimate`: "should I rent a GPU?" answered from the CPU a user has, with an interval.
 
-    devicebench estimate cifar10-mlp --on t4,a100-80gb,h100-sxm --price t4=0.35,h100-sxm=2.50 --data synthetic
-    devicebench estimate --validate
+    devicebench estimate resnet50 --on v100-sxm2,a100-80gb,h100-sxm --batch-size 128
+    devicebench estimate cifar10-mlp --on t4,h100-sxm --mode tuned --price t4=0.35,h100-sxm=2.50 --data synthetic
+    devicebench estimate --validate --json validation.json
 """
 
 from __future__ import annotations
@@ -25,17 +26,26 @@ from devicebench.cli import (
 )
 from devicebench.cli.run import DataOption, exit_for, plan_or_fail, train_and_show
 from devicebench.config import ConfigError, RunConfig
-from devicebench.estimating import (
-    Calibration,
-    Estimate,
-    EstimateError,
-    calibration,
-    estimates_for,
+from devicebench.estimating import Estimate, EstimateError, RooflineFit, estimates_for, fit_roofline
+from devicebench.report.estimates import (
+    estimate_notes,
+    estimate_table,
+    group_table,
+    validation_summary,
+    validation_table,
 )
-from devicebench.report.estimates import estimate_notes, estimate_table, validation_summary, validation_table
-from devicebench.results.datasheets import DATASHEETS, TargetError, parse_targets
+from devicebench.results.datasheets import DATASHEETS, RENTED_HOSTS, Datasheet, TargetError, parse_targets
 from devicebench.results.prices import PriceError, parse_named_prices
-from devicebench.results.roofline import coverage, median_absolute_error, validate
+from devicebench.results.roofline import (
+    DEFAULT_LEVEL,
+    PARAMETERS,
+    PRECISIONS,
+    SCHEMES,
+    Validation,
+    coverage,
+    median_absolute_error,
+    validate,
+)
 from devicebench.results.schema import write_atomically
 
 DEFAULT_TARGETS = "t4,l4,a100-80gb,h100-sxm"
@@ -60,10 +70,25 @@ def estimate(
     model: Annotated[Optional[str], typer.Option(help="Your own model: MODULE:FUNCTION returning an nn.Module; "
                                                  "--data then names MODULE:FUNCTION returning your data.",
                                                  show_default=False)] = None,
+    mode: Annotated[str, typer.Option(
+        help="seed: fp32 on the CUDA cores, as seed mode trains; tuned: TF32, or bf16 autocast where the GPU has it "
+             "and it is faster, as tuned mode's trial would keep (torch.compile's gain is not modelled).")] = "seed",
+    precision: Annotated[Optional[str], typer.Option(
+        help="Estimate at this precision instead of the mode's: " + ", ".join(PRECISIONS) + ".",
+        show_default=False)] = None,
+    level: Annotated[float, typer.Option(
+        help="The interval's level: the chance that a new measurement like the held-out points falls inside.")
+    ] = DEFAULT_LEVEL,
+    host: Annotated[str, typer.Option(
+        help="rented: the input pipeline runs on the cores a cloud rents each GPU with (see --host-cores); here: "
+             "on this machine's cores, as if the GPU were put into it.")] = "rented",
+    host_cores: Annotated[Optional[int], typer.Option(
+        help="Cores of the GPU's host, for every GPU estimated (default: the catalog's instance per GPU).",
+        show_default=False)] = None,
     validate_points: Annotated[bool, typer.Option(
-        "--validate", help="Score the roofline instead: every measured GPU point (published, committed, in the "
-                           "database) predicted by a fit made without it, with the error and whether its interval "
-                           "held it.")] = False,
+        "--validate", help="Score the roofline instead: every measured GPU point (the public record, the seeds' "
+                           "figures, committed runs, your database) predicted by fits made without it, its GPU and "
+                           "its model, with the errors and whether the intervals held them.")] = False,
     db: DatabaseOption = None,
     json_file: Annotated[Optional[Path], typer.Option("--json", help="Also write the estimates to this JSON file "
                                                       f"(kind {ESTIMATE_KIND}).", show_default=False)] = None,
@@ -72,28 +97,30 @@ def estimate(
     """Estimate samples/s, epoch time, speedup and cost on GPUs that are not here, with an interval.
 
     Counts each kernel of a training step (FLOPs, bytes, launches), times this machine's input pipeline and CPU
-    (about 20 s of training per workload, stored like any run), and reads each GPU's datasheet through a roofline
-    whose efficiencies are fitted on measured GPU points. The interval is the range of the points' leave-one-out
-    errors. An estimate is never stored as a measurement.
+    (about 20 s of training per workload, at a batch this machine can hold, stored like any run), and reads each
+    GPU's datasheet through a roofline whose efficiencies are fitted on over 200 published and measured GPU figures.
+    The interval is split-conformal at --level, from the errors of those figures predicted without their model, GPU
+    or point. An estimate is never stored as a measurement.
 
-    [bold]devicebench estimate mnist-cnn2 --on t4,h100-sxm --price t4=0.35,h100-sxm=2.50[/]
+    [bold]devicebench estimate resnet50 --on v100-sxm2,a100-80gb,h100-sxm --batch-size 128[/]
     """
     try:
         targets = parse_targets(on)
         prices = parse_named_prices(price, [sheet.key for sheet in DATASHEETS]) if price is not None else {}
     except (TargetError, PriceError) as error:
         raise fail(str(error)) from None
+    _check_choices(mode, precision, level, host, host_cores)
     if json_file is not None:
         check_output_file("--json", json_file)
     check_outputs_or_fail({"--json": json_file}, db=db, modules={"--model": model, "--data": data})
     with open_store(db, writes=False) as store:
         stored = store.results()
     try:
-        fitted = calibration(stored)
+        fitted = fit_roofline(stored)
     except EstimateError as error:
         raise fail(str(error)) from None
     if validate_points:
-        _show_validation(fitted, json_file)
+        _show_validation(fitted, level, json_file)
         return
     unpriced = sorted(set(prices) - {sheet.key for sheet in targets})
     if unpriced:
@@ -128,7 +155,8 @@ def estimate(
                          highlight=False)
             continue
         try:
-            estimates += estimates_for(job, run, estimable, fitted, prices)
+            estimates += estimates_for(job, run, estimable, fitted, prices, mode=mode, precision=precision,
+                                       host_cores=_host_cores(estimable, host, host_cores), level=level)
         except EstimateError as error:
             errors.print(f"{job.workload.name} is left out: {error}", highlight=False)
     if not estimates:
@@ -142,29 +170,68 @@ def estimate(
         errors.print(f"Estimates written to {json_file}")
 
 
-def _show_validation(fitted: Calibration, json_file: Path | None) -> None:
-    validations = validate(fitted.points)
-    console.print(validation_table(validations))
-    for line in validation_summary(validations, fitted):
+def _check_choices(mode: str, precision: str | None, level: float, host: str, host_cores: int | None) -> None:
+    if mode not in ("seed", "tuned"):
+        raise fail(f"--mode {mode!r} is neither seed nor tuned")
+    if precision is not None and precision not in PRECISIONS:
+        raise fail(f"--precision {precision!r} is not one of {', '.join(PRECISIONS)}")
+    if not 0.5 <= level < 1:
+        raise fail(f"--level {level:g} is not a chance from 0.5 up to (not including) 1, e.g. 0.8 or 0.9")
+    if host not in ("rented", "here"):
+        raise fail(f"--host {host!r} is neither rented nor here")
+    if host_cores is not None and (host_cores < 1 or host == "here"):
+        raise fail("--host-cores takes a whole number of cores from 1 up, and goes with --host rented"
+                   if host_cores < 1 else "--host-cores and --host here contradict each other: give one")
+
+
+def _host_cores(targets: list[Datasheet], host: str, cores: int | None) -> dict[str, int | None]:
+    """Each target's host cores: --host-cores, or the catalog's rented instance, or None (this machine)."""
+    if host == "here":
+        return {}
+    return {sheet.key: cores if cores is not None else
+            (RENTED_HOSTS[sheet.key].cores if sheet.key in RENTED_HOSTS else None) for sheet in targets}
+
+
+def _show_validation(fitted: RooflineFit, level: float, json_file: Path | None) -> None:
+    schemes = {scheme: validate(fitted.fitter, scheme, level) for scheme in SCHEMES}
+    console.print(validation_table(schemes, level))
+    console.print(group_table(schemes["leave one model out"], lambda item: item.point.workload,
+                              "Each model left out: predicted from the other models' figures", "Model"))
+    console.print(group_table(schemes["leave one GPU out"], lambda item: item.point.sheet.key,
+                              "Each GPU left out: predicted from the other GPUs' figures", "GPU"))
+    for line in validation_summary(schemes, fitted, level):
         console.print(line, highlight=False)
     if json_file is not None:
-        inside, judged = coverage(validations)
         document = _document(fitted, validation={
-            "median_absolute_error": median_absolute_error(validations), "inside": inside, "judged": judged,
-            "points": [{"label": item.point.label, "source": item.point.source, "kind": item.point.kind,
-                        "measured_s": item.point.observed_s, "estimated_s": item.predicted_s, "error": item.error,
-                        "inside": item.inside} for item in validations],
+            "level": level,
+            "schemes": {scheme: _scores(validations) for scheme, validations in schemes.items()},
+            "points": [_point_json(index, schemes) for index in range(len(fitted.points))],
             "not_scored": [dataclasses.asdict(unscored) for unscored in fitted.unscored]})
         write_atomically(json_file, json.dumps(document, indent=2))
         errors.print(f"Validation written to {json_file}")
 
 
-def _document(fitted: Calibration, **parts: object) -> dict:
+def _scores(validations: list[Validation]) -> dict[str, object]:
+    inside, judged = coverage(validations)
+    return {"median_absolute_error": median_absolute_error(validations), "inside": inside, "judged": judged,
+            "coverage": inside / judged if judged else None, "points": len(validations)}
+
+
+def _point_json(index: int, schemes: dict[str, list[Validation]]) -> dict[str, object]:
+    point = next(iter(schemes.values()))[index].point
+    return {"label": point.label, "source": point.source, "workload": point.workload, "gpu": point.sheet.key,
+            "precision": point.precision, "batch_size": point.batch_size, "kind": point.kind,
+            "measured_s": point.observed_s, **{
+                scheme: {"estimated_s": validations[index].predicted_s, "error": validations[index].error,
+                         "inside": validations[index].inside} for scheme, validations in schemes.items()}}
+
+
+def _document(fitted: RooflineFit, **parts: object) -> dict:
     efficiency = fitted.efficiency
     return {
         "kind": ESTIMATE_KIND,
-        "fit": {"compute_efficiency": efficiency.compute, "memory_efficiency": efficiency.memory,
-                "launch_s": efficiency.launch_s, "points": [point.label for point in fitted.points],
-                "interval": None if fitted.interval is None else dataclasses.asdict(fitted.interval)},
+        "fit": {"inverse_shares": dict(zip(PARAMETERS, efficiency.inverse.tolist())),
+                "kernel_s": efficiency.kernel_s, "points_pinning": fitted.pinned,
+                "points": len(fitted.points)},
         **parts,
     }

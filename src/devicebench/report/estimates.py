@@ -6,17 +6,20 @@ every number and the word "estimated"; and `--validate`'s scores of the roofline
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+import statistics
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from rich.table import Table
 
 from devicebench.report.tables import duration_text
 from devicebench.report.tables import FittedTable, fitted, number_text, rate_text
+from devicebench.results.datasheets import RENTED_HOSTS
 from devicebench.results.roofline import Validation, coverage, median_absolute_error
 
 if TYPE_CHECKING:
-    from devicebench.estimating import Calibration, Estimate
+    from devicebench.estimating import Estimate, RooflineFit
 
 BOUNDS = {  # what each bound means, and what would move it
     "compute": "the matrix arithmetic at the GPU's peak (share fitted): a faster GPU or lower precision helps",
@@ -79,70 +82,107 @@ def estimate_table(estimates: Sequence[Estimate]) -> FittedTable:
     return fitted(table, leading=2)
 
 
-def estimate_notes(estimates: Sequence[Estimate], fitted: Calibration) -> list[str]:
-    """What the table rests on: the baselines, the bounds it names, the interval, the caveats."""
+def estimate_notes(estimates: Sequence[Estimate], fitted: RooflineFit) -> list[str]:
+    """What the table rests on: the baselines, the precision and host assumed, the bounds it names, the fit and the
+    interval."""
     notes = []
     baselines = {(estimate.workload, estimate.baseline.device, estimate.baseline.samples_per_s[0],
-                  estimate.baseline.data_source) for estimate in estimates if estimate.baseline}
-    for workload, device, rate, source in sorted(baselines):
-        notes.append(f"{workload}: speedups are over {device}, measured here at {rate_text(rate)} samples/s "
-                     f"({source} data).")
+                  estimate.baseline.data_source, estimate.baseline.batch_size, estimate.batch_size)
+                 for estimate in estimates if estimate.baseline}
+    for workload, device, rate, source, trained, asked in sorted(baselines):
+        smaller = (f" at batch {trained} (the estimate is at {asked}: a smaller batch fit this machine's time budget)"
+                   if trained is not None and trained != asked else "")
+        notes.append(f"{workload}: speedups are over {device}, measured here at {rate_text(rate)} samples/s"
+                     f"{smaller} ({source} data).")
     for workload, note in dict.fromkeys((estimate.workload, note) for estimate in estimates
                                         for note in estimate.profile_notes):
         notes.append(f"{workload}: {note}.")
+    notes.append("Precision: " + _per_gpu(estimates, lambda estimate: PRECISION_WORDS[estimate.precision]) + ".")
+    hosts = _per_gpu(estimates, _host_text)
+    if any(estimate.step.input_s for estimate in estimates):
+        notes.append(f"Input pipeline: timed here, scaled to the host's cores ({hosts}).")
     if any(estimate.price_per_hour is not None for estimate in estimates):
         runs = ", ".join(sorted({f"{estimate.workload} {estimate.epochs}" for estimate in estimates}))
         notes.append(f"Cost/run: the seed's epochs ({runs}) at the estimated epoch time and the price per hour.")
     for bound in dict.fromkeys(estimate.step.bound for estimate in estimates):
         notes.append(f"Bound by {bound}: {BOUNDS[bound]}.")
-    efficiency = fitted.efficiency
-    notes.append(f"Fitted on {len(fitted.points)} measured points: matrix kernels at {efficiency.compute:.0%} of the "
-                 f"datasheet peak, memory traffic at {efficiency.memory:.0%} of its bandwidth, "
-                 f"{efficiency.launch_s * 1e6:,.0f} µs of host time per kernel launched.")
-    notes.append("Interval: " + (fitted.interval.note if fitted.interval else
-                                 f"none: {len(fitted.points)} points are too few for leave-one-out errors to span "
-                                 "a range") + "; `devicebench estimate --validate` scores every point.")
-    if any(estimate.step.input_s for estimate in estimates):
-        notes.append("The input pipeline is timed on this machine's cores: a GPU machine with other cores loads at "
-                     "its own speed.")
-    notes.append("Seed settings: fp32 on the GPU's CUDA cores, no TF32, eager; the points come mostly from "
-                 "TensorFlow posts, whose per-step overhead is not PyTorch's.")
+    notes.append(f"Fitted on {len(fitted.points)} published and measured GPU figures: "
+                 f"{fitted.efficiency.describe()}.")
+    intervals = dict.fromkeys(estimate.interval.note for estimate in estimates if estimate.interval)
+    notes += [f"Interval: {note}." for note in intervals]
+    if any(estimate.interval is None for estimate in estimates):
+        notes.append("No interval: too few held-out errors for the level asked.")
+    notes.append("`devicebench estimate --validate` scores the fit on every figure.")
     return notes
 
 
-def validation_table(validations: Sequence[Validation]) -> FittedTable:
-    """Each point predicted by a fit made without it: the error and whether its interval held it."""
-    table = Table(title="Leave-one-out: each measured point predicted by a fit made without it", title_justify="left")
-    for column in ("Point", "Measured", "Estimated", "Error", "Interval", "Inside"):
-        table.add_column(column, justify="left" if column in ("Point", "Inside") else "right", overflow="fold")
-    for validation in validations:
-        point = validation.point
-        batch = point.shape.batch_size
-        what = " samples/busy s" if point.kind == "busy" else " samples/s"
-        measured = batch / point.observed_s
-        interval = validation.interval
-        table.add_row(
-            f"{point.label}\n[dim]{point.source}[/]",
-            f"{number_text(measured, 0)}{what}",
-            f"{number_text(batch / validation.predicted_s, 0)}{what}",
-            f"{validation.error:+.0%}",
-            "— (too few points)" if interval is None else
-            f"{number_text(batch / interval.seconds(validation.predicted_s)[1], 0)}–"
-            f"{number_text(batch / interval.seconds(validation.predicted_s)[0], 0)}",
-            {True: "yes", False: "[bold red]no[/]", None: "—"}[validation.inside],
-        )
+PRECISION_WORDS = {"fp32": "fp32 on the CUDA cores", "tf32": "TF32 on the tensor cores",
+                   "amp-fp16": "fp16 autocast on the tensor cores", "amp-bf16": "bf16 autocast on the tensor cores"}
+
+
+def _per_gpu(estimates: Sequence[Estimate], text: Callable[[Estimate], str]) -> str:
+    """"v100-sxm2 fp32, h100-sxm bf16": one text per GPU, or one for all when they agree."""
+    texts = {estimate.target.key: text(estimate) for estimate in estimates}
+    if len(set(texts.values())) == 1:
+        return next(iter(texts.values()))
+    return "; ".join(f"{key} {value}" for key, value in texts.items())
+
+
+def _host_text(estimate: Estimate) -> str:
+    if estimate.host_cores is None:
+        return f"this machine's {os.cpu_count()} cores"
+    rented = RENTED_HOSTS.get(estimate.target.key)
+    where = f", as {rented.instance}" if rented is not None and rented.cores == estimate.host_cores else ""
+    return f"{estimate.host_cores} cores{where}"
+
+
+def validation_table(scored: dict[str, list[Validation]], level: float) -> FittedTable:
+    """The three schemes side by side: how far off each point is when predicted without it, its GPU or its model,
+    and how many fell inside the interval the other points' errors state."""
+    table = Table(title="The roofline scored on every figure, each predicted by a fit made without it",
+                  title_justify="left")
+    for column in ("Left out", "Figures", "Median error", f"Inside the {level:.0%} interval", "Interval"):
+        table.add_column(column, justify="left" if column == "Left out" else "right", overflow="fold")
+    for scheme, validations in scored.items():
+        inside, judged = coverage(validations)
+        median = median_absolute_error(validations)
+        widths = [validation.interval.high_ratio for validation in validations if validation.interval]
+        table.add_row(SCHEME_NAMES[scheme], f"{len(validations)}", "—" if median is None else f"{median:.0%}",
+                      f"{inside} of {judged} ({inside / judged:.0%})" if judged else "—",
+                      f"×÷{statistics.median(widths):.2f}" if widths else "—")
     return fitted(table)
 
 
-def validation_summary(validations: Sequence[Validation], fitted: Calibration) -> list[str]:
-    median = median_absolute_error(validations)
-    inside, judged = coverage(validations)
-    lines = [f"Median absolute error: {'—' if median is None else f'{median:.0%}'} over {len(validations)} points "
-             "(predicted samples/s over measured, minus one)."]
-    lines.append(f"Inside their interval: {inside} of {judged}" + (f" ({inside / judged:.0%})" if judged else "")
-                 + "; each point's interval comes from the other points' leave-one-out errors.")
-    lines.append("'samples/busy s' points: the post gave the GPU's utilisation, so the GPU's busy share of the "
-                 "step is compared, as samples per busy second.")
+SCHEME_NAMES = {"leave one out": "the figure", "leave one GPU out": "its GPU", "leave one model out": "its model"}
+
+
+def group_table(validations: Sequence[Validation], group: Callable[[Validation], str], title: str,
+                heading: str) -> FittedTable:
+    """One line per group (a model, a GPU): its figures' median error and bias, and how many its interval held."""
+    table = Table(title=title, title_justify="left")
+    for column in (heading, "Figures", "Median error", "Bias", "Inside"):
+        table.add_column(column, justify="left" if column == heading else "right", overflow="fold")
+    groups: dict[str, list[Validation]] = {}
+    for validation in validations:
+        groups.setdefault(group(validation), []).append(validation)
+    for name, members in sorted(groups.items(), key=lambda item: -len(item[1])):
+        inside, judged = coverage(members)
+        table.add_row(name, f"{len(members)}", f"{median_absolute_error(members):.0%}",
+                      f"{statistics.median(validation.error for validation in members):+.0%}",
+                      f"{inside} of {judged}" if judged else "—")
+    return fitted(table)
+
+
+def validation_summary(scored: dict[str, list[Validation]], fitted: RooflineFit, level: float) -> list[str]:
+    lines = ["Error: predicted samples/s over measured, minus one; bias: its median, with its sign. Inside: the "
+             f"figure fell within the {level:.0%} split-conformal interval that the errors of the figures outside "
+             "its group state."]
+    pinned = ", ".join(f"{name} {count}" for name, count in fitted.pinned.items())
+    lines.append(f"Fitted on all {len(fitted.points)} figures: {fitted.efficiency.describe()}. Figures each share "
+                 f"rests on (a tenth of their step or more): {pinned}.")
+    reasons: dict[str, int] = {}
     for unscored in fitted.unscored:
-        lines.append(f"Not scored: {unscored.label} ({unscored.source}): {unscored.why}.")
+        reasons[unscored.why] = reasons.get(unscored.why, 0) + 1
+    for why, count in sorted(reasons.items(), key=lambda item: -item[1]):
+        lines.append(f"Not scored: {count} figure{'s' if count > 1 else ''}: {why}.")
     return lines

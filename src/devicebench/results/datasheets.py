@@ -37,6 +37,10 @@ class Datasheet:
     memory_gib: float  # device memory as sold: the datasheet's "GB" taken as the GiB figure (80 GB HBM3 -> 80)
     host_link_gb_s: float  # host to device, one direction: the PCIe link, SXM parts included
     year: int  # launched (first sold)
+    # fp16 matrix arithmetic with fp32 accumulation (what mixed precision runs on), dense, where it is not the bf16
+    # figure: the tensor cores of Volta and Turing, which have no bf16, and Pascal's packed fp16. None: as bf16 (from
+    # Ampere on both run at one rate), or no fast fp16 at all (Kepler, Maxwell, the TITAN Xp's 1/64 rate)
+    fp16_tflops: float | None = None
 
     def tflops(self, precision: str) -> float | None:
         """The peak for a calibrated precision: "fp32", "tf32" or "bf16"."""
@@ -53,12 +57,15 @@ GA102_WHITEPAPER = "NVIDIA Ampere GA102 GPU Architecture whitepaper"
 DATASHEETS = (
     # Turing: FP16 tensor cores only (65 TFLOP/s mixed precision), no TF32, no BF16
     Datasheet("T4", 8.1, None, None, 320.0, "NVIDIA T4 Tensor Core GPU datasheet", ("Tesla T4",),
-              key="t4", memory_gib=16, host_link_gb_s=PCIE3_X16_GB_S, year=2018),
+              key="t4", memory_gib=16, host_link_gb_s=PCIE3_X16_GB_S, year=2018,
+              fp16_tflops=65.0),
     # Volta: FP16 tensor cores only (125 and 112 TFLOP/s), no TF32, no BF16; sold with 16 or 32 GB, 16 here
     Datasheet("V100 SXM2", 15.7, None, None, 900.0, V100_DATASHEET, ("Tesla V100-SXM2-16GB", "Tesla V100-SXM2-32GB"),
-              key="v100-sxm2", memory_gib=16, host_link_gb_s=PCIE3_X16_GB_S, year=2017),  # PCIe 3.0 to the host
+              key="v100-sxm2", memory_gib=16, host_link_gb_s=PCIE3_X16_GB_S, year=2017,
+              fp16_tflops=125.0),  # PCIe 3.0 to the host
     Datasheet("V100 PCIe", 14.0, None, None, 900.0, V100_DATASHEET, ("Tesla V100-PCIE-16GB", "Tesla V100-PCIE-32GB"),
-              key="v100-pcie", memory_gib=16, host_link_gb_s=PCIE3_X16_GB_S, year=2017),  # PCIe 3.0
+              key="v100-pcie", memory_gib=16, host_link_gb_s=PCIE3_X16_GB_S, year=2017,
+              fp16_tflops=112.0),  # PCIe 3.0
     # AWS's GA102 part for EC2 G5: NVIDIA publishes no datasheet. Memory and bandwidth as Baseten and AWS state them;
     # its FP32, TF32 and BF16 peaks are in no document we can quote (they differ from the A10's), so None. PCIe 4.0, as
     # every GA102 (GA102 whitepaper). No device_names: its compute cannot be checked against a datasheet.
@@ -127,9 +134,11 @@ DATASHEETS = (
     # torch's names: "Tesla P100-PCIE-16GB" (Microway's bandwidthTest), "Tesla P100-SXM2-16GB" (cudaDeviceProp.name
     # and nvidia-smi in public code)
     Datasheet("Tesla P100 PCIe", 9.3, None, None, 732.0, P100_DATASHEET, ("Tesla P100-PCIE-16GB",),
-              key="p100-pcie", memory_gib=16, host_link_gb_s=PCIE3_X16_GB_S, year=2016),  # PCIe 3.0
+              key="p100-pcie", memory_gib=16, host_link_gb_s=PCIE3_X16_GB_S, year=2016,
+              fp16_tflops=18.7),  # PCIe 3.0
     Datasheet("Tesla P100 SXM2", 10.6, None, None, 732.0, P100_DATASHEET, ("Tesla P100-SXM2-16GB",),
-              key="p100-sxm2", memory_gib=16, host_link_gb_s=PCIE3_X16_GB_S, year=2016),  # NVLink 1, PCIe 3.0 to host
+              key="p100-sxm2", memory_gib=16, host_link_gb_s=PCIE3_X16_GB_S, year=2016,
+              fp16_tflops=21.2),  # NVLink 1, PCIe 3.0 to host
     # Pascal GP102, all 3840 cores: 12.1 TFLOPS (3840 x 2 x 1.582 GHz boost, AnandTech's table; NVIDIA rounds to 12),
     # 12 GB GDDR5X at 11.4 Gbps, 547.7 GB/s (NVIDIA's launch figures as TechGage and GameRevolution print them). No
     # tensor cores; PCIe 3.0 as every Pascal card. Launched April 2017. torch's name: "NVIDIA TITAN Xp" (nvidia-smi
@@ -141,24 +150,28 @@ DATASHEETS = (
     # clock this catalog takes. 12 GB HBM2 on 3072 bits at 1.7 Gbps: 652.8 GB/s. PCIe 3.0 as the V100 PCIe.
     # December 2017. torch's name: "NVIDIA TITAN V" (a CUDA device listing in public code)
     Datasheet("TITAN V", 14.9, None, None, 652.8, "NVIDIA TITAN V specifications", ("NVIDIA TITAN V",),
-              key="titan-v", memory_gib=12, host_link_gb_s=PCIE3_X16_GB_S, year=2017),
+              key="titan-v", memory_gib=12, host_link_gb_s=PCIE3_X16_GB_S, year=2017,
+              fp16_tflops=110.0),
     # Turing TU102, all 4608 cores: FP16 tensor cores only (130 TFLOPS), no TF32, no BF16. 16.3 TFLOPS at 1770 MHz
     # boost, 24 GB GDDR6 at 672 GB/s (NVIDIA's figures in Tom's Hardware's launch table). PCIe 3.0, as the Quadro RTX
     # 8000 datasheet prints for the same chip. December 2018. torch's name: "NVIDIA TITAN RTX" (cudaDeviceProp.name)
     Datasheet("TITAN RTX", 16.3, None, None, 672.0, "NVIDIA TITAN RTX specifications", ("NVIDIA TITAN RTX",),
-              key="titan-rtx", memory_gib=24, host_link_gb_s=PCIE3_X16_GB_S, year=2018),
+              key="titan-rtx", memory_gib=24, host_link_gb_s=PCIE3_X16_GB_S, year=2018,
+              fp16_tflops=130.0),
     # Turing TU102, 4352 cores, FP16 tensor cores only. The Founders Edition's 1635 MHz boost: 14.2 TFLOPS (Tom's
     # Hardware's table); reference-clocked cards (1545 MHz, the Turing whitepaper as bit-tech reproduces it) peak at
     # 13.4. Taken from NVIDIA's own card, which partner cards match or exceed. 11 GB GDDR6 at 616 GB/s. PCIe 3.0,
     # September 2018. torch's name: "NVIDIA GeForce RTX 2080 Ti" (a device report in public code)
     Datasheet("GeForce RTX 2080 Ti", 14.2, None, None, 616.0,
               "NVIDIA GeForce RTX 2080 Ti Founders Edition specifications", ("NVIDIA GeForce RTX 2080 Ti",),
-              key="rtx-2080-ti", memory_gib=11, host_link_gb_s=PCIE3_X16_GB_S, year=2018),
+              key="rtx-2080-ti", memory_gib=11, host_link_gb_s=PCIE3_X16_GB_S, year=2018,
+              fp16_tflops=56.9),
     # Turing TU102: the datasheet prints 16.3 TFLOPS FP32, 130.5 "Deep Learning" TFLOPS (FP16 matmul, no TF32 or
     # BF16), 48 GB GDDR6 at 672 GB/s, PCI Express 3.0 x16 (as a reseller reproduces it). Announced August 2018,
     # sold from late 2018. torch's name: "Quadro RTX 8000" (a GPU report in public code)
     Datasheet("Quadro RTX 8000", 16.3, None, None, 672.0, "NVIDIA Quadro RTX 8000 datasheet", ("Quadro RTX 8000",),
-              key="quadro-rtx-8000", memory_gib=48, host_link_gb_s=PCIE3_X16_GB_S, year=2018),
+              key="quadro-rtx-8000", memory_gib=48, host_link_gb_s=PCIE3_X16_GB_S, year=2018,
+              fp16_tflops=130.5),
     # GA102, professional: fp32-accumulate tensor cores at the full rate. The whitepaper's v2 Table 3 prints BF16 with
     # FP32 accumulate 154.8/309.6 and TF32 77.4 dense, 768 GB/sec (as public code citing it quotes them, among it
     # IST-DASLab/llmq's src/utilities/sol.cpp); 38.7 TFLOPS FP32 is the datasheet's. 48 GB GDDR6, PCIe 4.0 x16;
@@ -202,6 +215,32 @@ DATASHEETS = (
               key="rtx-6000-ada", memory_gib=48, host_link_gb_s=PCIE4_X16_GB_S, year=2022),
 )
 
+
+
+@dataclass(frozen=True)
+class RentedHost:
+    """The host a cloud rents a GPU with: the smallest instance that carries one, or a GPU's share of an 8-GPU one."""
+
+    cores: int  # vCPUs (hardware threads) per GPU
+    instance: str  # which instance, and how many vCPUs for how many GPUs
+
+
+AWS_GPU_INSTANCES = "AWS Batch User Guide, 'GPU jobs' (instance types table); Amazon EC2 instance type pages"
+# The input pipeline of `devicebench estimate` is scaled to these cores (--host-cores overrides; --host here keeps
+# this machine's). A GPU no cloud rents alone (a desktop card) has none: the estimate then keeps this machine's cores
+# and says so. Source of every row: AWS_GPU_INSTANCES
+RENTED_HOSTS = {
+    "k80": RentedHost(4, "AWS p2.xlarge: 1 K80 GPU, 4 vCPUs"),
+    "t4": RentedHost(4, "AWS g4dn.xlarge: 1 T4, 4 vCPUs"),
+    "v100-sxm2": RentedHost(8, "AWS p3.2xlarge: 1 V100 SXM2, 8 vCPUs"),
+    "a10g": RentedHost(4, "AWS g5.xlarge: 1 A10G, 4 vCPUs"),
+    "l4": RentedHost(4, "AWS g6.xlarge: 1 L4, 4 vCPUs"),
+    "l40s": RentedHost(4, "AWS g6e.xlarge: 1 L40S, 4 vCPUs"),
+    "a100-40gb": RentedHost(12, "AWS p4d.24xlarge: 8 A100 40GB SXM, 96 vCPUs"),
+    "a100-80gb": RentedHost(12, "AWS p4de.24xlarge: 8 A100 80GB SXM, 96 vCPUs"),
+    "h100-sxm": RentedHost(24, "AWS p5.48xlarge: 8 H100 SXM, 192 vCPUs"),
+    "h200": RentedHost(24, "AWS p5e.48xlarge: 8 H200, 192 vCPUs"),
+}
 
 class TargetError(ValueError):
     """An `--on` that names no GPU, one twice, or one the catalog does not know; the message says what to write."""

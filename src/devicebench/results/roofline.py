@@ -1,42 +1,83 @@
-"""How long a training step would take on a GPU that is not here: a roofline per kernel, fitted on measured points.
+"""How long a training step would take on a GPU that is not here: a roofline per kernel whose efficiencies are fitted
+on published and measured points, and an interval with a stated level.
 
-Each kernel of one step (engine/opcount.py counts them) takes the longer of its FLOPs at the GPU's datasheet peak
-and its bytes at the datasheet memory bandwidth, each scaled by an efficiency, and the GPU runs them one after
-another; the batch's copy to the device comes on top, at the datasheet host-link rate. Meanwhile the host launches
-the kernels, a fixed time each (PyTorch launches without waiting for the GPU), and the input pipeline prepares the
-next batch: in worker processes beside the loop, or in the loop itself when there are none. The step lasts as long
-as the slowest of the three, and that one is what bounds it.
+Each kernel of one step (engine/opcount.py counts them) takes the longer of its FLOPs at a share of the GPU's
+datasheet peak and its bytes at a share of the datasheet memory bandwidth, plus a fixed time of its own; the GPU runs
+them one after another, and the batch's copy to the device comes on top at the host link's rate. Which peak a matrix
+kernel (a matmul, a convolution, a fused recurrent layer) runs at depends on the precision: fp32 on the CUDA cores,
+TF32 on the tensor cores, fp16 or bf16 on the tensor cores under mixed precision (whose kernels also move half the
+bytes, and which casts the weights once a step). Meanwhile the input pipeline prepares the next batch, in worker
+processes beside the loop or in the loop itself: the step lasts as long as the slower of the GPU and the pipeline.
 
-The three efficiencies are never guessed: they are fitted on measured points (published figures on named GPUs, runs
-committed under results/, GPU runs in the user's database), over a grid, by least squares on log times. The interval
-of an estimate is the range of the errors the points get when each is predicted by a fit made without it (leave one
-out): with n points, a new one falls inside that range with chance (n - 1) / (n + 1) if it is like them.
+The efficiencies are shares, one per kind of work: compute for each peak (fp32, TF32, half), memory traffic for each
+kernel class (matrix, element-wise, normalisation and reductions, the optimizer's step), and the seconds each kernel
+costs whatever its size (the launch, the ramp up and down of a short kernel). A kernel is bound by its compute or by
+its memory traffic, whichever takes longer at the fitted shares; once that is decided for every kernel, a step's
+time is linear in the inverse shares, so they are fitted by bounded linear least squares on relative errors (no
+share above the datasheet's peak), the bounds re-decided and the fit repeated until they hold still. A share no point
+depends on stays at its prior (PRIOR), and `pinned` says how many points each one rests on.
 
-    python -m devicebench estimate cifar10-mlp --on t4,h100-sxm
+The interval is split-conformal: the absolute log errors of points predicted by fits made without them (leaving out
+one point, one GPU or one model, as `held_out` does) are sorted, and the error of rank ceil((n + 1) x level) is the
+interval's half-width on a log scale. A new point exchangeable with the held-out ones falls inside with a chance of at
+least the level.
+
+    python -m devicebench estimate resnet50 --on v100-sxm2,h100-sxm
+    python -m devicebench estimate --validate
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
+from scipy.optimize import lsq_linear
 
 from devicebench.results.datasheets import Datasheet
 
 if TYPE_CHECKING:
     from devicebench.engine.opcount import StepProfile
 
-# The grids the efficiencies are fitted on: shares of the datasheet peaks, seconds per kernel launch.
-COMPUTE_GRID = np.geomspace(0.02, 1.0, 40)  # share of the peak FLOP/s a matrix kernel reaches
-MEMORY_GRID = np.geomspace(0.05, 1.0, 30)  # share of the memory bandwidth a kernel's traffic reaches
-LAUNCH_GRID = np.geomspace(1e-6, 2e-3, 45)  # s of host time per kernel: CUDA's launch and the framework around it
-NEAR_BEST = 0.01  # cells within 1% of the least squared error fit equally well; the middle of them is taken
-FEWEST_POINTS_FOR_AN_INTERVAL = 2  # below this, leave-one-out errors span no range at all
-
+Precision = Literal["fp32", "tf32", "amp-fp16", "amp-bf16"]
+PRECISIONS: tuple[Precision, ...] = ("fp32", "tf32", "amp-fp16", "amp-bf16")
 ObservedKind = Literal["step", "busy"]
+
+PEAKS = ("fp32", "tf32", "half")  # the datasheet peak a matrix kernel runs at
+KERNEL_CLASSES = ("matrix", "element-wise", "normalisation", "optimizer")  # kinds of memory traffic
+PARAMETERS = (*(f"compute {peak}" for peak in PEAKS), *(f"memory {kind}" for kind in KERNEL_CLASSES), "per kernel")
+PER_KERNEL = len(PARAMETERS) - 1  # the column of the fixed cost of a kernel, in microseconds
+MICROSECOND = 1e-6
+# Where the points do not pin a share, it stays here: inverse shares of the peak (3: a third of the peak), and
+# microseconds a kernel. A weak pull (PRIOR_WEIGHT, in the fit's relative-error units) that a single point outweighs
+PRIOR = np.array([3.0, 3.0, 3.0, 2.0, 2.0, 2.0, 2.0, 5.0])
+PRIOR_WEIGHT = 1e-3
+LOWEST = np.array([1.0] * PER_KERNEL + [0.0])  # no kernel beats the datasheet's peak; no kernel costs below nothing
+HIGHEST = np.array([1000.0] * PER_KERNEL + [1000.0])  # a share of at least 0.1%, at most 1 ms a kernel
+MOST_REFITS = 12  # a fit whose kernels still change bound after this many refits keeps the last
+AMP_BYTES = 0.5  # under mixed precision the forward and backward kernels read and write fp16/bf16 activations
+AMP_CAST_BYTES = 1.5  # and the fp32 weights are cast to half once a step: 4 bytes read, 2 written a weight
+PINNED_SHARE = 0.1  # a point rests on a parameter whose term is at least a tenth of its predicted step
+DEFAULT_LEVEL = 0.8  # the interval's stated level unless asked for another
+
+_FP32, _TF32, _HALF = range(3)
+_OPTIMIZER = KERNEL_CLASSES.index("optimizer")
+_NORMALISATION_WORDS = ("norm", "softmax", "sum", "mean", "var", "std", "max", "min", "nll_loss", "cross_entropy",
+                        "logsumexp", "cumsum", "prod", "embedding_dense_backward")
+
+
+def kernel_class(operator: str, flops: float) -> int:
+    """The index in KERNEL_CLASSES of a kernel by its aten operator ("aten.addmm.default") and FLOPs."""
+    if flops > 0:
+        return 0
+    name = operator.split(".")[1] if operator.startswith("aten.") else operator
+    if name.startswith("_foreach_") or name.startswith("_fused_"):
+        return _OPTIMIZER
+    if any(word in name for word in _NORMALISATION_WORDS):
+        return KERNEL_CLASSES.index("normalisation")
+    return KERNEL_CLASSES.index("element-wise")
 
 
 @dataclass(frozen=True)
@@ -45,8 +86,10 @@ class StepShape:
 
     batch_size: int
     flops: np.ndarray  # per kernel
-    bytes: np.ndarray  # per kernel, read + written
-    low_precision: np.ndarray  # per kernel: a bf16/fp16 matrix kernel, read against the bf16 peak
+    bytes: np.ndarray  # per kernel, read + written, as profiled (in the model's own dtypes, fp32 for every seed)
+    classes: np.ndarray  # per kernel: its index in KERNEL_CLASSES
+    half: np.ndarray  # per kernel: it computes in bf16 or fp16 already (a model built in half precision)
+    parameter_bytes: float
     host_to_device_bytes: float
     notes: tuple[str, ...] = ()  # how the profile departs from the plain step (opcount.StepProfile.notes)
 
@@ -57,8 +100,9 @@ class StepShape:
             batch_size=profile.batch_size,
             flops=np.array([kernel.flops for kernel in kernels], dtype=float),
             bytes=np.array([kernel.bytes_read + kernel.bytes_written for kernel in kernels], dtype=float),
-            low_precision=np.array([kernel.matrix and kernel.dtype in ("bfloat16", "float16") for kernel in kernels],
-                                   dtype=bool),
+            classes=np.array([kernel_class(kernel.operator, kernel.flops) for kernel in kernels], dtype=int),
+            half=np.array([kernel.dtype in ("bfloat16", "float16") for kernel in kernels], dtype=bool),
+            parameter_bytes=float(profile.parameter_bytes),
             host_to_device_bytes=float(profile.host_to_device_bytes),
             notes=profile.notes,
         )
@@ -67,111 +111,160 @@ class StepShape:
     def kernels(self) -> int:
         return len(self.flops)
 
+    def at_batch(self, other: StepShape, batch_size: int) -> StepShape:
+        """The step at `batch_size`, from this one and `other` (the same kernels at another batch size): every
+        kernel's FLOPs and bytes are a fixed part (the weights) plus a part per sample (the activations)."""
+        if other.kernels != self.kernels or other.batch_size == self.batch_size:
+            raise ValueError("two profiles of the same kernels at two batch sizes are needed")
+        scale = (batch_size - self.batch_size) / (other.batch_size - self.batch_size)
+        return StepShape(
+            batch_size=batch_size,
+            flops=np.maximum(0.0, self.flops + (other.flops - self.flops) * scale),
+            bytes=np.maximum(0.0, self.bytes + (other.bytes - self.bytes) * scale),
+            classes=self.classes, half=self.half, parameter_bytes=self.parameter_bytes,
+            host_to_device_bytes=max(0.0, self.host_to_device_bytes
+                                     + (other.host_to_device_bytes - self.host_to_device_bytes) * scale),
+            notes=self.notes)
+
+
+class PrecisionError(ValueError):
+    """A precision the GPU cannot run (bf16 on a GPU without bf16); the message says which runs instead."""
+
+
+def half_peak_tflops(sheet: Datasheet, precision: Precision) -> float | None:
+    """The peak a matrix kernel reaches under mixed precision: fp16 tensor cores (with fp32 accumulation) for fp16,
+    bf16 ones for bf16; None where the datasheet gives none."""
+    if precision == "amp-bf16":
+        return sheet.bf16_tflops
+    return sheet.fp16_tflops or sheet.bf16_tflops  # from Ampere on, fp16 and bf16 tensor cores run at one rate
+
+
+def check_precision(sheet: Datasheet, precision: Precision) -> None:
+    if precision == "amp-bf16" and sheet.bf16_tflops is None:
+        raise PrecisionError(f"the {sheet.product} has no bf16 arithmetic in its datasheet: estimate amp-fp16 or fp32")
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A step on one GPU at one precision, kernel by kernel, in seconds at the datasheet's peaks: what a fit and a
+    prediction multiply by the inverse shares."""
+
+    compute_s: np.ndarray  # FLOPs over the peak the kernel runs at
+    memory_s: np.ndarray  # bytes over the memory bandwidth
+    peaks: np.ndarray  # index in PEAKS of the peak each kernel runs at
+    classes: np.ndarray  # index in KERNEL_CLASSES
+    copy_s: float  # the batch over the host link
+
+    @classmethod
+    def of(cls, shape: StepShape, sheet: Datasheet, precision: Precision) -> Resolved:
+        if sheet.fp32_tflops is None:
+            raise PrecisionError(f"no citable source gives the {sheet.product}'s compute peaks ({sheet.source})")
+        check_precision(sheet, precision)
+        matrix = shape.flops > 0
+        half_tflops = half_peak_tflops(sheet, precision if precision.startswith("amp") else "amp-fp16")
+        peaks = np.full(shape.kernels, _FP32)
+        if precision == "tf32" and sheet.tf32_tflops is not None:
+            peaks[matrix] = _TF32
+        if precision.startswith("amp") or shape.half.any():
+            halved = matrix & (shape.half | precision.startswith("amp"))
+            peaks[halved] = _HALF if half_tflops is not None else _FP32  # no fast half arithmetic: fp32's pace
+        tflops = np.array([sheet.fp32_tflops, sheet.tf32_tflops or sheet.fp32_tflops, half_tflops or sheet.fp32_tflops])
+        moved = shape.bytes
+        classes = shape.classes
+        if precision.startswith("amp"):  # activations in half precision; the optimizer's state stays fp32
+            moved = np.where(classes == _OPTIMIZER, moved, moved * AMP_BYTES)
+            moved = np.append(moved, shape.parameter_bytes * AMP_CAST_BYTES)  # the weights' cast, one kernel
+            classes = np.append(classes, KERNEL_CLASSES.index("element-wise"))
+            peaks = np.append(peaks, _FP32)
+        flops = np.append(shape.flops, 0.0)[:len(moved)]
+        return cls(compute_s=flops / (tflops[peaks] * 1e12), memory_s=moved / (sheet.memory_gb_s * 1e9),
+                   peaks=peaks, classes=classes, copy_s=shape.host_to_device_bytes / (sheet.host_link_gb_s * 1e9))
+
+    @property
+    def kernels(self) -> int:
+        return len(self.compute_s)
+
 
 @dataclass(frozen=True)
 class Efficiency:
-    compute: float  # share of the datasheet's peak FLOP/s a matrix kernel reaches
-    memory: float  # share of the datasheet's memory bandwidth a kernel's traffic reaches
-    launch_s: float  # host seconds per kernel launched
+    """The fitted inverse shares, in PARAMETERS' order: 2.0 for compute fp32 is half the fp32 peak; the last is
+    microseconds a kernel."""
+
+    inverse: np.ndarray
+
+    def share(self, name: str) -> float:
+        return 1.0 / float(self.inverse[PARAMETERS.index(name)])
+
+    @property
+    def kernel_s(self) -> float:
+        return float(self.inverse[PER_KERNEL]) * MICROSECOND
+
+    def describe(self) -> str:
+        compute = ", ".join(f"{peak} {self.share(f'compute {peak}'):.0%}" for peak in PEAKS)
+        memory = ", ".join(f"{kind} {self.share(f'memory {kind}'):.0%}" for kind in KERNEL_CLASSES)
+        return (f"compute at {compute} of the datasheet peaks; memory traffic at {memory} of the bandwidth; "
+                f"{self.kernel_s * 1e6:.1f} µs a kernel")
 
 
 @dataclass(frozen=True)
 class StepTime:
-    """One step on one GPU, term by term, in seconds."""
+    """One step on one GPU, term by term, in seconds: a prediction, never a measurement."""
 
     compute_s: float  # GPU time of the kernels bound by arithmetic
     memory_s: float  # GPU time of the kernels bound by memory traffic
     copy_s: float  # the batch's host-to-device copy
-    launch_s: float  # host time launching the kernels
-    input_s: float  # the input pipeline's time per batch, measured on this machine; 0 when not known
-    serial_input: bool  # no loader workers: the loop prepares each batch itself, between launches
+    launch_s: float  # the kernels' fixed costs
+    input_s: float  # the input pipeline's time per batch on the target's host; 0 when not known
+    serial_input: bool  # no loader workers: the loop prepares each batch itself, between steps
 
     @property
     def device_s(self) -> float:
-        return self.compute_s + self.memory_s + self.copy_s
-
-    @property
-    def host_s(self) -> float:
-        return _host_s(self.launch_s, self.input_s, self.serial_input)
+        return self.compute_s + self.memory_s + self.copy_s + self.launch_s
 
     @property
     def seconds(self) -> float:
-        return float(_slowest(self.device_s, self.launch_s, self.input_s, self.serial_input))
+        if self.serial_input:  # the loop launches a step's kernels in a moment, then prepares the next batch
+            return max(self.device_s, self.launch_s + self.input_s)
+        return max(self.device_s, self.input_s)
 
     @property
     def bound(self) -> str:
         """What the step waits on: "compute", "memory traffic", "host-to-device copy", "kernel launches" or "input
         pipeline"."""
-        if self.seconds == self.device_s:
-            return max((self.compute_s, "compute"), (self.memory_s, "memory traffic"),
-                       (self.copy_s, "host-to-device copy"))[1]
-        if self.serial_input:
-            return "input pipeline" if self.input_s >= self.launch_s else "kernel launches"
-        return "kernel launches" if self.launch_s >= self.input_s else "input pipeline"
+        if self.seconds > self.device_s:
+            return "input pipeline"
+        return max((self.compute_s, "compute"), (self.memory_s, "memory traffic"),
+                   (self.copy_s, "host-to-device copy"), (self.launch_s, "kernel launches"))[1]
 
 
-def peaks_flop_s(shape: StepShape, sheet: Datasheet) -> np.ndarray:
-    """Each kernel's datasheet peak in FLOP/s: fp32 on the CUDA cores (seed mode turns TF32 off), bf16 and fp16
-    matrix kernels on the bf16 tensor cores where the GPU has them."""
-    low = sheet.bf16_tflops or sheet.fp32_tflops
-    return np.where(shape.low_precision, low, sheet.fp32_tflops) * 1e12
-
-
-def _kernel_seconds(shape: StepShape, sheet: Datasheet, compute: float | np.ndarray,
-                    memory: float | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each kernel's seconds at `compute` times the peak FLOP/s, and at `memory` times the bandwidth: for one
-    efficiency, or for a column of them (shape (n, 1)) at once."""
-    return (shape.flops / (compute * peaks_flop_s(shape, sheet)),
-            shape.bytes / (memory * sheet.memory_gb_s * 1e9))
-
-
-def _copy_s(shape: StepShape, sheet: Datasheet) -> float:
-    return shape.host_to_device_bytes / (sheet.host_link_gb_s * 1e9)
-
-
-def _host_s(launch_s: float | np.ndarray, input_s: float, serial_input: bool) -> float | np.ndarray:
-    """The host's share: launching, and loading too when it has no loader workers."""
-    return launch_s + (input_s if serial_input else 0.0)
-
-
-def _slowest(device_s: float | np.ndarray, launch_s: float | np.ndarray, input_s: float,
-             serial_input: bool) -> float | np.ndarray:
-    """The step: the slowest of the GPU, the host and the loader workers (arrays broadcast)."""
-    return np.maximum(np.maximum(device_s, _host_s(launch_s, input_s, serial_input)),
-                      0.0 if serial_input else input_s)
-
-
-def predict(shape: StepShape, sheet: Datasheet, efficiency: Efficiency, *, input_s: float = 0.0,
+def predict(resolved: Resolved, efficiency: Efficiency, *, input_s: float = 0.0,
             serial_input: bool = False) -> StepTime:
-    compute_side, memory_side = _kernel_seconds(shape, sheet, efficiency.compute, efficiency.memory)
-    by_compute = compute_side >= memory_side
-    return StepTime(
-        compute_s=float(compute_side[by_compute].sum()),
-        memory_s=float(memory_side[~by_compute].sum()),
-        copy_s=_copy_s(shape, sheet),
-        launch_s=shape.kernels * efficiency.launch_s,
-        input_s=input_s,
-        serial_input=serial_input,
-    )
+    inverse = efficiency.inverse
+    compute = inverse[resolved.peaks] * resolved.compute_s
+    memory = inverse[len(PEAKS) + resolved.classes] * resolved.memory_s
+    by_compute = compute >= memory
+    return StepTime(compute_s=float(compute[by_compute].sum()), memory_s=float(memory[~by_compute].sum()),
+                    copy_s=resolved.copy_s, launch_s=resolved.kernels * efficiency.kernel_s, input_s=input_s,
+                    serial_input=serial_input)
 
 
 @dataclass(frozen=True)
 class Point:
     """A step time measured on a GPU of the catalog, to fit the efficiencies on and to score them against."""
 
-    label: str  # "cifar10-cnn on the V100 SXM2, batch 512"
+    label: str  # "resnet50 on the V100 SXM2, amp-fp16, batch 256"
     source: str  # where the figure comes from
-    shape: StepShape
+    workload: str  # what leave-one-model-out leaves out together
     sheet: Datasheet
+    precision: Precision
+    resolved: Resolved
+    batch_size: int
     observed_s: float  # seconds per step, of the kind below
     kind: ObservedKind  # "step": the whole step, waits for data left out; "busy": the GPU's busy share of it
-    input_s: float = 0.0  # the input pipeline's time per batch, where known ("step" points only)
-    serial_input: bool = False
     caveat: str = ""  # what makes the figure uncertain
 
     def predicted_s(self, efficiency: Efficiency) -> float:
-        step = predict(self.shape, self.sheet, efficiency, input_s=self.input_s, serial_input=self.serial_input)
-        return step.device_s if self.kind == "busy" else step.seconds
+        return predict(self.resolved, efficiency).device_s  # a point's waits for data are never in its time
 
 
 @dataclass(frozen=True)
@@ -183,87 +276,145 @@ class Unscored:
     why: str
 
 
-def _log_error_grid(point: Point) -> np.ndarray:
-    """log(predicted / observed) at every cell of the grid, shape (compute, memory, launch)."""
-    compute_side, memory_side = _kernel_seconds(point.shape, point.sheet, COMPUTE_GRID[:, None],
-                                                MEMORY_GRID[:, None])  # (compute, kernels), (memory, kernels)
-    device = np.maximum(compute_side[:, None, :], memory_side[None, :, :]).sum(axis=2)  # (compute, memory)
-    device = device + _copy_s(point.shape, point.sheet)
-    predicted = np.broadcast_to(device[:, :, None], (len(COMPUTE_GRID), len(MEMORY_GRID), len(LAUNCH_GRID)))
-    if point.kind == "step":
-        launches = point.shape.kernels * LAUNCH_GRID[None, None, :]
-        predicted = _slowest(predicted, launches, point.input_s, point.serial_input)
-    return np.log(predicted / point.observed_s)
-
-
 @dataclass
 class Fitter:
-    """Fits on any subset of `points` at the cost of a sum: each point's error grid is computed once."""
+    """Fits the shares on any subset of `points`: every kernel of every point in flat arrays, so that one fit is a
+    few passes of array arithmetic and a small least-squares problem."""
 
     points: Sequence[Point]
-    _grids: list[np.ndarray] = field(init=False)
+    _owner: np.ndarray = field(init=False)  # the point each kernel belongs to
+    _compute_s: np.ndarray = field(init=False)
+    _memory_s: np.ndarray = field(init=False)
+    _peaks: np.ndarray = field(init=False)
+    _classes: np.ndarray = field(init=False)
 
     def __post_init__(self) -> None:
-        self._grids = [_log_error_grid(point) for point in self.points]
-
-    def fit(self, without: Sequence[int] = ()) -> Efficiency:
-        """The efficiencies of least squared log error over every point but those `without`; where the points
-        cannot tell values apart (a parameter no point depends on), the middle of the equally good range."""
-        kept = [grid for index, grid in enumerate(self._grids) if index not in without]
-        if not kept:
+        if not self.points:
             raise ValueError("no measured points to fit on")
-        loss = sum(grid ** 2 for grid in kept)
-        best = float(loss.min())
-        near = np.argwhere(loss <= best + NEAR_BEST * max(best, 1e-12))
-        middle = np.median(near, axis=0)
-        cell = near[np.argmin(((near - middle) ** 2).sum(axis=1))]
-        return Efficiency(compute=float(COMPUTE_GRID[cell[0]]), memory=float(MEMORY_GRID[cell[1]]),
-                          launch_s=float(LAUNCH_GRID[cell[2]]))
+        parts = [point.resolved for point in self.points]
+        self._owner = np.concatenate([np.full(part.kernels, index) for index, part in enumerate(parts)])
+        self._compute_s = np.concatenate([part.compute_s for part in parts])
+        self._memory_s = np.concatenate([part.memory_s for part in parts])
+        self._peaks = np.concatenate([part.peaks for part in parts])
+        self._classes = np.concatenate([part.classes for part in parts]) + len(PEAKS)
+        self._kernels = np.array([part.kernels for part in parts], dtype=float)
+        self._copy_s = np.array([part.copy_s for part in parts])
+        self._observed_s = np.array([point.observed_s for point in self.points])
 
-    def held_out_ratios(self, without: Sequence[int] = ()) -> list[float]:
-        """observed / predicted of each point (but those `without`), predicted by a fit made without it too."""
-        ratios = []
-        if len(self.points) - len(set(without)) < 2:  # a point alone cannot be predicted without itself
-            return ratios
-        for index, point in enumerate(self.points):
-            if index not in without:
-                efficiency = self.fit([*without, index])
-                ratios.append(point.observed_s / point.predicted_s(efficiency))
-        return ratios
+    def _terms(self, inverse: np.ndarray) -> np.ndarray:
+        """Each point's seconds per parameter at unit inverse shares, given which kernels `inverse` makes
+        compute-bound: shape (points, parameters)."""
+        by_compute = inverse[self._peaks] * self._compute_s >= inverse[self._classes] * self._memory_s
+        column = np.where(by_compute, self._peaks, self._classes)
+        seconds = np.where(by_compute, self._compute_s, self._memory_s)
+        count = len(PARAMETERS)
+        terms = np.bincount(self._owner * count + column, weights=seconds,
+                            minlength=len(self.points) * count).reshape(len(self.points), count)
+        terms[:, PER_KERNEL] = self._kernels * MICROSECOND
+        return terms
+
+    def fit(self, without: Sequence[int] = (), start: Efficiency | None = None) -> Efficiency:
+        """The inverse shares of least squared relative error over every point but those `without`."""
+        kept = np.ones(len(self.points), dtype=bool)
+        kept[list(without)] = False
+        if not kept.any():
+            raise ValueError("no measured points to fit on")
+        inverse = PRIOR.copy() if start is None else start.inverse.copy()
+        prior_rows = math.sqrt(PRIOR_WEIGHT) * np.eye(len(PARAMETERS)) / PRIOR
+        for _ in range(MOST_REFITS):
+            terms = self._terms(inverse)[kept] / self._observed_s[kept, None]
+            target = 1.0 - self._copy_s[kept] / self._observed_s[kept]
+            solved = lsq_linear(np.vstack([terms, prior_rows]), np.concatenate([target, prior_rows @ PRIOR]),
+                                bounds=(LOWEST, HIGHEST), method="bvls").x
+            settled = np.array_equal(self._bounds(solved), self._bounds(inverse))
+            inverse = solved
+            if settled:
+                break
+        return Efficiency(inverse)
+
+    def _bounds(self, inverse: np.ndarray) -> np.ndarray:
+        return inverse[self._peaks] * self._compute_s >= inverse[self._classes] * self._memory_s
+
+    def pinned(self, efficiency: Efficiency) -> dict[str, int]:
+        """How many points each parameter's term is at least PINNED_SHARE of the predicted step of."""
+        terms = self._terms(efficiency.inverse) * efficiency.inverse
+        shares = terms / (terms.sum(axis=1, keepdims=True) + self._copy_s[:, None])
+        return {name: int((shares[:, column] >= PINNED_SHARE).sum()) for column, name in enumerate(PARAMETERS)}
+
+    def predicted_s(self, efficiency: Efficiency) -> np.ndarray:
+        """Every point's predicted seconds under `efficiency`."""
+        return (self._terms(efficiency.inverse) * efficiency.inverse).sum(axis=1) + self._copy_s
+
+
+SCHEMES: dict[str, Callable[[Point], Hashable]] = {  # what each validation leaves out together
+    "leave one out": id,
+    "leave one GPU out": lambda point: point.sheet.key,
+    "leave one model out": lambda point: point.workload,
+}
+
+
+def held_out(fitter: Fitter, scheme: str) -> np.ndarray:
+    """Each point's seconds as predicted by a fit made without its group under `scheme` (a key of SCHEMES)."""
+    group_of = SCHEMES[scheme]
+    groups: dict[Hashable, list[int]] = {}
+    for index, point in enumerate(fitter.points):
+        groups.setdefault(group_of(point), []).append(index)
+    everything = fitter.fit()
+    predicted = np.full(len(fitter.points), math.nan)
+    for members in groups.values():
+        if len(members) == len(fitter.points):
+            continue  # nothing left to fit on
+        efficiency = fitter.fit(members, start=everything)
+        predicted[members] = fitter.predicted_s(efficiency)[members]
+    return predicted
 
 
 @dataclass(frozen=True)
 class Interval:
-    """Seconds an estimate may be off by, as measured/predicted ratios, from leave-one-out errors."""
+    """How far off an estimate may be, from held-out errors: a split-conformal interval at `level`."""
 
-    low_ratio: float
-    high_ratio: float
-    points: int  # the errors it spans
+    level: float  # the stated chance that a new point like the held-out ones falls inside: 0.8
+    half_width: float  # on a log scale: the interval is the estimate times and divided by exp(half_width)
+    points: int  # the held-out errors it rests on
+    scheme: str  # how they were held out: a key of SCHEMES
 
     @property
-    def coverage(self) -> float:
-        """The chance a new point like the fitted ones falls inside the range of `points` of them."""
-        return (self.points - 1) / (self.points + 1)
+    def low_ratio(self) -> float:
+        return math.exp(-self.half_width)
+
+    @property
+    def high_ratio(self) -> float:
+        return math.exp(self.half_width)
 
     def seconds(self, predicted_s: float) -> tuple[float, float]:
         return predicted_s * self.low_ratio, predicted_s * self.high_ratio
 
     @property
     def note(self) -> str:
-        return (f"range of the leave-one-out errors of {self.points} measured points: a new point like them falls "
-                f"inside with chance {self.coverage:.0%}")
+        return (f"split-conformal at {self.level:.0%}, from the errors of {self.points} published and measured "
+                f"figures each predicted by a fit made without {SCHEME_WORDS[self.scheme]}: the estimate times or "
+                f"divided by {self.high_ratio:.2f}")
 
 
-def interval_from(ratios: Sequence[float]) -> Interval | None:
-    """The range of the ratios, always holding 1 (the estimate itself); None below FEWEST_POINTS_FOR_AN_INTERVAL."""
-    if len(ratios) < FEWEST_POINTS_FOR_AN_INTERVAL:
+SCHEME_WORDS = {"leave one out": "it", "leave one GPU out": "its GPU", "leave one model out": "its model"}
+
+
+def conformal(log_errors: Sequence[float] | np.ndarray, level: float, scheme: str) -> Interval | None:
+    """The interval the absolute `log_errors` (log of measured over predicted seconds) give at `level`; None where
+    they are too few for it: the error of rank ceil((n + 1) x level) must exist."""
+    if not 0 < level < 1:
+        raise ValueError(f"a level is a share between 0 and 1, not {level}")
+    errors = np.sort(np.abs(np.asarray(log_errors, dtype=float)))
+    errors = errors[np.isfinite(errors)]
+    rank = math.ceil((len(errors) + 1) * level)
+    if rank > len(errors):
         return None
-    return Interval(min(1.0, *ratios), max(1.0, *ratios), len(ratios))
+    return Interval(level, float(errors[rank - 1]), len(errors), scheme)
 
 
 @dataclass(frozen=True)
 class Validation:
-    """One point predicted by a fit made without it, with the interval made without it too."""
+    """One point predicted by a fit made without its group, with the interval the other groups' errors give."""
 
     point: Point
     predicted_s: float
@@ -282,17 +433,16 @@ class Validation:
         return low <= self.point.observed_s <= high
 
 
-def validate(points: Sequence[Point]) -> list[Validation]:
-    """Every point predicted without it, and checked against the interval its absence would have stated: the
-    interval comes from the leave-one-out errors of the other points (each fitted without both)."""
-    fitter = Fitter(points)
-    validations = []
-    for index, point in enumerate(points):
-        others = [other for other in range(len(points)) if other != index]
-        predicted = point.predicted_s(fitter.fit([index])) if others else math.nan
-        interval = interval_from(fitter.held_out_ratios([index])) if others else None
-        validations.append(Validation(point, predicted, interval))
-    return validations
+def validate(fitter: Fitter, scheme: str, level: float = DEFAULT_LEVEL) -> list[Validation]:
+    """Every point predicted without its group, and checked against the interval the held-out errors of the points
+    outside its group state."""
+    predicted = held_out(fitter, scheme)
+    log_errors = np.log(np.array([point.observed_s for point in fitter.points]) / predicted)
+    group_of = SCHEMES[scheme]
+    groups = np.array([hash(group_of(point)) for point in fitter.points])
+    return [Validation(point, float(predicted[index]),
+                       conformal(log_errors[groups != groups[index]], level, scheme))
+            for index, point in enumerate(fitter.points)]
 
 
 def median_absolute_error(validations: Sequence[Validation]) -> float | None:
