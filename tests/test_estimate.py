@@ -1,6 +1,6 @@
-"""`devicebench estimate`: the roofline's terms, the grid fit, the interval, the estimate's arithmetic, the points it
-is fitted on and the command. Every expected number is computed here from the datasheet figures, never copied from
-the code's output; only the last test trains (the command's own 20 s CPU baseline).
+"""`devicebench estimate` (estimating.py and the command): the points of the public record, the estimate's
+arithmetic, the precision a mode runs, the rented host's cores, the interval each question gets, and the command's
+refusals, validation and end-to-end run. The roofline's own arithmetic and fit are tests/test_roofline.py's.
 
     python -m pytest -q tests/test_estimate.py --durations=5
 """
@@ -18,48 +18,32 @@ import result_fixtures
 from typer.testing import CliRunner
 
 from devicebench.cli import EXIT_USAGE, app
-from devicebench.engine.opcount import Kernel, StepProfile
 from devicebench.estimating import (
-    PUBLISHED_FIGURES,
+    SEED_FIGURES,
     UNSCORED,
     Baseline,
     Estimate,
+    RooflineFit,
+    fit_roofline,
     measured_points,
-    published_points,
+    precisions_for,
+    record_points,
+    record_precision,
+    scaled_input_s,
+    seed_points,
+    shape_of,
 )
 from devicebench.report.estimates import BOUNDS
-from devicebench.results.datasheets import DATASHEETS, catalog_entry
-from devicebench.results.roofline import (
-    COMPUTE_GRID,
-    FEWEST_POINTS_FOR_AN_INTERVAL,
-    LAUNCH_GRID,
-    MEMORY_GRID,
-    Efficiency,
-    Fitter,
-    Interval,
-    Point,
-    StepShape,
-    StepTime,
-    Validation,
-    interval_from,
-    median_absolute_error,
-    predict,
-    validate,
-)
+from devicebench.results.datasheets import DATASHEETS, RENTED_HOSTS, catalog_entry
+from devicebench.results.record import published_figures
+from devicebench.results.roofline import Efficiency, Interval, Point, Resolved, StepShape, StepTime, predict
 from devicebench.results.store import Store
 from devicebench.workloads import get_workload
 
 V100 = catalog_entry("v100-sxm2")  # fp32 15.7 TFLOP/s, 900 GB/s, PCIe 3.0 x16: 15.75 GB/s
 H100 = catalog_entry("h100-sxm")  # fp32 67, bf16 989.4 TFLOP/s, 3350 GB/s, PCIe 5.0 x16: 63 GB/s
 T4 = catalog_entry("t4")  # fp32 8.1 TFLOP/s, no bf16, 320 GB/s
-HALF = Efficiency(compute=0.5, memory=0.5, launch_s=10e-6)
-
-
-def shape(flops, nbytes, *, low_precision=None, host_to_device_bytes=0.0, batch_size=100) -> StepShape:
-    flops = np.asarray(flops, dtype=float)
-    low = np.zeros(len(flops), dtype=bool) if low_precision is None else np.asarray(low_precision, dtype=bool)
-    return StepShape(batch_size=batch_size, flops=flops, bytes=np.asarray(nbytes, dtype=float), low_precision=low,
-                     host_to_device_bytes=host_to_device_bytes)
+HALF = Efficiency(np.array([2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 10.0]))  # half of every peak; 10 µs a kernel
 
 
 def invoke(*arguments: str):
@@ -71,218 +55,14 @@ def flat(text: str) -> str:
     return " ".join(text.split())
 
 
-# --- 1. predict: the roofline's terms ---------------------------------------------------------------------------
-
-
-def test_the_datasheet_figures_the_arithmetic_below_assumes():
-    assert (V100.fp32_tflops, V100.memory_gb_s, V100.host_link_gb_s) == (15.7, 900.0, 15.75)
-    assert (H100.fp32_tflops, H100.bf16_tflops) == (67.0, 989.4)
-    assert (T4.fp32_tflops, T4.bf16_tflops) == (8.1, None)
-
-
-def test_predict_takes_each_kernel_at_the_longer_of_its_compute_and_its_memory_time():
-    step_shape = shape([1e12, 0.0], [1e6, 3e9], host_to_device_bytes=15.75e6)
-    step = predict(step_shape, V100, HALF)
-    # kernel 1: 1e12 / (0.5 * 15.7e12) = 0.12739 s of compute against 1e6 / (0.5 * 900e9) = 2.2e-6 s of memory
-    # kernel 2: no FLOPs, 3e9 / (0.5 * 900e9) = 6.667e-3 s of memory
-    assert step.compute_s == pytest.approx(1e12 / (0.5 * 15.7e12), rel=1e-12)
-    assert step.memory_s == pytest.approx(3e9 / (0.5 * 900e9), rel=1e-12)  # kernel 1's memory side is not counted
-    assert step.copy_s == pytest.approx(15.75e6 / 15.75e9, rel=1e-12)  # 1 ms
-    assert step.launch_s == pytest.approx(2 * 10e-6, rel=1e-12)
-    assert (step.input_s, step.serial_input) == (0.0, False)
-    device_s = 1e12 / (0.5 * 15.7e12) + 3e9 / (0.5 * 900e9) + 1e-3
-    assert step.device_s == pytest.approx(device_s, rel=1e-12)
-    assert step.host_s == pytest.approx(2e-5, rel=1e-12)
-    assert step.seconds == step.device_s
-    assert step.bound == "compute"  # 0.127 s > 6.7 ms > 1 ms
-
-    # a thousand times the second kernel's bytes: 3e12 / 450e9 = 6.67 s of memory outweighs the 0.127 s of compute
-    heavier = predict(shape([1e12, 0.0], [1e6, 3e12], host_to_device_bytes=15.75e6), V100, HALF)
-    assert heavier.memory_s == pytest.approx(3e12 / (0.5 * 900e9), rel=1e-12)
-    assert heavier.bound == "memory traffic"
-
-    # a batch of 15.75e9 bytes: 1 s on the host link outweighs both
-    copied = predict(shape([1e12, 0.0], [1e6, 3e9], host_to_device_bytes=15.75e9), V100, HALF)
-    assert copied.copy_s == pytest.approx(1.0, rel=1e-12)
-    assert copied.bound == "host-to-device copy"
-
-
-def test_the_input_pipeline_beside_the_loop_bounds_the_step_when_it_is_slowest():
-    step_shape = shape([1e12, 0.0], [1e6, 3e9], host_to_device_bytes=15.75e6)
-    device_s = 1e12 / (0.5 * 15.7e12) + 3e9 / (0.5 * 900e9) + 1e-3  # 0.1351 s, as above
-    workers = predict(step_shape, V100, HALF, input_s=2.0, serial_input=False)
-    assert workers.device_s == pytest.approx(device_s, rel=1e-12)
-    assert workers.host_s == pytest.approx(2e-5, rel=1e-12)  # workers prepare batches beside the launches
-    assert workers.seconds == 2.0  # max(0.1351, 2e-5, 2.0)
-    assert workers.bound == "input pipeline"
-
-    serial = predict(step_shape, V100, HALF, input_s=2.0, serial_input=True)
-    assert serial.host_s == pytest.approx(2e-5 + 2.0, rel=1e-12)  # the loop launches, then prepares the next batch
-    assert serial.seconds == pytest.approx(max(device_s, 2e-5 + 2.0), rel=1e-12)
-    assert serial.bound == "input pipeline"
-
-    # a quick serial input pipeline hides behind the GPU: max(0.1351, 2e-5 + 0.01) is the device's
-    quick = predict(step_shape, V100, HALF, input_s=0.01, serial_input=True)
-    assert quick.host_s == pytest.approx(2e-5 + 0.01, rel=1e-12)
-    assert quick.seconds == quick.device_s
-    assert quick.bound == "compute"
-
-
-def test_many_small_kernels_are_bound_by_their_launches():
-    kernels = 1000
-    step = predict(shape([1e3] * kernels, [1e3] * kernels), V100, HALF)
-    # each kernel: 1e3 / 7.85e12 s of compute, 1e3 / 450e9 s = 2.2e-9 s of memory, against 10 us to launch
-    assert step.launch_s == pytest.approx(kernels * 10e-6, rel=1e-12)  # 10 ms
-    assert step.device_s == pytest.approx(kernels * 1e3 / (0.5 * 900e9), rel=1e-12)  # 2.2 us
-    assert step.seconds == step.launch_s
-    assert step.bound == "kernel launches"
-    # a pipeline beside the loop quicker than the launches leaves them the bound
-    assert predict(shape([1e3] * kernels, [1e3] * kernels), V100, HALF, input_s=1e-3).bound == "kernel launches"
-    # a serial one slower than the launches takes it over
-    assert predict(shape([1e3] * kernels, [1e3] * kernels), V100, HALF, input_s=0.05,
-                   serial_input=True).bound == "input pipeline"
-
-
-def test_a_bf16_matrix_kernel_is_read_against_the_bf16_peak():
-    flops = 0.5 * 989.4e12  # one second at half the H100's bf16 peak
-    low = predict(shape([flops], [0.0], low_precision=[True]), H100, HALF)
-    full = predict(shape([flops], [0.0], low_precision=[False]), H100, HALF)
-    assert low.compute_s == pytest.approx(1.0, rel=1e-12)
-    assert full.compute_s == pytest.approx(flops / (0.5 * 67e12), rel=1e-12)  # 989.4 / 67 = 14.8 s in fp32
-    assert full.compute_s / low.compute_s == pytest.approx(989.4 / 67.0, rel=1e-12)
-    # the T4 has no bf16 tensor cores in the catalog: the kernel falls back to its fp32 peak
-    on_t4 = predict(shape([flops], [0.0], low_precision=[True]), T4, HALF)
-    assert on_t4.compute_s == pytest.approx(flops / (0.5 * 8.1e12), rel=1e-12)
-
-
-def test_a_step_shape_reads_a_profile_kernel_by_kernel():
-    profile = StepProfile(batch_size=32, parameter_bytes=4e6, host_to_device_bytes=393_344.0, kernels=(
-        Kernel("aten.mm.default", 2e9, 1e6, 2e5, "bfloat16", True),
-        Kernel("aten.mm.default", 3e9, 4e6, 1e6, "float32", True),
-        Kernel("aten.relu.default", 0.0, 5e5, 5e5, "float16", False),
-        Kernel("aten.addmm.default", 1e9, 1e3, 2e3, "float16", True),
-    ))
-    step_shape = StepShape.of(profile)
-    assert step_shape.batch_size == 32 and step_shape.kernels == 4
-    assert step_shape.flops.tolist() == [2e9, 3e9, 0.0, 1e9]
-    assert step_shape.bytes.tolist() == [1e6 + 2e5, 4e6 + 1e6, 5e5 + 5e5, 1e3 + 2e3]  # read + written
-    assert step_shape.low_precision.tolist() == [True, False, False, True]  # bf16/fp16 matrix kernels only
-    assert step_shape.host_to_device_bytes == 393_344.0
-
-
-# --- 2. Fitter: the grid fit recovers the efficiencies that made the points ---------------------------------------
-
-TRUE = Efficiency(compute=float(COMPUTE_GRID[20]), memory=float(MEMORY_GRID[15]), launch_s=float(LAUNCH_GRID[22]))
-
-
-def synthetic_points(efficiency: Efficiency = TRUE) -> list[Point]:
-    """Two compute-bound, two memory-bound and two launch-bound points, so that any one of them left out, the
-    others still pin every efficiency; observed exactly as the roofline predicts with `efficiency`."""
-    specs = [
-        # (label, sheet, shape, kind): the compute-bound ones have one large matmul and a small copy
-        ("compute, V100", V100, shape([2e12], [1e6], host_to_device_bytes=1e6), "step"),
-        ("compute, T4", T4, shape([5e11, 1e10], [1e5, 1e5], host_to_device_bytes=2e6), "busy"),
-        # no FLOPs at all: bytes only
-        ("memory, H100", H100, shape([0.0, 0.0], [2e11, 1e11]), "step"),
-        ("memory, A100", catalog_entry("a100-80gb"), shape([0.0], [3e11], host_to_device_bytes=5e5), "busy"),
-        # hundreds of tiny kernels: the host's launches set the pace
-        ("launches, L4", catalog_entry("l4"), shape([1e3] * 300, [1e3] * 300), "step"),
-        ("launches, RTX 4090", catalog_entry("rtx-4090"), shape([1e4] * 500, [1e4] * 500), "step"),
-    ]
-    points = []
-    for label, sheet, step_shape, kind in specs:
-        stub = Point(label, "synthetic", step_shape, sheet, observed_s=1.0, kind=kind)
-        points.append(dataclasses.replace(stub, observed_s=stub.predicted_s(efficiency)))
-    return points
-
-
-def test_the_synthetic_points_are_bound_as_intended():
-    bounds = [predict(point.shape, point.sheet, TRUE).bound for point in synthetic_points()]
-    assert bounds == ["compute", "compute", "memory traffic", "memory traffic", "kernel launches", "kernel launches"]
-
-
-def test_the_fit_recovers_the_efficiencies_that_made_the_points():
-    points = synthetic_points()
-    fitter = Fitter(points)
-    assert fitter.fit() == TRUE
-    for index in range(len(points)):  # any one point left out, the others still pin all three
-        assert fitter.fit([index]) == TRUE
-    ratios = fitter.held_out_ratios()
-    assert len(ratios) == len(points)
-    assert ratios == pytest.approx([1.0] * len(points), abs=1e-9)
-    assert len(fitter.held_out_ratios([0])) == len(points) - 1
-
-
-def test_validation_of_exact_points_has_no_error_and_every_point_inside():
-    validations = validate(synthetic_points())
-    assert len(validations) == 6
-    for validation in validations:
-        assert validation.predicted_s == pytest.approx(validation.point.observed_s, rel=1e-9)
-        assert validation.error == pytest.approx(0.0, abs=1e-9)
-        assert validation.interval is not None and validation.interval.points == 5  # the other five, held out
-        assert validation.inside is True
-    assert median_absolute_error(validations) == pytest.approx(0.0, abs=1e-9)
-
-
-def test_a_point_twice_as_slow_as_the_others_say_moves_its_ratio_and_widens_the_interval():
-    points = synthetic_points()
-    points[0] = dataclasses.replace(points[0], observed_s=2 * points[0].observed_s)
-    fitter = Fitter(points)
-    ratios = fitter.held_out_ratios()
-    # fitted without it, the five others still give the true efficiencies: observed / predicted = 2 exactly
-    assert ratios[0] == pytest.approx(2.0, rel=1e-9)
-    interval = interval_from(ratios)
-    assert interval is not None and interval.high_ratio >= 2.0
-    predicted_s = points[0].observed_s / 2
-    low_s, high_s = interval.seconds(predicted_s)
-    assert low_s <= points[0].observed_s <= high_s  # the widened interval holds it
-    # its own validation: predicted as the others say (error +100%), and outside the interval they give, since
-    # without it every other point is exact again
-    validation = validate(points)[0]
-    assert validation.predicted_s == pytest.approx(predicted_s, rel=1e-9)
-    assert validation.error == pytest.approx(1.0, rel=1e-9)
-    assert validation.inside is False
-
-
-# --- 3. the interval ------------------------------------------------------------------------------------------
-
-
-def test_an_interval_spans_the_held_out_ratios_and_always_holds_the_estimate():
-    interval = interval_from([0.8, 1.3, 1.1])
-    assert (interval.low_ratio, interval.high_ratio, interval.points) == (0.8, 1.3, 3)
-    assert interval.coverage == pytest.approx((3 - 1) / (3 + 1))  # 0.5
-    assert interval.seconds(2.0) == pytest.approx((1.6, 2.6))
-    above = interval_from([1.2, 1.5])
-    assert (above.low_ratio, above.high_ratio) == (1.0, 1.5)  # the estimate itself is inside
-    assert above.coverage == pytest.approx(1 / 3)
-    below = interval_from([0.7, 0.9])
-    assert (below.low_ratio, below.high_ratio) == (0.7, 1.0)
-    assert interval_from([1.2] * (FEWEST_POINTS_FOR_AN_INTERVAL - 1)) is None
-    assert interval_from([]) is None
-
-
-def test_a_validation_error_is_the_predicted_rate_over_the_measured_minus_one():
-    point = synthetic_points()[0]
-    faster = Validation(point, predicted_s=point.observed_s / 2, interval=None)
-    assert faster.error == pytest.approx(1.0)  # predicted twice as fast: +100%
-    slower = Validation(point, predicted_s=point.observed_s * 4, interval=None)
-    assert slower.error == pytest.approx(-0.75)  # predicted a quarter of the rate: -75%
-    assert faster.inside is None
-    held = Validation(point, predicted_s=point.observed_s / 2, interval=Interval(0.5, 2.0, 3))
-    assert held.inside is True  # observed = 2 x predicted, the top of [0.5, 2.0]
-    missed = Validation(point, predicted_s=point.observed_s / 2, interval=Interval(0.5, 1.9, 3))
-    assert missed.inside is False
-    assert median_absolute_error([faster, slower, held]) == pytest.approx(1.0)  # median of 1.0, 0.75, 1.0
-
-
 # --- 4. the estimate's arithmetic ---------------------------------------------------------------------------
 
 
 def test_an_estimate_turns_step_seconds_into_rates_epochs_speedups_and_cost():
-    step = StepTime(compute_s=0.007, memory_s=0.002, copy_s=0.001, launch_s=1e-4, input_s=0.0, serial_input=False)
-    assert step.seconds == pytest.approx(0.01)  # 0.007 + 0.002 + 0.001
+    step = StepTime(compute_s=0.007, memory_s=0.0019, copy_s=0.001, launch_s=1e-4, input_s=0.0, serial_input=False)
+    assert step.seconds == pytest.approx(0.01)  # 0.007 + 0.0019 + 0.001 + 0.0001
     baseline = Baseline("cpu (Test CPU)", (100.0, 90.0, 110.0), "synthetic")
-    estimate = Estimate("cifar10-mlp", T4, batch_size=100, step=step, interval=Interval(0.5, 2.0, 4),
+    estimate = Estimate("cifar10-mlp", T4, batch_size=100, step=step, interval=Interval(0.8, math.log(2.0), 9, "x"),
                         steps_per_epoch=50, epochs=3, baseline=baseline, price_per_hour=3.6)
     assert estimate.samples_per_s == pytest.approx(100 / 0.01)  # 10,000
     assert estimate.samples_per_s_range == pytest.approx((100 / 0.02, 100 / 0.005))  # (5,000, 20,000)
@@ -296,7 +76,9 @@ def test_an_estimate_turns_step_seconds_into_rates_epochs_speedups_and_cost():
     assert document["target"] == "t4" and document["bound"] == "compute"
     assert document["samples_per_s"] == pytest.approx(10_000)
     assert document["baseline"]["samples_per_s"] == 100.0
-    assert document["interval"]["coverage"] == pytest.approx(3 / 5)
+    assert document["interval"] == {"level": 0.8, "low_ratio": pytest.approx(0.5), "high_ratio": pytest.approx(2.0),
+                                    "points": 9, "scheme": "x"}
+    assert (document["precision"], document["host_cores"]) == ("fp32", None)
 
     bare = dataclasses.replace(estimate, interval=None, baseline=None, price_per_hour=None)
     assert bare.samples_per_s == pytest.approx(10_000)
@@ -306,35 +88,111 @@ def test_an_estimate_turns_step_seconds_into_rates_epochs_speedups_and_cost():
     assert no_interval.speedup == pytest.approx(100.0) and no_interval.speedup_range is None
 
 
-# --- 5. the published points ----------------------------------------------------------------------------------
+# --- 5. the points: the public record and the seeds' figures -----------------------------------------------------
 
 
-def test_published_points_are_the_posts_figures_as_step_or_busy_seconds():
-    points = published_points()
-    assert len(points) == len(PUBLISHED_FIGURES)
-    for point, figure in zip(points, PUBLISHED_FIGURES):
-        assert point.sheet == catalog_entry(figure.target)
-        assert point.kind == ("step" if figure.busy is None else "busy")
-        assert point.observed_s == pytest.approx(point.shape.batch_size / figure.samples_per_s * (figure.busy or 1.0))
+def figure(**changes):
+    """A row of the record: resnet50 on one V100 SXM2 in fp32 at batch 256 and 380.44 images/s, as NVIDIA's."""
+    row = next(row for row in published_figures("resnet50") if row.gpu == "v100-sxm2" and row.gpus == 1
+               and row.precision == "fp32" and row.framework == "PyTorch" and row.batch_per_gpu == 256)
+    return dataclasses.replace(row, **changes)
+
+
+def test_a_record_row_is_a_step_of_its_batch_at_its_rate():
+    row = figure()
+    assert (row.batch_per_gpu, row.throughput, row.unit) == (256, 380.44, "images/s")
+    (point,), unscored = record_points([row])
+    assert unscored == []
+    assert point.observed_s == pytest.approx(256 / 380.44, rel=1e-12)
+    assert (point.workload, point.sheet, point.precision, point.batch_size, point.kind) == (
+        "resnet50", V100, "fp32", 256, "step")
+    assert point.source == row.source
+    # the step profiled at batch 256: ResNet-50's 4.1 GMACs a 224 px image, three passes, 256 images
+    flops = float(point.resolved.compute_s.sum() * 15.7e12)
+    assert flops == pytest.approx(256 * 3 * 2 * 4.1e9, rel=0.03)
+
+
+def test_a_figure_in_tokens_is_turned_into_samples_of_its_sequence_length():
+    row = next(row for row in published_figures("gpt2-small") if row.gpu == "h100-sxm" and row.precision == "fp32")
+    assert (row.throughput, row.unit, row.batch_per_gpu, row.sequence_length) == (27026, "tokens/s", 1, 1024)
+    (point,), _ = record_points([row])
+    assert point.observed_s == pytest.approx(1024 / 27026, rel=1e-12)  # one sequence of 1,024 tokens a step
+    assert point.precision == "fp32"  # the post turns TF32 off
+
+
+def test_rows_that_cannot_be_points_are_listed_with_why():
+    points, unscored = record_points([figure(gpus=8, throughput=2945.37), figure(workload="alexnet")])
+    assert points == []
+    assert [item.why for item in unscored] == ["measured on 8 GPUs: their communication is not modelled",
+                                               "not a devicebench workload"]
+
+
+@pytest.mark.parametrize(("precision", "tf32", "gpu", "expected"), [
+    ("fp32", "n/a", "v100-sxm2", "fp32"), ("fp32", "off", "h100-sxm", "fp32"), ("fp32", "on", "a100-80gb", "tf32"),
+    ("tf32", "on", "a100-80gb", "tf32"), ("amp-fp16", "n/a", "v100-sxm2", "amp-fp16"),
+    ("amp-bf16", "off", "h100-sxm", "amp-bf16"),
+    ("fp32", "n/a", "a100-40gb-pcie", "tf32"),  # unstated on a GPU with TF32: PyTorch's convolutions use it
+])
+def test_a_record_rows_precision(precision, tf32, gpu, expected):
+    assert record_precision(figure(precision=precision, tf32=tf32, gpu=gpu), catalog_entry(gpu)) == expected
+
+
+def test_every_single_gpu_row_of_a_devicebench_workload_is_a_point():
+    points, unscored = record_points()
+    single = [row for row in published_figures() if row.gpus == 1]
+    assert len(points) == len(single) >= 250
+    assert len(unscored) == len(published_figures()) - len(single)
+    assert {point.workload for point in points} == {"resnet50", "resnet152", "vgg16", "bert-base", "bert-large",
+                                                    "gpt2-small", "gnmt"}
+    assert {point.precision for point in points} == {"fp32", "tf32", "amp-fp16", "amp-bf16"}
+
+
+def test_seed_points_are_the_posts_figures_as_step_or_busy_seconds():
+    points = seed_points()
+    assert len(points) == len(SEED_FIGURES)
+    for point, seed in zip(points, SEED_FIGURES):
+        assert point.sheet == catalog_entry(seed.target) and point.precision == "fp32"
+        assert point.kind == ("step" if seed.busy is None else "busy")
+        assert point.observed_s == pytest.approx(point.batch_size / seed.samples_per_s * (seed.busy or 1.0))
     mlp = next(point for point in points if point.label.startswith("cifar100-mlp"))
     # S4: 100 epochs of 50,000 images in 343 s, batch 32 (the seed's)
-    assert get_workload("cifar100-mlp").defaults["batch_size"] == 32
-    assert mlp.shape.batch_size == 32
+    assert mlp.batch_size == get_workload("cifar100-mlp").defaults["batch_size"] == 32
     assert mlp.observed_s == pytest.approx(32 / (100 * 50_000 / 343), rel=1e-12)
-    assert mlp.kind == "step" and mlp.sheet.key == "t4"
     for unscored in UNSCORED:
         assert unscored.why.strip() and unscored.label.strip()
 
 
-def test_a_busy_figure_is_the_gpus_busy_share_of_the_step(monkeypatch):
-    import devicebench.estimating as estimating
+# --- 6. the precision a mode runs, the rented host, the interval each question gets ---------------------------
 
-    figure = estimating.PublishedFigure("cifar100-mlp", "t4", 1000.0, 0.4, "a post: 1,000 images/s, GPU 40% busy")
-    monkeypatch.setattr(estimating, "PUBLISHED_FIGURES", (figure,))
-    (point,) = estimating.published_points()
-    assert point.kind == "busy"
-    assert point.observed_s == pytest.approx(32 / 1000.0 * 0.4, rel=1e-12)  # batch 32 at 1,000/s, 40% of it busy
-    assert point.predicted_s(HALF) == predict(point.shape, T4, HALF).device_s  # a busy point is the device's time
+
+@pytest.mark.parametrize(("mode", "gpu", "expected"), [
+    ("seed", "h100-sxm", ["fp32"]), ("tuned", "h100-sxm", ["tf32", "amp-bf16"]), ("tuned", "v100-sxm2", ["fp32"]),
+    ("tuned", "t4", ["fp32"]), ("tuned", "rtx-3090", ["tf32", "amp-bf16"]),
+])
+def test_the_precisions_a_mode_runs(mode, gpu, expected):
+    assert precisions_for(mode, catalog_entry(gpu)) == expected
+
+
+def test_the_input_pipeline_is_scaled_to_the_hosts_cores():
+    assert scaled_input_s(2.0, workers=2, cores_here=2, host_cores=8) == pytest.approx(0.5)  # 2 workers here, 8 there
+    assert scaled_input_s(2.0, workers=8, cores_here=2, host_cores=8) == pytest.approx(0.5)  # 8 workers on 2 cores
+    assert scaled_input_s(2.0, workers=1, cores_here=2, host_cores=12) == pytest.approx(2.0 / 12)
+    assert scaled_input_s(2.0, workers=0, cores_here=2, host_cores=8) == 2.0  # no workers: one core there too
+    assert scaled_input_s(2.0, workers=2, cores_here=2, host_cores=None) == 2.0  # --host here
+    assert RENTED_HOSTS["h100-sxm"].cores == 192 // 8 and RENTED_HOSTS["v100-sxm2"].cores == 8
+    assert set(RENTED_HOSTS) <= {sheet.key for sheet in DATASHEETS}
+
+
+def test_each_question_gets_the_held_out_errors_that_answer_like_it():
+    one_kernel = StepShape(batch_size=1, flops=np.array([1e9]), bytes=np.array([1e6]), classes=np.array([0]),
+                           half=np.array([False]), parameter_bytes=0.0, host_to_device_bytes=0.0)
+    resolved = Resolved.of(one_kernel, V100, "fp32")
+    points = [Point(f"p{index}", "s", workload, sheet, "fp32", resolved, 1, 1.0, "step")
+              for index, (workload, sheet) in enumerate([("resnet50", V100), ("bert-base", H100)] * 3)]
+    fitted = RooflineFit(points, [], fitter=None, efficiency=HALF)
+    assert fitted.scheme_for("my-model", V100) == "leave one model out"  # a model no point is of
+    assert fitted.scheme_for("resnet50", T4) == "leave one GPU out"  # a known model on a GPU no point ran on
+    assert fitted.scheme_for("resnet50", H100) == "leave one out"  # both known
 
 
 # --- 6. the user's runs as points -----------------------------------------------------------------------------
@@ -365,9 +223,9 @@ def test_a_finished_seed_run_on_a_catalogued_gpu_is_one_point():
     # the steady epochs' step without the waits: (0.5 - 0.1) / 10 = 0.04 s and (0.7 - 0.05) / 13 = 0.05 s
     assert point.observed_s == pytest.approx(statistics.median([(0.5 - 0.1) / 10, (0.7 - 0.05) / 13]), rel=1e-12)
     assert point.observed_s == pytest.approx(0.045, rel=1e-12)
-    assert point.kind == "step" and point.source == "your database"
+    assert point.kind == "step" and point.source == "your database" and point.precision == "fp32"
     assert point.sheet == H100
-    assert point.shape.batch_size == get_workload("cifar10-mlp").defaults["batch_size"]
+    assert point.batch_size == get_workload("cifar10-mlp").defaults["batch_size"]
     assert h100.run_id[:8] in point.label
     # the tuned run and the uncatalogued GPU are listed with why; the CPU run and the failed one are not
     assert len(unscored) == 2
@@ -405,29 +263,48 @@ def test_a_price_for_a_gpu_not_estimated_is_refused(tmp_path):
     assert "--price names h100-sxm, which --on does not estimate" in flat(outcome.output)
 
 
-def test_validate_scores_every_published_point_and_lists_those_not_scored(tmp_path):
+def test_validate_scores_the_whole_record_under_three_schemes_within_the_aims(tmp_path):
     out = tmp_path / "validation.json"
     outcome = invoke("estimate", "--validate", "--db", str(tmp_path / "db.sqlite"), "--json", str(out))
     assert outcome.exit_code == 0, outcome.output
-    assert "Median absolute error" in outcome.output
+    shown = flat(outcome.output)
+    assert "The roofline scored on every figure" in shown and "Inside the 80% interval" in shown
     document = json.loads(out.read_text())
     assert document["kind"] == "devicebench-estimate"
     validation = document["validation"]
-    labels = [point["label"] for point in validation["points"]]
-    published = [point.label for point in published_points()]
-    assert labels[:len(published)] == published  # one entry each, first; committed GPU runs would follow
-    assert len(labels) == len(document["fit"]["points"])
-    for entry in validation["points"]:
-        assert entry["error"] == pytest.approx(entry["measured_s"] / entry["estimated_s"] - 1.0)
+    points = validation["points"]
+    assert validation["level"] == 0.8 and len(points) == document["fit"]["points"] >= 250
+    for scheme in ("leave one out", "leave one GPU out", "leave one model out"):
+        scores = validation["schemes"][scheme]
+        errors = [abs(entry[scheme]["error"]) for entry in points]
+        assert scores["median_absolute_error"] == pytest.approx(statistics.median(errors), rel=1e-12)
+        assert scores["inside"] == sum(entry[scheme]["inside"] is True for entry in points)
+        assert scores["judged"] == len(points)
+        # the issue's aims, which docs/estimate.md reports: within 5 points of the stated level
+        assert abs(scores["coverage"] - 0.8) <= 0.05, (scheme, scores)
+    assert validation["schemes"]["leave one model out"]["median_absolute_error"] <= 0.25
+    for entry in points:
+        scored = entry["leave one out"]
+        assert scored["error"] == pytest.approx(entry["measured_s"] / scored["estimated_s"] - 1.0)
+    multi_gpu = [item for item in validation["not_scored"] if item["why"].startswith("measured on")]
+    assert len(multi_gpu) == sum(row.gpus > 1 for row in published_figures())
     assert any(item["label"].startswith("cifar10-cnn") and item["why"] for item in validation["not_scored"])
-    assert validation["judged"] <= len(labels)
+    assert set(document["fit"]["inverse_shares"]) == set(document["fit"]["points_pinning"])
 
 
 @pytest.mark.parametrize(("arguments", "said"), [
     (["nosuchworkload"], "nosuchworkload"),
     (["cifar10-mlp", "--batch-size", "0"], "--batch-size must be a whole number of at least 1"),
     (["cifar10-mlp", "--json", "{tmp}/missing/estimates.json"], "does not exist"),
-], ids=["unknown-workload", "impossible-batch", "json-in-a-missing-folder"])
+    (["cifar10-mlp", "--mode", "fast"], "--mode 'fast' is neither seed nor tuned"),
+    (["cifar10-mlp", "--precision", "fp8"], "--precision 'fp8' is not one of fp32, tf32, amp-fp16, amp-bf16"),
+    (["cifar10-mlp", "--level", "0.3"], "--level 0.3 is not a chance from 0.5 up to (not including) 1"),
+    (["cifar10-mlp", "--level", "80"], "--level 80 is not a chance"),
+    (["cifar10-mlp", "--host", "mine"], "--host 'mine' is neither rented nor here"),
+    (["cifar10-mlp", "--host", "here", "--host-cores", "8"], "--host-cores and --host here contradict each other"),
+    (["cifar10-mlp", "--host-cores", "0"], "--host-cores takes a whole number of cores from 1 up"),
+], ids=["unknown-workload", "impossible-batch", "json-in-a-missing-folder", "mode", "precision", "level-low",
+        "level-percent", "host", "host-here-with-cores", "no-cores"])
 def test_bad_input_is_refused_before_anything_is_trained(tmp_path, arguments, said):
     arguments = [argument.format(tmp=tmp_path) for argument in arguments]
     outcome = invoke("estimate", *arguments, "--on", "t4", "--data", "synthetic", "--db", str(tmp_path / "db.sqlite"))
@@ -471,10 +348,10 @@ def test_the_help_lists_estimate():
 # --- 8. end to end: a CPU baseline trained under the command's own budget, then two GPUs ---------------------------
 
 
-def test_estimate_end_to_end_on_two_gpus_with_a_price(tmp_path):
+def test_estimate_end_to_end_on_two_gpus_in_tuned_mode_with_a_price(tmp_path):
     db, out = tmp_path / "db.sqlite", tmp_path / "estimates.json"
     outcome = invoke("estimate", "cifar10-mlp", "--on", "t4,h100-sxm", "--price", "t4=0.35", "--data", "synthetic",
-                     "--db", str(db), "--json", str(out), "--quiet")
+                     "--mode", "tuned", "--db", str(db), "--json", str(out), "--quiet")
     assert outcome.exit_code == 0, outcome.output
     assert "ESTIMATED, not measured" in flat(outcome.output)
     document = json.loads(out.read_text())
@@ -497,6 +374,22 @@ def test_estimate_end_to_end_on_two_gpus_with_a_price(tmp_path):
         assert item["speedup"] == pytest.approx(item["samples_per_s"] / item["baseline"]["samples_per_s"], rel=1e-12)
         assert item["epoch_time_s"] == pytest.approx(item["steps_per_epoch"] * item["step_time_s"], rel=1e-12)
     t4, h100 = estimates
+    # tuned mode: the T4 has neither TF32 nor bf16; the H100 runs the faster of TF32 and bf16 autocast
+    workload = get_workload("cifar10-mlp")
+    fitted = fit_roofline([])
+    shape = shape_of(workload, dict(workload.defaults))
+    for item, candidates in ((t4, ["fp32"]), (h100, ["tf32", "amp-bf16"])):
+        sheet = catalog_entry(item["target"])
+        steps = {precision: predict(Resolved.of(shape, sheet, precision), fitted.efficiency,
+                                    input_s=item["terms_s"]["input"], serial_input=item["serial_input"]).seconds
+                 for precision in candidates}
+        assert item["precision"] == min(steps, key=steps.get)
+        assert item["step_time_s"] == pytest.approx(min(steps.values()), rel=1e-9)
+        assert item["host_cores"] == RENTED_HOSTS[item["target"]].cores
+        # a model no figure is of: the interval of the errors with each model left out, at the default 80%
+        assert item["interval"]["scheme"] == "leave one model out" and item["interval"]["level"] == 0.8
+        assert item["interval"]["high_ratio"] == pytest.approx(1 / item["interval"]["low_ratio"], rel=1e-12)
+    assert "Precision: t4 fp32 on the CUDA cores; h100-sxm " in flat(outcome.output)
     assert t4["price_per_hour"] == 0.35
     assert t4["cost_per_epoch"] == pytest.approx(t4["epoch_time_s"] / 3600 * 0.35, rel=1e-12)
     assert t4["cost_per_run"] == pytest.approx(t4["cost_per_epoch"] * t4["epochs"], rel=1e-12)

@@ -18,11 +18,11 @@ from typer.testing import CliRunner
 
 from devicebench.cli import app
 from devicebench.engine import opcount
-from devicebench.estimating import calibration, measured_points, shape_of
+from devicebench.estimating import fit_roofline, measured_points, shape_of
 from devicebench.results.datasheets import catalog_entry
 from devicebench.results.store import export_document
 from devicebench.workloads import get_workload
-from devicebench.workloads.text import MOST_TOKENS
+from devicebench.workloads.catdog import MAX_DEEP_DEPTH
 
 H100_NAME = "NVIDIA H100 80GB HBM3"
 H100 = catalog_entry("h100-sxm")  # fp32 67 TFLOP/s
@@ -140,11 +140,11 @@ def test_imported_forgeries_leave_the_fit_as_it_was_and_validate_lists_them(tmp_
     outcome = CliRunner().invoke(app, ["estimate", "--validate", "--db", str(db), "--json", str(out)])
     assert outcome.exit_code == 0, outcome.output
     document = json.loads(out.read_text())
-    without = calibration([]).efficiency
+    without = fit_roofline([])
     fit = document["fit"]
-    assert (fit["compute_efficiency"], fit["memory_efficiency"], fit["launch_s"]) == (
-        without.compute, without.memory, without.launch_s)
-    assert not any("your database" in label for label in fit["points"])
+    assert list(fit["inverse_shares"].values()) == without.efficiency.inverse.tolist()
+    assert fit["points"] == len(without.points)
+    assert not any("your database" in item["label"] for item in document["validation"]["points"])
     left_out = {item["label"]: item["why"] for item in document["validation"]["not_scored"]
                 if item["source"] == "your database"}
     assert len(left_out) == 4
@@ -156,16 +156,16 @@ def test_imported_forgeries_leave_the_fit_as_it_was_and_validate_lists_them(tmp_
 
 
 def test_a_step_of_too_many_kernels_is_no_point_and_is_never_retried_on_the_cpu(monkeypatch):
-    monkeypatch.setattr(opcount, "MOST_KERNELS_PER_STEP", 1_000)  # the MLP's step launches fewer; the LSTM's more
+    monkeypatch.setattr(opcount, "MOST_KERNELS_PER_STEP", 1_000)  # the MLP's step launches fewer; the deepest net more
     assert len(opcount.profile_training_step(MLP, dict(MLP.defaults)).kernels) < 1_000
-    lstm = get_workload("imdb-bilstm")
-    run = gpu_run(0.04, workload=lstm)
+    deep = get_workload("catdog-deep")
+    run = gpu_run(0.04, workload=deep)
     forged = dataclasses.replace(run, settings=dataclasses.replace(
-        run.settings, hyperparameters={**run.settings.hyperparameters, "sequence_length": MOST_TOKENS}))
+        run.settings, hyperparameters={**run.settings.hyperparameters, "depth": MAX_DEEP_DEPTH}))
     retried = []
     monkeypatch.setattr(opcount, "_full_batch", lambda part, size, device: retried.append(device) or
                         torch.empty((size, *part.shape[1:]), dtype=part.dtype, device="meta"))
     why = why_left_out(forged)
-    assert why == (f"its settings cannot rebuild imdb-bilstm: one training step launches more than 1,000 kernels: a "
+    assert why == (f"its settings cannot rebuild catdog-deep: one training step launches more than 1,000 kernels: a "
                    "model that large is no benchmark (check its sizes: depth, sequence length)")
-    assert "cpu" not in retried  # the meta device only: never real tensors of 4,096 tokens a sample
+    assert "cpu" not in retried  # the meta device only: never real tensors of a net that deep
