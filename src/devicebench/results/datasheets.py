@@ -39,7 +39,8 @@ class Datasheet:
     year: int  # launched (first sold)
     # fp16 matrix arithmetic with fp32 accumulation (what mixed precision runs on), dense, where it is not the bf16
     # figure: the tensor cores of Volta and Turing, which have no bf16, and Pascal's packed fp16. None: as bf16 (from
-    # Ampere on both run at one rate), or no fast fp16 at all (Kepler, Maxwell, the TITAN Xp's 1/64 rate)
+    # Ampere on both run at one rate), or no fast fp16 at all (Kepler, Maxwell, the TITAN Xp's 1/64 rate). Each figure
+    # is from the entry's own source document (its "tensor" or "mixed precision" TFLOPS), unless its line says else
     fp16_tflops: float | None = None
 
     def tflops(self, precision: str) -> float | None:
@@ -165,7 +166,7 @@ DATASHEETS = (
     Datasheet("GeForce RTX 2080 Ti", 14.2, None, None, 616.0,
               "NVIDIA GeForce RTX 2080 Ti Founders Edition specifications", ("NVIDIA GeForce RTX 2080 Ti",),
               key="rtx-2080-ti", memory_gib=11, host_link_gb_s=PCIE3_X16_GB_S, year=2018,
-              fp16_tflops=56.9),
+              fp16_tflops=56.9),  # FP16 tensor with FP32 accumulate, Founders Edition: the Turing whitepaper
     # Turing TU102: the datasheet prints 16.3 TFLOPS FP32, 130.5 "Deep Learning" TFLOPS (FP16 matmul, no TF32 or
     # BF16), 48 GB GDDR6 at 672 GB/s, PCI Express 3.0 x16 (as a reseller reproduces it). Announced August 2018,
     # sold from late 2018. torch's name: "Quadro RTX 8000" (a GPU report in public code)
