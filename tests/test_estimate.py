@@ -43,7 +43,7 @@ from devicebench.workloads import get_workload
 V100 = catalog_entry("v100-sxm2")  # fp32 15.7 TFLOP/s, 900 GB/s, PCIe 3.0 x16: 15.75 GB/s
 H100 = catalog_entry("h100-sxm")  # fp32 67, bf16 989.4 TFLOP/s, 3350 GB/s, PCIe 5.0 x16: 63 GB/s
 T4 = catalog_entry("t4")  # fp32 8.1 TFLOP/s, no bf16, 320 GB/s
-HALF = Efficiency(np.array([2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 10.0]))  # half of every peak; 10 µs a kernel
+HALF = Efficiency(np.array([2.0] * 9 + [10.0]))  # half of every peak; 10 µs a kernel
 
 
 def invoke(*arguments: str):

@@ -44,8 +44,8 @@ A100 = catalog_entry("a100-80gb")  # fp32 19.5, TF32 156, bf16 312 TFLOP/s, 2039
 H100 = catalog_entry("h100-sxm")  # fp32 67, TF32 494.7, bf16 989.4 TFLOP/s, 3350 GB/s
 T4 = catalog_entry("t4")  # fp32 8.1, fp16 tensor 65 TFLOP/s, 320 GB/s
 K80 = catalog_entry("k80")  # fp32 4.365 TFLOP/s, no fast half precision, 240 GB/s
-MATRIX, ELEMENTWISE, NORMALISATION, OPTIMIZER = range(4)
-HALF = Efficiency(np.array([2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 10.0]))  # half of every peak; 10 µs a kernel
+MATRIX, ELEMENTWISE, NORMALISATION, OPTIMIZER, RECURRENT = range(5)
+HALF = Efficiency(np.array([2.0] * 9 + [10.0]))  # half of every peak; 10 µs a kernel
 
 
 def shape(flops, nbytes, classes=None, *, half=None, host_to_device_bytes=0.0, parameter_bytes=0.0,
@@ -64,8 +64,9 @@ def test_the_datasheet_figures_the_arithmetic_below_assumes():
     assert (A100.fp32_tflops, A100.tf32_tflops, A100.bf16_tflops, A100.fp16_tflops) == (19.5, 156.0, 312.0, None)
     assert (T4.fp32_tflops, T4.fp16_tflops, T4.bf16_tflops) == (8.1, 65.0, None)
     assert (K80.fp32_tflops, K80.fp16_tflops, K80.bf16_tflops) == (8.73 / 2, None, None)
-    assert PARAMETERS == ("compute fp32", "compute tf32", "compute half", "memory matrix", "memory element-wise",
-                          "memory normalisation", "memory optimizer", "per kernel")
+    assert PARAMETERS == ("compute fp32", "compute tf32", "compute half", "compute recurrent", "memory matrix",
+                          "memory element-wise", "memory normalisation", "memory optimizer", "memory recurrent",
+                          "per kernel")
 
 
 # --- 1. a kernel's time: its precision's peak, its class's bandwidth share, a fixed cost -------------------------
@@ -93,10 +94,17 @@ def test_predict_takes_each_kernel_at_the_longer_of_its_compute_and_its_memory_t
 
 
 def test_each_kernel_class_moves_its_bytes_at_its_own_share_of_the_bandwidth():
-    shares = Efficiency(np.array([1.0, 1.0, 1.0, 1.0, 2.0, 4.0, 8.0, 0.0]))  # element-wise 1/2, norms 1/4, ...
-    step = predict(Resolved.of(shape([0.0] * 4, [9e9] * 4, [MATRIX, ELEMENTWISE, NORMALISATION, OPTIMIZER]), V100,
-                               "fp32"), shares)
-    assert step.memory_s == pytest.approx(9e9 / 900e9 * (1 + 2 + 4 + 8), rel=1e-12)
+    shares = Efficiency(np.array([1.0] * 4 + [1.0, 2.0, 4.0, 8.0, 16.0, 0.0]))  # element-wise 1/2, norms 1/4, ...
+    step = predict(Resolved.of(shape([0.0] * 5, [9e9] * 5, [MATRIX, ELEMENTWISE, NORMALISATION, OPTIMIZER,
+                                                           RECURRENT]), V100, "fp32"), shares)
+    assert step.memory_s == pytest.approx(9e9 / 900e9 * (1 + 2 + 4 + 8 + 16), rel=1e-12)
+
+
+def test_a_recurrent_kernel_reaches_its_own_share_of_the_peak_its_precision_gives():
+    shares = Efficiency(np.array([1.0, 1.0, 1.0, 4.0] + [1.0] * 5 + [0.0]))  # recurrent arithmetic at a quarter
+    resolved = Resolved.of(shape([1e12, 1e12], [0.0, 0.0], [MATRIX, RECURRENT]), V100, "amp-fp16")
+    assert PEAKS[resolved.peaks[1]] == "half"  # the fp16 tensor cores' peak, 125 TFLOP/s
+    assert predict(resolved, shares).compute_s == pytest.approx(1e12 / 125e12 + 4 * 1e12 / 125e12, rel=1e-12)
 
 
 def test_the_input_pipeline_bounds_the_step_when_it_is_slower_than_the_gpu():
@@ -151,7 +159,8 @@ def test_a_model_built_in_half_precision_runs_its_matrices_on_the_half_peak_even
 
 @pytest.mark.parametrize(("operator", "flops", "kind"), [
     ("aten.addmm.default", 1e9, "matrix"), ("aten.convolution_backward.default", 1e9, "matrix"),
-    ("cudnn_rnn.forward", 1e9, "matrix"), ("aten.relu.default", 0.0, "element-wise"),
+    ("cudnn_rnn.forward", 1e9, "recurrent"), ("cudnn_rnn.backward_weight", 1e9, "recurrent"),
+    ("aten.relu.default", 0.0, "element-wise"),
     ("aten.add_.Tensor", 0.0, "element-wise"), ("aten.native_batch_norm.default", 0.0, "normalisation"),
     ("aten._log_softmax.default", 0.0, "normalisation"), ("aten.native_layer_norm_backward.default", 0.0,
                                                           "normalisation"),
@@ -194,7 +203,7 @@ def test_a_step_at_any_batch_comes_from_two_profiles():
 
 # --- 2. the fit: bounded least squares on relative errors recovers the shares that made the points ---------------
 
-TRUE = Efficiency(np.array([1.5, 1.25, 2.5, 1.1, 1.6, 4.0, 2.2, 6.0]))
+TRUE = Efficiency(np.array([1.5, 1.25, 2.5, 3.5, 1.1, 1.6, 4.0, 2.2, 1.8, 6.0]))
 
 
 def synthetic_points(efficiency: Efficiency = TRUE) -> list[Point]:
@@ -208,6 +217,8 @@ def synthetic_points(efficiency: Efficiency = TRUE) -> list[Point]:
         specs.append(("normalisation", sheet, "fp32", shape([0.0], [1e10], [NORMALISATION])))
         specs.append(("optimizer", sheet, "fp32", shape([0.0], [1e10], [OPTIMIZER])))
         specs.append(("launches", sheet, "fp32", shape([0.0] * 500, [1e3] * 500)))
+        specs.append(("recurrent compute", sheet, "fp32", shape([2e12], [1e6], [RECURRENT])))
+        specs.append(("recurrent memory", sheet, "fp32", shape([1e6], [1e11], [RECURRENT])))
     for sheet in (A100, H100):
         specs.append(("tf32 compute", sheet, "tf32", shape([5e13], [1e6])))
         specs.append(("half compute", sheet, "amp-bf16", shape([2e14], [1e6])))
@@ -239,7 +250,7 @@ def test_a_share_no_point_depends_on_stays_at_its_prior_and_is_pinned_by_none():
 
 
 def test_no_share_is_fitted_above_the_datasheet_peak():
-    points = synthetic_points(Efficiency(np.array([0.5, 1.25, 2.5, 1.1, 1.6, 4.0, 2.2, 6.0])))  # fp32 twice the peak
+    points = synthetic_points(Efficiency(np.array([0.5, 1.25, 2.5, 3.5, 1.1, 1.6, 4.0, 2.2, 1.8, 6.0])))  # fp32 x2
     fitted = Fitter(points).fit()
     assert fitted.inverse[0] == pytest.approx(1.0)  # held at the peak itself
     assert fitted.share("compute fp32") == pytest.approx(1.0)

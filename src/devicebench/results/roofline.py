@@ -46,13 +46,17 @@ PRECISIONS: tuple[Precision, ...] = ("fp32", "tf32", "amp-fp16", "amp-bf16")
 ObservedKind = Literal["step", "busy"]
 
 PEAKS = ("fp32", "tf32", "half")  # the datasheet peak a matrix kernel runs at
-KERNEL_CLASSES = ("matrix", "element-wise", "normalisation", "optimizer")  # kinds of memory traffic
-PARAMETERS = (*(f"compute {peak}" for peak in PEAKS), *(f"memory {kind}" for kind in KERNEL_CLASSES), "per kernel")
+# The shares of a peak that kernels' arithmetic reaches: one per peak, and one for cuDNN's recurrent layers at
+# whichever peak they run at (a step's small matrix products, one after another, reach far less)
+COMPUTE_SHARES = (*PEAKS, "recurrent")
+KERNEL_CLASSES = ("matrix", "element-wise", "normalisation", "optimizer", "recurrent")  # kinds of memory traffic
+PARAMETERS = (*(f"compute {share}" for share in COMPUTE_SHARES), *(f"memory {kind}" for kind in KERNEL_CLASSES),
+              "per kernel")
 PER_KERNEL = len(PARAMETERS) - 1  # the column of the fixed cost of a kernel, in microseconds
 MICROSECOND = 1e-6
 # Where the points do not pin a share, it stays here: inverse shares of the peak (3: a third of the peak), and
 # microseconds a kernel. A weak pull (PRIOR_WEIGHT, in the fit's relative-error units) that a single point outweighs
-PRIOR = np.array([3.0, 3.0, 3.0, 2.0, 2.0, 2.0, 2.0, 5.0])
+PRIOR = np.array([3.0] * len(COMPUTE_SHARES) + [2.0] * len(KERNEL_CLASSES) + [5.0])
 PRIOR_WEIGHT = 1e-3
 LOWEST = np.array([1.0] * PER_KERNEL + [0.0])  # no kernel beats the datasheet's peak; no kernel costs below nothing
 HIGHEST = np.array([1000.0] * PER_KERNEL + [1000.0])  # a share of at least 0.1%, at most 1 ms a kernel
@@ -64,12 +68,16 @@ DEFAULT_LEVEL = 0.8  # the interval's stated level unless asked for another
 
 _FP32, _TF32, _HALF = range(3)
 _OPTIMIZER = KERNEL_CLASSES.index("optimizer")
+_RECURRENT = KERNEL_CLASSES.index("recurrent")
+_MEMORY = len(COMPUTE_SHARES)  # the first memory column
 _NORMALISATION_WORDS = ("norm", "softmax", "sum", "mean", "var", "std", "max", "min", "nll_loss", "cross_entropy",
                         "logsumexp", "cumsum", "prod", "embedding_dense_backward")
 
 
 def kernel_class(operator: str, flops: float) -> int:
     """The index in KERNEL_CLASSES of a kernel by its aten operator ("aten.addmm.default") and FLOPs."""
+    if operator.startswith("cudnn_rnn."):
+        return _RECURRENT
     if flops > 0:
         return 0
     name = operator.split(".")[1] if operator.startswith("aten.") else operator
@@ -152,6 +160,7 @@ class Resolved:
     compute_s: np.ndarray  # FLOPs over the peak the kernel runs at
     memory_s: np.ndarray  # bytes over the memory bandwidth
     peaks: np.ndarray  # index in PEAKS of the peak each kernel runs at
+    shares: np.ndarray  # index in COMPUTE_SHARES of the share of it each kernel's arithmetic reaches
     classes: np.ndarray  # index in KERNEL_CLASSES
     copy_s: float  # the batch over the host link
 
@@ -177,8 +186,10 @@ class Resolved:
             classes = np.append(classes, KERNEL_CLASSES.index("element-wise"))
             peaks = np.append(peaks, _FP32)
         flops = np.append(shape.flops, 0.0)[:len(moved)]
+        shares = np.where(classes == _RECURRENT, COMPUTE_SHARES.index("recurrent"), peaks)
         return cls(compute_s=flops / (tflops[peaks] * 1e12), memory_s=moved / (sheet.memory_gb_s * 1e9),
-                   peaks=peaks, classes=classes, copy_s=shape.host_to_device_bytes / (sheet.host_link_gb_s * 1e9))
+                   peaks=peaks, shares=shares, classes=classes,
+                   copy_s=shape.host_to_device_bytes / (sheet.host_link_gb_s * 1e9))
 
     @property
     def kernels(self) -> int:
@@ -200,7 +211,7 @@ class Efficiency:
         return float(self.inverse[PER_KERNEL]) * MICROSECOND
 
     def describe(self) -> str:
-        compute = ", ".join(f"{peak} {self.share(f'compute {peak}'):.0%}" for peak in PEAKS)
+        compute = ", ".join(f"{share} {self.share(f'compute {share}'):.0%}" for share in COMPUTE_SHARES)
         memory = ", ".join(f"{kind} {self.share(f'memory {kind}'):.0%}" for kind in KERNEL_CLASSES)
         return (f"compute at {compute} of the datasheet peaks; memory traffic at {memory} of the bandwidth; "
                 f"{self.kernel_s * 1e6:.1f} µs a kernel")
@@ -240,8 +251,8 @@ class StepTime:
 def predict(resolved: Resolved, efficiency: Efficiency, *, input_s: float = 0.0,
             serial_input: bool = False) -> StepTime:
     inverse = efficiency.inverse
-    compute = inverse[resolved.peaks] * resolved.compute_s
-    memory = inverse[len(PEAKS) + resolved.classes] * resolved.memory_s
+    compute = inverse[resolved.shares] * resolved.compute_s
+    memory = inverse[_MEMORY + resolved.classes] * resolved.memory_s
     by_compute = compute >= memory
     return StepTime(compute_s=float(compute[by_compute].sum()), memory_s=float(memory[~by_compute].sum()),
                     copy_s=resolved.copy_s, launch_s=resolved.kernels * efficiency.kernel_s, input_s=input_s,
@@ -285,7 +296,7 @@ class Fitter:
     _owner: np.ndarray = field(init=False)  # the point each kernel belongs to
     _compute_s: np.ndarray = field(init=False)
     _memory_s: np.ndarray = field(init=False)
-    _peaks: np.ndarray = field(init=False)
+    _shares: np.ndarray = field(init=False)
     _classes: np.ndarray = field(init=False)
 
     def __post_init__(self) -> None:
@@ -295,8 +306,8 @@ class Fitter:
         self._owner = np.concatenate([np.full(part.kernels, index) for index, part in enumerate(parts)])
         self._compute_s = np.concatenate([part.compute_s for part in parts])
         self._memory_s = np.concatenate([part.memory_s for part in parts])
-        self._peaks = np.concatenate([part.peaks for part in parts])
-        self._classes = np.concatenate([part.classes for part in parts]) + len(PEAKS)
+        self._shares = np.concatenate([part.shares for part in parts])
+        self._classes = np.concatenate([part.classes for part in parts]) + _MEMORY
         self._kernels = np.array([part.kernels for part in parts], dtype=float)
         self._copy_s = np.array([part.copy_s for part in parts])
         self._observed_s = np.array([point.observed_s for point in self.points])
@@ -304,8 +315,8 @@ class Fitter:
     def _terms(self, inverse: np.ndarray) -> np.ndarray:
         """Each point's seconds per parameter at unit inverse shares, given which kernels `inverse` makes
         compute-bound: shape (points, parameters)."""
-        by_compute = inverse[self._peaks] * self._compute_s >= inverse[self._classes] * self._memory_s
-        column = np.where(by_compute, self._peaks, self._classes)
+        by_compute = self._bounds(inverse)
+        column = np.where(by_compute, self._shares, self._classes)
         seconds = np.where(by_compute, self._compute_s, self._memory_s)
         count = len(PARAMETERS)
         terms = np.bincount(self._owner * count + column, weights=seconds,
@@ -333,7 +344,7 @@ class Fitter:
         return Efficiency(inverse)
 
     def _bounds(self, inverse: np.ndarray) -> np.ndarray:
-        return inverse[self._peaks] * self._compute_s >= inverse[self._classes] * self._memory_s
+        return inverse[self._shares] * self._compute_s >= inverse[self._classes] * self._memory_s
 
     def pinned(self, efficiency: Efficiency) -> dict[str, int]:
         """How many points each parameter's term is at least PINNED_SHARE of the predicted step of."""
