@@ -11,12 +11,13 @@ import json
 import os
 import re
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
+from rich.console import RenderableType
 from rich.markup import escape
 from rich.text import Text
 
@@ -243,13 +244,19 @@ def run(
     exit_for(outcome)
 
 
-def run_tables(result: Result, wide: bool) -> list:
+def run_tables(result: Result, wide: bool) -> Iterator[RenderableType]:
     """The answer first (per workload, how much faster a GPU would be here, and on what that rests), then the
-    comparison tables."""
+    comparison tables, then a line per GPU run with what `devicebench estimate` would have said of it beforehand.
+    Yielded one by one, so that the tables are shown before the roofline is fitted for those lines (seconds)."""
     from devicebench.report.answer import answer_parts  # the workload registry: torch
 
     rows = compare([result])
-    return answer_parts(rows) + comparison_tables(rows, wide=wide)
+    yield from answer_parts(rows) + comparison_tables(rows, wide=wide)
+    if any(run.device.startswith("cuda") for run in result.runs):  # a CPU-only session imports no roofline
+        from devicebench.estimated import estimate_lines
+
+        for line in estimate_lines(result):
+            yield Text(line)  # no markup: a workload's name is text
 
 
 def _modified_ns(path: Path | None) -> int | None:
@@ -432,7 +439,7 @@ def train_and_show(
     db: Path | None,
     tensorboard: Path | None,
     save_to: Path | None = None,
-    tables: Callable[[Result], list] = lambda result: comparison_tables(compare([result])),
+    tables: Callable[[Result], Iterable[RenderableType]] = lambda result: comparison_tables(compare([result])),
 ) -> Outcome:
     """Train with every listener attached, print the tables, write the JSON: what `run`, `reproduce` and
     `sweep` share. Every failure to start (a bad path, a foreign database, a missing device) comes before

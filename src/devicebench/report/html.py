@@ -21,6 +21,8 @@ from devicebench import files
 from devicebench.engine.timing import wall_clock_utc
 from devicebench.report.plots import (
     Chart,
+    EstimatedAgainstMeasured,
+    estimate_chart,
     file_stem,
     keep_matplotlib_out_of_a_guessed_home,
     summary_chart,
@@ -84,16 +86,21 @@ class WorkloadSection:
 
 
 def write_report(results: list[Result], out: Path, *, baseline: str = DEFAULT_BASELINE,
-                 prices: Prices | None = None, png_dir: Path | None = None) -> Path:
-    """Write the HTML report of `results` to `out` (and every chart to `png_dir` as PNG); returns `out`."""
+                 prices: Prices | None = None, png_dir: Path | None = None,
+                 estimated: EstimatedAgainstMeasured | None = None) -> Path:
+    """Write the HTML report of `results` to `out` (and every chart to `png_dir` as PNG); returns `out`.
+    `estimated`: the GPU runs of `results` beside what the roofline estimated for them (devicebench.estimated,
+    a layer above this one, makes it), drawn in a section of their own."""
     environment = _template_environment()
     rows_by_workload = compare(results, baseline=baseline, prices=prices)
     # `devicebench sweep` stores its grid as one session whose config lists every point (planning.plan)
     grid_runs = {run.run_id for result in results if "sweep" in result.config for run in result.runs}
     sections = [_workload_section(name, rows, grid_runs) for name, rows in rows_by_workload.items()]
     summary = summary_chart(rows_by_workload)
+    against = estimate_chart(estimated) if estimated is not None else None
     charts = ([summary] if summary else []) + [chart for section in sections
-                                               for chart in (*section.charts, *section.sweeps)]
+                                               for chart in (*section.charts, *section.sweeps)] \
+        + ([against] if against else [])
     if png_dir is not None:
         png_dir.mkdir(parents=True, exist_ok=True)
         for chart in charts:
@@ -112,6 +119,8 @@ def write_report(results: list[Result], out: Path, *, baseline: str = DEFAULT_BA
         prices=_price_lines(prices),
         summary=summary,
         sections=sections,
+        estimated=against,
+        estimated_lines=estimated.lines if estimated is not None else (),
         data_uri=_data_uri,
     )
     write_atomically(out, page)  # a crash mid-write leaves the previous report, not half a page

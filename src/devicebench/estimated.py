@@ -1,0 +1,212 @@
+"""What `devicebench estimate` would have said of a GPU run before it ran, beside what the run measured: the line
+`devicebench run` prints after a GPU run, and the points of the report's estimated-against-measured chart.
+
+The roofline is fitted as `devicebench estimate` fits it, without the user's database (`fit_roofline([])`: the public
+record, the seeds' published figures and the runs committed under results/), so that no run is estimated by a fit
+made on itself. The fit profiles every record row (about 15 s on two cores): it is made once a process, and only
+once a run passes every check that needs no fit, never for a CPU-only session.
+
+    python -c "from devicebench.estimated import run_estimate; help(run_estimate)"
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from devicebench.engine.opcount import ProfileError, profile_training_step
+from devicebench.estimating import EstimateError, RooflineFit, fit_roofline
+from devicebench.report.plots import EstimatedAgainstMeasured, EstimatedPoint
+from devicebench.report.tables import rate_text
+from devicebench.results.datasheets import Datasheet, datasheet_for
+from devicebench.results.roofline import PRECISIONS, Precision, Resolved, StepShape, conformal, predict
+from devicebench.results.schema import Result, RunRecord, RunSettings
+from devicebench.workloads import Workload, get_workload
+
+LEVEL = 0.8  # the interval's stated level, as `devicebench estimate` states it by default
+RECORD_SCHEME = "leave one out"  # how each published figure is estimated for the chart: by a fit without it
+RECURRENT_KERNEL = "cudnn_rnn"  # the operator prefix opcount gives a recurrent layer's fused kernels
+
+
+@dataclass(frozen=True)
+class RunEstimate:
+    """One finished GPU run: the samples/s the roofline estimates for it, and the samples/s it measured."""
+
+    run: RunRecord
+    sheet: Datasheet  # the catalog's entry for the run's GPU
+    precision: Precision  # what its matrix kernels were estimated at: what the run recorded
+    compiled: bool  # torch.compile fused its kernels; the roofline counts them as eager mode launches them
+    estimated: float  # samples/s
+    interval: tuple[float, float] | None  # samples/s at `level`; None where the held-out errors are too few
+    level: float
+    measured: float  # samples/s: the batch over the median steady step, waits for data left out
+
+    @property
+    def inside(self) -> bool | None:
+        if self.interval is None:
+            return None
+        return self.interval[0] <= self.measured <= self.interval[1]
+
+    def verdict(self) -> str:
+        """Whether the measured figure fell inside the interval, and if not, how far from the estimate."""
+        ratio = self.measured / self.estimated
+        if self.inside:
+            return "inside the interval"
+        factor = ratio if ratio >= 1 else 1 / ratio
+        times = f"{factor:,.{1 if factor < 10 else 0}f}x {'faster' if ratio >= 1 else 'slower'} than estimated"
+        return times if self.inside is None else f"outside: {times}"
+
+    def line(self) -> str:
+        """The sentence `devicebench run` prints."""
+        interval = "no interval" if self.interval is None else \
+            f"{estimate_text(self.interval[0])}–{estimate_text(self.interval[1])} at {self.level:.0%}"
+        compiled = " with torch.compile (counted unfused)" if self.compiled else ""
+        return (f"{self.run.workload} on {self.run.device} ({self.run.device_name}): measured "
+                f"{rate_text(self.measured)} samples/s; estimated beforehand {estimate_text(self.estimated)} "
+                f"({interval}), {self.precision}{compiled}: {self.verdict()}")
+
+
+def estimate_text(samples_per_s: float) -> str:
+    """An estimated rate to the three figures it may claim (its interval spans tens of percent): 98,600, 2,650."""
+    return rate_text(float(f"{samples_per_s:.3g}"))
+
+
+def run_estimate(run: RunRecord, level: float = LEVEL) -> RunEstimate | str:
+    """The roofline's estimate for `run`, a finished run on a CUDA device, or why there is none. Only a run of a
+    registered torch workload, in one process, on a GPU of the catalog with compute peaks, at a precision it
+    recorded, can be estimated; every check that needs no fit comes first."""
+    if not run.device.startswith("cuda"):
+        return f"ran on {run.device}, not on a GPU"
+    if run.status != "ok" or not run.steady_epochs:
+        return f"{run.status}, with {len(run.steady_epochs)} steady epochs: no steady figure to set beside it"
+    sheet = datasheet_for(run.device_name)
+    if sheet is None:
+        return f"the {run.device_name} is not in the datasheet catalog"
+    if sheet.fp32_tflops is None:
+        return f"no citable source gives the {sheet.product}'s compute peaks"
+    workload = _registered(run.workload)
+    if workload is None or workload.trainer is not None:
+        return "not a registered torch workload (a model of your own cannot be rebuilt from its record)"
+    if run.settings.world_size != 1:
+        return f"trained in {run.settings.world_size} processes: their communication is not modelled"
+    precision = run_precision(run.settings)
+    if precision not in PRECISIONS:
+        return precision  # why it cannot be told
+    measured_s = median_step_s(run)
+    if isinstance(measured_s, str):
+        return measured_s
+    try:
+        hyperparameters = workload.typed_hyperparameters(run.settings.hyperparameters)
+        workload.parameter_count(hyperparameters)  # its size bounds first: nothing is built past them
+        shape = _step_shape(workload, hyperparameters, precision)
+        if isinstance(shape, str):
+            return shape
+        resolved = Resolved.of(shape, sheet, precision)
+        fitted = _fit()
+    except (ValueError, TypeError, KeyError, RuntimeError) as error:  # EstimateError, PrecisionError, ModelTooLarge
+        return f"{workload.name} cannot be estimated as it ran: {error}"
+    step = predict(resolved, fitted.efficiency)
+    # a dataset held on the GPU (tuned mode) copies no batch to it: the copy is no part of the run's step
+    device_s = step.device_s - (step.copy_s if run.settings.device_resident else 0.0)
+    interval = fitted.interval_for(workload.name, sheet, level)
+    rates = None
+    if interval is not None:
+        fastest_s, slowest_s = interval.seconds(device_s)
+        rates = (shape.batch_size / slowest_s, shape.batch_size / fastest_s)
+    return RunEstimate(run=run, sheet=sheet, precision=precision, compiled=run.settings.compiled,
+                       estimated=shape.batch_size / device_s, interval=rates, level=level,
+                       measured=shape.batch_size / measured_s)
+
+
+def run_precision(settings: RunSettings) -> Precision | str:
+    """The precision `settings` ran its matrix kernels at, as the roofline names it (one of PRECISIONS), or why it
+    cannot be told: seed mode is strict fp32 (engine/tuning.process_settings turns TF32 off); tuned mode records its
+    choice."""
+    if settings.mode == "seed":
+        return "fp32"
+    if settings.mode != "tuned":
+        return f"mode {settings.mode!r} is neither seed nor tuned: its precision is not known"
+    if settings.precision == "bf16":
+        return "amp-bf16"
+    if settings.precision != "fp32":
+        return f"precision {settings.precision!r} is not one the roofline estimates"
+    if settings.tf32_matmul != settings.tf32_cudnn:
+        return ("TF32 was on for matrix products or for convolutions, not for both: the roofline runs every matrix "
+                "kernel at one precision")
+    return "tf32" if settings.tf32_matmul else "fp32"
+
+
+def median_step_s(run: RunRecord) -> float | str:
+    """The median steady step in seconds, waits for data left out, as a fitted point's step is measured; or why
+    an epoch cannot be timed per step."""
+    steps = []
+    for epoch in run.steady_epochs:
+        computing_s = epoch.train_time_s - (epoch.input_wait_s or 0.0)
+        if epoch.steps < 1 or not computing_s > 0:
+            return (f"epoch {epoch.epoch} cannot be timed per step: {epoch.steps} steps, {epoch.train_time_s:g} s "
+                    f"of training of which {epoch.input_wait_s or 0.0:g} s waiting for data")
+        steps.append(computing_s / epoch.steps)
+    return statistics.median(steps)
+
+
+def _registered(name: str) -> Workload | None:
+    try:
+        return get_workload(name)
+    except KeyError:
+        return None
+
+
+def _step_shape(workload: Workload, hyperparameters: dict[str, Any], precision: Precision) -> StepShape | str:
+    """The step as `run_estimate` resolves it, or why its precision cannot be one: a profile at the run's batch."""
+    try:
+        profile = profile_training_step(workload, hyperparameters)
+    except ProfileError as error:
+        raise EstimateError(str(error)) from None
+    if profile is None:
+        return f"{workload.name} is not a torch model: it has no kernels to estimate"
+    if precision == "amp-bf16" and any(kernel.operator.startswith(RECURRENT_KERNEL) for kernel in profile.kernels):
+        # engine/tuning.TunedForward keeps recurrent layers in fp32 under bf16 autocast: two precisions at once
+        return ("bf16 autocast with recurrent layers kept in fp32: the roofline runs every matrix kernel at one "
+                "precision")
+    return StepShape.of(profile)
+
+
+@functools.cache
+def _fit() -> RooflineFit:
+    """`devicebench estimate`'s fit without the user's database: once a process, and only when a run needs it."""
+    return fit_roofline([])
+
+
+def estimate_lines(result: Result) -> list[str]:
+    """One sentence per run of `result` the roofline can estimate; nothing for the others (a CPU's, a model of your
+    own, a GPU not in the catalog)."""
+    return [found.line() for run in result.runs if isinstance(found := run_estimate(run), RunEstimate)]
+
+
+def estimated_against_measured(results: Iterable[Result], level: float = LEVEL) -> EstimatedAgainstMeasured | None:
+    """The chart's points: every run of `results` the roofline can estimate, and every published figure it was
+    fitted on, estimated by a fit without it. None when no run can be estimated: a report of CPU runs makes no fit."""
+    found = [estimate for result in results for run in result.runs
+             if isinstance(estimate := run_estimate(run, level), RunEstimate)]
+    if not found:
+        return None
+    runs = tuple(EstimatedPoint(label=f"{estimate.run.workload} on {estimate.run.device} ({estimate.sheet.product}),"
+                                      f" {estimate.precision}, run {estimate.run.run_id[:8]}",
+                                gpu=estimate.sheet.product, estimated=estimate.estimated, measured=estimate.measured,
+                                interval=estimate.interval)
+                 for estimate in found)
+    fitted = _fit()
+    log_errors = fitted.log_errors(RECORD_SCHEME)  # log(measured / estimated) of each point's seconds
+    published = tuple(
+        EstimatedPoint(label=point.label, gpu=point.sheet.product, estimated=point.batch_size * math.exp(error)
+                       / point.observed_s, measured=point.batch_size / point.observed_s, interval=None)
+        for point, error in zip(fitted.points, log_errors)
+        if point.kind == "step" and math.isfinite(error))  # a "busy" point's time is not its samples/s
+    record_interval = conformal(log_errors, level, RECORD_SCHEME)
+    return EstimatedAgainstMeasured(runs=runs, published=published, level=level, lines=tuple(
+        estimate.line() for estimate in found), published_ratio=None if record_interval is None else
+        record_interval.high_ratio)
