@@ -207,7 +207,7 @@ def test_run_prints_a_line_per_gpu_run_after_the_tables_and_none_for_the_cpu(fak
 
 def published_point(gpu: str, observed_s: float, batch: int = 64, kind: str = "step") -> Point:
     nothing = np.zeros(1)
-    resolved = Resolved(nothing, nothing, np.zeros(1, dtype=int), np.zeros(1, dtype=int), 0.0)
+    resolved = Resolved(nothing, nothing, np.zeros(1, dtype=int), np.zeros(1, dtype=int), np.zeros(1, dtype=int), 0.0)
     return Point(label=f"resnet50 on the {gpu}", source="a post", workload="resnet50", sheet=catalog_entry(gpu),
                  precision="fp32", resolved=resolved, batch_size=batch, observed_s=observed_s, kind=kind)
 

@@ -19,13 +19,26 @@ from dataclasses import dataclass
 from typing import Any
 
 from devicebench.engine.opcount import ProfileError, profile_training_step
-from devicebench.estimating import EstimateError, RooflineFit, fit_roofline
+from devicebench.estimating import (
+    EstimateError,
+    RooflineFit,
+    fit_roofline,
+    registered,
+    steady_steps_s,
+)
 from devicebench.report.plots import EstimatedAgainstMeasured, EstimatedPoint
 from devicebench.report.tables import rate_text
 from devicebench.results.datasheets import Datasheet, datasheet_for
-from devicebench.results.roofline import PRECISIONS, Precision, Resolved, StepShape, conformal, predict
+from devicebench.results.roofline import (
+    PRECISIONS,
+    Precision,
+    Resolved,
+    StepShape,
+    conformal,
+    predict,
+)
 from devicebench.results.schema import Result, RunRecord, RunSettings
-from devicebench.workloads import Workload, get_workload
+from devicebench.workloads import Workload
 
 LEVEL = 0.8  # the interval's stated level, as `devicebench estimate` states it by default
 RECORD_SCHEME = "leave one out"  # how each published figure is estimated for the chart: by a fit without it
@@ -88,7 +101,7 @@ def run_estimate(run: RunRecord, level: float = LEVEL) -> RunEstimate | str:
         return f"the {run.device_name} is not in the datasheet catalog"
     if sheet.fp32_tflops is None:
         return f"no citable source gives the {sheet.product}'s compute peaks"
-    workload = _registered(run.workload)
+    workload = registered(run.workload)
     if workload is None or workload.trainer is not None:
         return "not a registered torch workload (a model of your own cannot be rebuilt from its record)"
     if run.settings.world_size != 1:
@@ -143,21 +156,8 @@ def run_precision(settings: RunSettings) -> Precision | str:
 def median_step_s(run: RunRecord) -> float | str:
     """The median steady step in seconds, waits for data left out, as a fitted point's step is measured; or why
     an epoch cannot be timed per step."""
-    steps = []
-    for epoch in run.steady_epochs:
-        computing_s = epoch.train_time_s - (epoch.input_wait_s or 0.0)
-        if epoch.steps < 1 or not computing_s > 0:
-            return (f"epoch {epoch.epoch} cannot be timed per step: {epoch.steps} steps, {epoch.train_time_s:g} s "
-                    f"of training of which {epoch.input_wait_s or 0.0:g} s waiting for data")
-        steps.append(computing_s / epoch.steps)
-    return statistics.median(steps)
-
-
-def _registered(name: str) -> Workload | None:
-    try:
-        return get_workload(name)
-    except KeyError:
-        return None
+    steps = steady_steps_s(run)
+    return steps if isinstance(steps, str) else statistics.median(steps)
 
 
 def _step_shape(workload: Workload, hyperparameters: dict[str, Any], precision: Precision) -> StepShape | str:

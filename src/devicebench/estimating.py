@@ -259,7 +259,7 @@ def record_points(figures: Sequence[RecordFigure] | None = None) -> tuple[list[P
 def _record_point(figure: RecordFigure, label: str) -> Point | str:
     if figure.gpus != 1:
         return f"measured on {figure.gpus} GPUs: their communication is not modelled"
-    workload = _registered(figure.workload)
+    workload = registered(figure.workload)
     if workload is None:
         return "not a devicebench workload"
     sheet = catalog_entry(figure.gpu)
@@ -324,18 +324,14 @@ def _point_or_why(run: RunRecord, label: str, where: str) -> Point | str:
         return "the GPU is not in the datasheet catalog"
     if sheet.fp32_tflops is None:
         return f"no citable source gives the {sheet.product}'s compute peaks"
-    workload = _registered(run.workload)
+    workload = registered(run.workload)
     if workload is None or workload.trainer is not None:
         return "not a registered torch workload (a model of your own cannot be rebuilt from its record)"
     if run.settings.mode != "seed" or run.settings.world_size != 1:
         return "tuned or multi-process: a point is one process in seed mode's fp32, whose precision is known"
-    steps = []
-    for epoch in run.steady_epochs:
-        computing_s = epoch.train_time_s - (epoch.input_wait_s or 0.0)
-        if epoch.steps < 1 or not computing_s > 0:
-            return (f"epoch {epoch.epoch} cannot be timed per step: {epoch.steps} steps, {epoch.train_time_s:g} s "
-                    f"of training of which {epoch.input_wait_s or 0.0:g} s waiting for data")
-        steps.append(computing_s / epoch.steps)
+    steps = steady_steps_s(run)
+    if isinstance(steps, str):
+        return steps
     if run.plausibility_flags:  # flagged when it ran: by figures (a merged rank's) its record may no longer hold
         return f"flagged {run.plausibility_flags}: {run.plausibility_note}"
     try:
@@ -359,7 +355,21 @@ def _point_or_why(run: RunRecord, label: str, where: str) -> Point | str:
                  observed_s=statistics.median(steps), kind="step")
 
 
-def _registered(name: str) -> Workload | None:
+def steady_steps_s(run: RunRecord) -> list[float] | str:
+    """Each steady epoch's seconds a step, waits for data left out, as a point's step is measured; or why an epoch
+    cannot be timed per step."""
+    steps = []
+    for epoch in run.steady_epochs:
+        computing_s = epoch.train_time_s - (epoch.input_wait_s or 0.0)
+        if epoch.steps < 1 or not computing_s > 0:
+            return (f"epoch {epoch.epoch} cannot be timed per step: {epoch.steps} steps, {epoch.train_time_s:g} s "
+                    f"of training of which {epoch.input_wait_s or 0.0:g} s waiting for data")
+        steps.append(computing_s / epoch.steps)
+    return steps
+
+
+def registered(name: str) -> Workload | None:
+    """The registered workload of that name, or None."""
     try:
         return get_workload(name)
     except KeyError:

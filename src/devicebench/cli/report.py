@@ -27,6 +27,7 @@ from devicebench.cli import (
     open_store,
     prices_from,
 )
+from devicebench.estimated import estimated_against_measured
 from devicebench.report.html import ReportDependencyError, write_report
 from devicebench.results.compare import DEFAULT_BASELINE
 
@@ -61,7 +62,8 @@ def report(
     with open_store(db, writes=False) as store:
         results = store.results(workload=workload, machine=machine, last=last)
     try:
-        written = write_report(results, out, baseline=baseline, prices=prices, png_dir=png)
+        written = write_report(results, out, baseline=baseline, prices=prices, png_dir=png,
+                               estimated=estimated_against_measured(results))
     except ReportDependencyError as error:
         raise fail(str(error)) from None
     except OSError as error:
