@@ -195,6 +195,36 @@ def test_each_question_gets_the_held_out_errors_that_answer_like_it():
     assert fitted.scheme_for("resnet50", H100) == "leave one out"  # both known
 
 
+def test_the_host_cores_each_gpu_is_estimated_with():
+    from devicebench.cli.estimate import _host_cores
+
+    sheets = [catalog_entry("h100-sxm"), catalog_entry("rtx-4090")]  # rented on AWS p5; no cloud rents it alone
+    assert _host_cores(sheets, "rented", None) == {"h100-sxm": 24, "rtx-4090": None}
+    assert _host_cores(sheets, "rented", 6) == {"h100-sxm": 6, "rtx-4090": 6}
+    assert _host_cores(sheets, "here", None) == {}
+
+
+def test_an_estimate_is_of_the_batch_asked_for_when_the_baseline_trained_a_smaller_one(monkeypatch):
+    import devicebench.estimating as estimating
+    from devicebench.cli.run import plan_or_fail
+    from devicebench.config import RunConfig
+
+    (job,) = plan_or_fail(RunConfig(workloads=("cifar10-mlp",), devices="cpu", epochs=3, batch_size=256,
+                                    data="synthetic")).jobs
+    baseline = result_fixtures.run("cpu", [1.0, 0.5, 0.5], workload="cifar10-mlp", batch_size=32)
+    baseline.settings.workers = 0
+    monkeypatch.setattr(estimating, "input_seconds_per_batch", lambda job, run: (0.01, 100))  # 100 batches of 32
+    monkeypatch.setattr(RooflineFit, "interval_for", lambda self, workload, sheet, level: None)
+    fitted = RooflineFit([], [], fitter=None, efficiency=HALF)
+    (estimate,) = estimating.estimates_for(job, baseline, [T4], fitted, {})
+    assert estimate.batch_size == 256 and estimate.baseline.batch_size == 32
+    assert estimate.step.input_s == pytest.approx(0.01 * 256 / 32)  # the pipeline's work grows with the batch
+    assert estimate.steps_per_epoch == math.ceil(100 * 32 / 256)
+    expected = predict(Resolved.of(shape_of(job.workload, job.hyperparameters), T4, "fp32"), HALF, input_s=0.08,
+                       serial_input=True)
+    assert estimate.step == expected
+
+
 # --- 6. the user's runs as points -----------------------------------------------------------------------------
 
 

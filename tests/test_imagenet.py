@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import re
-import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -51,14 +50,14 @@ def test_parameter_counts_are_the_published_implementations(name):
 
 
 @pytest.mark.parametrize("name", REFERENCE_MODELS)
-def test_building_on_the_meta_device_is_quick_and_takes_no_memory(name):
+def test_building_on_the_meta_device_takes_no_memory(name):
+    """No weight is made or initialised for real (about 0.1 s for resnet152 on two busy cores; a timed assertion
+    would be noise on a shared machine, so the test holds what makes it quick: every tensor on meta)."""
     workload = get_workload(name)
-    workload.parameter_count()  # torch's own first use of the meta device (about a second, once) is not the model's
-    started = time.perf_counter()
     with torch.device("meta"):
         model = workload.build_model(workload.defaults)
-    assert time.perf_counter() - started < 0.5  # seconds; 0.1 for resnet152's 50 blocks on two busy cores
     assert all(parameter.is_meta for parameter in model.parameters())
+    assert all(buffer.is_meta for buffer in model.buffers())
     with torch.device("meta"):
         assert model(torch.zeros(2, 3, 224, 224)).shape == (2, 1000)
 
