@@ -1,4 +1,4 @@
-"""`devicebench estimate` (estimating.py and the command): the points of the public record, the estimate's
+"""`devicebench estimate` (estimate/points.py, estimate/targets.py and the command): the points of the public record, the estimate's
 arithmetic, the precision a mode runs, the rented host's cores, the interval each question gets, and the command's
 refusals, validation and end-to-end run. The roofline's own arithmetic and fit are tests/test_roofline.py's.
 
@@ -18,25 +18,35 @@ import result_fixtures
 from typer.testing import CliRunner
 
 from devicebench.cli import EXIT_USAGE, app
-from devicebench.estimating import (
+from devicebench.estimate.points import (
     SEED_FIGURES,
     UNSCORED,
-    Baseline,
-    Estimate,
     RooflineFit,
     fit_roofline,
     measured_points,
-    precisions_for,
     record_points,
     record_precision,
-    scaled_input_s,
     seed_points,
     shape_of,
+)
+from devicebench.estimate.roofline import (
+    Efficiency,
+    Interval,
+    Point,
+    PredictedStep,
+    Resolved,
+    StepShape,
+    predict,
+)
+from devicebench.estimate.targets import (
+    Baseline,
+    Estimate,
+    precisions_for,
+    scaled_input_s,
 )
 from devicebench.report.estimates import BOUNDS
 from devicebench.results.datasheets import DATASHEETS, RENTED_HOSTS, catalog_entry
 from devicebench.results.record import published_figures
-from devicebench.results.roofline import Efficiency, Interval, Point, Resolved, StepShape, StepTime, predict
 from devicebench.results.store import Store
 from devicebench.workloads import get_workload
 
@@ -59,7 +69,7 @@ def flat(text: str) -> str:
 
 
 def test_an_estimate_turns_step_seconds_into_rates_epochs_speedups_and_cost():
-    step = StepTime(compute_s=0.007, memory_s=0.0019, copy_s=0.001, launch_s=1e-4, input_s=0.0, serial_input=False)
+    step = PredictedStep(compute_s=0.007, memory_s=0.0019, copy_s=0.001, launch_s=1e-4, input_s=0.0, serial_input=False)
     assert step.seconds == pytest.approx(0.01)  # 0.007 + 0.0019 + 0.001 + 0.0001
     baseline = Baseline("cpu (Test CPU)", (100.0, 90.0, 110.0), "synthetic")
     estimate = Estimate("cifar10-mlp", T4, batch_size=100, step=step, interval=Interval(0.8, math.log(2.0), 9, "x"),
@@ -205,7 +215,7 @@ def test_the_host_cores_each_gpu_is_estimated_with():
 
 
 def test_an_estimate_is_of_the_batch_asked_for_when_the_baseline_trained_a_smaller_one(monkeypatch):
-    import devicebench.estimating as estimating
+    import devicebench.estimate.targets as estimating
     from devicebench.cli.run import plan_or_fail
     from devicebench.config import RunConfig
 

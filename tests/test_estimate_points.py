@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from devicebench.cli import app
 from devicebench.engine import opcount
-from devicebench.estimating import fit_roofline, measured_points, shape_of
+from devicebench.estimate.points import fit_roofline, measured_points, shape_of
 from devicebench.results.datasheets import catalog_entry
 from devicebench.results.store import export_document
 from devicebench.workloads import get_workload
@@ -166,6 +166,6 @@ def test_a_step_of_too_many_kernels_is_no_point_and_is_never_retried_on_the_cpu(
     monkeypatch.setattr(opcount, "_full_batch", lambda part, size, device: retried.append(device) or
                         torch.empty((size, *part.shape[1:]), dtype=part.dtype, device="meta"))
     why = why_left_out(forged)
-    assert why == (f"its settings cannot rebuild catdog-deep: one training step launches more than 1,000 kernels: a "
+    assert why == ("its settings cannot rebuild catdog-deep: one training step launches more than 1,000 kernels: a "
                    "model that large is no benchmark (check its sizes: depth, sequence length)")
     assert "cpu" not in retried  # the meta device only: never real tensors of a net that deep

@@ -21,13 +21,20 @@ from matplotlib.colors import to_rgb
 from matplotlib.container import ErrorbarContainer
 from rich.text import Text
 
-from devicebench import estimated
+from devicebench.estimate import against_measured as estimated
 from devicebench.cli.run import run_tables
-from devicebench.estimating import shape_of
+from devicebench.estimate.points import shape_of
+from devicebench.estimate.roofline import (
+    PRIOR,
+    Efficiency,
+    Interval,
+    Point,
+    Resolved,
+    predict,
+)
 from devicebench.report.html import write_report
 from devicebench.report.plots import EstimatedAgainstMeasured, estimate_figure
 from devicebench.results.datasheets import catalog_entry
-from devicebench.results.roofline import PRIOR, Efficiency, Interval, Point, Resolved, predict
 from devicebench.workloads import get_workload
 
 H100 = "NVIDIA H100 80GB HBM3"  # torch's name of the H100 SXM
@@ -56,7 +63,7 @@ def session(*runs):
 
 @dataclass
 class FakeFit:
-    """What estimated.py reads of a RooflineFit, with figures chosen by the test."""
+    """What estimate/against_measured.py reads of a RooflineFit, with figures chosen by the test."""
 
     half_width: float  # every interval's, on a log scale
     efficiency: Efficiency = field(default_factory=lambda: Efficiency(PRIOR.copy()))
@@ -304,13 +311,13 @@ def test_a_report_of_cpu_runs_fits_nothing(no_fit):
 
 @pytest.mark.slow
 def test_the_real_fit_is_made_once_without_the_runs_of_the_database(monkeypatch):
-    from devicebench import estimating
+    from devicebench.estimate import points
 
     asked = []
 
     def recorded(stored):
         asked.append(list(stored))
-        return estimating.fit_roofline(stored)
+        return points.fit_roofline(stored)
 
     monkeypatch.setattr(estimated, "fit_roofline", recorded)
     estimated._fit.cache_clear()

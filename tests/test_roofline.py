@@ -1,4 +1,4 @@
-"""The roofline of `devicebench estimate` (results/roofline.py): each kernel's time at its precision's peak, the fit
+"""The roofline of `devicebench estimate` (estimate/roofline.py): each kernel's time at its precision's peak, the fit
 of the shares, the held-out predictions of each validation scheme and the split-conformal interval. Every expected
 number is computed here from the datasheet figures, never copied from the code's output.
 
@@ -14,8 +14,7 @@ import numpy as np
 import pytest
 
 from devicebench.engine.opcount import Kernel, StepProfile
-from devicebench.results.datasheets import catalog_entry
-from devicebench.results.roofline import (
+from devicebench.estimate.roofline import (
     AMP_BYTES,
     AMP_CAST_BYTES,
     KERNEL_CLASSES,
@@ -26,9 +25,9 @@ from devicebench.results.roofline import (
     Interval,
     Point,
     PrecisionError,
+    PredictedStep,
     Resolved,
     StepShape,
-    StepTime,
     Validation,
     conformal,
     coverage,
@@ -38,6 +37,7 @@ from devicebench.results.roofline import (
     predict,
     validate,
 )
+from devicebench.results.datasheets import catalog_entry
 
 V100 = catalog_entry("v100-sxm2")  # fp32 15.7, fp16 tensor 125 TFLOP/s, no TF32 or bf16, 900 GB/s, PCIe 3.0: 15.75 GB/s
 A100 = catalog_entry("a100-80gb")  # fp32 19.5, TF32 156, bf16 312 TFLOP/s, 2039 GB/s
@@ -187,7 +187,7 @@ def test_a_step_shape_reads_a_profile_kernel_by_kernel():
 
 
 def test_a_step_at_any_batch_comes_from_two_profiles():
-    from devicebench.estimating import shape_of
+    from devicebench.estimate.points import shape_of
     from devicebench.workloads import get_workload
 
     workload = get_workload("cifar10-cnn")
@@ -334,6 +334,6 @@ def test_validation_errors_medians_and_coverage():
 
 
 def test_a_step_time_is_a_prediction_term_by_term():
-    step = StepTime(compute_s=0.007, memory_s=0.002, copy_s=0.001, launch_s=1e-4, input_s=0.0, serial_input=False)
+    step = PredictedStep(compute_s=0.007, memory_s=0.002, copy_s=0.001, launch_s=1e-4, input_s=0.0, serial_input=False)
     assert step.device_s == pytest.approx(0.0101)
     assert step.seconds == step.device_s and step.bound == "compute"

@@ -26,17 +26,8 @@ from devicebench.cli import (
 )
 from devicebench.cli.run import DataOption, exit_for, plan_or_fail, train_and_show
 from devicebench.config import ConfigError, RunConfig
-from devicebench.estimating import Estimate, EstimateError, RooflineFit, estimates_for, fit_roofline
-from devicebench.report.estimates import (
-    estimate_notes,
-    estimate_table,
-    group_table,
-    validation_summary,
-    validation_table,
-)
-from devicebench.results.datasheets import DATASHEETS, RENTED_HOSTS, Datasheet, TargetError, parse_targets
-from devicebench.results.prices import PriceError, parse_named_prices
-from devicebench.results.roofline import (
+from devicebench.estimate.points import EstimateError, RooflineFit, fit_roofline
+from devicebench.estimate.roofline import (
     DEFAULT_LEVEL,
     PARAMETERS,
     PRECISIONS,
@@ -46,6 +37,22 @@ from devicebench.results.roofline import (
     median_absolute_error,
     validate,
 )
+from devicebench.estimate.targets import Estimate, estimates_for
+from devicebench.report.estimates import (
+    estimate_notes,
+    estimate_table,
+    group_table,
+    validation_summary,
+    validation_table,
+)
+from devicebench.results.datasheets import (
+    DATASHEETS,
+    RENTED_HOSTS,
+    Datasheet,
+    TargetError,
+    parse_targets,
+)
+from devicebench.results.prices import PriceError, parse_named_prices
 from devicebench.results.schema import write_atomically
 
 DEFAULT_TARGETS = "t4,l4,a100-80gb,h100-sxm"

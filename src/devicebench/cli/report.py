@@ -27,7 +27,7 @@ from devicebench.cli import (
     open_store,
     prices_from,
 )
-from devicebench.estimated import estimated_against_measured
+from devicebench.estimate.against_measured import estimated_against_measured
 from devicebench.report.html import ReportDependencyError, write_report
 from devicebench.results.compare import DEFAULT_BASELINE
 

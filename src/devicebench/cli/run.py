@@ -253,7 +253,7 @@ def run_tables(result: Result, wide: bool) -> Iterator[RenderableType]:
     rows = compare([result])
     yield from answer_parts(rows) + comparison_tables(rows, wide=wide)
     if any(run.device.startswith("cuda") for run in result.runs):  # a CPU-only session imports no roofline
-        from devicebench.estimated import estimate_lines
+        from devicebench.estimate.against_measured import estimate_lines
 
         for line in estimate_lines(result):
             yield Text(line)  # no markup: a workload's name is text

@@ -13,13 +13,18 @@ from typing import TYPE_CHECKING
 
 from rich.table import Table
 
-from devicebench.report.tables import duration_text
-from devicebench.report.tables import FittedTable, fitted, number_text, rate_text
+from devicebench.estimate.roofline import Validation, coverage, median_absolute_error
+from devicebench.report.tables import (
+    FittedTable,
+    duration_text,
+    fitted,
+    rate_text,
+)
 from devicebench.results.datasheets import RENTED_HOSTS
-from devicebench.results.roofline import Validation, coverage, median_absolute_error
 
 if TYPE_CHECKING:
-    from devicebench.estimating import Estimate, RooflineFit
+    from devicebench.estimate.points import RooflineFit
+    from devicebench.estimate.targets import Estimate
 
 BOUNDS = {  # what each bound means, and what would move it
     "compute": "the matrix arithmetic at the GPU's peak (share fitted): a faster GPU or lower precision helps",

@@ -89,7 +89,7 @@ def write_report(results: list[Result], out: Path, *, baseline: str = DEFAULT_BA
                  prices: Prices | None = None, png_dir: Path | None = None,
                  estimated: EstimatedAgainstMeasured | None = None) -> Path:
     """Write the HTML report of `results` to `out` (and every chart to `png_dir` as PNG); returns `out`.
-    `estimated`: the GPU runs of `results` beside what the roofline estimated for them (devicebench.estimated,
+    `estimated`: the GPU runs of `results` beside what the roofline estimated for them (devicebench.estimate.against_measured,
     a layer above this one, makes it), drawn in a section of their own."""
     environment = _template_environment()
     rows_by_workload = compare(results, baseline=baseline, prices=prices)

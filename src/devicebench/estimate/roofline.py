@@ -218,7 +218,7 @@ class Efficiency:
 
 
 @dataclass(frozen=True)
-class StepTime:
+class PredictedStep:
     """One step on one GPU, term by term, in seconds: a prediction, never a measurement."""
 
     compute_s: float  # GPU time of the kernels bound by arithmetic
@@ -249,12 +249,12 @@ class StepTime:
 
 
 def predict(resolved: Resolved, efficiency: Efficiency, *, input_s: float = 0.0,
-            serial_input: bool = False) -> StepTime:
+            serial_input: bool = False) -> PredictedStep:
     inverse = efficiency.inverse
     compute = inverse[resolved.shares] * resolved.compute_s
     memory = inverse[_MEMORY + resolved.classes] * resolved.memory_s
     by_compute = compute >= memory
-    return StepTime(compute_s=float(compute[by_compute].sum()), memory_s=float(memory[~by_compute].sum()),
+    return PredictedStep(compute_s=float(compute[by_compute].sum()), memory_s=float(memory[~by_compute].sum()),
                     copy_s=resolved.copy_s, launch_s=resolved.kernels * efficiency.kernel_s, input_s=input_s,
                     serial_input=serial_input)
 

@@ -6,7 +6,7 @@ record, the seeds' published figures and the runs committed under results/), so 
 made on itself. The fit profiles every record row (about 15 s on two cores): it is made once a process, and only
 once a run passes every check that needs no fit, never for a CPU-only session.
 
-    python -c "from devicebench.estimated import run_estimate; help(run_estimate)"
+    python -c "from devicebench.estimate.against_measured import run_estimate; help(run_estimate)"
 """
 
 from __future__ import annotations
@@ -19,17 +19,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from devicebench.engine.opcount import ProfileError, profile_training_step
-from devicebench.estimating import (
+from devicebench.estimate.points import (
     EstimateError,
     RooflineFit,
     fit_roofline,
     registered,
     steady_steps_s,
 )
-from devicebench.report.plots import EstimatedAgainstMeasured, EstimatedPoint
-from devicebench.report.tables import rate_text
-from devicebench.results.datasheets import Datasheet, datasheet_for
-from devicebench.results.roofline import (
+from devicebench.estimate.roofline import (
     PRECISIONS,
     Precision,
     Resolved,
@@ -37,6 +34,9 @@ from devicebench.results.roofline import (
     conformal,
     predict,
 )
+from devicebench.report.plots import EstimatedAgainstMeasured, EstimatedPoint
+from devicebench.report.tables import rate_text
+from devicebench.results.datasheets import Datasheet, datasheet_for
 from devicebench.results.schema import Result, RunRecord, RunSettings
 from devicebench.workloads import Workload
 
