@@ -30,9 +30,8 @@ from devicebench.results.store import (
     StoreError,
     StoreReporter,
     default_db_path,
-    read_results_file,
-    write_json_export,
 )
+from devicebench.results.transfer import read_results_file, write_json_export
 
 TINY = dict(devices="cpu", data="synthetic", epochs=2, max_steps=2, max_eval_steps=1)
 
