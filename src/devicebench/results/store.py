@@ -25,7 +25,6 @@ from typing import Any
 
 import psutil
 
-from devicebench.events import RunReporter
 from devicebench.files import DB_VARIABLE, UnusableFile, require_regular_file, user_folder
 from devicebench.results.schema import (
     LARGEST_WHOLE_NUMBER,
@@ -792,44 +791,3 @@ def _assemble(sessions: list[sqlite3.Row], runs: list[sqlite3.Row], epochs: list
         }, f"session {row['result_id']}")
         for row in sessions
     ]
-
-
-# --- writing a run to the store as it happens --------------------------------------------------------------------
-
-
-class StoreReporter(RunReporter):
-    """Stores a session as `runner.run` reports it: the session, each run at its start and end, each epoch.
-
-    A write that fails (a full disk, another process holding the lock too long) is kept in `failure` and ends the
-    storing, never the training: the run's tables and JSON still hold every number.
-    """
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self.result_id: str | None = None
-        self.failure: StoreError | None = None
-
-    def session_started(self, result: Result) -> None:
-        self.result_id = result.result_id
-        self._write(self.store.add_session, result)
-
-    def run_started(self, record: RunRecord) -> None:
-        self._write(self.store.start_run, self.result_id, record)
-
-    def epoch_finished(self, record: RunRecord, epoch: EpochRecord) -> None:
-        self._write(self.store.add_epoch, record.run_id, epoch)
-
-    def run_finished(self, record: RunRecord) -> None:
-        self._write(self.store.finish_run, record)
-
-    def confirm(self) -> None:
-        """At the end: that the database file still holds what was written (check_still_there), else `failure`."""
-        self._write(self.store.check_still_there)
-
-    def _write(self, write: Callable[..., None], *arguments: Any) -> None:
-        if self.failure is not None:
-            return  # later writes would only add to a record already incomplete
-        try:
-            write(*arguments)
-        except StoreError as error:  # what failed and why, with every earlier write intact
-            self.failure = error
