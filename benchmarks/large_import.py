@@ -20,7 +20,7 @@ import uuid
 from pathlib import Path
 
 from devicebench.results.schema import EpochRecord, Result, RunRecord, RunSettings
-from devicebench.results.store import export_document
+from devicebench.results.transfer import export_document
 
 RUNS_PER_SESSION = 10
 EPOCHS_PER_RUN = 20

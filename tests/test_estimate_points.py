@@ -20,7 +20,7 @@ from devicebench.cli import app
 from devicebench.engine import opcount
 from devicebench.estimate.points import fit_roofline, measured_points, shape_of
 from devicebench.results.datasheets import catalog_entry
-from devicebench.results.store import export_document
+from devicebench.results.transfer import export_document
 from devicebench.workloads import get_workload
 from devicebench.workloads.catdog import MAX_DEEP_DEPTH
 

@@ -31,7 +31,8 @@ from devicebench.cli import EXIT_FAILED_RUN, app
 from devicebench.data import DataUnavailable, sources
 from devicebench.data.sources import RemoteFile, fetch
 from devicebench.results import store as store_module
-from devicebench.results.store import Store, StoreError, StoreReporter
+from devicebench.recording import StoreReporter
+from devicebench.results.store import Store, StoreError
 
 BODY = np.random.default_rng(9).integers(0, 256, size=3 * 2**20 + 77, dtype=np.uint8).tobytes()  # 3 MiB: 4 reads
 NAME = "payload.bin"

@@ -20,7 +20,8 @@ from typer.testing import CliRunner
 import devicebench.cli.machine
 from devicebench.cli import COMMANDS, EXIT_FAILED_RUN, EXIT_OUTPUT_CUT, EXIT_OUTPUT_LOST, EXIT_USAGE, app
 from devicebench.files import UnusableFile
-from devicebench.results.store import ResultsFileError, Store, StoreError
+from devicebench.results.store import Store, StoreError
+from devicebench.results.transfer import ResultsFileError
 
 cli = CliRunner()
 

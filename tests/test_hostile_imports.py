@@ -23,7 +23,8 @@ from typer.testing import CliRunner
 from devicebench.cli import EXIT_USAGE, app
 from devicebench.engine.calibrate import calibration_path
 from devicebench.environment import machine_fingerprint
-from devicebench.results.store import Store, StoreError, export_document
+from devicebench.results.store import Store, StoreError
+from devicebench.results.transfer import export_document
 
 cli = CliRunner()
 TINY_RUN = ["--devices", "cpu", "--data", "synthetic", "--epochs", "2", "--max-steps", "2", "--max-eval-steps", "1"]
@@ -153,7 +154,7 @@ def _colliding(tmp_path, make_result, make_run):
 def test_2_a_session_id_already_stored_with_other_content_is_refused_by_the_store(tmp_path, db, make_result,
                                                                                    make_run):
     _colliding(tmp_path, make_result, make_run)
-    from devicebench.results.store import read_results_file
+    from devicebench.results.transfer import read_results_file
 
     with Store(db) as store:
         store.import_results(read_results_file(tmp_path / "mine.json"))

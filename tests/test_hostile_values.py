@@ -25,7 +25,7 @@ import pytest
 from typer.testing import CliRunner
 
 from devicebench.cli import EXIT_USAGE, app
-from devicebench.results import store as store_module
+from devicebench.results import transfer as transfer_module
 from devicebench.results.schema import (
     LARGEST_WHOLE_NUMBER,
     SMALLEST_FIGURE,
@@ -34,7 +34,8 @@ from devicebench.results.schema import (
     RunRecord,
     RunSettings,
 )
-from devicebench.results.store import Store, export_document, stream_results_file
+from devicebench.results.store import Store
+from devicebench.results.transfer import export_document, stream_results_file
 
 cli = CliRunner()
 READING_COMMANDS = (["history", "--wide"], ["compare"], ["report", "--out", "r.html"], ["export", "out.csv"],
@@ -256,7 +257,7 @@ def test_4_an_export_read_piece_by_piece_is_the_export(tmp_path, monkeypatch, ma
     document = _export(make_result, make_run, sessions=4)
     path = tmp_path / "export.json"
     path.write_text(json.dumps(document, indent=2))
-    monkeypatch.setattr(store_module, "READ_CHARACTERS", piece)
+    monkeypatch.setattr(transfer_module, "READ_CHARACTERS", piece)
     read = [result.to_dict() for result in stream_results_file(path)]
     assert read == [Result.from_dict(item).to_dict() for item in document["results"]]
 
@@ -267,14 +268,14 @@ def test_4_an_export_is_never_whole_in_memory(tmp_path, monkeypatch, make_result
     path.write_text(json.dumps(document, indent=2))
     one_session = len(json.dumps(document["results"][0], indent=2))
     buffered = []
-    read_more = store_module._JsonReader._read_more
+    read_more = transfer_module._JsonReader._read_more
 
     def watched(reader):
         read_more(reader)
         buffered.append(len(reader._text))
 
-    monkeypatch.setattr(store_module, "READ_CHARACTERS", 1024)
-    monkeypatch.setattr(store_module._JsonReader, "_read_more", watched)
+    monkeypatch.setattr(transfer_module, "READ_CHARACTERS", 1024)
+    monkeypatch.setattr(transfer_module._JsonReader, "_read_more", watched)
     assert len(list(stream_results_file(path))) == 40
     assert path.stat().st_size > 30 * one_session
     assert max(buffered) < 2 * (one_session + 1024)  # what one session needs, never the file
@@ -307,6 +308,6 @@ def test_4_an_export_with_its_keys_sorted_imports_and_trailing_text_is_refused(t
 @pytest.mark.parametrize("text, values", [("1234567", [1234567]), ("[1.5e10, -2] 3.25", [[1.5e10, -2], 3.25]),
                                           ('"a long name" true', ["a long name", True])])
 def test_4_a_value_cut_by_the_end_of_a_piece_is_read_whole(monkeypatch, text, values):
-    monkeypatch.setattr(store_module, "READ_CHARACTERS", 1)
-    reader = store_module._JsonReader(io.StringIO(text))
+    monkeypatch.setattr(transfer_module, "READ_CHARACTERS", 1)
+    reader = transfer_module._JsonReader(io.StringIO(text))
     assert [reader.value() for _ in values] == values and reader.peek() == ""

@@ -23,7 +23,7 @@ from devicebench.engine.calibrate import CalibrationError, load_calibration, pea
 from devicebench.report.tables import tflops_text
 from devicebench.results.compare import compare
 from devicebench.results.plausibility import LARGEST_DEVICE_TFLOPS, MOST_OVER_DATASHEET, peak_doubt, run_flags
-from devicebench.results.store import export_document
+from devicebench.results.transfer import export_document
 
 H100_NAME = "NVIDIA H100 80GB HBM3"  # the H100 SXM: fp32 67 TFLOP/s on its datasheet
 

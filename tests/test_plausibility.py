@@ -16,7 +16,8 @@ from devicebench.report.tables import comparison_text, row_notes, tflops_text
 from devicebench.results.compare import compare
 from devicebench.results.plausibility import flag_run, run_flags
 from devicebench.results.schema import Result, RunRecord
-from devicebench.results.store import Store, read_results_file
+from devicebench.results.store import Store
+from devicebench.results.transfer import read_results_file
 
 H100 = "NVIDIA H100 80GB HBM3"  # datasheet: 67 TFLOP/s fp32, 3,350 GB/s
 LAPTOP = machine("laptop", "aaaa1111")

@@ -35,7 +35,8 @@ from devicebench.cli import EXIT_USAGE, app
 from devicebench.data import sources
 from devicebench.data.sources import DataUnavailable, HttpsOnlyRedirects, InsecureRedirect, RemoteFile
 from devicebench.results import store as store_module
-from devicebench.results.store import Store, printable
+from devicebench.results.store import Store
+from devicebench.results.transfer import printable
 
 cli = CliRunner()
 TINY_RUN = ["--devices", "cpu", "--data", "synthetic", "--epochs", "2", "--max-steps", "3", "--max-eval-steps", "1"]

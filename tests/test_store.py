@@ -22,17 +22,16 @@ import pytest
 
 from devicebench import planning, runner
 from devicebench.config import RunConfig
+from devicebench.recording import StoreReporter
 from devicebench.results import store as store_module
 from devicebench.results.schema import Result
 from devicebench.results.store import (
     APPLICATION_ID,
     Store,
     StoreError,
-    StoreReporter,
     default_db_path,
-    read_results_file,
-    write_json_export,
 )
+from devicebench.results.transfer import read_results_file, write_json_export
 
 TINY = dict(devices="cpu", data="synthetic", epochs=2, max_steps=2, max_eval_steps=1)
 

@@ -29,7 +29,8 @@ from devicebench import stopping
 from devicebench.engine.calibration_files import calibration_path
 from devicebench.files import UnusableFile, check_outputs, database_files, module_sources
 from devicebench.results.prices import PriceError, Prices, parse_prices
-from devicebench.results.store import LARGEST_WHOLE_NUMBER, ResultsFileError, Store, StoreError, default_db_path
+from devicebench.results.store import LARGEST_WHOLE_NUMBER, Store, StoreError, default_db_path
+from devicebench.results.transfer import ResultsFileError
 from devicebench.version import __version__
 
 if TYPE_CHECKING:

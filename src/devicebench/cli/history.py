@@ -22,7 +22,7 @@ from devicebench.cli import (
 )
 from devicebench.report.tables import history_table
 from devicebench.results.schema import RunStatus
-from devicebench.results.store import export_document
+from devicebench.results.transfer import export_document
 
 
 @app.command()

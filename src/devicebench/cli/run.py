@@ -41,7 +41,8 @@ from devicebench.files import UnusableFile
 from devicebench.report.tables import comparison_tables, plan_notes, plan_table
 from devicebench.results.compare import compare
 from devicebench.results.schema import Result, RunRecord, write_atomically
-from devicebench.results.store import Store, StoreReporter
+from devicebench.recording import StoreReporter
+from devicebench.results.store import Store
 
 if TYPE_CHECKING:  # only named in annotations; what imports torch is imported where it runs, so `run --help` need not
     from devicebench.config import RunConfig

@@ -25,9 +25,9 @@ from devicebench.cli import (
 )
 from devicebench.engine.timing import wall_clock_utc
 from devicebench.results.schema import Result
-from devicebench.results.store import (
+from devicebench.results.store import Store
+from devicebench.results.transfer import (
     ResultsFileError,
-    Store,
     stream_results_file,
     write_csv_export,
     write_json_export,
