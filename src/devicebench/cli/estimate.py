@@ -24,7 +24,7 @@ from devicebench.cli import (
     fail,
     open_store,
 )
-from devicebench.cli.run import DataOption, exit_for, plan_or_fail, train_and_show
+from devicebench.cli.session import DataOption, exit_for, plan_or_fail, train_and_show
 from devicebench.config import ConfigError, RunConfig
 from devicebench.estimating import Estimate, EstimateError, RooflineFit, estimates_for, fit_roofline
 from devicebench.report.estimates import (

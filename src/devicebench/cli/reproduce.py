@@ -11,7 +11,7 @@ import typer
 from rich.text import Text
 
 from devicebench.cli import DatabaseOption, app, console, errors, fail
-from devicebench.cli.run import (
+from devicebench.cli.session import (
     BudgetOption,
     DataDirOption,
     DataOption,

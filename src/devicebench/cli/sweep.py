@@ -12,7 +12,7 @@ import typer
 
 from devicebench.cli import DatabaseOption, app, fail
 from devicebench.cli.compare import WideOption
-from devicebench.cli.run import (
+from devicebench.cli.session import (
     DataDirOption,
     DataOption,
     DevicesOption,
