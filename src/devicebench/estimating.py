@@ -28,6 +28,7 @@ import torch
 from devicebench.data.pipeline import batches_for
 from devicebench.engine.opcount import ProfileError, profile_training_step
 from devicebench.engine.timing import Stopwatch
+from devicebench.errors import DevicebenchError
 from devicebench.planning import Job
 from devicebench.results.datasheets import Datasheet, catalog_entry, datasheet_for
 from devicebench.results.plausibility import run_flags
@@ -99,7 +100,7 @@ UNSCORED = (
 )
 
 
-class EstimateError(ValueError):
+class EstimateError(DevicebenchError, ValueError):
     """An estimate that cannot be made; the message says why."""
 
 

@@ -165,7 +165,7 @@ def run(
     """
     import torch  # here, not above: `run --help` answers without importing torch
 
-    from devicebench.config import ConfigError, RunConfig
+    from devicebench.config import RunConfig
 
     if devices == "all-gpus":  # every local GPU, one process each
         if not torch.cuda.is_available():
@@ -179,20 +179,17 @@ def run(
         raise fail(f"{' and '.join(several)} {'is' if len(several) == 1 else 'are'} for training in several "
                    "processes; add --nproc N (and --nnodes for several machines), or leave "
                    f"{'it' if len(several) == 1 else 'them'} out")
-    try:
-        auto = batch_size is not None and batch_size.strip().lower() == "auto"
-        config = RunConfig(
-            workloads=tuple(workloads or ()), suite=suite, devices=devices, epochs=epochs,
-            batch_size=None if auto else whole_number("--batch-size", batch_size), batch_size_auto=auto,
-            max_steps=max_steps, max_eval_steps=max_eval_steps, budget_s=duration_seconds("--budget", budget),
-            repeats=repeats, seed=seed, threads=threads,
-            data=data, data_dir=str(data_dir) if data_dir else None, workers=workers,
-            target_accuracy=target_accuracy, overrides=tuple(overrides or ()), mode=mode, precision=precision,
-            compile=compile_choice, nproc=nproc, nnodes=nnodes, per_device_batch=per_device_batch,
-            model=model, loss=loss, optimizer=optimizer,
-        )
-    except ConfigError as error:
-        raise fail(str(error)) from None
+    auto = batch_size is not None and batch_size.strip().lower() == "auto"
+    config = RunConfig(
+        workloads=tuple(workloads or ()), suite=suite, devices=devices, epochs=epochs,
+        batch_size=None if auto else whole_number("--batch-size", batch_size), batch_size_auto=auto,
+        max_steps=max_steps, max_eval_steps=max_eval_steps, budget_s=duration_seconds("--budget", budget),
+        repeats=repeats, seed=seed, threads=threads,
+        data=data, data_dir=str(data_dir) if data_dir else None, workers=workers,
+        target_accuracy=target_accuracy, overrides=tuple(overrides or ()), mode=mode, precision=precision,
+        compile=compile_choice, nproc=nproc, nnodes=nnodes, per_device_batch=per_device_batch,
+        model=model, loss=loss, optimizer=optimizer,
+    )
     if nproc * nnodes > 1:  # every process trains on one device of one kind: its own
         config = dataclasses.replace(config, devices=_one_device_kind(config.devices, config.nproc))
     job_plan = plan_or_fail(config, step_estimates=not dry_run)  # a dry run shows the plan: no FLOPs to count

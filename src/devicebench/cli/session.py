@@ -91,15 +91,11 @@ def check_paths(data_dir: str | None, json_file: Path | None, tensorboard: Path 
 
 
 def plan_or_fail(configs: RunConfig | list[RunConfig], *, step_estimates: bool = True) -> Plan:
-    """The plan of `configs`, or the usage error that says why there is none (a bad request, a missing device)."""
+    """The plan of `configs`, or the usage error that says why there is none (a bad request, a missing device: a
+    ConfigError or a DeviceError, which the command line's boundary shows)."""
     from devicebench import planning
-    from devicebench.config import ConfigError
-    from devicebench.devices import DeviceError
 
-    try:
-        return planning.plan(configs, step_estimates=step_estimates)
-    except (ConfigError, DeviceError) as error:
-        raise fail(str(error)) from None
+    return planning.plan(configs, step_estimates=step_estimates)
 
 
 DURATION_UNITS = {"h": 3600, "m": 60, "s": 1}
@@ -143,16 +139,13 @@ def train_and_show(
     any training."""
     from devicebench import runner
     from devicebench.report.progress import RichReporter
-    from devicebench.report.tensorboard import TensorBoardReporter, TensorBoardUnavailable
+    from devicebench.report.tensorboard import TensorBoardReporter
 
     check_paths(job_plan.jobs[0].data.data_dir if job_plan.jobs else None, json_file, tensorboard, db=db,
                 save=save_to)
     listeners = []
     if tensorboard is not None:
-        try:
-            listeners.append(TensorBoardReporter(tensorboard))
-        except TensorBoardUnavailable as error:
-            raise fail(str(error)) from None
+        listeners.append(TensorBoardReporter(tensorboard))  # TensorBoardUnavailable says how to install it
     store = open_store(db)  # a database that is not ours is refused here, before any training
     recorder = StoreReporter(store)
     screen = RichReporter(errors, quiet=quiet)

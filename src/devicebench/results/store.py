@@ -33,6 +33,7 @@ from typing import IO, Any
 
 import psutil
 
+from devicebench.errors import DevicebenchError
 from devicebench.events import RunReporter
 from devicebench.files import DB_VARIABLE, UnusableFile, require_regular_file, user_folder
 from devicebench.results.schema import (
@@ -64,7 +65,7 @@ _DAMAGED = ("restore it from a backup, or save what can still be read with `sqli
             f"file; or {_WHAT_TO_DO}")
 
 
-class StoreError(RuntimeError):
+class StoreError(DevicebenchError, RuntimeError):
     """The database file cannot be used: it says which file, what is wrong with it, and what to do."""
 
 
@@ -72,7 +73,7 @@ class UnreadableRun(StoreError):
     """A run that reading it back would refuse; it was not stored."""
 
 
-class ResultsFileError(ValueError):
+class ResultsFileError(DevicebenchError, ValueError):
     """A file to import is missing, is not JSON, or holds no devicebench results this version can read."""
 
 
