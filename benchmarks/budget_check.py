@@ -25,7 +25,7 @@ import torch
 from engine_vs_plain import RESULTS, slug
 from wall_clock_check import GNU_TIME
 
-from devicebench.cli.run import duration_seconds
+from devicebench.cli.session import duration_seconds
 from devicebench.devices import device_name
 from devicebench.environment import machine_fingerprint
 

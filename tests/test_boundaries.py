@@ -13,7 +13,12 @@ from test_diagnosis import record_with
 
 from devicebench.data import pipeline
 from devicebench.results import stats
-from devicebench.results.diagnosis import BUSY_DEVICE_PERCENT, IDLE_DEVICE_PERCENT, INPUT_BOUND_WAIT_SHARE, diagnose
+from devicebench.results.diagnosis import (
+    BUSY_DEVICE_PERCENT,
+    IDLE_DEVICE_PERCENT,
+    INPUT_BOUND_WAIT_SHARE,
+    diagnose,
+)
 
 BASELINE = [100.0, 104.0, 97.0, 101.0, 99.0]  # samples/s of five steady epochs
 CANDIDATE = [790.0, 805.0, 812.0, 798.0, 801.0]

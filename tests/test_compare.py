@@ -9,7 +9,13 @@ from result_fixtures import machine, run, session, tuned
 
 from devicebench.engine.tuning_choices import Tuning
 from devicebench.report.tables import comparison_text, row_notes, speedup_text
-from devicebench.results.compare import TUNED_CHOICES, Row, compare, setting_text, tuned_gains
+from devicebench.results.compare import (
+    TUNED_CHOICES,
+    Row,
+    compare,
+    setting_text,
+    tuned_gains,
+)
 from devicebench.results.prices import Prices
 from devicebench.results.stats import speedup
 

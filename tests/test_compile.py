@@ -18,7 +18,13 @@ from devicebench.data import ArrayDataset
 from devicebench.data.text import TokenDataset
 from devicebench.engine import tuning
 from devicebench.engine.loop import TrainingSetup
-from devicebench.engine.tuning import TunedForward, Tuning, dynamo_counts, note_compilation, tuned_setup
+from devicebench.engine.tuning import (
+    TunedForward,
+    Tuning,
+    dynamo_counts,
+    note_compilation,
+    tuned_setup,
+)
 from devicebench.results.schema import RunRecord, RunSettings
 from devicebench.runner import new_record, train_record
 

@@ -12,7 +12,13 @@ import sys
 
 import pytest
 
-from devicebench.results.datasheets import DATASHEETS, UnknownTarget, catalog_entry, datasheet_for, parse_targets
+from devicebench.results.datasheets import (
+    DATASHEETS,
+    UnknownTarget,
+    catalog_entry,
+    datasheet_for,
+    parse_targets,
+)
 
 KEYS = ("t4", "v100-sxm2", "v100-pcie", "a10g", "a10", "l4", "l40s", "a100-40gb", "a100-40gb-pcie", "a100-80gb",
         "a100-80gb-pcie", "h100-pcie", "h100-sxm", "h200", "rtx-3090", "rtx-4090", "gtx-860m",

@@ -30,7 +30,12 @@ from devicebench.data.pipeline import HostBatches, Shard
 from devicebench.data.sources import dataset_spec
 from devicebench.engine import distributed
 from devicebench.engine.distributed import merge_rank_epochs, merge_rank_runs
-from devicebench.launch import DistributedError, Launch, run_distributed, torchrun_command
+from devicebench.launch import (
+    DistributedError,
+    Launch,
+    run_distributed,
+    torchrun_command,
+)
 from devicebench.results.compare import compare
 from devicebench.results.schema import EpochRecord
 from devicebench.results.store import Store

@@ -216,7 +216,7 @@ def test_the_host_cores_each_gpu_is_estimated_with():
 
 def test_an_estimate_is_of_the_batch_asked_for_when_the_baseline_trained_a_smaller_one(monkeypatch):
     import devicebench.estimate.targets as estimating
-    from devicebench.cli.run import plan_or_fail
+    from devicebench.cli.session import plan_or_fail
     from devicebench.config import RunConfig
 
     (job,) = plan_or_fail(RunConfig(workloads=("cifar10-mlp",), devices="cpu", epochs=3, batch_size=256,

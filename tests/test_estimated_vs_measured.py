@@ -21,8 +21,8 @@ from matplotlib.colors import to_rgb
 from matplotlib.container import ErrorbarContainer
 from rich.text import Text
 
-from devicebench.estimate import against_measured as estimated
 from devicebench.cli.run import run_tables
+from devicebench.estimate import against_measured as estimated
 from devicebench.estimate.points import shape_of
 from devicebench.estimate.roofline import (
     PRIOR,

@@ -11,8 +11,8 @@ test can fill the machine's disk, and root writes into read-only folders).
 from __future__ import annotations
 
 import errno
-import json
 import hashlib
+import json
 import os
 import re
 import sqlite3
@@ -30,8 +30,8 @@ from typer.testing import CliRunner
 from devicebench.cli import EXIT_FAILED_RUN, app
 from devicebench.data import DataUnavailable, sources
 from devicebench.data.sources import RemoteFile, fetch
-from devicebench.results import store as store_module
 from devicebench.recording import StoreReporter
+from devicebench.results import store as store_module
 from devicebench.results.store import Store, StoreError
 
 BODY = np.random.default_rng(9).integers(0, 256, size=3 * 2**20 + 77, dtype=np.uint8).tobytes()  # 3 MiB: 4 reads

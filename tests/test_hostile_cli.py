@@ -14,12 +14,30 @@ import sys
 import textwrap
 
 import pytest
+from devicebench.estimating import EstimateError
 from result_fixtures import machine, run, session
 from typer.testing import CliRunner
 
 import devicebench.cli.machine
-from devicebench.cli import COMMANDS, EXIT_FAILED_RUN, EXIT_OUTPUT_CUT, EXIT_OUTPUT_LOST, EXIT_USAGE, app
+from devicebench.checkpoint import CheckpointError
+from devicebench.cli import (
+    COMMANDS,
+    EXIT_FAILED_RUN,
+    EXIT_OUTPUT_CUT,
+    EXIT_OUTPUT_LOST,
+    EXIT_USAGE,
+    app,
+)
+from devicebench.config import ConfigError
+from devicebench.data.sources import DataFolderIsALink
+from devicebench.devices import DeviceError
+from devicebench.errors import DevicebenchError
 from devicebench.files import UnusableFile
+from devicebench.report.html import ReportDependencyError
+from devicebench.report.tensorboard import TensorBoardUnavailable
+from devicebench.reproduce import ReproduceError
+from devicebench.results.datasheets import TargetError
+from devicebench.results.prices import PriceError
 from devicebench.results.store import Store, StoreError
 from devicebench.results.transfer import ResultsFileError
 
@@ -30,7 +48,15 @@ def flat(text: str) -> str:
     return " ".join(text.split())
 
 
+class RefusedOtherwise(DevicebenchError):
+    """A refused request whose exit status is its own."""
+
+    exit_status = 3
+
+
 @pytest.mark.parametrize(("raised", "code", "message"), [
+    (ConfigError("--epochs 0: give 1 or more"), EXIT_USAGE, "error: --epochs 0: give 1 or more"),
+    (RefusedOtherwise("refused with its own status"), 3, "error: refused with its own status"),
     (StoreError("database x.sqlite is locked"), EXIT_USAGE, "error: database x.sqlite is locked"),
     (ResultsFileError("in.json is not JSON"), EXIT_USAGE, "error: in.json is not JSON"),
     (UnusableFile("the price file p is a FIFO"), EXIT_USAGE, "error: the price file p is a FIFO"),
@@ -66,6 +92,30 @@ def test_debug_lets_the_unexpected_error_through_with_its_traceback(monkeypatch)
     monkeypatch.setattr(devicebench.cli.machine, "machine_fingerprint", explode)
     result = cli.invoke(app, ["devices"])
     assert isinstance(result.exception, RuntimeError)
+
+
+def test_debug_still_shows_a_refused_request_as_its_message(monkeypatch):
+    """A refused request is no bug: its message says what to do, with or without DEVICEBENCH_DEBUG."""
+    def refuse(*args, **kwargs):
+        raise PriceError("--price 'x': write cpu=0.10,cuda=2.50")
+
+    monkeypatch.setenv("DEVICEBENCH_DEBUG", "1")
+    monkeypatch.setattr(devicebench.cli.machine, "machine_fingerprint", refuse)
+    result = cli.invoke(app, ["devices"])
+    assert result.exit_code == EXIT_USAGE and isinstance(result.exception, SystemExit)
+    assert "error: --price 'x': write cpu=0.10,cuda=2.50" in flat(result.output)
+
+
+@pytest.mark.parametrize(("refusal", "kind"), [
+    (ConfigError, ValueError), (DeviceError, ValueError), (StoreError, RuntimeError), (ResultsFileError, ValueError),
+    (UnusableFile, ValueError), (PriceError, ValueError), (TargetError, ValueError), (EstimateError, ValueError),
+    (ReproduceError, ValueError), (CheckpointError, ValueError), (DataFolderIsALink, RuntimeError),
+    (TensorBoardUnavailable, RuntimeError), (ReportDependencyError, RuntimeError),
+])
+def test_each_refusal_the_commands_raise_is_a_devicebench_error_and_still_its_old_kind(refusal, kind):
+    """The boundary shows these, so no command wraps its calls; code that catches their old kind still does."""
+    assert issubclass(refusal, DevicebenchError) and issubclass(refusal, kind)
+    assert refusal.exit_status == EXIT_USAGE
 
 
 def test_an_unexpected_error_through_python_m_is_one_line_not_a_traceback(tmp_path):

@@ -12,7 +12,6 @@ import os
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
-from pathlib import Path
 
 import pytest
 from http_fixtures import StatefulHTTPServer, serving

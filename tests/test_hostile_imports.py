@@ -181,7 +181,12 @@ def test_2_a_session_id_already_stored_with_other_content_is_refused_on_import(t
                                            (-5.0, "rate: expected a finite number > 0, got -5.0"),
                                            (True, "rate: expected a finite number > 0, got True")])
 def test_3_a_calibration_with_a_rate_that_is_no_rate_is_not_used(tmp_path, db, caplog, rate, problem):
-    from devicebench.engine.calibrate import CPU_PLAN, DeviceCeilings, Measurement, save_calibration
+    from devicebench.engine.calibrate import (
+        CPU_PLAN,
+        DeviceCeilings,
+        Measurement,
+        save_calibration,
+    )
 
     fingerprint = machine_fingerprint()
     figure = Measurement(rate=0.5, size=64, stretch_s=(1.0,), stretch_rates=(0.5,))

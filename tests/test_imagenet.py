@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from image_fixtures import write_image
 from torch import nn
 from typer.testing import CliRunner
 
@@ -21,11 +22,22 @@ from devicebench import RunConfig, planning
 from devicebench.cli import EXIT_FAILED_RUN, EXIT_USAGE, app
 from devicebench.cli import data as data_command
 from devicebench.config import ConfigError
-from devicebench.data import ImageFolderDataset, NotDownloadable, expected_source, load_dataset, sources
-from devicebench.data.augmentation import IMAGENET_MEAN, IMAGENET_STD, ImageNetInput, describe, rebuild
+from devicebench.data import (
+    ImageFolderDataset,
+    NotDownloadable,
+    expected_source,
+    load_dataset,
+    sources,
+)
+from devicebench.data.augmentation import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    ImageNetInput,
+    describe,
+    rebuild,
+)
 from devicebench.workloads import get_workload
 from devicebench.workloads.imagenet import Bottleneck
-from image_fixtures import write_image
 
 REFERENCE_MODELS = ("resnet50", "resnet152", "vgg16")
 # torchvision's model pages (num_params of the IMAGENET1K_V1 weights): docs.pytorch.org/vision/stable/models/

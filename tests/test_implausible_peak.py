@@ -19,10 +19,20 @@ from typer.testing import CliRunner
 
 from devicebench.cli import app
 from devicebench.engine import calibrate
-from devicebench.engine.calibrate import CalibrationError, load_calibration, peak_tflops, save_calibration
+from devicebench.engine.calibrate import (
+    CalibrationError,
+    load_calibration,
+    peak_tflops,
+    save_calibration,
+)
 from devicebench.report.tables import tflops_text
 from devicebench.results.compare import compare
-from devicebench.results.plausibility import LARGEST_DEVICE_TFLOPS, MOST_OVER_DATASHEET, peak_doubt, run_flags
+from devicebench.results.plausibility import (
+    LARGEST_DEVICE_TFLOPS,
+    MOST_OVER_DATASHEET,
+    peak_doubt,
+    run_flags,
+)
 from devicebench.results.transfer import export_document
 
 H100_NAME = "NVIDIA H100 80GB HBM3"  # the H100 SXM: fp32 67 TFLOP/s on its datasheet

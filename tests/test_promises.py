@@ -33,7 +33,12 @@ from typer.testing import CliRunner
 
 from devicebench.cli import EXIT_USAGE, app
 from devicebench.data import sources
-from devicebench.data.sources import DataUnavailable, HttpsOnlyRedirects, InsecureRedirect, RemoteFile
+from devicebench.data.sources import (
+    DataUnavailable,
+    HttpsOnlyRedirects,
+    InsecureRedirect,
+    RemoteFile,
+)
 from devicebench.results import store as store_module
 from devicebench.results.store import Store
 from devicebench.results.transfer import printable

@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 
 from devicebench import planning, runner, stopping
 from devicebench.cli import EXIT_HUNG_UP, EXIT_INTERRUPTED, EXIT_TERMINATED, app
-from devicebench.cli.run import SessionJson
+from devicebench.cli.session import SessionJson
 from devicebench.config import RunConfig
 from devicebench.data.pipeline import LoaderBatches
 from devicebench.events import RunReporter

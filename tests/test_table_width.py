@@ -22,7 +22,12 @@ from rich.text import Text
 from typer.testing import CliRunner
 
 from devicebench.cli import app, console, errors
-from devicebench.report.progress import FIELD_GAP, RichReporter, epoch_fields, epoch_line
+from devicebench.report.progress import (
+    FIELD_GAP,
+    RichReporter,
+    epoch_fields,
+    epoch_line,
+)
 from devicebench.report.tables import (
     comparison_tables,
     fitted,

@@ -32,7 +32,12 @@ import torch
 from torch import nn
 
 from devicebench import devices, host, nvml
-from devicebench.engine.calibrate import CalibrationPlan, DeviceCeilings, Measurement, measure_ceilings
+from devicebench.engine.calibrate import (
+    CalibrationPlan,
+    DeviceCeilings,
+    Measurement,
+    measure_ceilings,
+)
 from devicebench.engine.monitor import Monitor, Usage
 from devicebench.engine.timing import Stopwatch
 from devicebench.environment import format_cudnn_version

@@ -24,9 +24,15 @@ from devicebench.data import ArrayDataset, DataFormatError, ImageFolderDataset
 from devicebench.data.augmentation import Preprocessing, describe, rebuild
 from devicebench.data.images import decode_image
 from devicebench.data.sources import dataset_spec
+from devicebench.errors import DevicebenchError
 from devicebench.files import UnusableFile, require_regular_file
 from devicebench.results.schema import RunRecord
-from devicebench.workloads import OutputKind, Workload, class_probabilities, get_workload
+from devicebench.workloads import (
+    OutputKind,
+    Workload,
+    class_probabilities,
+    get_workload,
+)
 
 CHECKPOINT_FORMAT = "devicebench-checkpoint"
 CHECKPOINT_VERSION = 1
@@ -39,7 +45,7 @@ SAVE_AGAIN = "save the model again with `devicebench run WORKLOAD --save FILE`"
 MAX_IMAGE_BYTES = 64 * 1024 * 1024
 
 
-class CheckpointError(ValueError):
+class CheckpointError(DevicebenchError, ValueError):
     """A file is not a devicebench checkpoint this version can read; the message says which and why."""
 
 

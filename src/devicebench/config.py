@@ -20,7 +20,8 @@ from typing import Any, Literal
 from devicebench.data import real_data_missing
 from devicebench.data.sources import QUICK_SUITE_DOWNLOAD_LIMIT_BYTES
 from devicebench.engine.loop import TrainingPlan
-from devicebench.results.store import LARGEST_WHOLE_NUMBER
+from devicebench.errors import DevicebenchError
+from devicebench.results.schema import LARGEST_WHOLE_NUMBER
 from devicebench.workloads import Workload, get_workload, list_workloads
 from devicebench.workloads.own import ORIGIN as OWN_ORIGIN
 from devicebench.workloads.own import OwnModelError, own_workload_from_specs
@@ -45,7 +46,7 @@ QUICK_BUDGET_S = 120.0
 REFERENCE_BUDGET_S = 120.0
 
 
-class ConfigError(ValueError):
+class ConfigError(DevicebenchError, ValueError):
     """A request that cannot be run; the message says what is wrong and what to do instead."""
 
 

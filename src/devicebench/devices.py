@@ -15,6 +15,7 @@ from types import ModuleType
 import torch
 
 from devicebench import host
+from devicebench.errors import DevicebenchError
 
 SPEC_HELP = (
     "auto, cpu, cuda, cuda:N, mps, xpu, xpu:N, or a comma list such as 'cpu,cuda' "
@@ -24,7 +25,7 @@ _DEVICE_PATTERN = re.compile(r"(?P<kind>cpu|cuda|mps|xpu)(?::(?P<index>\d+))?")
 _SINGLE_DEVICE_KINDS = ("cpu", "mps")  # PyTorch exposes one CPU device and one MPS device, written without an index
 
 
-class DeviceError(ValueError):
+class DeviceError(DevicebenchError, ValueError):
     """A device spec that names no usable device; the message lists what is present and how to get the rest."""
 
 

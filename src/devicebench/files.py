@@ -16,8 +16,10 @@ from typing import Literal
 
 import platformdirs
 
+from devicebench.errors import DevicebenchError
 
-class UnusableFile(ValueError):
+
+class UnusableFile(DevicebenchError, ValueError):
     """A path devicebench will not read or write; the message names it, what it is, and what to do."""
 
 

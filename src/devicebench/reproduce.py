@@ -13,6 +13,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
+from devicebench.errors import DevicebenchError
 from devicebench.results.compare import Row
 from devicebench.results.record import PublishedFigure, published_figures
 from devicebench.workloads import (
@@ -24,7 +25,7 @@ from devicebench.workloads import (
 )
 
 
-class ReproduceError(ValueError):
+class ReproduceError(DevicebenchError, ValueError):
     """A seed that cannot be reproduced; the message names the seeds that can."""
 
 

@@ -25,9 +25,9 @@ import torch
 from devicebench.data import known_datasets
 from devicebench.data.augmentation import Preprocessing
 from devicebench.data.pipeline import batches_for
+from devicebench.data.sequences import synthetic_sequences
 from devicebench.data.sources import dataset_spec
 from devicebench.data.synthetic import synthetic_dataset
-from devicebench.data.sequences import synthetic_sequences
 from devicebench.data.text import synthetic_text
 from devicebench.engine.flops import training_flops_per_sample
 from devicebench.workloads import (

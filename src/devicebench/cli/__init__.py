@@ -27,17 +27,18 @@ from typer.exceptions import TyperException
 
 from devicebench import stopping
 from devicebench.engine.calibration_files import calibration_path
-from devicebench.files import UnusableFile, check_outputs, database_files, module_sources
-from devicebench.results.prices import PriceError, Prices, parse_prices
-from devicebench.results.store import LARGEST_WHOLE_NUMBER, Store, StoreError, default_db_path
-from devicebench.results.transfer import ResultsFileError
+from devicebench.errors import DevicebenchError
+from devicebench.files import check_outputs, database_files, module_sources
+from devicebench.results.prices import Prices, parse_prices
+from devicebench.results.schema import LARGEST_WHOLE_NUMBER
+from devicebench.results.store import Store, StoreError, default_db_path
 from devicebench.version import __version__
 
 if TYPE_CHECKING:
     import torch
 
 EXIT_FAILED_RUN = 1  # some run failed or ran out of memory; its reason is in the table and the JSON
-EXIT_USAGE = 2  # the request itself was wrong: unknown workload, device, suite or value
+EXIT_USAGE = DevicebenchError.exit_status  # 2: the request itself was wrong: unknown workload, device, suite or value
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT); everything finished before it is kept
 EXIT_TERMINATED = 128 + signal.SIGTERM  # 143: stopped by SIGTERM (kill, a scheduler, a container), kept the same way
 EXIT_HUNG_UP = 129  # 128 + SIGHUP: the terminal closed, kept the same way (see devicebench.stopping)
@@ -157,7 +158,9 @@ class _ErrorBoundary(TyperGroup):
     """Every command runs inside this: what escapes a command becomes one line on stderr and an exit status.
 
     It sits in the click command itself, so the console script, `python -m devicebench` and the tests' CliRunner
-    all go through it. Exits and click's usage errors pass through untouched.
+    all go through it. Exits and click's usage errors pass through untouched. A request devicebench refuses (any
+    DevicebenchError: a bad value, a file it will not use) ends as its message and its exit status, as `fail` ends
+    it, so that no command wraps its calls to say so.
 
     It also installs the stop handling (devicebench.stopping) for every command: Ctrl-C, SIGTERM and SIGHUP reach
     each as KeyboardInterrupt, and one that a command did not handle itself ends here as one line and 130, 143 or
@@ -211,6 +214,8 @@ class _ErrorBoundary(TyperGroup):
             except Exception as error:
                 if stopping.received() is not None:
                     raise stopped(_KEPT) from None
+                if isinstance(error, DevicebenchError):  # a refused request: its message says what to do instead
+                    raise fail(str(error), error.exit_status) from None
                 if os.environ.get(DEBUG_VARIABLE, "").strip() not in ("", "0"):
                     raise
                 if isinstance(error, OSError) and error.errno == errno.EPIPE:  # a plain print() into `| head`
@@ -274,9 +279,7 @@ def _discard_from_now_on(stream: IO[str] | None) -> None:
 
 
 def _explained(error: Exception) -> tuple[str, int]:
-    """The one line and the exit status for an exception no command handled itself."""
-    if isinstance(error, (StoreError, ResultsFileError, UnusableFile)):
-        return str(error), EXIT_USAGE  # each already names the file and what to do
+    """The one line and the exit status for an unexpected exception no command handled itself."""
     if isinstance(error, RecursionError):
         return ("the input is nested too deeply to read (RecursionError); give a file that nests less deeply",
                 EXIT_USAGE)
@@ -470,13 +473,12 @@ def stopped(kept: str) -> typer.Exit:
 
 
 def local_devices_or_fail(spec: str) -> list[torch.device]:
-    """The devices `--devices` names, or a clear error listing those present."""
-    from devicebench.devices import DeviceError, resolve_devices  # torch: only for the commands that use devices
+    """The devices `--devices` names, or a clear error (a DeviceError) listing those present."""
+    from devicebench.devices import (
+        resolve_devices,  # torch: only for the commands that use devices
+    )
 
-    try:
-        return resolve_devices(spec)
-    except DeviceError as error:
-        raise fail(str(error)) from None
+    return resolve_devices(spec)
 
 
 def open_store(db: Path | None, *, writes: bool = True) -> Store:
@@ -490,16 +492,13 @@ def open_store(db: Path | None, *, writes: bool = True) -> Store:
         with _unusable_names("--db", db):
             if not db.expanduser().parent.is_dir():
                 raise fail(f"cannot open --db {db}: folder {db.expanduser().parent} does not exist; create it first")
-    try:
-        store = Store(default_db_path(db), reading_only=not writes)
-    except StoreError as error:
-        raise fail(str(error)) from None
+    store = Store(default_db_path(db), reading_only=not writes)
     if writes:
         try:
             store.check_writable()
-        except StoreError as error:
+        except StoreError:
             store.close()
-            raise fail(str(error)) from None
+            raise
     return store
 
 
@@ -515,12 +514,8 @@ def check_outputs_or_fail(outputs: dict[str, Path | None], *, db: Path | None,
         found = module_sources(spec) if spec else []
         sources |= {f"the source of {flag} {spec}" + (f" ({source})" if len(found) > 1 else ""): source
                     for source in found}
-    try:
-        check_outputs(outputs, {**database_files(default_db_path(db)), **(reads or {}), **sources},
-                      input_folders={"--data-dir": data_dir,
-                                     "the calibration folder": calibration_path("machine").parent})
-    except UnusableFile as error:
-        raise fail(str(error)) from None
+    check_outputs(outputs, {**database_files(default_db_path(db)), **(reads or {}), **sources},
+                  input_folders={"--data-dir": data_dir, "the calibration folder": calibration_path("machine").parent})
 
 
 def input_is_terminal() -> bool:
@@ -540,8 +535,5 @@ def confirmed(question: str, *, yes: bool) -> bool:
 
 
 def prices_from(price: str | None) -> Prices | None:
-    """`--price` read, or a clear error saying how to write it."""
-    try:
-        return None if price is None else parse_prices(price)  # --price '' is refused, not ignored
-    except PriceError as error:
-        raise fail(str(error)) from None
+    """`--price` read, or a clear error (a PriceError) saying how to write it."""
+    return None if price is None else parse_prices(price)  # --price '' is refused, not ignored

@@ -16,12 +16,20 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from devicebench.cli import EXIT_FAILED_RUN, app, check_folder, confirmed, console, errors, fail, stopped
+from devicebench.cli import (
+    EXIT_FAILED_RUN,
+    app,
+    check_folder,
+    confirmed,
+    console,
+    errors,
+    fail,
+    stopped,
+)
 from devicebench.data.sources import (
     DATASETS,
     DOWNLOAD_DEADLINE_S,
     STALL_TIMEOUT_S,
-    DataFolderIsALink,
     SYNTHETIC_ONLY,
     DataUnavailable,
     data_root,
@@ -183,10 +191,7 @@ def remove(
     Any other file in its folder is left alone. Asks first, unless --yes.
     """
     check_folder("--data-dir", data_dir)
-    try:
-        doomed = {name: managed_paths(name, data_dir) for name in _resolved(names)}
-    except DataFolderIsALink as error:
-        raise fail(str(error)) from None
+    doomed = {name: managed_paths(name, data_dir) for name in _resolved(names)}
     doomed = {name: paths for name, paths in doomed.items() if paths}
     if not doomed:
         console.print("Nothing to remove: none of these datasets has files here.", highlight=False)

@@ -24,8 +24,8 @@ from devicebench.cli import (
     fail,
     open_store,
 )
-from devicebench.cli.run import DataOption, exit_for, plan_or_fail, train_and_show
-from devicebench.config import ConfigError, RunConfig
+from devicebench.cli.session import DataOption, exit_for, plan_or_fail, train_and_show
+from devicebench.config import RunConfig
 from devicebench.estimate.points import EstimateError, RooflineFit, fit_roofline
 from devicebench.estimate.roofline import (
     DEFAULT_LEVEL,
@@ -49,10 +49,9 @@ from devicebench.results.datasheets import (
     DATASHEETS,
     RENTED_HOSTS,
     Datasheet,
-    TargetError,
     parse_targets,
 )
-from devicebench.results.prices import PriceError, parse_named_prices
+from devicebench.results.prices import parse_named_prices
 from devicebench.results.schema import write_atomically
 
 DEFAULT_TARGETS = "t4,l4,a100-80gb,h100-sxm"
@@ -111,21 +110,15 @@ def estimate(
 
     [bold]devicebench estimate resnet50 --on v100-sxm2,a100-80gb,h100-sxm --batch-size 128[/]
     """
-    try:
-        targets = parse_targets(on)
-        prices = parse_named_prices(price, [sheet.key for sheet in DATASHEETS]) if price is not None else {}
-    except (TargetError, PriceError) as error:
-        raise fail(str(error)) from None
+    targets = parse_targets(on)
+    prices = parse_named_prices(price, [sheet.key for sheet in DATASHEETS]) if price is not None else {}
     _check_choices(mode, precision, level, host, host_cores)
     if json_file is not None:
         check_output_file("--json", json_file)
     check_outputs_or_fail({"--json": json_file}, db=db, modules={"--model": model, "--data": data})
     with open_store(db, writes=False) as store:
         stored = store.results()
-    try:
-        fitted = fit_roofline(stored)
-    except EstimateError as error:
-        raise fail(str(error)) from None
+    fitted = fit_roofline(stored)
     if validate_points:
         _show_validation(fitted, level, json_file)
         return
@@ -137,12 +130,9 @@ def estimate(
         if sheet.fp32_tflops is None:
             errors.print(f"{sheet.key} is left out: no citable source gives its compute peaks ({sheet.source})",
                          highlight=False)
-    try:
-        named = tuple(workloads or (() if model else ("*",)))
-        config = RunConfig(workloads=named, devices="cpu", epochs=3, budget_s=None,
-                           batch_size=batch_size, data=data, model=model)
-    except ConfigError as error:
-        raise fail(str(error)) from None
+    named = tuple(workloads or (() if model else ("*",)))
+    config = RunConfig(workloads=named, devices="cpu", epochs=3, budget_s=None, batch_size=batch_size, data=data,
+                       model=model)
     job_plan = plan_or_fail(config)
     torch_jobs = tuple(job for job in job_plan.jobs if job.workload.trainer is None)
     for job in job_plan.jobs:

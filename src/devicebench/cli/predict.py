@@ -14,8 +14,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from devicebench.checkpoint import CheckpointError, load_checkpoint, predict
-from devicebench.cli import EXIT_FAILED_RUN, app, console, errors, fail
+from devicebench.checkpoint import load_checkpoint, predict
+from devicebench.cli import EXIT_FAILED_RUN, app, console, errors
 from devicebench.report.tables import fitted
 
 
@@ -33,10 +33,7 @@ def predict_command(
     A file that is not a readable image gets its own error line; the others are still classified.
     Exit status: 0 every image classified, 1 some could not be read, 2 the model file is unusable.
     """
-    try:
-        checkpoint = load_checkpoint(model)
-    except CheckpointError as error:
-        raise fail(str(error)) from None
+    checkpoint = load_checkpoint(model)
     predictions = predict(checkpoint, images)
     if as_json:
         console.print_json(json.dumps([dataclasses.asdict(prediction) for prediction in predictions]))

@@ -28,7 +28,7 @@ from devicebench.cli import (
     prices_from,
 )
 from devicebench.estimate.against_measured import estimated_against_measured
-from devicebench.report.html import ReportDependencyError, write_report
+from devicebench.report.html import write_report
 from devicebench.results.compare import DEFAULT_BASELINE
 
 
@@ -64,8 +64,6 @@ def report(
     try:
         written = write_report(results, out, baseline=baseline, prices=prices, png_dir=png,
                                estimated=estimated_against_measured(results))
-    except ReportDependencyError as error:
-        raise fail(str(error)) from None
     except OSError as error:
         raise fail(f"cannot write the report to {out}: {error}") from None
     runs = sum(len(result.runs) for result in results)

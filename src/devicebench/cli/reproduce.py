@@ -10,8 +10,8 @@ from typing import Annotated, Optional
 import typer
 from rich.text import Text
 
-from devicebench.cli import DatabaseOption, app, console, errors, fail
-from devicebench.cli.run import (
+from devicebench.cli import DatabaseOption, app, console, errors
+from devicebench.cli.session import (
     BudgetOption,
     DataDirOption,
     DataOption,
@@ -29,10 +29,9 @@ from devicebench.cli.run import (
     plan_or_fail,
     train_and_show,
 )
-from devicebench.config import ConfigError, RunConfig
+from devicebench.config import RunConfig
 from devicebench.report.tables import record_table, reproduction_table
 from devicebench.reproduce import (
-    ReproduceError,
     record_comparisons,
     reproductions,
     seed_workloads,
@@ -77,18 +76,15 @@ def reproduce(
     [bold]devicebench reproduce resnet50 --devices cpu --budget 2m[/]: ResNet-50 beside its published GPU figures.
     """
     asked = seeds or ["all"]
-    try:
-        workloads = seed_workloads(asked)
-        for entry in workloads:
-            if entry.requires() is not None:
-                errors.print(f"{entry.name} is left out: it {entry.requires()}", highlight=False)
-        workloads = [entry for entry in workloads if entry.requires() is None]
-        config = RunConfig(workloads=tuple(entry.name for entry in workloads), suite="quick" if quick else "seeds",
-                           devices=devices, repeats=repeats, seed=seed, threads=threads, data=data,
-                           data_dir=str(data_dir) if data_dir else None, mode=mode,
-                           budget_s=duration_seconds("--budget", budget), overrides=tuple(overrides or ()))
-    except (ReproduceError, ConfigError) as error:
-        raise fail(str(error)) from None
+    workloads = seed_workloads(asked)
+    for entry in workloads:
+        if entry.requires() is not None:
+            errors.print(f"{entry.name} is left out: it {entry.requires()}", highlight=False)
+    workloads = [entry for entry in workloads if entry.requires() is None]
+    config = RunConfig(workloads=tuple(entry.name for entry in workloads), suite="quick" if quick else "seeds",
+                       devices=devices, repeats=repeats, seed=seed, threads=threads, data=data,
+                       data_dir=str(data_dir) if data_dir else None, mode=mode,
+                       budget_s=duration_seconds("--budget", budget), overrides=tuple(overrides or ()))
     for missing in seeds_without_workloads(asked):
         errors.print(f"{missing} has no workloads in this version of devicebench yet; skipped.", highlight=False)
     outcome = train_and_show(plan_or_fail(config), json_file=json_file, quiet=quiet, db=db, tensorboard=tensorboard)

@@ -12,7 +12,7 @@ import typer
 
 from devicebench.cli import DatabaseOption, app, fail
 from devicebench.cli.compare import WideOption
-from devicebench.cli.run import (
+from devicebench.cli.session import (
     DataDirOption,
     DataOption,
     DevicesOption,
@@ -25,7 +25,7 @@ from devicebench.cli.run import (
     plan_or_fail,
     train_and_show,
 )
-from devicebench.config import MODES, ConfigError, RunConfig
+from devicebench.config import MODES, RunConfig
 from devicebench.report.tables import sweep_tables
 from devicebench.results.compare import compare
 
@@ -104,18 +104,15 @@ def sweep(
         parse_set_grid(overrides or []))]
     if len(grid) > MOST_GRID_POINTS:
         raise fail(f"the grid has {len(grid)} points (more than {MOST_GRID_POINTS}); sweep fewer values at once")
-    try:
-        configs = [
-            RunConfig(
-                workloads=(workload,), suite="quick", devices=devices, epochs=epochs, batch_size=size,
-                max_steps=max_steps, max_eval_steps=max_eval_steps, repeats=repeats, seed=seed, threads=threads,
-                data=data, data_dir=str(data_dir) if data_dir else None, workers=loaders, overrides=settings,
-                mode=point_mode,
-            )
-            for size, loaders, settings, point_mode in grid
-        ]
-    except ConfigError as error:
-        raise fail(str(error)) from None
+    configs = [
+        RunConfig(
+            workloads=(workload,), suite="quick", devices=devices, epochs=epochs, batch_size=size,
+            max_steps=max_steps, max_eval_steps=max_eval_steps, repeats=repeats, seed=seed, threads=threads,
+            data=data, data_dir=str(data_dir) if data_dir else None, workers=loaders, overrides=settings,
+            mode=point_mode,
+        )
+        for size, loaders, settings, point_mode in grid
+    ]
     job_plan = plan_or_fail(configs)
     if len(job_plan.workloads) != 1:
         raise fail(f"sweep takes one workload; {workload!r} matches several")

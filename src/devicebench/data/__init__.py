@@ -24,11 +24,12 @@ from devicebench.data.images import (
     read_image_folder,
     read_pet_images,
 )
+from devicebench.data.sequences import synthetic_sequences
 from devicebench.data.sources import (
     DatasetSpec,
     DataUnavailable,
-    RealDataUnreadable,
     NotDownloadable,
+    RealDataUnreadable,
     dataset_folder,
     dataset_spec,
     dataset_status,
@@ -36,7 +37,6 @@ from devicebench.data.sources import (
     known_datasets,
     megabytes,
 )
-from devicebench.data.sequences import synthetic_sequences
 from devicebench.data.synthetic import synthetic_dataset
 from devicebench.data.tables import TableDataset, read_covertype, synthetic_table
 from devicebench.data.text import (

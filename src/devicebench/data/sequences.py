@@ -19,7 +19,13 @@ from __future__ import annotations
 import numpy as np
 
 from devicebench.data.sources import dataset_spec
-from devicebench.data.text import RESERVED_WORDS, UNKNOWN_ID, TokenDataset, check_sequence_length, zipf_like_ids
+from devicebench.data.text import (
+    RESERVED_WORDS,
+    UNKNOWN_ID,
+    TokenDataset,
+    check_sequence_length,
+    zipf_like_ids,
+)
 
 TASKS = ("spans", "next-token", "translation")
 START = "<s>"  # the first token of a translation's decoder input, id 2

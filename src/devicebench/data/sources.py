@@ -17,8 +17,8 @@ import hashlib
 import http.client
 import math
 import os
-import socket
 import shutil
+import socket
 import stat
 import tempfile
 import threading
@@ -44,7 +44,13 @@ from rich.progress import (
 )
 
 from devicebench.data.formats import CIFAR10_BINARY, CIFAR100_BINARY, MNIST_FILES
-from devicebench.files import DATA_VARIABLE, UnusableFile, require_regular_file, user_folder
+from devicebench.errors import DevicebenchError
+from devicebench.files import (
+    DATA_VARIABLE,
+    UnusableFile,
+    require_regular_file,
+    user_folder,
+)
 
 CHUNK_BYTES = 1 << 20  # 1 MiB per read: small enough for a smooth progress bar, large enough to be cheap
 DIGEST_HEX_LENGTHS = {"md5": 32, "sha256": 64}  # the checksum kinds we accept, and their hex lengths
@@ -509,7 +515,7 @@ def managed_paths(name: str, data_dir: str | Path | None = None) -> list[Path]:
     return sorted({path for pattern in (*patterns, *spec.derived) for path in folder.glob(pattern)})
 
 
-class DataFolderIsALink(RuntimeError):
+class DataFolderIsALink(DevicebenchError, RuntimeError):
     """A dataset's folder is a symbolic link: devicebench removes files only from a folder of its own."""
 
 

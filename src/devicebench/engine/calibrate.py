@@ -30,7 +30,10 @@ from typing import Any
 import torch
 
 from devicebench.devices import device_name, native_bf16
-from devicebench.engine.calibration_files import CALIBRATION_DIR_VARIABLE, calibration_path  # noqa: F401 (re-exported)
+from devicebench.engine.calibration_files import (  # noqa: F401 (re-exported)
+    CALIBRATION_DIR_VARIABLE,
+    calibration_path,
+)
 from devicebench.engine.timing import Stopwatch, wall_clock_utc
 from devicebench.files import UnusableFile, require_regular_file
 from devicebench.host import BYTES_PER_MIB

@@ -44,7 +44,9 @@ from devicebench.data.pipeline import Batch, Batches, usable_cores
 from devicebench.devices import is_out_of_memory, native_bf16
 from devicebench.engine.loop import TrainingSetup
 from devicebench.engine.timing import Stopwatch
-from devicebench.engine.tuning_choices import Tuning  # the choices as data: torch-free, for the tables
+from devicebench.engine.tuning_choices import (
+    Tuning,  # the choices as data: torch-free, for the tables
+)
 from devicebench.results.schema import RunRecord
 
 TRIAL_WARMUP_STEPS = 3  # untimed, per candidate: allocation, kernel selection, compilation

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from devicebench.engine.opcount import ProfileError, profile_training_step
+from devicebench.errors import DevicebenchError
 from devicebench.estimate.roofline import (
     Efficiency,
     Fitter,
@@ -84,7 +85,7 @@ UNSCORED = (
 )
 
 
-class EstimateError(ValueError):
+class EstimateError(DevicebenchError, ValueError):
     """An estimate that cannot be made; the message says why."""
 
 

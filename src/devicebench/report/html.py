@@ -19,6 +19,7 @@ from typing import Any
 
 from devicebench import files
 from devicebench.engine.timing import wall_clock_utc
+from devicebench.errors import DevicebenchError
 from devicebench.report.plots import (
     Chart,
     EstimatedAgainstMeasured,
@@ -37,8 +38,8 @@ from devicebench.report.tables import (
     length_text,
     median_text,
     number_text,
-    rate_text,
     percent_text,
+    rate_text,
     ratio_text,
     row_notes,
     speedup_text,
@@ -57,7 +58,7 @@ INSTALL_HINT = "pip install 'devicebench[report]'"
 MIB_PER_GIB = 1024
 
 
-class ReportDependencyError(RuntimeError):
+class ReportDependencyError(DevicebenchError, RuntimeError):
     """matplotlib or jinja2 is missing; the message says how to install them."""
 
 

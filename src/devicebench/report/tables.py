@@ -109,7 +109,9 @@ def _cap_text(cap: int | None) -> str:
 
 
 def _expected_source(job: Job) -> tuple[str, str | None]:
-    from devicebench.data import expected_source  # imports numpy and the readers: only the dry run needs it
+    from devicebench.data import (
+        expected_source,  # imports numpy and the readers: only the dry run needs it
+    )
 
     data = job.data
     return expected_source(data.dataset, data.source, data_dir=data.data_dir,
@@ -119,7 +121,9 @@ def _expected_source(job: Job) -> tuple[str, str | None]:
 def plan_notes(plan: Plan) -> list[Text]:
     """Under the plan: how a budget sizes the epochs, and which workloads will train on synthetic data and why,
     with how to get the real data."""
-    from devicebench.engine.loop import FEWEST_BUDGETED_STEPS  # torch: the dry run has it already
+    from devicebench.engine.loop import (
+        FEWEST_BUDGETED_STEPS,  # torch: the dry run has it already
+    )
 
     notes = [Text("Steps: training steps an epoch; eval: evaluation batches after each epoch; all: the whole set.")]
     if plan.budget_s is not None and any(_sized(plan, job) for job in plan.jobs):
@@ -215,7 +219,9 @@ def workloads_table(workloads: Iterable[Workload]) -> FittedTable:
 
 def record_text(workload: str) -> str:
     """`devicebench list`'s Published cell for a reference model: what the public record holds of it."""
-    from devicebench.results.record import published_figures  # read once, and only where a table asks
+    from devicebench.results.record import (
+        published_figures,  # read once, and only where a table asks
+    )
 
     figures = published_figures(workload)
     if not figures:
@@ -392,7 +398,9 @@ def device_kind(device: str) -> str:
 def known_workload(name: str) -> Workload | None:
     """The workload called `name`, or None for one this devicebench does not have (an imported result, a
     plugin not installed here, a user's model of another session)."""
-    from devicebench.workloads import get_workload  # the registry imports torch: only the tables that show it
+    from devicebench.workloads import (
+        get_workload,  # the registry imports torch: only the tables that show it
+    )
 
     try:
         return get_workload(name)
@@ -849,7 +857,10 @@ def batch_and_length(batch: int, length: int | None) -> str:
 def record_table(comparison: RecordComparison) -> Group:
     """A reference model's published figures (the record) beside what each device measured here, each in the unit
     it was published in; the sources numbered beneath, and what was measured here."""
-    from devicebench.reproduce import factor_text, in_unit  # imports torch: only where a reproduction is shown
+    from devicebench.reproduce import (  # imports torch: only where a reproduction is shown
+        factor_text,
+        in_unit,
+    )
 
     workload, measured = comparison.workload, comparison.measured
     table = Table(title=f"{workload.name}: the public record beside this machine", title_justify="left")

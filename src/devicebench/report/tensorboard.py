@@ -10,12 +10,13 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
+from devicebench.errors import DevicebenchError
 from devicebench.events import RunReporter
 from devicebench.results.schema import EpochRecord, RunRecord
 from devicebench.workloads import get_workload
 
 
-class TensorBoardUnavailable(RuntimeError):
+class TensorBoardUnavailable(DevicebenchError, RuntimeError):
     """The tensorboard package is missing; the message says how to install it."""
 
 

@@ -16,7 +16,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from devicebench.results.plausibility import Flag, calibrated_peak, run_flags, slower_than_baseline
+from devicebench.results.plausibility import (
+    Flag,
+    calibrated_peak,
+    run_flags,
+    slower_than_baseline,
+)
 from devicebench.results.prices import Prices
 from devicebench.results.schema import EpochRecord, Result, RunRecord
 from devicebench.results.stats import Speedup, Spread, speedup, spread

@@ -16,6 +16,8 @@ import difflib
 import re
 from dataclasses import dataclass
 
+from devicebench.errors import DevicebenchError
+
 _VENDOR_WORDS = frozenset({"nvidia", "tesla", "geforce"})  # prefixes torch's names carry or drop by generation
 
 # One direction of an x16 link: transfers/s per lane x 16 lanes x 128/130 encoding / 8 bits, in GB/s (rounded)
@@ -243,7 +245,7 @@ RENTED_HOSTS = {
     "h200": RentedHost(24, "AWS p5e.48xlarge: 8 H200, 192 vCPUs"),
 }
 
-class TargetError(ValueError):
+class TargetError(DevicebenchError, ValueError):
     """An `--on` that names no GPU, one twice, or one the catalog does not know; the message says what to write."""
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from devicebench.errors import DevicebenchError
 from devicebench.files import UnusableFile, require_regular_file
 
 if sys.version_info >= (3, 11):
@@ -33,7 +34,7 @@ else:  # Python 3.10
 _DEVICE_NAME = re.compile(r"^(cpu|cuda|mps|xpu)(:\d+)?$")
 
 
-class PriceError(ValueError):
+class PriceError(DevicebenchError, ValueError):
     """A price list that cannot be read; the message says where and how to write it."""
 
 

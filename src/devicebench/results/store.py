@@ -25,9 +25,14 @@ from typing import Any
 
 import psutil
 
-from devicebench.files import DB_VARIABLE, UnusableFile, require_regular_file, user_folder
+from devicebench.errors import DevicebenchError
+from devicebench.files import (
+    DB_VARIABLE,
+    UnusableFile,
+    require_regular_file,
+    user_folder,
+)
 from devicebench.results.schema import (
-    LARGEST_WHOLE_NUMBER,
     SCHEMA_VERSION,
     EpochRecord,
     Result,
@@ -45,7 +50,7 @@ _DAMAGED = ("restore it from a backup, or save what can still be read with `sqli
             f"file; or {_WHAT_TO_DO}")
 
 
-class StoreError(RuntimeError):
+class StoreError(DevicebenchError, RuntimeError):
     """The database file cannot be used: it says which file, what is wrong with it, and what to do."""
 
 

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from devicebench.errors import DevicebenchError
 from devicebench.files import UnusableFile, require_regular_file
 from devicebench.results.schema import (
     READABLE_SCHEMA_VERSIONS,
@@ -38,7 +39,7 @@ MACHINE_IDENTITY_KEYS = ("machine_id", "machine_name", "hostname")  # the finger
 CLOCK_SKEW = datetime.timedelta(days=1)  # how far ahead of this machine's clock another machine's may be
 
 
-class ResultsFileError(ValueError):
+class ResultsFileError(DevicebenchError, ValueError):
     """A file to import is missing, is not JSON, or holds no devicebench results this version can read."""
 
 
