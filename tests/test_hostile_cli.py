@@ -14,7 +14,6 @@ import sys
 import textwrap
 
 import pytest
-from devicebench.estimating import EstimateError
 from result_fixtures import machine, run, session
 from typer.testing import CliRunner
 
@@ -32,6 +31,7 @@ from devicebench.config import ConfigError
 from devicebench.data.sources import DataFolderIsALink
 from devicebench.devices import DeviceError
 from devicebench.errors import DevicebenchError
+from devicebench.estimate.points import EstimateError
 from devicebench.files import UnusableFile
 from devicebench.report.html import ReportDependencyError
 from devicebench.report.tensorboard import TensorBoardUnavailable

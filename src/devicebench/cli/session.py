@@ -35,10 +35,10 @@ from devicebench.cli import (
 from devicebench.engine.timing import process_age_s
 from devicebench.events import ReporterGroup, RunReporter
 from devicebench.files import UnusableFile
+from devicebench.recording import StoreReporter
 from devicebench.report.tables import comparison_tables
 from devicebench.results.compare import compare
 from devicebench.results.schema import Result, RunRecord
-from devicebench.results.store import StoreReporter
 
 if TYPE_CHECKING:  # only named in annotations; what imports torch is imported where it runs, so `--help` need not
     from devicebench.config import RunConfig
