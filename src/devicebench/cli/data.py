@@ -17,17 +17,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from devicebench.cli import EXIT_FAILED_RUN, app, check_folder, confirmed, console, errors, fail, stopped
+from devicebench.data.download import DOWNLOAD_DEADLINE_S, STALL_TIMEOUT_S, DataUnavailable, fetch
 from devicebench.data.sources import (
     DATASETS,
-    DOWNLOAD_DEADLINE_S,
-    STALL_TIMEOUT_S,
     DataFolderIsALink,
     SYNTHETIC_ONLY,
-    DataUnavailable,
     data_root,
     dataset_folder,
     dataset_status,
-    fetch,
     managed_paths,
     megabytes,
     remove_dataset,

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from devicebench.data.arrays import ArrayDataset, DataChoice, DataSource
+from devicebench.data.download import DataUnavailable, fetch
 from devicebench.data.formats import DataFormatError, read_release
 from devicebench.data.images import (
     ImageFolderDataset,
@@ -26,13 +27,11 @@ from devicebench.data.images import (
 )
 from devicebench.data.sources import (
     DatasetSpec,
-    DataUnavailable,
     RealDataUnreadable,
     NotDownloadable,
     dataset_folder,
     dataset_spec,
     dataset_status,
-    fetch,
     known_datasets,
     megabytes,
 )
