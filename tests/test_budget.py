@@ -18,7 +18,7 @@ from devicebench.engine.loop import FEWEST_BUDGETED_STEPS, StepTimes, steps_with
 from devicebench.engine.timing import Budget, Stopwatch
 from devicebench.events import BudgetAccount, RunReporter, RunSpent
 from devicebench.report.progress import RichReporter
-from devicebench.report.tables import duration_text
+from devicebench.report.text import duration_text
 from devicebench.workloads import _registry
 
 ONE_SECOND_STEPS = StepTimes(first_step_s=1.0, step_s=1.0, eval_step_s=0.5)

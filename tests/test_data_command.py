@@ -23,8 +23,8 @@ from typer.testing import CliRunner
 from devicebench import RunConfig, planning, runner
 from devicebench.cli import EXIT_FAILED_RUN, EXIT_INTERRUPTED, EXIT_USAGE, app
 from devicebench.data import download, load_dataset, sources
-from devicebench.data.formats import CIFAR10_BINARY, MNIST_FILES
 from devicebench.data.download import RemoteFile
+from devicebench.data.formats import CIFAR10_BINARY, MNIST_FILES
 from devicebench.data.sources import DatasetSpec
 
 CONTENT = {  # two files of a made-up dataset; the first spans several 1 MiB reads, so a download can stop midway

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from devicebench.cli import app
 from devicebench.engine import calibrate
 from devicebench.engine.calibrate import CalibrationError, load_calibration, peak_tflops, save_calibration
-from devicebench.report.tables import tflops_text
+from devicebench.report.text import tflops_text
 from devicebench.results.compare import compare
 from devicebench.results.plausibility import LARGEST_DEVICE_TFLOPS, MOST_OVER_DATASHEET, peak_doubt, run_flags
 from devicebench.results.store import export_document

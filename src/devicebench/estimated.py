@@ -27,7 +27,7 @@ from devicebench.estimating import (
     steady_steps_s,
 )
 from devicebench.report.plots import EstimatedAgainstMeasured, EstimatedPoint
-from devicebench.report.tables import rate_text
+from devicebench.report.text import rate_text
 from devicebench.results.datasheets import Datasheet, datasheet_for
 from devicebench.results.roofline import (
     PRECISIONS,

@@ -30,7 +30,7 @@ from devicebench.data.sources import (
     remove_dataset,
     verify_dataset,
 )
-from devicebench.report.tables import fitted
+from devicebench.report.fitting import fitted
 
 ALL = "all"  # the name that means every dataset
 

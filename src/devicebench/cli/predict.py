@@ -16,7 +16,7 @@ from rich.table import Table
 
 from devicebench.checkpoint import CheckpointError, load_checkpoint, predict
 from devicebench.cli import EXIT_FAILED_RUN, app, console, errors, fail
-from devicebench.report.tables import fitted
+from devicebench.report.fitting import fitted
 
 
 @app.command(name="predict")
