@@ -22,7 +22,7 @@ from devicebench.data.download import RemoteFile
 from devicebench.data.pipeline import HostBatches, batches_for
 from devicebench.data.sources import DATASETS
 from devicebench.data.text import TokenDataset
-from devicebench.report.tables import reproduction_table
+from devicebench.report.reproduction import reproduction_table
 from devicebench.reproduce import reproductions
 from devicebench.results.compare import compare
 

@@ -30,7 +30,7 @@ from devicebench.cli.run import (
     train_and_show,
 )
 from devicebench.config import ConfigError, RunConfig
-from devicebench.report.tables import record_table, reproduction_table
+from devicebench.report.reproduction import record_table, reproduction_table
 from devicebench.reproduce import (
     ReproduceError,
     record_comparisons,
