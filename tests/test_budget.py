@@ -18,7 +18,8 @@ from devicebench.engine.loop import FEWEST_BUDGETED_STEPS, StepTimes, steps_with
 from devicebench.engine.timing import Budget, Stopwatch
 from devicebench.events import BudgetAccount, RunReporter, RunSpent
 from devicebench.report.progress import RichReporter
-from devicebench.report.tables import duration_text
+from devicebench.report.text import duration_text
+from devicebench.workloads import _registry
 
 ONE_SECOND_STEPS = StepTimes(first_step_s=1.0, step_s=1.0, eval_step_s=0.5)
 
@@ -413,7 +414,7 @@ def test_a_sequence_is_halved_once_the_smallest_batch_cannot_fit(monkeypatch):
         return StepTimes(first_step_s=0.01 * tokens, step_s=0.01 * tokens, eval_step_s=0.005 * tokens)
 
     transformer = dataclasses.replace(workloads.get_workload("imdb-transformer"), budget_lengths=("sequence_length",))
-    monkeypatch.setitem(workloads._REGISTRY, "imdb-transformer", transformer)
+    monkeypatch.setitem(_registry._REGISTRY, "imdb-transformer", transformer)
     monkeypatch.setattr(runner, "time_first_steps", steps_growing_with_the_tokens)
     monkeypatch.setattr(runner, "Budget", functools.partial(Budget, clock=lambda: 0.0))
     monkeypatch.setattr(runner, "ASSUMED_SLOW_FLOP_S", 1.0)

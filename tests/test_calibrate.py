@@ -418,7 +418,7 @@ def test_a_gpu_is_measured_in_every_native_precision_and_the_tf32_setting_is_put
 
 def test_a_run_on_a_calibrated_device_reports_its_mfu():
     from devicebench import RunConfig, runner
-    from devicebench.report.tables import tflops_text
+    from devicebench.report.text import tflops_text
     from devicebench.results.compare import compare
 
     fingerprint = machine_fingerprint()

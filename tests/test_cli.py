@@ -146,6 +146,7 @@ def model_that_breaks(monkeypatch, name: str, at_step: int, error: Exception | N
     import math
 
     from devicebench import workloads
+    from devicebench.workloads import _registry
 
     entry = workloads.get_workload(name)
 
@@ -165,7 +166,7 @@ def model_that_breaks(monkeypatch, name: str, at_step: int, error: Exception | N
         model.register_forward_hook(at_the_step)
         return model
 
-    monkeypatch.setitem(workloads._REGISTRY, name, dataclasses.replace(entry, build_model=build))
+    monkeypatch.setitem(_registry._REGISTRY, name, dataclasses.replace(entry, build_model=build))
 
 
 @pytest.mark.parametrize(("error", "said"), [

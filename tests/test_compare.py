@@ -8,14 +8,9 @@ import pytest
 from result_fixtures import machine, run, session, tuned
 
 from devicebench.engine.tuning_choices import Tuning
-from devicebench.report.tables import comparison_text, row_notes, speedup_text
-from devicebench.results.compare import (
-    TUNED_CHOICES,
-    Row,
-    compare,
-    setting_text,
-    tuned_gains,
-)
+from devicebench.report.tables import comparison_text
+from devicebench.report.text import row_notes, speedup_text
+from devicebench.results.compare import TUNED_CHOICES, Row, compare, setting_text, tuned_gains
 from devicebench.results.prices import Prices
 from devicebench.results.stats import speedup
 

@@ -22,9 +22,10 @@ from typer.testing import CliRunner
 
 from devicebench import RunConfig, planning, runner
 from devicebench.cli import EXIT_FAILED_RUN, EXIT_INTERRUPTED, EXIT_USAGE, app
-from devicebench.data import load_dataset, sources
+from devicebench.data import download, load_dataset, sources
+from devicebench.data.download import RemoteFile
 from devicebench.data.formats import CIFAR10_BINARY, MNIST_FILES
-from devicebench.data.sources import DatasetSpec, RemoteFile
+from devicebench.data.sources import DatasetSpec
 
 CONTENT = {  # two files of a made-up dataset; the first spans several 1 MiB reads, so a download can stop midway
     "tiny-a.bin": np.random.default_rng(5).integers(0, 256, size=3 * 2**20 + 321, dtype=np.uint8).tobytes(),
@@ -93,7 +94,7 @@ def tiny(range_server, monkeypatch, tmp_path) -> Path:
     spec = DatasetSpec(name="tiny", title="Tiny", files=files, image_shape=None, num_classes=2, train_size=1,
                        test_size=1, kind="table", features=1)
     monkeypatch.setitem(sources.DATASETS, "tiny", spec)
-    monkeypatch.setattr(sources, "RETRY_PAUSE_S", 0.0)
+    monkeypatch.setattr(download, "RETRY_PAUSE_S", 0.0)
     root = tmp_path / "data"
     monkeypatch.setenv(sources.DATA_DIR_ENVIRONMENT_VARIABLE, str(root))
     return root
@@ -143,14 +144,14 @@ def test_fetch_downloads_verifies_and_then_list_says_cached(tiny, range_server):
 
 
 def test_a_fetch_stopped_midway_is_kept_and_the_next_fetch_takes_it_up(tiny, range_server, monkeypatch):
-    real_append = sources._PartialFile.append
+    real_append = download._PartialFile.append
 
     def stopped_after_a_mebibyte(partial, chunk: bytes) -> None:
         real_append(partial, chunk)
         if partial.received_bytes >= 2**20:
             raise KeyboardInterrupt  # what the CLI's stop handling turns Ctrl-C into
 
-    monkeypatch.setattr(sources._PartialFile, "append", stopped_after_a_mebibyte)
+    monkeypatch.setattr(download._PartialFile, "append", stopped_after_a_mebibyte)
     stopped = data("fetch", "tiny")
     assert stopped.exit_code == EXIT_INTERRUPTED
     assert "resume with `devicebench data fetch tiny`" in unwrapped(stopped.output)
@@ -160,7 +161,7 @@ def test_a_fetch_stopped_midway_is_kept_and_the_next_fetch_takes_it_up(tiny, ran
     assert kept.read_bytes() == CONTENT["tiny-a.bin"][: 2**20]
     assert state_of("tiny", data("list").output) == "partial (1.0 of 3.1 MB)"
 
-    monkeypatch.setattr(sources._PartialFile, "append", real_append)
+    monkeypatch.setattr(download._PartialFile, "append", real_append)
     resumed = data("fetch", "tiny")
     assert resumed.exit_code == 0, resumed.output
     assert range_server.requested("tiny-a.bin") == [None, f"bytes={2**20}-"]  # only the rest was asked for

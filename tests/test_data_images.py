@@ -24,6 +24,7 @@ from PIL import Image
 
 from devicebench import RunConfig, planning, runner
 from devicebench.data import DataUnavailable
+from devicebench.data.download import RemoteFile, fetch
 from devicebench.data.formats import DataFormatError
 from devicebench.data.images import (
     ImageFiles,
@@ -32,7 +33,7 @@ from devicebench.data.images import (
     read_image_folder,
     read_pet_images,
 )
-from devicebench.data.sources import DATASETS, RemoteFile, fetch
+from devicebench.data.sources import DATASETS
 
 RED = (255, 0, 0)
 RED_LUMA = 76  # Pillow's L = R * 299/1000 + G * 587/1000 + B * 114/1000, for pure red

@@ -15,9 +15,10 @@ import numpy as np
 import platformdirs
 import pytest
 
-from devicebench.data import DataUnavailable, known_datasets, load_dataset, sources
+from devicebench.data import DataUnavailable, download, known_datasets, load_dataset, sources
+from devicebench.data.download import RemoteFile, fetch
 from devicebench.data.formats import MNIST_FILES
-from devicebench.data.sources import RemoteFile, data_root, fetch, is_cached
+from devicebench.data.sources import data_root, is_cached
 
 
 def sha256_of(content: bytes) -> str:
@@ -81,7 +82,7 @@ def test_wrong_bytes_fail_the_checksum_and_leave_nothing(loopback_server, served
 
 
 def test_truncated_body_is_an_error_and_leaves_nothing(loopback_server, served_file, tmp_path, monkeypatch):
-    monkeypatch.setattr(sources, "RETRY_PAUSE_S", 0.0)
+    monkeypatch.setattr(download, "RETRY_PAUSE_S", 0.0)
     name, content = served_file
     loopback_server.truncate(name)  # every time: the cut is retried, then reported
     remote = dataclasses.replace(remote_for(name, content, loopback_server.url(name)), size_bytes=None)
@@ -90,8 +91,8 @@ def test_truncated_body_is_an_error_and_leaves_nothing(loopback_server, served_f
     with pytest.raises(DataUnavailable) as caught:
         fetch(remote, cache, progress=False)
     assert (f"truncated: received {len(content) // 2} of {len(content)} bytes "
-            f"(gave up after {sources.DOWNLOAD_ATTEMPTS} attempts)") in str(caught.value)
-    assert loopback_server.requested == [name] * sources.DOWNLOAD_ATTEMPTS
+            f"(gave up after {download.DOWNLOAD_ATTEMPTS} attempts)") in str(caught.value)
+    assert loopback_server.requested == [name] * download.DOWNLOAD_ATTEMPTS
     assert_empty(cache)
 
 

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 import torch
 
+from devicebench.data.download import RemoteFile, fetch
 from devicebench.data.formats import DataFormatError
-from devicebench.data.sources import RemoteFile, fetch
 from devicebench.data.text import (
     TokenDataset,
     build_vocabulary,

@@ -28,9 +28,8 @@ from http_fixtures import StatefulHTTPServer, serving
 from typer.testing import CliRunner
 
 from devicebench.cli import EXIT_FAILED_RUN, app
-from devicebench.data import DataUnavailable, sources
-from devicebench.data.sources import RemoteFile, fetch
-from devicebench.recording import StoreReporter
+from devicebench.data import DataUnavailable, download
+from devicebench.data.download import RemoteFile, fetch
 from devicebench.results import store as store_module
 from devicebench.results.store import Store, StoreError
 
@@ -40,7 +39,7 @@ NAME = "payload.bin"
 
 @pytest.fixture(autouse=True)
 def no_pause_between_attempts(monkeypatch):
-    monkeypatch.setattr(sources, "RETRY_PAUSE_S", 0.0)
+    monkeypatch.setattr(download, "RETRY_PAUSE_S", 0.0)
 
 
 def remote_at(*urls: str, content: bytes = BODY) -> RemoteFile:
@@ -134,7 +133,7 @@ def test_a_download_cut_off_every_time_gives_up_and_says_where_to_put_the_file(c
     with pytest.raises(DataUnavailable) as caught:
         fetch(remote_at(cutting_server.url), cache, progress=False)
     message = str(caught.value)
-    attempts = sources.DOWNLOAD_ATTEMPTS
+    attempts = download.DOWNLOAD_ATTEMPTS
     assert re.search(rf"{re.escape(cutting_server.url)}: truncated: received \d+ of {len(BODY)} bytes "
                      rf"\(gave up after {attempts} attempts\)", message)
     assert f"put it in folder {cache} as file {NAME}" in message

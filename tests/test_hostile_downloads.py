@@ -18,8 +18,8 @@ from http_fixtures import StatefulHTTPServer, serving
 from typer.testing import CliRunner
 
 from devicebench.cli import EXIT_USAGE, app
-from devicebench.data import sources
-from devicebench.data.sources import DataUnavailable, RemoteFile, fetch, partial_path
+from devicebench.data import download, sources
+from devicebench.data.download import DataUnavailable, RemoteFile, fetch, partial_path
 
 CONTENT = bytes(range(256)) * 40  # the file: 10,240 bytes
 
@@ -102,13 +102,13 @@ def test_a_kept_download_larger_than_the_file_is_dropped_unread(tmp_path, server
     folder.mkdir()
     partial_path(folder, remote(base_url)).write_bytes(CONTENT + b"more than the file has")
     hashed = []
-    hash_kept_bytes = sources._PartialFile._hash_kept_bytes
+    hash_kept_bytes = download._PartialFile._hash_kept_bytes
 
     def watched(partial):
         hashed.append(partial.path.stat().st_size)
         return hash_kept_bytes(partial)
 
-    monkeypatch.setattr(sources._PartialFile, "_hash_kept_bytes", watched)
+    monkeypatch.setattr(download._PartialFile, "_hash_kept_bytes", watched)
     assert fetch(remote(base_url), folder, progress=False).read_bytes() == CONTENT
     assert hashed == [0]  # a 50 GB kept file is not read for minutes before being dropped
     assert sorted(path.name for path in folder.iterdir()) == ["file.bin"]
@@ -123,13 +123,13 @@ def test_a_server_sending_more_than_the_file_is_stopped_at_its_size_and_nothing_
     state, base_url = server
     state.body, state.announced = CONTENT * 6, announced  # 60 MB for a 9.9 MB file, at a smaller scale
     written = []
-    append = sources._PartialFile.append
+    append = download._PartialFile.append
 
     def watched(partial, chunk):
         append(partial, chunk)
         written.append(partial.received_bytes)
 
-    monkeypatch.setattr(sources._PartialFile, "append", watched)
+    monkeypatch.setattr(download._PartialFile, "append", watched)
     folder = tmp_path / "data"
     with pytest.raises(DataUnavailable) as raised:
         fetch(remote(base_url), folder, progress=False)

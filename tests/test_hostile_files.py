@@ -30,6 +30,7 @@ from typer.testing import CliRunner
 import devicebench
 from devicebench.cli import EXIT_FAILED_RUN, EXIT_USAGE, app
 from devicebench.data import DataFormatError
+from devicebench.data.download import DataUnavailable, RemoteFile, fetch
 from devicebench.data.formats import (
     CIFAR10_BINARY,
     CIFAR_MAX_MEMBER_RECORDS,
@@ -37,7 +38,6 @@ from devicebench.data.formats import (
     read_release,
 )
 from devicebench.data.images import decode_image, read_image_folder
-from devicebench.data.sources import DataUnavailable, RemoteFile, fetch
 from devicebench.data.text import read_imdb
 from devicebench.results.schema import Result
 

@@ -21,13 +21,13 @@ from image_fixtures import BRIGHTNESS, write_brightness_folder, write_image
 from PIL import Image, ImageFile
 from typer.testing import CliRunner
 
-import devicebench.data.sources as sources
+import devicebench.data.download as download
 import devicebench.workloads.catdog as catdog
 from devicebench.checkpoint import MAX_IMAGE_BYTES
 from devicebench.cli import EXIT_FAILED_RUN, EXIT_USAGE, app
 from devicebench.data import DataFormatError
+from devicebench.data.download import DataUnavailable, RemoteFile, fetch
 from devicebench.data.images import decode_image, read_image_folder
-from devicebench.data.sources import DataUnavailable, RemoteFile, fetch
 
 cli = CliRunner()
 
@@ -205,7 +205,7 @@ class _BoundedHasher:
 
 
 def test_a_cached_file_linked_to_a_device_is_refused_not_hashed_forever(tmp_path, monkeypatch):
-    monkeypatch.setattr(sources.hashlib, "new", lambda *a, **k: _BoundedHasher(hashlib.new(*a, **k)))
+    monkeypatch.setattr(download.hashlib, "new", lambda *a, **k: _BoundedHasher(hashlib.new(*a, **k)))
     (tmp_path / "payload.bin").symlink_to("/dev/zero")
     remote = RemoteFile("payload.bin", urls=("http://127.0.0.1:9/payload.bin",), checksum="sha256:" + "0" * 64)
     with pytest.raises(DataUnavailable) as raised:

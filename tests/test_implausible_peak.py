@@ -19,13 +19,8 @@ from typer.testing import CliRunner
 
 from devicebench.cli import app
 from devicebench.engine import calibrate
-from devicebench.engine.calibrate import (
-    CalibrationError,
-    load_calibration,
-    peak_tflops,
-    save_calibration,
-)
-from devicebench.report.tables import tflops_text
+from devicebench.engine.calibrate import CalibrationError, load_calibration, peak_tflops, save_calibration
+from devicebench.report.text import tflops_text
 from devicebench.results.compare import compare
 from devicebench.results.plausibility import (
     LARGEST_DEVICE_TFLOPS,

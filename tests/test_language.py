@@ -21,7 +21,8 @@ from devicebench.data.sequences import (
     synthetic_sequences,
 )
 from devicebench.data.text import TokenDataset
-from devicebench.workloads import ModelTooLarge, SequenceCrossEntropy, get_workload
+from devicebench.workloads import ModelTooLarge, get_workload
+from devicebench.workloads.outputs import SequenceCrossEntropy
 
 cli = CliRunner()
 NAMES = ("bert-base", "bert-large", "gpt2-small")

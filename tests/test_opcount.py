@@ -18,7 +18,8 @@ from devicebench.data.own import TensorData
 from devicebench.engine import opcount
 from devicebench.engine.flops import training_flops_per_sample
 from devicebench.engine.opcount import ProfileError, StepProfile, profile_training_step
-from devicebench.workloads import Workload, adam, list_workloads, sgd
+from devicebench.workloads import Workload, list_workloads
+from devicebench.workloads.optimizers import adam, sgd
 
 SGD = {"batch_size": 2, "epochs": 1, "learning_rate": 0.1, "momentum": 0.0}  # plain SGD: no momentum buffer
 

@@ -15,7 +15,8 @@ from torch import nn
 from devicebench.data.own import TensorData
 from devicebench.engine import opcount
 from devicebench.engine.opcount import StepProfile, profile_training_step
-from devicebench.workloads import Workload, get_workload, sgd
+from devicebench.workloads import Workload, get_workload
+from devicebench.workloads.optimizers import sgd
 
 STEPS, BATCH, WIDTH = 12, 4, 16  # tokens, sequences, features and hidden units of the small recurrent models
 SGD = {"batch_size": BATCH, "epochs": 1, "learning_rate": 0.1, "momentum": 0.0}  # one _foreach_add_: no state

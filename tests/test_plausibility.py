@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 from devicebench import runner
 from devicebench.cli import app
 from devicebench.report.html import write_report
-from devicebench.report.tables import comparison_text, row_notes, tflops_text
+from devicebench.report.tables import comparison_text
+from devicebench.report.text import row_notes, tflops_text
 from devicebench.results.compare import compare
 from devicebench.results.plausibility import flag_run, run_flags
 from devicebench.results.schema import Result, RunRecord

@@ -32,13 +32,8 @@ from http_fixtures import serving
 from typer.testing import CliRunner
 
 from devicebench.cli import EXIT_USAGE, app
-from devicebench.data import sources
-from devicebench.data.sources import (
-    DataUnavailable,
-    HttpsOnlyRedirects,
-    InsecureRedirect,
-    RemoteFile,
-)
+from devicebench.data import download
+from devicebench.data.download import DataUnavailable, HttpsOnlyRedirects, InsecureRedirect, RemoteFile
 from devicebench.results import store as store_module
 from devicebench.results.store import Store
 from devicebench.results.transfer import printable
@@ -371,13 +366,13 @@ class _Redirecting(BaseHTTPRequestHandler):
 def test_6_a_download_redirected_from_https_to_http_is_refused(tmp_path, monkeypatch):
     import hashlib
     _Redirecting.requested = []
-    monkeypatch.setattr(sources, "_OPENER", urllib.request.build_opener(HttpsOnlyRedirects, _PlainHttps))
+    monkeypatch.setattr(download, "_OPENER", urllib.request.build_opener(HttpsOnlyRedirects, _PlainHttps))
     with serving(_Redirecting) as base_url:
         url = base_url.replace("http://", "https://", 1) + "start"
         remote = RemoteFile("data.bin", urls=(url,),
                             checksum=f"sha256:{hashlib.sha256(_Redirecting.body).hexdigest()}")
         with pytest.raises(DataUnavailable) as caught:
-            sources.fetch(remote, tmp_path / "data", progress=False)
+            download.fetch(remote, tmp_path / "data", progress=False)
     assert caught.value.failures == ((url, f"redirected (HTTP 302) to {base_url}file, which is not "
                                            "HTTPS: refused, since devicebench downloads over HTTPS only"),)
     assert _Redirecting.requested == ["/start"]  # the plain HTTP URL was never asked for

@@ -389,7 +389,7 @@ def test_cli_without_the_report_extra_says_what_to_install(tmp_path, monkeypatch
 
 def test_the_busy_column_of_several_processes_shows_their_mean_gpu_the_least_busy_one_and_all_their_cpu():
     from devicebench.report.html import comparison_html
-    from devicebench.report.tables import busy_text
+    from devicebench.report.text import busy_text
 
     record = run("cuda:0", [2.0, 1.0])
     record.settings.world_size = 3

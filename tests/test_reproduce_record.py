@@ -13,14 +13,9 @@ from typer.testing import CliRunner
 
 from devicebench.cli import app
 from devicebench.report.answer import answer_parts
-from devicebench.report.tables import rate_text, record_table
-from devicebench.reproduce import (
-    ReproduceError,
-    in_unit,
-    record_comparison,
-    reference_workloads,
-    seed_workloads,
-)
+from devicebench.report.reproduction import record_table
+from devicebench.report.text import rate_text
+from devicebench.reproduce import ReproduceError, in_unit, record_comparison, reference_workloads, seed_workloads
 from devicebench.results.compare import compare
 from devicebench.results.record import published_figures
 from devicebench.workloads import get_workload

@@ -16,14 +16,8 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from devicebench.cli import app, errors
-from devicebench.report.answer import (
-    Answer,
-    answer_parts,
-    answers,
-    flags_text,
-    gpu_text,
-)
-from devicebench.report.tables import speedup_text
+from devicebench.report.answer import Answer, answer_parts, answers, flags_text, gpu_text
+from devicebench.report.text import speedup_text
 from devicebench.reproduce import factor_text
 from devicebench.results.compare import compare
 from devicebench.workloads import get_workload, register_own

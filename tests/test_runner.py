@@ -7,9 +7,9 @@ import dataclasses
 import pytest
 import torch
 
-from devicebench import RunConfig, planning, runner, workloads
+from devicebench import RunConfig, planning, runner
 from devicebench.events import ReporterGroup, RunReporter
-from devicebench.workloads import get_workload
+from devicebench.workloads import _registry, get_workload
 
 TINY = {"devices": "cpu", "data": "synthetic", "epochs": 2, "max_steps": 2, "max_eval_steps": 1}
 
@@ -39,7 +39,7 @@ def broken_workload(monkeypatch, name: str, error: Exception) -> None:
     def explode(hyperparameters):
         raise error
 
-    monkeypatch.setitem(workloads._REGISTRY, name, dataclasses.replace(entry, build_model=explode))
+    monkeypatch.setitem(_registry._REGISTRY, name, dataclasses.replace(entry, build_model=explode))
 
 
 

@@ -18,10 +18,11 @@ from typer.testing import CliRunner
 from devicebench import RunConfig, planning, runner
 from devicebench.cli import EXIT_USAGE, app
 from devicebench.data.augmentation import Unchanged
+from devicebench.data.download import RemoteFile
 from devicebench.data.pipeline import HostBatches, batches_for
-from devicebench.data.sources import DATASETS, RemoteFile
+from devicebench.data.sources import DATASETS
 from devicebench.data.text import TokenDataset
-from devicebench.report.tables import reproduction_table
+from devicebench.report.reproduction import reproduction_table
 from devicebench.reproduce import reproductions
 from devicebench.results.compare import compare
 

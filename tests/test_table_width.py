@@ -22,23 +22,17 @@ from rich.text import Text
 from typer.testing import CliRunner
 
 from devicebench.cli import app, console, errors
-from devicebench.report.progress import (
-    FIELD_GAP,
-    RichReporter,
-    epoch_fields,
-    epoch_line,
-)
+from devicebench.report.fitting import fitted
+from devicebench.report.progress import FIELD_GAP, RichReporter, epoch_fields, epoch_line
 from devicebench.report.tables import (
     comparison_tables,
-    fitted,
     history_table,
-    median_text,
-    percent_text,
     published_text,
     row_label,
     sweep_tables,
     workloads_table,
 )
+from devicebench.report.text import median_text, percent_text
 from devicebench.results.compare import Row, compare
 from devicebench.results.prices import parse_prices
 from devicebench.results.schema import Result

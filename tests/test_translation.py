@@ -10,12 +10,8 @@ import torch
 from torch import nn
 
 from devicebench.engine.flops import training_flops_per_sample
-from devicebench.workloads import (
-    ModelTooLarge,
-    SequenceCrossEntropy,
-    get_workload,
-    predicted_classes,
-)
+from devicebench.workloads import ModelTooLarge, get_workload
+from devicebench.workloads.outputs import SequenceCrossEntropy, predicted_classes
 
 GNMT = get_workload("gnmt")
 TINY = {**GNMT.defaults, "vocab_size": 16, "source_length": 7, "target_length": 5, "width": 64}  # 4 layers still

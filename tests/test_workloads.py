@@ -10,6 +10,7 @@ import devicebench.workloads as registry
 from devicebench.testing import check_workload
 from devicebench.workloads import SEED_EXPERIMENTS, get_workload, list_workloads
 from devicebench.workloads.cifar_mlp import KerasNormalizedCrossEntropy
+from devicebench.workloads.optimizers import adam
 
 WORKLOADS = list_workloads()
 NAMES = [entry.name for entry in WORKLOADS]
@@ -69,7 +70,7 @@ def test_the_contract_catches_a_model_that_does_not_learn_or_has_the_wrong_width
         name="narrow", seed=None, dataset="mnist", summary="10 classes of digits, 3 outputs",
         build_model=lambda hyperparameters: nn.Sequential(nn.Flatten(), nn.Linear(784, 3)),
         defaults={"batch_size": 16, "epochs": 2, "learning_rate": 1e-3, "adam_epsilon": 1e-8},
-        build_loss=nn.CrossEntropyLoss, build_optimizer=registry.adam, image_shape=(1, 28, 28))
+        build_loss=nn.CrossEntropyLoss, build_optimizer=adam, image_shape=(1, 28, 28))
     with pytest.raises(AssertionError, match=r"narrow: outputs of shape \(16, 3\) for 16 samples of 10 classes"):
         check_workload(narrow)
 
@@ -125,15 +126,15 @@ def test_lookup_by_name_and_pattern():
 def test_registering_a_bad_workload_is_refused():
     with pytest.raises(ValueError, match="unknown seed experiment 'S9'"):
         registry.workload(name="x", seed="S9", dataset="mnist", summary="", loss=nn.CrossEntropyLoss,
-                          optimizer=registry.adam, defaults={"batch_size": 1, "epochs": 1},
+                          optimizer=adam, defaults={"batch_size": 1, "epochs": 1},
                           published=registry.Published(None, "", ""), image_shape=(1, 28, 28))
     with pytest.raises(ValueError, match="lack epochs"):
         registry.workload(name="x", seed="S1", dataset="mnist", summary="", loss=nn.CrossEntropyLoss,
-                          optimizer=registry.adam, defaults={"batch_size": 1},
+                          optimizer=adam, defaults={"batch_size": 1},
                           published=registry.Published(None, "", ""), image_shape=(1, 28, 28))
     with pytest.raises(ValueError, match="registered twice"):
         registry.workload(name="mnist-cnn2", seed="S1", dataset="mnist", summary="", loss=nn.CrossEntropyLoss,
-                          optimizer=registry.adam, defaults={"batch_size": 1, "epochs": 1},
+                          optimizer=adam, defaults={"batch_size": 1, "epochs": 1},
                           published=registry.Published(None, "", ""), image_shape=(1, 28, 28))(lambda hyperparameters: nn.Identity())
 
 

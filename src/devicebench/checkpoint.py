@@ -27,12 +27,8 @@ from devicebench.data.sources import dataset_spec
 from devicebench.errors import DevicebenchError
 from devicebench.files import UnusableFile, require_regular_file
 from devicebench.results.schema import RunRecord
-from devicebench.workloads import (
-    OutputKind,
-    Workload,
-    class_probabilities,
-    get_workload,
-)
+from devicebench.workloads import OutputKind, Workload, get_workload
+from devicebench.workloads.outputs import class_probabilities
 
 CHECKPOINT_FORMAT = "devicebench-checkpoint"
 CHECKPOINT_VERSION = 1

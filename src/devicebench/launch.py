@@ -42,8 +42,9 @@ from rich.console import Console
 
 from devicebench import runner
 from devicebench.data import DataUnavailable, known_datasets
+from devicebench.data.download import fetch
 from devicebench.data.images import is_image_folder
-from devicebench.data.sources import dataset_folder, dataset_spec, fetch
+from devicebench.data.sources import dataset_folder, dataset_spec
 from devicebench.data.text import is_text_folder
 from devicebench.engine.distributed import (
     RANK_TIMEOUT_S,

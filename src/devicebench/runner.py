@@ -74,7 +74,8 @@ from devicebench.results.diagnosis import diagnose
 from devicebench.results.plausibility import flag_run, peak_precision
 from devicebench.results.schema import Result, RunRecord, RunSettings
 from devicebench.version import __version__
-from devicebench.workloads import Workload, predicted_classes
+from devicebench.workloads import Workload
+from devicebench.workloads.outputs import predicted_classes
 
 TRAINERS = {"boosted-trees": train_boosted_trees}  # the engine's trainers of models that are not torch's
 Dataset = ArrayDataset | ImageFolderDataset | TensorData | TorchData

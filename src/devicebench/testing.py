@@ -30,12 +30,8 @@ from devicebench.data.sources import dataset_spec
 from devicebench.data.synthetic import synthetic_dataset
 from devicebench.data.text import synthetic_text
 from devicebench.engine.flops import training_flops_per_sample
-from devicebench.workloads import (
-    SEED_EXPERIMENTS,
-    Workload,
-    list_workloads,
-    predicted_classes,
-)
+from devicebench.workloads import SEED_EXPERIMENTS, Workload, list_workloads
+from devicebench.workloads.outputs import predicted_classes
 
 SAMPLES = 16  # in the one batch a workload must learn
 LEARNING_STEPS = 30  # the dropout-regularised binary nets of S3 take ~25 steps to leave ln 2

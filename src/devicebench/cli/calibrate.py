@@ -35,7 +35,8 @@ from devicebench.engine.calibrate import (
 )
 from devicebench.environment import machine_fingerprint
 from devicebench.host import BYTES_PER_MIB
-from devicebench.report.tables import FittedTable, fitted, number_text, percent_text
+from devicebench.report.fitting import FittedTable, fitted
+from devicebench.report.text import number_text, percent_text
 from devicebench.results.datasheets import datasheet_for
 
 

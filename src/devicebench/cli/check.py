@@ -22,7 +22,7 @@ from devicebench.cli import (
     local_devices_or_fail,
     stopped,
 )
-from devicebench.report.tables import FittedTable, fitted
+from devicebench.report.fitting import FittedTable, fitted
 
 STATUS_STYLES = {PASS: "green", WARN: "yellow", FAIL: "bold red"}
 MACHINE_WIDE = "machine"  # what the Device column says of a check about the whole machine

@@ -16,32 +16,21 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from devicebench.cli import (
-    EXIT_FAILED_RUN,
-    app,
-    check_folder,
-    confirmed,
-    console,
-    errors,
-    fail,
-    stopped,
-)
+from devicebench.cli import EXIT_FAILED_RUN, app, check_folder, confirmed, console, errors, fail, stopped
+from devicebench.data.download import DOWNLOAD_DEADLINE_S, STALL_TIMEOUT_S, DataUnavailable, fetch
 from devicebench.data.sources import (
     DATASETS,
-    DOWNLOAD_DEADLINE_S,
-    STALL_TIMEOUT_S,
+    DataFolderIsALink,
     SYNTHETIC_ONLY,
-    DataUnavailable,
     data_root,
     dataset_folder,
     dataset_status,
-    fetch,
     managed_paths,
     megabytes,
     remove_dataset,
     verify_dataset,
 )
-from devicebench.report.tables import fitted
+from devicebench.report.fitting import fitted
 
 ALL = "all"  # the name that means every dataset
 

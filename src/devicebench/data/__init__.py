@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from devicebench.data.arrays import ArrayDataset, DataChoice, DataSource
+from devicebench.data.download import DataUnavailable, fetch
 from devicebench.data.formats import DataFormatError, read_release
 from devicebench.data.images import (
     ImageFolderDataset,
@@ -27,13 +28,12 @@ from devicebench.data.images import (
 from devicebench.data.sequences import synthetic_sequences
 from devicebench.data.sources import (
     DatasetSpec,
-    DataUnavailable,
+    RealDataUnreadable,
     NotDownloadable,
     RealDataUnreadable,
     dataset_folder,
     dataset_spec,
     dataset_status,
-    fetch,
     known_datasets,
     megabytes,
 )

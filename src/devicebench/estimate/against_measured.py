@@ -26,7 +26,10 @@ from devicebench.estimate.points import (
     registered,
     steady_steps_s,
 )
-from devicebench.estimate.roofline import (
+from devicebench.report.plots import EstimatedAgainstMeasured, EstimatedPoint
+from devicebench.report.text import rate_text
+from devicebench.results.datasheets import Datasheet, datasheet_for
+from devicebench.results.roofline import (
     PRECISIONS,
     Precision,
     Resolved,

@@ -23,14 +23,8 @@ from rich.markup import escape
 from rich.text import Text
 
 from devicebench.engine.loop import FEWEST_BUDGETED_STEPS
-from devicebench.report.tables import (
-    FittedColumn,
-    FittedTable,
-    label_column,
-    longest_word,
-    rate_text,
-    speedup_text,
-)
+from devicebench.report.fitting import FittedColumn, FittedTable, label_column, longest_word
+from devicebench.report.text import rate_text, speedup_text
 from devicebench.reproduce import (
     CarriedSpeedup,
     carried_speedup,

@@ -30,7 +30,7 @@ from devicebench.report.plots import (
     sweep_charts,
     workload_charts,
 )
-from devicebench.report.tables import (
+from devicebench.report.text import (
     batch_text,
     busy_text,
     flagged_text,

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from devicebench.report.tables import device_kind, span_text, steps_label, swept_value
+from devicebench.report.text import device_kind, span_text, steps_label, swept_value
 from devicebench.results.compare import SPEED_SETTINGS, Row
 from devicebench.results.stats import Spread
 from devicebench.workloads import Published

@@ -21,7 +21,7 @@ from rich.text import Text
 
 from devicebench.data import ArrayDataset, ImageFolderDataset
 from devicebench.events import BudgetAccount, RunReporter
-from devicebench.report.tables import batch_text, duration_text, rate_text
+from devicebench.report.text import batch_text, duration_text, rate_text
 from devicebench.results.schema import EpochRecord, RunRecord
 from devicebench.workloads import Workload
 

@@ -1,4 +1,6 @@
-"""Rich tables for the terminal: the machine, the workloads, and a run's results with the speedup.
+"""Rich tables for the terminal: the plan, the machine, the workloads, a run's results with the speedup, the sweeps
+and the history. Each fits the screen through fitting.py and writes its figures through text.py; the tables of
+`devicebench reproduce` are reproduction.py's.
 
     devicebench run mnist-cnn2 --devices cpu --data synthetic --epochs 3 --max-steps 30
 """
@@ -12,52 +14,42 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich import box
-from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.console import Console, Group, RenderableType
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from devicebench.engine.tuning_choices import Tuning
-from devicebench.results.compare import NOISY_EPOCH_TIME_CV, Row, compare
+from devicebench.report.fitting import FittedColumn, FittedTable, fitted, label_column
+from devicebench.report.text import (
+    batch_text,
+    busy_text,
+    cost_vs_baseline_text,
+    device_kind,
+    duration_text,
+    epoch_time_text,
+    flagged_text,
+    known_workload,
+    length_text,
+    median_text,
+    number_text,
+    percent_text,
+    rate_text,
+    row_notes,
+    span_text,
+    speedup_text,
+    swept_value,
+    target_text,
+    tflops_text,
+    waiting_text,
+)
+from devicebench.results.compare import Row, compare
 from devicebench.results.schema import Result, RunRecord
-from devicebench.results.stats import Speedup, Spread
 
 if TYPE_CHECKING:  # each imports torch: history and compare's tables must load without it
     from devicebench.planning import Job, Plan
-    from devicebench.reproduce import RecordComparison, Reproduction
     from devicebench.workloads import Workload
 
 BASELINE_DEVICE = "cpu"
-
-
-def number_text(value: float | None, digits: int = 1, unit: str = "") -> str:
-    return "—" if value is None else f"{value:,.{digits}f}{unit}"
-
-
-def rate_text(value: float | None) -> str:
-    """A throughput: whole numbers from 10 up (`1,732`), two significant figures below (`9.4`, `0.21`), so that a
-    reference model on a laptop reads 0.21 samples/s, not 0."""
-    if value is None:
-        return "—"
-    if value >= 10 or value == 0:
-        return f"{value:,.0f}"
-    return f"{value:.2g}" if value >= 1 else f"{value:.2g}".replace("e-0", "e-")
-
-
-def percent_text(value: float | None) -> str:
-    return "—" if value is None else f"{value * 100:.1f}%"
-
-
-def duration_text(seconds: float) -> str:
-    """`45 s`, `2 min 05 s`, `3 h 07 min`: a duration as a person reads it."""
-    seconds = round(seconds)
-    if seconds < 60:
-        return f"{seconds} s"
-    minutes, seconds = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes} min {seconds:02d} s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes:02d} min"
 
 
 # --- a plan ------------------------------------------------------------------------------------------------
@@ -281,29 +273,6 @@ def _has_published(rows: list[Row]) -> bool:
     return entry is not None and entry.published is not None
 
 
-def epoch_time_text(row: Row) -> str:
-    epoch = row.epoch_time_s
-    return "—" if epoch is None else f"{epoch.median:,.2f} [{epoch.low:,.2f}–{epoch.high:,.2f}]"
-
-
-def target_text(row: Row) -> str:
-    """`41.2`: median training seconds to --target-accuracy; `not reached`; `41.2 (1 of 2)` when some runs were
-    not there by their last epoch; `—` without a target."""
-    targeted = row.targeted_runs
-    if not targeted:
-        return "—"
-    reached = [run for run in targeted if run.time_to_target_train_s is not None]
-    if not reached:
-        return "not reached"
-    return number_text(row.time_to_target_s.median, 1) + ("" if len(reached) == len(targeted)
-                                                          else f" ({len(reached)} of {len(targeted)})")
-
-
-def cost_vs_baseline_text(row: Row) -> str:
-    ratio = row.cost_vs_baseline
-    return "—" if ratio is None else f"{ratio:.3g}x"
-
-
 RESULT_COLUMNS = (
     Column("Samples/s", "samples/s: median over the steady epochs (after the warm-up one) of every repeat",
            lambda row: rate_text(row.samples_per_s.median if row.samples_per_s else None)),
@@ -386,56 +355,6 @@ def comparison_text(results: list[Result]) -> str:
     return "\n".join(line.rstrip() for line in console.export_text().splitlines()) + "\n"
 
 
-def batch_text(batch_size: int) -> str:
-    """`batch 32`, or what a batch size of 0 means: boosted trees read every row in every round."""
-    return f"batch {batch_size}" if batch_size else "every row each round"
-
-
-def device_kind(device: str) -> str:
-    return "cpu" if device == "cpu" else "gpu"
-
-
-def known_workload(name: str) -> Workload | None:
-    """The workload called `name`, or None for one this devicebench does not have (an imported result, a
-    plugin not installed here, a user's model of another session)."""
-    from devicebench.workloads import (
-        get_workload,  # the registry imports torch: only the tables that show it
-    )
-
-    try:
-        return get_workload(name)
-    except KeyError:
-        return None
-
-
-def span_text(values: Iterable[int]) -> str:
-    """`60`, or `7–30` when the values differ."""
-    ordered = sorted(set(values))
-    return f"{ordered[0]:,}" if len(ordered) == 1 else f"{ordered[0]:,}–{ordered[-1]:,}"
-
-
-def steps_label(row: Row) -> str:
-    """The row's label, and how many steps its epochs had where the label does not say: for a chart or a line that
-    sets rows whose epochs differ in length side by side. `laptop/cuda:0, 25-step epochs`."""
-    if "max_steps" in row.differs_in or not row.epoch_steps:
-        return row.label
-    return f"{row.label}, {span_text(row.epoch_steps)}-step epochs"
-
-
-def length_text(rows: list[Row]) -> str:
-    """`3 epochs of 60 steps`: what the epochs really had (a cap above an epoch's length changes nothing); `7–30
-    steps` when rows differ (a sweep over batch sizes); boosting rounds for trees, which read every row each round."""
-    runs = [run for row in rows for run in row.runs]
-    unit = "rounds" if all(run.settings.batch_size == 0 for run in runs) else "steps"
-    steps = [steps for row in rows for steps in row.epoch_steps]
-    if steps:
-        length = f"{span_text(steps)} {unit}"
-    else:  # no epoch finished: what was asked for
-        caps = {run.settings.max_steps for run in runs}
-        length = f"at most {span_text(caps)} {unit} (none finished)" if None not in caps else "full length"
-    return f"{span_text(run.settings.epochs for run in runs)} epochs of {length}"
-
-
 def _workload_title(name: str, rows: list[Row]) -> str:
     runs = [run for row in rows for run in row.runs]
     sources = {row.settings["data_source"] for row in rows}
@@ -463,152 +382,6 @@ def figure_table(title: str, leading: dict[str, list[str]], rows: list[Row], col
         FittedColumn(column.heading, values, options={"justify": "right"}) for column, values in zip(columns, cells)])
 
 
-@dataclasses.dataclass
-class FittedColumn:
-    """A column of a `FittedTable`: its heading, its cells, and the narrowest it may be without cutting a word."""
-
-    heading: str
-    cells: list[RenderableType]
-    min_width: int | None = None  # None: its longest word, heading included (no_wrap: its widest cell)
-    options: dict[str, Any] = dataclasses.field(default_factory=dict)  # for Table.add_column: justify, style
-
-    def narrowest(self) -> int:
-        texts = [self.heading, *self.cells]
-        if self.min_width is not None:
-            return self.min_width
-        if self.options.get("no_wrap"):
-            return max(plain_text(text).cell_len for text in texts)
-        return longest_word(texts)
-
-
-@dataclasses.dataclass
-class FittedTable:
-    """A table that fits whatever prints it, every word whole: identifiers and numbers are never cut. A cell wraps
-    only at its spaces (each column is at least as wide as its longest word); when the columns cannot stand side by
-    side at their narrowest, the ones that do not fit follow in another table, the leading columns repeated. The
-    title and the caption are paragraphs of the screen's width, wrapped between words (a rich title wraps at the
-    table's). Only a word wider than the screen itself is folded."""
-
-    title: str
-    leading: list[FittedColumn]  # the labels that say which row is which: in every part
-    columns: list[FittedColumn]
-    table_options: dict[str, Any] = dataclasses.field(default_factory=dict)  # for Table(): box, caption...
-    padding: int = 2  # columns of padding per table column: (0, 1) on each side
-    edges: bool = True  # a border at both ends: one more rule than there are columns, else one fewer
-    rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # for Table.add_row: style, end_section
-
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        width = options.max_width
-        parts = self.parts(width)
-        table_options = {name: value for name, value in self.table_options.items()
-                         if name not in ("caption", "caption_justify", "title", "title_justify")}
-        for part, columns in enumerate(parts):
-            if self.title:
-                yield Text.from_markup(self.title + (" (continued)" if part else ""), style="table.title")
-            yield self.table(columns, widths=self.widths(columns, width), options=table_options)
-        caption = self.table_options.get("caption")
-        if caption:
-            yield Text.from_markup(caption, style="table.caption") if isinstance(caption, str) else caption
-
-    def narrowest(self, width: int) -> dict[int, int]:
-        """Each column's narrowest (by id): its longest word, the labels leaving FIGURE_ROOM beside them."""
-        room = width - self.overhead(len(self.leading) + 1)
-        label_room = max(LABEL_MIN_WIDTH, (room - FIGURE_ROOM) // max(1, len(self.leading)))
-        floors = {id(column): min(column.narrowest(), label_room) for column in self.leading}
-        labels = sum(floors.values())
-        floors |= {id(column): max(1, min(column.narrowest(), room - labels)) for column in self.columns}
-        return floors
-
-    def parts(self, width: int) -> list[list[FittedColumn]]:
-        """The columns of each table, in order: as many as fit at their narrowest, the leading ones in each."""
-        floors = self.narrowest(width)
-        parts: list[list[FittedColumn]] = []
-        for column in self.columns:
-            if parts and sum(floors[id(item)] for item in [*parts[-1], column]) + self.overhead(len(parts[-1]) + 1) \
-                    <= width:
-                parts[-1].append(column)
-            else:
-                parts.append([*self.leading, column])
-        return parts or [list(self.leading)]
-
-    def overhead(self, count: int) -> int:
-        """Columns of `count` table columns that are not their content: padding and rules."""
-        rules = 0 if self.table_options.get("box", True) is None else count + (1 if self.edges else -1)
-        return count * self.padding + rules
-
-    def widths(self, columns: list[FittedColumn], width: int) -> list[int | None]:
-        """Each column's width: its widest cell while all fit, else narrowed, the column with the most room to spare
-        first, never below its narrowest (rich's own narrowing cuts words, and can leave a table wider than the
-        screen), its heading kept on one line while others can give; below its narrowest only when even the
-        narrowest do not fit (a word wider than the screen)."""
-        widths = [max(plain_text(cell).cell_len for cell in [column.heading, *column.cells]) for column in columns]
-        excess = sum(widths) + self.overhead(len(columns)) - width
-        if excess <= 0:
-            return [None] * len(columns)  # rich's own layout
-        words = [self.narrowest(width)[id(column)] for column in columns]
-        headings = [max(floor, plain_text(column.heading).cell_len) for floor, column in zip(words, columns)]
-        for floor in (headings, words, [1] * len(columns)):  # headings whole while they can be, then words whole
-            while excess > 0:
-                spare, index = max((widths[index] - floor[index], index) for index in range(len(columns)))
-                if spare <= 0:
-                    break
-                widths[index] -= 1
-                excess -= 1
-        return widths
-
-    def table(self, columns: list[FittedColumn], *, widths: list[int | None] | None = None,
-              options: dict[str, Any] | None = None) -> Table:
-        table = Table(padding=(0, self.padding // 2), **(options or {}))
-        for column, column_width in zip(columns, widths or [None] * len(columns)):
-            table.add_column(column.heading, **{"overflow": "fold", **column.options, "width": column_width,
-                                                "no_wrap": column.options.get("no_wrap", False) and not column_width})
-        for index in range(len(columns[0].cells) if columns else 0):
-            table.add_row(*(column.cells[index] for column in columns),
-                          **(self.rows[index] if index < len(self.rows) else {}))
-        return table
-
-
-def fitted(table: Table, *, leading: int = 1) -> FittedTable:
-    """`table` as a FittedTable: its first `leading` columns label the rows (repeated in a continuation); its title,
-    caption, box, styles and row sections kept. Every table devicebench prints goes through here or FittedTable."""
-    columns = [FittedColumn(column.header if isinstance(column.header, str) else str(column.header),
-                            list(column.cells), options={
-                                "justify": column.justify, "style": column.style, "header_style": column.header_style,
-                                "vertical": column.vertical, "no_wrap": column.no_wrap})
-               for column in table.columns]
-    _, right, _, left = table.padding
-    return FittedTable(
-        str(table.title or ""), columns[:leading], columns[leading:],
-        {"box": table.box, "show_header": table.show_header, "show_lines": table.show_lines,
-         "show_edge": table.show_edge, "pad_edge": table.pad_edge, "header_style": table.header_style,
-         "style": table.style, "caption": table.caption},
-        padding=left + right, edges=table.show_edge,
-        rows=[{"style": row.style, "end_section": row.end_section} for row in table.rows])
-
-
-def plain_text(text: str | RenderableType) -> Text:
-    """A cell as the text it shows, markup left out."""
-    return text if isinstance(text, Text) else Text.from_markup(str(text))
-
-
-def longest_word(texts: Iterable[str | Text]) -> int:
-    """The widest word (run of characters without a space) of `texts`, markup left out: the narrowest a column of
-    them can be without cutting one."""
-    return max((len(word) for text in texts for word in plain_text(text).plain.split()), default=1)
-
-
-LABEL_MIN_WIDTH = 10  # a label longer than the screen allows folds, down to this width
-FIGURE_ROOM = 12  # columns the labels leave for at least one figure beside them
-
-
-def label_column(heading: str, cells: list[str]) -> FittedColumn:
-    return FittedColumn(heading, list(cells))
-
-
-def median_text(value: Spread | None, digits: int) -> str:
-    return number_text(value.median if value else None, digits)
-
-
 def row_label(row: Row, one_machine: bool) -> str:
     """The row's label cell: the device (with its machine when several), what sets it apart, its problems."""
     # names come from other machines' files: markup in them is text (what is added below is ours)
@@ -625,127 +398,7 @@ def row_label(row: Row, one_machine: bool) -> str:
     return label
 
 
-def busy_text(row: Row) -> str:
-    """How busy the device was while training: `73% GPU, 98% CPU`, or `190% CPU` (100% = one core); with several
-    processes, their GPUs' mean and the least busy one's, and the CPU use of them all: `71% GPU (low 40%), 390% CPU`."""
-    parts = []
-    if row.device_utilization_percent is not None:
-        lowest = row.lowest_rank_utilization_percent
-        low = "" if lowest is None else f" (low {lowest.median:.0f}%)"
-        parts.append(f"{row.device_utilization_percent.median:.0f}% GPU{low}")
-    if row.process_cpu_percent is not None:
-        parts.append(f"{row.process_cpu_percent.median:.0f}% CPU")
-    return ", ".join(parts) or "—"
-
-
-def tflops_text(row: Row) -> str:
-    """Achieved TFLOP/s, to three significant digits (CPUs reach hundredths, GPUs hundreds), and the MFU where the
-    device is calibrated: `0.23 (31% MFU)`; `implausible` beside a figure above the device's peak."""
-    value, mfu = row.tflops, row.mfu
-    if value is None:
-        return "—"
-    text = f"{value.median:.3g}" + (f" ({mfu.median:.0%} MFU)" if mfu is not None else "")
-    return text + (" implausible" if any(flag.code == "above-peak" for flag in row.flags) else "")
-
-
-def flagged_text(row: Row) -> str:
-    """`flagged: above-peak, device-idle`: what the notes under the table explain; "" when nothing is flagged."""
-    return "flagged: " + ", ".join(flag.code for flag in row.flags) if row.flags else ""
-
-
-def waiting_text(row: Row) -> str:
-    """`72% input-bound`: the median share of training spent waiting for batches, and the runs' verdict."""
-    share, verdict = row.input_wait_share, row.input_verdict
-    if share is None:
-        return "—"
-    text = f"{share.median:.0%}"
-    if verdict == "input-bound":
-        return f"[bold red]{text} input-bound[/]"
-    return f"{text} {verdict}" if verdict else text
-
-
-def speedup_text(row: Row) -> str:
-    if row.baseline is row:
-        return "1.00x (baseline)"
-    if row.speedup is None:
-        return "—"
-    return ratio_text(row.speedup, " vs seed" if row.against_seed_mode else "")  # tuned mode's gain on its device
-
-
-def ratio_text(value: Speedup, after: str = "") -> str:
-    """`2.10x [1.90–2.31]`: a ratio of samples/s with its 95% interval, or `2.10x` where one sample gave none;
-    `after` follows the ratio (` vs seed`)."""
-    text = f"{value.ratio:.2f}x{after}"
-    if value.low is None or value.high is None:
-        return text
-    return f"{text} [{value.low:.2f}–{value.high:.2f}]"
-
-
-def row_notes(rows: list[Row]) -> list[str]:
-    notes = []
-    if any(row.settings["data_source"] == "synthetic" for row in rows):
-        notes.append("SYNTHETIC DATA: speeds are real; accuracies cannot be compared with the published ones.")
-    if all(run.settings.epochs < 2 for row in rows for run in row.runs):
-        notes.append("No steady-state figures: epoch 1 is warm-up, so run at least 2 epochs (--epochs 2).")
-    for note in dict.fromkeys(run.monitor_note for row in rows for run in row.runs if run.monitor_note):
-        notes.append(f"Device utilisation and energy unknown: {note}")
-    for row in rows:
-        if row.speedup is None and row.baseline is not row and row.speedup_note:
-            notes.append(f"{row.label}: no speedup: {row.speedup_note}")
-        for run in row.runs:
-            if run.error:
-                notes.append(f"{row.label} repeat {run.repeat + 1}: {run.status}: {run.error}")
-        for diagnosis in dict.fromkeys(run.input_diagnosis for run in row.runs if run.input_verdict == "input-bound"):
-            notes.append(f"{row.label}: input-bound: {diagnosis}")
-        cv = row.epoch_time_cv
-        if cv is not None and cv > NOISY_EPOCH_TIME_CV:
-            notes.append(f"{row.label}: noisy: steady epoch time varies {cv:.1%} across {row.epoch_time_cv_basis} "
-                         f"(more than {NOISY_EPOCH_TIME_CV:.0%}): close other programs or use more repeats before "
-                         f"trusting this row")
-        if row.scaling_efficiency is not None:
-            world = row.settings["world_size"]
-            notes.append(f"{row.label}: scaling efficiency {row.scaling_efficiency:.0%}: {world} processes gave "
-                         f"{row.speedup.ratio:.2f}x the throughput of one ({world:.0f}x would be perfect)"
-                         + (": above 100%, so check that both rows were measured alike before trusting it"
-                            if row.scaling_efficiency > 1 else ""))
-        elif row.scaling_note:
-            notes.append(f"{row.label}: no scaling efficiency against one process: {row.scaling_note}")
-        if row.speedup is not None and "capped at" in row.speedup_note:
-            notes.append(f"{row.label}: speedup {row.speedup_note.partition('; ')[2]}")
-        for flag in row.flags:
-            notes.append(f"{row.label}: FLAGGED {flag.code}: {flag.text}")
-        for choices in dict.fromkeys(tuning_text(run) for run in row.runs if run.settings.mode == "tuned"):
-            notes.append(f"{row.label}: tuned: {choices}")
-        choosing_s = sum(run.tuning_s or 0.0 for run in row.runs)
-        if choosing_s > 0:  # time that is in no figure of the table: say how much there was
-            notes.append(f"{row.label}: {choosing_s:.1f} s choosing before training (tuned trial, --batch-size auto "
-                         "search), in none of the times above")
-    return notes
-
-
-def tuning_text(run: RunRecord) -> str:
-    """What tuned mode chose for a run, and what its trial measured: 'bf16, channels last, fused optimizer
-    (trial samples/s: fp32 1,953, bf16 2,810; kept bf16)'."""
-    settings = run.settings
-    chosen = [settings.precision] + [name.replace("_", " ") for name in TUNING_CHOICES if getattr(settings, name)]
-    return ", ".join(chosen) + (f" ({run.tuning_note})" if run.tuning_note else "")
-
-
-TUNING_CHOICES = tuple(field.name for field in dataclasses.fields(Tuning) if field.name != "precision")  # on/off
-
-
 # --- sweeps ------------------------------------------------------------------------------------------------
-
-
-def swept_value(row: Row, name: str) -> str:
-    """The value of a swept setting (batch_size, workers, or a --set parameter) in `row`."""
-    if name in ("batch_size", "workers", "mode"):
-        return str(row.settings[name])
-    overrides = row.settings["overrides"]
-    if name in overrides:
-        return str(overrides[name])
-    entry = known_workload(row.workload)
-    return "—" if entry is None else str(entry.defaults.get(name, "—"))  # the point kept the workload's default
 
 
 def sweep_tables(rows_by_workload: dict[str, list[Row]], swept: list[str], *, wide: bool = False
@@ -811,102 +464,3 @@ def history_table(results: list[Result], path: Path, *, wide: bool = False) -> F
          + " of the steady epochs, warm-up left out. Test acc: after the last epoch."
          + ("" if wide else " --wide adds the epochs, epoch time, data and batch."), "caption_justify": "left"},
         padding=0, edges=False)
-
-
-# --- reproduce ---------------------------------------------------------------------------------------------
-
-
-def reproduction_table(reproductions: list[Reproduction]) -> FittedTable:
-    """Published against measured here, a pair of lines per workload."""
-    table = Table(title="Published vs measured here", title_justify="left", show_lines=True)
-    for column in ("Workload", "", "Hardware", "CPU samples/s", "GPU samples/s", "Speedup", "Accuracy"):
-        table.add_column(column, justify="left" if column in ("Workload", "", "Hardware") else "right",
-                         overflow="fold")
-    for entry in reproductions:
-        published = entry.published
-        table.add_row(
-            f"[bold]{entry.workload.name}[/] ({entry.workload.seed})",
-            "published",
-            published.hardware,
-            number_text(published.samples_per_s.get("cpu"), 0),
-            number_text(published.samples_per_s.get("gpu"), 0),
-            "—" if published.speedup is None else f"{published.speedup:g}x ({published.basis})",
-            percent_text(published.accuracy) + (f" {published.accuracy_kind}" if published.accuracy else ""),
-        )
-        measured_speedup = "— (no GPU here)" if entry.measured_speedup is None else (
-            f"{entry.measured_speedup:.2f}x (steady samples/s)"
-            + (f"; end to end {entry.measured_end_to_end_ratio:.2f}x" if entry.measured_end_to_end_ratio else ""))
-        data = f"[bold yellow]{entry.data_sources} data[/]" if "synthetic" in entry.data_sources else "real data"
-        table.add_row(
-            "",
-            "measured here",
-            f"{entry.measured_hardware}; {data}",
-            rate_text(entry.measured_cpu_samples_per_s),
-            rate_text(entry.measured_gpu_samples_per_s),
-            measured_speedup,
-            percent_text(entry.measured_accuracy) + (f" {published.accuracy_kind}" if entry.measured_accuracy else ""),
-        )
-    return fitted(table)
-
-
-def batch_and_length(batch: int, length: int | None) -> str:
-    """`256`, or `32 x 384` for a batch of 32 sequences of 384 tokens."""
-    return f"{batch:,}" if length is None else f"{batch:,} x {length:,}"
-
-
-def record_table(comparison: RecordComparison) -> Group:
-    """A reference model's published figures (the record) beside what each device measured here, each in the unit
-    it was published in; the sources numbered beneath, and what was measured here."""
-    from devicebench.reproduce import (  # imports torch: only where a reproduction is shown
-        factor_text,
-        in_unit,
-    )
-
-    workload, measured = comparison.workload, comparison.measured
-    table = Table(title=f"{workload.name}: the public record beside this machine", title_justify="left")
-    units = sorted({figure.unit for figure in comparison.figures})
-    one_unit = units[0] if len(units) == 1 else None  # then said once, in the heading
-    for column in ("GPU", "Precision", "Batch", "Software, data", f"Published {one_unit or ''}".strip()):
-        table.add_column(column, justify="right" if column.startswith(("Batch", "Published")) else "left")
-    for row in measured:
-        table.add_column(f"÷ {row.device}", justify="right")
-    sources: dict[str, int] = {}
-    for figure in comparison.figures:
-        number = sources.setdefault(figure.source, len(sources) + 1)
-        gpus = f" x{figure.gpus}" if figure.gpus > 1 else ""
-        ratios = []
-        for row in measured:
-            here = in_unit(workload, row, figure.unit)
-            ratios.append("—" if not here else factor_text(figure.per_gpu_throughput / here))
-        table.add_row(f"{figure.gpu}{gpus} [{number}]",
-                      figure.precision + (" (TF32)" if figure.tf32 == "on" and figure.precision == "fp32" else ""),
-                      batch_and_length(figure.batch_per_gpu, figure.sequence_length),
-                      f"{figure.framework} {figure.framework_version}".strip() + f"; {figure.data}",
-                      f"{figure.throughput:,.0f}" + ("" if one_unit else f" {figure.unit}"), *ratios)
-    lines: list[RenderableType] = [fitted(table)]
-    for row in measured:
-        settings = row.runs[0].settings if row.runs else None
-        shown = [f"{value:,.1f} {unit}" for unit in units
-                 if (value := in_unit(workload, row, unit)) is not None]
-        batch = f" at batch {batch_and_length(settings.batch_size, comparison.length)}" if settings else ""
-        lines.append(Text(f"Measured here: {row.device_name} ({row.device}): {', '.join(shown)}{batch}, "
-                          f"{row.settings['data_source']} data, {row.settings['mode']} mode.", style="bold"))
-    if not comparison.figures:
-        lines.append(Text(f"The record has no figures of {workload.name} at the sequence length trained here."))
-    lengths = sorted({figure.sequence_length for figure in comparison.figures
-                      if figure.sequence_length not in (None, comparison.length)})
-    if lengths:
-        lines.append(Text(f"Rows at {' and '.join(f'{length:,}' for length in lengths)} tokens a sequence, this run "
-                          f"at {comparison.length:,}: their tokens/s compare only roughly (attention's share of the "
-                          "work grows with the length)."))
-    for length, count in comparison.other_lengths.items():
-        lines.append(Text(f"Left out: {count} published row{'s' if count > 1 else ''} at sequence length {length}, "
-                          f"a different amount of work a sample: --set sequence_length={length} compares with "
-                          f"{'them' if count > 1 else 'it'}."))
-    if comparison.not_shown:
-        lines.append(Text(f"Shown: the fastest single-GPU figure of each GPU and precision; {comparison.not_shown} "
-                          "more rows (several GPUs, other frameworks, batches or years): --every-row."))
-    lines.append(Text("Published figures are other people's measurements, on other machines and software; ÷ says "
-                      "how much faster that GPU ran this model (per GPU) than this device, at the batch each used."))
-    lines += [Text(f"[{number}] {source}") for source, number in sources.items()]
-    return Group(*lines)

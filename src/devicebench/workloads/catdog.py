@@ -28,14 +28,9 @@ from __future__ import annotations
 from torch import nn
 
 from devicebench.data.augmentation import KerasAugmentation, Rescale
-from devicebench.workloads import (
-    BinaryCrossEntropy,
-    Hyperparameters,
-    Published,
-    QuickSettings,
-    adam,
-    workload,
-)
+from devicebench.workloads import Hyperparameters, Published, QuickSettings, workload
+from devicebench.workloads.optimizers import adam
+from devicebench.workloads.outputs import BinaryCrossEntropy
 
 KERNEL_SIZE = 3
 DENSE_UNITS = 128

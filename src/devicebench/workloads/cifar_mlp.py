@@ -20,7 +20,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from devicebench.workloads import Hyperparameters, Published, adam, sgd, workload
+from devicebench.workloads import Hyperparameters, Published, workload
+from devicebench.workloads.optimizers import adam, sgd
 
 IMAGE_SHAPE = (3, 32, 32)  # channels, height, width
 INPUT_FEATURES = 3 * 32 * 32  # a flattened CIFAR image

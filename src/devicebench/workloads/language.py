@@ -45,7 +45,8 @@ from torch import nn
 
 from devicebench.data.augmentation import Unchanged
 from devicebench.data.sequences import check_sequence_request
-from devicebench.workloads import Hyperparameters, SequenceCrossEntropy, workload
+from devicebench.workloads import Hyperparameters, workload
+from devicebench.workloads.outputs import SequenceCrossEntropy
 
 INIT_STD = 0.02  # BERT's and GPT-2's initializer_range
 FEED_FORWARD_RATIO = 4  # the feed-forward layer's width over the model's: 3,072 / 768, 4,096 / 1,024

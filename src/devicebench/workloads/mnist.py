@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from torch import nn
 
-from devicebench.workloads import Hyperparameters, Published, adam, workload
+from devicebench.workloads import Hyperparameters, Published, workload
+from devicebench.workloads.optimizers import adam
 
 IMAGE_SIZE = 28  # pixels per side
 KERNEL_SIZE = 5  # every convolution is 5x5 with 'SAME' zero padding

@@ -25,13 +25,13 @@ from torch import nn
 from devicebench.data.augmentation import Unchanged
 from devicebench.data.own import as_own_data
 from devicebench.workloads import (
-    BinaryCrossEntropy,
     Hyperparameters,
     OutputKind,
     TrainStep,
     Workload,
     register_own,
 )
+from devicebench.workloads.outputs import BinaryCrossEntropy
 
 # Losses by name, with what the model's outputs then mean (for the accuracy).
 LOSSES: dict[str, tuple[Callable[[], nn.Module], OutputKind]] = {

@@ -26,14 +26,9 @@ from torch import nn
 
 from devicebench.data.augmentation import Unchanged
 from devicebench.data.text import check_sequence_length, check_vocab_size
-from devicebench.workloads import (
-    BinaryCrossEntropy,
-    Hyperparameters,
-    Published,
-    QuickSettings,
-    adam,
-    workload,
-)
+from devicebench.workloads import Hyperparameters, Published, QuickSettings, workload
+from devicebench.workloads.optimizers import adam
+from devicebench.workloads.outputs import BinaryCrossEntropy
 
 EMBEDDING_INIT = 0.05  # Keras' Embedding: uniform in ±0.05
 KERAS_EPSILON = 1e-7  # Adam's epsilon in Keras

@@ -47,7 +47,9 @@ import torch
 from torch import nn
 
 from devicebench.data.augmentation import Unchanged
-from devicebench.workloads import Hyperparameters, SequenceCrossEntropy, adam, workload
+from devicebench.workloads import Hyperparameters, workload
+from devicebench.workloads.optimizers import adam
+from devicebench.workloads.outputs import SequenceCrossEntropy
 
 GNMT = {
     "vocab_size": 32_000,  # tokens: the shared English-German BPE vocabulary of scripts/wmt16_en_de.sh

@@ -14,7 +14,8 @@ from __future__ import annotations
 from torch import nn
 
 import devicebench
-from devicebench.workloads import QuickSettings, adam
+from devicebench.workloads import QuickSettings
+from devicebench.workloads.optimizers import adam
 
 TRAINING = {
     "batch_size": 128,  # samples per step
