@@ -30,6 +30,7 @@ from typer.testing import CliRunner
 from devicebench.cli import EXIT_FAILED_RUN, app
 from devicebench.data import DataUnavailable, download
 from devicebench.data.download import RemoteFile, fetch
+from devicebench.recording import StoreReporter
 from devicebench.results import store as store_module
 from devicebench.results.store import Store, StoreError
 

@@ -20,7 +20,6 @@ from devicebench.cli import EXIT_FAILED_RUN, app, check_folder, confirmed, conso
 from devicebench.data.download import DOWNLOAD_DEADLINE_S, STALL_TIMEOUT_S, DataUnavailable, fetch
 from devicebench.data.sources import (
     DATASETS,
-    DataFolderIsALink,
     SYNTHETIC_ONLY,
     data_root,
     dataset_folder,

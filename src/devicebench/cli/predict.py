@@ -14,8 +14,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from devicebench.checkpoint import CheckpointError, load_checkpoint, predict
-from devicebench.cli import EXIT_FAILED_RUN, app, console, errors, fail
+from devicebench.checkpoint import load_checkpoint, predict
+from devicebench.cli import EXIT_FAILED_RUN, app, console, errors
 from devicebench.report.fitting import fitted
 
 

@@ -29,7 +29,7 @@ from devicebench.cli.session import (
     plan_or_fail,
     train_and_show,
 )
-from devicebench.config import ConfigError, RunConfig
+from devicebench.config import RunConfig
 from devicebench.report.reproduction import record_table, reproduction_table
 from devicebench.reproduce import (
     record_comparisons,

@@ -28,7 +28,6 @@ from devicebench.data.images import (
 from devicebench.data.sequences import synthetic_sequences
 from devicebench.data.sources import (
     DatasetSpec,
-    RealDataUnreadable,
     NotDownloadable,
     RealDataUnreadable,
     dataset_folder,

@@ -21,6 +21,7 @@ from devicebench.data.download import (
     regular_file_size,
 )
 from devicebench.data.formats import CIFAR10_BINARY, CIFAR100_BINARY, MNIST_FILES
+from devicebench.errors import DevicebenchError
 from devicebench.files import DATA_VARIABLE, UnusableFile, user_folder
 
 DATA_DIR_ENVIRONMENT_VARIABLE = DATA_VARIABLE

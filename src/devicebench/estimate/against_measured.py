@@ -26,19 +26,9 @@ from devicebench.estimate.points import (
     registered,
     steady_steps_s,
 )
+from devicebench.estimate.roofline import PRECISIONS, Precision, Resolved, StepShape, conformal, predict
 from devicebench.report.plots import EstimatedAgainstMeasured, EstimatedPoint
 from devicebench.report.text import rate_text
-from devicebench.results.datasheets import Datasheet, datasheet_for
-from devicebench.results.roofline import (
-    PRECISIONS,
-    Precision,
-    Resolved,
-    StepShape,
-    conformal,
-    predict,
-)
-from devicebench.report.plots import EstimatedAgainstMeasured, EstimatedPoint
-from devicebench.report.tables import rate_text
 from devicebench.results.datasheets import Datasheet, datasheet_for
 from devicebench.results.schema import Result, RunRecord, RunSettings
 from devicebench.workloads import Workload
