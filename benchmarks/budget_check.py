@@ -56,17 +56,33 @@ def main() -> None:
                 spinner.wait()
     ratio = wall_s / budget_s
     passed = ratio <= 1 + TOLERANCE
-    print(f"{' '.join(command)}: {wall_s:.1f} s wall against a {budget_s:.0f} s budget ({ratio:.2f}x), "
-          f"{arguments.busy} busy processes, load average {load_before[0]:.1f}: {'PASS' if passed else 'FAIL'}")
+    print(
+        f"{' '.join(command)}: {wall_s:.1f} s wall against a {budget_s:.0f} s budget ({ratio:.2f}x), "
+        f"{arguments.busy} busy processes, load average {load_before[0]:.1f}: {'PASS' if passed else 'FAIL'}"
+    )
     print(f"  {budget_line}")
     output = arguments.output or RESULTS / f"budget-check-{slug(device_name(torch.device('cpu')))}.json"
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps({
-        "benchmark": "budget_check", "command": ["devicebench", *command], "busy_processes": arguments.busy,
-        "budget_s": budget_s, "wall_s": wall_s, "ratio": ratio, "tolerance": TOLERANCE, "passed": passed,
-        "budget_line": budget_line, "load_average_before": load_before, "load_average_after": os.getloadavg(),
-        "machine": machine_fingerprint(),
-    }, indent=2) + "\n")
+    output.write_text(
+        json.dumps(
+            {
+                "benchmark": "budget_check",
+                "command": ["devicebench", *command],
+                "busy_processes": arguments.busy,
+                "budget_s": budget_s,
+                "wall_s": wall_s,
+                "ratio": ratio,
+                "tolerance": TOLERANCE,
+                "passed": passed,
+                "budget_line": budget_line,
+                "load_average_before": load_before,
+                "load_average_after": os.getloadavg(),
+                "machine": machine_fingerprint(),
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"written to {output}")
     sys.exit(0 if passed else 1)
 

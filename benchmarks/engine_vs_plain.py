@@ -49,16 +49,21 @@ SIDES = ("plain", "plain-compile", "seed", "tuned")
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 
-def plain_samples_per_s(name: str, device: torch.device, steps: int, epochs: int, seed: int,
-                        compiled: bool) -> list[float]:
+def plain_samples_per_s(
+    name: str, device: torch.device, steps: int, epochs: int, seed: int, compiled: bool
+) -> list[float]:
     """Steady-state samples/s of each epoch after the first, for a hand-written loop."""
     entry = get_workload(name)
     dataset = load_dataset(entry.dataset, "synthetic", seed=seed, **entry.data_request(entry.defaults))
     images = torch.from_numpy(dataset.train_images).float() / 255  # scaled once, as a user would
     labels = torch.from_numpy(dataset.train_labels)
     batch_size = entry.defaults["batch_size"]
-    loader = DataLoader(TensorDataset(images, labels), batch_size=batch_size, shuffle=True,
-                        generator=torch.Generator().manual_seed(seed))
+    loader = DataLoader(
+        TensorDataset(images, labels),
+        batch_size=batch_size,
+        shuffle=True,
+        generator=torch.Generator().manual_seed(seed),
+    )
     torch.manual_seed(seed)
     model = entry.build_model(entry.defaults).to(device)
     loss_function = entry.build_loss().to(device)
@@ -85,9 +90,17 @@ def plain_samples_per_s(name: str, device: torch.device, steps: int, epochs: int
 
 def devicebench_samples_per_s(name: str, device: str, steps: int, epochs: int, seed: int, mode: str) -> list[float]:
     """Steady-state samples/s of each epoch after the first, from devicebench's Python API in this process."""
-    config = devicebench.RunConfig(workloads=(name,), devices=device, data="synthetic", epochs=epochs,
-                                   max_steps=steps, max_eval_steps=1, seed=seed, mode=mode,
-                                   overrides=tuple(same_work(name)[1::2]))
+    config = devicebench.RunConfig(
+        workloads=(name,),
+        devices=device,
+        data="synthetic",
+        epochs=epochs,
+        max_steps=steps,
+        max_eval_steps=1,
+        seed=seed,
+        mode=mode,
+        overrides=tuple(same_work(name)[1::2]),
+    )
     (run,) = devicebench.run(config).runs
     if run.status != "ok":
         raise RuntimeError(f"devicebench {mode} run of {name} ended {run.status}: {run.error}")
@@ -99,15 +112,40 @@ def same_work(name: str) -> list[str]:
     return ["--set", "augment=false"] if "augment" in get_workload(name).defaults else []
 
 
-def devicebench_samples_per_s_in_new_process(name: str, device: str, steps: int, epochs: int, seed: int,
-                                             mode: str) -> list[float]:
+def devicebench_samples_per_s_in_new_process(
+    name: str, device: str, steps: int, epochs: int, seed: int, mode: str
+) -> list[float]:
     """Steady-state samples/s of each epoch after the first, from `devicebench run` as a user runs it."""
     with tempfile.TemporaryDirectory() as folder:
         output = Path(folder) / "result.json"
         subprocess.run(
-            [sys.executable, "-m", "devicebench", "run", name, "--mode", mode, "--devices", device, "--data",
-             "synthetic", "--epochs", str(epochs), "--max-steps", str(steps), "--max-eval-steps", "1", "--seed",
-             str(seed), *same_work(name), "--quiet", "--json", str(output), "--db", str(Path(folder) / "db.sqlite")],
+            [
+                sys.executable,
+                "-m",
+                "devicebench",
+                "run",
+                name,
+                "--mode",
+                mode,
+                "--devices",
+                device,
+                "--data",
+                "synthetic",
+                "--epochs",
+                str(epochs),
+                "--max-steps",
+                str(steps),
+                "--max-eval-steps",
+                "1",
+                "--seed",
+                str(seed),
+                *same_work(name),
+                "--quiet",
+                "--json",
+                str(output),
+                "--db",
+                str(Path(folder) / "db.sqlite"),
+            ],
             check=True,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -127,8 +165,21 @@ def measure(side: str, name: str, device: str, steps: int, epochs: int, seed: in
     if not fresh:
         return plain_samples_per_s(name, torch.device(device), steps, epochs, seed, side == "plain-compile")
     completed = subprocess.run(
-        [sys.executable, __file__, name, "--plain-worker", side, "--device", device, "--steps", str(steps),
-         "--epochs", str(epochs), "--seed", str(seed)],
+        [
+            sys.executable,
+            __file__,
+            name,
+            "--plain-worker",
+            side,
+            "--device",
+            device,
+            "--steps",
+            str(steps),
+            "--epochs",
+            str(epochs),
+            "--seed",
+            str(seed),
+        ],
         check=True,
         capture_output=True,
         text=True,
@@ -145,51 +196,78 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="rounds; each side runs once per round")
     parser.add_argument("--sides", default=",".join(SIDES), help=f"which of {', '.join(SIDES)} to run")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--fresh-processes", action="store_true",
-                        help="run every measurement in a new process (devicebench through its command line)")
+    parser.add_argument(
+        "--fresh-processes",
+        action="store_true",
+        help="run every measurement in a new process (devicebench through its command line)",
+    )
     parser.add_argument("--output", type=Path, help="JSON file (default: results/engine-vs-plain-<hardware>.json)")
     parser.add_argument("--plain-worker", choices=("plain", "plain-compile"), help=argparse.SUPPRESS)
     arguments = parser.parse_args()
     if arguments.plain_worker:  # one plain run in this fresh process: its rates on stdout
-        rates = plain_samples_per_s(arguments.workloads[0], torch.device(arguments.device), arguments.steps,
-                                    arguments.epochs, arguments.seed, arguments.plain_worker == "plain-compile")
+        rates = plain_samples_per_s(
+            arguments.workloads[0],
+            torch.device(arguments.device),
+            arguments.steps,
+            arguments.epochs,
+            arguments.seed,
+            arguments.plain_worker == "plain-compile",
+        )
         print(json.dumps(rates))
         return
     sides = [side.strip() for side in arguments.sides.split(",") if side.strip()]
     if unknown := set(sides) - set(SIDES):
         parser.error(f"unknown sides {sorted(unknown)}; choose from {', '.join(SIDES)}")
     hardware = device_name(torch.device(arguments.device))
-    where = "a fresh process per measurement" if arguments.fresh_processes else "tuned in a fresh process, the rest here"
-    print(f"{hardware}: torch {torch.__version__}, {torch.get_num_threads()} threads; {arguments.rounds} rounds of "
-          f"{arguments.epochs} epochs x {arguments.steps} steps, {where}")
+    where = (
+        "a fresh process per measurement" if arguments.fresh_processes else "tuned in a fresh process, the rest here"
+    )
+    print(
+        f"{hardware}: torch {torch.__version__}, {torch.get_num_threads()} threads; {arguments.rounds} rounds of "
+        f"{arguments.epochs} epochs x {arguments.steps} steps, {where}"
+    )
     measured: dict[str, dict[str, list[float]]] = {}
     for name in arguments.workloads:
         rounds: dict[str, list[float]] = {side: [] for side in sides}
         for round_index in range(arguments.rounds):
-            order = sides[round_index % len(sides):] + sides[:round_index % len(sides)]  # each side first in turn
+            order = sides[round_index % len(sides) :] + sides[: round_index % len(sides)]  # each side first in turn
             for side in order:
-                rates = measure(side, name, arguments.device, arguments.steps, arguments.epochs, arguments.seed,
-                                arguments.fresh_processes)
+                rates = measure(
+                    side,
+                    name,
+                    arguments.device,
+                    arguments.steps,
+                    arguments.epochs,
+                    arguments.seed,
+                    arguments.fresh_processes,
+                )
                 rounds[side].append(statistics.median(rates))
         measured[name] = rounds
         print_workload(name, rounds)
     isolation = "fresh-processes" if arguments.fresh_processes else "one-process"
-    output = arguments.output or RESULTS / (f"engine-vs-plain-{slug(hardware)}-{arguments.device.replace(':', '')}-"
-                                            f"{isolation}.json")
+    output = arguments.output or RESULTS / (
+        f"engine-vs-plain-{slug(hardware)}-{arguments.device.replace(':', '')}-{isolation}.json"
+    )
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps({
-        "benchmark": "engine_vs_plain",
-        "command": " ".join(["python", "benchmarks/engine_vs_plain.py", *sys.argv[1:]]),
-        "device": arguments.device,
-        "device_name": hardware,
-        "isolation": isolation,
-        "machine": machine_fingerprint(),
-        "steps": arguments.steps,
-        "epochs": arguments.epochs,
-        "rounds": arguments.rounds,
-        "samples_per_s": measured,  # workload → side → the median steady samples/s of each round
-        "ratio_to_plain": {name: ratios(rounds) for name, rounds in measured.items()},
-    }, indent=2) + "\n")
+    output.write_text(
+        json.dumps(
+            {
+                "benchmark": "engine_vs_plain",
+                "command": " ".join(["python", "benchmarks/engine_vs_plain.py", *sys.argv[1:]]),
+                "device": arguments.device,
+                "device_name": hardware,
+                "isolation": isolation,
+                "machine": machine_fingerprint(),
+                "steps": arguments.steps,
+                "epochs": arguments.epochs,
+                "rounds": arguments.rounds,
+                "samples_per_s": measured,  # workload → side → the median steady samples/s of each round
+                "ratio_to_plain": {name: ratios(rounds) for name, rounds in measured.items()},
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"written to {output}")
 
 
@@ -199,9 +277,11 @@ def ratios(rounds: dict[str, list[float]]) -> dict[str, dict[str, float]]:
         return {}
     plain = rounds["plain"]
     return {
-        side: {"median": statistics.median(rates) / statistics.median(plain),
-               "min": min(rate / base for rate, base in zip(rates, plain)),
-               "max": max(rate / base for rate, base in zip(rates, plain))}
+        side: {
+            "median": statistics.median(rates) / statistics.median(plain),
+            "min": min(rate / base for rate, base in zip(rates, plain)),
+            "max": max(rate / base for rate, base in zip(rates, plain)),
+        }
         for side, rates in rounds.items()
     }
 

@@ -80,6 +80,7 @@ skipped, with the reason (`SMOKE` below). tests/test_gpu_validation.py runs it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import math
@@ -113,10 +114,14 @@ WORKLOADS = "{workloads}"  # in a command: the part's workloads that this machin
 SMALL = ("mnist-cnn2", "mnist-cnn4", "cifar10-mlp", "cifar100-mlp", "cifar10-cnn")
 CATDOG = ("catdog-original", "catdog-improved", "catdog-hires", "catdog-deep")
 IMDB = ("imdb-bilstm", "imdb-transformer")
-LEFT_OUT = {"gbdt-covertype": "the same booster as gbdt-synthetic on another table; one XGBoost workload suffices",
-            **{name: "a reference model, run only when named: the parts' budgets already sum to the nine minutes "
-                     "less 10 s, so it gets a part only in place of another (issue 30's GPU runs are their own)"
-               for name in ("resnet50", "resnet152", "vgg16", "bert-base", "bert-large", "gpt2-small", "gnmt")}}
+LEFT_OUT = {
+    "gbdt-covertype": "the same booster as gbdt-synthetic on another table; one XGBoost workload suffices",
+    **{
+        name: "a reference model, run only when named: the parts' budgets already sum to the nine minutes "
+        "less 10 s, so it gets a part only in place of another (issue 30's GPU runs are their own)"
+        for name in ("resnet50", "resnet152", "vgg16", "bert-base", "bert-large", "gpt2-small", "gnmt")
+    },
+}
 
 
 @dataclass(frozen=True)
@@ -139,13 +144,41 @@ def devicebench(*arguments: str) -> tuple[str, ...]:
     return ("{python}", "-m", "devicebench", *arguments)
 
 
-def training(name: str, workloads: Sequence[str], budget_s: float, *, mode: str = "seed", devices: str = "cuda",
-             steps: int | None = None, epochs: int = EPOCHS, flags: Sequence[str] = (), kind: str = "run",
-             gpus: int = 1) -> Part:
+def training(
+    name: str,
+    workloads: Sequence[str],
+    budget_s: float,
+    *,
+    mode: str = "seed",
+    devices: str = "cuda",
+    steps: int | None = None,
+    epochs: int = EPOCHS,
+    flags: Sequence[str] = (),
+    kind: str = "run",
+    gpus: int = 1,
+) -> Part:
     """A part that trains `workloads` with `devicebench run` on synthetic data, its JSON and database its own."""
-    command = devicebench("run", WORKLOADS, "--mode", mode, "--devices", devices, "--data", "synthetic",
-                          "--epochs", str(epochs), *(("--max-steps", str(steps)) if steps else ()),
-                          "--max-eval-steps", str(EVAL_STEPS), *flags, "--quiet", "--json", "{json}", "--db", "{db}")
+    command = devicebench(
+        "run",
+        WORKLOADS,
+        "--mode",
+        mode,
+        "--devices",
+        devices,
+        "--data",
+        "synthetic",
+        "--epochs",
+        str(epochs),
+        *(("--max-steps", str(steps)) if steps else ()),
+        "--max-eval-steps",
+        str(EVAL_STEPS),
+        *flags,
+        "--quiet",
+        "--json",
+        "{json}",
+        "--db",
+        "{db}",
+    )
     return Part(name, kind, command, budget_s, tuple(workloads), gpus)
 
 
@@ -168,15 +201,53 @@ PARTS = (
     training("tuned-small", SMALL, 33, mode="tuned", steps=1500, flags=TUNED),
     training("tuned-catdog", CATDOG, 32, mode="tuned", steps=250, flags=TUNED),
     training("tuned-imdb", IMDB, 22, mode="tuned", steps=500, flags=TUNED),
-    training("compile", ("imdb-transformer",), 40, mode="tuned", steps=500, kind="compile",
-             flags=("--compile", "on", "--precision", "bf16")),
+    training(
+        "compile",
+        ("imdb-transformer",),
+        40,
+        mode="tuned",
+        steps=500,
+        kind="compile",
+        flags=("--compile", "on", "--precision", "bf16"),
+    ),
     training("seed-cpu", ("mnist-cnn2", "cifar10-mlp"), 16, devices="cpu", steps=150, gpus=0),
     training("gbdt", ("gbdt-synthetic",), 13, flags=("--set", "rounds_per_epoch=200")),
     training("nproc", ("cifar10-mlp",), 20, devices="all-gpus", steps=1500, gpus=2),
-    benchmark("wall-clock", "wall_clock_check.py", 16, "--workload", "mnist-cnn2", "--device", "cuda", "--epochs",
-              "2", "--multiplier", "3", "--steps", "600", "--eval-steps", "1", "--rounds", "1"),
-    benchmark("engine-vs-plain", "engine_vs_plain.py", 16, "mnist-cnn2", "--device", "cuda", "--rounds", "1",
-              "--steps", "300", "--epochs", "2", "--sides", "plain,seed,tuned"),
+    benchmark(
+        "wall-clock",
+        "wall_clock_check.py",
+        16,
+        "--workload",
+        "mnist-cnn2",
+        "--device",
+        "cuda",
+        "--epochs",
+        "2",
+        "--multiplier",
+        "3",
+        "--steps",
+        "600",
+        "--eval-steps",
+        "1",
+        "--rounds",
+        "1",
+    ),
+    benchmark(
+        "engine-vs-plain",
+        "engine_vs_plain.py",
+        16,
+        "mnist-cnn2",
+        "--device",
+        "cuda",
+        "--rounds",
+        "1",
+        "--steps",
+        "300",
+        "--epochs",
+        "2",
+        "--sides",
+        "plain,seed,tuned",
+    ),
 )
 
 SMOKE_STEPS, SMOKE_EPOCHS = 3, 2
@@ -188,12 +259,14 @@ SMOKE: dict[str, Part | str] = {
     "calibrate": Part("calibrate", "calibrate", devicebench("calibrate", "--devices", "cpu", "--quick", "--json"), 40),
     "check": Part("check", "check", devicebench("check", "--devices", "cpu", "--json"), 60),
     "pytest-gpu": Part("pytest-gpu", "pytest", PYTEST_GPU, 90),
-    "seed-small": training("seed-small", ("mnist-cnn2",), 60, devices="cpu", steps=SMOKE_STEPS,
-                           epochs=SMOKE_EPOCHS, gpus=0),
+    "seed-small": training(
+        "seed-small", ("mnist-cnn2",), 60, devices="cpu", steps=SMOKE_STEPS, epochs=SMOKE_EPOCHS, gpus=0
+    ),
     "seed-catdog": LEFT_TO_THE_GPU,
     "seed-imdb": LEFT_TO_THE_GPU,
-    "tuned-small": training("tuned-small", ("cifar10-mlp",), 60, mode="tuned", devices="cpu", steps=SMOKE_STEPS,
-                            epochs=SMOKE_EPOCHS, gpus=0),
+    "tuned-small": training(
+        "tuned-small", ("cifar10-mlp",), 60, mode="tuned", devices="cpu", steps=SMOKE_STEPS, epochs=SMOKE_EPOCHS, gpus=0
+    ),
     "tuned-catdog": LEFT_TO_THE_GPU,
     "tuned-imdb": LEFT_TO_THE_GPU,
     "compile": "inductor takes 10-30 s to compile on a CPU, and tuned mode tries torch.compile on GPUs only",
@@ -275,14 +348,16 @@ def run_parts(
             outcome.reason = why_not(part, machine, only)
             if outcome.reason is None:
                 left_s = deadline - time.monotonic()
-                reserved_s = sum(later.budget_s for later in parts[index + 1:]
-                                 if isinstance(later, Part) and why_not(later, machine, only) is None)
+                reserved_s = sum(
+                    later.budget_s
+                    for later in parts[index + 1 :]
+                    if isinstance(later, Part) and why_not(later, machine, only) is None
+                )
                 if left_s < part.budget_s:
                     outcome.reason = f"not enough time left: {left_s:.0f} s left, its budget is {part.budget_s:.0f} s"
                 else:
                     try:
-                        run_part(part, outcome, out, min(left_s, max(part.budget_s, left_s - reserved_s)), machine,
-                                 env)
+                        run_part(part, outcome, out, min(left_s, max(part.budget_s, left_s - reserved_s)), machine, env)
                     except OSError as error:  # a command that cannot start: the other parts still run
                         outcome.status, outcome.reason = "fail", f"could not run it: {error}"
                     machine.learn(outcome)
@@ -304,16 +379,23 @@ def why_not(part: Part, machine: Machine, only: set[str] | None) -> str | None:
     return None
 
 
-def run_part(part: Part, outcome: Outcome, out: Path, allowed_s: float, machine: Machine,
-             env: dict[str, str] | None) -> None:
+def run_part(
+    part: Part, outcome: Outcome, out: Path, allowed_s: float, machine: Machine, env: dict[str, str] | None
+) -> None:
     """Run one part for at most `allowed_s`, then read and judge what it left."""
     unavailable = machine.unavailable()
     workloads = [name for name in part.workloads if name not in unavailable]
     outcome.notes = [f"{name} left out: {unavailable[name]}" for name in part.workloads if name in unavailable]
-    paths = {"python": sys.executable, "json": str(out / "parts" / f"{part.name}.json"),
-             "db": str(out / "work" / f"{part.name}.sqlite")}
-    outcome.command = [expanded for argument in part.command
-                       for expanded in (workloads if argument == WORKLOADS else [argument.format(**paths)])]
+    paths = {
+        "python": sys.executable,
+        "json": str(out / "parts" / f"{part.name}.json"),
+        "db": str(out / "work" / f"{part.name}.sqlite"),
+    }
+    outcome.command = [
+        expanded
+        for argument in part.command
+        for expanded in (workloads if argument == WORKLOADS else [argument.format(**paths)])
+    ]
     result_file = Path(paths["json"])
     log_file = out / "logs" / f"{part.name}.log"
     for folder in (result_file.parent, log_file.parent, out / "work"):
@@ -322,7 +404,8 @@ def run_part(part: Part, outcome: Outcome, out: Path, allowed_s: float, machine:
     outcome.allowed_s = allowed_s
     with open(log_file, "wb") as log, open(result_file if part.result_on_stdout else os.devnull, "wb") as stdout:
         outcome.exit_code, outcome.wall_s, timed_out = run_process(
-            outcome.command, allowed_s, stdout=stdout if part.result_on_stdout else log, stderr=log, env=env)
+            outcome.command, allowed_s, stdout=stdout if part.result_on_stdout else log, stderr=log, env=env
+        )
     outcome.output_tail = tail(log_file)
     outcome.result = read_result(part, result_file, outcome.output_tail)
     if timed_out:
@@ -337,16 +420,18 @@ def run_part(part: Part, outcome: Outcome, out: Path, allowed_s: float, machine:
     outcome.key_figures = key_figures(part.kind, outcome.result)
 
 
-def run_process(command: list[str], allowed_s: float, *, stdout: Any, stderr: Any,
-                env: dict[str, str] | None) -> tuple[int, float, bool]:
+def run_process(
+    command: list[str], allowed_s: float, *, stdout: Any, stderr: Any, env: dict[str, str] | None
+) -> tuple[int, float, bool]:
     """Run `command` in a process group of its own for at most `allowed_s`: (exit code, seconds, timed out).
 
     Past its time the whole group gets SIGTERM (devicebench then writes what it finished) and, if anything is
     left after the grace, SIGKILL; whatever the group left running (loader workers, ranks) is killed at the end."""
     grace_s = min(GRACE_S, allowed_s / 4)
     started = time.monotonic()
-    process = subprocess.Popen(command, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL, cwd=REPOSITORY,
-                               env=env, start_new_session=True)
+    process = subprocess.Popen(
+        command, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL, cwd=REPOSITORY, env=env, start_new_session=True
+    )
     timed_out = False
     try:
         process.wait(timeout=allowed_s - grace_s)
@@ -364,10 +449,8 @@ def run_process(command: list[str], allowed_s: float, *, stdout: Any, stderr: An
 
 
 def _signal_group(group: int, number: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is gone already
         os.killpg(group, number)
-    except (ProcessLookupError, PermissionError):  # the group is gone already
-        pass
 
 
 def tail(path: Path, chars: int = TAIL_CHARS) -> str:
@@ -391,9 +474,14 @@ def pytest_counts(output: str) -> dict[str, int] | None:
     """pytest's last summary line ("3 passed, 2 skipped, 1 deselected in 4.2s") as numbers."""
     for line in reversed(output.splitlines()):
         if re.search(r"\d+ \w+.* in [\d.]+s", line):
-            counts = {word.rstrip("s") if word in ("errors", "warnings") else word: int(number)
-                      for number, word in re.findall(r"(\d+) (passed|failed|skipped|errors?|deselected|xfailed|"
-                                                     r"xpassed|warnings?)", line)}
+            counts = {
+                word.rstrip("s") if word in ("errors", "warnings") else word: int(number)
+                for number, word in re.findall(
+                    r"(\d+) (passed|failed|skipped|errors?|deselected|xfailed|"
+                    r"xpassed|warnings?)",
+                    line,
+                )
+            }
             if counts:
                 return counts
     return None
@@ -413,8 +501,10 @@ def judge(kind: str, exit_code: int | None, result: Any, last_line: str = "") ->
     should have left and did not, a run that did not end "ok" or has no steady throughput, a compiled run that ran
     eagerly, two clocks that disagree."""
     problems = [f"exit code {exit_code}" + (f": {last_line}" if last_line else "")] if exit_code != 0 else []
-    if kind in ("devices", "list", "calibrate", "check", "run", "compile", "wall-clock", "engine-vs-plain") \
-            and result is None:
+    if (
+        kind in ("devices", "list", "calibrate", "check", "run", "compile", "wall-clock", "engine-vs-plain")
+        and result is None
+    ):
         problems.append("no result JSON")
     if kind in ("run", "compile") and isinstance(result, dict):
         try:
@@ -477,8 +567,10 @@ def _devices_figures(fingerprint: dict) -> str:
     if not gpus:
         return f"no GPU ({fingerprint.get('no_accelerator_reason')}); {software}"
     first = gpus[0]
-    return (f"{len(gpus)} x {first['name']} (driver {first.get('driver')}, CUDA {first.get('cuda_runtime')}, "
-            f"power limit {first.get('power_limit_w')} W); {software}")
+    return (
+        f"{len(gpus)} x {first['name']} (driver {first.get('driver')}, CUDA {first.get('cuda_runtime')}, "
+        f"power limit {first.get('power_limit_w')} W); {software}"
+    )
 
 
 def _list_figures(workloads: list[dict]) -> str:
@@ -498,12 +590,14 @@ def _check_figures(check: dict) -> str:
     """The counts, and the checks that failed or warned by name (and device)."""
 
     def named(status: str) -> str:
-        names = [entry["name"] + (f" ({entry['device']})" if entry.get("device") else "")
-                 for entry in check["checks"] if entry["status"] == status]
+        names = [
+            entry["name"] + (f" ({entry['device']})" if entry.get("device") else "")
+            for entry in check["checks"]
+            if entry["status"] == status
+        ]
         return f" ({', '.join(names)})" if names else ""
 
-    return (f"failed {check['failed']}{named('fail')}, warned {check['warned']}{named('warn')}, "
-            f"passed {check['passed']}")
+    return f"failed {check['failed']}{named('fail')}, warned {check['warned']}{named('warn')}, passed {check['passed']}"
 
 
 def _pytest_figures(counts: dict[str, int]) -> str:
@@ -520,27 +614,35 @@ def run_figures(result: dict) -> str:
             shown.append(f"{run['workload']} {run['device']}: {run['status']}")
             continue
         epoch_s = summary["steady_epoch_time_s"]
-        parts = [f"{run['workload']} {run['device']}"
-                 + (f" x{settings['world_size']}" if settings.get("world_size", 1) > 1 else "")
-                 + f": {_number(summary['steady_samples_per_s'])} samples/s",
-                 f"epoch {epoch_s:.2f} s" + (f" (<{STEADY_EPOCH_S:g} s)" if epoch_s < STEADY_EPOCH_S else "")]
+        parts = [
+            f"{run['workload']} {run['device']}"
+            + (f" x{settings['world_size']}" if settings.get("world_size", 1) > 1 else "")
+            + f": {_number(summary['steady_samples_per_s'])} samples/s",
+            f"epoch {epoch_s:.2f} s" + (f" (<{STEADY_EPOCH_S:g} s)" if epoch_s < STEADY_EPOCH_S else ""),
+        ]
         if run.get("flops_per_sample") and run.get("peak_tflops"):
             utilization = statistics.median(
                 run["flops_per_sample"] * epoch["samples_per_s"] / 1e12 / (run["peak_tflops"] * settings["world_size"])
-                for epoch in run["epochs"] if epoch["phase"] == "steady")
+                for epoch in run["epochs"]
+                if epoch["phase"] == "steady"
+            )
             parts.append(f"MFU {utilization:.1%}")
         if settings["mode"] == "tuned":
             parts.append(settings["precision"])
         if run.get("compile_recompiles") is not None:
-            parts.append(f"{'compiled' if settings['compiled'] else 'NOT compiled'}, recompiles "
-                         f"{run['compile_recompiles']}, graph breaks {run['compile_graph_breaks']}")
+            parts.append(
+                f"{'compiled' if settings['compiled'] else 'NOT compiled'}, recompiles "
+                f"{run['compile_recompiles']}, graph breaks {run['compile_graph_breaks']}"
+            )
         shown.append(", ".join(parts))
     return "; ".join(shown)
 
 
 def _wall_clock_figures(check: dict) -> str:
-    return (f"wall {check['wall_difference_s']:.2f} s vs end-to-end {check['end_to_end_difference_s']:.2f} s: "
-            f"{check['mismatch']:+.1%} (tolerance ±{check['tolerance']:.0%})")
+    return (
+        f"wall {check['wall_difference_s']:.2f} s vs end-to-end {check['end_to_end_difference_s']:.2f} s: "
+        f"{check['mismatch']:+.1%} (tolerance ±{check['tolerance']:.0%})"
+    )
 
 
 def _engine_vs_plain_figures(benchmark_result: dict) -> str:
@@ -582,12 +684,17 @@ def coverage(machine: Machine) -> dict[str, Any]:
     """Which of devicebench's own workloads the GPU plan trains, leaves out (and why), or does not know of."""
     listed = [entry["name"] for entry in machine.workloads or [] if entry.get("origin", "devicebench") == "devicebench"]
     planned = {name for part in PARTS for name in part.workloads}
-    return {"listed": listed, "unavailable": machine.unavailable(), "left_out": LEFT_OUT,
-            "not_in_plan": [name for name in listed if name not in planned and name not in LEFT_OUT]}
+    return {
+        "listed": listed,
+        "unavailable": machine.unavailable(),
+        "left_out": LEFT_OUT,
+        "not_in_plan": [name for name in listed if name not in planned and name not in LEFT_OUT],
+    }
 
 
-def report(outcomes: Sequence[Outcome], machine: Machine, *, mode: str, command: str, time_limit_s: float,
-           wall_s: float) -> dict[str, Any]:
+def report(
+    outcomes: Sequence[Outcome], machine: Machine, *, mode: str, command: str, time_limit_s: float, wall_s: float
+) -> dict[str, Any]:
     return {
         "benchmark": "gpu_validation",
         "mode": mode,
@@ -615,7 +722,8 @@ def markdown(document: dict[str, Any]) -> str:
         f"# GPU validation: {document['hardware'] or 'unknown machine'} ({document['mode']})",
         "",
         f"`{document['command']}`: {document['wall_s']:.0f} s of a {document['time_limit_s']:.0f} s limit; "
-        + ", ".join(f"{number} {status}" for status, number in counts.items()) + ".",
+        + ", ".join(f"{number} {status}" for status, number in counts.items())
+        + ".",
         "",
         "| part | status | seconds (budget) | key figures |",
         "|---|---|---|---|",
@@ -654,8 +762,10 @@ def plan(smoke: bool) -> list[Part | tuple[str, str]]:
     """The parts to run: PARTS, or their --cpu-smoke versions (a (name, reason) pair for those skipped there)."""
     if not smoke:
         return list(PARTS)
-    return [SMOKE[part.name] if isinstance(SMOKE[part.name], Part) else (part.name, f"GPU plan only: {SMOKE[part.name]}")
-            for part in PARTS]
+    return [
+        SMOKE[part.name] if isinstance(SMOKE[part.name], Part) else (part.name, f"GPU plan only: {SMOKE[part.name]}")
+        for part in PARTS
+    ]
 
 
 def new_folder(smoke: bool) -> Path:
@@ -672,16 +782,22 @@ def new_folder(smoke: bool) -> Path:
 def part_environment(out: Path) -> dict[str, str]:
     """Every part's environment: the calibration measured here, a throwaway default database, unbuffered output
     (a part stopped mid-way still leaves its last lines) and tables wide enough to read in a log."""
-    return {**os.environ, "DEVICEBENCH_CALIBRATION_DIR": str(out / "calibration"),
-            "DEVICEBENCH_DB": str(out / "work" / "results.sqlite"), "PYTHONUNBUFFERED": "1", "COLUMNS": "160"}
+    return {
+        **os.environ,
+        "DEVICEBENCH_CALIBRATION_DIR": str(out / "calibration"),
+        "DEVICEBENCH_DB": str(out / "work" / "results.sqlite"),
+        "PYTHONUNBUFFERED": "1",
+        "COLUMNS": "160",
+    }
 
 
 def print_plan(parts: Sequence[Part | tuple[str, str]]) -> None:
     total = sum(part.budget_s for part in parts if isinstance(part, Part))
     for part in parts:
         if isinstance(part, Part):
-            words = " ".join(" ".join(part.workloads) if argument == WORKLOADS else argument
-                             for argument in part.command).replace("{python}", "python")
+            words = " ".join(
+                " ".join(part.workloads) if argument == WORKLOADS else argument for argument in part.command
+            ).replace("{python}", "python")
             print(f"{part.name:<16} {part.budget_s:>4.0f} s  {words}")
         else:
             print(f"{part[0]:<16}    —    skipped: {part[1]}")
@@ -690,10 +806,16 @@ def print_plan(parts: Sequence[Part | tuple[str, str]]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, help="output folder (default: a new results/gpu-validation[-N]; a "
-                                                 "temporary folder with --cpu-smoke)")
-    parser.add_argument("--cpu-smoke", action="store_true",
-                        help="tiny settings on the CPU, in under a minute: the machinery, end to end")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="output folder (default: a new results/gpu-validation[-N]; a temporary folder with --cpu-smoke)",
+    )
+    parser.add_argument(
+        "--cpu-smoke",
+        action="store_true",
+        help="tiny settings on the CPU, in under a minute: the machinery, end to end",
+    )
     parser.add_argument("--only", help="PART[,PART]: run only these parts (devices and list always run)")
     parser.add_argument("--time-limit", type=float, default=TIME_LIMIT_S, help="seconds for every part together")
     parser.add_argument("--plan", action="store_true", help="print the parts, their budgets and commands, and stop")
@@ -716,8 +838,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
 
     def save(outcomes: list[Outcome]) -> tuple[Path, Path]:
-        document = report(outcomes, machine, mode=mode, command=command, time_limit_s=arguments.time_limit,
-                          wall_s=time.monotonic() - started)
+        document = report(
+            outcomes,
+            machine,
+            mode=mode,
+            command=command,
+            time_limit_s=arguments.time_limit,
+            wall_s=time.monotonic() - started,
+        )
         return write_report(out, document)
 
     def show_and_save(outcomes: list[Outcome]) -> None:
@@ -727,8 +855,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"[{len(outcomes):>2}/{len(parts)}] {latest.name:<16} {latest.status}{seconds}{why}", flush=True)
         save(outcomes)
 
-    outcomes = run_parts(parts, out, time_limit_s=arguments.time_limit, only=only, env=part_environment(out),
-                         machine=machine, after_each=show_and_save)
+    outcomes = run_parts(
+        parts,
+        out,
+        time_limit_s=arguments.time_limit,
+        only=only,
+        env=part_environment(out),
+        machine=machine,
+        after_each=show_and_save,
+    )
     json_file, markdown_file = save(outcomes)
     print(f"\n{markdown_file.read_text(encoding='utf-8')}\nwritten to {json_file} and {markdown_file}")
     return exit_status(outcomes)

@@ -30,22 +30,67 @@ def session(number: int) -> dict:
     """One session of RUNS_PER_SESSION runs with every field filled in, as a dict of the export."""
     runs = []
     for repeat in range(RUNS_PER_SESSION):
-        epochs = [EpochRecord(epoch=epoch, phase="warmup" if epoch == 1 else "steady", steps=1200, samples=60_000,
-                              train_time_s=4.25 + epoch / 100, samples_per_s=14_117.6, step_time_ms=3.54,
-                              train_loss=0.31 / epoch, train_accuracy=0.9 + epoch / 1000, input_wait_s=0.12,
-                              eval_time_s=0.4, eval_samples=10_000, test_loss=0.29 / epoch, test_accuracy=0.91,
-                              process_cpu_percent=180.5, device_utilization_percent=87.5, device_power_mean_w=250.1,
-                              device_energy_j=1062.9)
-                  for epoch in range(1, EPOCHS_PER_RUN + 1)]
-        settings = RunSettings(batch_size=50, epochs=EPOCHS_PER_RUN, max_steps=None, max_eval_steps=None, seed=0,
-                               threads=16, data_source="real", hyperparameters={"learning_rate": 0.001})
-        runs.append(RunRecord("mnist-cnn2", "S1", "cuda:0", "NVIDIA H100", repeat, settings,
-                              "2026-03-01T10:00:00Z", run_id=uuid.uuid4().hex, status="ok", epochs=epochs,
-                              parameter_count=3_274_634, end_to_end_s=90.5, peak_rss_mib=2048.0))
-    machine = {"machine_id": f"machine-{number}", "machine_name": f"box-{number}", "hostname": f"box-{number}",
-               "cpu": {"model": "Test CPU"}, "accelerators": [], "memory_total_mib": 65536}
-    return Result(machine=machine, config={}, created_utc="2026-03-01T09:59:00Z", devicebench_version="0.1.0",
-                  runs=runs).to_dict()
+        epochs = [
+            EpochRecord(
+                epoch=epoch,
+                phase="warmup" if epoch == 1 else "steady",
+                steps=1200,
+                samples=60_000,
+                train_time_s=4.25 + epoch / 100,
+                samples_per_s=14_117.6,
+                step_time_ms=3.54,
+                train_loss=0.31 / epoch,
+                train_accuracy=0.9 + epoch / 1000,
+                input_wait_s=0.12,
+                eval_time_s=0.4,
+                eval_samples=10_000,
+                test_loss=0.29 / epoch,
+                test_accuracy=0.91,
+                process_cpu_percent=180.5,
+                device_utilization_percent=87.5,
+                device_power_mean_w=250.1,
+                device_energy_j=1062.9,
+            )
+            for epoch in range(1, EPOCHS_PER_RUN + 1)
+        ]
+        settings = RunSettings(
+            batch_size=50,
+            epochs=EPOCHS_PER_RUN,
+            max_steps=None,
+            max_eval_steps=None,
+            seed=0,
+            threads=16,
+            data_source="real",
+            hyperparameters={"learning_rate": 0.001},
+        )
+        runs.append(
+            RunRecord(
+                "mnist-cnn2",
+                "S1",
+                "cuda:0",
+                "NVIDIA H100",
+                repeat,
+                settings,
+                "2026-03-01T10:00:00Z",
+                run_id=uuid.uuid4().hex,
+                status="ok",
+                epochs=epochs,
+                parameter_count=3_274_634,
+                end_to_end_s=90.5,
+                peak_rss_mib=2048.0,
+            )
+        )
+    machine = {
+        "machine_id": f"machine-{number}",
+        "machine_name": f"box-{number}",
+        "hostname": f"box-{number}",
+        "cpu": {"model": "Test CPU"},
+        "accelerators": [],
+        "memory_total_mib": 65536,
+    }
+    return Result(
+        machine=machine, config={}, created_utc="2026-03-01T09:59:00Z", devicebench_version="0.1.0", runs=runs
+    ).to_dict()
 
 
 def write_export(path: Path, megabytes: float) -> int:
@@ -68,14 +113,25 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         export = Path(folder) / "export.json"
         sessions = write_export(export, arguments.megabytes)
-        command = ["/usr/bin/time", "-v", sys.executable, "-m", "devicebench", "import", str(export),
-                   "--db", str(Path(folder) / "results.sqlite")]
+        command = [
+            "/usr/bin/time",
+            "-v",
+            sys.executable,
+            "-m",
+            "devicebench",
+            "import",
+            str(export),
+            "--db",
+            str(Path(folder) / "results.sqlite"),
+        ]
         completed = subprocess.run(command, capture_output=True, text=True)
         wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)", completed.stderr).group(1)
         peak_kib = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", completed.stderr).group(1))
         print(completed.stdout.strip() or completed.stderr.strip().splitlines()[0])
-        print(f"{export.stat().st_size / 1e6:.0f} MB export ({sessions} sessions, {sessions * RUNS_PER_SESSION} runs): "
-              f"import took {wall} (m:ss) wall, peak RSS {peak_kib / 1024:.0f} MiB, exit {completed.returncode}")
+        print(
+            f"{export.stat().st_size / 1e6:.0f} MB export ({sessions} sessions, {sessions * RUNS_PER_SESSION} runs): "
+            f"import took {wall} (m:ss) wall, peak RSS {peak_kib / 1024:.0f} MiB, exit {completed.returncode}"
+        )
 
 
 if __name__ == "__main__":

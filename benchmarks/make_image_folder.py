@@ -52,8 +52,10 @@ def main() -> None:
     arguments = parser.parse_args()
     written = write_folder(arguments.root, arguments.train_per_class, arguments.test_per_class)
     sizes = [path.stat().st_size for path in arguments.root.rglob("*.jpg")]
-    print(f"{written} JPEGs of {PHOTO_SIZE[0]}x{PHOTO_SIZE[1]} in {arguments.root}, "
-          f"mean {sum(sizes) / len(sizes) / 1000:.0f} kB")
+    print(
+        f"{written} JPEGs of {PHOTO_SIZE[0]}x{PHOTO_SIZE[1]} in {arguments.root}, "
+        f"mean {sum(sizes) / len(sizes) / 1000:.0f} kB"
+    )
 
 
 if __name__ == "__main__":

@@ -44,9 +44,28 @@ TOLERANCE = 0.02  # the largest relative disagreement between the two difference
 def timed_run(workload: str, device: str, epochs: int, steps: int, eval_steps: int, folder: Path) -> dict:
     """One `devicebench run` in a fresh process: its wall time from outside, and its own end-to-end time."""
     output, elapsed_file = folder / f"run-{epochs}.json", folder / "elapsed.txt"
-    command = [sys.executable, "-m", "devicebench", "run", workload, "--devices", device, "--data", "synthetic",
-               "--max-steps", str(steps), "--max-eval-steps", str(eval_steps), "--epochs", str(epochs), "--quiet",
-               "--json", str(output), "--db", str(folder / "results.sqlite")]
+    command = [
+        sys.executable,
+        "-m",
+        "devicebench",
+        "run",
+        workload,
+        "--devices",
+        device,
+        "--data",
+        "synthetic",
+        "--max-steps",
+        str(steps),
+        "--max-eval-steps",
+        str(eval_steps),
+        "--epochs",
+        str(epochs),
+        "--quiet",
+        "--json",
+        str(output),
+        "--db",
+        str(folder / "results.sqlite"),
+    ]
     use_gnu_time = Path(GNU_TIME).exists()
     if use_gnu_time:
         command = [GNU_TIME, "--format", "%e", "--output", str(elapsed_file), *command]
@@ -59,8 +78,14 @@ def timed_run(workload: str, device: str, epochs: int, steps: int, eval_steps: i
     if run["status"] != "ok":
         raise RuntimeError(f"the {epochs}-epoch run ended {run['status']}: {run['error']}")
     wall_s = float(elapsed_file.read_text().split()[-1]) if use_gnu_time else perf_counter_s
-    return {"epochs": epochs, "wall_s": wall_s, "perf_counter_s": perf_counter_s, "end_to_end_s": run["end_to_end_s"],
-            "outside_end_to_end_s": wall_s - run["end_to_end_s"], "model_build_s": run["model_build_s"]}
+    return {
+        "epochs": epochs,
+        "wall_s": wall_s,
+        "perf_counter_s": perf_counter_s,
+        "end_to_end_s": run["end_to_end_s"],
+        "outside_end_to_end_s": wall_s - run["end_to_end_s"],
+        "model_build_s": run["model_build_s"],
+    }
 
 
 def main() -> None:
@@ -79,8 +104,10 @@ def main() -> None:
     lengths = (arguments.epochs, arguments.epochs * arguments.multiplier)
     timer = GNU_TIME if Path(GNU_TIME).exists() else "time.perf_counter around subprocess.run"
     hardware = device_name(torch.device(arguments.device))
-    print(f"{hardware}: {arguments.workload}, {arguments.steps} steps an epoch, {lengths[0]} and {lengths[1]} epochs, "
-          f"{arguments.rounds} rounds; wall time from {timer}; load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"{hardware}: {arguments.workload}, {arguments.steps} steps an epoch, {lengths[0]} and {lengths[1]} epochs, "
+        f"{arguments.rounds} rounds; wall time from {timer}; load average {os.getloadavg()[0]:.1f}"
+    )
     load_before = os.getloadavg()
     runs: list[dict] = []
     folder = Path(tempfile.mkdtemp(prefix="wall-clock-check-"))
@@ -88,8 +115,14 @@ def main() -> None:
         for round_index in range(arguments.rounds):
             order = lengths if round_index % 2 == 0 else lengths[::-1]  # each length first in turn
             for epochs in order:
-                runs.append({"round": round_index + 1, **timed_run(arguments.workload, arguments.device, epochs,
-                                                                   arguments.steps, arguments.eval_steps, folder)})
+                runs.append(
+                    {
+                        "round": round_index + 1,
+                        **timed_run(
+                            arguments.workload, arguments.device, epochs, arguments.steps, arguments.eval_steps, folder
+                        ),
+                    }
+                )
                 print_run(runs[-1])
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -97,23 +130,29 @@ def main() -> None:
     print_summary(summary, lengths)
     output = arguments.output or RESULTS / f"wall-clock-check-{slug(hardware)}-{arguments.device.replace(':', '')}.json"
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps({
-        "benchmark": "wall_clock_check",
-        "command": " ".join(["python", "benchmarks/wall_clock_check.py", *sys.argv[1:]]),
-        "timer": timer,
-        "workload": arguments.workload,
-        "device": arguments.device,
-        "device_name": hardware,
-        "steps": arguments.steps,
-        "eval_steps": arguments.eval_steps,
-        "epochs": list(lengths),
-        "rounds": arguments.rounds,
-        "load_average_before": load_before,  # 1, 5, 15 minutes: other programs on the machine move every number
-        "load_average_after": os.getloadavg(),
-        "machine": machine_fingerprint(),
-        "runs": runs,
-        **summary,
-    }, indent=2) + "\n")
+    output.write_text(
+        json.dumps(
+            {
+                "benchmark": "wall_clock_check",
+                "command": " ".join(["python", "benchmarks/wall_clock_check.py", *sys.argv[1:]]),
+                "timer": timer,
+                "workload": arguments.workload,
+                "device": arguments.device,
+                "device_name": hardware,
+                "steps": arguments.steps,
+                "eval_steps": arguments.eval_steps,
+                "epochs": list(lengths),
+                "rounds": arguments.rounds,
+                "load_average_before": load_before,  # 1, 5, 15 minutes: other programs on the machine move every number
+                "load_average_after": os.getloadavg(),
+                "machine": machine_fingerprint(),
+                "runs": runs,
+                **summary,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"written to {output}")
     sys.exit(0 if summary["passed"] else 1)
 
@@ -128,13 +167,20 @@ def compare_differences(runs: list[dict], lengths: tuple[int, int]) -> dict:
     wall_difference_s = mean_of("wall_s", long) - mean_of("wall_s", short)
     end_to_end_difference_s = mean_of("end_to_end_s", long) - mean_of("end_to_end_s", short)
     mismatch = (wall_difference_s - end_to_end_difference_s) / end_to_end_difference_s
-    return {"wall_difference_s": wall_difference_s, "end_to_end_difference_s": end_to_end_difference_s,
-            "mismatch": mismatch, "tolerance": TOLERANCE, "passed": abs(mismatch) <= TOLERANCE}
+    return {
+        "wall_difference_s": wall_difference_s,
+        "end_to_end_difference_s": end_to_end_difference_s,
+        "mismatch": mismatch,
+        "tolerance": TOLERANCE,
+        "passed": abs(mismatch) <= TOLERANCE,
+    }
 
 
 def print_run(run: dict) -> None:
-    print(f"  round {run['round']}  {run['epochs']:>3} epochs  wall {run['wall_s']:8.2f} s  "
-          f"end-to-end {run['end_to_end_s']:8.2f} s  outside end-to-end {run['outside_end_to_end_s']:6.2f} s")
+    print(
+        f"  round {run['round']}  {run['epochs']:>3} epochs  wall {run['wall_s']:8.2f} s  "
+        f"end-to-end {run['end_to_end_s']:8.2f} s  outside end-to-end {run['outside_end_to_end_s']:6.2f} s"
+    )
 
 
 def print_summary(summary: dict, lengths: tuple[int, int]) -> None:

@@ -30,15 +30,21 @@ def make_data(seed: int = 0) -> db.TensorData:
     inputs = torch.randn(TRAIN_SAMPLES + TEST_SAMPLES, FEATURES, generator=generator)
     projections = torch.randn(FEATURES, CLASSES, generator=generator)
     labels = (inputs @ projections).argmax(dim=1)
-    return db.TensorData(inputs[:TRAIN_SAMPLES], labels[:TRAIN_SAMPLES], inputs[TRAIN_SAMPLES:], labels[TRAIN_SAMPLES:],
-                         name="four projections")
+    return db.TensorData(
+        inputs[:TRAIN_SAMPLES],
+        labels[:TRAIN_SAMPLES],
+        inputs[TRAIN_SAMPLES:],
+        labels[TRAIN_SAMPLES:],
+        name="four projections",
+    )
 
 
 class MyNet(nn.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.layers = nn.Sequential(nn.Linear(FEATURES, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
-                                    nn.Linear(256, CLASSES))
+        self.layers = nn.Sequential(
+            nn.Linear(FEATURES, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, CLASSES)
+        )
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         return self.layers(inputs)
@@ -67,8 +73,13 @@ def main() -> None:
     settings = dict(data=data, batch_size=64, epochs=arguments.epochs, devices=arguments.devices)
     plain = db.run(model=MyNet, optimizer=lambda parameters: torch.optim.AdamW(parameters, lr=1e-3), **settings)
     plain.show()  # fitted to the terminal, as `devicebench run` prints it (table() is 200 columns of text)
-    clipped = db.run(model=MyNet, train_step=clipped_step, name="MyNet-clipped",
-                     optimizer=lambda parameters: torch.optim.AdamW(parameters, lr=1e-3), **settings)
+    clipped = db.run(
+        model=MyNet,
+        train_step=clipped_step,
+        name="MyNet-clipped",
+        optimizer=lambda parameters: torch.optim.AdamW(parameters, lr=1e-3),
+        **settings,
+    )
     clipped.show()
     plain.save()
     stored = clipped.save()

@@ -1,6 +1,6 @@
 """Shared data fixtures: tiny files in the real release formats, and a loopback HTTP server that serves them.
 
-    python -m pytest tests/test_data_formats.py tests/test_data_sources.py tests/test_data_synthetic.py -q
+python -m pytest tests/test_data_formats.py tests/test_data_sources.py tests/test_data_synthetic.py -q
 """
 
 from __future__ import annotations
@@ -43,7 +43,9 @@ from devicebench.results.schema import EpochRecord, Result, RunRecord, RunSettin
 from devicebench.results.store import DB_ENVIRONMENT_VARIABLE
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED_MNIST_VARIABLE = "DEVICEBENCH_TEST_MNIST"  # another folder holding the real MNIST test set, for a clone elsewhere
+SHARED_MNIST_VARIABLE = (
+    "DEVICEBENCH_TEST_MNIST"  # another folder holding the real MNIST test set, for a clone elsewhere
+)
 SHARED_MNIST_FOLDER = Path(os.environ.get(SHARED_MNIST_VARIABLE) or REPO_ROOT.parent / "shared" / "data" / "mnist")
 REAL_DATA_SKIP = "the real MNIST test set is not at"  # how every real-digit test's skip reason begins
 
@@ -52,34 +54,53 @@ REAL_DATA_SKIP = "the real MNIST test set is not at"  # how every real-digit tes
 # training run included) or any test module's import. Nothing a test runs can reach the user's folders.
 # ---------------------------------------------------------------------------------------------------------------
 
-USER_FOLDERS = tuple(dict.fromkeys(Path(folder) for folder in (  # computed with the user's own environment
-    platformdirs.user_data_dir("devicebench"), platformdirs.user_cache_dir("devicebench"),
-    platformdirs.user_config_dir("devicebench"), platformdirs.user_state_dir("devicebench"),
-    platformdirs.user_log_dir("devicebench"), SHARED_MNIST_FOLDER)))
+USER_FOLDERS = tuple(
+    dict.fromkeys(
+        Path(folder)
+        for folder in (  # computed with the user's own environment
+            platformdirs.user_data_dir("devicebench"),
+            platformdirs.user_cache_dir("devicebench"),
+            platformdirs.user_config_dir("devicebench"),
+            platformdirs.user_state_dir("devicebench"),
+            platformdirs.user_log_dir("devicebench"),
+            SHARED_MNIST_FOLDER,
+        )
+    )
+)
 SANDBOX = Path(tempfile.mkdtemp(prefix="devicebench-tests-"))
 TABLE_WIDTH = "200"  # columns of every console, in process and in subprocesses, whatever the terminal says
 
-os.environ.update({
-    "HOME": str(SANDBOX / "home"),  # platformdirs and `~` resolve inside the sandbox
-    "XDG_DATA_HOME": str(SANDBOX / "home" / ".local" / "share"),
-    "XDG_CACHE_HOME": str(SANDBOX / "home" / ".cache"),
-    "XDG_CONFIG_HOME": str(SANDBOX / "home" / ".config"),
-    "XDG_STATE_HOME": str(SANDBOX / "home" / ".local" / "state"),
-    DB_ENVIRONMENT_VARIABLE: str(SANDBOX / "results.sqlite"),
-    DATA_DIR_ENVIRONMENT_VARIABLE: str(SANDBOX / "data"),
-    CALIBRATION_DIR_VARIABLE: str(SANDBOX / "calibration"),
-    "COLUMNS": TABLE_WIDTH,  # rich reads it when a console is made and when it measures one
-    "LINES": "50",
-    "TERM": "xterm-256color",  # not "dumb": a dumb terminal gets 80 columns whatever COLUMNS says
-})
-for _variable in ("FORCE_COLOR", "NO_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "JUPYTER_COLUMNS",
-                  "JUPYTER_LINES", "PYTHONIOENCODING"):
+os.environ.update(
+    {
+        "HOME": str(SANDBOX / "home"),  # platformdirs and `~` resolve inside the sandbox
+        "XDG_DATA_HOME": str(SANDBOX / "home" / ".local" / "share"),
+        "XDG_CACHE_HOME": str(SANDBOX / "home" / ".cache"),
+        "XDG_CONFIG_HOME": str(SANDBOX / "home" / ".config"),
+        "XDG_STATE_HOME": str(SANDBOX / "home" / ".local" / "state"),
+        DB_ENVIRONMENT_VARIABLE: str(SANDBOX / "results.sqlite"),
+        DATA_DIR_ENVIRONMENT_VARIABLE: str(SANDBOX / "data"),
+        CALIBRATION_DIR_VARIABLE: str(SANDBOX / "calibration"),
+        "COLUMNS": TABLE_WIDTH,  # rich reads it when a console is made and when it measures one
+        "LINES": "50",
+        "TERM": "xterm-256color",  # not "dumb": a dumb terminal gets 80 columns whatever COLUMNS says
+    }
+)
+for _variable in (
+    "FORCE_COLOR",
+    "NO_COLOR",
+    "TTY_COMPATIBLE",
+    "TTY_INTERACTIVE",
+    "JUPYTER_COLUMNS",
+    "JUPYTER_LINES",
+    "PYTHONIOENCODING",
+):
     os.environ.pop(_variable, None)  # colour and encoding come from the test, never the shell that ran pytest
 (SANDBOX / "home").mkdir()
 
 # hypothesis: the same inputs on every run by default (CI); `--hypothesis-profile explore` searches afresh
-settings.register_profile("ci", derandomize=True, deadline=None, database=None,
-                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "ci", derandomize=True, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
 settings.register_profile("explore", max_examples=1000, deadline=None, database=None)
 settings.load_profile(os.environ.get("DEVICEBENCH_HYPOTHESIS_PROFILE", "ci"))
 
@@ -107,8 +128,11 @@ def user_folder_changes() -> list[str]:
     after = _snapshot(USER_FOLDERS)
     created = [f"created {path}" for path in sorted(after.keys() - USER_FOLDERS_BEFORE.keys())]
     removed = [f"removed {path}" for path in sorted(USER_FOLDERS_BEFORE.keys() - after.keys())]
-    changed = [f"changed {path}" for path in sorted(after.keys() & USER_FOLDERS_BEFORE.keys())
-               if after[path] != USER_FOLDERS_BEFORE[path]]
+    changed = [
+        f"changed {path}"
+        for path in sorted(after.keys() & USER_FOLDERS_BEFORE.keys())
+        if after[path] != USER_FOLDERS_BEFORE[path]
+    ]
     return created + removed + changed
 
 
@@ -136,16 +160,24 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         terminalreporter.line(
             f"{len(_real_data_skips)} test(s) on the real MNIST digits SKIPPED: the test set is not at "
             f"{SHARED_MNIST_FOLDER}. Put t10k-images-idx3-ubyte.gz and t10k-labels-idx1-ubyte.gz there, or set "
-            f"${SHARED_MNIST_VARIABLE} to their folder.", red=True, bold=True)
+            f"${SHARED_MNIST_VARIABLE} to their folder.",
+            red=True,
+            bold=True,
+        )
     changes = config.stash.get(_GUARD_KEY, [])
     if changes:
         terminalreporter.section("TESTS WROTE TO THE USER'S FOLDERS", sep="!", red=True, bold=True)
-        terminalreporter.line("the run FAILS: no test may touch the user's database, data or calibration folders "
-                              f"({', '.join(map(str, USER_FOLDERS))})", red=True, bold=True)
+        terminalreporter.line(
+            "the run FAILS: no test may touch the user's database, data or calibration folders "
+            f"({', '.join(map(str, USER_FOLDERS))})",
+            red=True,
+            bold=True,
+        )
         for change in changes[:50]:
             terminalreporter.line(f"  {change}", red=True)
         if len(changes) > 50:
             terminalreporter.line(f"  ... and {len(changes) - 50} more", red=True)
+
 
 REAL_TRAIN_DIGITS = 8_000  # of the 10,000 real test digits: the first train, the rest test
 
@@ -160,8 +192,16 @@ def real_digits():
     images = read_idx(images_file)[:, None]  # (10000, 1, 28, 28)
     labels = read_idx(labels_file).astype("int64")
     split = REAL_TRAIN_DIGITS
-    return ArrayDataset("mnist", "real", images[:split], labels[:split], images[split:], labels[split:],
-                        num_classes=10, origin=str(SHARED_MNIST_FOLDER))
+    return ArrayDataset(
+        "mnist",
+        "real",
+        images[:split],
+        labels[:split],
+        images[split:],
+        labels[split:],
+        num_classes=10,
+        origin=str(SHARED_MNIST_FOLDER),
+    )
 
 
 IDX_TYPE_CODES = {np.dtype(np.uint8): 0x08, np.dtype(np.int32): 0x0C, np.dtype(np.float32): 0x0D}
@@ -408,21 +448,52 @@ def _sample_run(
     `fields` sets any other RunRecord field (run_id, epochs, error...).
     """
     epochs = [
-        EpochRecord(epoch=index + 1, phase="warmup" if index == 0 else "steady", steps=20,
-                    samples=SAMPLES_PER_TEST_EPOCH, train_time_s=seconds,
-                    samples_per_s=SAMPLES_PER_TEST_EPOCH / seconds, step_time_ms=seconds / 20 * 1000,
-                    train_loss=2.0 / (index + 1), train_accuracy=0.3 + 0.1 * index, eval_time_s=0.25,
-                    eval_samples=500, test_loss=1.5 / (index + 1), test_accuracy=0.5 + 0.1 * index)
+        EpochRecord(
+            epoch=index + 1,
+            phase="warmup" if index == 0 else "steady",
+            steps=20,
+            samples=SAMPLES_PER_TEST_EPOCH,
+            train_time_s=seconds,
+            samples_per_s=SAMPLES_PER_TEST_EPOCH / seconds,
+            step_time_ms=seconds / 20 * 1000,
+            train_loss=2.0 / (index + 1),
+            train_accuracy=0.3 + 0.1 * index,
+            eval_time_s=0.25,
+            eval_samples=500,
+            test_loss=1.5 / (index + 1),
+            test_accuracy=0.5 + 0.1 * index,
+        )
         for index, seconds in enumerate(epoch_times_s)
     ]
-    settings = RunSettings(batch_size=50, epochs=len(epoch_times_s), max_steps=20, max_eval_steps=10, seed=0,
-                           threads=8, data_source="synthetic", tf32_matmul=True,
-                           hyperparameters={"learning_rate": 0.001, "layers": [32, 64], "dropout": None})
+    settings = RunSettings(
+        batch_size=50,
+        epochs=len(epoch_times_s),
+        max_steps=20,
+        max_eval_steps=10,
+        seed=0,
+        threads=8,
+        data_source="synthetic",
+        tf32_matmul=True,
+        hyperparameters={"learning_rate": 0.001, "layers": [32, 64], "dropout": None},
+    )
     values: dict = dict(
-        workload=workload, seed_experiment="S1", device=device, device_name=f"{device} model", repeat=0,
-        settings=settings, started_utc=started_utc, status=status, epochs=epochs, parameter_count=3_274_634,
-        model_build_s=0.5, end_to_end_s=sum(epoch_times_s) + 1.5, target_accuracy=0.6, time_to_target_train_s=3.0,
-        time_to_target_wall_s=3.75, peak_device_memory_mib=None if device == "cpu" else 812.5, peak_rss_mib=480.25,
+        workload=workload,
+        seed_experiment="S1",
+        device=device,
+        device_name=f"{device} model",
+        repeat=0,
+        settings=settings,
+        started_utc=started_utc,
+        status=status,
+        epochs=epochs,
+        parameter_count=3_274_634,
+        model_build_s=0.5,
+        end_to_end_s=sum(epoch_times_s) + 1.5,
+        target_accuracy=0.6,
+        time_to_target_train_s=3.0,
+        time_to_target_wall_s=3.75,
+        peak_device_memory_mib=None if device == "cpu" else 812.5,
+        peak_rss_mib=480.25,
         energy_j=None if device == "cpu" else 1234.5,
     )
     return RunRecord(**{**values, **fields})
@@ -447,8 +518,9 @@ def _sample_result(
         "machine_id": machine_id(machine_name, "Test CPU", []),
     }
     config = {"workloads": ["mnist-cnn2"], "devices": "cpu", "repeats": 1, "suite": "quick", "threads": None}
-    return Result(machine=machine, config=config, created_utc=created_utc, devicebench_version="0.1.0",
-                  runs=list(runs or []))
+    return Result(
+        machine=machine, config=config, created_utc=created_utc, devicebench_version="0.1.0", runs=list(runs or [])
+    )
 
 
 @pytest.fixture
@@ -483,9 +555,28 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from devicebench.cli import app
 
     folder = tmp_path_factory.mktemp("checkpoint")
-    result = CliRunner().invoke(app, ["run", "mnist-cnn2", "--devices", "cpu", "--data", "synthetic", "--epochs", "1",
-                                      "--max-steps", "1", "--max-eval-steps", "1", "--db",
-                                      str(folder / "results.sqlite"), "--save", str(folder / "model.pt"), "--quiet"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            "mnist-cnn2",
+            "--devices",
+            "cpu",
+            "--data",
+            "synthetic",
+            "--epochs",
+            "1",
+            "--max-steps",
+            "1",
+            "--max-eval-steps",
+            "1",
+            "--db",
+            str(folder / "results.sqlite"),
+            "--save",
+            str(folder / "model.pt"),
+            "--quiet",
+        ],
+    )
     assert result.exit_code == 0, result.output
     return folder / "model.pt"
 
@@ -498,8 +589,26 @@ def plugin_environment(tmp_path_factory: pytest.TempPathFactory) -> dict[str, st
     examples = Path(__file__).resolve().parent.parent / "examples"
     source = shutil.copytree(examples / "plugin", work / "source")  # pip builds in the tree: not in the checkout
     installed = work / "site"
-    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                          "--target", str(installed), str(source)], capture_output=True, text=True, timeout=300)
+    pip = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(installed),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert pip.returncode == 0, pip.stderr
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(installed), os.environ.get("PYTHONPATH", "")]),
-            "DEVICEBENCH_DB": str(work / "results.sqlite")}
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(installed), os.environ.get("PYTHONPATH", "")]),
+        "DEVICEBENCH_DB": str(work / "results.sqlite"),
+    }

@@ -1,6 +1,6 @@
 """A loopback HTTP server in a thread, for the download tests: no network, real sockets, real HTTP.
 
-    with serving(MyHandler, state) as base_url: ...   # handlers read `state` as self.server.state
+with serving(MyHandler, state) as base_url: ...   # handlers read `state` as self.server.state
 """
 
 from __future__ import annotations

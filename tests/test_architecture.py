@@ -87,7 +87,13 @@ def test_lint_imports_fails_when_a_lower_layer_imports_a_higher_one(tmp_path):
     host = copy / "host.py"
     host.write_text(host.read_text() + "\nfrom devicebench import runner  # noqa: E402, F401\n")
     command = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or "lint-imports"
-    outcome = subprocess.run([command, "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                             env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    outcome = subprocess.run(
+        [command, "--no-cache"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
     assert outcome.returncode == 1, outcome.stdout + outcome.stderr
     assert "devicebench.host is not allowed to import devicebench.runner" in outcome.stdout

@@ -155,8 +155,9 @@ def test_cifar_test_is_the_centre_crop_standardised_per_image() -> None:
     out = CifarDistortion().test(images)
 
     centre = images[:, :, 4:28, 4:28].float()
-    expected = (centre - centre.mean(dim=(1, 2, 3), keepdim=True)) / centre.std(dim=(1, 2, 3), correction=0,
-                                                                                   keepdim=True)
+    expected = (centre - centre.mean(dim=(1, 2, 3), keepdim=True)) / centre.std(
+        dim=(1, 2, 3), correction=0, keepdim=True
+    )
     assert torch.allclose(out, expected, atol=1e-5)
     assert torch.allclose(out.mean(dim=(1, 2, 3)), torch.zeros(4), atol=1e-5)
     assert torch.allclose(out.std(dim=(1, 2, 3), correction=0), torch.ones(4), atol=1e-5)

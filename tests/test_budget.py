@@ -63,8 +63,12 @@ def test_the_quick_suite_has_a_budget_unless_its_steps_are_given():
     assert RunConfig(devices="cpu", max_steps=5).effective_budget_s is None
     assert RunConfig(workloads=("mnist-cnn2",), devices="cpu").effective_budget_s is None
     assert RunConfig(workloads=("mnist-cnn2",), devices="cpu", budget_s=300).effective_budget_s == 300
-    assert planning.Plan.from_dict(planning.plan(RunConfig(workloads=("mnist-cnn2",), devices="cpu",
-                                                           budget_s=300)).to_dict()).budget_s == 300
+    assert (
+        planning.Plan.from_dict(
+            planning.plan(RunConfig(workloads=("mnist-cnn2",), devices="cpu", budget_s=300)).to_dict()
+        ).budget_s
+        == 300
+    )
 
 
 def test_max_steps_caps_evaluation_unless_max_eval_steps_is_given():
@@ -100,8 +104,7 @@ def test_each_run_gets_its_share_of_what_is_left_and_trains_the_steps_that_fit(m
     monkeypatch.setattr(runner, "time_first_steps", lambda *arguments: ONE_SECOND_STEPS)
     monkeypatch.setattr(runner, "Budget", functools.partial(Budget, clock=lambda: 0.0))  # the runs take no time
     heard = Heard()
-    config = RunConfig(workloads=("cifar100-mlp",), devices="cpu", data="synthetic", epochs=3, repeats=2,
-                       budget_s=30)
+    config = RunConfig(workloads=("cifar100-mlp",), devices="cpu", data="synthetic", epochs=3, repeats=2, budget_s=30)
     result = runner.run(planning.plan(config), heard)
     first, second = result.runs
     # of the 28.5 s planned (5% of 30 s is kept for what follows the runs), the first run is sure of 3 epochs of
@@ -112,7 +115,7 @@ def test_each_run_gets_its_share_of_what_is_left_and_trains_the_steps_that_fit(m
     assert second.settings.max_eval_steps == 6  # evaluation never exceeds training's steps
     assert {epoch.eval_samples for epoch in second.epochs} == {6 * 32}
     assert heard.estimates == [("cifar100-mlp", 13.5), ("cifar100-mlp", 27.0)]
-    (spent, budget), = heard.spent
+    ((spent, budget),) = heard.spent
     assert (spent, budget) == (0.0, 30)  # the fake clock stood still
 
 
@@ -120,8 +123,9 @@ def test_a_long_run_is_foretold_with_how_to_shorten_it(monkeypatch):
     monkeypatch.setattr(runner, "time_first_steps", lambda *arguments: ONE_SECOND_STEPS)
     screen = io.StringIO()
     reporter = RichReporter(Console(file=screen, width=80))
-    config = RunConfig(workloads=("cifar100-mlp",), devices="cpu", data="synthetic", epochs=1, max_steps=201,
-                       max_eval_steps=1)
+    config = RunConfig(
+        workloads=("cifar100-mlp",), devices="cpu", data="synthetic", epochs=1, max_steps=201, max_eval_steps=1
+    )
     result = runner.run(planning.plan(config), reporter)
     assert result.runs[0].status == "ok" and result.runs[0].settings.max_steps == 201  # foretold, not cut
     text = " ".join(screen.getvalue().split())
@@ -134,8 +138,13 @@ def test_a_short_run_is_not_timed_first(monkeypatch):
         raise AssertionError("a run of a few steps needs no estimate")
 
     monkeypatch.setattr(runner, "time_first_steps", refuse)
-    result = runner.run(planning.plan(RunConfig(workloads=("cifar100-mlp",), devices="cpu", data="synthetic",
-                                                epochs=2, max_steps=3, max_eval_steps=1)))
+    result = runner.run(
+        planning.plan(
+            RunConfig(
+                workloads=("cifar100-mlp",), devices="cpu", data="synthetic", epochs=2, max_steps=3, max_eval_steps=1
+            )
+        )
+    )
     assert result.runs[0].status == "ok"
 
 
@@ -157,8 +166,9 @@ def test_durations_read_as_a_person_says_them(seconds, text):
 
 
 def test_a_heavy_run_still_to_come_keeps_its_fewest_steps_from_the_light_ones_before_it():
-    plan = planning.plan(RunConfig(workloads=("cifar100-mlp", "catdog-deep"), devices="cpu", data="synthetic",
-                                   epochs=3, budget_s=60))
+    plan = planning.plan(
+        RunConfig(workloads=("cifar100-mlp", "catdog-deep"), devices="cpu", data="synthetic", epochs=3, budget_s=60)
+    )
     light, heavy = plan.jobs
     shares = runner.BudgetShares(Budget(60.0, clock=lambda: 0.0), list(plan.jobs))
     light_flops, heavy_flops = runner._flops_per_step(light), runner._flops_per_step(heavy)
@@ -180,9 +190,25 @@ def test_a_budget_the_cli_cannot_read_is_refused_before_anything_runs(written, t
 
     from devicebench.cli import EXIT_USAGE, app
 
-    outcome = CliRunner().invoke(app, ["run", "cifar100-mlp", "--devices", "cpu", "--data", "synthetic",
-                                       "--epochs", "1", "--max-steps", "1", "--budget", written,
-                                       "--db", str(tmp_path / "runs.sqlite")])
+    outcome = CliRunner().invoke(
+        app,
+        [
+            "run",
+            "cifar100-mlp",
+            "--devices",
+            "cpu",
+            "--data",
+            "synthetic",
+            "--epochs",
+            "1",
+            "--max-steps",
+            "1",
+            "--budget",
+            written,
+            "--db",
+            str(tmp_path / "runs.sqlite"),
+        ],
+    )
     assert outcome.exit_code == EXIT_USAGE, outcome.output
     assert "--budget" in outcome.output and "90s, 5m" in outcome.output
     assert not (tmp_path / "runs.sqlite").exists()  # refused before the database was made
@@ -217,9 +243,11 @@ class SlowingMachine:
         monkeypatch.setattr(loop.TrainingSetup, "train_step", train_step)
         monkeypatch.setattr(loop.TrainingSetup, "outputs", outputs)
         monkeypatch.setattr(runner, "Budget", functools.partial(Budget, clock=self.clock))
-        monkeypatch.setattr(runner, "Stopwatch", lambda device: Stopwatch(device, clock=self.clock,
-                                                                         synchronize=lambda device: None,
-                                                                         host_clock=self.clock))
+        monkeypatch.setattr(
+            runner,
+            "Stopwatch",
+            lambda device: Stopwatch(device, clock=self.clock, synchronize=lambda device: None, host_clock=self.clock),
+        )
         # what the first steps said: the machine before it slowed
         monkeypatch.setattr(runner, "time_first_steps", lambda *arguments: StepTimes(step_s, step_s, eval_step_s))
 
@@ -228,15 +256,21 @@ class SlowingMachine:
 
 
 def budgeted_run(budget_s, heard=None, **settings):
-    config = RunConfig(workloads=("cifar100-mlp",), devices="cpu", data="synthetic", max_eval_steps=2,
-                       budget_s=budget_s, **{"epochs": 3, **settings})
+    config = RunConfig(
+        workloads=("cifar100-mlp",),
+        devices="cpu",
+        data="synthetic",
+        max_eval_steps=2,
+        budget_s=budget_s,
+        **{"epochs": 3, **settings},
+    )
     return runner.run(planning.plan(config), heard)
 
 
 def test_a_machine_three_times_slower_than_its_first_steps_still_ends_within_the_budget(monkeypatch):
     machine = SlowingMachine(monkeypatch, slower=3.0)
     heard = PacedHeard()
-    run, = budgeted_run(60, heard).runs
+    (run,) = budgeted_run(60, heard).runs
     # sized for 1 s steps: 3 x (18 + 2 x 0.5) = 57 s of the 60 (5% kept for what follows the runs); at 3 s a step
     # that is 171 s. Three steps into the warm-up epoch the pacer sees 3 s steps: 3 x (5 x 3 + 2 x 1.5) = 54 s;
     # the last epoch takes the 3 s still left: 6 steps
@@ -244,13 +278,13 @@ def test_a_machine_three_times_slower_than_its_first_steps_still_ends_within_the
     assert run.status == "ok" and machine.now == 57.0 <= 60
     assert heard.paced == [(3, 18, 3.0)]  # told: sized to 18 steps, its steps took 3x what its first said
     assert run.settings.max_steps == 6  # the record holds the longest epoch that ran
-    (spent, budget), = heard.spent
+    ((spent, budget),) = heard.spent
     assert spent == 57.0 and budget == 60
 
 
 def test_load_arriving_mid_run_shortens_the_epochs_still_to_come(monkeypatch):
     machine = SlowingMachine(monkeypatch, slower=3.0, slows_after=18 + 3)  # after the warm-up and 3 more steps
-    run, = budgeted_run(60).runs
+    (run,) = budgeted_run(60).runs
     # epoch 1 as planned (18 x 1 s + 1 s); from its 4th step epoch 2's steps take 3 s, and once its average step
     # (2.25 s at 8 steps) leaves room for no more in the 38 s left it ends there; epoch 3, 3 s steps and slower
     # evaluation measured, fits 4 into the 17 s left: 19 + 21 + 15 s
@@ -261,7 +295,7 @@ def test_load_arriving_mid_run_shortens_the_epochs_still_to_come(monkeypatch):
 def test_a_run_too_long_for_its_budget_ends_after_a_warm_up_and_two_steady_epochs(monkeypatch):
     machine = SlowingMachine(monkeypatch, slower=1.0)
     heard = PacedHeard()
-    run, = budgeted_run(20, heard, epochs=10).runs
+    (run,) = budgeted_run(20, heard, epochs=10).runs
     # 3 steps and 2 evaluation batches an epoch take 4 s; 19 s of the 20 fit 4 epochs
     assert [epoch.steps for epoch in run.epochs] == [3, 3, 3, 3] and run.settings.epochs == 4
     assert machine.now == 16.0 and heard.paced == [(10, 3, 1.0)]
@@ -276,9 +310,11 @@ def test_the_screen_says_what_a_paced_run_really_trained(monkeypatch):
     text = " ".join(screen.getvalue().split())
     # sized to 4 steps for 10 epochs at 1 s (10 x (4 + 2 x 0.5) = 50 s of 57); at 3 s a step, epochs of 3 steps
     # and 2 evaluation batches take 12 s: 4 of them fit
-    assert ("cifar100-mlp on cpu kept to its share of the budget: its epochs had 3 of the 4 steps planned and it "
-            "ended after 4 of 10 epochs; its steps took up to 3.0x what its first steps said. Trained in 48 s, within "
-            "the 1 min 00 s budget.") in text
+    assert (
+        "cifar100-mlp on cpu kept to its share of the budget: its epochs had 3 of the 4 steps planned and it "
+        "ended after 4 of 10 epochs; its steps took up to 3.0x what its first steps said. Trained in 48 s, within "
+        "the 1 min 00 s budget."
+    ) in text
 
 
 def test_a_run_is_never_ended_before_its_warm_up_and_two_steady_epochs():
@@ -302,28 +338,42 @@ class PacedHeard(Heard):
 
 
 def account(*runs, workloads=1, budget_s=30.0):
-    return BudgetAccount(budget_s, spent_s=sum(run.spent_s for run in runs) + 2.0, start_up_s=2.0, runs=runs,
-                         workloads=workloads, fewest_steps=FEWEST_BUDGETED_STEPS)
+    return BudgetAccount(
+        budget_s,
+        spent_s=sum(run.spent_s for run in runs) + 2.0,
+        start_up_s=2.0,
+        runs=runs,
+        workloads=workloads,
+        fewest_steps=FEWEST_BUDGETED_STEPS,
+    )
 
 
 def test_an_overrun_names_the_run_that_took_the_time_and_the_lever_that_fits_it():
     fewest = RunSpent("mnist-cnn2 on cpu", spent_s=52.0, share_s=20.0, set_up_s=16.0, fewest_epochs=3, slowdown=2.2)
     cause, lever = account(fewest).overrun()  # 2 s of start-up + 52 s = 54 s of a 30 s budget
-    assert cause == ("mnist-cnn2 on cpu took 16 s for its data and first steps, then 36 s for its fewest epochs "
-                     "(3 of 3 steps): its share was 20 s after 2.0 s of start-up")
+    assert cause == (
+        "mnist-cnn2 on cpu took 16 s for its data and first steps, then 36 s for its fewest epochs "
+        "(3 of 3 steps): its share was 20 s after 2.0 s of start-up"
+    )
     assert lever == "On this machine as loaded now, a --budget of at least 55 s fits it"
-    evaluation = RunSpent("catdog-deep on cpu", spent_s=70.0, share_s=30.0, set_up_s=5.0, evaluation_s=41.0,
-                          evaluation_share_s=12.0)
+    evaluation = RunSpent(
+        "catdog-deep on cpu", spent_s=70.0, share_s=30.0, set_up_s=5.0, evaluation_s=41.0, evaluation_share_s=12.0
+    )
     cause, lever = account(evaluation).overrun()
     assert cause == "catdog-deep on cpu's evaluation took 41 s, its share was 12 s"
     assert lever == "--max-eval-steps caps it; a larger --budget fits it"
     slowed = RunSpent("cifar10-cnn on cpu", spent_s=50.0, share_s=30.0, set_up_s=5.0, slowdown=2.6)
     cause, lever = account(slowed).overrun()
-    assert cause == ("the machine ran 2.6x slower than cifar10-cnn on cpu's first steps said: it took 45 s for "
-                     "training, its share was 30 s")
+    assert cause == (
+        "the machine ran 2.6x slower than cifar10-cnn on cpu's first steps said: it took 45 s for "
+        "training, its share was 30 s"
+    )
     tuning = RunSpent("cifar10-cnn on cpu", spent_s=80.0, share_s=10.0, set_up_s=60.0, slowdown=1.1)
-    assert account(tuning).overrun()[0].startswith("cifar10-cnn on cpu took 60 s for its data, tuning and first "
-                                                   "steps before it trained")
+    assert (
+        account(tuning)
+        .overrun()[0]
+        .startswith("cifar10-cnn on cpu took 60 s for its data, tuning and first steps before it trained")
+    )
     trees = RunSpent("gbdt-covertype on cpu", spent_s=80.0, share_s=None)
     assert account(trees).overrun()[1].startswith("--max-steps caps their rounds")
     said = " ".join(account(run).overrun()[0] for run in (fewest, evaluation, slowed, tuning, trees))
@@ -332,19 +382,31 @@ def test_an_overrun_names_the_run_that_took_the_time_and_the_lever_that_fits_it(
 
 def test_a_suite_over_its_budget_blames_what_took_the_most_of_it():
     # the main job on a loaded machine: boosted trees no budget sizes first, then runs left only their fewest epochs
-    suite = account(RunSpent("gbdt-covertype on cpu", 44.0, None), RunSpent("mnist-cnn2 on cpu", 9.0, 8.0),
-                    RunSpent("catdog-deep on cpu", 114.0, 20.0, set_up_s=30.0, fewest_epochs=3),
-                    RunSpent("imdb-bilstm on cpu", 200.0, 25.0, set_up_s=20.0, fewest_epochs=3), workloads=12,
-                    budget_s=120.0)
+    suite = account(
+        RunSpent("gbdt-covertype on cpu", 44.0, None),
+        RunSpent("mnist-cnn2 on cpu", 9.0, 8.0),
+        RunSpent("catdog-deep on cpu", 114.0, 20.0, set_up_s=30.0, fewest_epochs=3),
+        RunSpent("imdb-bilstm on cpu", 200.0, 25.0, set_up_s=20.0, fewest_epochs=3),
+        workloads=12,
+        budget_s=120.0,
+    )
     cause, lever = suite.overrun()
-    assert cause == ("2 runs already at their fewest epochs (3 steps each) took 314 s (imdb-bilstm on cpu 200 s, "
-                     "catdog-deep on cpu 114 s)")
+    assert cause == (
+        "2 runs already at their fewest epochs (3 steps each) took 314 s (imdb-bilstm on cpu 200 s, "
+        "catdog-deep on cpu 114 s)"
+    )
     assert lever == "On this machine as loaded now, a --budget of at least 370 s or name fewer workloads fits it"
-    trees_first = account(RunSpent("gbdt-covertype on cpu", 80.0, None), RunSpent("gbdt-synthetic on cpu", 30.0, None),
-                          RunSpent("mnist-cnn2 on cpu", 12.0, 10.0), workloads=3)
-    assert trees_first.overrun() == ("2 runs on trainers of their own, which no budget sizes, took 110 s "
-                                     "(gbdt-covertype on cpu 80 s, gbdt-synthetic on cpu 30 s)",
-                                     "--max-steps caps their rounds; a larger --budget or name fewer workloads fits it")
+    trees_first = account(
+        RunSpent("gbdt-covertype on cpu", 80.0, None),
+        RunSpent("gbdt-synthetic on cpu", 30.0, None),
+        RunSpent("mnist-cnn2 on cpu", 12.0, 10.0),
+        workloads=3,
+    )
+    assert trees_first.overrun() == (
+        "2 runs on trainers of their own, which no budget sizes, took 110 s "
+        "(gbdt-covertype on cpu 80 s, gbdt-synthetic on cpu 30 s)",
+        "--max-steps caps their rounds; a larger --budget or name fewer workloads fits it",
+    )
 
 
 def test_naming_fewer_workloads_is_a_lever_only_when_several_ran():
@@ -357,15 +419,19 @@ def test_naming_fewer_workloads_is_a_lever_only_when_several_ran():
 def test_the_budget_line_wraps_between_words_at_80_columns(over):
     screen = io.StringIO()
     reporter = RichReporter(Console(file=screen, width=80, soft_wrap=True))  # the CLI's stderr soft-wraps
-    evaluation = RunSpent("catdog-deep on cpu", spent_s=70.0 if over else 50.0, share_s=30.0, evaluation_s=41.0,
-                          evaluation_share_s=12.0)
+    evaluation = RunSpent(
+        "catdog-deep on cpu", spent_s=70.0 if over else 50.0, share_s=30.0, evaluation_s=41.0, evaluation_share_s=12.0
+    )
     said = account(evaluation, budget_s=60.0)
     reporter.budget_spent(said)
     lines = screen.getvalue().splitlines()
     assert all(len(line) <= 80 for line in lines) and (len(lines) > 1) == over
     cause, lever = said.overrun()
-    expected = f"Trained in {duration_text(said.spent_s)}, over the 1 min 00 s budget: {cause}. {lever}." if over \
+    expected = (
+        f"Trained in {duration_text(said.spent_s)}, over the 1 min 00 s budget: {cause}. {lever}."
+        if over
         else "Trained in 52 s, within the 1 min 00 s budget."
+    )
     assert [word for line in lines for word in line.split()] == expected.split()  # no word cut in two
 
 
@@ -380,7 +446,7 @@ def test_a_batch_whose_fewest_steps_cannot_fit_the_budget_is_halved_until_they_d
     monkeypatch.setattr(runner, "Budget", functools.partial(Budget, clock=lambda: 0.0))
     monkeypatch.setattr(runner, "ASSUMED_SLOW_FLOP_S", 1.0)  # any step may be slow: the probe decides
     screen = io.StringIO()
-    run, = budgeted_run(30, RichReporter(Console(file=screen, width=80))).runs
+    (run,) = budgeted_run(30, RichReporter(Console(file=screen, width=80))).runs
     # 28.5 s of the 30 are the run's. At batch b the steps timed first (a step, another, an evaluation batch) and
     # 3 epochs of 3 steps and 2 evaluation batches take 0.25 b + 3 x (0.3 b + 0.1 b) = 1.45 b s: 46.4 s at the
     # planned 32, 23.2 s at 16
@@ -394,14 +460,17 @@ def test_a_batch_whose_steps_fit_the_budget_is_kept(monkeypatch):
     monkeypatch.setattr(runner, "time_first_steps", steps_growing_with_the_batch)
     monkeypatch.setattr(runner, "Budget", functools.partial(Budget, clock=lambda: 0.0))
     monkeypatch.setattr(runner, "ASSUMED_SLOW_FLOP_S", 1.0)
-    run, = budgeted_run(60).runs  # 46.4 s of 57 s
+    (run,) = budgeted_run(60).runs  # 46.4 s of 57 s
     assert run.settings.batch_size == 32
 
 
 def test_a_light_model_is_not_probed(monkeypatch):
     probed = []
-    monkeypatch.setattr(runner, "time_first_steps", lambda build, train, *rest: probed.append(
-        train.batch_sizes(1)[0]) or ONE_SECOND_STEPS)
+    monkeypatch.setattr(
+        runner,
+        "time_first_steps",
+        lambda build, train, *rest: probed.append(train.batch_sizes(1)[0]) or ONE_SECOND_STEPS,
+    )
     monkeypatch.setattr(runner, "Budget", functools.partial(Budget, clock=lambda: 0.0))
     budgeted_run(30)
     assert probed == [32]  # only the sizing's own first steps, at the planned batch
@@ -419,9 +488,10 @@ def test_a_sequence_is_halved_once_the_smallest_batch_cannot_fit(monkeypatch):
     monkeypatch.setattr(runner, "Budget", functools.partial(Budget, clock=lambda: 0.0))
     monkeypatch.setattr(runner, "ASSUMED_SLOW_FLOP_S", 1.0)
     screen = io.StringIO()
-    config = RunConfig(workloads=("imdb-transformer",), devices="cpu", data="synthetic", max_eval_steps=2, epochs=3,
-                       budget_s=30)
-    run, = runner.run(planning.plan(config), RichReporter(Console(file=screen, width=80))).runs
+    config = RunConfig(
+        workloads=("imdb-transformer",), devices="cpu", data="synthetic", max_eval_steps=2, epochs=3, budget_s=30
+    )
+    (run,) = runner.run(planning.plan(config), RichReporter(Console(file=screen, width=80))).runs
     # at t tokens a step the fewest steps take 0.025 t + 3 x (0.03 t + 0.01 t) = 0.145 t s: within the 28.5 s at
     # 196 tokens a step, so batch 2 (from 32) and 50 tokens (from 200: 100 would be 200 a step)
     assert run.settings.batch_size == 2 and run.settings.hyperparameters["sequence_length"] == 50
@@ -454,8 +524,10 @@ def test_a_reference_model_named_alone_gets_a_budget_unless_its_length_is_given(
     from devicebench.config import REFERENCE_BUDGET_S
 
     assert RunConfig(workloads=("resnet50",), devices="cpu").effective_budget_s == REFERENCE_BUDGET_S
-    assert RunConfig(workloads=("resnet50", "gpt2-small", "mnist-cnn2"), devices="cpu").effective_budget_s == \
-        2 * REFERENCE_BUDGET_S  # each reference model its own; a seed's workload named runs as published
+    assert (
+        RunConfig(workloads=("resnet50", "gpt2-small", "mnist-cnn2"), devices="cpu").effective_budget_s
+        == 2 * REFERENCE_BUDGET_S
+    )  # each reference model its own; a seed's workload named runs as published
     assert RunConfig(workloads=("resnet50",), devices="cpu", epochs=2).effective_budget_s is None
     assert RunConfig(workloads=("resnet50",), devices="cpu", max_steps=5).effective_budget_s is None
     assert RunConfig(workloads=("resnet50",), devices="cpu", budget_s=30).effective_budget_s == 30

@@ -46,8 +46,15 @@ MACHINE = "0123456789ab"
 AVX2 = "avx2"  # the AMD EPYC this project met: bf16 only emulated
 AMX = "avx2,avx512f,avx512_bf16,amx_bf16,amx_tile"  # a Sapphire Rapids Xeon: bf16 in hardware
 # Real work in milliseconds: forced AMX on an AVX2 machine runs bf16 emulated, slowly, so it must stay this small
-TINY_PLAN = CalibrationPlan(matmul_size=64, memory_copy_bytes=2**20, host_to_device_bytes=2**20, warmup_s=0.01,
-                            stretch_s=0.02, stretches=2, cap_s=0.5)
+TINY_PLAN = CalibrationPlan(
+    matmul_size=64,
+    memory_copy_bytes=2**20,
+    host_to_device_bytes=2**20,
+    warmup_s=0.01,
+    stretch_s=0.02,
+    stretches=2,
+    cap_s=0.5,
+)
 
 
 @pytest.fixture
@@ -62,8 +69,13 @@ class FakeDevice(TorchFunctionMode):
     `speed(now)` (2.0: twice as fast). Nothing is computed and every new tensor lives on the meta device, so a
     GPU's sizes cost neither time nor memory."""
 
-    def __init__(self, tflops: dict[str, float], copy_gb_s: float, host_gb_s: float = 25.0,
-                 speed: Callable[[float], float] = lambda now: 1.0) -> None:
+    def __init__(
+        self,
+        tflops: dict[str, float],
+        copy_gb_s: float,
+        host_gb_s: float = 25.0,
+        speed: Callable[[float], float] = lambda now: 1.0,
+    ) -> None:
         super().__init__()
         self.tflops, self.copy_gb_s, self.host_gb_s, self.speed = tflops, copy_gb_s, host_gb_s, speed
         self.seconds = 0.0
@@ -79,8 +91,13 @@ class FakeDevice(TorchFunctionMode):
         kwargs = dict(kwargs or {})
         if func is torch.matmul:
             n = args[0].shape[0]
-            precision = ("bf16" if args[0].dtype == torch.bfloat16 else
-                         "tf32" if torch.backends.cuda.matmul.allow_tf32 else "fp32")
+            precision = (
+                "bf16"
+                if args[0].dtype == torch.bfloat16
+                else "tf32"
+                if torch.backends.cuda.matmul.allow_tf32
+                else "fp32"
+            )
             self.products[precision] += 1
             self._spend(2 * n**3 / (self.tflops[precision] * 1e12))
             return kwargs["out"]
@@ -103,6 +120,7 @@ class FakeDevice(TorchFunctionMode):
 def fake_cuda(monkeypatch) -> Callable[[tuple[int, int], str], torch.device]:
     """cuda:0 of a given compute capability and name on this CPU-only build, as far as calibrate can tell (with
     FakeDevice for its tensors)."""
+
     def install(capability: tuple[int, int], name: str) -> torch.device:
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
         monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: capability >= (8, 0))
@@ -120,9 +138,15 @@ def measured(rate: float, size: int = 64) -> Measurement:
 
 
 def ceilings(device: str = "cpu", fp32: float = 0.5, **fields) -> DeviceCeilings:
-    values = {"device": device, "device_name": f"{device} model",
-              "matmul": {"fp32": measured(fp32), "bf16": measured(2.0)}, "not_native": (),
-              "memory_copy": measured(20.0, 2**20), "host_to_device": {}, "plan": TINY_PLAN} | fields
+    values = {
+        "device": device,
+        "device_name": f"{device} model",
+        "matmul": {"fp32": measured(fp32), "bf16": measured(2.0)},
+        "not_native": (),
+        "memory_copy": measured(20.0, 2**20),
+        "host_to_device": {},
+        "plan": TINY_PLAN,
+    } | fields
     return DeviceCeilings(**values)
 
 
@@ -159,20 +183,26 @@ def test_bf16_is_measured_only_on_a_cpu_that_computes_it_natively(isa, not_nativ
     assert peak_tflops(MACHINE, "cpu", "tf32") is None  # NVIDIA's alone: neither measured nor "not native"
 
 
-@pytest.mark.parametrize("tflops, gb_s", [
-    (4.5e-6, 0.01),  # a 128x128 product takes 0.93 s: two stretches of two products fit in the cap, not three
-    (1e-5, 0.01),  # a thousand times slower than emulated bf16 here: products of 128x128
-    (1e-3, 1.0),
-    (0.5, 20.0),
-    (100.0, 300.0),  # a GPU's speed on the CPU's plan
-])
+@pytest.mark.parametrize(
+    "tflops, gb_s",
+    [
+        (4.5e-6, 0.01),  # a 128x128 product takes 0.93 s: two stretches of two products fit in the cap, not three
+        (1e-5, 0.01),  # a thousand times slower than emulated bf16 here: products of 128x128
+        (1e-3, 1.0),
+        (0.5, 20.0),
+        (100.0, 300.0),  # a GPU's speed on the CPU's plan
+    ],
+)
 def test_the_time_cap_holds_whatever_the_devices_speed(tflops, gb_s, force_cpu_isa):
     force_cpu_isa(AMX)  # every CPU figure: fp32, bf16 and the copy
     fake = FakeDevice({"fp32": tflops, "bf16": tflops}, copy_gb_s=gb_s)
     started = []
     with fake:
-        result = measure_ceilings(torch.device("cpu"), watch=fake.watch(torch.device("cpu")),
-                                  progress=lambda step: started.append(fake.seconds))
+        result = measure_ceilings(
+            torch.device("cpu"),
+            watch=fake.watch(torch.device("cpu")),
+            progress=lambda step: started.append(fake.seconds),
+        )
     durations = [end - start for start, end in zip(started, [*started[1:], fake.seconds])]
     assert len(durations) == 3 and max(durations) <= CPU_PLAN.cap_s
     assert fake.seconds <= 3 * CPU_PLAN.cap_s < 60  # the whole CPU calibration, start-up aside
@@ -202,15 +232,20 @@ def test_a_gpu_figure_is_sustained_work_not_a_boost_clock_burst(fake_cuda):
     for figure in figures:
         assert len(figure.stretch_s) == GPU_PLAN.stretches and min(figure.stretch_s) >= 1.0
     assert {precision: product.size for precision, product in result.matmul.items()} == {
-        "fp32": 8192, "tf32": 8192, "bf16": 8192}
+        "fp32": 8192,
+        "tf32": 8192,
+        "bf16": 8192,
+    }
     fp32 = result.matmul["fp32"]
     assert fp32.rate == pytest.approx(50.0)  # the sustained rate: neither the boost (100) nor the hiccup
     assert min(fp32.stretch_rates) < 45.0 and sorted(fp32.stretch_rates)[1:] == pytest.approx([50.0] * 4)
     assert {precision: product.rate for precision, product in result.matmul.items()} == pytest.approx(
-        {"fp32": 50.0, "tf32": 400.0, "bf16": 800.0})
+        {"fp32": 50.0, "tf32": 400.0, "bf16": 800.0}
+    )
     assert result.memory_copy.rate == pytest.approx(3000.0)  # bytes read + written
     assert {kind: transfer.rate for kind, transfer in result.host_to_device.items()} == pytest.approx(
-        {"pinned": 25.0, "pageable": 25.0})
+        {"pinned": 25.0, "pageable": 25.0}
+    )
 
 
 def test_a_gpu_before_ampere_has_neither_tf32_nor_bf16_measured(fake_cuda):
@@ -236,8 +271,9 @@ def test_ceilings_survive_a_round_trip_through_json():
     assert DeviceCeilings.from_dict(json.loads(json.dumps(original.to_dict()))) == original
 
 
-def test_calibration_path_comes_from_the_folder_the_environment_or_the_user_data_folder(tmp_path, monkeypatch,
-                                                                                      calibration_folder):
+def test_calibration_path_comes_from_the_folder_the_environment_or_the_user_data_folder(
+    tmp_path, monkeypatch, calibration_folder
+):
     assert calibration_path(MACHINE, tmp_path) == tmp_path / f"{MACHINE}.json"
     assert calibration_path(MACHINE) == calibration_folder / f"{MACHINE}.json"
     monkeypatch.delenv(CALIBRATION_DIR_VARIABLE)
@@ -247,8 +283,11 @@ def test_calibration_path_comes_from_the_folder_the_environment_or_the_user_data
 
 def test_a_later_save_keeps_the_devices_stored_before():
     save_calibration(MACHINE, "laptop", [ceilings("cpu", fp32=0.5)])
-    gpu = ceilings("cuda:1", matmul={"fp32": measured(60.0), "tf32": measured(400.0), "bf16": measured(800.0)},
-                   host_to_device={"pinned": measured(24.5), "pageable": measured(9.0)})
+    gpu = ceilings(
+        "cuda:1",
+        matmul={"fp32": measured(60.0), "tf32": measured(400.0), "bf16": measured(800.0)},
+        host_to_device={"pinned": measured(24.5), "pageable": measured(9.0)},
+    )
     path = save_calibration(MACHINE, "laptop", [gpu])
     stored = load_calibration(MACHINE)
     assert json.loads(path.read_text()) == stored
@@ -274,20 +313,41 @@ def test_a_machine_never_calibrated_has_no_calibration():
         peak_tflops(MACHINE, "cpu", "fp16")
 
 
-SCHEMA_1_FILE = json.dumps({"schema": 1, "machine_id": MACHINE, "devices": {"cpu": {
-    "device": "cpu", "device_name": "AMD EPYC", "matmul_tflops": {"fp32": 0.035, "bf16": 0.0001},
-    "memory_gb_s": 9.5, "host_to_device_gb_s": {}, "sizes": {
-        "matmul_size": 2048, "memory_copy_bytes": 268435456, "host_to_device_bytes": 268435456, "warmup_rounds": 2,
-        "operations_per_repeat": 5, "repeats": 3}}}})  # as devicebench wrote it before figures were sustained
+SCHEMA_1_FILE = json.dumps(
+    {
+        "schema": 1,
+        "machine_id": MACHINE,
+        "devices": {
+            "cpu": {
+                "device": "cpu",
+                "device_name": "AMD EPYC",
+                "matmul_tflops": {"fp32": 0.035, "bf16": 0.0001},
+                "memory_gb_s": 9.5,
+                "host_to_device_gb_s": {},
+                "sizes": {
+                    "matmul_size": 2048,
+                    "memory_copy_bytes": 268435456,
+                    "host_to_device_bytes": 268435456,
+                    "warmup_rounds": 2,
+                    "operations_per_repeat": 5,
+                    "repeats": 3,
+                },
+            }
+        },
+    }
+)  # as devicebench wrote it before figures were sustained
 
 
-@pytest.mark.parametrize("content, reason", [
-    ("{not json", "Expecting property name"),
-    ('{"schema": 2, "machine_id": "fedcba987654", "devices": {}}', "belongs to machine 'fedcba987654'"),
-    ('{"schema": 7, "machine_id": "0123456789ab", "devices": {}}', "not a devicebench calibration of schema 2"),
-    (SCHEMA_1_FILE, "not a devicebench calibration of schema 2 (schema 1)"),  # bursts and emulated bf16
-    ('{"schema": 2, "machine_id": "0123456789ab", "devices": {"cpu": {"device": "cpu"}}}', "entry for 'cpu'"),
-])
+@pytest.mark.parametrize(
+    "content, reason",
+    [
+        ("{not json", "Expecting property name"),
+        ('{"schema": 2, "machine_id": "fedcba987654", "devices": {}}', "belongs to machine 'fedcba987654'"),
+        ('{"schema": 7, "machine_id": "0123456789ab", "devices": {}}', "not a devicebench calibration of schema 2"),
+        (SCHEMA_1_FILE, "not a devicebench calibration of schema 2 (schema 1)"),  # bursts and emulated bf16
+        ('{"schema": 2, "machine_id": "0123456789ab", "devices": {"cpu": {"device": "cpu"}}}', "entry for 'cpu'"),
+    ],
+)
 def test_a_corrupt_old_or_foreign_file_names_itself_and_the_fix(content, reason, caplog):
     path = calibration_path(MACHINE)
     path.parent.mkdir(parents=True)
@@ -304,29 +364,32 @@ def test_a_corrupt_old_or_foreign_file_names_itself_and_the_fix(content, reason,
     assert peak_tflops(MACHINE, "cpu", "fp32") == 0.5
 
 
-@pytest.mark.parametrize("device_name, product", [
-    ("NVIDIA H100 80GB HBM3", "H100 SXM"),
-    ("NVIDIA H100 PCIe", "H100 PCIe"),
-    ("NVIDIA H100 NVL", None),  # neither the SXM part nor the PCIe card
-    ("NVIDIA H200", "H200 SXM"),
-    ("NVIDIA GH200 480GB", None),
-    ("NVIDIA A100-SXM4-80GB", "A100 80GB SXM"),
-    ("NVIDIA A100-SXM4-40GB", "A100 40GB SXM"),
-    ("NVIDIA A100 80GB PCIe", "A100 80GB PCIe"),
-    ("NVIDIA A100-PCIE-40GB", "A100 40GB PCIe"),
-    ("NVIDIA A10", "A10"),
-    ("NVIDIA A10G", None),  # AWS's part: not the A10, and certainly not an A100
-    ("NVIDIA L4", "L4"),
-    ("NVIDIA L40S", None),
-    ("Tesla T4", "T4"),
-    ("Tesla V100-SXM2-16GB", "V100 SXM2"),
-    ("Tesla V100-PCIE-32GB", "V100 PCIe"),
-    ("Tesla V100S-PCIE-32GB", None),
-    ("NVIDIA GeForce RTX 4090", "GeForce RTX 4090"),
-    ("NVIDIA GeForce RTX 4090 D", None),  # the cut-down Chinese model
-    ("Intel(R) Xeon(R) Platinum 8480+", None),
-    ("AMD Instinct MI300X", None),
-])
+@pytest.mark.parametrize(
+    "device_name, product",
+    [
+        ("NVIDIA H100 80GB HBM3", "H100 SXM"),
+        ("NVIDIA H100 PCIe", "H100 PCIe"),
+        ("NVIDIA H100 NVL", None),  # neither the SXM part nor the PCIe card
+        ("NVIDIA H200", "H200 SXM"),
+        ("NVIDIA GH200 480GB", None),
+        ("NVIDIA A100-SXM4-80GB", "A100 80GB SXM"),
+        ("NVIDIA A100-SXM4-40GB", "A100 40GB SXM"),
+        ("NVIDIA A100 80GB PCIe", "A100 80GB PCIe"),
+        ("NVIDIA A100-PCIE-40GB", "A100 40GB PCIe"),
+        ("NVIDIA A10", "A10"),
+        ("NVIDIA A10G", None),  # AWS's part: not the A10, and certainly not an A100
+        ("NVIDIA L4", "L4"),
+        ("NVIDIA L40S", None),
+        ("Tesla T4", "T4"),
+        ("Tesla V100-SXM2-16GB", "V100 SXM2"),
+        ("Tesla V100-PCIE-32GB", "V100 PCIe"),
+        ("Tesla V100S-PCIE-32GB", None),
+        ("NVIDIA GeForce RTX 4090", "GeForce RTX 4090"),
+        ("NVIDIA GeForce RTX 4090 D", None),  # the cut-down Chinese model
+        ("Intel(R) Xeon(R) Platinum 8480+", None),
+        ("AMD Instinct MI300X", None),
+    ],
+)
 def test_datasheets_match_torch_names_word_for_word(device_name, product):
     datasheet = datasheet_for(device_name)
     assert (datasheet.product if datasheet else None) == product
@@ -335,15 +398,20 @@ def test_datasheets_match_torch_names_word_for_word(device_name, product):
 def test_datasheet_figures_are_dense_peaks():
     h100 = datasheet_for("NVIDIA H100 80GB HBM3")
     assert (h100.tflops("fp32"), h100.tflops("tf32"), h100.tflops("bf16"), h100.memory_gb_s) == (
-        67.0, 494.7, 989.4, 3350.0)  # 989 and 1,979 on the datasheet are with sparsity
+        67.0,
+        494.7,
+        989.4,
+        3350.0,
+    )  # 989 and 1,979 on the datasheet are with sparsity
     assert datasheet_for("NVIDIA H200").memory_gb_s == 4800.0
     assert datasheet_for("NVIDIA A100-SXM4-80GB").memory_gb_s == 2039.0
     t4 = datasheet_for("Tesla T4")
     assert (t4.tflops("tf32"), t4.tflops("bf16")) == (None, None)  # Turing has neither
 
 
-def test_calibrate_on_an_avx2_cpu_stores_sustained_ceilings_and_shows_bf16_not_native(calibration_folder,
-                                                                                    force_cpu_isa, monkeypatch):
+def test_calibrate_on_an_avx2_cpu_stores_sustained_ceilings_and_shows_bf16_not_native(
+    calibration_folder, force_cpu_isa, monkeypatch
+):
     force_cpu_isa(AVX2)
     small = dataclasses.replace(calibrate.QUICK_PLAN, stretch_s=0.11)  # seconds, yet not --quick's plan
     monkeypatch.setattr(calibrate_command, "default_plan", lambda device: small)
@@ -354,8 +422,9 @@ def test_calibrate_on_an_avx2_cpu_stores_sustained_ceilings_and_shows_bf16_not_n
     assert f"Calibration stored in {path}" in result.stderr
     assert "cpu (" in result.stdout and "TFLOP/s" in result.stdout and "GB/s" in result.stdout
     assert "Matmul fp32 (" in result.stdout and "No datasheet known" in result.stdout
-    assert [line.split("│")[2].strip() for line in result.stdout.splitlines()
-            if line.startswith("│ Matmul bf16")] == ["not native"]
+    assert [line.split("│")[2].strip() for line in result.stdout.splitlines() if line.startswith("│ Matmul bf16")] == [
+        "not native"
+    ]
     caption = " ".join(result.stdout.split())
     assert "bf16: not native" in caption and "at least 0.11 s of sustained work" in caption
     stored = json.loads(path.read_text())
@@ -384,17 +453,18 @@ def test_a_quick_calibration_is_shown_but_never_stored_nor_taken_for_mfu(calibra
     assert "taken with --quick, which understates its ceilings: MFU is left out" in caplog.text
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("tpu", "unknown device 'tpu'"),
-    ("cpu,", "has an empty name"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("tpu", "unknown device 'tpu'"),
+        ("cpu,", "has an empty name"),
+    ],
+)
 def test_calibrate_refuses_a_device_it_cannot_use(spec, message, calibration_folder):
     result = cli.invoke(app, ["calibrate", "--devices", spec, "--quick"])
     assert result.exit_code == EXIT_USAGE
     assert message in result.stderr and "Devices present: cpu" in result.stderr
     assert not calibration_folder.exists()  # nothing measured, nothing stored
-
-
 
 
 @pytest.mark.gpu
@@ -423,8 +493,9 @@ def test_a_run_on_a_calibrated_device_reports_its_mfu():
 
     fingerprint = machine_fingerprint()
     save_calibration(fingerprint["machine_id"], fingerprint["machine_name"], [ceilings("cpu", fp32=0.5)])
-    config = RunConfig(workloads=("mnist-cnn2",), devices="cpu", data="synthetic", epochs=2, max_steps=3,
-                       max_eval_steps=1)
+    config = RunConfig(
+        workloads=("mnist-cnn2",), devices="cpu", data="synthetic", epochs=2, max_steps=3, max_eval_steps=1
+    )
     result = runner.run(planning.plan(config))
     record = result.runs[0]
     assert record.peak_tflops == 0.5  # the fp32 peak: seed mode computes in fp32
@@ -438,8 +509,13 @@ def test_an_uncalibrated_device_has_no_mfu():
     from devicebench import RunConfig, runner
     from devicebench.results.compare import compare
 
-    result = runner.run(planning.plan(RunConfig(workloads=("mnist-cnn2",), devices="cpu", data="synthetic", epochs=2, max_steps=2,
-                                  max_eval_steps=1)))
+    result = runner.run(
+        planning.plan(
+            RunConfig(
+                workloads=("mnist-cnn2",), devices="cpu", data="synthetic", epochs=2, max_steps=2, max_eval_steps=1
+            )
+        )
+    )
     assert result.runs[0].peak_tflops is None
     assert compare([result])["mnist-cnn2"][0].mfu is None
 
@@ -451,14 +527,19 @@ def test_ceilings_measured_on_a_busy_machine_are_stored_with_a_warning(busy, cal
     cores = psutil.cpu_count(logical=True)
     load = 2.0 * cores if busy else 0.0
     monkeypatch.setattr(psutil, "getloadavg", lambda: (load, load, load))
-    monkeypatch.setattr(calibrate_command, "default_plan", lambda device: dataclasses.replace(
-        calibrate.QUICK_PLAN, stretch_s=0.05, stretches=1))
+    monkeypatch.setattr(
+        calibrate_command,
+        "default_plan",
+        lambda device: dataclasses.replace(calibrate.QUICK_PLAN, stretch_s=0.05, stretches=1),
+    )
     result = cli.invoke(app, ["calibrate", "--devices", "cpu"])
     assert result.exit_code == 0, result.output
     said = " ".join(result.stderr.split())
     assert (calibration_folder / f"{machine_fingerprint()['machine_id']}.json").is_file()  # stored either way
-    warning = (f"This machine is busy: 1-minute load average {load:.2f} on {cores} logical cores: other processes "
-               f"keep about {cores} of them busy. Stop other work (top shows it) before benchmarking the CPU")
+    warning = (
+        f"This machine is busy: 1-minute load average {load:.2f} on {cores} logical cores: other processes "
+        f"keep about {cores} of them busy. Stop other work (top shows it) before benchmarking the CPU"
+    )
     assert (warning in said) == busy
     assert ("stored all the same: run `devicebench calibrate` again once the machine is quiet" in said) == busy
     assert ("measured while the machine was busy (see above)" in said) == busy

@@ -106,8 +106,7 @@ def h100_machine(cpu_machine, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: H100)
-    monkeypatch.setattr(torch.cuda, "get_device_properties",
-                        lambda device: types.SimpleNamespace(name=H100, uuid=UUID))
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: types.SimpleNamespace(name=H100, uuid=UUID))
     monkeypatch.setattr(torch.version, "cuda", "12.4")
     monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 90100)
     fake_driver(monkeypatch, paths=frozenset({"/proc/driver/nvidia"}), tools=frozenset({"nvidia-smi"}))
@@ -237,22 +236,34 @@ def test_a_cpu_machine_passes_and_says_why_there_is_no_gpu(cpu_machine):
 
 def installed(monkeypatch, *distributions: tuple[str, int]) -> None:
     """importlib.metadata lists these (name, bytes) distributions, in this order, each as a single file."""
-    listed = [types.SimpleNamespace(metadata={"Name": name}, files=[types.SimpleNamespace(size=size)])
-              for name, size in distributions]
+    listed = [
+        types.SimpleNamespace(metadata={"Name": name}, files=[types.SimpleNamespace(size=size)])
+        for name, size in distributions
+    ]
     monkeypatch.setattr(check.importlib.metadata, "distributions", lambda: listed)
 
 
-@pytest.mark.parametrize("build, library, name", [("cuda", "nvidia-cudnn-cu12", "CUDA 12.4"),
-                                                  ("hip", "pytorch-triton-rocm", "ROCm 6.1")])
-def test_a_gpu_build_on_a_machine_without_a_driver_warns_that_it_is_gigabytes_for_nothing(cpu_machine, monkeypatch,
-                                                                                          build, library, name):
+@pytest.mark.parametrize(
+    "build, library, name", [("cuda", "nvidia-cudnn-cu12", "CUDA 12.4"), ("hip", "pytorch-triton-rocm", "ROCm 6.1")]
+)
+def test_a_gpu_build_on_a_machine_without_a_driver_warns_that_it_is_gigabytes_for_nothing(
+    cpu_machine, monkeypatch, build, library, name
+):
     monkeypatch.setattr(torch.version, build, name.split()[1])
-    installed(monkeypatch, ("torch", 1_200_000_000), (library, 2_000_000_000), ("triton", 900_000_000),
-              ("numpy", 10**12), ("torch", 10**12))  # numpy is no GPU library; the second torch is shadowed
+    installed(
+        monkeypatch,
+        ("torch", 1_200_000_000),
+        (library, 2_000_000_000),
+        ("triton", 900_000_000),
+        ("numpy", 10**12),
+        ("torch", 10**12),
+    )  # numpy is no GPU library; the second torch is shadowed
     found = check.pytorch_build_check()
     assert found.status == WARN
-    assert found.measured.startswith(f"torch {torch.__version__}, a {name} build, 4.1 GB on disk with its GPU "
-                                     "libraries; no GPU driver either (looked for /proc/driver/nvidia, nvidia-smi")
+    assert found.measured.startswith(
+        f"torch {torch.__version__}, a {name} build, 4.1 GB on disk with its GPU "
+        "libraries; no GPU driver either (looked for /proc/driver/nvidia, nvidia-smi"
+    )
     assert f"A {name.split()[0]} build is gigabytes for nothing on a machine without a GPU" in found.advice
     assert "`pip install torch --index-url https://download.pytorch.org/whl/cpu` before installing" in found.advice
 
@@ -292,18 +303,24 @@ def test_nvidia_ml_py_is_needed_only_beside_an_nvidia_gpu(cpu_machine, h100_mach
 def fake_xgboost(with_cuda: bool | None) -> types.ModuleType:
     module = types.ModuleType("xgboost")
     module.__version__ = "3.0.0"
-    module.build_info = (lambda: {"USE_CUDA": with_cuda}) if with_cuda is not None else (
-        lambda: (_ for _ in ()).throw(OSError("libxgboost.so: cannot open shared object file")))
+    module.build_info = (
+        (lambda: {"USE_CUDA": with_cuda})
+        if with_cuda is not None
+        else (lambda: (_ for _ in ()).throw(OSError("libxgboost.so: cannot open shared object file")))
+    )
     return module
 
 
-@pytest.mark.parametrize("xgboost, gpu, status", [
-    (fake_xgboost(True), True, PASS),
-    (fake_xgboost(False), True, WARN),  # gbdt would train on the CPU even on --devices cuda
-    (None, True, WARN),  # not installed
-    (None, False, PASS),  # not installed, and nothing to run it on
-    (fake_xgboost(False), False, PASS),
-])
+@pytest.mark.parametrize(
+    "xgboost, gpu, status",
+    [
+        (fake_xgboost(True), True, PASS),
+        (fake_xgboost(False), True, WARN),  # gbdt would train on the CPU even on --devices cuda
+        (None, True, WARN),  # not installed
+        (None, False, PASS),  # not installed, and nothing to run it on
+        (fake_xgboost(False), False, PASS),
+    ],
+)
 def test_xgboost_needs_cuda_only_beside_a_gpu(h100_machine, monkeypatch, xgboost, gpu, status):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
     monkeypatch.setitem(sys.modules, "xgboost", xgboost)
@@ -338,13 +355,16 @@ def test_threads_count_against_the_cores_this_process_may_use(monkeypatch):
     assert "--threads 4" in found.advice
 
 
-@pytest.mark.parametrize("cpu_flags, capability, status", [
-    ("avx2,avx512f", "AVX2", WARN),  # AVX-512 left unused
-    ("avx2,avx512f", "AVX512", PASS),
-    ("avx2", "AVX2", PASS),
-    ("avx2", "DEFAULT", WARN),  # not even AVX2
-    ("", "DEFAULT", PASS),  # an ARM CPU: neither ISA to miss
-])
+@pytest.mark.parametrize(
+    "cpu_flags, capability, status",
+    [
+        ("avx2,avx512f", "AVX2", WARN),  # AVX-512 left unused
+        ("avx2,avx512f", "AVX512", PASS),
+        ("avx2", "AVX2", PASS),
+        ("avx2", "DEFAULT", WARN),  # not even AVX2
+        ("", "DEFAULT", PASS),  # an ARM CPU: neither ISA to miss
+    ],
+)
 def test_torch_kernels_narrower_than_the_cpu_warn(force_cpu_isa, monkeypatch, cpu_flags, capability, status):
     force_cpu_isa(cpu_flags)
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
@@ -382,6 +402,7 @@ def test_other_processes_keeping_half_the_cores_busy_warn(monkeypatch, load, sta
 
 def gpu_training(monitor_clock: list[float], parameter_device: torch.device = CUDA0) -> Callable[..., TrainingRun]:
     """Training that lasts 1.5 s on the monitor's clock and leaves the parameters on `parameter_device`."""
+
     def train(device: torch.device) -> TrainingRun:
         monitor_clock[0] += 1.5
         return TrainingRun(parameter_device, steps=600, seconds=1.5)
@@ -393,7 +414,10 @@ def test_a_gpu_that_stayed_idle_and_lacks_the_process_fails(nvidia):
     clock = nvidia(FakeGpu(utilization_percent=1, pids=(OTHER_PID,)))
     checks = check.work_checks(CUDA0, train=gpu_training(clock))
     assert [(entry.name, entry.status) for entry in checks] == [
-        ("model on the device", PASS), ("device busy", FAIL), ("process on the device", FAIL)]
+        ("model on the device", PASS),
+        ("device busy", FAIL),
+        ("process on the device", FAIL),
+    ]
     assert find(checks, "device busy").measured == "1% busy while training: the work stayed off the GPU"
     assert f"this process ({os.getpid()}) is not in the device's list ({OTHER_PID})" in checks[2].measured
 
@@ -405,11 +429,14 @@ def test_a_busy_gpu_listing_this_process_alone_passes(nvidia):
     assert find(checks, "device busy").measured == "80% busy while training"
 
 
-@pytest.mark.parametrize("pids, says", [
-    ((OTHER_PID,), "is not in the device's list"),  # a container's PID namespace: busy, so not a fail
-    ((), "is not in the device's list (empty)"),
-    ((os.getpid(), OTHER_PID), "and 1 other(s) compute on it"),  # shared: figures vary
-])
+@pytest.mark.parametrize(
+    "pids, says",
+    [
+        ((OTHER_PID,), "is not in the device's list"),  # a container's PID namespace: busy, so not a fail
+        ((), "is not in the device's list (empty)"),
+        ((os.getpid(), OTHER_PID), "and 1 other(s) compute on it"),  # shared: figures vary
+    ],
+)
 def test_a_busy_gpu_whose_list_hides_this_process_or_shares_it_warns(nvidia, pids, says):
     clock = nvidia(FakeGpu(utilization_percent=80, pids=pids))
     found = find(check.work_checks(CUDA0, train=gpu_training(clock)), "process on the device")
@@ -472,8 +499,9 @@ class FakeAccelerator:
             self.host_s = max(self.host_s, self.queue_empty_at_s)
 
     def watch(self, device: torch.device) -> Stopwatch:
-        return Stopwatch(device, clock=lambda: self.host_s, synchronize=self.synchronize,
-                         host_clock=lambda: self.host_s)
+        return Stopwatch(
+            device, clock=lambda: self.host_s, synchronize=self.synchronize, host_clock=lambda: self.host_s
+        )
 
 
 def product_seconds(tflops: float) -> float:
@@ -496,8 +524,10 @@ def test_a_working_synchronize_passes_on_any_accelerator(accelerator):
     device = accelerator
     found = timed(device, FakeAccelerator(product_s=product_seconds(10)))
     assert found.status == PASS
-    assert found.measured == (f"{TIMING_PRODUCTS} fp32 products of 4096x4096: synchronized 219.9 ms, unsynchronized "
-                              "0.2 ms (10.00 TFLOP/s): the device's work outlasts its queueing")
+    assert found.measured == (
+        f"{TIMING_PRODUCTS} fp32 products of 4096x4096: synchronized 219.9 ms, unsynchronized "
+        "0.2 ms (10.00 TFLOP/s): the device's work outlasts its queueing"
+    )
 
 
 def test_a_synchronize_that_returns_at_once_fails_on_any_accelerator(accelerator):
@@ -535,18 +565,24 @@ def measurement(rate: float, size: int) -> Measurement:
     return Measurement(rate=rate, size=size, stretch_s=(0.2, 0.2, 0.2), stretch_rates=(rate, rate, rate))
 
 
-def fake_calibration(device_name: str, matmul_tflops: dict[str, float], copy_gb_s: float,
-                     host_gb_s: dict[str, float]) -> Callable[..., DeviceCeilings]:
+def fake_calibration(
+    device_name: str, matmul_tflops: dict[str, float], copy_gb_s: float, host_gb_s: dict[str, float]
+) -> Callable[..., DeviceCeilings]:
     """measure_ceilings on a device of these figures; it announces three measurements, as the real one does."""
+
     def measure(device: torch.device, *, plan, progress) -> DeviceCeilings:
         assert plan == (CPU_CHECK_PLAN if device.type == "cpu" else ACCELERATOR_CHECK_PLAN)
         for step in ("fp32 matmul", "memory copy", "host-to-device copy"):
             progress(step)
         return DeviceCeilings(
-            device=str(device), device_name=device_name,
-            matmul={precision: measurement(rate, 8192) for precision, rate in matmul_tflops.items()}, not_native=(),
+            device=str(device),
+            device_name=device_name,
+            matmul={precision: measurement(rate, 8192) for precision, rate in matmul_tflops.items()},
+            not_native=(),
             memory_copy=measurement(copy_gb_s, 2**30),
-            host_to_device={kind: measurement(rate, 2**28) for kind, rate in host_gb_s.items()}, plan=plan)
+            host_to_device={kind: measurement(rate, 2**28) for kind, rate in host_gb_s.items()},
+            plan=plan,
+        )
 
     return measure
 
@@ -558,11 +594,14 @@ def h100_ceilings(fp32: float = 55.0, pinned: float = 25.0, pageable: float = 10
     return fake_calibration(H100, {**HEALTHY_H100, "fp32": fp32}, 2800.0, {"pinned": pinned, "pageable": pageable})
 
 
-@pytest.mark.parametrize("fp32, status, says", [
-    (55.0, PASS, "82% of the H100 SXM datasheet's 67 TFLOP/s"),
-    (33.5, WARN, "50% of the H100 SXM datasheet's 67 TFLOP/s"),  # throttled, capped, shared, sliced
-    (80.4, FAIL, "120% of the H100 SXM datasheet's 67 TFLOP/s"),  # faster than the hardware: a timing defect
-])
+@pytest.mark.parametrize(
+    "fp32, status, says",
+    [
+        (55.0, PASS, "82% of the H100 SXM datasheet's 67 TFLOP/s"),
+        (33.5, WARN, "50% of the H100 SXM datasheet's 67 TFLOP/s"),  # throttled, capped, shared, sliced
+        (80.4, FAIL, "120% of the H100 SXM datasheet's 67 TFLOP/s"),  # faster than the hardware: a timing defect
+    ],
+)
 def test_ceilings_are_judged_against_the_datasheet(h100_machine, nvidia, fp32, status, says):
     nvidia(FakeGpu())
     checks = check.ceiling_checks(CUDA0, measure=h100_ceilings(fp32=fp32))
@@ -576,7 +615,8 @@ def test_the_cpu_has_no_datasheet_and_no_host_to_device_copy():
     checks = check.ceiling_checks(CPU_DEVICE, measure=fake_calibration("AMD EPYC 7B13", {"fp32": 0.1}, 12.5, {}))
     assert [(entry.name, entry.status, entry.measured) for entry in checks] == [
         ("matmul fp32", PASS, "0.10 TFLOP/s (8192x8192); no datasheet to compare"),
-        ("memory copy", PASS, "12.50 GB/s (1,024 MiB); no datasheet to compare")]
+        ("memory copy", PASS, "12.50 GB/s (1,024 MiB); no datasheet to compare"),
+    ]
 
 
 def test_pinned_copies_no_faster_than_pageable_warn(h100_machine, nvidia):
@@ -592,14 +632,19 @@ def test_nvml_figures_of_a_healthy_gpu_pass_with_the_highest_readings_under_load
         ("SM clock", PASS, "1980 MHz under load, of 1980 MHz at most"),
         ("temperature", PASS, "62 °C under load, slowdown at 90 °C"),
         ("power limit", PASS, "700 W, default 700 W"),
-        ("PCIe link", PASS, "gen 5 of 5, x16 of x16")]
+        ("PCIe link", PASS, "gen 5 of 5, x16 of x16"),
+    ]
 
 
 def test_throttled_clocks_heat_a_lowered_power_cap_and_a_narrow_link_warn(h100_machine, nvidia):
     nvidia(FakeGpu(sm_clocks_mhz=[345, 1100, 1000], temperature_c=87, power_limit_mw=450_000, pcie_width=8))
     checks = check.ceiling_checks(CUDA0, measure=h100_ceilings())
     assert [(entry.name, entry.status) for entry in checks[-4:]] == [
-        ("SM clock", WARN), ("temperature", WARN), ("power limit", WARN), ("PCIe link", WARN)]
+        ("SM clock", WARN),
+        ("temperature", WARN),
+        ("power limit", WARN),
+        ("PCIe link", WARN),
+    ]
     assert find(checks, "power limit").measured == "450 W, default 700 W"
     assert "nvidia-smi -pl 700" in find(checks, "power limit").advice
     assert find(checks, "PCIe link").measured == "gen 5 of 5, x8 of x16"
@@ -618,16 +663,21 @@ def test_each_nvml_figure_is_read_on_its_own_and_a_missing_one_is_left_out(h100_
 def test_a_check_that_raises_becomes_a_row_and_the_others_still_run(monkeypatch):
     monkeypatch.setitem(sys.modules, "xgboost", fake_xgboost(with_cuda=None))  # its build_info raises OSError
     monkeypatch.setattr(check, "work_checks", lambda device: [])
-    monkeypatch.setattr(check, "timing_check", lambda device: (_ for _ in ()).throw(
-        torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 MiB")))
+    monkeypatch.setattr(
+        check,
+        "timing_check",
+        lambda device: (_ for _ in ()).throw(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 MiB")),
+    )
     monkeypatch.setattr(check, "ceiling_checks", lambda device, progress: (_ for _ in ()).throw(RuntimeError("boom")))
     checks = check.run_checks([CPU_DEVICE])
-    failures = [(entry.device, entry.group, entry.status, entry.measured) for entry in checks
-                if entry.name == "could not run"]
+    failures = [
+        (entry.device, entry.group, entry.status, entry.measured) for entry in checks if entry.name == "could not run"
+    ]
     assert failures == [
         (None, SOFTWARE, WARN, "the xgboost check stopped: OSError: libxgboost.so: cannot open shared object file"),
         ("cpu", TIMING, FAIL, "the timing check stopped: the device ran out of memory"),
-        ("cpu", CEILINGS, FAIL, "the ceilings check stopped: RuntimeError: boom")]
+        ("cpu", CEILINGS, FAIL, "the ceilings check stopped: RuntimeError: boom"),
+    ]
     assert {entry.group for entry in checks} == {SOFTWARE, CPU, TIMING, CEILINGS}
     assert len([entry for entry in checks if entry.group in (SOFTWARE, CPU)]) == 9  # every machine-wide check
 
@@ -642,12 +692,22 @@ def test_every_warn_and_fail_says_what_to_do_and_no_pass_does():
 
 
 def test_the_document_counts_each_status():
-    checks = [Check(None, CPU, "a", PASS, "1"), Check("cpu", TIMING, "b", WARN, "2", "do"),
-              Check("cpu", WORK, "c", FAIL, "3", "do"), Check("cpu", WORK, "d", PASS, "4")]
+    checks = [
+        Check(None, CPU, "a", PASS, "1"),
+        Check("cpu", TIMING, "b", WARN, "2", "do"),
+        Check("cpu", WORK, "c", FAIL, "3", "do"),
+        Check("cpu", WORK, "d", PASS, "4"),
+    ]
     found = check.document(checks)
     assert (found["failed"], found["warned"], found["passed"]) == (1, 1, 2)
-    assert found["checks"][1] == {"device": "cpu", "group": TIMING, "name": "b", "status": WARN, "measured": "2",
-                                  "advice": "do"}
+    assert found["checks"][1] == {
+        "device": "cpu",
+        "group": TIMING,
+        "name": "b",
+        "status": WARN,
+        "measured": "2",
+        "advice": "do",
+    }
 
 
 # --- the command -----------------------------------------------------------------------------------------------
@@ -671,8 +731,7 @@ def test_the_real_cpu_check_passes_with_the_documented_shape(real_cpu_check):
     assert set(real_cpu_check) == {"checks", "failed", "warned", "passed"}
     rows = real_cpu_check["checks"]
     assert all(set(row) == CHECK_KEYS for row in rows)
-    assert all(row["status"] in STATUSES and row["group"] in GROUPS and row["device"] in (None, "cpu")
-               for row in rows)
+    assert all(row["status"] in STATUSES and row["group"] in GROUPS and row["device"] in (None, "cpu") for row in rows)
     assert all((row["advice"] is None) == (row["status"] == PASS) for row in rows)
     counts = [sum(row["status"] == status for row in rows) for status in (FAIL, WARN, PASS)]
     assert counts == [real_cpu_check["failed"], real_cpu_check["warned"], real_cpu_check["passed"]]
@@ -689,10 +748,13 @@ def test_the_real_cpu_check_measures_work_timing_and_ceilings(real_cpu_check):
     percent = float(busy["measured"].split("this process used ")[1].split("%")[0])
     assert busy["status"] in (PASS, WARN) and percent >= check.CPU_IDLE_MAX_PERCENT
     timing = rows["cpu", "synchronized clock"]
-    synchronized, unsynchronized = (float(timing["measured"].split(f"{word} ")[1].split(" ms")[0])
-                                    for word in ("synchronized", "unsynchronized"))
+    synchronized, unsynchronized = (
+        float(timing["measured"].split(f"{word} ")[1].split(" ms")[0]) for word in ("synchronized", "unsynchronized")
+    )
     assert timing["status"] == PASS and synchronized >= unsynchronized > 0  # the CPU's kernels finish as they return
-    matmul = re.fullmatch(r"([\d.,]+) TFLOP/s \((\d+)x\2\); no datasheet to compare", rows["cpu", "matmul fp32"]["measured"])
+    matmul = re.fullmatch(
+        r"([\d.,]+) TFLOP/s \((\d+)x\2\); no datasheet to compare", rows["cpu", "matmul fp32"]["measured"]
+    )
     assert matmul and int(matmul[2]) <= CPU_CHECK_PLAN.matmul_size  # the largest size that fits a 0.3 s stretch
     copy = re.fullmatch(r"([\d.,]+) GB/s \(256 MiB\); no datasheet to compare", rows["cpu", "memory copy"]["measured"])
     assert copy and float(copy[1].replace(",", "")) > 0

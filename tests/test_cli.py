@@ -93,8 +93,12 @@ def test_run_on_a_missing_device_lists_the_present_ones(device):
 
 @pytest.mark.parametrize(
     ("flags", "message"),
-    [(["--epochs", "0"], "--epochs must be"), (["--suite", "huge"], "unknown suite 'huge'"),
-     (["--data", "imaginary"], "unknown data source"), (["--batch-size", "-1"], "--batch-size must be")],
+    [
+        (["--epochs", "0"], "--epochs must be"),
+        (["--suite", "huge"], "unknown suite 'huge'"),
+        (["--data", "imaginary"], "unknown data source"),
+        (["--batch-size", "-1"], "--batch-size must be"),
+    ],
 )
 def test_run_refuses_impossible_values(flags, message):
     result = cli.invoke(app, ["run", "mnist-cnn2", *flags])
@@ -106,8 +110,9 @@ def test_run_without_real_data_fails_clearly_when_real_is_demanded(tmp_path, mon
     import devicebench.data as data
 
     def unavailable(*arguments, **keywords):
-        raise data.DataUnavailable("t10k.gz", tmp_path / "somewhere", [("https://x.invalid/t10k.gz", "refused")],
-                                   "md5:00")
+        raise data.DataUnavailable(
+            "t10k.gz", tmp_path / "somewhere", [("https://x.invalid/t10k.gz", "refused")], "md5:00"
+        )
 
     monkeypatch.setattr("devicebench.runner.load_dataset", unavailable)
     result = cli.invoke(app, ["run", "mnist-cnn2", "--devices", "cpu", "--data", "real", "--epochs", "2"])
@@ -169,12 +174,19 @@ def model_that_breaks(monkeypatch, name: str, at_step: int, error: Exception | N
     monkeypatch.setitem(_registry._REGISTRY, name, dataclasses.replace(entry, build_model=build))
 
 
-@pytest.mark.parametrize(("error", "said"), [
-    (torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
-     "out of memory at batch size 8 on cpu"),
-    (RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 9437184000 bytes"),
-     "out of host memory at batch size 8"),
-])
+@pytest.mark.parametrize(
+    ("error", "said"),
+    [
+        (
+            torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+            "out of memory at batch size 8 on cpu",
+        ),
+        (
+            RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 9437184000 bytes"),
+            "out of host memory at batch size 8",
+        ),
+    ],
+)
 def test_out_of_memory_mid_run_marks_the_row_keeps_the_epochs_and_exits_1(tmp_path, monkeypatch, error, said):
     model_that_breaks(monkeypatch, "mnist-cnn2", at_step=5, error=error)  # 3 steps an epoch: epoch 2's 2nd step
     output = tmp_path / "run.json"

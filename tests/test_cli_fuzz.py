@@ -32,11 +32,25 @@ COMMANDS = typer.main.get_command(app).commands  # name -> the command as typer 
 DOCUMENTED_EXIT_STATUSES = {0, EXIT_FAILED_RUN, EXIT_USAGE, EXIT_INTERRUPTED}
 # our refusals print "error: MESSAGE"; click's own (a value that is not an int, an unknown option) a panel titled Error
 REFUSAL = re.compile(r"error:\s*\S|─ Error ─+╮\s*│ \S")
-TINY_RUN = ["--data", "synthetic", "--devices", "cpu", "--epochs", "2", "--max-steps", "1", "--max-eval-steps", "1",
-            "--quiet"]
-FUZZ_SETTINGS = dict(deadline=None, database=None,  # no .hypothesis folder in the checkout
-                     # the autouse fixtures (a temporary results database) are shared by a test's examples, on purpose
-                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+TINY_RUN = [
+    "--data",
+    "synthetic",
+    "--devices",
+    "cpu",
+    "--epochs",
+    "2",
+    "--max-steps",
+    "1",
+    "--max-eval-steps",
+    "1",
+    "--quiet",
+]
+FUZZ_SETTINGS = dict(
+    deadline=None,
+    database=None,  # no .hypothesis folder in the checkout
+    # the autouse fixtures (a temporary results database) are shared by a test's examples, on purpose
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 # the profile's examples over hypothesis' 100: 1 in CI's profile, 10 in `--hypothesis-profile explore` (conftest.py)
 SCALE = max(1, settings.default.max_examples // 100)
 
@@ -49,13 +63,69 @@ FLOATS = st.sampled_from(["nan", "inf", "-inf", "-1", "0", "0.5", "1", "1.5", HU
 PLACES = ("missing folder", "folder", "junk file", "empty file", "new file", "")  # made by make_places
 PATHS = st.sampled_from(PLACES).map(lambda name: ("place", name))
 STRINGS = st.one_of(st.sampled_from(["", " ", "ü", "日本", "=", ",", "[", "*", "-", "..", "a" * 300]), TEXT)
-DEVICES = st.one_of(st.sampled_from(["cpu", "CPU", " cpu , cpu ", "auto", "cuda:99", "cpu,,cpu", "gpu", "", ",",
-                                     "cuda:" + HUGE, "cpu:1", "mps:7", "tpu", "cpu;cuda", "ü"]), TEXT)
-PRICES = st.one_of(st.sampled_from(["cpu=", "cpu=-1", "=3", "cpu=abc", "cpu=nan", "cpu=inf", ",", "", "gpu=1",
-                                    "cpu=1,cpu=2", "cpu=0.10,cuda=2.50", "cuda:1=4", "cpu==1", "x.toml"]), TEXT, PATHS)
-SETTINGS = st.sampled_from(["=", "a==b", "depth=", "learning_rate=", "learning_rate=nan", "learning_rate=-1",
-                            "learning_rate=0.01", "learning_rate=,", "batch_size=0", "batch_size=1e3",
-                            "batch_size=" + HUGE, "epochs=3", "adam_epsilon=inf", "ü=1", "learning_rate"])
+DEVICES = st.one_of(
+    st.sampled_from(
+        [
+            "cpu",
+            "CPU",
+            " cpu , cpu ",
+            "auto",
+            "cuda:99",
+            "cpu,,cpu",
+            "gpu",
+            "",
+            ",",
+            "cuda:" + HUGE,
+            "cpu:1",
+            "mps:7",
+            "tpu",
+            "cpu;cuda",
+            "ü",
+        ]
+    ),
+    TEXT,
+)
+PRICES = st.one_of(
+    st.sampled_from(
+        [
+            "cpu=",
+            "cpu=-1",
+            "=3",
+            "cpu=abc",
+            "cpu=nan",
+            "cpu=inf",
+            ",",
+            "",
+            "gpu=1",
+            "cpu=1,cpu=2",
+            "cpu=0.10,cuda=2.50",
+            "cuda:1=4",
+            "cpu==1",
+            "x.toml",
+        ]
+    ),
+    TEXT,
+    PATHS,
+)
+SETTINGS = st.sampled_from(
+    [
+        "=",
+        "a==b",
+        "depth=",
+        "learning_rate=",
+        "learning_rate=nan",
+        "learning_rate=-1",
+        "learning_rate=0.01",
+        "learning_rate=,",
+        "batch_size=0",
+        "batch_size=1e3",
+        "batch_size=" + HUGE,
+        "epochs=3",
+        "adam_epsilon=inf",
+        "ü=1",
+        "learning_rate",
+    ]
+)
 COMMON_VALUES = {"--devices": DEVICES, "--price": PRICES, "--set": SETTINGS}
 # run and sweep: every value that passes keeps training tiny (no download, no tuning trials, no extra processes)
 TINY_VALUES = {
@@ -72,9 +142,11 @@ TINY_VALUES = {
     "--nnodes": st.sampled_from(["0", "-1", "1", HUGE]),
     "--batch-size": st.sampled_from(["0", "-5", "auto2", "1e3", "", "ü", HUGE, JUST_TOO_LARGE, "8", " 16 "]),
 }
-SWEEP_VALUES = {**TINY_VALUES, "--batch-size": st.sampled_from(["0", ",", "8,16", "", "-5", "auto", "1e3", HUGE,
-                                                                "8,,8", "8,ü"]),
-                "--workers": st.sampled_from(["0", "-1", "", "ü", HUGE, ",", "0,0"])}
+SWEEP_VALUES = {
+    **TINY_VALUES,
+    "--batch-size": st.sampled_from(["0", ",", "8,16", "", "-5", "auto", "1e3", HUGE, "8,,8", "8,ü"]),
+    "--workers": st.sampled_from(["0", "-1", "", "ü", HUGE, ",", "0,0"]),
+}
 WORKLOADS = st.sampled_from(["mnist-cnn2", "mnist-*", "", "ü", "[", "resnet18", "cifar10-mlp", "mnist-cnn2 "])
 
 
@@ -94,8 +166,11 @@ def values_for(parameter, overrides: dict) -> st.SearchStrategy:
 
 def option_arguments(command: str, overrides: dict, leave_out: tuple[str, ...] = ()) -> st.SearchStrategy:
     """Zero to three of `command`'s options, each with a value from values_for (a flag option: just the flag)."""
-    options = [param for param in COMMANDS[command].params
-               if param.param_type_name == "option" and param.opts[0] not in leave_out]
+    options = [
+        param
+        for param in COMMANDS[command].params
+        if param.param_type_name == "option" and param.opts[0] not in leave_out
+    ]
 
     def with_value(option) -> st.SearchStrategy:
         flag = st.sampled_from(option.opts)
@@ -109,16 +184,23 @@ def option_arguments(command: str, overrides: dict, leave_out: tuple[str, ...] =
 
 # predict's checkpoint is never a junk file nor a name too long to look up: checkpoint.py crashes on those (see
 # test_a_junk_checkpoint_is_refused below)
-ARGUMENT_VALUES = {"model": st.one_of(st.sampled_from(["missing folder", "folder", "empty file", ""]).map(
-    lambda name: ("place", name)), st.text(max_size=8))}
+ARGUMENT_VALUES = {
+    "model": st.one_of(
+        st.sampled_from(["missing folder", "folder", "empty file", ""]).map(lambda name: ("place", name)),
+        st.text(max_size=8),
+    )
+}
 
 
 def positional_arguments(command: str) -> st.SearchStrategy:
     """Values for the command's arguments (a list argument gets one to three)."""
     arguments = [param for param in COMMANDS[command].params if param.param_type_name == "argument"]
-    drawn = [st.lists(values_for(argument, {}), min_size=1, max_size=3) if argument.nargs == -1
-             else ARGUMENT_VALUES.get(argument.name, values_for(argument, {})).map(lambda value: [value])
-             for argument in arguments]
+    drawn = [
+        st.lists(values_for(argument, {}), min_size=1, max_size=3)
+        if argument.nargs == -1
+        else ARGUMENT_VALUES.get(argument.name, values_for(argument, {})).map(lambda value: [value])
+        for argument in arguments
+    ]
     return st.tuples(*drawn).map(lambda parts: sum(parts, []))
 
 
@@ -129,9 +211,14 @@ def make_places(root: Path) -> dict[str, str]:
     (root / "junk.json").write_text("not JSON, not SQLite, not an image\n")
     (root / "empty.json").write_bytes(b"")
     (root / "writes").mkdir()
-    return {"missing folder": str(root / "missing" / "out.json"), "folder": str(root / "folder"),
-            "junk file": str(root / "junk.json"), "empty file": str(root / "empty.json"),
-            "new file": str(root / "writes" / "out.json"), "": ""}
+    return {
+        "missing folder": str(root / "missing" / "out.json"),
+        "folder": str(root / "folder"),
+        "junk file": str(root / "junk.json"),
+        "empty file": str(root / "empty.json"),
+        "new file": str(root / "writes" / "out.json"),
+        "": "",
+    }
 
 
 def invoke(arguments: list):
@@ -156,8 +243,10 @@ def assert_handled(result, arguments: list[str]) -> None:
 
 
 @settings(max_examples=60 * SCALE, **FUZZ_SETTINGS)
-@given(command=st.sampled_from(["compare", "history", "list", "report", "export", "import", "predict", "devices"]),
-       data=st.data())
+@given(
+    command=st.sampled_from(["compare", "history", "list", "report", "export", "import", "predict", "devices"]),
+    data=st.data(),
+)
 def test_the_commands_that_read_and_write_stored_runs_handle_any_input(command, data):
     arguments = data.draw(positional_arguments(command)) + data.draw(option_arguments(command, COMMON_VALUES))
     result, resolved = invoke([command, *arguments])
@@ -196,12 +285,19 @@ MUST_BE_REFUSED = {  # for commands that would measure for minutes: one of these
 @settings(max_examples=30 * SCALE, **FUZZ_SETTINGS)
 @given(command=st.sampled_from(["reproduce", "calibrate"]), data=st.data())
 def test_reproduce_and_calibrate_refuse_a_bad_value_before_measuring(command, data):
-    refusable = sorted(set(MUST_BE_REFUSED) & {max(param.opts, key=len) for param in COMMANDS[command].params
-                                               if param.param_type_name == "option" and not param.is_flag})
+    refusable = sorted(
+        set(MUST_BE_REFUSED)
+        & {
+            max(param.opts, key=len)
+            for param in COMMANDS[command].params
+            if param.param_type_name == "option" and not param.is_flag
+        }
+    )
     flag = data.draw(st.sampled_from(refusable))
     bad = [flag, data.draw(MUST_BE_REFUSED[flag])]
-    seeds = data.draw(st.lists(st.sampled_from(["S1", "all", "S9", "", "ü"]), max_size=2)) if command == "reproduce" \
-        else []
+    seeds = (
+        data.draw(st.lists(st.sampled_from(["S1", "all", "S9", "", "ü"]), max_size=2)) if command == "reproduce" else []
+    )
     # the other options come first, so that the bad value is the one click keeps
     others = data.draw(option_arguments(command, COMMON_VALUES, leave_out=(flag,)))
     # and should one be let through by mistake, the shortest measurement there is
@@ -212,27 +308,33 @@ def test_reproduce_and_calibrate_refuse_a_bad_value_before_measuring(command, da
 
 
 # The crashes and silent acceptances the fuzzing found, each with what the user is told now.
-@pytest.mark.parametrize(("arguments", "message"), [
-    (["run", "mnist-cnn2", "--devices", "cuda:" + HUGE], f"device 'cuda:{HUGE}' is not available on this machine"),
-    (["calibrate", "--devices", "cuda:" + HUGE], "is not available on this machine. Devices present: cpu"),
-    (["run", "mnist-cnn2", "--seed", "-1"], "--seed must be 0 or more, got -1"),
-    (["run", "mnist-cnn2", "--seed", HUGE], f"--seed {HUGE} is too large: at most {2**63 - 1}"),
-    (["run", "mnist-cnn2", "--batch-size", HUGE], f"--batch-size {HUGE} is too large"),
-    (["run", "mnist-cnn2", "--set", "batch_size=" + HUGE], f"--set batch_size='{HUGE}' is too large"),
-    (["run", "mnist-cnn2", "--threads", HUGE], "logical cores, and more threads than cores only compete for them"),
-    (["run", "mnist-cnn2", "--workers", HUGE], "use --workers"),
-    (["run", "mnist-cnn2", "--node-rank", "3"], "--node-rank is for training in several processes; add --nproc N"),
-    (["run", "mnist-cnn2", "--per-device-batch"], "--per-device-batch is for training in several processes"),
-    (["sweep", "mnist-cnn2", "--set", "learning_rate=,"], "--set 'learning_rate=,' is not KEY=VALUE[,VALUE...]"),
-    (["compare", "--last", HUGE], "Invalid value for '--last'"),
-    (["history", "--last", HUGE], "Invalid value for '--last'"),
-    (["compare", "--price", "cpu=inf"], "--price 'cpu=inf': the price of cpu must be a finite number, zero or more"),
-    (["compare", "--price", ""], "--price '' names no prices; write e.g. --price cpu=0.10,cuda=2.50"),
-    (["compare", "--price", ","], "--price ',' names no prices"),
-    (["compare", "--price", "cpu=1,cpu=2"], "--price 'cpu=1,cpu=2' prices cpu more than once"),
-    (["compare", "--price", "=3"], "'=3' is not DEVICE=PRICE"),
-    (["report", "--out", ""], "cannot write --out .: it is a folder; name a file inside it"),
-])
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["run", "mnist-cnn2", "--devices", "cuda:" + HUGE], f"device 'cuda:{HUGE}' is not available on this machine"),
+        (["calibrate", "--devices", "cuda:" + HUGE], "is not available on this machine. Devices present: cpu"),
+        (["run", "mnist-cnn2", "--seed", "-1"], "--seed must be 0 or more, got -1"),
+        (["run", "mnist-cnn2", "--seed", HUGE], f"--seed {HUGE} is too large: at most {2**63 - 1}"),
+        (["run", "mnist-cnn2", "--batch-size", HUGE], f"--batch-size {HUGE} is too large"),
+        (["run", "mnist-cnn2", "--set", "batch_size=" + HUGE], f"--set batch_size='{HUGE}' is too large"),
+        (["run", "mnist-cnn2", "--threads", HUGE], "logical cores, and more threads than cores only compete for them"),
+        (["run", "mnist-cnn2", "--workers", HUGE], "use --workers"),
+        (["run", "mnist-cnn2", "--node-rank", "3"], "--node-rank is for training in several processes; add --nproc N"),
+        (["run", "mnist-cnn2", "--per-device-batch"], "--per-device-batch is for training in several processes"),
+        (["sweep", "mnist-cnn2", "--set", "learning_rate=,"], "--set 'learning_rate=,' is not KEY=VALUE[,VALUE...]"),
+        (["compare", "--last", HUGE], "Invalid value for '--last'"),
+        (["history", "--last", HUGE], "Invalid value for '--last'"),
+        (
+            ["compare", "--price", "cpu=inf"],
+            "--price 'cpu=inf': the price of cpu must be a finite number, zero or more",
+        ),
+        (["compare", "--price", ""], "--price '' names no prices; write e.g. --price cpu=0.10,cuda=2.50"),
+        (["compare", "--price", ","], "--price ',' names no prices"),
+        (["compare", "--price", "cpu=1,cpu=2"], "--price 'cpu=1,cpu=2' prices cpu more than once"),
+        (["compare", "--price", "=3"], "'=3' is not DEVICE=PRICE"),
+        (["report", "--out", ""], "cannot write --out .: it is a folder; name a file inside it"),
+    ],
+)
 def test_what_the_fuzzing_found_is_refused_with_the_fix(arguments, message):
     if arguments[0] in ("run", "sweep"):  # tiny, should anything be let through by mistake
         arguments = [*arguments[:2], *TINY_RUN, *arguments[2:]]

@@ -40,8 +40,10 @@ def test_a_list_with_an_empty_item_is_a_usage_error(tmp_path, monkeypatch, befor
     monkeypatch.chdir(tmp_path)  # a list taken as good would let `report` write report.html here
     value = bad.format(first=first_item(good))
     db = tmp_path / "db.sqlite"
-    outcome = CliRunner().invoke(app, [*before, flag, value, "--db", str(db)] if before[0] not in ("check",
-                                 "calibrate") else [*before, flag, value])
+    outcome = CliRunner().invoke(
+        app,
+        [*before, flag, value, "--db", str(db)] if before[0] not in ("check", "calibrate") else [*before, flag, value],
+    )
     text = " ".join(outcome.output.split())
     assert outcome.exit_code == EXIT_USAGE, text
     assert "error:" in text and "bug" not in text and "unexpected" not in text, text
@@ -50,8 +52,9 @@ def test_a_list_with_an_empty_item_is_a_usage_error(tmp_path, monkeypatch, befor
 
 @pytest.mark.parametrize("twice", ["t4,t4", "t4,T4", "t4, t4 ", "h100-sxm,H100 SXM"])
 def test_estimate_on_a_gpu_named_twice_is_a_usage_error(tmp_path, twice):
-    outcome = CliRunner().invoke(app, ["estimate", "cifar10-mlp", "--on", twice, "--data", "synthetic",
-                                       "--db", str(tmp_path / "db.sqlite")])
+    outcome = CliRunner().invoke(
+        app, ["estimate", "cifar10-mlp", "--on", twice, "--data", "synthetic", "--db", str(tmp_path / "db.sqlite")]
+    )
     text = " ".join(outcome.output.split())
     assert outcome.exit_code == EXIT_USAGE, text
     assert "is named twice" in text and "name each GPU once" in text and "bug" not in text

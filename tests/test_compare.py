@@ -29,8 +29,14 @@ def test_speedup_against_the_cpu_of_the_same_machine():
 
 
 def test_repeats_pool_into_one_row_and_the_interval_comes_from_them():
-    runs = [run("cpu", [12, 10, 10], repeat=0), run("cpu", [12, 11, 11], repeat=1), run("cpu", [12, 9, 9], repeat=2),
-            run("cuda:0", [5, 2, 2], repeat=0), run("cuda:0", [5, 2.5, 2.5], repeat=1), run("cuda:0", [5, 2, 2], repeat=2)]
+    runs = [
+        run("cpu", [12, 10, 10], repeat=0),
+        run("cpu", [12, 11, 11], repeat=1),
+        run("cpu", [12, 9, 9], repeat=2),
+        run("cuda:0", [5, 2, 2], repeat=0),
+        run("cuda:0", [5, 2.5, 2.5], repeat=1),
+        run("cuda:0", [5, 2, 2], repeat=2),
+    ]
     cpu, gpu = compare([session(LAPTOP, runs)])["mnist-cnn2"]
     assert len(cpu.runs) == len(gpu.runs) == 3
     assert gpu.speedup.ratio == pytest.approx((1000 / 2) / (1000 / 10))
@@ -41,8 +47,7 @@ def test_repeats_pool_into_one_row_and_the_interval_comes_from_them():
 def test_runs_with_different_speed_settings_are_never_pooled_and_the_difference_is_named():
     runs = [run("cpu", [12, 10, 10]), run("cpu", [12, 6, 6], batch_size=200), run("cuda:0", [5, 2, 2], batch_size=200)]
     rows = compare([session(LAPTOP, runs)])["mnist-cnn2"]
-    assert [(row.device, row.differs_by) for row in rows] == [
-        ("cpu", "batch 50"), ("cpu", "batch 200"), ("cuda:0", "")]
+    assert [(row.device, row.differs_by) for row in rows] == [("cpu", "batch 50"), ("cpu", "batch 200"), ("cuda:0", "")]
     gpu = rows[2]
     assert gpu.baseline is rows[1]  # the CPU run doing the same work, at batch 200
     assert gpu.speedup.ratio == pytest.approx(3.0)
@@ -78,8 +83,10 @@ def test_a_fixed_baseline_on_another_machine():
 
 def test_prices_make_cost_per_job_and_the_cost_ratio():
     # S5: "30 units of CPU time vs 1 of GPU time": a GPU 30x faster at 3x the hourly price costs a tenth per job
-    rows = compare([session(LAPTOP, [run("cpu", [31, 30, 30]), run("cuda:0", [2, 1, 1])])],
-                   prices=Prices(default={"cpu": 1.0, "cuda": 3.0}))["mnist-cnn2"]
+    rows = compare(
+        [session(LAPTOP, [run("cpu", [31, 30, 30]), run("cuda:0", [2, 1, 1])])],
+        prices=Prices(default={"cpu": 1.0, "cuda": 3.0}),
+    )["mnist-cnn2"]
     cpu, gpu = rows
     assert cpu.cost_per_million_samples == pytest.approx(1.0 / 3600 / (1000 / 30) * 1e6)
     assert gpu.cost_vs_baseline == pytest.approx(0.1)
@@ -140,32 +147,53 @@ def test_a_label_names_only_what_sets_its_row_apart_and_never_a_switch_that_is_o
     max_steps=3)`: a seed and a tuned row set apart by their mode and their steps; what tuned mode chose follows from
     `tuned` (the notes list it), unless two tuned rows chose differently."""
     seed = run("cpu", [2.0, 1.5, 1.5], steps=3)
-    tuned_run = tuned(run("cpu", [6.0, 5.0, 5.0], steps=25), "channels_last", "fused_optimizer",
-                      "allocator_keeps_memory")
+    tuned_run = tuned(
+        run("cpu", [6.0, 5.0, 5.0], steps=25), "channels_last", "fused_optimizer", "allocator_keeps_memory"
+    )
     gpu = run("cuda:0", [1.0, 0.5, 0.5], steps=3)
     results = [session(LAPTOP, [seed, tuned_run, gpu])]
     assert [row.label for row in compare(results)["mnist-cnn2"]] == [
-        "laptop/cpu (seed, 3 steps)", "laptop/cpu (tuned, 25 steps)", "laptop/cuda:0"]
+        "laptop/cpu (seed, 3 steps)",
+        "laptop/cpu (tuned, 25 steps)",
+        "laptop/cuda:0",
+    ]
     assert "cpu (seed, 3 steps)" in comparison_text(results)  # the terminal's tables say the same
 
     plain_tuned = tuned(run("cpu", [6.0, 5.5, 5.5], steps=25))  # a tuned run that kept nothing
     rows = compare([session(LAPTOP, [seed, tuned_run, plain_tuned])])["mnist-cnn2"]
     assert [row.differs_by for row in rows] == [
-        "seed, 3 steps", "tuned, channels last, fused optimizer, allocator keeps memory, 25 steps", "tuned, 25 steps"]
+        "seed, 3 steps",
+        "tuned, channels last, fused optimizer, allocator keeps memory, 25 steps",
+        "tuned, 25 steps",
+    ]
 
 
 def test_the_choices_a_label_leaves_to_the_mode_are_tuned_mode_s_choices():
     assert set(TUNED_CHOICES) == {field.name for field in dataclasses.fields(Tuning)}
 
 
-@pytest.mark.parametrize(("name", "value", "text"), [
-    ("mode", "tuned", "tuned"), ("precision", "bf16", "bf16"), ("data_source", "real", "real"),
-    ("batch_size", 1024, "batch 1,024"), ("threads", 1, "1 thread"), ("threads", 16, "16 threads"),
-    ("workers", 0, "0 workers"), ("world_size", 1, "1 process"), ("world_size", 4, "4 processes"),
-    ("max_steps", 1, "1 step"), ("max_steps", 25, "25 steps"), ("max_steps", None, "full epochs"),
-    ("batch_size_auto", True, "auto batch"), ("channels_last", True, "channels last"), ("compiled", False, ""),
-    ("overrides", {"learning_rate": 0.1, "depth": 3}, "learning_rate=0.1, depth=3"), ("overrides", {}, ""),
-])
+@pytest.mark.parametrize(
+    ("name", "value", "text"),
+    [
+        ("mode", "tuned", "tuned"),
+        ("precision", "bf16", "bf16"),
+        ("data_source", "real", "real"),
+        ("batch_size", 1024, "batch 1,024"),
+        ("threads", 1, "1 thread"),
+        ("threads", 16, "16 threads"),
+        ("workers", 0, "0 workers"),
+        ("world_size", 1, "1 process"),
+        ("world_size", 4, "4 processes"),
+        ("max_steps", 1, "1 step"),
+        ("max_steps", 25, "25 steps"),
+        ("max_steps", None, "full epochs"),
+        ("batch_size_auto", True, "auto batch"),
+        ("channels_last", True, "channels last"),
+        ("compiled", False, ""),
+        ("overrides", {"learning_rate": 0.1, "depth": 3}, "learning_rate=0.1, depth=3"),
+        ("overrides", {}, ""),
+    ],
+)
 def test_a_setting_reads_in_a_word_or_two(name, value, text):
     assert setting_text(name, value) == text
 
@@ -223,16 +251,18 @@ def test_epoch_time_cv_is_taken_over_each_repeat_s_median_steady_epoch_time():
     # per-repeat medians 10, 10, 10, 10, 12 (the 30 s epoch is one repeat's outlier, not its median): mean 10.4,
     # sample standard deviation sqrt((4 x 0.4² + 1.6²) / 4) = sqrt(0.8)
     row = cpu_row([[20, 10, 10], [20, 10, 10, 30], [20, 9, 11], [20, 10, 10], [20, 12, 12]])
-    assert row.epoch_time_cv == pytest.approx(0.8 ** 0.5 / 10.4)  # 8.6%
+    assert row.epoch_time_cv == pytest.approx(0.8**0.5 / 10.4)  # 8.6%
     assert row.epoch_time_cv_basis == "5 repeats"
-    assert ("laptop/cpu: noisy: steady epoch time varies 8.6% across 5 repeats (more than 5%): close other programs "
-            "or use more repeats before trusting this row") in row_notes([row])
+    assert (
+        "laptop/cpu: noisy: steady epoch time varies 8.6% across 5 repeats (more than 5%): close other programs "
+        "or use more repeats before trusting this row"
+    ) in row_notes([row])
 
 
 def test_a_repeatable_row_gets_no_noise_warning():
     # per-repeat medians 10, 10.2, 9.8, 10, 10: standard deviation sqrt(0.08 / 4) = 0.141 on a mean of 10: 1.4%
     row = cpu_row([[20, median, median] for median in (10, 10.2, 9.8, 10, 10)])
-    assert row.epoch_time_cv == pytest.approx(0.02 ** 0.5 / 10)
+    assert row.epoch_time_cv == pytest.approx(0.02**0.5 / 10)
     assert not [note for note in row_notes([row]) if "noisy" in note]
 
 

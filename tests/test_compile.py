@@ -56,10 +56,20 @@ def backend(monkeypatch) -> CountingBackend:
 
 
 def compiled_record() -> RunRecord:
-    settings = RunSettings(batch_size=10, epochs=1, max_steps=None, max_eval_steps=None, seed=0, threads=1,
-                           data_source="synthetic", mode="tuned", compiled=True)
-    return RunRecord(workload="w", seed_experiment="", device="cpu", device_name="cpu", repeat=0, settings=settings,
-                     started_utc="")
+    settings = RunSettings(
+        batch_size=10,
+        epochs=1,
+        max_steps=None,
+        max_eval_steps=None,
+        seed=0,
+        threads=1,
+        data_source="synthetic",
+        mode="tuned",
+        compiled=True,
+    )
+    return RunRecord(
+        workload="w", seed_experiment="", device="cpu", device_name="cpu", repeat=0, settings=settings, started_utc=""
+    )
 
 
 def mlp_setup(width: int) -> TrainingSetup:
@@ -87,8 +97,9 @@ def evaluate(setup: TrainingSetup, batch_sizes: tuple[int, ...]) -> None:
 def test_every_compiled_run_of_a_process_compiles_its_own_graph_and_runs_it(backend):
     """Every run's forward is TunedForward.forward: sharing one Dynamo cache, the ninth (model, precision) pair of a
     process hit the recompile limit (8) and ran eagerly, recorded as compiled."""
-    for run, (width, precision) in enumerate((width, precision) for width in range(4, 9) for precision in
-                                             ("fp32", "bf16")):
+    for run, (width, precision) in enumerate(
+        (width, precision) for width in range(4, 9) for precision in ("fp32", "bf16")
+    ):
         graphs_before, calls_before = len(backend.graphs), backend.calls
         before = dynamo_counts()
         setup, applied = tuned_setup(mlp_setup(width), Tuning(precision=precision, compiled=True), CPU)
@@ -130,8 +141,11 @@ class BreaksOnce(nn.Module):
 def test_graph_breaks_are_recorded_as_dynamo_counts_them(backend):
     before = dynamo_counts()
     model = BreaksOnce()
-    setup, _ = tuned_setup(TrainingSetup(model, nn.CrossEntropyLoss(), torch.optim.SGD(model.parameters(), lr=0.1)),
-                           Tuning(compiled=True), CPU)
+    setup, _ = tuned_setup(
+        TrainingSetup(model, nn.CrossEntropyLoss(), torch.optim.SGD(model.parameters(), lr=0.1)),
+        Tuning(compiled=True),
+        CPU,
+    )
     train_steps(setup, (10, 10))
     record = compiled_record()
     note_compilation(record, before)
@@ -169,8 +183,11 @@ def test_every_run_of_a_model_dynamo_cannot_compile_is_recorded_as_not_compiled(
     for run in (1, 2):
         before = dynamo_counts()
         model = LastStepClassifier()
-        setup, _ = tuned_setup(TrainingSetup(model, nn.CrossEntropyLoss(), torch.optim.SGD(model.parameters(), lr=0.1)),
-                               Tuning(compiled=True), CPU)
+        setup, _ = tuned_setup(
+            TrainingSetup(model, nn.CrossEntropyLoss(), torch.optim.SGD(model.parameters(), lr=0.1)),
+            Tuning(compiled=True),
+            CPU,
+        )
         setup.train_step(torch.rand(4, 5, 8), torch.zeros(4, dtype=torch.int64))
         record = compiled_record()
         note_compilation(record, before)
@@ -212,8 +229,16 @@ def test_tuned_mode_with_compilation_trains_through_the_runner(backend):
     images = generator.integers(0, 256, (100, 3, 32, 32), dtype=np.uint8)
     labels = generator.integers(0, 10, 100).astype(np.int64)
     dataset = ArrayDataset("cifar10", "synthetic", images[:70], labels[:70], images[70:], labels[70:], num_classes=10)
-    config = RunConfig(workloads=("cifar10-mlp",), devices="cpu", data="synthetic", epochs=2, batch_size=32,
-                       mode="tuned", precision="fp32", compile="on")
+    config = RunConfig(
+        workloads=("cifar10-mlp",),
+        devices="cpu",
+        data="synthetic",
+        epochs=2,
+        batch_size=32,
+        mode="tuned",
+        precision="fp32",
+        compile="on",
+    )
     (job,) = planning.plan(config).jobs
     record = new_record(job, dataset, 0)
     train_record(record, job, dataset)
@@ -260,9 +285,11 @@ class Recurrent(nn.Module):
 
 def computed_in_fp32_between_bf16_layers(recurrent: type[nn.RNNBase]) -> list[tuple]:
     """What `Recurrent` saw when its recurrent layer stayed out of bf16 autocast."""
-    return [("Linear", True, torch.float32, torch.bfloat16),  # in autocast: computed in bf16
-            (recurrent.__name__, False, torch.float32, torch.float32),  # handed the Linear's bf16, computed in fp32
-            ("Linear", True, torch.float32, torch.bfloat16)]  # back in autocast
+    return [
+        ("Linear", True, torch.float32, torch.bfloat16),  # in autocast: computed in bf16
+        (recurrent.__name__, False, torch.float32, torch.float32),  # handed the Linear's bf16, computed in fp32
+        ("Linear", True, torch.float32, torch.bfloat16),
+    ]  # back in autocast
 
 
 @pytest.mark.parametrize("recurrent", [nn.LSTM, nn.GRU, nn.RNN])
@@ -291,11 +318,20 @@ def test_a_bf16_run_of_a_recurrent_workload_says_its_recurrent_layers_ran_in_fp3
     tokens = generator.integers(2, 500, (40, 12)).astype(np.int64)
     labels = generator.integers(0, 2, 40).astype(np.int64)
     vocabulary = ("<pad>", "<unk>") + tuple(f"word{index}" for index in range(2, 500))
-    dataset = TokenDataset("imdb", "synthetic", tokens[:32], labels[:32], tokens[32:], labels[32:], 2, ("neg", "pos"),
-                           vocabulary)
-    config = RunConfig(workloads=("imdb-bilstm",), devices="cpu", data="synthetic", epochs=1, max_steps=2,
-                       mode="tuned", precision="bf16", compile="off",
-                       overrides=("vocab_size=500", "sequence_length=12", "batch_size=8"))
+    dataset = TokenDataset(
+        "imdb", "synthetic", tokens[:32], labels[:32], tokens[32:], labels[32:], 2, ("neg", "pos"), vocabulary
+    )
+    config = RunConfig(
+        workloads=("imdb-bilstm",),
+        devices="cpu",
+        data="synthetic",
+        epochs=1,
+        max_steps=2,
+        mode="tuned",
+        precision="bf16",
+        compile="off",
+        overrides=("vocab_size=500", "sequence_length=12", "batch_size=8"),
+    )
     (job,) = planning.plan(config).jobs
     record = new_record(job, dataset, 0)
     train_record(record, job, dataset)
@@ -312,8 +348,17 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 @pytest.mark.gpu
 @needs_cuda
 def test_on_a_gpu_a_compiled_tuned_run_runs_compiled():
-    config = RunConfig(workloads=("cifar10-mlp",), devices="cuda", data="synthetic", epochs=2, max_steps=20,
-                       max_eval_steps=2, mode="tuned", precision="fp32", compile="on")
+    config = RunConfig(
+        workloads=("cifar10-mlp",),
+        devices="cuda",
+        data="synthetic",
+        epochs=2,
+        max_steps=20,
+        max_eval_steps=2,
+        mode="tuned",
+        precision="fp32",
+        compile="on",
+    )
     (record,) = runner.run(planning.plan(config)).runs
     assert record.status == "ok", record.error
     assert record.settings.compiled and record.tuning_note is None  # nothing was left to eager

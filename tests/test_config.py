@@ -78,14 +78,16 @@ def test_set_batch_size_and_epochs_act_like_their_flags():
 
 @pytest.mark.parametrize(
     ("overrides", "message"),
-    [(("depth=8",), "cifar10-mlp has no parameter 'depth'; its parameters: batch_size, epochs, learning_rate"),
-     (("learning_rate",), "is not KEY=VALUE"),
-     (("learning_rate=fast",), "learning_rate is a float \\(its default is 0.01\\)"),
-     (("batch_size=3.5",), "batch_size is a int"),
-     (("learning_rate=-1",), "zero or more"),
-     (("learning_rate=nan",), "finite"),
-     (("batch_size=0",), "at least 1"),
-     (("momentum=0.5", "momentum=0.9"), "given twice")],
+    [
+        (("depth=8",), "cifar10-mlp has no parameter 'depth'; its parameters: batch_size, epochs, learning_rate"),
+        (("learning_rate",), "is not KEY=VALUE"),
+        (("learning_rate=fast",), "learning_rate is a float \\(its default is 0.01\\)"),
+        (("batch_size=3.5",), "batch_size is a int"),
+        (("learning_rate=-1",), "zero or more"),
+        (("learning_rate=nan",), "finite"),
+        (("batch_size=0",), "at least 1"),
+        (("momentum=0.5", "momentum=0.9"), "given twice"),
+    ],
 )
 def test_bad_set_values_are_refused_with_what_was_expected(overrides, message):
     with pytest.raises(ConfigError, match=message):

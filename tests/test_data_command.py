@@ -1,6 +1,6 @@
 """`devicebench data` against a real loopback HTTP server, and the quick suite's rule on large downloads.
 
-    python -m pytest tests/test_data_command.py -q
+python -m pytest tests/test_data_command.py -q
 """
 
 from __future__ import annotations
@@ -38,8 +38,9 @@ def unwrapped(text: str) -> str:
 
 
 def remote_for(filename: str, content: bytes, url: str) -> RemoteFile:
-    return RemoteFile(filename, urls=(url,), checksum=f"sha256:{hashlib.sha256(content).hexdigest()}",
-                      size_bytes=len(content))
+    return RemoteFile(
+        filename, urls=(url,), checksum=f"sha256:{hashlib.sha256(content).hexdigest()}", size_bytes=len(content)
+    )
 
 
 # --- a server that honours Range requests and remembers every request -----------------------------------------------
@@ -91,8 +92,17 @@ def range_server() -> Iterator[RangeServer]:
 def tiny(range_server, monkeypatch, tmp_path) -> Path:
     """A dataset "tiny" in the registry, served by `range_server`; the data root (empty) it is fetched into."""
     files = tuple(remote_for(name, content, range_server.base_url + name) for name, content in CONTENT.items())
-    spec = DatasetSpec(name="tiny", title="Tiny", files=files, image_shape=None, num_classes=2, train_size=1,
-                       test_size=1, kind="table", features=1)
+    spec = DatasetSpec(
+        name="tiny",
+        title="Tiny",
+        files=files,
+        image_shape=None,
+        num_classes=2,
+        train_size=1,
+        test_size=1,
+        kind="table",
+        features=1,
+    )
     monkeypatch.setitem(sources.DATASETS, "tiny", spec)
     monkeypatch.setattr(download, "RETRY_PAUSE_S", 0.0)
     root = tmp_path / "data"
@@ -117,8 +127,14 @@ def test_list_on_a_fresh_machine_shows_every_dataset_missing_with_its_size(tmp_p
     monkeypatch.setenv(sources.DATA_DIR_ENVIRONMENT_VARIABLE, str(tmp_path / "nothing-yet"))
     outcome = data("list")
     assert outcome.exit_code == 0, outcome.output
-    for name, megabytes in (("mnist", "11.6"), ("cifar10", "170"), ("cifar100", "169"), ("cats-vs-dogs", "825"),
-                            ("imdb", "84.1"), ("covertype", "11.2")):
+    for name, megabytes in (
+        ("mnist", "11.6"),
+        ("cifar10", "170"),
+        ("cifar100", "169"),
+        ("cats-vs-dogs", "825"),
+        ("imdb", "84.1"),
+        ("covertype", "11.2"),
+    ):
         assert re.search(rf"│ {re.escape(name)}\s.*│\s+{re.escape(megabytes)} │ missing", outcome.output), name
     assert f"Datasets in {tmp_path / 'nothing-yet'}" in outcome.output
     assert "`devicebench data verify` checks their sha256" in unwrapped(outcome.output)
@@ -267,18 +283,23 @@ def test_an_unknown_dataset_is_a_usage_error_listing_the_known_ones(command, tin
 def served_mnist_and_cifar(tiny_mnist, tiny_cifar10, loopback_server, monkeypatch) -> int:
     """The tiny MNIST and CIFAR-10 releases as "mnist" and "cifar10", on the loopback server; a download limit
     between their sizes."""
-    for name, folder, filenames in (("mnist", tiny_mnist.folder, MNIST_FILES.values()),
-                                    ("cifar10", tiny_cifar10.folder, (CIFAR10_BINARY.archive_name,))):
-        files = tuple(remote_for(filename, (folder / filename).read_bytes(), loopback_server.publish(folder / filename))
-                      for filename in filenames)
+    for name, folder, filenames in (
+        ("mnist", tiny_mnist.folder, MNIST_FILES.values()),
+        ("cifar10", tiny_cifar10.folder, (CIFAR10_BINARY.archive_name,)),
+    ):
+        files = tuple(
+            remote_for(filename, (folder / filename).read_bytes(), loopback_server.publish(folder / filename))
+            for filename in filenames
+        )
         monkeypatch.setitem(sources.DATASETS, name, dataclasses.replace(sources.DATASETS[name], files=files))
     small, large = sources.DATASETS["mnist"].size_bytes, sources.DATASETS["cifar10"].size_bytes
     assert small < large
     return (small + large) // 2
 
 
-def test_auto_with_a_limit_fetches_a_small_dataset_and_not_a_large_one(served_mnist_and_cifar, loopback_server,
-                                                                       tmp_path):
+def test_auto_with_a_limit_fetches_a_small_dataset_and_not_a_large_one(
+    served_mnist_and_cifar, loopback_server, tmp_path
+):
     limit = served_mnist_and_cifar
     small = load_dataset("mnist", "auto", data_dir=tmp_path, progress=False, largest_download_bytes=limit)
     assert small.source == "real" and small.fallback_reason is None
@@ -288,16 +309,19 @@ def test_auto_with_a_limit_fetches_a_small_dataset_and_not_a_large_one(served_mn
     assert large.source == "synthetic"
     assert CIFAR10_BINARY.archive_name not in loopback_server.requested  # the network was not tried for it
     size = sources.megabytes(sources.DATASETS["cifar10"].size_bytes)
-    assert large.fallback_reason == (f"CIFAR-10 ({size} MB) is not downloaded by the quick suite; "
-                                     "`devicebench data fetch cifar10` gets it, or `--data real`")
+    assert large.fallback_reason == (
+        f"CIFAR-10 ({size} MB) is not downloaded by the quick suite; "
+        "`devicebench data fetch cifar10` gets it, or `--data real`"
+    )
     assert not (tmp_path / "cifar10").exists()
 
     unlimited = load_dataset("cifar10", "auto", data_dir=tmp_path, progress=False)
     assert unlimited.source == "real" and CIFAR10_BINARY.archive_name in loopback_server.requested
 
 
-def test_a_cached_large_dataset_is_used_whatever_the_limit(served_mnist_and_cifar, tiny_cifar10, loopback_server,
-                                                         tmp_path):
+def test_a_cached_large_dataset_is_used_whatever_the_limit(
+    served_mnist_and_cifar, tiny_cifar10, loopback_server, tmp_path
+):
     (tmp_path / "cifar10").mkdir()
     shutil.copy(tiny_cifar10.folder / CIFAR10_BINARY.archive_name, tmp_path / "cifar10")
     dataset = load_dataset("cifar10", "auto", data_dir=tmp_path, progress=False, largest_download_bytes=1)
@@ -333,6 +357,9 @@ def test_the_quick_suite_on_auto_plans_the_limit_and_named_workloads_or_real_dat
 
 
 def test_the_limit_fetches_mnist_and_covertype_and_nothing_larger():
-    fetched = {name for name, spec in sources.DATASETS.items()
-               if spec.files and spec.size_bytes <= sources.QUICK_SUITE_DOWNLOAD_LIMIT_BYTES}  # some have none
+    fetched = {
+        name
+        for name, spec in sources.DATASETS.items()
+        if spec.files and spec.size_bytes <= sources.QUICK_SUITE_DOWNLOAD_LIMIT_BYTES
+    }  # some have none
     assert fetched == {"mnist", "covertype"}

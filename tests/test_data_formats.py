@@ -1,6 +1,6 @@
 """Readers of the release formats, checked against tiny files built from the formats' descriptions.
 
-    python -m pytest tests/test_data_formats.py -q
+python -m pytest tests/test_data_formats.py -q
 """
 
 from __future__ import annotations

@@ -311,8 +311,12 @@ def test_pet_images_skip_members_without_jfif_and_split_by_numeric_id(pet_zip):
     cat_train = [f"PetImages/Cat/{image_id}.jpg" for image_id in (0, 1, 2, 4, 5, 6, 7, 8)]
     dog_train = [f"PetImages/Dog/{image_id}.jpg" for image_id in (0, 1, 2, 3, 4, 6, 7, 8)]
     assert dataset.train.members == tuple(cat_train + dog_train)
-    assert dataset.test.members == ("PetImages/Cat/9.jpg", "PetImages/Cat/10.jpg", "PetImages/Dog/9.jpg",
-                                    "PetImages/Dog/10.jpg")  # 10 after 9: numeric order, not text order
+    assert dataset.test.members == (
+        "PetImages/Cat/9.jpg",
+        "PetImages/Cat/10.jpg",
+        "PetImages/Dog/9.jpg",
+        "PetImages/Dog/10.jpg",
+    )  # 10 after 9: numeric order, not text order
     assert dataset.train.labels.tolist() == [0] * 8 + [1] * 8 and dataset.test.labels.tolist() == [0, 0, 1, 1]
     assert dataset.origin == f"{pet_zip} (PetImages: 16 train, 4 test images, 2 classes)"
     assert dataset.train.describe(0) == f"{pet_zip}:PetImages/Cat/0.jpg"
@@ -397,16 +401,29 @@ def test_the_registry_entry_matches_the_readers_default_split():
     assert spec.test_size == spec.num_classes * defaults["test_per_class"].default == 2_000
 
 
-def test_a_cats_vs_dogs_run_downloads_the_zip_and_trains_on_its_photos(pet_zip, loopback_server, tmp_path,
-                                                                        monkeypatch):
+def test_a_cats_vs_dogs_run_downloads_the_zip_and_trains_on_its_photos(pet_zip, loopback_server, tmp_path, monkeypatch):
     """`--data real` end to end: the registry's URL (here the loopback server), the checksum, the split, a run."""
     url = loopback_server.publish(pet_zip)
     data = pet_zip.read_bytes()
     remote = RemoteFile(ZIP_NAME, (url,), f"sha256:{hashlib.sha256(data).hexdigest()}", size_bytes=len(data))
-    monkeypatch.setitem(DATASETS, "cats-vs-dogs",
-                        dataclasses.replace(DATASETS["cats-vs-dogs"], files=(remote,), train_size=16, test_size=4))
-    result = runner.run(planning.plan(RunConfig(workloads=("catdog-original",), devices="cpu", data="real",
-                                  data_dir=str(tmp_path / "cache"), epochs=2, batch_size=4, workers=0)))
+    monkeypatch.setitem(
+        DATASETS,
+        "cats-vs-dogs",
+        dataclasses.replace(DATASETS["cats-vs-dogs"], files=(remote,), train_size=16, test_size=4),
+    )
+    result = runner.run(
+        planning.plan(
+            RunConfig(
+                workloads=("catdog-original",),
+                devices="cpu",
+                data="real",
+                data_dir=str(tmp_path / "cache"),
+                epochs=2,
+                batch_size=4,
+                workers=0,
+            )
+        )
+    )
     [record] = result.runs
     assert record.status == "ok", record.error
     assert record.settings.data_source == "real"

@@ -1,6 +1,6 @@
 """The download path against a real loopback HTTP server, the cache layout, the registry, and load_dataset.
 
-    python -m pytest tests/test_data_sources.py -q
+python -m pytest tests/test_data_sources.py -q
 """
 
 from __future__ import annotations
@@ -90,8 +90,10 @@ def test_truncated_body_is_an_error_and_leaves_nothing(loopback_server, served_f
 
     with pytest.raises(DataUnavailable) as caught:
         fetch(remote, cache, progress=False)
-    assert (f"truncated: received {len(content) // 2} of {len(content)} bytes "
-            f"(gave up after {download.DOWNLOAD_ATTEMPTS} attempts)") in str(caught.value)
+    assert (
+        f"truncated: received {len(content) // 2} of {len(content)} bytes "
+        f"(gave up after {download.DOWNLOAD_ATTEMPTS} attempts)"
+    ) in str(caught.value)
     assert loopback_server.requested == [name] * download.DOWNLOAD_ATTEMPTS
     assert_empty(cache)
 
@@ -117,8 +119,9 @@ def test_progress_bar_never_writes_to_stdout(loopback_server, served_file, tmp_p
     assert capsys.readouterr().out == ""
 
 
-def test_no_progress_bar_and_no_blank_line_off_a_terminal(loopback_server, served_file, dead_base_url, tmp_path,
-                                                        capsys):
+def test_no_progress_bar_and_no_blank_line_off_a_terminal(
+    loopback_server, served_file, dead_base_url, tmp_path, capsys
+):
     """Piped (`devicebench run | cat`), a bar cannot vanish: rich left a blank line per download tried, two of them
     at the top of the output when both mirrors failed and the run fell back to synthetic data."""
     name, content = served_file
@@ -200,8 +203,18 @@ def test_is_cached_only_when_every_file_verifies(tiny_mnist, dead_base_url, monk
 
 
 def test_registry_pins_https_urls_sizes_and_sha256_for_every_file():
-    assert known_datasets() == ("mnist", "cifar10", "cifar100", "cats-vs-dogs", "imdb", "squad", "openwebtext",
-                                "wmt16", "covertype", "imagenet")
+    assert known_datasets() == (
+        "mnist",
+        "cifar10",
+        "cifar100",
+        "cats-vs-dogs",
+        "imdb",
+        "squad",
+        "openwebtext",
+        "wmt16",
+        "covertype",
+        "imagenet",
+    )
     shapes = {
         name: (spec.image_shape, spec.num_classes, spec.train_size, spec.test_size)
         for name, spec in sources.DATASETS.items()

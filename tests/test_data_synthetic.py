@@ -1,6 +1,6 @@
 """Synthetic datasets: shaped like the real ones, deterministic per seed, and learnable.
 
-    python -m pytest tests/test_data_synthetic.py -q
+python -m pytest tests/test_data_synthetic.py -q
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from devicebench.data import known_datasets, synthetic_dataset
 from devicebench.data.sources import dataset_spec
 
 IMAGE_DATASETS = [name for name in known_datasets() if dataset_spec(name).kind == "images"]  # text: test_data_text.py
-from devicebench.data.sources import dataset_spec
 
 
 @pytest.mark.parametrize("name", IMAGE_DATASETS)

@@ -159,7 +159,18 @@ MINI_IMDB_OTHER_FILES = {  # in the real archive too, and never read
 MINI_IMDB_SIZES = {"vocab_size": 100, "sequence_length": 6}
 # From train/{neg,pos} only: great 3; acting, awful, boring, film, movie, terrible 2 each; a, plot, wonderful 1 each.
 MINI_IMDB_VOCABULARY = (
-    "<pad>", "<unk>", "great", "acting", "awful", "boring", "film", "movie", "terrible", "a", "plot", "wonderful",
+    "<pad>",
+    "<unk>",
+    "great",
+    "acting",
+    "awful",
+    "boring",
+    "film",
+    "movie",
+    "terrible",
+    "a",
+    "plot",
+    "wonderful",
 )
 MINI_IMDB_TRAIN_TOKENS = [
     [0, 0, 0, 5, 5, 6],  # neg 2: boring boring film

@@ -20,10 +20,39 @@ from devicebench.results.datasheets import (
     parse_targets,
 )
 
-KEYS = ("t4", "v100-sxm2", "v100-pcie", "a10g", "a10", "l4", "l40s", "a100-40gb", "a100-40gb-pcie", "a100-80gb",
-        "a100-80gb-pcie", "h100-pcie", "h100-sxm", "h200", "rtx-3090", "rtx-4090", "gtx-860m",
-        "k80", "p100-pcie", "p100-sxm2", "titan-xp", "titan-v", "titan-rtx", "rtx-2080-ti", "quadro-rtx-8000",
-        "rtx-a6000", "rtx-a5000", "rtx-a4000", "a40", "rtx-3080", "rtx-6000-ada")
+KEYS = (
+    "t4",
+    "v100-sxm2",
+    "v100-pcie",
+    "a10g",
+    "a10",
+    "l4",
+    "l40s",
+    "a100-40gb",
+    "a100-40gb-pcie",
+    "a100-80gb",
+    "a100-80gb-pcie",
+    "h100-pcie",
+    "h100-sxm",
+    "h200",
+    "rtx-3090",
+    "rtx-4090",
+    "gtx-860m",
+    "k80",
+    "p100-pcie",
+    "p100-sxm2",
+    "titan-xp",
+    "titan-v",
+    "titan-rtx",
+    "rtx-2080-ti",
+    "quadro-rtx-8000",
+    "rtx-a6000",
+    "rtx-a5000",
+    "rtx-a4000",
+    "a40",
+    "rtx-3080",
+    "rtx-6000-ada",
+)
 DOCUMENT_WORDS = ("datasheet", "whitepaper", "documentation", "specifications", "baseten")  # what a source names
 PCIE_X16_GB_S = {15.75, 31.5, 63.0}  # PCIe 3.0, 4.0 and 5.0, one direction
 
@@ -68,24 +97,27 @@ def test_each_entry_is_consistent_with_itself(datasheet):
         assert datasheet_for(name) is datasheet
 
 
-@pytest.mark.parametrize("device_name, key", [
-    ("Tesla K80", "k80"),
-    ("TITAN Xp", "titan-xp"),  # older drivers leave out "NVIDIA"
-    ("NVIDIA TITAN V", "titan-v"),
-    ("Tesla P100-PCIE-16GB", "p100-pcie"),
-    ("Tesla P100-PCIE-12GB", None),  # 549 GB/s, not the 16 GB card's 732
-    ("Tesla P100-SXM2-16GB", "p100-sxm2"),
-    ("Quadro RTX 8000", "quadro-rtx-8000"),
-    ("Quadro RTX 6000", None),
-    ("NVIDIA RTX A6000", "rtx-a6000"),
-    ("NVIDIA A40", "a40"),
-    ("NVIDIA A10", "a10"),  # the A40 and A4000 do not take the A10's name, nor it theirs
-    ("NVIDIA GeForce RTX 3080", "rtx-3080"),
-    ("NVIDIA GeForce RTX 3080 Ti", None),
-    ("NVIDIA GeForce RTX 3080 Laptop GPU", None),
-    ("NVIDIA RTX 6000 Ada Generation", "rtx-6000-ada"),
-    ("NVIDIA RTX 4000 Ada Generation", None),
-])
+@pytest.mark.parametrize(
+    "device_name, key",
+    [
+        ("Tesla K80", "k80"),
+        ("TITAN Xp", "titan-xp"),  # older drivers leave out "NVIDIA"
+        ("NVIDIA TITAN V", "titan-v"),
+        ("Tesla P100-PCIE-16GB", "p100-pcie"),
+        ("Tesla P100-PCIE-12GB", None),  # 549 GB/s, not the 16 GB card's 732
+        ("Tesla P100-SXM2-16GB", "p100-sxm2"),
+        ("Quadro RTX 8000", "quadro-rtx-8000"),
+        ("Quadro RTX 6000", None),
+        ("NVIDIA RTX A6000", "rtx-a6000"),
+        ("NVIDIA A40", "a40"),
+        ("NVIDIA A10", "a10"),  # the A40 and A4000 do not take the A10's name, nor it theirs
+        ("NVIDIA GeForce RTX 3080", "rtx-3080"),
+        ("NVIDIA GeForce RTX 3080 Ti", None),
+        ("NVIDIA GeForce RTX 3080 Laptop GPU", None),
+        ("NVIDIA RTX 6000 Ada Generation", "rtx-6000-ada"),
+        ("NVIDIA RTX 4000 Ada Generation", None),
+    ],
+)
 def test_new_gpus_are_found_by_their_torch_names_and_only_by_them(device_name, key):
     found = datasheet_for(device_name)
     assert (found.key if found else None) == key
@@ -112,7 +144,11 @@ def test_known_figures_match_their_documents():
     assert (a40.fp32_tflops, a40.tf32_tflops, a40.bf16_tflops, a40.memory_gb_s) == (37.4, 74.8, 149.7, 696.0)
     rtx_3080 = catalog_entry("rtx-3080")  # GeForce: TF32 at the fp32 rate, half the professional cards' ratio
     assert (rtx_3080.fp32_tflops, rtx_3080.tf32_tflops, rtx_3080.bf16_tflops, rtx_3080.memory_gb_s) == (
-        29.8, 29.8, 59.5, 760.0)
+        29.8,
+        29.8,
+        59.5,
+        760.0,
+    )
     ada = catalog_entry("rtx-6000-ada")  # the datasheet's 1,457 is FP8 with sparsity; these are the whitepaper's
     assert (ada.fp32_tflops, ada.tf32_tflops, ada.bf16_tflops, ada.memory_gb_s) == (91.1, 182.1, 364.2, 960.0)
     titan_v = catalog_entry("titan-v")  # 5120 cores x 2 x 1.455 GHz boost, not NVIDIA's 13.8 at a lower clock
@@ -120,13 +156,16 @@ def test_known_figures_match_their_documents():
     assert (titan_v.tf32_tflops, titan_v.bf16_tflops) == (None, None)  # Volta: FP16 tensor cores only
 
 
-@pytest.mark.parametrize("typed, key", [
-    ("h100-sxm", "h100-sxm"),
-    ("  H100-SXM ", "h100-sxm"),  # any case, spaces trimmed
-    ("H100 SXM", "h100-sxm"),  # the product name
-    ("geforce rtx 3090", "rtx-3090"),
-    ("A100 80GB PCIe", "a100-80gb-pcie"),
-])
+@pytest.mark.parametrize(
+    "typed, key",
+    [
+        ("h100-sxm", "h100-sxm"),
+        ("  H100-SXM ", "h100-sxm"),  # any case, spaces trimmed
+        ("H100 SXM", "h100-sxm"),  # the product name
+        ("geforce rtx 3090", "rtx-3090"),
+        ("A100 80GB PCIe", "a100-80gb-pcie"),
+    ],
+)
 def test_catalog_entry_takes_keys_and_product_names(typed, key):
     assert catalog_entry(typed).key == key
 

@@ -19,18 +19,44 @@ from devicebench.results.schema import EpochRecord, RunRecord, RunSettings
 CPU = torch.device("cpu")
 
 
-def record_with(waits: list[float], train_s: float = 10.0, utilization: float | None = None,
-                workers: int = 0) -> RunRecord:
-    settings = RunSettings(batch_size=32, epochs=len(waits), max_steps=None, max_eval_steps=None, seed=0,
-                           threads=2, data_source="real", workers=workers)
-    record = RunRecord("catdog-original", "S3", "cuda:0" if utilization is not None else "cpu", "x", 0, settings,
-                       "2026-01-01T00:00:00Z")
+def record_with(
+    waits: list[float], train_s: float = 10.0, utilization: float | None = None, workers: int = 0
+) -> RunRecord:
+    settings = RunSettings(
+        batch_size=32,
+        epochs=len(waits),
+        max_steps=None,
+        max_eval_steps=None,
+        seed=0,
+        threads=2,
+        data_source="real",
+        workers=workers,
+    )
+    record = RunRecord(
+        "catdog-original",
+        "S3",
+        "cuda:0" if utilization is not None else "cpu",
+        "x",
+        0,
+        settings,
+        "2026-01-01T00:00:00Z",
+    )
     for index, wait in enumerate(waits, start=1):
-        record.epochs.append(EpochRecord(
-            epoch=index, phase="warmup" if index == 1 else "steady", steps=10, samples=320, train_time_s=train_s,
-            samples_per_s=32.0, step_time_ms=1000.0, train_loss=0.5, train_accuracy=0.5, input_wait_s=wait,
-            device_utilization_percent=utilization,
-        ))
+        record.epochs.append(
+            EpochRecord(
+                epoch=index,
+                phase="warmup" if index == 1 else "steady",
+                steps=10,
+                samples=320,
+                train_time_s=train_s,
+                samples_per_s=32.0,
+                step_time_ms=1000.0,
+                train_loss=0.5,
+                train_accuracy=0.5,
+                input_wait_s=wait,
+                device_utilization_percent=utilization,
+            )
+        )
     return record
 
 
@@ -107,9 +133,14 @@ def train_and_diagnose(model: nn.Module, slow_seconds: float) -> RunRecord:
     batches = HostBatches(data.train_images, data.train_labels, 32, CPU)
     clock = LoaderClock()
     slow = DelayedBatches(batches, lambda: clock.load_slowly(slow_seconds))
-    train(record, lambda: setup, slow if slow_seconds else batches,
-          HostBatches(data.test_images, data.test_labels, 32, CPU, shuffle=False),
-          TrainingPlan(epochs=3, max_steps=8, max_eval_steps=1), Stopwatch(CPU, clock=clock, host_clock=clock))
+    train(
+        record,
+        lambda: setup,
+        slow if slow_seconds else batches,
+        HostBatches(data.test_images, data.test_labels, 32, CPU, shuffle=False),
+        TrainingPlan(epochs=3, max_steps=8, max_eval_steps=1),
+        Stopwatch(CPU, clock=clock, host_clock=clock),
+    )
     return record
 
 

@@ -42,9 +42,19 @@ from devicebench.results.store import Store
 
 
 def epoch(seconds: float, loss: float, samples: int = 100) -> EpochRecord:
-    return EpochRecord(epoch=2, phase="steady", steps=4, samples=samples, train_time_s=seconds,
-                       samples_per_s=samples / seconds, step_time_ms=seconds / 4 * 1000, train_loss=loss,
-                       train_accuracy=0.5, input_wait_s=0.1, test_accuracy=0.7)
+    return EpochRecord(
+        epoch=2,
+        phase="steady",
+        steps=4,
+        samples=samples,
+        train_time_s=seconds,
+        samples_per_s=samples / seconds,
+        step_time_ms=seconds / 4 * 1000,
+        train_loss=loss,
+        train_accuracy=0.5,
+        input_wait_s=0.1,
+        test_accuracy=0.7,
+    )
 
 
 def test_throughput_is_global_samples_over_the_slowest_rank():
@@ -56,16 +66,26 @@ def test_throughput_is_global_samples_over_the_slowest_rank():
     assert merged.test_accuracy == 0.7  # rank 0's evaluation
 
 
-def monitored(epoch_record: EpochRecord, cpu: float | None, utilization: float | None, power: float | None,
-              energy: float | None) -> EpochRecord:
-    return dataclasses.replace(epoch_record, process_cpu_percent=cpu, device_utilization_percent=utilization,
-                               device_power_mean_w=power, device_energy_j=energy)
+def monitored(
+    epoch_record: EpochRecord, cpu: float | None, utilization: float | None, power: float | None, energy: float | None
+) -> EpochRecord:
+    return dataclasses.replace(
+        epoch_record,
+        process_cpu_percent=cpu,
+        device_utilization_percent=utilization,
+        device_power_mean_w=power,
+        device_energy_j=energy,
+    )
 
 
 def test_every_rank_s_device_and_process_count_in_the_merged_epoch():
-    (merged,) = merge_rank_epochs([[monitored(epoch(2.0, 1.0), 95.0, 90.0, 300.0, 600.0)],
-                                   [monitored(epoch(2.5, 1.0), 105.0, 40.0, 200.0, 500.0)],
-                                   [monitored(epoch(2.2, 1.0), 100.0, 83.0, 250.0, 550.0)]])
+    (merged,) = merge_rank_epochs(
+        [
+            [monitored(epoch(2.0, 1.0), 95.0, 90.0, 300.0, 600.0)],
+            [monitored(epoch(2.5, 1.0), 105.0, 40.0, 200.0, 500.0)],
+            [monitored(epoch(2.2, 1.0), 100.0, 83.0, 250.0, 550.0)],
+        ]
+    )
     assert merged.device_energy_j == 1650.0 and merged.device_power_mean_w == 750.0  # three GPUs' worth
     assert merged.process_cpu_percent == 300.0  # three processes of about one core each
     assert merged.rank_device_utilization_percent == [90.0, 40.0, 83.0]  # in rank order
@@ -73,8 +93,9 @@ def test_every_rank_s_device_and_process_count_in_the_merged_epoch():
 
 
 def test_one_rank_s_unknown_figure_leaves_the_total_unknown():
-    (merged,) = merge_rank_epochs([[monitored(epoch(2.0, 1.0), 95.0, 90.0, 300.0, 600.0)],
-                                   [monitored(epoch(2.0, 1.0), None, None, None, None)]])
+    (merged,) = merge_rank_epochs(
+        [[monitored(epoch(2.0, 1.0), 95.0, 90.0, 300.0, 600.0)], [monitored(epoch(2.0, 1.0), None, None, None, None)]]
+    )
     assert merged.device_energy_j is None and merged.device_power_mean_w is None  # not rank 0's alone
     assert merged.process_cpu_percent is None and merged.device_utilization_percent is None
     assert merged.rank_device_utilization_percent == [90.0, None]
@@ -130,8 +151,9 @@ def test_what_several_processes_cannot_do_is_refused_before_they_start():
 def test_torchrun_gets_a_free_port_on_one_machine_and_the_rendezvous_on_several(tmp_path):
     single = torchrun_command(Launch(nproc=2), tmp_path / "c", tmp_path / "o")
     assert "--standalone" in single and single[single.index("--nproc-per-node") + 1] == "2"
-    several = torchrun_command(Launch(nproc=4, nnodes=2, node_rank=1, rdzv_endpoint="10.0.0.1:29400"),
-                               tmp_path / "c", tmp_path / "o")
+    several = torchrun_command(
+        Launch(nproc=4, nnodes=2, node_rank=1, rdzv_endpoint="10.0.0.1:29400"), tmp_path / "c", tmp_path / "o"
+    )
     assert several[several.index("--rdzv-endpoint") + 1] == "10.0.0.1:29400"
     assert several[several.index("--node-rank") + 1] == "1" and "--standalone" not in several
 
@@ -157,8 +179,9 @@ def test_the_data_is_fetched_once_before_any_rank_starts(monkeypatch, tmp_path):
         raise OSError("no ranks in this test")
 
     monkeypatch.setattr(launcher, "subprocess", SimpleNamespace(Popen=torchrun))  # planning runs programs too
-    config = RunConfig(workloads=("mnist-cnn2", "mnist-cnn4"), devices="cpu", data="auto", nproc=2,
-                       data_dir=str(tmp_path))
+    config = RunConfig(
+        workloads=("mnist-cnn2", "mnist-cnn4"), devices="cpu", data="auto", nproc=2, data_dir=str(tmp_path)
+    )
     with pytest.raises(OSError, match="no ranks"):
         run_distributed(planning.plan(config), Launch(nproc=2))
     assert events == [remote.filename for remote in dataset_spec("mnist").files] + ["torchrun"]  # once for both
@@ -169,8 +192,7 @@ def test_the_data_is_fetched_once_before_any_rank_starts(monkeypatch, tmp_path):
     (tmp_path / "own" / "train").mkdir(parents=True)
     events.clear()
     with pytest.raises(OSError, match="no ranks"):
-        run_distributed(planning.plan(dataclasses.replace(config, data_dir=str(tmp_path / "own"))),
-                        Launch(nproc=2))
+        run_distributed(planning.plan(dataclasses.replace(config, data_dir=str(tmp_path / "own"))), Launch(nproc=2))
     assert events == ["torchrun"]  # the user's own images: nothing to download either
 
 
@@ -186,8 +208,9 @@ def test_scaling_efficiency_is_n_process_throughput_over_n_times_one():
 @pytest.mark.slow
 def test_two_processes_learn_exactly_what_one_process_learns():
     """cifar10-mlp has no dropout, so the only difference is where each half batch's gradient is computed."""
-    config = RunConfig(workloads=("cifar10-mlp",), devices="cpu", data="synthetic", epochs=2, max_steps=6,
-                       max_eval_steps=1)
+    config = RunConfig(
+        workloads=("cifar10-mlp",), devices="cpu", data="synthetic", epochs=2, max_steps=6, max_eval_steps=1
+    )
     one = runner.run(planning.plan(config)).runs[0]
     two = run_distributed(planning.plan(dataclasses.replace(config, nproc=2)), Launch(nproc=2)).runs[0]
     assert two.status == "ok" and two.settings.world_size == 2 and two.settings.batch_size == 32
@@ -200,10 +223,29 @@ def test_two_processes_learn_exactly_what_one_process_learns():
 @pytest.mark.slow
 def test_the_cli_trains_in_two_processes_as_a_new_user_would(tmp_path):
     output = tmp_path / "result.json"
-    completed = CliRunner().invoke(app, [
-        "run", "mnist-cnn2", "--devices", "cpu", "--nproc", "2", "--epochs", "2", "--max-steps", "4",
-        "--max-eval-steps", "1", "--data", "synthetic", "--db", str(tmp_path / "db.sqlite"), "--json", str(output),
-    ])
+    completed = CliRunner().invoke(
+        app,
+        [
+            "run",
+            "mnist-cnn2",
+            "--devices",
+            "cpu",
+            "--nproc",
+            "2",
+            "--epochs",
+            "2",
+            "--max-steps",
+            "4",
+            "--max-eval-steps",
+            "1",
+            "--data",
+            "synthetic",
+            "--db",
+            str(tmp_path / "db.sqlite"),
+            "--json",
+            str(output),
+        ],
+    )
     assert completed.exit_code == 0, completed.output
     assert "Training on 2 cpu processes" in completed.output and "cpu (2 processes)" in completed.output
     assert '"world_size": 2' in output.read_text()
@@ -214,8 +256,9 @@ def test_the_cli_trains_in_two_processes_as_a_new_user_would(tmp_path):
 
 @pytest.mark.slow
 def test_a_killed_rank_ends_the_run_at_once_naming_it_and_keeps_the_finished_epochs():
-    config = RunConfig(workloads=("mnist-cnn2",), devices="cpu", data="synthetic", epochs=200, max_steps=5,
-                       max_eval_steps=1)
+    config = RunConfig(
+        workloads=("mnist-cnn2",), devices="cpu", data="synthetic", epochs=200, max_steps=5, max_eval_steps=1
+    )
     outcome: dict[str, DistributedError] = {}
 
     def train() -> None:
@@ -296,8 +339,17 @@ def faulty_rank(tmp_path, monkeypatch):
     (tmp_path / "rankfaults.py").write_text(RANK_FAULTS)
     monkeypatch.chdir(tmp_path)  # the ranks import it from the folder they start in, as they would a user's module
     monkeypatch.syspath_prepend(tmp_path)
-    config = RunConfig(model="rankfaults:build", data="rankfaults:data", loss="rankfaults:loss", optimizer="sgd",
-                       devices="cpu", epochs=4, max_steps=4, max_eval_steps=1, nproc=2)
+    config = RunConfig(
+        model="rankfaults:build",
+        data="rankfaults:data",
+        loss="rankfaults:loss",
+        optimizer="sgd",
+        devices="cpu",
+        epochs=4,
+        max_steps=4,
+        max_eval_steps=1,
+        nproc=2,
+    )
 
     def run_with(fault: str):
         monkeypatch.setenv("DEVICEBENCH_TEST_FAULT", fault)
@@ -333,8 +385,10 @@ def test_one_rank_s_nan_loss_stops_every_rank_at_once_as_diverged(faulty_rank):
 def test_a_rank_out_of_memory_mid_epoch_ends_every_rank_with_its_reason(faulty_rank):
     error, seconds = faulty_rank("oom")
     assert seconds < 60
-    assert str(error) == ("rank 1: out of memory at batch size 32 on cpu: try a smaller --batch-size (CUDA out of "
-                          "memory. Tried to allocate 2.00 GiB); the other ranks were stopped")
+    assert str(error) == (
+        "rank 1: out of memory at batch size 32 on cpu: try a smaller --batch-size (CUDA out of "
+        "memory. Tried to allocate 2.00 GiB); the other ranks were stopped"
+    )
     (partial,) = error.partial.runs
     assert partial.status == "oom" and partial.error == str(error)
     assert [epoch.epoch for epoch in partial.epochs] == [1]  # the epoch both ranks finished, merged by rank 0
@@ -377,8 +431,9 @@ def _free_port() -> int:
 def test_two_machines_meet_at_a_rendezvous_on_loopback():
     """Two torchrun launches, one "machine" each, sharing a rendezvous on 127.0.0.1: one run of world size 2."""
     endpoint = f"127.0.0.1:{_free_port()}"
-    config = RunConfig(workloads=("cifar10-mlp",), devices="cpu", data="synthetic", epochs=2, max_steps=4,
-                       max_eval_steps=1, nnodes=2)
+    config = RunConfig(
+        workloads=("cifar10-mlp",), devices="cpu", data="synthetic", epochs=2, max_steps=4, max_eval_steps=1, nnodes=2
+    )
     results: dict[int, object] = {}
 
     def machine_number(node_rank: int) -> None:
@@ -404,8 +459,10 @@ def test_a_rendezvous_port_in_use_is_refused_with_the_flag_to_change_it():
         busy.listen()
         port = busy.getsockname()[1]
         config = RunConfig(workloads=("cifar10-mlp",), devices="cpu", data="synthetic", nproc=2)
-        with pytest.raises(DistributedError, match=f"port {port} of 127.0.0.1 is already in use; pick a free one "
-                                                   "with --rdzv-endpoint 127.0.0.1:PORT"):
+        with pytest.raises(
+            DistributedError,
+            match=f"port {port} of 127.0.0.1 is already in use; pick a free one with --rdzv-endpoint 127.0.0.1:PORT",
+        ):
             run_distributed(planning.plan(config), Launch(nproc=2, rdzv_endpoint=f"127.0.0.1:{port}"))
 
 
@@ -441,10 +498,14 @@ Root Cause (first observed failure):
 def test_torchrun_s_report_becomes_the_failed_rank_and_its_own_error():
     from devicebench.launch import _failure_text
 
-    assert _failure_text(TORCHRUN_REPORT, 1) == ("rank 1 failed (exit code 1 (pid: 30305)): ValueError: mnist has 10 "
-                                                 "classes but the model tells 2 apart; the other ranks were stopped")
-    aborted = TORCHRUN_REPORT.replace("[rank1]: ValueError: mnist has 10 classes but the model tells 2 apart",
-                                      "  what():  [gloo/transport/tcp/pair.cc:534] Connection closed by peer")
+    assert _failure_text(TORCHRUN_REPORT, 1) == (
+        "rank 1 failed (exit code 1 (pid: 30305)): ValueError: mnist has 10 "
+        "classes but the model tells 2 apart; the other ranks were stopped"
+    )
+    aborted = TORCHRUN_REPORT.replace(
+        "[rank1]: ValueError: mnist has 10 classes but the model tells 2 apart",
+        "  what():  [gloo/transport/tcp/pair.cc:534] Connection closed by peer",
+    )
     assert "what():  [gloo/transport/tcp/pair.cc:534] Connection closed by peer" in _failure_text(aborted, 1)
 
 
@@ -478,13 +539,20 @@ def test_a_rank_killed_by_a_signal_is_named_and_another_rank_s_reason_is_only_it
     from devicebench.launch import _why_the_ranks_ended
 
     output_file = tmp_path / "result.json"
-    (tmp_path / "reason-result.json").write_text(json.dumps(
-        {"rank": 0, "status": "failed", "error": "RuntimeError: [gloo/transport/tcp/pair.cc:537] Read error"}))
+    (tmp_path / "reason-result.json").write_text(
+        json.dumps(
+            {"rank": 0, "status": "failed", "error": "RuntimeError: [gloo/transport/tcp/pair.cc:537] Read error"}
+        )
+    )
     assert _why_the_ranks_ended(output_file, KILLED_REPORT, 1) == (
-        "failed", "rank 1 failed (exit code -9 (pid: 30306)); the other ranks were stopped")
+        "failed",
+        "rank 1 failed (exit code -9 (pid: 30306)); the other ranks were stopped",
+    )
     alone = KILLED_REPORT.replace("-9 (pid: 30306)", "3 (pid: 30306)")  # no signal: rank 0 failed on its own
     assert _why_the_ranks_ended(output_file, alone, 1) == (
-        "failed", "rank 0: RuntimeError: [gloo/transport/tcp/pair.cc:537] Read error; the other ranks were stopped")
+        "failed",
+        "rank 0: RuntimeError: [gloo/transport/tcp/pair.cc:537] Read error; the other ranks were stopped",
+    )
 
 
 def test_the_report_draws_throughput_against_the_number_of_processes():
@@ -503,7 +571,20 @@ def test_the_report_draws_throughput_against_the_number_of_processes():
 
 
 def test_what_one_process_alone_can_do_is_refused_with_nproc(tmp_path):
-    completed = CliRunner().invoke(app, ["run", "mnist-cnn2", "--devices", "cpu", "--nproc", "2", "--save",
-                                         str(tmp_path / "model.pt"), "--db", str(tmp_path / "db.sqlite")])
+    completed = CliRunner().invoke(
+        app,
+        [
+            "run",
+            "mnist-cnn2",
+            "--devices",
+            "cpu",
+            "--nproc",
+            "2",
+            "--save",
+            str(tmp_path / "model.pt"),
+            "--db",
+            str(tmp_path / "db.sqlite"),
+        ],
+    )
     assert completed.exit_code == 2
     assert "--save and --tensorboard do not work with --nproc yet" in completed.output

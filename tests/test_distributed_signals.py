@@ -34,15 +34,36 @@ def start_cli(tmp_path: Path, *extra: str) -> subprocess.Popen:
     """`devicebench run --nproc 2` in a session of its own, as a terminal or a scheduler would start it: with
     SIGINT at its default even where the tests run with it ignored (a shell's background job), since an ignored
     signal stays ignored across exec and devicebench leaves it so."""
-    command = [sys.executable, "-m", "devicebench", "run", "mnist-cnn2", "--devices", "cpu", "--nproc", "2",
-               "--epochs", str(EPOCHS), "--max-steps", "5", "--max-eval-steps", "1", "--data", "synthetic",
-               "--quiet", "--db", str(tmp_path / "db.sqlite"), *extra]
+    command = [
+        sys.executable,
+        "-m",
+        "devicebench",
+        "run",
+        "mnist-cnn2",
+        "--devices",
+        "cpu",
+        "--nproc",
+        "2",
+        "--epochs",
+        str(EPOCHS),
+        "--max-steps",
+        "5",
+        "--max-eval-steps",
+        "1",
+        "--data",
+        "synthetic",
+        "--quiet",
+        "--db",
+        str(tmp_path / "db.sqlite"),
+        *extra,
+    ]
     ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     if ignored:
         signal.signal(signal.SIGINT, signal.default_int_handler)  # a handler of ours is reset to the default by exec
     try:
-        return subprocess.Popen(command, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
+        return subprocess.Popen(
+            command, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
     finally:
         if ignored:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -54,8 +75,9 @@ def stored_runs(database: Path) -> list[tuple[str, int]]:
         return []
     with sqlite3.connect(database, timeout=10) as connection:
         try:
-            return connection.execute("SELECT status, (SELECT COUNT(*) FROM epochs WHERE epochs.run_id = runs.run_id) "
-                                      "FROM runs").fetchall()
+            return connection.execute(
+                "SELECT status, (SELECT COUNT(*) FROM epochs WHERE epochs.run_id = runs.run_id) FROM runs"
+            ).fetchall()
         except sqlite3.OperationalError:  # no tables yet
             return []
 
@@ -192,9 +214,23 @@ def test_a_signal_after_every_epoch_finished_stores_and_reports_the_run_as_finis
 
     monkeypatch.setattr(launcher, "subprocess", only_torchrun(Torchrun))
     monkeypatch.setattr(launcher.os, "killpg", lambda pid, number: forwarded.append(number))
-    completed = CliRunner().invoke(app, ["run", "mnist-cnn2", "--devices", "cpu", "--nproc", "2", "--data",
-                                         "synthetic", "--db", str(tmp_path / "db.sqlite"), "--json",
-                                         str(tmp_path / "out.json")])
+    completed = CliRunner().invoke(
+        app,
+        [
+            "run",
+            "mnist-cnn2",
+            "--devices",
+            "cpu",
+            "--nproc",
+            "2",
+            "--data",
+            "synthetic",
+            "--db",
+            str(tmp_path / "db.sqlite"),
+            "--json",
+            str(tmp_path / "out.json"),
+        ],
+    )
     assert forwarded == [signal.SIGINT]  # once, to torchrun's process group
     assert completed.exit_code == 0 and "interrupted" not in completed.output, completed.output
     assert stored_runs(tmp_path / "db.sqlite") == [("ok", 2)]

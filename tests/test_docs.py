@@ -33,8 +33,13 @@ def relative_links(markdown: str) -> list[str]:
 
 def test_the_docs_build_in_strict_mode_with_every_page(tmp_path):
     pytest.importorskip("mkdocs", reason="the docs need MkDocs: pip install -e '.[dev]'")
-    built = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
-                           cwd=REPOSITORY, capture_output=True, text=True, timeout=300)
+    built = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
+        cwd=REPOSITORY,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     output = built.stdout + built.stderr
     assert built.returncode == 0, f"mkdocs build --strict failed:\n{output}"
     assert "WARNING" not in output, output
@@ -51,8 +56,10 @@ def test_the_readme_is_a_front_door_of_fewer_than_200_lines():
 def test_the_readme_gives_the_three_commands_in_one_block_in_order():
     blocks = [[line.strip() for line in block.splitlines()] for block in fenced_blocks(README.read_text())]
     for lines in blocks:
-        found = [next((index for index, line in enumerate(lines) if line.startswith(command)), None)
-                 for command in THREE_COMMANDS]
+        found = [
+            next((index for index, line in enumerate(lines) if line.startswith(command)), None)
+            for command in THREE_COMMANDS
+        ]
         if None not in found and found == sorted(found):
             return
     pytest.fail(f"no fenced block of README.md holds {', '.join(THREE_COMMANDS)} in this order")
@@ -77,8 +84,10 @@ def test_every_relative_link_of_the_readme_points_to_a_file_that_exists():
 
 
 def test_the_link_finder_sees_links_and_images_and_leaves_out_code_and_urls():
-    markdown = ("See [a](docs/a.md#part), ![b](docs/b.png) and [c](https://example.com), [d](#here), "
-                "[e](mailto:x@example.com).\n\n```bash\n[f](nowhere.md)\n```\n")
+    markdown = (
+        "See [a](docs/a.md#part), ![b](docs/b.png) and [c](https://example.com), [d](#here), "
+        "[e](mailto:x@example.com).\n\n```bash\n[f](nowhere.md)\n```\n"
+    )
     assert relative_links(markdown) == ["docs/a.md#part", "docs/b.png"]
 
 
@@ -105,6 +114,10 @@ def test_the_top_menu_is_a_few_sections_that_hold_every_page():
 
 
 def test_the_commands_on_the_front_page_fit_a_narrow_window_comments_included():
-    long_lines = [line for block in fenced_blocks((DOCS / "index.md").read_text()) for line in block.splitlines()
-                  if len(line) > NARROW_PAGE_COLUMNS]
+    long_lines = [
+        line
+        for block in fenced_blocks((DOCS / "index.md").read_text())
+        for line in block.splitlines()
+        if len(line) > NARROW_PAGE_COLUMNS
+    ]
     assert not long_lines, f"docs/index.md: cut off at 800 px; give comments a line of their own: {long_lines}"

@@ -95,9 +95,7 @@ def fake_driver(monkeypatch, paths: set[str] = frozenset(), tools: set[str] = fr
     """Make exactly these driver paths exist and these tools be on PATH, among the ones environment looks for."""
     looked_for = {"/proc/driver/nvidia", "/dev/kfd"}
     real_exists = host.os.path.exists
-    monkeypatch.setattr(
-        host.os.path, "exists", lambda path: path in paths if path in looked_for else real_exists(path)
-    )
+    monkeypatch.setattr(host.os.path, "exists", lambda path: path in paths if path in looked_for else real_exists(path))
     monkeypatch.setattr(host.shutil, "which", lambda tool: f"/usr/bin/{tool}" if tool in tools else None)
 
 
@@ -105,7 +103,11 @@ def fake_driver(monkeypatch, paths: set[str] = frozenset(), tools: set[str] = fr
 def fake_h100s(monkeypatch):
     """Two H100s behind a CUDA 12.4 build with cuDNN 9.1.0 and NVML reporting driver 550.54.15 (as bytes)."""
     properties = types.SimpleNamespace(
-        name="NVIDIA H100 80GB HBM3", total_memory=81559 * 2**20, major=9, minor=0, multi_processor_count=132,
+        name="NVIDIA H100 80GB HBM3",
+        total_memory=81559 * 2**20,
+        major=9,
+        minor=0,
+        multi_processor_count=132,
         uuid="8f3a1c2e-0000-4000-8000-00000000000a",  # str() of torch's uuid: the bare UUID, no "GPU-" prefix
     )
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -458,8 +460,13 @@ def test_hiding_settings_name_only_the_variables_this_build_obeys(monkeypatch):
 
 def test_the_isa_can_be_forced_to_an_avx2_or_an_amx_cpu_whatever_this_one_is(force_cpu_isa):
     force_cpu_isa("avx2")
-    assert host.cpu_isa() == {"avx2": True, "avx512f": False, "avx512_bf16": False, "amx_bf16": False,
-                                     "amx_tile": False}
+    assert host.cpu_isa() == {
+        "avx2": True,
+        "avx512f": False,
+        "avx512_bf16": False,
+        "amx_bf16": False,
+        "amx_tile": False,
+    }
     force_cpu_isa(" AVX2, avx512f,avx512_bf16 ,amx_bf16,amx_tile")
     assert all(host.cpu_isa().values())
     assert machine_fingerprint()["cpu"]["isa"]["amx_bf16"]  # the record says what the run took the CPU to be

@@ -72,8 +72,17 @@ def test_an_estimate_turns_step_seconds_into_rates_epochs_speedups_and_cost():
     step = PredictedStep(compute_s=0.007, memory_s=0.0019, copy_s=0.001, launch_s=1e-4, input_s=0.0, serial_input=False)
     assert step.seconds == pytest.approx(0.01)  # 0.007 + 0.0019 + 0.001 + 0.0001
     baseline = Baseline("cpu (Test CPU)", (100.0, 90.0, 110.0), "synthetic")
-    estimate = Estimate("cifar10-mlp", T4, batch_size=100, step=step, interval=Interval(0.8, math.log(2.0), 9, "x"),
-                        steps_per_epoch=50, epochs=3, baseline=baseline, price_per_hour=3.6)
+    estimate = Estimate(
+        "cifar10-mlp",
+        T4,
+        batch_size=100,
+        step=step,
+        interval=Interval(0.8, math.log(2.0), 9, "x"),
+        steps_per_epoch=50,
+        epochs=3,
+        baseline=baseline,
+        price_per_hour=3.6,
+    )
     assert estimate.samples_per_s == pytest.approx(100 / 0.01)  # 10,000
     assert estimate.samples_per_s_range == pytest.approx((100 / 0.02, 100 / 0.005))  # (5,000, 20,000)
     assert estimate.epoch_s == pytest.approx(50 * 0.01)  # 0.5 s
@@ -86,8 +95,13 @@ def test_an_estimate_turns_step_seconds_into_rates_epochs_speedups_and_cost():
     assert document["target"] == "t4" and document["bound"] == "compute"
     assert document["samples_per_s"] == pytest.approx(10_000)
     assert document["baseline"]["samples_per_s"] == 100.0
-    assert document["interval"] == {"level": 0.8, "low_ratio": pytest.approx(0.5), "high_ratio": pytest.approx(2.0),
-                                    "points": 9, "scheme": "x"}
+    assert document["interval"] == {
+        "level": 0.8,
+        "low_ratio": pytest.approx(0.5),
+        "high_ratio": pytest.approx(2.0),
+        "points": 9,
+        "scheme": "x",
+    }
     assert (document["precision"], document["host_cores"]) == ("fp32", None)
 
     bare = dataclasses.replace(estimate, interval=None, baseline=None, price_per_hour=None)
@@ -103,8 +117,15 @@ def test_an_estimate_turns_step_seconds_into_rates_epochs_speedups_and_cost():
 
 def figure(**changes):
     """A row of the record: resnet50 on one V100 SXM2 in fp32 at batch 256 and 380.44 images/s, as NVIDIA's."""
-    row = next(row for row in published_figures("resnet50") if row.gpu == "v100-sxm2" and row.gpus == 1
-               and row.precision == "fp32" and row.framework == "PyTorch" and row.batch_per_gpu == 256)
+    row = next(
+        row
+        for row in published_figures("resnet50")
+        if row.gpu == "v100-sxm2"
+        and row.gpus == 1
+        and row.precision == "fp32"
+        and row.framework == "PyTorch"
+        and row.batch_per_gpu == 256
+    )
     return dataclasses.replace(row, **changes)
 
 
@@ -115,7 +136,12 @@ def test_a_record_row_is_a_step_of_its_batch_at_its_rate():
     assert unscored == []
     assert point.observed_s == pytest.approx(256 / 380.44, rel=1e-12)
     assert (point.workload, point.sheet, point.precision, point.batch_size, point.kind) == (
-        "resnet50", V100, "fp32", 256, "step")
+        "resnet50",
+        V100,
+        "fp32",
+        256,
+        "step",
+    )
     assert point.source == row.source
     # the step profiled at batch 256: ResNet-50's 4.1 GMACs a 224 px image, three passes, 256 images
     flops = float(point.resolved.compute_s.sum() * 15.7e12)
@@ -133,16 +159,24 @@ def test_a_figure_in_tokens_is_turned_into_samples_of_its_sequence_length():
 def test_rows_that_cannot_be_points_are_listed_with_why():
     points, unscored = record_points([figure(gpus=8, throughput=2945.37), figure(workload="alexnet")])
     assert points == []
-    assert [item.why for item in unscored] == ["measured on 8 GPUs: their communication is not modelled",
-                                               "not a devicebench workload"]
+    assert [item.why for item in unscored] == [
+        "measured on 8 GPUs: their communication is not modelled",
+        "not a devicebench workload",
+    ]
 
 
-@pytest.mark.parametrize(("precision", "tf32", "gpu", "expected"), [
-    ("fp32", "n/a", "v100-sxm2", "fp32"), ("fp32", "off", "h100-sxm", "fp32"), ("fp32", "on", "a100-80gb", "tf32"),
-    ("tf32", "on", "a100-80gb", "tf32"), ("amp-fp16", "n/a", "v100-sxm2", "amp-fp16"),
-    ("amp-bf16", "off", "h100-sxm", "amp-bf16"),
-    ("fp32", "n/a", "a100-40gb-pcie", "tf32"),  # unstated on a GPU with TF32: PyTorch's convolutions use it
-])
+@pytest.mark.parametrize(
+    ("precision", "tf32", "gpu", "expected"),
+    [
+        ("fp32", "n/a", "v100-sxm2", "fp32"),
+        ("fp32", "off", "h100-sxm", "fp32"),
+        ("fp32", "on", "a100-80gb", "tf32"),
+        ("tf32", "on", "a100-80gb", "tf32"),
+        ("amp-fp16", "n/a", "v100-sxm2", "amp-fp16"),
+        ("amp-bf16", "off", "h100-sxm", "amp-bf16"),
+        ("fp32", "n/a", "a100-40gb-pcie", "tf32"),  # unstated on a GPU with TF32: PyTorch's convolutions use it
+    ],
+)
 def test_a_record_rows_precision(precision, tf32, gpu, expected):
     assert record_precision(figure(precision=precision, tf32=tf32, gpu=gpu), catalog_entry(gpu)) == expected
 
@@ -152,8 +186,15 @@ def test_every_single_gpu_row_of_a_devicebench_workload_is_a_point():
     single = [row for row in published_figures() if row.gpus == 1]
     assert len(points) == len(single) >= 250
     assert len(unscored) == len(published_figures()) - len(single)
-    assert {point.workload for point in points} == {"resnet50", "resnet152", "vgg16", "bert-base", "bert-large",
-                                                    "gpt2-small", "gnmt"}
+    assert {point.workload for point in points} == {
+        "resnet50",
+        "resnet152",
+        "vgg16",
+        "bert-base",
+        "bert-large",
+        "gpt2-small",
+        "gnmt",
+    }
     assert {point.precision for point in points} == {"fp32", "tf32", "amp-fp16", "amp-bf16"}
 
 
@@ -175,10 +216,16 @@ def test_seed_points_are_the_posts_figures_as_step_or_busy_seconds():
 # --- 6. the precision a mode runs, the rented host, the interval each question gets ---------------------------
 
 
-@pytest.mark.parametrize(("mode", "gpu", "expected"), [
-    ("seed", "h100-sxm", ["fp32"]), ("tuned", "h100-sxm", ["tf32", "amp-bf16"]), ("tuned", "v100-sxm2", ["fp32"]),
-    ("tuned", "t4", ["fp32"]), ("tuned", "rtx-3090", ["tf32", "amp-bf16"]),
-])
+@pytest.mark.parametrize(
+    ("mode", "gpu", "expected"),
+    [
+        ("seed", "h100-sxm", ["fp32"]),
+        ("tuned", "h100-sxm", ["tf32", "amp-bf16"]),
+        ("tuned", "v100-sxm2", ["fp32"]),
+        ("tuned", "t4", ["fp32"]),
+        ("tuned", "rtx-3090", ["tf32", "amp-bf16"]),
+    ],
+)
 def test_the_precisions_a_mode_runs(mode, gpu, expected):
     assert precisions_for(mode, catalog_entry(gpu)) == expected
 
@@ -194,11 +241,20 @@ def test_the_input_pipeline_is_scaled_to_the_hosts_cores():
 
 
 def test_each_question_gets_the_held_out_errors_that_answer_like_it():
-    one_kernel = StepShape(batch_size=1, flops=np.array([1e9]), bytes=np.array([1e6]), classes=np.array([0]),
-                           half=np.array([False]), parameter_bytes=0.0, host_to_device_bytes=0.0)
+    one_kernel = StepShape(
+        batch_size=1,
+        flops=np.array([1e9]),
+        bytes=np.array([1e6]),
+        classes=np.array([0]),
+        half=np.array([False]),
+        parameter_bytes=0.0,
+        host_to_device_bytes=0.0,
+    )
     resolved = Resolved.of(one_kernel, V100, "fp32")
-    points = [Point(f"p{index}", "s", workload, sheet, "fp32", resolved, 1, 1.0, "step")
-              for index, (workload, sheet) in enumerate([("resnet50", V100), ("bert-base", H100)] * 3)]
+    points = [
+        Point(f"p{index}", "s", workload, sheet, "fp32", resolved, 1, 1.0, "step")
+        for index, (workload, sheet) in enumerate([("resnet50", V100), ("bert-base", H100)] * 3)
+    ]
     fitted = RooflineFit(points, [], fitter=None, efficiency=HALF)
     assert fitted.scheme_for("my-model", V100) == "leave one model out"  # a model no point is of
     assert fitted.scheme_for("resnet50", T4) == "leave one GPU out"  # a known model on a GPU no point ran on
@@ -219,8 +275,9 @@ def test_an_estimate_is_of_the_batch_asked_for_when_the_baseline_trained_a_small
     from devicebench.cli.session import plan_or_fail
     from devicebench.config import RunConfig
 
-    (job,) = plan_or_fail(RunConfig(workloads=("cifar10-mlp",), devices="cpu", epochs=3, batch_size=256,
-                                    data="synthetic")).jobs
+    (job,) = plan_or_fail(
+        RunConfig(workloads=("cifar10-mlp",), devices="cpu", epochs=3, batch_size=256, data="synthetic")
+    ).jobs
     baseline = result_fixtures.run("cpu", [1.0, 0.5, 0.5], workload="cifar10-mlp", batch_size=32)
     baseline.settings.workers = 0
     monkeypatch.setattr(estimating, "input_seconds_per_batch", lambda job, run: (0.01, 100))  # 100 batches of 32
@@ -230,8 +287,9 @@ def test_an_estimate_is_of_the_batch_asked_for_when_the_baseline_trained_a_small
     assert estimate.batch_size == 256 and estimate.baseline.batch_size == 32
     assert estimate.step.input_s == pytest.approx(0.01 * 256 / 32)  # the pipeline's work grows with the batch
     assert estimate.steps_per_epoch == math.ceil(100 * 32 / 256)
-    expected = predict(Resolved.of(shape_of(job.workload, job.hyperparameters), T4, "fp32"), HALF, input_s=0.08,
-                       serial_input=True)
+    expected = predict(
+        Resolved.of(shape_of(job.workload, job.hyperparameters), T4, "fp32"), HALF, input_s=0.08, serial_input=True
+    )
     assert estimate.step == expected
 
 
@@ -243,10 +301,13 @@ def gpu_run(device_name: str, *, device: str = "cuda:0", mode: str = "seed"):
     waiting, 13 steps)."""
     record = result_fixtures.run(device, [2.0, 0.5, 0.7], workload="cifar10-mlp")
     waits, steps = [0.3, 0.1, 0.05], [10, 10, 13]
-    epochs = [dataclasses.replace(epoch, input_wait_s=wait, steps=count)
-              for epoch, wait, count in zip(record.epochs, waits, steps)]
-    settings = dataclasses.replace(record.settings, mode=mode,
-                                   hyperparameters=dict(get_workload("cifar10-mlp").defaults))
+    epochs = [
+        dataclasses.replace(epoch, input_wait_s=wait, steps=count)
+        for epoch, wait, count in zip(record.epochs, waits, steps)
+    ]
+    settings = dataclasses.replace(
+        record.settings, mode=mode, hyperparameters=dict(get_workload("cifar10-mlp").defaults)
+    )
     return dataclasses.replace(record, device_name=device_name, epochs=epochs, settings=settings)
 
 
@@ -297,8 +358,18 @@ def test_a_price_that_is_not_a_number_is_refused(tmp_path):
 
 
 def test_a_price_for_a_gpu_not_estimated_is_refused(tmp_path):
-    outcome = invoke("estimate", "cifar10-mlp", "--on", "t4", "--price", "h100-sxm=2", "--data", "synthetic",
-                     "--db", str(tmp_path / "db.sqlite"))
+    outcome = invoke(
+        "estimate",
+        "cifar10-mlp",
+        "--on",
+        "t4",
+        "--price",
+        "h100-sxm=2",
+        "--data",
+        "synthetic",
+        "--db",
+        str(tmp_path / "db.sqlite"),
+    )
     assert outcome.exit_code == EXIT_USAGE, outcome.output
     assert "--price names h100-sxm, which --on does not estimate" in flat(outcome.output)
 
@@ -332,19 +403,33 @@ def test_validate_scores_the_whole_record_under_three_schemes_within_the_aims(tm
     assert set(document["fit"]["inverse_shares"]) == set(document["fit"]["points_pinning"])
 
 
-@pytest.mark.parametrize(("arguments", "said"), [
-    (["nosuchworkload"], "nosuchworkload"),
-    (["cifar10-mlp", "--batch-size", "0"], "--batch-size must be a whole number of at least 1"),
-    (["cifar10-mlp", "--json", "{tmp}/missing/estimates.json"], "does not exist"),
-    (["cifar10-mlp", "--mode", "fast"], "--mode 'fast' is neither seed nor tuned"),
-    (["cifar10-mlp", "--precision", "fp8"], "--precision 'fp8' is not one of fp32, tf32, amp-fp16, amp-bf16"),
-    (["cifar10-mlp", "--level", "0.3"], "--level 0.3 is not a chance from 0.5 up to (not including) 1"),
-    (["cifar10-mlp", "--level", "80"], "--level 80 is not a chance"),
-    (["cifar10-mlp", "--host", "mine"], "--host 'mine' is neither rented nor here"),
-    (["cifar10-mlp", "--host", "here", "--host-cores", "8"], "--host-cores and --host here contradict each other"),
-    (["cifar10-mlp", "--host-cores", "0"], "--host-cores takes a whole number of cores from 1 up"),
-], ids=["unknown-workload", "impossible-batch", "json-in-a-missing-folder", "mode", "precision", "level-low",
-        "level-percent", "host", "host-here-with-cores", "no-cores"])
+@pytest.mark.parametrize(
+    ("arguments", "said"),
+    [
+        (["nosuchworkload"], "nosuchworkload"),
+        (["cifar10-mlp", "--batch-size", "0"], "--batch-size must be a whole number of at least 1"),
+        (["cifar10-mlp", "--json", "{tmp}/missing/estimates.json"], "does not exist"),
+        (["cifar10-mlp", "--mode", "fast"], "--mode 'fast' is neither seed nor tuned"),
+        (["cifar10-mlp", "--precision", "fp8"], "--precision 'fp8' is not one of fp32, tf32, amp-fp16, amp-bf16"),
+        (["cifar10-mlp", "--level", "0.3"], "--level 0.3 is not a chance from 0.5 up to (not including) 1"),
+        (["cifar10-mlp", "--level", "80"], "--level 80 is not a chance"),
+        (["cifar10-mlp", "--host", "mine"], "--host 'mine' is neither rented nor here"),
+        (["cifar10-mlp", "--host", "here", "--host-cores", "8"], "--host-cores and --host here contradict each other"),
+        (["cifar10-mlp", "--host-cores", "0"], "--host-cores takes a whole number of cores from 1 up"),
+    ],
+    ids=[
+        "unknown-workload",
+        "impossible-batch",
+        "json-in-a-missing-folder",
+        "mode",
+        "precision",
+        "level-low",
+        "level-percent",
+        "host",
+        "host-here-with-cores",
+        "no-cores",
+    ],
+)
 def test_bad_input_is_refused_before_anything_is_trained(tmp_path, arguments, said):
     arguments = [argument.format(tmp=tmp_path) for argument in arguments]
     outcome = invoke("estimate", *arguments, "--on", "t4", "--data", "synthetic", "--db", str(tmp_path / "db.sqlite"))
@@ -358,8 +443,9 @@ def test_ctrl_c_in_the_cpu_baseline_exits_130_and_says_what_was_kept(tmp_path, m
         raise KeyboardInterrupt
 
     monkeypatch.setattr("devicebench.runner._train_model", interrupted)  # the run started, no epoch finished
-    outcome = invoke("estimate", "cifar10-mlp", "--on", "t4", "--data", "synthetic", "--db",
-                     str(tmp_path / "db.sqlite"), "--quiet")
+    outcome = invoke(
+        "estimate", "cifar10-mlp", "--on", "t4", "--data", "synthetic", "--db", str(tmp_path / "db.sqlite"), "--quiet"
+    )
     assert outcome.exit_code == 130, outcome.output
     assert "0 finished epochs kept" in flat(outcome.output)
     assert "ESTIMATED" not in outcome.output
@@ -390,8 +476,23 @@ def test_the_help_lists_estimate():
 
 def test_estimate_end_to_end_on_two_gpus_in_tuned_mode_with_a_price(tmp_path):
     db, out = tmp_path / "db.sqlite", tmp_path / "estimates.json"
-    outcome = invoke("estimate", "cifar10-mlp", "--on", "t4,h100-sxm", "--price", "t4=0.35", "--data", "synthetic",
-                     "--mode", "tuned", "--db", str(db), "--json", str(out), "--quiet")
+    outcome = invoke(
+        "estimate",
+        "cifar10-mlp",
+        "--on",
+        "t4,h100-sxm",
+        "--price",
+        "t4=0.35",
+        "--data",
+        "synthetic",
+        "--mode",
+        "tuned",
+        "--db",
+        str(db),
+        "--json",
+        str(out),
+        "--quiet",
+    )
     assert outcome.exit_code == 0, outcome.output
     assert "ESTIMATED, not measured" in flat(outcome.output)
     document = json.loads(out.read_text())
@@ -420,9 +521,15 @@ def test_estimate_end_to_end_on_two_gpus_in_tuned_mode_with_a_price(tmp_path):
     shape = shape_of(workload, dict(workload.defaults))
     for item, candidates in ((t4, ["fp32"]), (h100, ["tf32", "amp-bf16"])):
         sheet = catalog_entry(item["target"])
-        steps = {precision: predict(Resolved.of(shape, sheet, precision), fitted.efficiency,
-                                    input_s=item["terms_s"]["input"], serial_input=item["serial_input"]).seconds
-                 for precision in candidates}
+        steps = {
+            precision: predict(
+                Resolved.of(shape, sheet, precision),
+                fitted.efficiency,
+                input_s=item["terms_s"]["input"],
+                serial_input=item["serial_input"],
+            ).seconds
+            for precision in candidates
+        }
         assert item["precision"] == min(steps, key=steps.get)
         assert item["step_time_s"] == pytest.approx(min(steps.values()), rel=1e-9)
         assert item["host_cores"] == RENTED_HOSTS[item["target"]].cores
@@ -436,7 +543,7 @@ def test_estimate_end_to_end_on_two_gpus_in_tuned_mode_with_a_price(tmp_path):
     assert h100["cost_per_epoch"] is None and h100["cost_per_run"] is None
 
 
-BRANCHY = '''
+BRANCHY = """
 import torch
 from torch import nn
 
@@ -455,19 +562,36 @@ def load():
     x = -torch.rand(96, 8, generator=torch.Generator().manual_seed(0))
     y = (x[:, 0] < -0.5).long()
     return x[:64], y[:64], x[64:], y[64:]
-'''
+"""
 
 
 def test_an_estimate_of_a_model_that_branches_on_its_data_says_its_count_is_of_random_inputs(tmp_path, monkeypatch):
     (tmp_path / "branchy.py").write_text(BRANCHY)
     monkeypatch.syspath_prepend(str(tmp_path))
     out = tmp_path / "estimate.json"
-    result = CliRunner().invoke(app, ["estimate", "--model", "branchy:Branchy", "--data", "branchy:load", "--on", "t4",
-                                      "--db", str(tmp_path / "r.sqlite"), "--json", str(out), "--quiet"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "estimate",
+            "--model",
+            "branchy:Branchy",
+            "--data",
+            "branchy:load",
+            "--on",
+            "t4",
+            "--db",
+            str(tmp_path / "r.sqlite"),
+            "--json",
+            str(out),
+            "--quiet",
+        ],
+    )
     assert result.exit_code == 0, result.output
     shown = " ".join(result.stdout.split())
-    assert "branchy:Branchy: FLOPs counted on random inputs: one step of 32 samples could not run on the meta device " \
-           "(RuntimeError: Tensor.item() cannot be called on meta tensors)" in shown
+    assert (
+        "branchy:Branchy: FLOPs counted on random inputs: one step of 32 samples could not run on the meta device "
+        "(RuntimeError: Tensor.item() cannot be called on meta tensors)" in shown
+    )
     assert "its count may differ on real data" in shown
     [estimate] = json.loads(out.read_text())["estimates"]
     assert len(estimate["profile_notes"]) == 1 and estimate["profile_notes"][0].startswith("FLOPs counted on random")

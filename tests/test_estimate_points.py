@@ -38,25 +38,32 @@ def step_flops(workload=MLP, hyperparameters=None) -> float:
 def gpu_run(step_s: float = 0.04, *, wait_s: float = 0.0, steps: int = STEPS, workload=MLP, **changes):
     """A seed-mode run of `workload` on an H100: a warm-up epoch, then two of STEPS x `step_s` seconds of compute
     and `wait_s` seconds waiting for data, recorded as `steps` steps."""
-    record = result_fixtures.run("cuda:0", [1.0, STEPS * step_s + wait_s, STEPS * step_s + wait_s],
-                                 workload=workload.name)
+    record = result_fixtures.run(
+        "cuda:0", [1.0, STEPS * step_s + wait_s, STEPS * step_s + wait_s], workload=workload.name
+    )
     epochs = [dataclasses.replace(epoch, steps=steps, input_wait_s=wait_s) for epoch in record.epochs]
-    settings = dataclasses.replace(record.settings, mode="seed", batch_size=workload.defaults["batch_size"],
-                                   hyperparameters=dict(workload.defaults))
+    settings = dataclasses.replace(
+        record.settings,
+        mode="seed",
+        batch_size=workload.defaults["batch_size"],
+        hyperparameters=dict(workload.defaults),
+    )
     return dataclasses.replace(record, device_name=H100_NAME, epochs=epochs, settings=settings, **changes)
 
 
 def why_left_out(run) -> str:
-    points, unscored = measured_points([result_fixtures.session(result_fixtures.machine("box", "m1"), [run])],
-                                       "your database")
+    points, unscored = measured_points(
+        [result_fixtures.session(result_fixtures.machine("box", "m1"), [run])], "your database"
+    )
     assert points == [] and len(unscored) == 1, (points, unscored)
     assert run.run_id[:8] in unscored[0].label and unscored[0].source == "your database"
     return unscored[0].why
 
 
 def test_a_plausible_run_is_a_point():
-    points, unscored = measured_points([result_fixtures.session(result_fixtures.machine("box", "m1"),
-                                                                [gpu_run(0.04)])], "your database")
+    points, unscored = measured_points(
+        [result_fixtures.session(result_fixtures.machine("box", "m1"), [gpu_run(0.04)])], "your database"
+    )
     assert unscored == [] and len(points) == 1
     assert points[0].observed_s == pytest.approx(0.04, rel=1e-12)
 
@@ -70,8 +77,9 @@ def test_a_run_above_the_datasheet_peak_is_no_point_even_when_its_record_counts_
     # the achieved rate in the reason: 100 times 67 TFLOP/s, 10,000% of the peak
     assert "6.7e+03 TFLOP/s per device is 10000% of the H100 SXM datasheet's fp32 peak (67 TFLOP/s)" in why
     assert why_left_out(gpu_run(at_peak_s / 1.01)).startswith("implausible: above-peak")  # just above is too
-    points, _ = measured_points([result_fixtures.session(result_fixtures.machine("b", "m1"),
-                                                         [gpu_run(at_peak_s * 1.01)])], "your database")
+    points, _ = measured_points(
+        [result_fixtures.session(result_fixtures.machine("b", "m1"), [gpu_run(at_peak_s * 1.01)])], "your database"
+    )
     assert len(points) == 1  # just below the peak is a point
 
 
@@ -87,31 +95,47 @@ def test_a_run_flagged_when_it_ran_is_no_point():
     assert why_left_out(flagged) == "flagged device-idle: cuda:0 was 1.0% busy"
 
 
-@pytest.mark.parametrize(("changes", "said"), [
-    ({"wait_s": 0.4, "step_s": 0.0}, "epoch 2 cannot be timed per step: 10 steps, 0.4 s of training of which 0.4 s "
-                                     "waiting for data"),
-    ({"steps": 0}, "epoch 2 cannot be timed per step: 0 steps, 0.4 s of training of which 0 s waiting for data"),
-], ids=["waiting-all-the-time", "no-steps"])
+@pytest.mark.parametrize(
+    ("changes", "said"),
+    [
+        (
+            {"wait_s": 0.4, "step_s": 0.0},
+            "epoch 2 cannot be timed per step: 10 steps, 0.4 s of training of which 0.4 s waiting for data",
+        ),
+        ({"steps": 0}, "epoch 2 cannot be timed per step: 0 steps, 0.4 s of training of which 0 s waiting for data"),
+    ],
+    ids=["waiting-all-the-time", "no-steps"],
+)
 def test_an_epoch_without_compute_time_or_steps_is_no_point(changes, said):
     assert why_left_out(gpu_run(**changes)).startswith(said)
 
 
 def test_a_string_batch_size_is_no_point():
     run = gpu_run(0.04)
-    forged = dataclasses.replace(run, settings=dataclasses.replace(
-        run.settings, hyperparameters={**run.settings.hyperparameters, "batch_size": "64"}))
-    assert why_left_out(forged) == ("its settings cannot rebuild cifar10-mlp: batch_size is str '64', where "
-                                    "cifar10-mlp takes a finite int")
+    forged = dataclasses.replace(
+        run,
+        settings=dataclasses.replace(
+            run.settings, hyperparameters={**run.settings.hyperparameters, "batch_size": "64"}
+        ),
+    )
+    assert why_left_out(forged) == (
+        "its settings cannot rebuild cifar10-mlp: batch_size is str '64', where cifar10-mlp takes a finite int"
+    )
 
 
-@pytest.mark.parametrize(("name", "size", "said"), [
-    ("catdog-deep", {"depth": 100_000_000}, "depth=100000000 is above its bound of 256"),
-    ("imdb-bilstm", {"sequence_length": 10**6}, "sequence_length=1000000 is above its bound of 4,096"),
-], ids=["depth", "sequence"])
+@pytest.mark.parametrize(
+    ("name", "size", "said"),
+    [
+        ("catdog-deep", {"depth": 100_000_000}, "depth=100000000 is above its bound of 256"),
+        ("imdb-bilstm", {"sequence_length": 10**6}, "sequence_length=1000000 is above its bound of 4,096"),
+    ],
+    ids=["depth", "sequence"],
+)
 def test_a_size_past_its_bound_is_refused_before_anything_is_built(name, size, said):
     run = gpu_run(0.04, workload=get_workload(name))
-    forged = dataclasses.replace(run, settings=dataclasses.replace(
-        run.settings, hyperparameters={**run.settings.hyperparameters, **size}))
+    forged = dataclasses.replace(
+        run, settings=dataclasses.replace(run.settings, hyperparameters={**run.settings.hyperparameters, **size})
+    )
     tracemalloc.start()
     try:
         why = why_left_out(forged)
@@ -131,8 +155,12 @@ def forged_export(tmp_path, runs) -> str:
 def test_imported_forgeries_leave_the_fit_as_it_was_and_validate_lists_them(tmp_path):
     at_peak_s = step_flops() / (H100.fp32_tflops * 1e12)
     run = gpu_run(0.04)
-    string_batch = dataclasses.replace(run, settings=dataclasses.replace(
-        run.settings, hyperparameters={**run.settings.hyperparameters, "batch_size": "64"}))
+    string_batch = dataclasses.replace(
+        run,
+        settings=dataclasses.replace(
+            run.settings, hyperparameters={**run.settings.hyperparameters, "batch_size": "64"}
+        ),
+    )
     forgeries = [gpu_run(at_peak_s / 100), gpu_run(wait_s=0.4, step_s=0.0), gpu_run(steps=0), string_batch]
     db, out = tmp_path / "db.sqlite", tmp_path / "validation.json"
     imported = CliRunner().invoke(app, ["import", forged_export(tmp_path, forgeries), "--db", str(db)])
@@ -145,8 +173,9 @@ def test_imported_forgeries_leave_the_fit_as_it_was_and_validate_lists_them(tmp_
     assert list(fit["inverse_shares"].values()) == without.efficiency.inverse.tolist()
     assert fit["points"] == len(without.points)
     assert not any("your database" in item["label"] for item in document["validation"]["points"])
-    left_out = {item["label"]: item["why"] for item in document["validation"]["not_scored"]
-                if item["source"] == "your database"}
+    left_out = {
+        item["label"]: item["why"] for item in document["validation"]["not_scored"] if item["source"] == "your database"
+    }
     assert len(left_out) == 4
     for forged in forgeries:
         assert any(forged.run_id[:8] in label for label in left_out)
@@ -160,12 +189,23 @@ def test_a_step_of_too_many_kernels_is_no_point_and_is_never_retried_on_the_cpu(
     assert len(opcount.profile_training_step(MLP, dict(MLP.defaults)).kernels) < 1_000
     deep = get_workload("catdog-deep")
     run = gpu_run(0.04, workload=deep)
-    forged = dataclasses.replace(run, settings=dataclasses.replace(
-        run.settings, hyperparameters={**run.settings.hyperparameters, "depth": MAX_DEEP_DEPTH}))
+    forged = dataclasses.replace(
+        run,
+        settings=dataclasses.replace(
+            run.settings, hyperparameters={**run.settings.hyperparameters, "depth": MAX_DEEP_DEPTH}
+        ),
+    )
     retried = []
-    monkeypatch.setattr(opcount, "_full_batch", lambda part, size, device: retried.append(device) or
-                        torch.empty((size, *part.shape[1:]), dtype=part.dtype, device="meta"))
+    monkeypatch.setattr(
+        opcount,
+        "_full_batch",
+        lambda part, size, device: (
+            retried.append(device) or torch.empty((size, *part.shape[1:]), dtype=part.dtype, device="meta")
+        ),
+    )
     why = why_left_out(forged)
-    assert why == ("its settings cannot rebuild catdog-deep: one training step launches more than 1,000 kernels: a "
-                   "model that large is no benchmark (check its sizes: depth, sequence length)")
+    assert why == (
+        "its settings cannot rebuild catdog-deep: one training step launches more than 1,000 kernels: a "
+        "model that large is no benchmark (check its sizes: depth, sequence length)"
+    )
     assert "cpu" not in retried  # the meta device only: never real tensors of a net that deep

@@ -44,14 +44,15 @@ CIFAR10_MLP_BATCH = 32  # cifar10-mlp's default batch
 OWN_MODEL = "my-model"  # a model of a user's own: no workload of that name is registered
 
 
-def gpu_run(device_name: str, *, device: str = "cuda:0", mode: str = "seed", workload: str = "cifar10-mlp",
-            **settings):
+def gpu_run(device_name: str, *, device: str = "cuda:0", mode: str = "seed", workload: str = "cifar10-mlp", **settings):
     """A finished run: a warm-up epoch, then epochs of 0.5 s (0.1 s waiting, 10 steps) and 0.7 s (0.05 s waiting,
     13 steps): steps of 0.04 s and 0.05 s once the waits are left out, 0.045 s their median."""
     record = result_fixtures.run(device, [2.0, 0.5, 0.7], workload=workload)
     waits, steps = [0.3, 0.1, 0.05], [10, 10, 13]
-    epochs = [dataclasses.replace(epoch, input_wait_s=wait, steps=count)
-              for epoch, wait, count in zip(record.epochs, waits, steps)]
+    epochs = [
+        dataclasses.replace(epoch, input_wait_s=wait, steps=count)
+        for epoch, wait, count in zip(record.epochs, waits, steps)
+    ]
     known = dict(get_workload(workload).defaults) if workload != OWN_MODEL else {}
     run_settings = dataclasses.replace(record.settings, mode=mode, hyperparameters=known, **settings)
     return dataclasses.replace(record, device_name=device_name, epochs=epochs, settings=run_settings)
@@ -117,8 +118,8 @@ def test_the_line_sets_the_measured_figure_beside_the_estimate_and_its_interval(
     assert found.measured == pytest.approx(measured_rate, rel=1e-12)
     assert found.estimated == pytest.approx(estimate_rate, rel=1e-12)
     low, high = found.interval
-    assert low == pytest.approx(estimate_rate / slower ** 1.01, rel=1e-9)
-    assert high == pytest.approx(estimate_rate * slower ** 1.01, rel=1e-9)
+    assert low == pytest.approx(estimate_rate / slower**1.01, rel=1e-9)
+    assert high == pytest.approx(estimate_rate * slower**1.01, rel=1e-9)
     assert found.sheet.key == "h100-sxm" and found.precision == "fp32" and found.inside
 
     def three_figures(value: float) -> str:
@@ -126,26 +127,39 @@ def test_the_line_sets_the_measured_figure_beside_the_estimate_and_its_interval(
 
     assert found.line() == (
         f"cifar10-mlp on cuda:0 ({H100}): measured 711 samples/s; estimated beforehand {three_figures(estimate_rate)} "
-        f"({three_figures(low)}–{three_figures(high)} at 80%), fp32: inside the interval")
+        f"({three_figures(low)}–{three_figures(high)} at 80%), fp32: inside the interval"
+    )
     fake_fit.half_width = math.log(slower) * 0.99  # just too narrow
     outside = estimated.run_estimate(gpu_run(H100))
     assert outside.inside is False
     assert outside.line().endswith(f"fp32: outside: {slower:,.{1 if slower < 10 else 0}f}x slower than estimated")
 
 
-@pytest.mark.parametrize(("measured", "estimate", "interval", "verdict"), [
-    (2790.0, 2650.0, (2010.0, 3490.0), "fp32: inside the interval"),
-    (4240.0, 2650.0, (2010.0, 3490.0), "fp32: outside: 1.6x faster than estimated"),
-    (1000.0, 2500.0, (2010.0, 3490.0), "fp32: outside: 2.5x slower than estimated"),
-    (2915.0, 2650.0, None, "fp32: 1.1x faster than estimated"),
-])
+@pytest.mark.parametrize(
+    ("measured", "estimate", "interval", "verdict"),
+    [
+        (2790.0, 2650.0, (2010.0, 3490.0), "fp32: inside the interval"),
+        (4240.0, 2650.0, (2010.0, 3490.0), "fp32: outside: 1.6x faster than estimated"),
+        (1000.0, 2500.0, (2010.0, 3490.0), "fp32: outside: 2.5x slower than estimated"),
+        (2915.0, 2650.0, None, "fp32: 1.1x faster than estimated"),
+    ],
+)
 def test_the_verdict_says_inside_or_outside_and_how_far(measured, estimate, interval, verdict):
     found = estimated.RunEstimate(
-        run=dataclasses.replace(gpu_run(H100), workload="resnet50"), sheet=catalog_entry("h100-sxm"),
-        precision="fp32", compiled=False, estimated=estimate, interval=interval, level=0.8, measured=measured)
+        run=dataclasses.replace(gpu_run(H100), workload="resnet50"),
+        sheet=catalog_entry("h100-sxm"),
+        precision="fp32",
+        compiled=False,
+        estimated=estimate,
+        interval=interval,
+        level=0.8,
+        measured=measured,
+    )
     bounds = "no interval" if interval is None else "2,010–3,490 at 80%"
-    assert found.line() == (f"resnet50 on cuda:0 ({H100}): measured {measured:,.0f} samples/s; estimated beforehand "
-                            f"{estimate:,.0f} ({bounds}), {verdict}")
+    assert found.line() == (
+        f"resnet50 on cuda:0 ({H100}): measured {measured:,.0f} samples/s; estimated beforehand "
+        f"{estimate:,.0f} ({bounds}), {verdict}"
+    )
 
 
 def test_a_tuned_run_is_estimated_at_the_precision_it_recorded(fake_fit):
@@ -153,8 +167,9 @@ def test_a_tuned_run_is_estimated_at_the_precision_it_recorded(fake_fit):
     tf32 = estimated.run_estimate(gpu_run(H100, mode="tuned", tf32_matmul=True, tf32_cudnn=True))
     assert tf32.precision == "tf32" and tf32.estimated == pytest.approx(CIFAR10_MLP_BATCH / device_s, rel=1e-12)
     assert tf32.estimated > estimated.run_estimate(gpu_run(H100)).estimated  # TF32 tensor cores: a faster estimate
-    resident = estimated.run_estimate(gpu_run(H100, mode="tuned", tf32_matmul=True, tf32_cudnn=True,
-                                              device_resident=True, compiled=True))
+    resident = estimated.run_estimate(
+        gpu_run(H100, mode="tuned", tf32_matmul=True, tf32_cudnn=True, device_resident=True, compiled=True)
+    )
     assert copy_s > 0  # a dataset held on the GPU copies no batch: the copy leaves the estimated step
     assert resident.estimated == pytest.approx(CIFAR10_MLP_BATCH / (device_s - copy_s), rel=1e-12)
     assert " tf32 with torch.compile (counted unfused): " in resident.line()
@@ -163,12 +178,15 @@ def test_a_tuned_run_is_estimated_at_the_precision_it_recorded(fake_fit):
     assert bf16.estimated == pytest.approx(CIFAR10_MLP_BATCH / step_s("amp-bf16")[0], rel=1e-12)
 
 
-@pytest.mark.parametrize(("settings", "precision"), [
-    ({"mode": "seed"}, "fp32"),
-    ({"mode": "tuned"}, "fp32"),  # TF32 off on both switches
-    ({"mode": "tuned", "tf32_matmul": True, "tf32_cudnn": True}, "tf32"),
-    ({"mode": "tuned", "precision": "bf16", "tf32_matmul": True, "tf32_cudnn": True}, "amp-bf16"),
-])
+@pytest.mark.parametrize(
+    ("settings", "precision"),
+    [
+        ({"mode": "seed"}, "fp32"),
+        ({"mode": "tuned"}, "fp32"),  # TF32 off on both switches
+        ({"mode": "tuned", "tf32_matmul": True, "tf32_cudnn": True}, "tf32"),
+        ({"mode": "tuned", "precision": "bf16", "tf32_matmul": True, "tf32_cudnn": True}, "amp-bf16"),
+    ],
+)
 def test_the_precision_comes_from_the_mode_and_the_tuning_recorded(settings, precision):
     assert estimated.run_precision(dataclasses.replace(gpu_run(H100).settings, **settings)) == precision
 
@@ -193,10 +211,12 @@ def test_runs_that_cannot_be_estimated_say_why_and_fit_nothing(no_fit):
 
 
 def test_recurrent_layers_under_bf16_are_two_precisions_at_once(no_fit):
-    why = estimated.run_estimate(gpu_run(H100, workload="imdb-bilstm", mode="tuned", precision="bf16",
-                                         tf32_matmul=True, tf32_cudnn=True))
-    assert why == ("bf16 autocast with recurrent layers kept in fp32: the roofline runs every matrix kernel at one "
-                   "precision")
+    why = estimated.run_estimate(
+        gpu_run(H100, workload="imdb-bilstm", mode="tuned", precision="bf16", tf32_matmul=True, tf32_cudnn=True)
+    )
+    assert why == (
+        "bf16 autocast with recurrent layers kept in fp32: the roofline runs every matrix kernel at one precision"
+    )
 
 
 def test_run_prints_a_line_per_gpu_run_after_the_tables_and_none_for_the_cpu(fake_fit, monkeypatch):
@@ -215,36 +235,60 @@ def test_run_prints_a_line_per_gpu_run_after_the_tables_and_none_for_the_cpu(fak
 def published_point(gpu: str, observed_s: float, batch: int = 64, kind: str = "step") -> Point:
     nothing = np.zeros(1)
     resolved = Resolved(nothing, nothing, np.zeros(1, dtype=int), np.zeros(1, dtype=int), np.zeros(1, dtype=int), 0.0)
-    return Point(label=f"resnet50 on the {gpu}", source="a post", workload="resnet50", sheet=catalog_entry(gpu),
-                 precision="fp32", resolved=resolved, batch_size=batch, observed_s=observed_s, kind=kind)
+    return Point(
+        label=f"resnet50 on the {gpu}",
+        source="a post",
+        workload="resnet50",
+        sheet=catalog_entry(gpu),
+        precision="fp32",
+        resolved=resolved,
+        batch_size=batch,
+        observed_s=observed_s,
+        kind=kind,
+    )
 
 
 @pytest.fixture
 def comparison(fake_fit) -> EstimatedAgainstMeasured:
     """Two runs on the H100 SXM, one on the A100 80GB SXM, a CPU run; four published figures on the V100 and the
     H100, one GPU-busy figure (no samples/s: left out) and one no fit could leave out (NaN: left out)."""
-    fake_fit.points = [published_point("v100-sxm2", 0.2), published_point("v100-sxm2", 0.4),
-                       published_point("h100-sxm", 0.05), published_point("v100-sxm2", 0.1, batch=32),
-                       published_point("t4", 0.3, kind="busy"), published_point("t4", 0.3)]
+    fake_fit.points = [
+        published_point("v100-sxm2", 0.2),
+        published_point("v100-sxm2", 0.4),
+        published_point("h100-sxm", 0.05),
+        published_point("v100-sxm2", 0.1, batch=32),
+        published_point("t4", 0.3, kind="busy"),
+        published_point("t4", 0.3),
+    ]
     fake_fit.errors = [0.1, -0.2, 0.3, -0.05, 0.0, math.nan]
-    result = session(gpu_run(H100), gpu_run(H100, mode="tuned", tf32_matmul=True, tf32_cudnn=True), gpu_run(A100),
-                     gpu_run("Test CPU", device="cpu"))
+    result = session(
+        gpu_run(H100),
+        gpu_run(H100, mode="tuned", tf32_matmul=True, tf32_cudnn=True),
+        gpu_run(A100),
+        gpu_run("Test CPU", device="cpu"),
+    )
     return estimated.estimated_against_measured([result])
 
 
 def test_the_chart_points_are_the_runs_estimates_and_the_published_figures_left_out(comparison):
-    h100, h100_tuned, a100 = (estimated.run_estimate(run) for run in (gpu_run(H100), gpu_run(
-        H100, mode="tuned", tf32_matmul=True, tf32_cudnn=True), gpu_run(A100)))
+    h100, h100_tuned, a100 = (
+        estimated.run_estimate(run)
+        for run in (gpu_run(H100), gpu_run(H100, mode="tuned", tf32_matmul=True, tf32_cudnn=True), gpu_run(A100))
+    )
     assert [(point.gpu, point.estimated, point.measured, point.interval) for point in comparison.runs] == [
         ("H100 SXM", h100.estimated, h100.measured, h100.interval),
         ("H100 SXM", h100_tuned.estimated, h100_tuned.measured, h100_tuned.interval),
-        ("A100 80GB SXM", a100.estimated, a100.measured, a100.interval)]
+        ("A100 80GB SXM", a100.estimated, a100.measured, a100.interval),
+    ]
     assert comparison.lines == (h100.line(), h100_tuned.line(), a100.line())
     # estimated: the batch over the step a fit without the point predicts, measured / exp(error)
     assert [point.gpu for point in comparison.published] == ["V100 SXM2", "V100 SXM2", "H100 SXM", "V100 SXM2"]
     assert [(point.estimated, point.measured) for point in comparison.published] == [
-        pytest.approx((64 / 0.2 * math.exp(0.1), 64 / 0.2)), pytest.approx((64 / 0.4 * math.exp(-0.2), 64 / 0.4)),
-        pytest.approx((64 / 0.05 * math.exp(0.3), 64 / 0.05)), pytest.approx((32 / 0.1 * math.exp(-0.05), 32 / 0.1))]
+        pytest.approx((64 / 0.2 * math.exp(0.1), 64 / 0.2)),
+        pytest.approx((64 / 0.4 * math.exp(-0.2), 64 / 0.4)),
+        pytest.approx((64 / 0.05 * math.exp(0.3), 64 / 0.05)),
+        pytest.approx((32 / 0.1 * math.exp(-0.05), 32 / 0.1)),
+    ]
     # the split-conformal 80% interval of the six errors that exist: rank ceil(6 x 0.8) = 5 of 0, .05, .1, .2, .3
     assert comparison.published_ratio == pytest.approx(math.exp(0.3))
     assert comparison.level == 0.8 and comparison.gpus == ["A100 80GB SXM", "H100 SXM", "V100 SXM2"]
@@ -257,7 +301,8 @@ def test_the_chart_has_one_colour_per_gpu_and_the_intervals_as_error_bars(compar
     for collection in axes.collections:
         if isinstance(collection, PathCollection):
             colours.setdefault(collection.get_gid(), set()).update(
-                tuple(np.round(colour[:3], 6)) for colour in collection.get_facecolors())
+                tuple(np.round(colour[:3], 6)) for colour in collection.get_facecolors()
+            )
     bars = {}
     for container in axes.containers:
         assert isinstance(container, ErrorbarContainer)
@@ -276,10 +321,12 @@ def test_the_chart_has_one_colour_per_gpu_and_the_intervals_as_error_bars(compar
     legend = [text.get_text() for text in figure.legends[0].get_texts()]
     assert legend[:3] == ["A100 80GB SXM", "H100 SXM", "V100 SXM2"]  # the runs' GPUs first, then the others
     dashed = [line for line in axes.get_lines() if line.get_linestyle() == "--"]
-    assert sorted(np.divide(*line.get_ydata()[::-1]) / np.divide(*line.get_xdata()[::-1]) for line in dashed) == \
-        pytest.approx([1.0, 1.0])  # parallel to the diagonal...
+    assert sorted(
+        np.divide(*line.get_ydata()[::-1]) / np.divide(*line.get_xdata()[::-1]) for line in dashed
+    ) == pytest.approx([1.0, 1.0])  # parallel to the diagonal...
     assert sorted(line.get_ydata()[0] / line.get_xdata()[0] for line in dashed) == pytest.approx(
-        [math.exp(-0.3), math.exp(0.3)])  # ...at the published figures' interval
+        [math.exp(-0.3), math.exp(0.3)]
+    )  # ...at the published figures' interval
     assert axes.get_xscale() == axes.get_yscale() == "log"
 
 
@@ -293,11 +340,13 @@ def test_the_report_has_the_section_only_with_points(comparison, tmp_path):
     empty = page_text(write_report([result], tmp_path / "empty.html", estimated=EstimatedAgainstMeasured((), (), 0.8)))
     assert "Estimated against measured" not in without and "Estimated against measured" not in empty
     page = page_text(write_report([result], tmp_path / "report.html", estimated=comparison, png_dir=tmp_path / "png"))
-    assert '<h2>Estimated against measured</h2>' in page and '<a href="#estimated">' in page
+    assert "<h2>Estimated against measured</h2>" in page and '<a href="#estimated">' in page
     assert comparison.lines[0].replace("'", "&#39;") in page
     first = comparison.runs[0]
-    assert (f"{first.label}: estimated {first.estimated:,.0f} [{first.interval[0]:,.0f}–{first.interval[1]:,.0f}], "
-            f"measured {first.measured:,.0f}") in page  # the alt text: every run's numbers
+    assert (
+        f"{first.label}: estimated {first.estimated:,.0f} [{first.interval[0]:,.0f}–{first.interval[1]:,.0f}], "
+        f"measured {first.measured:,.0f}"
+    ) in page  # the alt text: every run's numbers
     assert "split-conformal interval at 80%" in page and "times or divided by 1.35" in page
     assert (tmp_path / "png" / "estimated-against-measured.png").read_bytes().startswith(b"\x89PNG")
 
@@ -329,5 +378,6 @@ def test_the_real_fit_is_made_once_without_the_runs_of_the_database(monkeypatch)
     assert interval.scheme == "leave one model out"  # no published figure is of cifar10-mlp
     assert (found[0].estimated, found[0].interval) == (found[1].estimated, found[1].interval)
     assert found[0].interval == pytest.approx(
-        (found[0].estimated / interval.high_ratio, found[0].estimated / interval.low_ratio), rel=1e-12)
+        (found[0].estimated / interval.high_ratio, found[0].estimated / interval.low_ratio), rel=1e-12
+    )
     estimated._fit.cache_clear()

@@ -18,8 +18,9 @@ PLUGIN_DISTRIBUTION = "devicebench-example-plugin"
 
 
 def command(*arguments: str, env: dict[str, str], cwd: Path | None = None, timeout: int = 300):
-    return subprocess.run([sys.executable, *arguments], env=env, cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, *arguments], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.mark.slow
@@ -27,20 +28,44 @@ def test_the_installed_plugin_is_listed_with_its_origin_and_joins_the_quick_suit
     listed = command("-m", "devicebench", "list", "lenet5-mnist", "--json", env=plugin_environment)
     assert listed.returncode == 0, listed.stderr
     [entry] = json.loads(listed.stdout)
-    assert (entry["name"], entry["origin"], entry["seed"], entry["published"]) == \
-        ("lenet5-mnist", PLUGIN_DISTRIBUTION, None, None)
+    assert (entry["name"], entry["origin"], entry["seed"], entry["published"]) == (
+        "lenet5-mnist",
+        PLUGIN_DISTRIBUTION,
+        None,
+        None,
+    )
     assert entry["parameter_count"] == 61_706
-    suite = command("-c", "from devicebench import RunConfig; print(*[w.name for w in RunConfig().selected_workloads()])",
-                    env=plugin_environment)
+    suite = command(
+        "-c",
+        "from devicebench import RunConfig; print(*[w.name for w in RunConfig().selected_workloads()])",
+        env=plugin_environment,
+    )
     assert suite.stdout.split()[-1] == "lenet5-mnist" and "mnist-cnn2" in suite.stdout.split()
 
 
 @pytest.mark.slow
 def test_the_installed_plugin_trains_like_a_seed_workload(plugin_environment, tmp_path):
     out = tmp_path / "run.json"
-    run = command("-m", "devicebench", "run", "lenet5-mnist", "--devices", "cpu", "--data", "synthetic",
-                  "--epochs", "2", "--max-steps", "5", "--max-eval-steps", "2", "--quiet", "--json", str(out),
-                  env=plugin_environment)
+    run = command(
+        "-m",
+        "devicebench",
+        "run",
+        "lenet5-mnist",
+        "--devices",
+        "cpu",
+        "--data",
+        "synthetic",
+        "--epochs",
+        "2",
+        "--max-steps",
+        "5",
+        "--max-eval-steps",
+        "2",
+        "--quiet",
+        "--json",
+        str(out),
+        env=plugin_environment,
+    )
     assert run.returncode == 0, run.stderr
     [record] = json.loads(out.read_text())["runs"]
     assert (record["workload"], record["status"], record["seed_experiment"]) == ("lenet5-mnist", "ok", "")
@@ -76,8 +101,14 @@ def test_a_broken_plugin_is_reported_and_the_rest_still_works(tmp_path):
 @pytest.mark.slow
 def test_the_own_model_script_trains_both_steps_and_stores_them(tmp_path):
     database = tmp_path / "results.sqlite"
-    script = command(str(EXAMPLES / "own_model.py"), "--devices", "cpu", "--epochs", "2",
-                     env={**os.environ, "DEVICEBENCH_DB": str(database)})
+    script = command(
+        str(EXAMPLES / "own_model.py"),
+        "--devices",
+        "cpu",
+        "--epochs",
+        "2",
+        env={**os.environ, "DEVICEBENCH_DB": str(database)},
+    )
     assert script.returncode == 0, script.stderr
     assert "MyNet: batch 64, 2 epochs of 128 steps, real data" in script.stdout
     assert "MyNet-clipped: batch 64, 2 epochs of 128 steps" in script.stdout

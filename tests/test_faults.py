@@ -44,8 +44,9 @@ def no_pause_between_attempts(monkeypatch):
 
 
 def remote_at(*urls: str, content: bytes = BODY) -> RemoteFile:
-    return RemoteFile(NAME, urls=urls, checksum=f"sha256:{hashlib.sha256(content).hexdigest()}",
-                      size_bytes=len(content))
+    return RemoteFile(
+        NAME, urls=urls, checksum=f"sha256:{hashlib.sha256(content).hexdigest()}", size_bytes=len(content)
+    )
 
 
 def files_in(folder: Path) -> list[str]:
@@ -135,8 +136,11 @@ def test_a_download_cut_off_every_time_gives_up_and_says_where_to_put_the_file(c
         fetch(remote_at(cutting_server.url), cache, progress=False)
     message = str(caught.value)
     attempts = download.DOWNLOAD_ATTEMPTS
-    assert re.search(rf"{re.escape(cutting_server.url)}: truncated: received \d+ of {len(BODY)} bytes "
-                     rf"\(gave up after {attempts} attempts\)", message)
+    assert re.search(
+        rf"{re.escape(cutting_server.url)}: truncated: received \d+ of {len(BODY)} bytes "
+        rf"\(gave up after {attempts} attempts\)",
+        message,
+    )
     assert f"put it in folder {cache} as file {NAME}" in message
     assert len(cutting_server.ranges_asked) == attempts  # bounded
     offsets = [int(asked.removeprefix("bytes=").removesuffix("-")) for asked in cutting_server.ranges_asked[1:]]
@@ -170,8 +174,10 @@ def test_a_checksum_mismatch_deletes_the_download_and_says_so(loopback_server, t
         fetch(remote_at(url), cache, progress=False)
     message = str(caught.value)
     assert message.startswith(f"could not download {NAME} ")
-    assert (f"checksum mismatch: expected sha256:{hashlib.sha256(BODY).hexdigest()}, got "
-            f"sha256:{hashlib.sha256(wrong).hexdigest()}; the downloaded file was deleted") in message
+    assert (
+        f"checksum mismatch: expected sha256:{hashlib.sha256(BODY).hexdigest()}, got "
+        f"sha256:{hashlib.sha256(wrong).hexdigest()}; the downloaded file was deleted"
+    ) in message
     assert files_in(cache) == []
 
 
@@ -179,9 +185,11 @@ def test_a_corrupt_cached_file_is_deleted_even_when_no_mirror_can_replace_it(dea
     cache = tmp_path / "cache"
     cache.mkdir()
     (cache / NAME).write_bytes(BODY[:-1] + b"!")  # one byte wrong
-    with pytest.warns(UserWarning, match=rf"{re.escape(str(cache / NAME))} is corrupt .*; deleted it"):
-        with pytest.raises(DataUnavailable, match="connection refused"):
-            fetch(remote_at(dead_base_url + NAME), cache, progress=False)
+    with (
+        pytest.warns(UserWarning, match=rf"{re.escape(str(cache / NAME))} is corrupt .*; deleted it"),
+        pytest.raises(DataUnavailable, match="connection refused"),
+    ):
+        fetch(remote_at(dead_base_url + NAME), cache, progress=False)
     assert files_in(cache) == []  # it can never be taken for the real file later
 
 
@@ -221,8 +229,10 @@ def test_a_disk_that_fills_up_mid_download_stops_it_and_says_the_disk_is_full(lo
     with pytest.raises(DataUnavailable) as caught:
         fetch(remote_at(first, second), cache, progress=False)
     message = str(caught.value)
-    assert (f"the disk holding the data folder {cache} is full (No space left on device); free some space there, "
-            "or choose another folder with --data-dir or $DEVICEBENCH_DATA") in message
+    assert (
+        f"the disk holding the data folder {cache} is full (No space left on device); free some space there, "
+        "or choose another folder with --data-dir or $DEVICEBENCH_DATA"
+    ) in message
     assert loopback_server.requested == [NAME]  # the second mirror would fill the same disk: not tried
     assert files_in(cache) == []  # the partial file was deleted, and nothing is at the final path
 
@@ -270,8 +280,10 @@ def test_a_read_only_cache_folder_is_named_with_what_to_do(loopback_server, read
     url = loopback_server.publish(served)
     with pytest.raises(DataUnavailable) as caught:
         fetch(remote_at(url), read_only_cache, progress=False)
-    assert (f"{url}: not downloaded: the data folder {read_only_cache} cannot be written (Permission denied); "
-            "choose another with --data-dir or $DEVICEBENCH_DATA") in str(caught.value)
+    assert (
+        f"{url}: not downloaded: the data folder {read_only_cache} cannot be written (Permission denied); "
+        "choose another with --data-dir or $DEVICEBENCH_DATA"
+    ) in str(caught.value)
     assert loopback_server.requested == []  # nothing downloaded that could not be kept
     assert files_in(read_only_cache) == []
 
@@ -285,8 +297,10 @@ def test_a_corrupt_file_in_a_read_only_cache_is_refused_clearly(dead_base_url, r
         fetch(remote_at(dead_base_url + NAME), read_only_cache, progress=False)
     message = str(caught.value)
     assert f"{corrupt} is corrupt (expected sha256:{hashlib.sha256(BODY).hexdigest()}, found sha256:" in message
-    assert (f"and cannot be deleted: the data folder {read_only_cache} cannot be written (Permission denied); "
-            "choose another with --data-dir") in message
+    assert (
+        f"and cannot be deleted: the data folder {read_only_cache} cannot be written (Permission denied); "
+        "choose another with --data-dir"
+    ) in message
 
 
 # --- the results database: full, read-only, locked ----------------------------------------------------------------
@@ -341,7 +355,8 @@ def test_a_full_disk_keeps_the_database_intact_and_says_so(stored, make_result, 
     assert str(caught.value) == (
         f"could not store session {result.result_id} in {path}: the disk holding it is full (database or disk is "
         "full); the file is unchanged, with everything stored in it before. To go on, free some space on that disk, "
-        "or pass another --db (or set DEVICEBENCH_DB) to keep results elsewhere")
+        "or pass another --db (or set DEVICEBENCH_DB) to keep results elsewhere"
+    )
     monkeypatch.undo()
     assert_intact(path, before)
 
@@ -377,8 +392,9 @@ class CommitFailsOnce(sqlite3.Connection):
 def test_a_failed_commit_is_rolled_back_and_the_next_write_works(stored, make_result, make_run, monkeypatch):
     path, before = stored
     real_connect = sqlite3.connect
-    monkeypatch.setattr(sqlite3, "connect", lambda *arguments, **options: real_connect(
-        *arguments, factory=CommitFailsOnce, **options))
+    monkeypatch.setattr(
+        sqlite3, "connect", lambda *arguments, **options: real_connect(*arguments, factory=CommitFailsOnce, **options)
+    )
     monkeypatch.setattr(CommitFailsOnce, "failed", False)
     lost, kept = make_result("server", [make_run()]), make_result("desktop", [make_run()])
     with Store(path) as store:
@@ -415,9 +431,9 @@ def test_a_read_only_database_folder_is_named_with_what_to_do(
     stored, read_only_database_folder, make_result, make_run, monkeypatch, filename
 ):
     path = read_only_database_folder / filename
-    with pytest.raises(StoreError) as caught:
-        with Store(path) as store:  # a user may find out on opening it or on the first write: either says why
-            store.add_session(make_result("server", [make_run()]))
+    # a user may find out on opening it or on the first write: either says why
+    with pytest.raises(StoreError) as caught, Store(path) as store:
+        store.add_session(make_result("server", [make_run()]))
     message = str(caught.value)
     assert str(path) in message
     assert f"it or its folder {read_only_database_folder} cannot be written" in message
@@ -430,9 +446,11 @@ def test_a_read_only_database_folder_is_named_with_what_to_do(
 def test_a_folder_given_as_the_database_is_named_as_a_folder(tmp_path):
     with pytest.raises(StoreError) as caught:
         Store(tmp_path)
-    assert str(caught.value) == (f"cannot open the results database {tmp_path}: it is a folder, not a database file "
-                                 "(unable to open database file). To go on, pass another --db (or set DEVICEBENCH_DB) "
-                                 "to keep results elsewhere")
+    assert str(caught.value) == (
+        f"cannot open the results database {tmp_path}: it is a folder, not a database file "
+        "(unable to open database file). To go on, pass another --db (or set DEVICEBENCH_DB) "
+        "to keep results elsewhere"
+    )
 
 
 @pytest.fixture
@@ -459,7 +477,8 @@ def test_a_database_locked_past_the_busy_timeout_fails_clearly_then_works_once_r
             "it for more than 0.2 s (database is locked); the file is unchanged, with everything stored in it "
             "before. To go on, close the program that has it open (another devicebench writing to it, or a database "
             "browser) or wait for it to finish, then try again; or pass another --db (or set DEVICEBENCH_DB) to keep "
-            "results elsewhere")
+            "results elsewhere"
+        )
         locked.execute("ROLLBACK")  # the other process is done
         store.import_result(result)
     assert_intact(path, before + [result.to_dict()])
@@ -486,12 +505,15 @@ def test_a_run_whose_database_is_locked_while_it_trains_trains_on_and_says_it_co
         return finished
 
     monkeypatch.setattr("devicebench.runner.run", run)
-    outcome = CliRunner().invoke(app, ["run", "cifar100-mlp", "--devices", "cpu", "--data", "synthetic",
-                                       "--db", str(path)])
+    outcome = CliRunner().invoke(
+        app, ["run", "cifar100-mlp", "--devices", "cpu", "--data", "synthetic", "--db", str(path)]
+    )
     assert outcome.exit_code == EXIT_FAILED_RUN, outcome.output
     output = unwrapped(outcome.output)
-    assert f"could not store the runs in {path} (could not store session {finished.result_id} in {path}: it is " \
-           "locked by another process" in output
+    assert (
+        f"could not store the runs in {path} (could not store session {finished.result_id} in {path}: it is "
+        "locked by another process" in output
+    )
     assert "then try again" in output and "the tables above hold every number" in output
     assert "cifar100-mlp" in outcome.stdout  # every event after the failure still reached the screen
     locked.execute("ROLLBACK")
@@ -502,6 +524,7 @@ def test_a_run_whose_database_is_locked_while_it_trains_trains_on_and_says_it_co
 def replaying(result, *, after_epoch=lambda epoch: None, at_the_end=lambda: None):
     """A stand-in for runner.run that reports `result`'s events without training, calling `after_epoch(epoch)` as
     each epoch is stored and `at_the_end()` once every run has finished."""
+
     def run(plan, reporter, *, save_to=None, spent_before_s=0.0):
         reporter.session_started(result)
         for record in result.runs:
@@ -531,27 +554,35 @@ def replace_file(path: Path) -> None:
 
 @pytest.mark.parametrize("when", ["after_first_epoch", "after_the_run"])
 @pytest.mark.parametrize("change", [remove_folder, replace_file], ids=["folder_deleted", "file_replaced"])
-def test_a_database_deleted_or_replaced_mid_run_is_not_called_stored(stored, make_result, make_run, monkeypatch,
-                                                                     tmp_path, when, change):
+def test_a_database_deleted_or_replaced_mid_run_is_not_called_stored(
+    stored, make_result, make_run, monkeypatch, tmp_path, when, change
+):
     """SQLite writes on into the file it opened, whatever became of its path: every commit "succeeds". The run
     must not end with "Runs stored in" a file without them, and exit 0; the --json file is what was kept."""
     path, _ = stored
     out = tmp_path / "out.json"
+
     def after_epoch(epoch):
         if when == "after_first_epoch" and epoch.epoch == 1:
             change(path)
 
-    run = replaying(make_result("laptop", [make_run(workload="cifar100-mlp")]), after_epoch=after_epoch,
-                    at_the_end=lambda: change(path) if when == "after_the_run" else None)
+    run = replaying(
+        make_result("laptop", [make_run(workload="cifar100-mlp")]),
+        after_epoch=after_epoch,
+        at_the_end=lambda: change(path) if when == "after_the_run" else None,
+    )
     monkeypatch.setattr("devicebench.runner.run", run)
-    outcome = CliRunner().invoke(app, ["run", "cifar100-mlp", "--devices", "cpu", "--data", "synthetic",
-                                       "--db", str(path), "--json", str(out)])
+    outcome = CliRunner().invoke(
+        app, ["run", "cifar100-mlp", "--devices", "cpu", "--data", "synthetic", "--db", str(path), "--json", str(out)]
+    )
     assert outcome.exit_code == EXIT_FAILED_RUN, outcome.output
     output = unwrapped(outcome.output)
     assert "Runs stored in" not in output
     happened = "was deleted (or its folder was)" if change is remove_folder else "was replaced by another file"
-    assert f"could not store the runs in {path} (could not " in output and f"in {path}: the file {happened} while " \
-           "devicebench was writing to it" in output, output
+    assert (
+        f"could not store the runs in {path} (could not " in output
+        and f"in {path}: the file {happened} while devicebench was writing to it" in output
+    ), output
     assert "the tables above hold every number" in output and f"Results written to {out}" in output
     assert [run["workload"] for run in json.loads(out.read_text())["runs"]] == ["cifar100-mlp"]
 
@@ -559,8 +590,9 @@ def test_a_database_deleted_or_replaced_mid_run_is_not_called_stored(stored, mak
 def test_a_database_that_stays_put_is_still_stored_in(stored, make_result, make_run, monkeypatch):
     path, before = stored
     monkeypatch.setattr("devicebench.runner.run", replaying(make_result("laptop", [make_run(workload="cifar100-mlp")])))
-    outcome = CliRunner().invoke(app, ["run", "cifar100-mlp", "--devices", "cpu", "--data", "synthetic",
-                                       "--db", str(path)])
+    outcome = CliRunner().invoke(
+        app, ["run", "cifar100-mlp", "--devices", "cpu", "--data", "synthetic", "--db", str(path)]
+    )
     assert outcome.exit_code == 0, outcome.output
     assert f"Runs stored in {path}" in unwrapped(outcome.output)
     with Store(path) as store:

@@ -29,13 +29,13 @@ def database(tmp_path, make_result, make_run) -> tuple[Path, list[str], list[str
     """Two sessions: the first with runs a and b, the second with run c. Returns the path, the run ids and the
     session ids."""
     path = tmp_path / "results.sqlite"
-    first = make_result("laptop", [make_run(started_utc="2026-03-01T10:00:00Z"),
-                                   make_run(started_utc="2026-03-01T10:01:00Z")])
+    first = make_result(
+        "laptop", [make_run(started_utc="2026-03-01T10:00:00Z"), make_run(started_utc="2026-03-01T10:01:00Z")]
+    )
     second = make_result("server", [make_run(started_utc="2026-03-02T10:00:00Z")])
     with Store(path) as store:
         store.import_results([first, second])
-    return path, [run.run_id for result in (first, second) for run in result.runs], [first.result_id,
-                                                                                      second.result_id]
+    return path, [run.run_id for result in (first, second) for run in result.runs], [first.result_id, second.result_id]
 
 
 def stored(path: Path) -> tuple[list[str], list[str], int]:

@@ -59,8 +59,9 @@ def small_table(seed: int = 0, classes: int = 3) -> TableDataset:
 
 
 def new_record(seed: int = 0) -> RunRecord:
-    settings = RunSettings(batch_size=0, epochs=3, max_steps=None, max_eval_steps=None, seed=seed, threads=1,
-                           data_source="synthetic")
+    settings = RunSettings(
+        batch_size=0, epochs=3, max_steps=None, max_eval_steps=None, seed=seed, threads=1, data_source="synthetic"
+    )
     return RunRecord("gbdt-synthetic", "S5", "cpu", "test cpu", 0, settings, "2026-01-01T00:00:00Z")
 
 
@@ -104,8 +105,13 @@ def test_synthetic_labels_follow_a_rule_a_simple_classifier_finds() -> None:
 
 @pytest.mark.parametrize(
     "arguments",
-    [dict(rows=5, features=3), dict(rows=100, features=0), dict(rows=100, features=3, classes=1),
-     dict(rows=100, features=3, test_fraction=0.0), dict(rows=100, features=3, test_fraction=1.0)],
+    [
+        dict(rows=5, features=3),
+        dict(rows=100, features=0),
+        dict(rows=100, features=3, classes=1),
+        dict(rows=100, features=3, test_fraction=0.0),
+        dict(rows=100, features=3, test_fraction=1.0),
+    ],
 )
 def test_synthetic_table_refuses_impossible_sizes(arguments: dict) -> None:
     with pytest.raises(ValueError, match="synthetic table"):
@@ -114,8 +120,15 @@ def test_synthetic_table_refuses_impossible_sizes(arguments: dict) -> None:
 
 def test_table_dataset_refuses_inconsistent_arrays() -> None:
     features, labels = np.zeros((4, 2), np.float32), np.array([0, 1, 0, 1])
-    good = dict(name="t", source="real", train_features=features, train_labels=labels, test_features=features,
-                test_labels=labels, num_classes=2)
+    good = dict(
+        name="t",
+        source="real",
+        train_features=features,
+        train_labels=labels,
+        test_features=features,
+        test_labels=labels,
+        num_classes=2,
+    )
     TableDataset(**good)
     with pytest.raises(ValueError, match="float32"):
         TableDataset(**{**good, "train_features": features.astype(np.float64)})
@@ -286,8 +299,9 @@ def test_every_settable_gbdt_parameter_is_listed_here() -> None:
 
 
 @pytest.mark.parametrize("name", SETTABLE)
-def test_each_set_value_reaches_xgboost_and_trains(name: str, monkeypatch: pytest.MonkeyPatch,
-                                                   one_thread: None) -> None:
+def test_each_set_value_reaches_xgboost_and_trains(
+    name: str, monkeypatch: pytest.MonkeyPatch, one_thread: None
+) -> None:
     xgboost = needs_xgboost()
     boosters: list = []
     booster_class = xgboost.Booster
@@ -298,8 +312,11 @@ def test_each_set_value_reaches_xgboost_and_trains(name: str, monkeypatch: pytes
 
     monkeypatch.setattr(xgboost, "Booster", recording_booster)
     value, in_config = SETTABLE[name]
-    config = RunConfig(workloads=("gbdt-synthetic",), devices="cpu",
-                       overrides=(f"{name}={value}",) + (() if name == "rows" else ("rows=600",)))
+    config = RunConfig(
+        workloads=("gbdt-synthetic",),
+        devices="cpu",
+        overrides=(f"{name}={value}",) + (() if name == "rows" else ("rows=600",)),
+    )
     workload = get_workload("gbdt-synthetic")
     settings = config.hyperparameters_for(workload)
     assert settings[name] == value
@@ -310,8 +327,10 @@ def test_each_set_value_reaches_xgboost_and_trains(name: str, monkeypatch: pytes
     assert record.status == "running" and all(math.isfinite(epoch.train_loss) for epoch in record.epochs)
     assert len(record.epochs) == settings["epochs"]
     assert record.epochs[0].steps == settings["rounds_per_epoch"]
-    assert table.num_features == settings["features"] and len(table.train_labels) + len(table.test_labels) == \
-        settings["rows"]
+    assert (
+        table.num_features == settings["features"]
+        and len(table.train_labels) + len(table.test_labels) == settings["rows"]
+    )
     trained = json.loads(boosters[-1].save_config())["learner"]["gradient_booster"]["tree_train_param"]
     if in_config:
         assert float(trained[in_config]) == pytest.approx(value, rel=1e-6)
@@ -335,8 +354,9 @@ def test_a_set_value_xgboost_would_refuse_is_refused_before_anything_runs(settin
         RunConfig(workloads=("gbdt-synthetic",), devices="cpu", overrides=(setting,))
 
 
-def test_an_xgboost_error_is_one_line_without_its_stack_trace(monkeypatch: pytest.MonkeyPatch,
-                                                             one_thread: None) -> None:
+def test_an_xgboost_error_is_one_line_without_its_stack_trace(
+    monkeypatch: pytest.MonkeyPatch, one_thread: None
+) -> None:
     xgboost = needs_xgboost()
 
     def failing(*arguments, **options):
@@ -344,8 +364,9 @@ def test_an_xgboost_error_is_one_line_without_its_stack_trace(monkeypatch: pytes
 
     monkeypatch.setattr(xgboost, "QuantileDMatrix", failing)
     with pytest.raises(RuntimeError) as raised:
-        boosting.train_boosted_trees(new_record(), small_table(), CPU, hyperparameters(), TrainingPlan(epochs=1),
-                                     Stopwatch(CPU))
+        boosting.train_boosted_trees(
+            new_record(), small_table(), CPU, hyperparameters(), TrainingPlan(epochs=1), Stopwatch(CPU)
+        )
     assert str(raised.value) == "XGBoost: [17:50:58] batch_utils.cc:23: Check failed"
 
 
@@ -371,8 +392,9 @@ def test_devices_map_onto_xgboost_devices() -> None:
 def test_the_trainer_refuses_an_unsupported_device_before_anything_runs() -> None:
     record = new_record()
     with pytest.raises(ValueError, match="not on mps"):
-        boosting.train_boosted_trees(record, small_table(), torch.device("mps"), hyperparameters(), TrainingPlan(epochs=1),
-                                 Stopwatch(CPU))
+        boosting.train_boosted_trees(
+            record, small_table(), torch.device("mps"), hyperparameters(), TrainingPlan(epochs=1), Stopwatch(CPU)
+        )
     assert record.epochs == [] and record.model_build_s is None
 
 
@@ -408,7 +430,9 @@ class RecordingReporter(Reporter):
 def test_boosting_a_small_table_learns_and_records_every_epoch(one_thread: None) -> None:
     needs_xgboost()
     table, record, reporter = small_table(classes=3), new_record(), RecordingReporter()
-    boosting.train_boosted_trees(record, table, CPU, hyperparameters(), TrainingPlan(epochs=3), Stopwatch(CPU), reporter)
+    boosting.train_boosted_trees(
+        record, table, CPU, hyperparameters(), TrainingPlan(epochs=3), Stopwatch(CPU), reporter
+    )
 
     assert [epoch.phase for epoch in record.epochs] == ["warmup", "steady", "steady"]
     majority = np.bincount(table.test_labels).max() / len(table.test_labels)
@@ -467,8 +491,9 @@ def fake_clock(monkeypatch: pytest.MonkeyPatch, one_thread: None) -> FakeClock:
 def test_rounds_alone_are_training_time_and_test_prediction_is_evaluation_time(fake_clock: FakeClock) -> None:
     record = new_record()
     plan = TrainingPlan(epochs=3, max_steps=4, target_accuracy=0.5)  # max_steps caps the 5 rounds per epoch at 4
-    boosting.train_boosted_trees(record, small_table(), CPU, hyperparameters(), plan,
-                             Stopwatch(CPU, clock=fake_clock.read))
+    boosting.train_boosted_trees(
+        record, small_table(), CPU, hyperparameters(), plan, Stopwatch(CPU, clock=fake_clock.read)
+    )
     assert record.model_build_s == fake_clock.BUILD_S
     for epoch in record.epochs:
         assert epoch.steps == 4 and epoch.train_time_s == 4 * fake_clock.ROUND_S and epoch.step_time_ms == 1000.0

@@ -1,6 +1,6 @@
 """The GPU path, end to end: skipped without a CUDA device, run as-is on any machine that has one.
 
-    python -m pytest -m gpu      # or benchmarks/gpu_validation.py, which runs these and the rest of a GPU's checks
+python -m pytest -m gpu      # or benchmarks/gpu_validation.py, which runs these and the rest of a GPU's checks
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ pytestmark = [
 
 
 def test_cpu_and_gpu_train_the_same_model_and_the_speedup_is_computed():
-    config = RunConfig(workloads=("mnist-cnn2",), devices="cpu,cuda", data="synthetic", epochs=3, max_steps=20,
-                       max_eval_steps=2)
+    config = RunConfig(
+        workloads=("mnist-cnn2",), devices="cpu,cuda", data="synthetic", epochs=3, max_steps=20, max_eval_steps=2
+    )
     result = runner.run(planning.plan(config))
     cpu, gpu = result.runs
     assert (cpu.device, gpu.device) == ("cpu", "cuda:0")
@@ -48,8 +49,16 @@ def test_synchronize_waits_for_queued_gpu_work():
 @pytest.mark.parametrize("workload", ["mnist-cnn2", "imdb-bilstm"])  # a conv net; the LSTMs of the text workloads
 def test_tuned_mode_on_the_gpu_holds_the_data_there_and_records_every_choice(workload):
     switches = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark)
-    config = RunConfig(workloads=(workload,), devices="cuda", data="synthetic", epochs=2, max_steps=20,
-                       max_eval_steps=2, mode="tuned", compile="off")
+    config = RunConfig(
+        workloads=(workload,),
+        devices="cuda",
+        data="synthetic",
+        epochs=2,
+        max_steps=20,
+        max_eval_steps=2,
+        mode="tuned",
+        compile="off",
+    )
     (run,) = runner.run(planning.plan(config)).runs
     assert run.status == "ok", run.error
     settings = run.settings
@@ -61,13 +70,23 @@ def test_tuned_mode_on_the_gpu_holds_the_data_there_and_records_every_choice(wor
     if workload == "imdb-bilstm" and settings.precision == "bf16":  # the LSTMs stay fp32, and the record says so
         assert "bf16 autocast left out the recurrent layers (2 LSTM)" in run.tuning_note
     assert [epoch.samples for epoch in run.epochs] == [20 * settings.batch_size] * 2
-    assert switches == (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
-                        torch.backends.cudnn.benchmark)  # put back as they were after the run
+    assert switches == (
+        torch.backends.cuda.matmul.allow_tf32,
+        torch.backends.cudnn.allow_tf32,
+        torch.backends.cudnn.benchmark,
+    )  # put back as they were after the run
 
 
 def test_auto_batch_size_on_the_gpu_grows_past_the_seed_s():
-    config = RunConfig(workloads=("cifar10-mlp",), devices="cuda", data="synthetic", epochs=2, max_steps=20,
-                       max_eval_steps=1, batch_size_auto=True)
+    config = RunConfig(
+        workloads=("cifar10-mlp",),
+        devices="cuda",
+        data="synthetic",
+        epochs=2,
+        max_steps=20,
+        max_eval_steps=1,
+        batch_size_auto=True,
+    )
     (run,) = runner.run(planning.plan(config)).runs
     assert run.status == "ok", run.error
     assert run.settings.batch_size_auto and run.settings.batch_size > 32  # a GPU is starved at 32
@@ -86,8 +105,9 @@ def test_seed_mode_trains_a_conv_net_in_strict_fp32_with_both_tf32_switches_off(
         return real_train(*arguments, **keywords)
 
     monkeypatch.setattr(runner, "train", train_and_look)
-    config = RunConfig(workloads=("cifar10-cnn",), devices="cuda", data="synthetic", epochs=2, max_steps=20,
-                       max_eval_steps=1)
+    config = RunConfig(
+        workloads=("cifar10-cnn",), devices="cuda", data="synthetic", epochs=2, max_steps=20, max_eval_steps=1
+    )
     (run,) = runner.run(planning.plan(config)).runs
     assert run.status == "ok", run.error
     assert seen == [(False, False)] and not (run.settings.tf32_matmul or run.settings.tf32_cudnn)
@@ -142,8 +162,17 @@ def test_each_calibrated_figure_is_a_second_of_sustained_work_below_the_datashee
 def test_torch_compile_on_the_gpu_compiles_a_conv_net_under_bf16_and_records_what_dynamo_did():
     """tests/test_compile.py compiles cifar10-mlp in fp32; this is the other path tuned mode keeps on an H100: a
     convolutional net, channels_last, under bf16 autocast, compiled by inductor."""
-    config = RunConfig(workloads=("mnist-cnn2",), devices="cuda", data="synthetic", epochs=2, max_steps=20,
-                       max_eval_steps=2, mode="tuned", precision="bf16", compile="on")
+    config = RunConfig(
+        workloads=("mnist-cnn2",),
+        devices="cuda",
+        data="synthetic",
+        epochs=2,
+        max_steps=20,
+        max_eval_steps=2,
+        mode="tuned",
+        precision="bf16",
+        compile="on",
+    )
     (run,) = runner.run(planning.plan(config)).runs
     assert run.status == "ok", run.error
     settings = run.settings
@@ -157,8 +186,14 @@ def test_a_run_on_the_gpu_records_nvml_s_utilisation_power_and_energy_for_each_l
     from devicebench.engine.monitor import POWER_AVERAGING_S
 
     # 64 convolutions, about 14 GFLOP a training image in strict fp32: an epoch of 250 batches lasts seconds
-    config = RunConfig(workloads=("catdog-deep",), devices="cuda", data="synthetic", epochs=2, max_eval_steps=1,
-                       overrides=("augment=false", "depth=64"))
+    config = RunConfig(
+        workloads=("catdog-deep",),
+        devices="cuda",
+        data="synthetic",
+        epochs=2,
+        max_eval_steps=1,
+        overrides=("augment=false", "depth=64"),
+    )
     (run,) = runner.run(planning.plan(config)).runs
     assert run.status == "ok", run.error
     long_enough = [epoch for epoch in run.epochs if epoch.train_time_s >= POWER_AVERAGING_S]
@@ -185,8 +220,13 @@ def test_xgboost_boosts_on_the_gpu_when_the_run_asks_for_cuda(monkeypatch):
         return real_update(booster, *arguments, **keywords)
 
     monkeypatch.setattr(xgboost.Booster, "update", update_and_look)
-    config = RunConfig(workloads=("gbdt-synthetic",), devices="cuda", data="synthetic", epochs=2,
-                       overrides=("rows=200000", "rounds_per_epoch=5"))
+    config = RunConfig(
+        workloads=("gbdt-synthetic",),
+        devices="cuda",
+        data="synthetic",
+        epochs=2,
+        overrides=("rows=200000", "rounds_per_epoch=5"),
+    )
     (run,) = runner.run(planning.plan(config)).runs
     assert run.status == "ok", run.error
     assert run.device == "cuda:0" and run.device_name == torch.cuda.get_device_name(0)
@@ -199,14 +239,16 @@ def test_xgboost_boosts_on_the_gpu_when_the_run_asks_for_cuda(monkeypatch):
 def test_two_gpus_over_nccl_learn_exactly_what_one_gpu_learns():
     """As tests/test_distributed.py shows for 2 CPU processes over gloo: cifar10-mlp has no dropout, so only where
     each half batch's gradient is computed differs."""
-    config = RunConfig(workloads=("cifar10-mlp",), devices="cuda", data="synthetic", epochs=2, max_steps=6,
-                       max_eval_steps=1)
+    config = RunConfig(
+        workloads=("cifar10-mlp",), devices="cuda", data="synthetic", epochs=2, max_steps=6, max_eval_steps=1
+    )
     one = runner.run(planning.plan(config)).runs[0]
     two = run_distributed(planning.plan(dataclasses.replace(config, nproc=2)), Launch(nproc=2)).runs[0]
     assert one.status == two.status == "ok", two.error
     assert two.settings.world_size == 2 and two.settings.batch_size == 32 and two.peak_device_memory_mib > 0
     assert [epoch.samples for epoch in two.epochs] == [epoch.samples for epoch in one.epochs] == [192, 192]
     # strict fp32 on both (seed mode: TF32 off); half batches may pick other cuBLAS kernels, hence not 1e-5
-    assert [epoch.train_loss for epoch in two.epochs] == pytest.approx([epoch.train_loss for epoch in one.epochs],
-                                                                       rel=1e-4)
+    assert [epoch.train_loss for epoch in two.epochs] == pytest.approx(
+        [epoch.train_loss for epoch in one.epochs], rel=1e-4
+    )
     assert all(epoch.fastest_rank_train_time_s <= epoch.train_time_s for epoch in two.epochs)

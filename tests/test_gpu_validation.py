@@ -51,12 +51,21 @@ SMOKE_RUNS = {"seed-small": ["mnist-cnn2"], "tuned-small": ["cifar10-mlp"]}
 def smoke(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """One `--cpu-smoke` run for the whole module (about 35 s on 2 cores): its exit status, output and files."""
     out = tmp_path_factory.mktemp("smoke")
-    completed = subprocess.run([sys.executable, str(BENCHMARKS / "gpu_validation.py"), "--cpu-smoke", "--out",
-                                str(out)], capture_output=True, text=True, timeout=300)
+    completed = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "gpu_validation.py"), "--cpu-smoke", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     json_files, markdown_files = sorted(out.glob("gpu-validation-*.json")), sorted(out.glob("gpu-validation-*.md"))
     document = json.loads(json_files[0].read_text()) if json_files else None
-    return {"completed": completed, "json_files": json_files, "markdown_files": markdown_files, "document": document,
-            "parts": {part["name"]: part for part in (document or {}).get("parts", [])}}
+    return {
+        "completed": completed,
+        "json_files": json_files,
+        "markdown_files": markdown_files,
+        "document": document,
+        "parts": {part["name"]: part for part in (document or {}).get("parts", [])},
+    }
 
 
 @pytest.mark.slow
@@ -100,7 +109,8 @@ def test_the_fingerprint_the_calibration_and_the_gpu_tests_are_recorded(smoke):
     assert document["machine"] == parts["devices"]["result"] and document["machine"]["cpu"]["logical_cores"] >= 1
     # devicebench's own: a plugin another test installs may show in the subprocess and not in this process
     assert sorted(entry["name"] for entry in parts["list"]["result"] if entry["origin"] == "devicebench") == sorted(
-        entry.name for entry in list_workloads() if entry.origin == "devicebench")
+        entry.name for entry in list_workloads() if entry.origin == "devicebench"
+    )
     cpu = parts["calibrate"]["result"]["devices"]["cpu"]
     assert cpu["matmul"]["fp32"]["rate"] > 0 and parts["calibrate"]["command"][-3:] == ["cpu", "--quick", "--json"]
     counts = parts["pytest-gpu"]["result"]
@@ -161,9 +171,11 @@ def part(name: str, code: str, budget_s: float, **fields) -> Part:
     return Part(name, "script", python(code), budget_s, **fields)
 
 
-CHILD = ("import signal, sys, time; "
-         "signal.signal(signal.SIGTERM, lambda *_: (open(sys.argv[1], 'w').write('stopped'), sys.exit(3))); "
-         "time.sleep(60)")
+CHILD = (
+    "import signal, sys, time; "
+    "signal.signal(signal.SIGTERM, lambda *_: (open(sys.argv[1], 'w').write('stopped'), sys.exit(3))); "
+    "time.sleep(60)"
+)
 WAITS_FOR_ITS_CHILD = f"""\
 import signal, subprocess, sys, time
 child = subprocess.Popen([sys.executable, "-c", {CHILD!r}, sys.argv[1]])
@@ -249,8 +261,10 @@ def test_a_failing_part_fails_the_validation_with_its_last_words(tmp_path):
 
 
 def test_parts_are_skipped_without_the_gpus_or_the_workloads_they_need_or_when_not_selected(tmp_path):
-    one_gpu = Machine(fingerprint={"accelerators": [{"kind": "cuda", "name": "H100"}]},
-                      workloads=[{"name": "gbdt-synthetic", "unavailable": "needs xgboost"}])
+    one_gpu = Machine(
+        fingerprint={"accelerators": [{"kind": "cuda", "name": "H100"}]},
+        workloads=[{"name": "gbdt-synthetic", "unavailable": "needs xgboost"}],
+    )
     parts = {part.name: part for part in PARTS}
     assert why_not(parts["nproc"], one_gpu, None) == "1 CUDA GPU here: it needs 2 (--nproc over every GPU)"
     assert why_not(parts["compile"], Machine(), None) == "0 CUDA GPUs here: it needs 1"
@@ -268,11 +282,24 @@ def test_parts_are_skipped_without_the_gpus_or_the_workloads_they_need_or_when_n
 
 def a_run(**changes) -> dict:
     settings = {"mode": "seed", "precision": "fp32", "compiled": False, "world_size": 1}
-    run = {"workload": "mnist-cnn2", "device": "cuda:0", "status": "ok", "error": None, "tuning_note": None,
-           "flops_per_sample": 2e9, "peak_tflops": 40.0, "compile_recompiles": None, "compile_graph_breaks": None,
-           "settings": settings, "summary": {"steady_samples_per_s": 5000.0, "steady_epoch_time_s": 0.5},
-           "epochs": [{"phase": "warmup", "samples_per_s": 100.0}, {"phase": "steady", "samples_per_s": 4000.0},
-                      {"phase": "steady", "samples_per_s": 6000.0}]}
+    run = {
+        "workload": "mnist-cnn2",
+        "device": "cuda:0",
+        "status": "ok",
+        "error": None,
+        "tuning_note": None,
+        "flops_per_sample": 2e9,
+        "peak_tflops": 40.0,
+        "compile_recompiles": None,
+        "compile_graph_breaks": None,
+        "settings": settings,
+        "summary": {"steady_samples_per_s": 5000.0, "steady_epoch_time_s": 0.5},
+        "epochs": [
+            {"phase": "warmup", "samples_per_s": 100.0},
+            {"phase": "steady", "samples_per_s": 4000.0},
+            {"phase": "steady", "samples_per_s": 6000.0},
+        ],
+    }
     return {**run, **changes}
 
 
@@ -280,20 +307,26 @@ def test_a_run_that_did_not_end_ok_or_a_compile_that_ran_eagerly_fails_its_part(
     assert judge("run", 0, {"runs": [a_run()]}) == []
     diverged = a_run(status="diverged", error="loss became nan at step 7 (epoch 2)")
     assert judge("run", 0, {"runs": [a_run(), diverged]}) == [
-        "mnist-cnn2 on cuda:0: diverged: loss became nan at step 7 (epoch 2)"]
+        "mnist-cnn2 on cuda:0: diverged: loss became nan at step 7 (epoch 2)"
+    ]
     eager = a_run(tuning_note="torch.compile left 1 function(s) to run eagerly")
     assert judge("compile", 0, {"runs": [eager]}) == [
-        "mnist-cnn2 on cuda:0: not compiled: torch.compile left 1 function(s) to run eagerly"]
+        "mnist-cnn2 on cuda:0: not compiled: torch.compile left 1 function(s) to run eagerly"
+    ]
     assert judge("run", 0, {"runs": []}) == ["no runs in its JSON"]
     idle = a_run(plausibility_flags="device-idle", plausibility_note="cuda:0 was 1.0% busy while training: ...")
     assert judge("run", 0, {"runs": [idle]}) == [
-        "mnist-cnn2 on cuda:0: flagged device-idle: cuda:0 was 1.0% busy while training: ..."]
+        "mnist-cnn2 on cuda:0: flagged device-idle: cuda:0 was 1.0% busy while training: ..."
+    ]
     assert judge("run", 1, None, "Error: no GPU") == ["exit code 1: Error: no GPU", "no result JSON"]
     assert judge("pytest", 0, None) == ["no pytest summary line"]
     assert judge("wall-clock", 1, {"passed": False, "mismatch": 0.031, "tolerance": 0.02}, "written to x.json") == [
-        "exit code 1: written to x.json", "the two clocks disagree by +3.1% (tolerance ±2%)"]
+        "exit code 1: written to x.json",
+        "the two clocks disagree by +3.1% (tolerance ±2%)",
+    ]
     assert judge("run", 0, {"runs": [{"workload": "mnist-cnn2"}]}) == [
-        "its JSON is not shaped as expected (KeyError 'device')"]  # the other parts still run
+        "its JSON is not shaped as expected (KeyError 'device')"
+    ]  # the other parts still run
 
 
 def test_a_command_that_cannot_start_fails_its_part_and_the_next_one_still_runs(tmp_path):
@@ -304,31 +337,53 @@ def test_a_command_that_cannot_start_fails_its_part_and_the_next_one_still_runs(
 
 
 def test_a_run_s_figures_are_its_steady_throughput_its_mfu_and_what_compile_did():
-    compiled = a_run(settings={"mode": "tuned", "precision": "bf16", "compiled": True, "world_size": 2},
-                     compile_recompiles=1, compile_graph_breaks=0)
+    compiled = a_run(
+        settings={"mode": "tuned", "precision": "bf16", "compiled": True, "world_size": 2},
+        compile_recompiles=1,
+        compile_graph_breaks=0,
+    )
     # MFU: 2 GFLOP a sample x 5,000 samples/s (the median steady epoch) = 10 TFLOP/s, of 2 x 40 TFLOP/s
-    assert run_figures({"runs": [compiled]}) == ("mnist-cnn2 cuda:0 x2: 5,000 samples/s, epoch 0.50 s (<1 s), "
-                                                 "MFU 12.5%, bf16, compiled, recompiles 1, graph breaks 0")
+    assert run_figures({"runs": [compiled]}) == (
+        "mnist-cnn2 cuda:0 x2: 5,000 samples/s, epoch 0.50 s (<1 s), "
+        "MFU 12.5%, bf16, compiled, recompiles 1, graph breaks 0"
+    )
     uncalibrated = a_run(peak_tflops=None, summary={"steady_samples_per_s": 812.34, "steady_epoch_time_s": 1.5})
     assert run_figures({"runs": [uncalibrated]}) == "mnist-cnn2 cuda:0: 812 samples/s, epoch 1.50 s"
 
 
 def test_the_other_parts_figures_are_their_ceilings_their_verdict_and_their_ratios():
-    calibration = {"devices": {"cuda:0": {"matmul": {"fp32": {"rate": 51.234}, "tf32": {"rate": 378.9},
-                                                     "bf16": {"rate": 702.4}}, "memory_copy": {"rate": 2950.6}}}}
+    calibration = {
+        "devices": {
+            "cuda:0": {
+                "matmul": {"fp32": {"rate": 51.234}, "tf32": {"rate": 378.9}, "bf16": {"rate": 702.4}},
+                "memory_copy": {"rate": 2950.6},
+            }
+        }
+    }
     assert key_figures("calibrate", calibration) == "cuda:0: fp32 51.2, tf32 379, bf16 702 TFLOP/s, copy 2,951 GB/s"
     clocks = {"wall_difference_s": 10.2, "end_to_end_difference_s": 10.0, "mismatch": 0.02, "tolerance": 0.02}
     assert key_figures("wall-clock", clocks) == "wall 10.20 s vs end-to-end 10.00 s: +2.0% (tolerance ±2%)"
-    sides = {"samples_per_s": {"mnist-cnn2": {"plain": [900.0, 1000.0, 1100.0]}},
-             "ratio_to_plain": {"mnist-cnn2": {"plain": {"median": 1.0}, "seed": {"median": 1.08},
-                                               "tuned": {"median": 3.73}}}}
+    sides = {
+        "samples_per_s": {"mnist-cnn2": {"plain": [900.0, 1000.0, 1100.0]}},
+        "ratio_to_plain": {
+            "mnist-cnn2": {"plain": {"median": 1.0}, "seed": {"median": 1.08}, "tuned": {"median": 3.73}}
+        },
+    }
     assert key_figures("engine-vs-plain", sides) == "mnist-cnn2: plain 1,000 samples/s; seed 1.08x, tuned 3.73x"
     assert key_figures("run", {"runs": [{}]}) == "(figures unreadable: KeyError 'summary')"  # and the rest goes on
 
 
 def test_pytest_s_summary_line_becomes_counts():
-    output = "....s\n== slowest durations ==\n12.3s call tests/test_gpu.py::x\n" \
-             "1 failed, 11 passed, 2 skipped, 977 deselected, 2 warnings, 1 error in 140.52s (0:02:20)\n"
-    assert pytest_counts(output) == {"failed": 1, "passed": 11, "skipped": 2, "deselected": 977, "warning": 2,
-                                     "error": 1}
+    output = (
+        "....s\n== slowest durations ==\n12.3s call tests/test_gpu.py::x\n"
+        "1 failed, 11 passed, 2 skipped, 977 deselected, 2 warnings, 1 error in 140.52s (0:02:20)\n"
+    )
+    assert pytest_counts(output) == {
+        "failed": 1,
+        "passed": 11,
+        "skipped": 2,
+        "deselected": 977,
+        "warning": 2,
+        "error": 1,
+    }
     assert pytest_counts("ImportError while loading conftest\n") is None

@@ -1,6 +1,6 @@
 """`devicebench history`, `export`, `import` and `run --db` as a user meets them, errors included.
 
-    python -m pytest tests/test_history_cli.py -q
+python -m pytest tests/test_history_cli.py -q
 """
 
 from __future__ import annotations
@@ -23,13 +23,29 @@ TINY_RUN = ["--devices", "cpu", "--data", "synthetic", "--epochs", "2", "--max-s
 @pytest.fixture
 def stored(default_results_db, make_result, make_run):
     """The default database holding a laptop session (2 runs) and a server session (1 interrupted GPU run)."""
-    laptop = make_result("laptop", [
-        make_run("mnist-cnn2", run_id="1aptop0mnist", started_utc="2026-03-01T10:00:00Z"),
-        make_run("cifar10-mlp", run_id="1aptop0cifar", started_utc="2026-03-01T10:05:00Z", status="failed",
-                 epoch_times_s=(), error="RuntimeError: boom"),
-    ], created_utc="2026-03-01T10:00:00Z")
-    gpu_run = make_run("mnist-cnn2", "cuda:0", run_id="5erver0gpu", started_utc="2026-03-02T11:00:00Z",
-                       status="interrupted", epoch_times_s=(0.5, 0.25))
+    laptop = make_result(
+        "laptop",
+        [
+            make_run("mnist-cnn2", run_id="1aptop0mnist", started_utc="2026-03-01T10:00:00Z"),
+            make_run(
+                "cifar10-mlp",
+                run_id="1aptop0cifar",
+                started_utc="2026-03-01T10:05:00Z",
+                status="failed",
+                epoch_times_s=(),
+                error="RuntimeError: boom",
+            ),
+        ],
+        created_utc="2026-03-01T10:00:00Z",
+    )
+    gpu_run = make_run(
+        "mnist-cnn2",
+        "cuda:0",
+        run_id="5erver0gpu",
+        started_utc="2026-03-02T11:00:00Z",
+        status="interrupted",
+        epoch_times_s=(0.5, 0.25),
+    )
     gpu_run.settings.epochs = 3  # two of three epochs finished
     server = make_result("server", [gpu_run], created_utc="2026-03-02T11:00:00Z")
     with Store(default_results_db) as store:
@@ -64,26 +80,50 @@ def test_history_shows_one_line_per_run_with_its_figures(stored, monkeypatch):
     # steady epochs of 1.0 s and 1.25 s for 1000 samples: medians 900 samples/s and 1.12 s; last test accuracy 0.7,
     # in percent as every other view shows it
     assert [word for word in laptop_mnist.split() if word != "10:00"] == [
-        "1aptop0m", "2026-03-01", "laptop", "mnist-cnn2", "cpu", "ok", "900", "70.0%"]
+        "1aptop0m",
+        "2026-03-01",
+        "laptop",
+        "mnist-cnn2",
+        "cpu",
+        "ok",
+        "900",
+        "70.0%",
+    ]
     assert "3 runs in" in result.stdout and max(len(line) for line in lines) <= 80
     monkeypatch.setattr(console, "width", 200)
     wide = cli.invoke(app, ["history", "--wide"])
     lines = wide.stdout.splitlines()
     laptop_mnist = next(line for line in lines if "1aptop0m" in line)
-    assert laptop_mnist.split() == ["1aptop0m", "2026-03-01", "10:00", "laptop", "mnist-cnn2", "cpu", "ok", "3/3",
-                                    "900", "1.12", "70.0%", "synthetic", "50"]
+    assert laptop_mnist.split() == [
+        "1aptop0m",
+        "2026-03-01",
+        "10:00",
+        "laptop",
+        "mnist-cnn2",
+        "cpu",
+        "ok",
+        "3/3",
+        "900",
+        "1.12",
+        "70.0%",
+        "synthetic",
+        "50",
+    ]
     failed = next(line for line in lines if "1aptop0c" in line)
     assert failed.split()[3:9] == ["laptop", "cifar10-mlp", "cpu", "failed", "0/0", "—"]
     gpu = next(line for line in lines if "5erver0g" in line)
     assert gpu.split()[3:11] == ["server", "mnist-cnn2", "cuda:0", "interrupted", "2/3", "4,000", "0.25", "60.0%"]
 
 
-@pytest.mark.parametrize("flags, shown", [
-    (["--machine", "server"], ["5erver0g"]),
-    (["--workload", "mnist-*"], ["1aptop0m", "5erver0g"]),
-    (["--status", "failed"], ["1aptop0c"]),
-    (["--last", "2"], ["1aptop0c", "5erver0g"]),
-])
+@pytest.mark.parametrize(
+    "flags, shown",
+    [
+        (["--machine", "server"], ["5erver0g"]),
+        (["--workload", "mnist-*"], ["1aptop0m", "5erver0g"]),
+        (["--status", "failed"], ["1aptop0c"]),
+        (["--last", "2"], ["1aptop0c", "5erver0g"]),
+    ],
+)
 def test_history_filters(stored, flags, shown):
     result = cli.invoke(app, ["history", *flags])
     assert result.exit_code == 0, result.output
@@ -102,10 +142,13 @@ def test_history_json_is_an_export_document(stored):
     assert document["results"] == as_dicts(stored[:1])
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--status", "exploded"], "unknown status 'exploded'"),
-    (["--last", "0"], "--last"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--status", "exploded"], "unknown status 'exploded'"),
+        (["--last", "0"], "--last"),
+    ],
+)
 def test_history_refuses_impossible_filters(flags, message):
     result = cli.invoke(app, ["history", *flags])
     assert result.exit_code == EXIT_USAGE and message in unwrapped(result.output)
@@ -152,7 +195,9 @@ def test_export_csv_has_one_row_per_epoch_with_the_run_machine_and_settings(stor
         rows = list(csv.DictReader(file))
     assert len(rows) == 3 + 0 + 2  # the failed run finished no epoch
     assert [(row["machine_name"], row["run_id"], row["epoch"], row["phase"]) for row in rows[3:]] == [
-        ("server", "5erver0gpu", "1", "warmup"), ("server", "5erver0gpu", "2", "steady")]
+        ("server", "5erver0gpu", "1", "warmup"),
+        ("server", "5erver0gpu", "2", "steady"),
+    ]
     last = rows[-1]
     assert float(last["train_time_s"]) == 0.25 and float(last["samples_per_s"]) == 4000
     assert last["device"] == "cuda:0" and last["batch_size"] == "50" and last["status"] == "interrupted"
@@ -185,14 +230,18 @@ def _not_results(path):
     path.write_text('{"name": "a shopping list"}')
 
 
-@pytest.mark.parametrize("make_file, message", [
-    (None, "no such file"),
-    (_invalid_json, "is not valid JSON"),
-    (_bad_version, "schema version 99"),
-    (_not_results, "neither a devicebench export nor"),
-])
-def test_an_unreadable_import_file_is_named_and_the_others_still_import(tmp_path, make_result, make_run,
-                                                                        make_file, message):
+@pytest.mark.parametrize(
+    "make_file, message",
+    [
+        (None, "no such file"),
+        (_invalid_json, "is not valid JSON"),
+        (_bad_version, "schema version 99"),
+        (_not_results, "neither a devicebench export nor"),
+    ],
+)
+def test_an_unreadable_import_file_is_named_and_the_others_still_import(
+    tmp_path, make_result, make_run, make_file, message
+):
     bad = tmp_path / "bad.json"
     if make_file is not None:
         make_file(bad)
@@ -208,8 +257,9 @@ def test_a_file_with_one_unreadable_result_imports_none_of_it(tmp_path, make_res
     broken = make_result("server", [make_run()]).to_dict()
     del broken["runs"][0]["workload"]
     path = tmp_path / "mixed.json"
-    path.write_text(json.dumps({"schema_version": SCHEMA_VERSION, "kind": "devicebench-export",
-                                "results": [good, broken]}))
+    path.write_text(
+        json.dumps({"schema_version": SCHEMA_VERSION, "kind": "devicebench-export", "results": [good, broken]})
+    )
     result = cli.invoke(app, ["import", str(path)])
     assert result.exit_code == EXIT_USAGE
     assert "mixed.json holds a result devicebench cannot read" in unwrapped(result.output)
@@ -244,5 +294,6 @@ def test_run_with_a_database_that_is_not_ours_fails_before_training(tmp_path, mo
     before = hashlib.sha256(path.read_bytes()).hexdigest()
     result = cli.invoke(app, ["run", "mnist-cnn2", *TINY_RUN, "--db", str(path)])
     assert result.exit_code == EXIT_USAGE and f"{path} is not a devicebench results database" in unwrapped(
-        result.output)
+        result.output
+    )
     assert hashlib.sha256(path.read_bytes()).hexdigest() == before

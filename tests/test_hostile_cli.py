@@ -54,21 +54,33 @@ class RefusedOtherwise(DevicebenchError):
     exit_status = 3
 
 
-@pytest.mark.parametrize(("raised", "code", "message"), [
-    (ConfigError("--epochs 0: give 1 or more"), EXIT_USAGE, "error: --epochs 0: give 1 or more"),
-    (RefusedOtherwise("refused with its own status"), 3, "error: refused with its own status"),
-    (StoreError("database x.sqlite is locked"), EXIT_USAGE, "error: database x.sqlite is locked"),
-    (ResultsFileError("in.json is not JSON"), EXIT_USAGE, "error: in.json is not JSON"),
-    (UnusableFile("the price file p is a FIFO"), EXIT_USAGE, "error: the price file p is a FIFO"),
-    (OSError(errno.ENOSPC, "No space left on device", "/full/out.json"), EXIT_FAILED_RUN,
-     "cannot write /full/out.json: no space left on device; free some space"),
-    (OSError(errno.EROFS, "Read-only file system", "/ro/out.json"), EXIT_FAILED_RUN,
-     "cannot write /ro/out.json: read-only file system"),
-    (PermissionError(errno.EACCES, "Permission denied", "/locked/out.json"), EXIT_FAILED_RUN,
-     "cannot use /locked/out.json: permission denied"),
-    (RecursionError("maximum recursion depth exceeded"), EXIT_USAGE, "nested too deeply"),
-    (RuntimeError("boom"), EXIT_FAILED_RUN, "devicebench hit an unexpected error: RuntimeError: boom"),
-])
+@pytest.mark.parametrize(
+    ("raised", "code", "message"),
+    [
+        (ConfigError("--epochs 0: give 1 or more"), EXIT_USAGE, "error: --epochs 0: give 1 or more"),
+        (RefusedOtherwise("refused with its own status"), 3, "error: refused with its own status"),
+        (StoreError("database x.sqlite is locked"), EXIT_USAGE, "error: database x.sqlite is locked"),
+        (ResultsFileError("in.json is not JSON"), EXIT_USAGE, "error: in.json is not JSON"),
+        (UnusableFile("the price file p is a FIFO"), EXIT_USAGE, "error: the price file p is a FIFO"),
+        (
+            OSError(errno.ENOSPC, "No space left on device", "/full/out.json"),
+            EXIT_FAILED_RUN,
+            "cannot write /full/out.json: no space left on device; free some space",
+        ),
+        (
+            OSError(errno.EROFS, "Read-only file system", "/ro/out.json"),
+            EXIT_FAILED_RUN,
+            "cannot write /ro/out.json: read-only file system",
+        ),
+        (
+            PermissionError(errno.EACCES, "Permission denied", "/locked/out.json"),
+            EXIT_FAILED_RUN,
+            "cannot use /locked/out.json: permission denied",
+        ),
+        (RecursionError("maximum recursion depth exceeded"), EXIT_USAGE, "nested too deeply"),
+        (RuntimeError("boom"), EXIT_FAILED_RUN, "devicebench hit an unexpected error: RuntimeError: boom"),
+    ],
+)
 def test_whatever_a_command_raises_is_one_clear_line_and_an_exit_status(monkeypatch, raised, code, message):
     def explode(*args, **kwargs):
         raise raised
@@ -96,6 +108,7 @@ def test_debug_lets_the_unexpected_error_through_with_its_traceback(monkeypatch)
 
 def test_debug_still_shows_a_refused_request_as_its_message(monkeypatch):
     """A refused request is no bug: its message says what to do, with or without DEVICEBENCH_DEBUG."""
+
     def refuse(*args, **kwargs):
         raise PriceError("--price 'x': write cpu=0.10,cuda=2.50")
 
@@ -106,12 +119,24 @@ def test_debug_still_shows_a_refused_request_as_its_message(monkeypatch):
     assert "error: --price 'x': write cpu=0.10,cuda=2.50" in flat(result.output)
 
 
-@pytest.mark.parametrize(("refusal", "kind"), [
-    (ConfigError, ValueError), (DeviceError, ValueError), (StoreError, RuntimeError), (ResultsFileError, ValueError),
-    (UnusableFile, ValueError), (PriceError, ValueError), (TargetError, ValueError), (EstimateError, ValueError),
-    (ReproduceError, ValueError), (CheckpointError, ValueError), (DataFolderIsALink, RuntimeError),
-    (TensorBoardUnavailable, RuntimeError), (ReportDependencyError, RuntimeError),
-])
+@pytest.mark.parametrize(
+    ("refusal", "kind"),
+    [
+        (ConfigError, ValueError),
+        (DeviceError, ValueError),
+        (StoreError, RuntimeError),
+        (ResultsFileError, ValueError),
+        (UnusableFile, ValueError),
+        (PriceError, ValueError),
+        (TargetError, ValueError),
+        (EstimateError, ValueError),
+        (ReproduceError, ValueError),
+        (CheckpointError, ValueError),
+        (DataFolderIsALink, RuntimeError),
+        (TensorBoardUnavailable, RuntimeError),
+        (ReportDependencyError, RuntimeError),
+    ],
+)
 def test_each_refusal_the_commands_raise_is_a_devicebench_error_and_still_its_old_kind(refusal, kind):
     """The boundary shows these, so no command wraps its calls; code that catches their old kind still does."""
     assert issubclass(refusal, DevicebenchError) and issubclass(refusal, kind)
@@ -121,17 +146,28 @@ def test_each_refusal_the_commands_raise_is_a_devicebench_error_and_still_its_ol
 def test_an_unexpected_error_through_python_m_is_one_line_not_a_traceback(tmp_path):
     """The console script and `python -m devicebench` run the same boundary as the tests' CliRunner."""
     script = tmp_path / "sitecustomize.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import devicebench.environment
         def explode(*args, **kwargs):
             raise RuntimeError("boom")
         devicebench.environment.machine_fingerprint = explode
-    """))
+    """)
+    )
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     env.pop("DEVICEBENCH_DEBUG", None)
-    result = subprocess.run([sys.executable, "-c", "import sitecustomize, runpy; "
-                             "runpy.run_module('devicebench', run_name='__main__')", "devices"],
-                            capture_output=True, text=True, env=env, timeout=300)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sitecustomize, runpy; runpy.run_module('devicebench', run_name='__main__')",
+            "devices",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert result.returncode == EXIT_FAILED_RUN, result.stderr
     assert "devicebench hit an unexpected error: RuntimeError: boom" in result.stderr
     assert "Traceback" not in result.stderr
@@ -143,8 +179,9 @@ ASCII = {**os.environ, "PYTHONIOENCODING": "ascii", "COLUMNS": "200"}
 @pytest.mark.slow
 @pytest.mark.parametrize("command", [["list"], ["devices"]])
 def test_a_terminal_that_cannot_show_dashes_or_box_lines_still_gets_the_table(command):
-    result = subprocess.run([sys.executable, "-m", "devicebench", *command], capture_output=True, env=ASCII,
-                            timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "devicebench", *command], capture_output=True, env=ASCII, timeout=300
+    )
     assert result.returncode == 0, result.stderr.decode(errors="replace")
     assert b"Traceback" not in result.stderr
     result.stdout.decode("ascii")  # nothing it could not encode
@@ -154,10 +191,32 @@ def test_a_terminal_that_cannot_show_dashes_or_box_lines_still_gets_the_table(co
 @pytest.mark.slow
 def test_a_run_on_an_ascii_terminal_prints_its_table_and_writes_its_json(tmp_path):
     out = tmp_path / "out.json"
-    result = subprocess.run([sys.executable, "-m", "devicebench", "run", "mnist-cnn2", "--devices", "cpu",
-                             "--data", "synthetic", "--epochs", "1", "--max-steps", "2", "--max-eval-steps", "1",
-                             "--db", str(tmp_path / "r.sqlite"), "--json", str(out)],
-                            capture_output=True, env=ASCII, timeout=600)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "devicebench",
+            "run",
+            "mnist-cnn2",
+            "--devices",
+            "cpu",
+            "--data",
+            "synthetic",
+            "--epochs",
+            "1",
+            "--max-steps",
+            "2",
+            "--max-eval-steps",
+            "1",
+            "--db",
+            str(tmp_path / "r.sqlite"),
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        env=ASCII,
+        timeout=600,
+    )
     stderr = result.stderr.decode(errors="replace")
     assert result.returncode == 0, stderr
     assert "Traceback" not in stderr
@@ -168,7 +227,8 @@ def test_a_run_on_an_ascii_terminal_prints_its_table_and_writes_its_json(tmp_pat
 
 @pytest.fixture
 def hostile_module(tmp_path, monkeypatch):
-    (tmp_path / "hostile.py").write_text(textwrap.dedent("""
+    (tmp_path / "hostile.py").write_text(
+        textwrap.dedent("""
         import sys
         import torch
         from torch import nn
@@ -187,26 +247,42 @@ def hostile_module(tmp_path, monkeypatch):
 
         def bad_optimizer(parameters):
             raise ValueError("lr must be given")
-    """))
+    """)
+    )
     (tmp_path / "quits_on_import.py").write_text("import sys\nsys.exit(3)\n")
     monkeypatch.chdir(tmp_path)
 
 
-@pytest.mark.parametrize(("flags", "message"), [
-    (["--model", "quits_on_import:build", "--data", "hostile:load"],
-     "--model quits_on_import:build: your module quits_on_import raised SystemExit(3) while being imported; "
-     "devicebench stopped"),
-    (["--model", "hostile:build", "--data", "quits_on_import:load"],
-     "--data quits_on_import:load: your module quits_on_import raised SystemExit(3) while being imported"),
-    (["--model", "hostile:quits", "--data", "hostile:load"],
-     "--model hostile:quits raised SystemExit(3) while building the model; devicebench stopped"),
-    (["--model", "hostile:build", "--data", "hostile:quits"],
-     "--data hostile:quits raised SystemExit(3) while loading the data; devicebench stopped"),
-    (["--model", "hostile:build", "--data", "hostile:interrupts_nothing"],
-     "--data hostile:interrupts_nothing raised GeneratorExit: odd"),
-    (["--model", "hostile:build", "--data", "hostile:load", "--optimizer", "hostile:bad_optimizer"],
-     "--optimizer hostile:bad_optimizer raised ValueError: lr must be given"),
-])
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            ["--model", "quits_on_import:build", "--data", "hostile:load"],
+            "--model quits_on_import:build: your module quits_on_import raised SystemExit(3) while being imported; "
+            "devicebench stopped",
+        ),
+        (
+            ["--model", "hostile:build", "--data", "quits_on_import:load"],
+            "--data quits_on_import:load: your module quits_on_import raised SystemExit(3) while being imported",
+        ),
+        (
+            ["--model", "hostile:quits", "--data", "hostile:load"],
+            "--model hostile:quits raised SystemExit(3) while building the model; devicebench stopped",
+        ),
+        (
+            ["--model", "hostile:build", "--data", "hostile:quits"],
+            "--data hostile:quits raised SystemExit(3) while loading the data; devicebench stopped",
+        ),
+        (
+            ["--model", "hostile:build", "--data", "hostile:interrupts_nothing"],
+            "--data hostile:interrupts_nothing raised GeneratorExit: odd",
+        ),
+        (
+            ["--model", "hostile:build", "--data", "hostile:load", "--optimizer", "hostile:bad_optimizer"],
+            "--optimizer hostile:bad_optimizer raised ValueError: lr must be given",
+        ),
+    ],
+)
 def test_user_code_that_exits_or_raises_is_a_bad_request_not_a_silent_exit(hostile_module, flags, message):
     result = cli.invoke(app, ["run", *flags, "--devices", "cpu", "--epochs", "1", "--quiet"])
     assert result.exit_code == EXIT_USAGE, result.output
@@ -214,16 +290,38 @@ def test_user_code_that_exits_or_raises_is_a_bad_request_not_a_silent_exit(hosti
     assert "Traceback" not in result.output
 
 
-@pytest.mark.parametrize(("value", "message"), [
-    ("1e308", "--set learning_rate='1e308': a learning rate must be more than 0 and at most 10"),
-    ("0", "--set learning_rate='0': a learning rate must be more than 0 and at most 10"),
-    ("inf", "--set learning_rate='inf': must be a finite number"),
-    ("nan", "--set learning_rate='nan': must be a finite number"),
-])
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("1e308", "--set learning_rate='1e308': a learning rate must be more than 0 and at most 10"),
+        ("0", "--set learning_rate='0': a learning rate must be more than 0 and at most 10"),
+        ("inf", "--set learning_rate='inf': must be a finite number"),
+        ("nan", "--set learning_rate='nan': must be a finite number"),
+    ],
+)
 def test_an_absurd_learning_rate_is_refused_before_training(tmp_path, value, message):
-    result = cli.invoke(app, ["run", "mnist-cnn2", "--devices", "cpu", "--data", "synthetic", "--epochs", "1",
-                              "--max-steps", "1", "--max-eval-steps", "1", "--quiet", "--db", str(tmp_path / "r.sqlite"),
-                              "--set", f"learning_rate={value}"])
+    result = cli.invoke(
+        app,
+        [
+            "run",
+            "mnist-cnn2",
+            "--devices",
+            "cpu",
+            "--data",
+            "synthetic",
+            "--epochs",
+            "1",
+            "--max-steps",
+            "1",
+            "--max-eval-steps",
+            "1",
+            "--quiet",
+            "--db",
+            str(tmp_path / "r.sqlite"),
+            "--set",
+            f"learning_rate={value}",
+        ],
+    )
     assert result.exit_code == EXIT_USAGE, result.output
     assert message in flat(result.output), result.output
     assert "Traceback" not in result.output
@@ -253,15 +351,39 @@ def test_a_price_file_that_is_a_fifo_is_refused_not_read_forever(tmp_path):
 # What each command does in the tests of a standard output that cannot be written: its real work where that takes
 # seconds ({db}: a database holding one session of two runs, so that history and compare print tables), its help
 # (printed by typer's own console, not ours) where the work takes minutes or needs a model file.
-TINY_RUN = ["run", "mnist-cnn2", "--devices", "cpu", "--data", "synthetic", "--epochs", "1", "--max-steps", "2",
-            "--max-eval-steps", "1", "--db", "{db}"]
-OUTPUT_COMMANDS = {"devices": ["devices"], "list": ["list"], "data": ["data", "list"], "run": TINY_RUN,
-                   "history": ["history", "--db", "{db}"], "compare": ["compare", "--db", "{db}"]}
+TINY_RUN = [
+    "run",
+    "mnist-cnn2",
+    "--devices",
+    "cpu",
+    "--data",
+    "synthetic",
+    "--epochs",
+    "1",
+    "--max-steps",
+    "2",
+    "--max-eval-steps",
+    "1",
+    "--db",
+    "{db}",
+]
+OUTPUT_COMMANDS = {
+    "devices": ["devices"],
+    "list": ["list"],
+    "data": ["data", "list"],
+    "run": TINY_RUN,
+    "history": ["history", "--db", "{db}"],
+    "compare": ["compare", "--db", "{db}"],
+}
 
 
 def command_line(name: str, db) -> list[str]:
-    return [sys.executable, "-m", "devicebench",
-            *[part.format(db=db) for part in OUTPUT_COMMANDS.get(name, [name, "--help"])]]
+    return [
+        sys.executable,
+        "-m",
+        "devicebench",
+        *[part.format(db=db) for part in OUTPUT_COMMANDS.get(name, [name, "--help"])],
+    ]
 
 
 def stored_runs(db) -> int:
@@ -276,8 +398,7 @@ def stored_runs(db) -> int:
 def two_runs_db(tmp_path):
     db = tmp_path / "results.sqlite"
     store = Store(db)
-    store.import_result(session(machine("vm", "machine-1"),
-                                [run("cpu", [1.0, 1.0]), run("cpu", [1.0, 2.0], repeat=1)]))
+    store.import_result(session(machine("vm", "machine-1"), [run("cpu", [1.0, 1.0]), run("cpu", [1.0, 2.0], repeat=1)]))
     store.close()
     return db
 
@@ -291,8 +412,9 @@ def no_traceback(stderr: bytes) -> str:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", COMMANDS)
 def test_a_closed_standard_output_ends_in_120_and_one_line_after_the_work_is_done(name, two_runs_db):
-    result = subprocess.run(command_line(name, two_runs_db), stderr=subprocess.PIPE, timeout=600,
-                            preexec_fn=lambda: os.close(1))  # as `devicebench ... >&-`
+    result = subprocess.run(
+        command_line(name, two_runs_db), stderr=subprocess.PIPE, timeout=600, preexec_fn=lambda: os.close(1)
+    )  # as `devicebench ... >&-`
     stderr = no_traceback(result.stderr)
     assert result.returncode == EXIT_OUTPUT_LOST, stderr
     assert "error: standard output is closed: the command ran to its end" in flat(stderr)
@@ -313,14 +435,17 @@ def test_a_pipe_whose_reader_left_ends_quietly_in_141_after_the_work_is_done(nam
 
 def test_an_output_that_fails_to_be_written_says_why(two_runs_db):
     with open("/dev/full", "w") as full:
-        result = subprocess.run(command_line("history", two_runs_db), stdout=full, stderr=subprocess.PIPE,
-                                timeout=600)
+        result = subprocess.run(command_line("history", two_runs_db), stdout=full, stderr=subprocess.PIPE, timeout=600)
     stderr = no_traceback(result.stderr)
     assert result.returncode == EXIT_OUTPUT_LOST
     assert "error: standard output could not be written (no space left on device)" in flat(stderr)
 
 
 def test_a_failed_command_keeps_its_own_status_when_its_output_is_closed(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "devicebench", "history", "--db", str(tmp_path / "no" / "x.db")],
-                            stderr=subprocess.PIPE, timeout=600, preexec_fn=lambda: os.close(1))
+    result = subprocess.run(
+        [sys.executable, "-m", "devicebench", "history", "--db", str(tmp_path / "no" / "x.db")],
+        stderr=subprocess.PIPE,
+        timeout=600,
+        preexec_fn=lambda: os.close(1),
+    )
     assert result.returncode == EXIT_USAGE, no_traceback(result.stderr)

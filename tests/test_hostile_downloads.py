@@ -29,8 +29,12 @@ def unwrapped(text: str) -> str:
 
 
 def remote(base_url: str, content: bytes = CONTENT) -> RemoteFile:
-    return RemoteFile("file.bin", urls=(base_url + "file.bin",), size_bytes=len(content),
-                      checksum=f"sha256:{hashlib.sha256(content).hexdigest()}")
+    return RemoteFile(
+        "file.bin",
+        urls=(base_url + "file.bin",),
+        size_bytes=len(content),
+        checksum=f"sha256:{hashlib.sha256(content).hexdigest()}",
+    )
 
 
 @dataclass
@@ -56,8 +60,11 @@ class _Handler(BaseHTTPRequestHandler):
         if state.announced is not None:
             self.send_header("Content-Length", str(state.announced))
         self.end_headers()
-        pieces = [state.body[start:start + state.drip] for start in range(0, len(state.body), state.drip)] \
-            if state.drip else [state.body]
+        pieces = (
+            [state.body[start : start + state.drip] for start in range(0, len(state.body), state.drip)]
+            if state.drip
+            else [state.body]
+        )
         try:
             for piece in pieces:
                 self.wfile.write(piece)
@@ -118,8 +125,9 @@ def test_a_kept_download_larger_than_the_file_is_dropped_unread(tmp_path, server
 
 
 @pytest.mark.parametrize("announced", [None, 6 * len(CONTENT)], ids=["until-it-closes", "announced"])
-def test_a_server_sending_more_than_the_file_is_stopped_at_its_size_and_nothing_is_kept(tmp_path, server, announced,
-                                                                                         monkeypatch):
+def test_a_server_sending_more_than_the_file_is_stopped_at_its_size_and_nothing_is_kept(
+    tmp_path, server, announced, monkeypatch
+):
     state, base_url = server
     state.body, state.announced = CONTENT * 6, announced  # 60 MB for a 9.9 MB file, at a smaller scale
     written = []
@@ -169,8 +177,17 @@ def test_a_server_dripping_its_bytes_is_given_up_at_the_deadline(tmp_path, serve
 def test_data_fetch_timeout_is_the_deadline_of_the_whole_download(tmp_path, server, monkeypatch):
     state, base_url = server
     state.drip, state.pause_s = 1, 0.05
-    spec = sources.DatasetSpec(name="tiny", title="Tiny", files=(remote(base_url),), image_shape=None, num_classes=2,
-                               train_size=1, test_size=1, kind="table", features=1)
+    spec = sources.DatasetSpec(
+        name="tiny",
+        title="Tiny",
+        files=(remote(base_url),),
+        image_shape=None,
+        num_classes=2,
+        train_size=1,
+        test_size=1,
+        kind="table",
+        features=1,
+    )
     monkeypatch.setitem(sources.DATASETS, "tiny", spec)
     outcome = CliRunner().invoke(app, ["data", "fetch", "tiny", "--timeout", "0.5", "--data-dir", str(tmp_path)])
     assert outcome.exit_code != 0 and "gave up after 0.5 s" in unwrapped(outcome.output)

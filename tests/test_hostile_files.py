@@ -120,8 +120,7 @@ def test_an_unsafe_tar_member_is_refused_by_name_and_nothing_lands_outside(tmp_p
     reader, archive_name, files, wanted = READERS[reader_name]
     name, kind, link = UNSAFE_MEMBERS[unsafe]
     member_name = name or wanted
-    archive = write_archive(tmp_path / "data" / archive_name, files,
-                            tar_member(member_name, kind, b"outside", link))
+    archive = write_archive(tmp_path / "data" / archive_name, files, tar_member(member_name, kind, b"outside", link))
     before = files_under(tmp_path)
     with pytest.raises(DataFormatError) as raised:
         reader(archive)
@@ -139,12 +138,14 @@ def test_an_absolute_member_name_never_lands_at_that_path(tmp_path):
     """tarfile's data filter makes IMDB's member relative (it lands inside the folder, and is no review, so is
     skipped); CIFAR reading refuses it outright."""
     outside = tmp_path / "outside" / "escape.txt"
-    imdb_archive = write_archive(tmp_path / "imdb" / "aclImdb_v1.tar.gz", IMDB_REVIEWS,
-                                 tar_member(str(outside), content=b"outside"))
+    imdb_archive = write_archive(
+        tmp_path / "imdb" / "aclImdb_v1.tar.gz", IMDB_REVIEWS, tar_member(str(outside), content=b"outside")
+    )
     imdb = read_imdb(imdb_archive, **IMDB_SIZES)
     assert len(imdb.train_labels) == 2 and len(imdb.test_labels) == 2  # the reviews, and nothing else
-    cifar = write_archive(tmp_path / "cifar" / CIFAR10_BINARY.archive_name, CIFAR_MEMBERS,
-                          tar_member(str(outside), content=b"outside"))
+    cifar = write_archive(
+        tmp_path / "cifar" / CIFAR10_BINARY.archive_name, CIFAR_MEMBERS, tar_member(str(outside), content=b"outside")
+    )
     with pytest.raises(DataFormatError, match=f"member '{outside}' points outside the archive"):
         read_cifar(cifar)
     assert not outside.exists() and not outside.parent.exists()
@@ -207,10 +208,14 @@ class Page(HTMLParser):
 
 def hostile_results(make_result, make_run, payload: str) -> tuple[Result, dict[str, str]]:
     """A session whose every string a person reads carries `payload`, filled in with the field's name."""
-    fields = {field: payload.format(field=field) for field in
-              ("workload", "hostname", "machine_name", "device", "device_name", "error", "monitor_note")}
-    runs = [make_run(fields["workload"], "cpu", device_name=fields["device_name"], monitor_note=fields["monitor_note"]),
-            make_run(fields["workload"], fields["device"], status="failed", error=fields["error"])]
+    fields = {
+        field: payload.format(field=field)
+        for field in ("workload", "hostname", "machine_name", "device", "device_name", "error", "monitor_note")
+    }
+    runs = [
+        make_run(fields["workload"], "cpu", device_name=fields["device_name"], monitor_note=fields["monitor_note"]),
+        make_run(fields["workload"], fields["device"], status="failed", error=fields["error"]),
+    ]
     return make_result(fields["machine_name"], runs, hostname=fields["hostname"]), fields
 
 
@@ -262,8 +267,7 @@ def test_rich_markup_from_one_machine_is_printed_literally(tmp_path, make_result
         assert f"repeat 1: failed: error {markup}" in shown  # the note
 
 
-def test_rich_markup_in_a_machine_name_is_printed_literally_when_machines_are_compared(tmp_path, make_result,
-                                                                                      make_run):
+def test_rich_markup_in_a_machine_name_is_printed_literally_when_machines_are_compared(tmp_path, make_result, make_run):
     for index, name in enumerate(("[bold red]x[/]", "other")):
         make_result(name, [make_run(), make_run(device="cuda:0")]).write_json(tmp_path / f"{index}.json")
         assert cli.invoke(app, ["import", str(tmp_path / f"{index}.json")]).exit_code == 0
@@ -335,8 +339,10 @@ def test_a_checkpoint_carrying_code_is_refused_and_the_code_never_runs(checkpoin
     message = unwrapped(outcome.stderr)
     assert f"{path}: refused: PyTorch's safe loader (weights_only), which never runs code from the file" in message
     assert "save the model again with `devicebench run WORKLOAD --save FILE`" in message
-    assert "stopped at 'Unsupported global: GLOBAL io.open was not an allowed global by default'" in message \
-        or as_plain_pickle  # a bare pickle is refused earlier, at its first opcode
+    assert (
+        "stopped at 'Unsupported global: GLOBAL io.open was not an allowed global by default'" in message
+        or as_plain_pickle
+    )  # a bare pickle is refused earlier, at its first opcode
     assert "weights_only` set to `False`" not in message  # PyTorch's advice to load it unsafely is left out
     assert not marker.exists()
 
@@ -349,13 +355,20 @@ def test_a_truncated_checkpoint_is_a_clear_error(checkpoint, digit, tmp_path):
     assert f"{path}: damaged, or not a PyTorch checkpoint (" in unwrapped(outcome.stderr)
 
 
-@pytest.mark.parametrize(("changes", "message"), [
-    ({"state_dict": None}, "missing or malformed state_dict (want dict)"),
-    ({"class_names": "cat"}, "missing or malformed class_names (want list)"),
-    ({"image_shape": [1, 100_000, 100_000]}, "images of shape (1, 100000, 100000), but mnist-cnn2 takes (1, 28, 28)"),
-    ({"preprocessing": {"kind": "os.system"}}, "unknown preprocessing 'os.system'"),
-    ({"state_dict": {"layer.weight": torch.zeros(1)}}, "its settings or weights do not fit mnist-cnn2"),
-], ids=["missing-weights", "class-names-not-a-list", "huge-image-shape", "unknown-preprocessing", "wrong-weights"])
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"state_dict": None}, "missing or malformed state_dict (want dict)"),
+        ({"class_names": "cat"}, "missing or malformed class_names (want list)"),
+        (
+            {"image_shape": [1, 100_000, 100_000]},
+            "images of shape (1, 100000, 100000), but mnist-cnn2 takes (1, 28, 28)",
+        ),
+        ({"preprocessing": {"kind": "os.system"}}, "unknown preprocessing 'os.system'"),
+        ({"state_dict": {"layer.weight": torch.zeros(1)}}, "its settings or weights do not fit mnist-cnn2"),
+    ],
+    ids=["missing-weights", "class-names-not-a-list", "huge-image-shape", "unknown-preprocessing", "wrong-weights"],
+)
 def test_a_checkpoint_with_missing_or_made_up_fields_is_a_clear_error(checkpoint, digit, tmp_path, changes, message):
     path = edited_checkpoint(checkpoint, tmp_path / "model.pt", **changes)
     outcome = cli.invoke(app, ["predict", str(path), str(digit)])
@@ -403,8 +416,9 @@ def test_an_image_bomb_in_a_training_folder_is_left_out_as_unreadable(tmp_path, 
     dataset = read_image_folder(folder)
     assert dataset.skipped == (str(folder / "train" / "dark" / "bomb.png"),)
     assert len(dataset.train) == 4
-    with pytest.raises(DataFormatError, match="bomb.png: not a readable image .too many pixels, a possible "
-                                              "decompression bomb"):
+    with pytest.raises(
+        DataFormatError, match="bomb.png: not a readable image .too many pixels, a possible decompression bomb"
+    ):
         decode_image(bombs[bomb], channels=1, size=(28, 28), name=str(folder / "bomb.png"))
     assert Image.MAX_IMAGE_PIXELS == PILLOW_DEFAULT_MAX_PIXELS
 
@@ -412,11 +426,31 @@ def test_an_image_bomb_in_a_training_folder_is_left_out_as_unreadable(tmp_path, 
 def test_a_training_run_on_a_folder_with_a_bomb_trains_on_the_rest_and_says_so(tmp_path, bombs):
     folder = write_brightness_folder(tmp_path / "images", train_per_class=2, test_per_class=1)
     (folder / "train" / "light" / "bomb.png").write_bytes(bombs["warned"])
-    outcome = cli.invoke(app, ["run", "mnist-cnn2", "--devices", "cpu", "--data-dir", str(folder), "--epochs", "1",
-                               "--max-steps", "1", "--max-eval-steps", "1", "--batch-size", "2", "--workers", "0"])
+    outcome = cli.invoke(
+        app,
+        [
+            "run",
+            "mnist-cnn2",
+            "--devices",
+            "cpu",
+            "--data-dir",
+            str(folder),
+            "--epochs",
+            "1",
+            "--max-steps",
+            "1",
+            "--max-eval-steps",
+            "1",
+            "--batch-size",
+            "2",
+            "--workers",
+            "0",
+        ],
+    )
     assert outcome.exit_code == 0, outcome.output
-    assert f"left out 1 unreadable image file(s), the first {folder / 'train' / 'light' / 'bomb.png'}" \
-        in unwrapped(outcome.stderr)
+    assert f"left out 1 unreadable image file(s), the first {folder / 'train' / 'light' / 'bomb.png'}" in unwrapped(
+        outcome.stderr
+    )
     assert Image.MAX_IMAGE_PIXELS == PILLOW_DEFAULT_MAX_PIXELS
 
 
@@ -463,8 +497,12 @@ def test_the_guard_catches_a_download(connections, tmp_path):
 def test_a_download_of_the_wrong_size_is_refused_even_with_the_pinned_checksum(loopback_server, tmp_path):
     content = b"a dataset file"
     (loopback_server.folder / "data.gz").write_bytes(content)
-    remote = RemoteFile("data.gz", (loopback_server.url("data.gz"),),
-                        "sha256:" + hashlib.sha256(content).hexdigest(), size_bytes=len(content) + 1)
+    remote = RemoteFile(
+        "data.gz",
+        (loopback_server.url("data.gz"),),
+        "sha256:" + hashlib.sha256(content).hexdigest(),
+        size_bytes=len(content) + 1,
+    )
     with pytest.raises(DataUnavailable) as raised:
         fetch(remote, tmp_path / "cache", progress=False)
     assert "size" in raised.value.reasons and str(len(content)) in raised.value.reasons

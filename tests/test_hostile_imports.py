@@ -49,11 +49,13 @@ def stored_runs(db) -> int:
 
 def _set(path: str, value):
     """An edit of a result's dict: the field at `path` (dots and [i]) becomes `value`."""
+
     def edit(data):
         *parents, last = path.replace("[", ".").replace("]", "").split(".")
         for key in parents:
             data = data[int(key) if key.isdigit() else key]
         data[int(last) if last.isdigit() else last] = value
+
     return edit
 
 
@@ -62,23 +64,35 @@ def _swap_epochs(data):
 
 
 HOSTILE_FIELDS = {
-    "a rate as text": (_set("runs[1].epochs[1].samples_per_s", "fast"),
-                       "runs[1].epochs[1].samples_per_s: expected a finite number ≥ 0, got 'fast'"),
-    "an epoch number as text": (_set("runs[0].epochs[0].epoch", "1"),
-                                "runs[0].epochs[0].epoch: expected a whole number ≥ 1, got '1'"),
+    "a rate as text": (
+        _set("runs[1].epochs[1].samples_per_s", "fast"),
+        "runs[1].epochs[1].samples_per_s: expected a finite number ≥ 0, got 'fast'",
+    ),
+    "an epoch number as text": (
+        _set("runs[0].epochs[0].epoch", "1"),
+        "runs[0].epochs[0].epoch: expected a whole number ≥ 1, got '1'",
+    ),
     "an unknown status": (_set("runs[1].status", "pwned"), "runs[1].status: expected one of 'running', 'ok'"),
     "a run still running": (_set("runs[0].status", "running"), "runs[0].status: 'running' is not a finished run's"),
     "an unknown phase": (_set("runs[0].epochs[2].phase", "turbo"), "runs[0].epochs[2].phase: expected one of"),
-    "a negative time": (_set("runs[0].epochs[1].train_time_s", -1.0),
-                        "runs[0].epochs[1].train_time_s: expected a finite number ≥ 0, got -1.0"),
+    "a negative time": (
+        _set("runs[0].epochs[1].train_time_s", -1.0),
+        "runs[0].epochs[1].train_time_s: expected a finite number ≥ 0, got -1.0",
+    ),
     "an infinite time": (_set("runs[0].end_to_end_s", float("inf")), "runs[0].end_to_end_s: expected a finite"),
-    "an accuracy above 1": (_set("runs[0].epochs[2].test_accuracy", 1.5),
-                            "runs[0].epochs[2].test_accuracy: expected a finite number in [0, 1], got 1.5"),
-    "a bool for a count": (_set("runs[0].parameter_count", True),
-                           "runs[0].parameter_count: expected a whole number ≥ 0, got true"),
+    "an accuracy above 1": (
+        _set("runs[0].epochs[2].test_accuracy", 1.5),
+        "runs[0].epochs[2].test_accuracy: expected a finite number in [0, 1], got 1.5",
+    ),
+    "a bool for a count": (
+        _set("runs[0].parameter_count", True),
+        "runs[0].parameter_count: expected a whole number ≥ 0, got true",
+    ),
     "a string for a bool": (_set("interrupted", "no"), "interrupted: expected true or false, got 'no'"),
-    "a setting as text": (_set("runs[0].settings.batch_size", "50"),
-                          "runs[0].settings.batch_size: expected a whole number ≥ 0, got '50'"),
+    "a setting as text": (
+        _set("runs[0].settings.batch_size", "50"),
+        "runs[0].settings.batch_size: expected a whole number ≥ 0, got '50'",
+    ),
     "a setting unknown": (_set("runs[0].settings.rm_rf", True), "runs[0].settings.rm_rf: not a field"),
     "epochs out of order": (_swap_epochs, "runs[1].epochs[1].epoch: expected 2 (epochs are numbered 1, 2, 3..."),
     "an epoch twice": (_set("runs[1].epochs[2].epoch", 2), "runs[1].epochs[2].epoch: expected 3"),
@@ -88,8 +102,7 @@ HOSTILE_FIELDS = {
 
 
 @pytest.mark.parametrize("edit, message", HOSTILE_FIELDS.values(), ids=HOSTILE_FIELDS)
-def test_1_an_imported_result_with_any_wrong_field_is_refused_whole(tmp_path, db, make_result, make_run, edit,
-                                                                    message):
+def test_1_an_imported_result_with_any_wrong_field_is_refused_whole(tmp_path, db, make_result, make_run, edit, message):
     data = make_result("elsewhere", [make_run(run_id="first"), make_run("cifar10-mlp", run_id="second")]).to_dict()
     if message is None:  # two runs of one id: the second would be silently dropped
         data["runs"][0]["run_id"] = "same"
@@ -112,15 +125,21 @@ def test_1_an_imported_result_with_any_wrong_field_is_refused_whole(tmp_path, db
 
 
 def test_1_a_field_of_an_export_is_named_by_its_path_in_the_export(tmp_path, db, make_result, make_run):
-    export = {"schema_version": 2, "kind": "devicebench-export",
-              "results": [make_result("a", [make_run(run_id="a")]).to_dict(),
-                          make_result("b", [make_run(run_id="b")]).to_dict()]}
+    export = {
+        "schema_version": 2,
+        "kind": "devicebench-export",
+        "results": [
+            make_result("a", [make_run(run_id="a")]).to_dict(),
+            make_result("b", [make_run(run_id="b")]).to_dict(),
+        ],
+    }
     export["results"][1]["runs"][0]["epochs"][0]["samples_per_s"] = "fast"
     (tmp_path / "export.json").write_text(json.dumps(export))
     outcome = cli.invoke(app, ["import", str(tmp_path / "export.json"), "--db", str(db)])
     assert outcome.exit_code == EXIT_USAGE
     assert "results[1].runs[0].epochs[0].samples_per_s: expected a finite number ≥ 0, got 'fast'" in unwrapped(
-        outcome.output)
+        outcome.output
+    )
     assert stored_runs(db) == 0  # the first session, valid, is not imported either
 
 
@@ -151,15 +170,16 @@ def _colliding(tmp_path, make_result, make_run):
     theirs.write_json(tmp_path / "theirs.json")
 
 
-def test_2_a_session_id_already_stored_with_other_content_is_refused_by_the_store(tmp_path, db, make_result,
-                                                                                   make_run):
+def test_2_a_session_id_already_stored_with_other_content_is_refused_by_the_store(tmp_path, db, make_result, make_run):
     _colliding(tmp_path, make_result, make_run)
     from devicebench.results.transfer import read_results_file
 
     with Store(db) as store:
         store.import_results(read_results_file(tmp_path / "mine.json"))
-        with pytest.raises(StoreError, match="is already stored in .* with another machine id: two different "
-                                             "sessions carry the same id"):
+        with pytest.raises(
+            StoreError,
+            match="is already stored in .* with another machine id: two different sessions carry the same id",
+        ):
             store.import_results(read_results_file(tmp_path / "theirs.json"))
         (session,) = store.results()
     assert [run.run_id for run in session.runs] == ["mine"]  # nothing of theirs was pooled with mine
@@ -177,9 +197,14 @@ def test_2_a_session_id_already_stored_with_other_content_is_refused_on_import(t
 # --- 3. the calibration file --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("rate, problem", [("nan", "rate: expected a finite number > 0, got 'nan'"),
-                                           (-5.0, "rate: expected a finite number > 0, got -5.0"),
-                                           (True, "rate: expected a finite number > 0, got True")])
+@pytest.mark.parametrize(
+    "rate, problem",
+    [
+        ("nan", "rate: expected a finite number > 0, got 'nan'"),
+        (-5.0, "rate: expected a finite number > 0, got -5.0"),
+        (True, "rate: expected a finite number > 0, got True"),
+    ],
+)
 def test_3_a_calibration_with_a_rate_that_is_no_rate_is_not_used(tmp_path, db, caplog, rate, problem):
     from devicebench.engine.calibrate import (
         CPU_PLAN,
@@ -190,9 +215,21 @@ def test_3_a_calibration_with_a_rate_that_is_no_rate_is_not_used(tmp_path, db, c
 
     fingerprint = machine_fingerprint()
     figure = Measurement(rate=0.5, size=64, stretch_s=(1.0,), stretch_rates=(0.5,))
-    save_calibration(fingerprint["machine_id"], fingerprint["machine_name"], [DeviceCeilings(
-        device="cpu", device_name="CPU", matmul={"fp32": figure}, not_native=(), memory_copy=figure,
-        host_to_device={}, plan=CPU_PLAN)])
+    save_calibration(
+        fingerprint["machine_id"],
+        fingerprint["machine_name"],
+        [
+            DeviceCeilings(
+                device="cpu",
+                device_name="CPU",
+                matmul={"fp32": figure},
+                not_native=(),
+                memory_copy=figure,
+                host_to_device={},
+                plan=CPU_PLAN,
+            )
+        ],
+    )
     path = calibration_path(fingerprint["machine_id"])
     document = json.loads(path.read_text())
     document["devices"]["cpu"]["matmul"]["fp32"]["rate"] = rate
@@ -201,8 +238,10 @@ def test_3_a_calibration_with_a_rate_that_is_no_rate_is_not_used(tmp_path, db, c
         outcome = cli.invoke(app, ["run", "mnist-cnn2", *TINY_RUN, "--db", str(db)])
     assert outcome.exit_code == 0, outcome.output
     warning = unwrapped(caplog.text)
-    assert f"{path} is not a readable devicebench calibration (its entry for 'cpu' is not a device's ceilings: " \
-           f"{problem})" in warning
+    assert (
+        f"{path} is not a readable devicebench calibration (its entry for 'cpu' is not a device's ceilings: "
+        f"{problem})" in warning
+    )
     with Store(db) as store:
         (session,) = store.results()
     assert session.runs[0].peak_tflops is None  # no MFU against a figure that is not one
@@ -222,12 +261,17 @@ def filled(db, make_result, make_run):
 def test_4_a_missing_table_is_a_damaged_database_in_every_command(tmp_path, filled):
     with sqlite3.connect(filled) as connection:
         connection.execute("DROP TABLE epochs")
-    for command in (["history"], ["compare"], ["report", "--out", str(tmp_path / "r.html")],
-                    ["export", str(tmp_path / "out.json")]):
+    for command in (
+        ["history"],
+        ["compare"],
+        ["report", "--out", str(tmp_path / "r.html")],
+        ["export", str(tmp_path / "out.json")],
+    ):
         outcome = cli.invoke(app, [*command, "--db", str(filled)])
         assert outcome.exit_code == EXIT_USAGE, (command, outcome.output)
         assert f"{filled} is a damaged devicebench results database: table epochs is missing" in unwrapped(
-            outcome.output)
+            outcome.output
+        )
         assert "sqlite3 FILE .recover" in unwrapped(outcome.output)
     assert not (tmp_path / "out.json").exists()
 
@@ -239,16 +283,26 @@ def _break_settings(db):
 
 def test_4_invalid_json_in_the_database_is_a_store_error_naming_it(filled):
     _break_settings(filled)
-    with Store(filled) as store, pytest.raises(StoreError, match="is a damaged devicebench results database: run "
-                                                                   "r2's settings_json is not JSON"):
+    with (
+        Store(filled) as store,
+        pytest.raises(
+            StoreError, match="is a damaged devicebench results database: run r2's settings_json is not JSON"
+        ),
+    ):
         store.results()
 
 
 def test_4_a_stored_field_of_the_wrong_type_is_a_store_error_naming_it(filled):
     with sqlite3.connect(filled) as connection:
         connection.execute("UPDATE epochs SET samples_per_s = 'fast' WHERE run_id = 'r1' AND epoch = 2")
-    with Store(filled) as store, pytest.raises(StoreError, match=r"runs\[0\]\.epochs\[1\]\.samples_per_s: expected a "
-                                                                   "finite number ≥ 0, got 'fast'"):
+    with (
+        Store(filled) as store,
+        pytest.raises(
+            StoreError,
+            match=r"runs\[0\]\.epochs\[1\]\.samples_per_s: expected a "
+            "finite number ≥ 0, got 'fast'",
+        ),
+    ):
         store.results()
 
 
@@ -268,14 +322,16 @@ def test_4_a_malformed_database_is_an_error_saying_what_to_do(tmp_path, filled):
         pages = connection.execute("PRAGMA page_count").fetchone()[0]
     data = bytearray(filled.read_bytes())
     for page in range(1, pages):  # every page but the first (the schema) made garbage
-        data[page * page_size:(page + 1) * page_size] = b"\xff" * page_size
+        data[page * page_size : (page + 1) * page_size] = b"\xff" * page_size
     filled.write_bytes(bytes(data))
     for command in (["history"], ["export", str(tmp_path / "out.json")]):
         outcome = cli.invoke(app, [*command, "--db", str(filled)])
         assert outcome.exit_code == EXIT_USAGE, (command, outcome.output)
         message = unwrapped(outcome.output)
-        assert f"cannot open the results database {filled}: it is damaged (database disk image is malformed)" \
-            in message and "sqlite3 FILE .recover" in message
+        assert (
+            f"cannot open the results database {filled}: it is damaged (database disk image is malformed)" in message
+            and "sqlite3 FILE .recover" in message
+        )
     assert filled.read_bytes() == bytes(data)  # left as it was
 
 
@@ -298,8 +354,9 @@ def _an_export(tmp_path, make_result, make_run, machine="workstation", runs=1):
     return path
 
 
-def test_5_an_import_onto_a_full_disk_is_an_error_and_imports_nothing(tmp_path, filled, make_result, make_run,
-                                                                      monkeypatch):
+def test_5_an_import_onto_a_full_disk_is_an_error_and_imports_nothing(
+    tmp_path, filled, make_result, make_run, monkeypatch
+):
     export = _an_export(tmp_path, make_result, make_run, runs=200)  # more than the free space in its pages
     connect = sqlite3.connect
 
@@ -318,8 +375,7 @@ def test_5_an_import_onto_a_full_disk_is_an_error_and_imports_nothing(tmp_path, 
     assert stored_runs(filled) == 2  # the two runs it held, and none of the import
 
 
-def test_5_an_import_that_breaks_a_foreign_key_is_an_error_and_imports_nothing(tmp_path, filled, make_result,
-                                                                               make_run):
+def test_5_an_import_that_breaks_a_foreign_key_is_an_error_and_imports_nothing(tmp_path, filled, make_result, make_run):
     """A database edited by another program: a unique index on machine names makes the new machine's row be
     skipped, so its session names a machine that is not there, which the foreign key refuses."""
     with sqlite3.connect(filled) as connection:

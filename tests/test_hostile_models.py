@@ -38,8 +38,9 @@ def unwrapped(text: str) -> str:
 
 @pytest.fixture(scope="module")
 def digit(tmp_path_factory) -> Path:
-    return write_image(tmp_path_factory.mktemp("digit") / "digit.png", BRIGHTNESS["light"], np.random.default_rng(0),
-                       (28, 28))
+    return write_image(
+        tmp_path_factory.mktemp("digit") / "digit.png", BRIGHTNESS["light"], np.random.default_rng(0), (28, 28)
+    )
 
 
 def edited_checkpoint(checkpoint: Path, out: Path, **changes: object) -> Path:
@@ -65,8 +66,25 @@ def no_deep_model_is_built(monkeypatch):
 
 
 def test_run_set_depth_past_its_bound_is_refused_before_any_model_is_built(no_deep_model_is_built, tmp_path):
-    outcome = cli.invoke(app, ["run", "catdog-deep", "--devices", "cpu", "--data", "synthetic", "--epochs", "1",
-                               "--max-steps", "1", "--set", "depth=100000000", "--db", str(tmp_path / "r.sqlite")])
+    outcome = cli.invoke(
+        app,
+        [
+            "run",
+            "catdog-deep",
+            "--devices",
+            "cpu",
+            "--data",
+            "synthetic",
+            "--epochs",
+            "1",
+            "--max-steps",
+            "1",
+            "--set",
+            "depth=100000000",
+            "--db",
+            str(tmp_path / "r.sqlite"),
+        ],
+    )
     assert outcome.exit_code == EXIT_USAGE, outcome.output
     message = unwrapped(outcome.stderr)
     assert "depth=100000000 is above its bound of 256" in message
@@ -74,11 +92,19 @@ def test_run_set_depth_past_its_bound_is_refused_before_any_model_is_built(no_de
     assert "Traceback" not in outcome.output
 
 
-def test_a_checkpoint_naming_a_huge_model_is_refused_before_it_is_built(checkpoint, digit, tmp_path,
-                                                                        no_deep_model_is_built):
+def test_a_checkpoint_naming_a_huge_model_is_refused_before_it_is_built(
+    checkpoint, digit, tmp_path, no_deep_model_is_built
+):
     hyperparameters = {**catdog.TRAINING, "depth": 100_000_000}
-    path = edited_checkpoint(checkpoint, tmp_path / "deep.pt", workload="catdog-deep", image_shape=[3, 64, 64],
-                             output="binary_logit", hyperparameters=hyperparameters, state_dict={})
+    path = edited_checkpoint(
+        checkpoint,
+        tmp_path / "deep.pt",
+        workload="catdog-deep",
+        image_shape=[3, 64, 64],
+        output="binary_logit",
+        hyperparameters=hyperparameters,
+        state_dict={},
+    )
     assert path.stat().st_size < 10_000  # a few kB naming a model of billions of parameters
     outcome = cli.invoke(app, ["predict", str(path), str(digit)])
     assert outcome.exit_code == EXIT_USAGE, outcome.output
@@ -103,17 +129,33 @@ def _with_a_list(checkpoint: Path) -> dict:
     return {"state_dict": {**weights, name: weights[name].tolist()}}
 
 
-@pytest.mark.parametrize(("changes", "message"), [
-    (lambda checkpoint: {"output": "values"}, "output 'values', but mnist-cnn2's output is 'logits'"),
-    (lambda checkpoint: {"output": "os.system"}, "output 'os.system'"),
-    (lambda checkpoint: {"hyperparameters": {"learning_rate": "fast"}},
-     "hyperparameters: learning_rate is str 'fast'"),
-    (lambda checkpoint: {"hyperparameters": {"rm -rf": 1}}, "hyperparameters: mnist-cnn2 has no parameter 'rm -rf'"),
-    (lambda checkpoint: {"class_names": [{"a": 1}] * 10}, "class_names holds dict"),
-    (_with_nan, "holds NaN or infinite values"),
-    (_with_a_list, "is list, not a tensor"),
-], ids=["output-of-another-kind", "output-unknown", "hyperparameter-type", "hyperparameter-unknown",
-        "class-name-not-text", "nan-weights", "weights-not-a-tensor"])
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (lambda checkpoint: {"output": "values"}, "output 'values', but mnist-cnn2's output is 'logits'"),
+        (lambda checkpoint: {"output": "os.system"}, "output 'os.system'"),
+        (
+            lambda checkpoint: {"hyperparameters": {"learning_rate": "fast"}},
+            "hyperparameters: learning_rate is str 'fast'",
+        ),
+        (
+            lambda checkpoint: {"hyperparameters": {"rm -rf": 1}},
+            "hyperparameters: mnist-cnn2 has no parameter 'rm -rf'",
+        ),
+        (lambda checkpoint: {"class_names": [{"a": 1}] * 10}, "class_names holds dict"),
+        (_with_nan, "holds NaN or infinite values"),
+        (_with_a_list, "is list, not a tensor"),
+    ],
+    ids=[
+        "output-of-another-kind",
+        "output-unknown",
+        "hyperparameter-type",
+        "hyperparameter-unknown",
+        "class-name-not-text",
+        "nan-weights",
+        "weights-not-a-tensor",
+    ],
+)
 def test_every_checkpoint_field_is_checked_and_named(checkpoint, digit, tmp_path, changes, message):
     path = edited_checkpoint(checkpoint, tmp_path / "model.pt", **changes(checkpoint))
     outcome = cli.invoke(app, ["predict", str(path), str(digit)])
@@ -126,8 +168,7 @@ def test_every_checkpoint_field_is_checked_and_named(checkpoint, digit, tmp_path
 # --- 3. bytes read from an image file, capped ---------------------------------------------------------------------
 
 
-def test_predict_refuses_a_device_and_an_oversized_file_without_reading_them(checkpoint, digit, tmp_path,
-                                                                             monkeypatch):
+def test_predict_refuses_a_device_and_an_oversized_file_without_reading_them(checkpoint, digit, tmp_path, monkeypatch):
     huge = tmp_path / "huge.png"
     with open(huge, "wb") as file:  # sparse: no disk used
         file.truncate(MAX_IMAGE_BYTES + 1)
@@ -177,9 +218,29 @@ def test_a_training_run_on_a_folder_with_truncated_images_trains_on_the_rest(tmp
     write_brightness_folder(tmp_path / "data", train_per_class=4, test_per_class=2)
     (tmp_path / "data/train/dark/cut.jpg").write_bytes(_truncated("JPEG"))
     (tmp_path / "data/train/light/cut.png").write_bytes(_truncated("PNG"))
-    outcome = cli.invoke(app, ["run", "catdog-original", "--devices", "cpu", "--data-dir", str(tmp_path / "data"),
-                               "--epochs", "1", "--max-steps", "2", "--max-eval-steps", "1", "--workers", "2",
-                               "--db", str(tmp_path / "r.sqlite"), "--json", str(tmp_path / "out.json")])
+    outcome = cli.invoke(
+        app,
+        [
+            "run",
+            "catdog-original",
+            "--devices",
+            "cpu",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--epochs",
+            "1",
+            "--max-steps",
+            "2",
+            "--max-eval-steps",
+            "1",
+            "--workers",
+            "2",
+            "--db",
+            str(tmp_path / "r.sqlite"),
+            "--json",
+            str(tmp_path / "out.json"),
+        ],
+    )
     assert outcome.exit_code == 0, outcome.output
     assert "Traceback" not in outcome.output
     run = json.loads((tmp_path / "out.json").read_text())["runs"][0]
@@ -221,9 +282,30 @@ def test_a_cached_file_linked_to_a_device_is_refused_not_hashed_forever(tmp_path
 def test_save_to_a_full_disk_fails_on_its_own_and_the_run_stays_ok(tmp_path, caplog):
     target = tmp_path / "model.pt"
     (tmp_path / "model.pt.partial").symlink_to("/dev/full")  # where the save writes first: a disk that is full
-    outcome = cli.invoke(app, ["run", "mnist-cnn2", "--devices", "cpu", "--data", "synthetic", "--epochs", "1",
-                               "--max-steps", "1", "--max-eval-steps", "1", "--db", str(tmp_path / "r.sqlite"),
-                               "--json", str(tmp_path / "out.json"), "--save", str(target), "--quiet"])
+    outcome = cli.invoke(
+        app,
+        [
+            "run",
+            "mnist-cnn2",
+            "--devices",
+            "cpu",
+            "--data",
+            "synthetic",
+            "--epochs",
+            "1",
+            "--max-steps",
+            "1",
+            "--max-eval-steps",
+            "1",
+            "--db",
+            str(tmp_path / "r.sqlite"),
+            "--json",
+            str(tmp_path / "out.json"),
+            "--save",
+            str(target),
+            "--quiet",
+        ],
+    )
     run = json.loads((tmp_path / "out.json").read_text())["runs"][0]
     assert run["status"] == "ok", run.get("error")
     assert outcome.exit_code == EXIT_FAILED_RUN  # the save's own failure; the run itself is not failed

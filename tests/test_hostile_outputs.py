@@ -29,8 +29,21 @@ from devicebench.engine.calibrate import calibration_path
 from devicebench.results.store import Store
 
 cli = CliRunner()
-RUN = ["run", "mnist-cnn2", "--devices", "cpu", "--data", "synthetic", "--epochs", "1", "--max-steps", "2",
-       "--max-eval-steps", "1", "--quiet"]
+RUN = [
+    "run",
+    "mnist-cnn2",
+    "--devices",
+    "cpu",
+    "--data",
+    "synthetic",
+    "--epochs",
+    "1",
+    "--max-steps",
+    "2",
+    "--max-eval-steps",
+    "1",
+    "--quiet",
+]
 STORED_RUNS = 10
 
 
@@ -52,8 +65,9 @@ def database(tmp_path, make_result, make_run) -> Path:
     """A results database holding ten runs."""
     path = tmp_path / "results.sqlite"
     with Store(path) as store:
-        store.import_result(make_result(runs=[make_run(started_utc=f"2026-03-01T10:{minute:02d}:00Z")
-                                              for minute in range(STORED_RUNS)]))
+        store.import_result(
+            make_result(runs=[make_run(started_utc=f"2026-03-01T10:{minute:02d}:00Z") for minute in range(STORED_RUNS)])
+        )
     assert run_count(path) == STORED_RUNS
     return path
 
@@ -141,10 +155,10 @@ def test_report_out_naming_the_database_is_refused(database):
 
 def test_report_out_naming_the_price_file_is_refused(database, tmp_path):
     prices = tmp_path / "prices.toml"
-    prices.write_text('[default]\ncpu = 0.10\n')
+    prices.write_text("[default]\ncpu = 0.10\n")
     result = cli.invoke(app, ["report", "--out", str(prices), "--price", str(prices), "--db", str(database)])
     assert_refused(result, "is the --price file")
-    assert prices.read_text() == '[default]\ncpu = 0.10\n'
+    assert prices.read_text() == "[default]\ncpu = 0.10\n"
 
 
 def test_export_naming_the_database_is_refused(tmp_path, make_result, make_run):
@@ -222,7 +236,7 @@ class FullDisk:
     """What open() gives in files.write_atomically: a file whose write fails as a full disk's does."""
 
     def __init__(self, path, mode="r", *args, **kwargs):
-        self.handle = open(path, mode, *args, **kwargs)  # the partial exists, as on a real disk
+        self.handle = open(path, mode, *args, **kwargs)  # noqa: SIM115 (closed by __exit__); the partial exists
 
     def __enter__(self):
         return self
@@ -320,8 +334,10 @@ OUTPUTS = {
     "run --save": (["run", "mnist-cnn2", *SHORT], "--save"),
     "run --dry-run --json": (["run", "mnist-cnn2", *SHORT, "--dry-run"], "--json"),
     "sweep --json": (["sweep", "mnist-cnn2", *SHORT], "--json"),
-    "reproduce --json": (["reproduce", "S1", "--quick", "--devices", "cpu", "--data", "synthetic", "--quiet"],
-                         "--json"),
+    "reproduce --json": (
+        ["reproduce", "S1", "--quick", "--devices", "cpu", "--data", "synthetic", "--quiet"],
+        "--json",
+    ),
     "estimate --json": (["estimate", "cifar10-mlp", "--on", "t4", "--data", "synthetic", "--quiet"], "--json"),
     "estimate --validate --json": (["estimate", "--validate"], "--json"),
     "report --out": (["report"], "--out"),
@@ -329,15 +345,23 @@ OUTPUTS = {
 }
 # The commands that import a --model module, with the same output options
 MODEL_OUTPUTS = {
-    "run --json": (["run", "--model", "{module}:build", "--data", "{module}:load", "--devices", "cpu", "--epochs", "1",
-                    "--quiet"], "--json"),
-    "run --save": (["run", "--model", "{module}:build", "--data", "{module}:load", "--devices", "cpu", "--epochs",
-                    "1", "--quiet"], "--save"),
+    "run --json": (
+        ["run", "--model", "{module}:build", "--data", "{module}:load", "--devices", "cpu", "--epochs", "1", "--quiet"],
+        "--json",
+    ),
+    "run --save": (
+        ["run", "--model", "{module}:build", "--data", "{module}:load", "--devices", "cpu", "--epochs", "1", "--quiet"],
+        "--save",
+    ),
     "run --dry-run --json": (["run", "--model", "{module}:build", "--data", "{module}:load", "--dry-run"], "--json"),
-    "estimate --json": (["estimate", "--model", "{module}:build", "--data", "{module}:load", "--on", "t4", "--quiet"],
-                        "--json"),
-    "estimate --validate --json": (["estimate", "--validate", "--model", "{module}:build", "--data",
-                                    "{module}:load"], "--json"),
+    "estimate --json": (
+        ["estimate", "--model", "{module}:build", "--data", "{module}:load", "--on", "t4", "--quiet"],
+        "--json",
+    ),
+    "estimate --validate --json": (
+        ["estimate", "--validate", "--model", "{module}:build", "--data", "{module}:load"],
+        "--json",
+    ),
 }
 
 
@@ -393,11 +417,24 @@ def test_the_data_module_and_a_packages_files_are_inputs_too(tmp_path, monkeypat
     (package / "__init__.py").write_text("")
     (package / "data.py").write_text(MODEL_SOURCE)
     monkeypatch.chdir(tmp_path)
-    for target, said in ((package / "data.py", "is the source of --data mypkg.data:load"),
-                         (package / "__init__.py", "is the source of --data mypkg.data:load")):
+    for target, said in (
+        (package / "data.py", "is the source of --data mypkg.data:load"),
+        (package / "__init__.py", "is the source of --data mypkg.data:load"),
+    ):
         kept = sha256(target)
-        result = cli.invoke(app, ["estimate", "--validate", "--data", "mypkg.data:load", "--json", str(target),
-                                  "--db", str(tmp_path / "db.sqlite")])
+        result = cli.invoke(
+            app,
+            [
+                "estimate",
+                "--validate",
+                "--data",
+                "mypkg.data:load",
+                "--json",
+                str(target),
+                "--db",
+                str(tmp_path / "db.sqlite"),
+            ],
+        )
         assert_refused(result, said)
         assert sha256(target) == kept
     assert files.module_sources("mypkg.data:load") == [package / "__init__.py", package / "data.py"]

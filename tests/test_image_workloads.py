@@ -29,8 +29,20 @@ def folder(tmp_path_factory) -> Path:
 
 def test_any_image_workload_trains_on_a_folder_converted_to_what_its_model_takes(folder):
     """Colour JPEGs of many sizes become 1x28x28 for an MNIST net; the runs say real data and get a verdict."""
-    result = runner.run(planning.plan(RunConfig(workloads=("mnist-cnn2",), devices="cpu", data_dir=str(folder), epochs=2,
-                                  max_steps=3, max_eval_steps=1, batch_size=8, workers=0)))
+    result = runner.run(
+        planning.plan(
+            RunConfig(
+                workloads=("mnist-cnn2",),
+                devices="cpu",
+                data_dir=str(folder),
+                epochs=2,
+                max_steps=3,
+                max_eval_steps=1,
+                batch_size=8,
+                workers=0,
+            )
+        )
+    )
     [record] = result.runs
     assert record.status == "ok", record.error
     assert record.settings.data_source == "real" and record.settings.workers == 0
@@ -43,7 +55,9 @@ def test_a_folder_with_more_classes_than_the_model_fails_that_run_clearly(tmp_pa
     for split in ("train", "test"):
         for name in ("a", "b", "c"):
             write_image(tmp_path / split / name / "0.png", 100, rng)
-    result = runner.run(planning.plan(RunConfig(workloads=("catdog-original",), devices="cpu", data_dir=str(tmp_path), epochs=1)))
+    result = runner.run(
+        planning.plan(RunConfig(workloads=("catdog-original",), devices="cpu", data_dir=str(tmp_path), epochs=1))
+    )
     [record] = result.runs
     assert record.status == "failed"
     assert "tells 2 classes apart" in record.error and "has 3" in record.error
@@ -51,16 +65,32 @@ def test_a_folder_with_more_classes_than_the_model_fails_that_run_clearly(tmp_pa
 
 def test_a_folder_without_a_test_split_fails_every_run_with_the_expected_layout(tmp_path):
     write_image(tmp_path / "train" / "a" / "0.png", 100, np.random.default_rng(0))
-    result = runner.run(planning.plan(RunConfig(workloads=("catdog-original",), devices="cpu", data_dir=str(tmp_path), epochs=1)))
+    result = runner.run(
+        planning.plan(RunConfig(workloads=("catdog-original",), devices="cpu", data_dir=str(tmp_path), epochs=1))
+    )
     assert [record.status for record in result.runs] == ["failed"]
     assert "test" in result.runs[0].error and "DIR/train/<class>" in result.runs[0].error
 
 
 def test_augmentation_is_switchable_and_decides_the_default_loader(tmp_path):
     """CIFAR-10 CNN: augmenting needs per-image work, so loader workers; without it the fast in-memory path."""
-    on, off = (runner.run(planning.plan(RunConfig(workloads=("cifar10-cnn",), devices="cpu", data="synthetic", epochs=1,
-                                    max_steps=1, max_eval_steps=1, batch_size=4, overrides=overrides)))
-               for overrides in ((), ("augment=false",)))
+    on, off = (
+        runner.run(
+            planning.plan(
+                RunConfig(
+                    workloads=("cifar10-cnn",),
+                    devices="cpu",
+                    data="synthetic",
+                    epochs=1,
+                    max_steps=1,
+                    max_eval_steps=1,
+                    batch_size=4,
+                    overrides=overrides,
+                )
+            )
+        )
+        for overrides in ((), ("augment=false",))
+    )
     assert on.runs[0].settings.hyperparameters["augment"] is True and on.runs[0].settings.workers >= 1
     assert off.runs[0].settings.hyperparameters["augment"] is False and off.runs[0].settings.workers == 0
     assert on.runs[0].status == off.runs[0].status == "ok"
@@ -73,15 +103,32 @@ def test_set_depth_below_what_the_deep_net_can_build_is_refused_before_training(
 
 
 def test_set_grid_is_every_combination():
-    assert parse_set_grid(["depth=8,16", "augment=false"]) == [("depth=8", "augment=false"),
-                                                               ("depth=16", "augment=false")]
+    assert parse_set_grid(["depth=8,16", "augment=false"]) == [
+        ("depth=8", "augment=false"),
+        ("depth=16", "augment=false"),
+    ]
     assert parse_set_grid([]) == [()]
 
 
 def test_sweep_runs_stores_and_tables_every_grid_point(folder, tmp_path):
     out = tmp_path / "sweep.json"
-    result = cli.invoke(app, ["sweep", "catdog-original", "--batch-size", "8,16", "--workers", "0,1",
-                              "--data-dir", str(folder), *SHORT, "--json", str(out), "--quiet"])
+    result = cli.invoke(
+        app,
+        [
+            "sweep",
+            "catdog-original",
+            "--batch-size",
+            "8,16",
+            "--workers",
+            "0,1",
+            "--data-dir",
+            str(folder),
+            *SHORT,
+            "--json",
+            str(out),
+            "--quiet",
+        ],
+    )
     assert result.exit_code == 0, result.output
     runs = json.loads(out.read_text())["runs"]
     points = [(run["settings"]["batch_size"], run["settings"]["workers"]) for run in runs]
@@ -89,23 +136,47 @@ def test_sweep_runs_stores_and_tables_every_grid_point(folder, tmp_path):
     assert all(run["status"] == "ok" and run["input_verdict"] for run in runs)
     with Store(Path(result.output.split("Runs stored in ")[1].split()[0])) as store:
         assert len(store.results()[0].runs) == 4
-    cells = [[cell.strip() for cell in line.split("│")[1:-1]] for line in result.stdout.splitlines()
-             if line.startswith("│")]
+    cells = [
+        [cell.strip() for cell in line.split("│")[1:-1]] for line in result.stdout.splitlines() if line.startswith("│")
+    ]
     assert [(int(row[0]), int(row[1])) for row in cells] == points  # batch size, workers: a row per point
     assert all(any(cell.endswith("-bound") for cell in row) for row in cells)  # the waiting share and its verdict
 
 
 def test_sweep_refuses_values_that_are_not_numbers():
     result = cli.invoke(app, ["sweep", "catdog-original", "--batch-size", "32,big", *SHORT])
-    assert result.exit_code == EXIT_USAGE and "whole numbers separated by single commas" in " ".join(result.output.split())
+    assert result.exit_code == EXIT_USAGE and "whole numbers separated by single commas" in " ".join(
+        result.output.split()
+    )
 
 
 @pytest.fixture(scope="module")
 def saved_model(folder, tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("model") / "model.pt"
-    result = cli.invoke(app, ["run", "catdog-original", "--devices", "cpu", "--data-dir", str(folder),
-                              "--epochs", "4", "--batch-size", "8", "--workers", "0", "--set", "augment=false",
-                              "--save", str(path), "--db", str(path.parent / "results.sqlite"), "--quiet"])
+    result = cli.invoke(
+        app,
+        [
+            "run",
+            "catdog-original",
+            "--devices",
+            "cpu",
+            "--data-dir",
+            str(folder),
+            "--epochs",
+            "4",
+            "--batch-size",
+            "8",
+            "--workers",
+            "0",
+            "--set",
+            "augment=false",
+            "--save",
+            str(path),
+            "--db",
+            str(path.parent / "results.sqlite"),
+            "--quiet",
+        ],
+    )
     assert result.exit_code == 0, result.output  # its own database: a module fixture runs before the autouse ones
     return path
 
@@ -113,8 +184,11 @@ def saved_model(folder, tmp_path_factory) -> Path:
 def held_out(tmp_path: Path) -> dict[Path, str]:
     """Eight new images per class, of sizes the model never saw."""
     rng = np.random.default_rng(7)
-    return {write_image(tmp_path / f"{name}{index}.jpg", brightness, rng, (100 + index, 70)): name
-            for name, brightness in BRIGHTNESS.items() for index in range(8)}
+    return {
+        write_image(tmp_path / f"{name}{index}.jpg", brightness, rng, (100 + index, 70)): name
+        for name, brightness in BRIGHTNESS.items()
+        for index in range(8)
+    }
 
 
 def test_predict_classifies_held_out_images_with_the_training_preprocessing(saved_model, tmp_path):
@@ -143,8 +217,9 @@ def test_predict_cli_reports_bad_files_and_still_classifies_the_rest(saved_model
     good = write_image(tmp_path / "ok.png", BRIGHTNESS["light"], np.random.default_rng(1))
     not_an_image = tmp_path / "notes.jpg"
     not_an_image.write_text("hello")
-    result = cli.invoke(app, ["predict", str(saved_model), str(not_an_image), str(good),
-                              str(tmp_path / "missing.png"), "--json"])
+    result = cli.invoke(
+        app, ["predict", str(saved_model), str(not_an_image), str(good), str(tmp_path / "missing.png"), "--json"]
+    )
     assert result.exit_code == EXIT_FAILED_RUN
     rows = json.loads(result.stdout)
     assert [row["class_name"] for row in rows] == [None, "light", None]

@@ -93,13 +93,19 @@ def test_vgg_pools_any_size_from_32_pixels_to_its_classifiers_7x7():
     assert vgg.classifier[2].in_features == 512 * 7 * 7
 
 
-@pytest.mark.parametrize("value, refused", [("16", "image_size must be at least 32 pixels"),
-                                             ("4096", "image_size=4096 is above its bound of 1,024")])
+@pytest.mark.parametrize(
+    "value, refused",
+    [("16", "image_size must be at least 32 pixels"), ("4096", "image_size=4096 is above its bound of 1,024")],
+)
 def test_an_absurd_image_size_is_refused_before_anything_is_built(value, refused):
     with pytest.raises(ConfigError, match=refused):
         RunConfig(workloads=("resnet50",), overrides=(f"image_size={value}",))
-    assert RunConfig(workloads=("vgg16",), overrides=("image_size=64",)).hyperparameters_for(
-        get_workload("vgg16"))["image_size"] == 64
+    assert (
+        RunConfig(workloads=("vgg16",), overrides=("image_size=64",)).hyperparameters_for(get_workload("vgg16"))[
+            "image_size"
+        ]
+        == 64
+    )
 
 
 def test_resnet_is_version_1_5_the_stride_on_the_3x3_convolution():
@@ -111,9 +117,20 @@ def test_resnet_is_version_1_5_the_stride_on_the_3x3_convolution():
     for block, stride in zip(downsampling, (1, 2, 2, 2), strict=True):
         convolutions = [layer for layer in block.residual if isinstance(layer, nn.Conv2d)]
         assert [(layer.kernel_size, layer.stride) for layer in convolutions] == [
-            ((1, 1), (1, 1)), ((3, 3), (stride, stride)), ((1, 1), (1, 1))]
-    assert len([module for module in get_workload("resnet152").build_model(get_workload("resnet152").defaults)
-                .modules() if isinstance(module, Bottleneck)]) == 3 + 8 + 36 + 3
+            ((1, 1), (1, 1)),
+            ((3, 3), (stride, stride)),
+            ((1, 1), (1, 1)),
+        ]
+    assert (
+        len(
+            [
+                module
+                for module in get_workload("resnet152").build_model(get_workload("resnet152").defaults).modules()
+                if isinstance(module, Bottleneck)
+            ]
+        )
+        == 3 + 8 + 36 + 3
+    )
 
 
 def test_initialisation_is_he_normal_over_fan_out_with_batch_norm_at_one_and_zero():
@@ -142,7 +159,10 @@ def test_training_settings_are_the_papers():
         assert (optimizer.defaults["momentum"], optimizer.defaults["weight_decay"]) == (0.9, 1e-4)
     optimizer = vgg.build_optimizer(tiny, {**vgg.defaults, "batch_size": 32})  # VGG's rate is not scaled
     assert (optimizer.defaults["lr"], optimizer.defaults["momentum"], optimizer.defaults["weight_decay"]) == (
-        0.01, 0.9, 5e-4)
+        0.01,
+        0.9,
+        5e-4,
+    )
     for name in REFERENCE_MODELS:
         entry = get_workload(name)
         assert (entry.seed, entry.published, entry.in_suites, entry.image_shape) == (None, None, False, (3, 224, 224))
@@ -156,14 +176,26 @@ def test_the_input_is_scaled_resized_and_normalised_by_imagenet_statistics():
     expected = [(1 - mean) / deviation for mean, deviation in zip(IMAGENET_MEAN, IMAGENET_STD, strict=True)]
     assert inputs[0, :, 10, 10].tolist() == pytest.approx(expected, rel=1e-5)
     assert rebuild(describe(ImageNetInput(size=64))) == ImageNetInput(size=64)  # a checkpoint carries it
-    assert get_workload("resnet50").example_batch({**get_workload("resnet50").defaults, "image_size": 64})[0].shape \
-        == (1, 3, 64, 64)  # FLOPs are counted at the size trained
+    assert get_workload("resnet50").example_batch({**get_workload("resnet50").defaults, "image_size": 64})[0].shape == (
+        1,
+        3,
+        64,
+        64,
+    )  # FLOPs are counted at the size trained
 
 
 @pytest.mark.slow
 def test_a_reduced_run_trains_on_the_cpu_with_a_finite_loss():
-    config = RunConfig(workloads=("resnet50",), devices="cpu", data="synthetic", overrides=("image_size=64",),
-                       batch_size=4, epochs=2, max_steps=2, max_eval_steps=1)
+    config = RunConfig(
+        workloads=("resnet50",),
+        devices="cpu",
+        data="synthetic",
+        overrides=("image_size=64",),
+        batch_size=4,
+        epochs=2,
+        max_steps=2,
+        max_eval_steps=1,
+    )
     result = db.run(config)
     (record,) = result.runs
     assert record.status == "ok", record.error
@@ -181,8 +213,7 @@ def test_the_suites_leave_them_out_and_naming_them_runs_them():
     for suite in (None, "seeds"):
         names = {entry.name for entry in RunConfig(suite=suite).selected_workloads()}
         assert names and not names & set(REFERENCE_MODELS), suite
-    assert [entry.name for entry in RunConfig(workloads=("resnet*",)).selected_workloads()] == ["resnet50",
-                                                                                                 "resnet152"]
+    assert [entry.name for entry in RunConfig(workloads=("resnet*",)).selected_workloads()] == ["resnet50", "resnet152"]
 
 
 # --- the dataset --------------------------------------------------------------------------------------------------
@@ -206,20 +237,23 @@ def test_auto_stands_in_a_few_synthetic_images_and_says_so_loudly():
     for text in (dataset.fallback_reason, str(said[0].message)):
         assert "registered users" in text and "--data-dir DIR with DIR/train/<class>" in text
         assert "Using 1,280 + 256 synthetic images" in text
-    assert "1,280 train + 256 test images standing in for ImageNet (ILSVRC-2012)'s 1,281,167 + 50,000" \
-        in dataset.origin
+    assert "1,280 train + 256 test images standing in for ImageNet (ILSVRC-2012)'s 1,281,167 + 50,000" in dataset.origin
     assert dataset.notes == ("the whole release would not fit in memory: an epoch is 1,280 images",)
     explicit = load_dataset("imagenet", "synthetic", image_shape=(3, 32, 32))
     assert len(explicit.train_labels) == 1_280 and explicit.fallback_reason is None
     source, why = expected_source("imagenet")  # what `run --dry-run` says, loading nothing
     assert source == "synthetic" and "1,280 + 256 synthetic images of its shape stand in" in why
-    assert expected_source("imagenet", "real")[1].startswith("devicebench cannot download ImageNet (ILSVRC-2012), "
-                                                              "so the run stops; image-net.org")
+    assert expected_source("imagenet", "real")[1].startswith(
+        "devicebench cannot download ImageNet (ILSVRC-2012), so the run stops; image-net.org"
+    )
 
 
 def test_real_without_a_folder_of_images_is_refused_with_how_to_get_them(tmp_path):
-    with pytest.raises(ConfigError, match=r"^--data real for vgg16: real ImageNet \(ILSVRC-2012\) was asked for, "
-                                          r"but devicebench cannot download it: image-net.org gives"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^--data real for vgg16: real ImageNet \(ILSVRC-2012\) was asked for, "
+        r"but devicebench cannot download it: image-net.org gives",
+    ):
         RunConfig(workloads=("vgg16",), data="real")
     with pytest.raises(NotDownloadable, match=f"register .* \\({tmp_path} has no train/ folder\\)"):
         load_dataset("imagenet", "real", data_dir=tmp_path, image_shape=(3, 224, 224))
@@ -249,8 +283,18 @@ def test_a_folder_of_class_subfolders_is_the_real_data(tmp_path):
 
 @pytest.mark.slow
 def test_a_run_trains_on_a_folder_of_real_images_decoded_at_224_and_resized(tmp_path):
-    config = RunConfig(workloads=("resnet50",), devices="cpu", data="real", data_dir=str(write_imagenet_like_folder(
-        tmp_path)), overrides=("image_size=32",), batch_size=3, epochs=2, max_steps=2, max_eval_steps=1, workers=0)
+    config = RunConfig(
+        workloads=("resnet50",),
+        devices="cpu",
+        data="real",
+        data_dir=str(write_imagenet_like_folder(tmp_path)),
+        overrides=("image_size=32",),
+        batch_size=3,
+        epochs=2,
+        max_steps=2,
+        max_eval_steps=1,
+        workers=0,
+    )
     (record,) = db.run(config, progress=False).runs
     assert record.status == "ok", record.error
     assert record.settings.data_source == "real"
@@ -263,9 +307,12 @@ def test_vgg16_is_refused_where_its_training_state_cannot_fit(monkeypatch):
     memory = SimpleNamespace(available=1 * GIB)
     monkeypatch.setattr(planning, "psutil", SimpleNamespace(virtual_memory=lambda: memory))
     needed = TORCHVISION_PARAMETERS["vgg16"] * 4 * 3 / GIB
-    with pytest.raises(ConfigError, match=rf"vgg16 on cpu: its 138,357,544 parameters need {needed:.1f} GiB to "
-                                          r"train \(weights, gradients and 1 optimizer state copy, 4 bytes each\) "
-                                          r"and cpu has 1.0 GiB free"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"vgg16 on cpu: its 138,357,544 parameters need {needed:.1f} GiB to "
+        r"train \(weights, gradients and 1 optimizer state copy, 4 bytes each\) "
+        r"and cpu has 1.0 GiB free",
+    ):
         planning.plan(RunConfig(workloads=("vgg16",), devices="cpu", data="synthetic"))
 
 

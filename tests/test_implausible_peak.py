@@ -37,27 +37,42 @@ def test_the_bounds_the_tests_below_assume():
     assert (LARGEST_DEVICE_TFLOPS, MOST_OVER_DATASHEET) == (10_000.0, 2.0)
 
 
-@pytest.mark.parametrize(("device_name", "tflops", "doubt"), [
-    ("cpu model", 1e30, "1e+30 TFLOP/s is more than any device computes (under 10,000 TFLOP/s)"),
-    ("cpu model", 10_001.0, "1e+04 TFLOP/s is more than any device computes"),
-    (H100_NAME, 200.0, "200 TFLOP/s is 2.99x the H100 SXM datasheet's fp32 peak (67 TFLOP/s)"),
-    (H100_NAME, 1e30, "1e+30 TFLOP/s is 1.49e+28x the H100 SXM datasheet's fp32 peak"),
-    ("cpu model", float("inf"), "inf TFLOP/s is not a rate"),
-    ("cpu model", 0.5, None),
-    ("cpu model", 9_999.0, None),  # an unknown device: only the absolute bound
-    (H100_NAME, 134.0, None),  # twice its datasheet is still believed
-])
+@pytest.mark.parametrize(
+    ("device_name", "tflops", "doubt"),
+    [
+        ("cpu model", 1e30, "1e+30 TFLOP/s is more than any device computes (under 10,000 TFLOP/s)"),
+        ("cpu model", 10_001.0, "1e+04 TFLOP/s is more than any device computes"),
+        (H100_NAME, 200.0, "200 TFLOP/s is 2.99x the H100 SXM datasheet's fp32 peak (67 TFLOP/s)"),
+        (H100_NAME, 1e30, "1e+30 TFLOP/s is 1.49e+28x the H100 SXM datasheet's fp32 peak"),
+        ("cpu model", float("inf"), "inf TFLOP/s is not a rate"),
+        ("cpu model", 0.5, None),
+        ("cpu model", 9_999.0, None),  # an unknown device: only the absolute bound
+        (H100_NAME, 134.0, None),  # twice its datasheet is still believed
+    ],
+)
 def test_a_peak_is_doubted_above_any_device_or_twice_its_datasheet(device_name, tflops, doubt):
     found = peak_doubt(device_name, "fp32", tflops)
     assert (found is None) if doubt is None else (found is not None and found.startswith(doubt)), found
 
 
-@pytest.mark.parametrize(("device", "device_name", "fp32", "said"), [
-    ("cpu", "cpu model", 1e30, "its fp32 matmul peak of cpu cannot have been measured: 1e+30 TFLOP/s is more than "
-                               "any device computes"),
-    ("cuda:0", H100_NAME, 200.0, "its fp32 matmul peak of cuda:0 cannot have been measured: 200 TFLOP/s is 2.99x "
-                                 "the H100 SXM datasheet's fp32 peak (67 TFLOP/s)"),
-])
+@pytest.mark.parametrize(
+    ("device", "device_name", "fp32", "said"),
+    [
+        (
+            "cpu",
+            "cpu model",
+            1e30,
+            "its fp32 matmul peak of cpu cannot have been measured: 1e+30 TFLOP/s is more than any device computes",
+        ),
+        (
+            "cuda:0",
+            H100_NAME,
+            200.0,
+            "its fp32 matmul peak of cuda:0 cannot have been measured: 200 TFLOP/s is 2.99x "
+            "the H100 SXM datasheet's fp32 peak (67 TFLOP/s)",
+        ),
+    ],
+)
 def test_a_calibration_file_with_an_impossible_peak_is_not_read(device, device_name, fp32, said, caplog):
     path = save_calibration(MACHINE, "laptop", [ceilings(device, fp32=fp32, device_name=device_name)])
     with pytest.raises(CalibrationError) as raised:
@@ -80,8 +95,10 @@ def test_a_stored_run_with_an_impossible_peak_is_flagged_and_has_no_mfu():
     forged, honest = cpu_run(1e30), cpu_run(0.5)
     (flag,) = run_flags(forged)
     assert flag.code == "implausible-peak"
-    assert flag.text.startswith("the calibrated fp32 peak stored with the run cannot have been measured: 1e+30 "
-                                "TFLOP/s is more than any device computes")
+    assert flag.text.startswith(
+        "the calibrated fp32 peak stored with the run cannot have been measured: 1e+30 "
+        "TFLOP/s is more than any device computes"
+    )
     assert run_flags(honest) == []
     (row,) = compare([result_fixtures.session(result_fixtures.machine("box", "m1"), [forged])])["mnist-cnn2"]
     assert row.mfu is None and [flag.code for flag in row.flags] == ["implausible-peak"]
@@ -100,8 +117,9 @@ def test_an_impossible_peak_does_not_hide_a_gpu_run_above_its_datasheet():
 def test_compare_shows_the_flag_not_zero_percent_mfu(tmp_path):
     """1e12 TFLOP/s: within the figures an import takes (schema.LARGEST_WHOLE_NUMBER), more than any device computes."""
     exported = tmp_path / "forged.json"
-    exported.write_text(json.dumps(export_document([result_fixtures.session(result_fixtures.machine("box", "m1"),
-                                                                            [cpu_run(1e12)])])))
+    exported.write_text(
+        json.dumps(export_document([result_fixtures.session(result_fixtures.machine("box", "m1"), [cpu_run(1e12)])]))
+    )
     db = tmp_path / "db.sqlite"
     assert CliRunner().invoke(app, ["import", str(exported), "--db", str(db)]).exit_code == 0
     outcome = CliRunner().invoke(app, ["compare", "--wide", "--db", str(db)])

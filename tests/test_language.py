@@ -53,8 +53,10 @@ def test_bert_has_the_checkpoints_parameters_less_the_pooler_plus_the_span_head(
     # bert-base-uncased and bert-large-uncased as Hugging Face's BertModel counts them (pooler included):
     # 109,482,240 and 335,141,888. SQuAD fine-tuning drops the pooler (width² + width, unused by a span head)
     # and adds the span head Linear(width, 2).
-    for name, checkpoint, width, paper in (("bert-base", 109_482_240, 768, 110e6),
-                                           ("bert-large", 335_141_888, 1_024, 340e6)):
+    for name, checkpoint, width, paper in (
+        ("bert-base", 109_482_240, 768, 110e6),
+        ("bert-large", 335_141_888, 1_024, 340e6),
+    ):
         counted = get_workload(name).parameter_count()
         assert counted == checkpoint - (width * width + width) + (2 * width + 2)
         assert abs(counted - paper) / paper < 0.03  # the paper's rounded "110M" and "340M"
@@ -174,9 +176,21 @@ def test_the_quick_and_seeds_suites_leave_the_language_models_out():
 
 
 def test_tiny_models_train_on_the_cpu_through_run_with_accuracy_over_positions():
-    result = runner.run(planning.plan(RunConfig(
-        workloads=NAMES, devices="cpu", data="synthetic", epochs=2, max_steps=3, max_eval_steps=2, batch_size=4,
-        overrides=TINY_SET, threads=1)))
+    result = runner.run(
+        planning.plan(
+            RunConfig(
+                workloads=NAMES,
+                devices="cpu",
+                data="synthetic",
+                epochs=2,
+                max_steps=3,
+                max_eval_steps=2,
+                batch_size=4,
+                overrides=TINY_SET,
+                threads=1,
+            )
+        )
+    )
     assert [run.status for run in result.runs] == ["ok"] * 3, [run.error for run in result.runs]
     for run in result.runs:
         assert [(epoch.steps, epoch.samples) for epoch in run.epochs] == [(3, 12), (3, 12)]
@@ -212,12 +226,13 @@ def test_the_loss_falls_on_the_synthetic_next_token_data_below_what_token_freque
 
 
 def test_spans_are_answers_of_answer_words_inside_the_sequence():
-    data = synthetic_sequences("squad", vocab_size=1_000, sequence_length=64, task="spans", train_size=200,
-                               test_size=20)
+    data = synthetic_sequences(
+        "squad", vocab_size=1_000, sequence_length=64, task="spans", train_size=200, test_size=20
+    )
     assert data.train_tokens.shape == (200, 64) and data.train_labels.shape == (200, 2)
     assert data.test_labels.shape == (20, 2) and data.num_classes == 64  # the classes are positions
     starts, ends = data.train_labels.T
-    assert (0 <= starts).all() and (starts <= ends).all() and (ends < 64).all() and (ends - starts < 30).all()
+    assert (starts >= 0).all() and (starts <= ends).all() and (ends < 64).all() and (ends - starts < 30).all()
     positions = np.arange(64)
     inside = (positions >= starts[:, None]) & (positions <= ends[:, None])
     answer_words = np.unique(data.train_tokens[inside])
@@ -225,16 +240,18 @@ def test_spans_are_answers_of_answer_words_inside_the_sequence():
 
 
 def test_next_tokens_are_the_inputs_shifted_by_one():
-    data = synthetic_sequences("openwebtext", vocab_size=300, sequence_length=50, task="next-token", train_size=40,
-                               test_size=10)
+    data = synthetic_sequences(
+        "openwebtext", vocab_size=300, sequence_length=50, task="next-token", train_size=40, test_size=10
+    )
     assert data.train_tokens.shape == data.train_labels.shape == (40, 50) and data.num_classes == 300
     assert np.array_equal(data.train_tokens[:, 1:], data.train_labels[:, :-1])
     assert data.train_tokens.min() >= len(SEQUENCE_WORDS)  # words only: no padding, unknown or start token
 
 
 def test_translations_are_the_source_then_the_shifted_target_and_a_function_of_the_source():
-    data = synthetic_sequences("squad", vocab_size=200, sequence_length=30, task="translation", target_length=12,
-                               train_size=300, test_size=10)
+    data = synthetic_sequences(
+        "squad", vocab_size=200, sequence_length=30, task="translation", target_length=12, train_size=300, test_size=10
+    )
     source, decoder_input = data.train_tokens[:, :18], data.train_tokens[:, 18:]
     assert data.train_tokens.shape == (300, 30) and data.train_labels.shape == (300, 12)
     assert (decoder_input[:, 0] == SEQUENCE_WORDS.index("<s>")).all()
@@ -263,14 +280,30 @@ def test_a_translation_workload_meets_the_contract_on_the_synthetic_translations
     from devicebench.workloads import Workload
 
     translation = Workload(
-        name="word-by-word", seed=None, dataset="squad", summary="a translation model in miniature",
+        name="word-by-word",
+        seed=None,
+        dataset="squad",
+        summary="a translation model in miniature",
         build_model=lambda h: WordByWord(h["vocab_size"], h["target_length"]),
-        defaults={"vocab_size": 64, "sequence_length": 20, "target_length": 8, "batch_size": 16, "epochs": 2,
-                  "learning_rate": 0.05},
-        build_loss=SequenceCrossEntropy, build_optimizer=lambda model, h: torch.optim.Adam(model.parameters(), 0.05),
-        output="token_logits", build_preprocessing=lambda h: Unchanged(),
-        data_options=lambda h: {"vocab_size": h["vocab_size"], "sequence_length": h["sequence_length"],
-                                "task": "translation", "target_length": h["target_length"]})
+        defaults={
+            "vocab_size": 64,
+            "sequence_length": 20,
+            "target_length": 8,
+            "batch_size": 16,
+            "epochs": 2,
+            "learning_rate": 0.05,
+        },
+        build_loss=SequenceCrossEntropy,
+        build_optimizer=lambda model, h: torch.optim.Adam(model.parameters(), 0.05),
+        output="token_logits",
+        build_preprocessing=lambda h: Unchanged(),
+        data_options=lambda h: {
+            "vocab_size": h["vocab_size"],
+            "sequence_length": h["sequence_length"],
+            "task": "translation",
+            "target_length": h["target_length"],
+        },
+    )
     inputs, targets = translation.example_batch(translation.defaults)
     assert inputs.shape == (1, 20) and targets.shape == (1, 8)
     check_workload(translation)
@@ -279,8 +312,9 @@ def test_a_translation_workload_meets_the_contract_on_the_synthetic_translations
 def test_synthetic_sequences_are_seeded_and_capped_for_a_laptop():
     request = {"vocab_size": 50_257, "sequence_length": 1_024, "task": "next-token"}
     first, again = (load_dataset("openwebtext", "synthetic", seed=5, **request) for _ in range(2))
-    assert np.array_equal(first.train_tokens, again.train_tokens) and np.array_equal(first.test_labels,
-                                                                                     again.test_labels)
+    assert np.array_equal(first.train_tokens, again.train_tokens) and np.array_equal(
+        first.test_labels, again.test_labels
+    )
     other = load_dataset("openwebtext", "synthetic", seed=6, **request)
     assert not np.array_equal(first.train_tokens, other.train_tokens)
     assert (len(first.train_tokens), len(first.test_tokens)) == (MOST_SEQUENCES, MOST_SEQUENCES // 8)
@@ -307,14 +341,21 @@ def test_bad_sequence_requests_are_refused_with_what_is_wrong():
 
 def test_token_datasets_refuse_sequence_labels_that_do_not_fit():
     tokens, labels = np.zeros((4, 8), dtype=np.int64), np.zeros((4, 2), dtype=np.int64)
-    fields = {"name": "x", "source": "synthetic", "train_tokens": tokens, "test_tokens": tokens[:2],
-              "num_classes": 8, "vocabulary": SEQUENCE_WORDS}
+    fields = {
+        "name": "x",
+        "source": "synthetic",
+        "train_tokens": tokens,
+        "test_tokens": tokens[:2],
+        "num_classes": 8,
+        "vocabulary": SEQUENCE_WORDS,
+    }
     TokenDataset(**fields, train_labels=labels, test_labels=labels[:2], class_names=())
     with pytest.raises(ValueError, match=r"x test: 2 texts but labels int64 \(2, 3\)"):
         TokenDataset(**fields, train_labels=labels, test_labels=np.zeros((2, 3), dtype=np.int64), class_names=())
     with pytest.raises(ValueError, match="labels span 0..8, outside 0..7"):
-        TokenDataset(**fields, train_labels=labels + np.eye(4, 2, dtype=np.int64) * 8, test_labels=labels[:2],
-                     class_names=())
+        TokenDataset(
+            **fields, train_labels=labels + np.eye(4, 2, dtype=np.int64) * 8, test_labels=labels[:2], class_names=()
+        )
     with pytest.raises(ValueError, match="a sequence task's labels .* have none"):
         TokenDataset(**fields, train_labels=labels, test_labels=labels[:2], class_names=tuple("abcdefgh"))
 
@@ -323,8 +364,9 @@ def test_token_datasets_refuse_sequence_labels_that_do_not_fit():
 
 
 def test_real_squad_and_openwebtext_are_refused_with_what_reading_them_needs():
-    with pytest.raises(RealDataUnreadable, match="cannot read the real SQuAD v1.1: that needs BERT's uncased "
-                                                 "WordPiece vocabulary"):
+    with pytest.raises(
+        RealDataUnreadable, match="cannot read the real SQuAD v1.1: that needs BERT's uncased WordPiece vocabulary"
+    ):
         load_dataset("squad", "real", vocab_size=30_522, sequence_length=384, task="spans")
     auto = load_dataset("openwebtext", "auto", vocab_size=100, sequence_length=16, task="next-token")
     assert auto.source == "synthetic" and "GPT-2's byte-pair encoding" in auto.fallback_reason
@@ -333,8 +375,11 @@ def test_real_squad_and_openwebtext_are_refused_with_what_reading_them_needs():
 
 
 def test_a_run_on_real_language_data_fails_saying_why_and_the_data_command_says_there_is_nothing_to_fetch():
-    result = runner.run(planning.plan(RunConfig(workloads=("gpt2-small",), devices="cpu", data="real", epochs=1,
-                                                max_steps=1, overrides=TINY_SET)))
+    result = runner.run(
+        planning.plan(
+            RunConfig(workloads=("gpt2-small",), devices="cpu", data="real", epochs=1, max_steps=1, overrides=TINY_SET)
+        )
+    )
     [run] = result.runs
     assert run.status == "failed" and "cannot read the real OpenWebText" in run.error
     listed = cli.invoke(app, ["data", "list"])

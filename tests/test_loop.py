@@ -19,8 +19,9 @@ CPU = torch.device("cpu")
 
 
 def new_record(epochs: int = 3) -> RunRecord:
-    settings = RunSettings(batch_size=32, epochs=epochs, max_steps=None, max_eval_steps=None, seed=0, threads=1,
-                           data_source="synthetic")
+    settings = RunSettings(
+        batch_size=32, epochs=epochs, max_steps=None, max_eval_steps=None, seed=0, threads=1, data_source="synthetic"
+    )
     return RunRecord("tiny", "S1", "cpu", "test cpu", 0, settings, "2026-01-01T00:00:00Z")
 
 
@@ -59,9 +60,14 @@ def test_epoch_counts_and_rates_are_consistent():
 def test_a_partial_last_batch_counts_its_real_samples():
     data = learnable_dataset(train=100)  # 32 + 32 + 32 + 4
     record = new_record(1)
-    train(record, linear_setup, HostBatches(data.train_images, data.train_labels, 32, CPU),
-          HostBatches(data.test_images, data.test_labels, 32, CPU, shuffle=False), TrainingPlan(epochs=1),
-          Stopwatch(CPU))
+    train(
+        record,
+        linear_setup,
+        HostBatches(data.train_images, data.train_labels, 32, CPU),
+        HostBatches(data.test_images, data.test_labels, 32, CPU, shuffle=False),
+        TrainingPlan(epochs=1),
+        Stopwatch(CPU),
+    )
     assert (record.epochs[0].steps, record.epochs[0].samples) == (4, 100)
 
 

@@ -88,8 +88,12 @@ class QueuedDevice:
 
     def stopwatch(self, synchronize: bool = True) -> Stopwatch:
         """A Stopwatch on this device; `synchronize=False` is the broken timer the tests must tell apart."""
-        return Stopwatch(CPU, clock=self.read_clock, host_clock=self.read_host_clock,
-                         synchronize=self.synchronize if synchronize else lambda device: None)
+        return Stopwatch(
+            CPU,
+            clock=self.read_clock,
+            host_clock=self.read_host_clock,
+            synchronize=self.synchronize if synchronize else lambda device: None,
+        )
 
 
 class QueuedModel(nn.Module):
@@ -136,8 +140,15 @@ class QueuedSGD(torch.optim.SGD):
 
 
 def new_record(epochs: int = EPOCHS) -> RunRecord:
-    settings = RunSettings(batch_size=BATCH, epochs=epochs, max_steps=STEPS, max_eval_steps=EVAL_BATCHES, seed=0,
-                           threads=1, data_source="synthetic")
+    settings = RunSettings(
+        batch_size=BATCH,
+        epochs=epochs,
+        max_steps=STEPS,
+        max_eval_steps=EVAL_BATCHES,
+        seed=0,
+        threads=1,
+        data_source="synthetic",
+    )
     return RunRecord("tiny", "", "cpu", "test cpu", 0, settings, "2026-01-01T00:00:00Z")
 
 
@@ -151,12 +162,17 @@ def train_on_queued_device(synchronize: bool = True, target_accuracy: float | No
         return TrainingSetup(model, QueuedLoss(device), QueuedSGD(model.parameters(), device))
 
     record = new_record()
-    train(record, build,
-          DelayedBatches(HostBatches(data.train_images, data.train_labels, BATCH, CPU),
-                         lambda: device.host_work(BATCH_LOAD_S, "batch")),
-          HostBatches(data.test_images, data.test_labels, BATCH, CPU, shuffle=False),
-          TrainingPlan(epochs=EPOCHS, max_steps=STEPS, max_eval_steps=EVAL_BATCHES, target_accuracy=target_accuracy),
-          device.stopwatch(synchronize))
+    train(
+        record,
+        build,
+        DelayedBatches(
+            HostBatches(data.train_images, data.train_labels, BATCH, CPU),
+            lambda: device.host_work(BATCH_LOAD_S, "batch"),
+        ),
+        HostBatches(data.test_images, data.test_labels, BATCH, CPU, shuffle=False),
+        TrainingPlan(epochs=EPOCHS, max_steps=STEPS, max_eval_steps=EVAL_BATCHES, target_accuracy=target_accuracy),
+        device.stopwatch(synchronize),
+    )
     return record
 
 
@@ -194,8 +210,16 @@ def test_time_to_target_counts_training_alone_or_says_that_it_includes_evaluatio
 # --- rule 1: only engine/timing.py reads a clock -------------------------------------------------------------------
 
 SOURCE = Path(devicebench.__file__).parent
-CLOCK_FUNCTIONS = {"perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "process_time", "process_time_ns",
-                   "time_ns", "elapsed_time"}  # elapsed_time: a CUDA event's
+CLOCK_FUNCTIONS = {
+    "perf_counter",
+    "perf_counter_ns",
+    "monotonic",
+    "monotonic_ns",
+    "process_time",
+    "process_time_ns",
+    "time_ns",
+    "elapsed_time",
+}  # elapsed_time: a CUDA event's
 
 
 def clock_readings(tree: ast.AST) -> list[int]:
@@ -205,8 +229,11 @@ def clock_readings(tree: ast.AST) -> list[int]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute):
             owner = node.value.id if isinstance(node.value, ast.Name) else ""
-            if node.attr in CLOCK_FUNCTIONS or (owner, node.attr) in {("time", "time"), ("datetime", "now"),
-                                                                       ("datetime", "utcnow")}:
+            if node.attr in CLOCK_FUNCTIONS or (owner, node.attr) in {
+                ("time", "time"),
+                ("datetime", "now"),
+                ("datetime", "utcnow"),
+            }:
                 lines.append(node.lineno)
         elif isinstance(node, ast.ImportFrom) and node.module == "time":
             lines += [node.lineno for alias in node.names if alias.name in CLOCK_FUNCTIONS | {"time"}]
@@ -216,8 +243,12 @@ def clock_readings(tree: ast.AST) -> list[int]:
 def test_no_module_but_engine_timing_reads_a_clock():
     timing = SOURCE / "engine" / "timing.py"
     assert clock_readings(ast.parse(timing.read_text())), "the check finds no clock even where one is read"
-    elsewhere = {str(path.relative_to(SOURCE)): lines for path in SOURCE.rglob("*.py") if path != timing
-                 if (lines := clock_readings(ast.parse(path.read_text())))}
+    elsewhere = {
+        str(path.relative_to(SOURCE)): lines
+        for path in SOURCE.rglob("*.py")
+        if path != timing
+        if (lines := clock_readings(ast.parse(path.read_text())))
+    }
     assert elsewhere == {}, f"clocks read outside engine/timing.py (file: lines): {elsewhere}"
 
 
@@ -247,8 +278,9 @@ def train_logging_reads(events: list[str], steps: int, build=linear_setup) -> No
 
     def logged_build() -> TrainingSetup:
         setup = build()
-        setup.model.register_forward_hook(lambda module, inputs, outputs: events.append("step") if module.training
-                                          else None)
+        setup.model.register_forward_hook(
+            lambda module, inputs, outputs: events.append("step") if module.training else None
+        )
         return setup
 
     def clock() -> float:
@@ -256,9 +288,14 @@ def train_logging_reads(events: list[str], steps: int, build=linear_setup) -> No
         return time.perf_counter()
 
     data = learnable_dataset()
-    train(new_record(2), logged_build, HostBatches(data.train_images, data.train_labels, BATCH, CPU),
-          HostBatches(data.test_images, data.test_labels, BATCH, CPU, shuffle=False),
-          TrainingPlan(epochs=2, max_steps=steps, max_eval_steps=1), Stopwatch(CPU, clock=clock))
+    train(
+        new_record(2),
+        logged_build,
+        HostBatches(data.train_images, data.train_labels, BATCH, CPU),
+        HostBatches(data.test_images, data.test_labels, BATCH, CPU, shuffle=False),
+        TrainingPlan(epochs=2, max_steps=steps, max_eval_steps=1),
+        Stopwatch(CPU, clock=clock),
+    )
 
 
 def timed_epochs(events: list[str]) -> list[list[str]]:
@@ -334,13 +371,34 @@ def test_the_speedup_is_a_ratio_of_medians_so_one_slow_epoch_does_not_move_it():
 
 UNIT_SUFFIXES = ("_s", "_ms", "_per_s", "_j", "_w", "_mib", "_percent", "_tflops", "_per_sample")
 UNITLESS = {  # fractions of 1, or losses, which have no unit
-    "train_loss", "test_loss", "train_accuracy", "test_accuracy", "target_accuracy", "final_test_accuracy",
+    "train_loss",
+    "test_loss",
+    "train_accuracy",
+    "test_accuracy",
+    "target_accuracy",
+    "final_test_accuracy",
     "best_test_accuracy",
 }
 COUNTS = {  # whole numbers of things, named after the things
-    "epoch", "steps", "samples", "eval_samples", "repeat", "parameter_count", "diverged_at_step", "epochs_completed",
-    "steady_epochs", "batch_size", "epochs", "max_steps", "max_eval_steps", "seed", "threads", "workers",
-    "world_size", "compile_recompiles", "compile_graph_breaks",
+    "epoch",
+    "steps",
+    "samples",
+    "eval_samples",
+    "repeat",
+    "parameter_count",
+    "diverged_at_step",
+    "epochs_completed",
+    "steady_epochs",
+    "batch_size",
+    "epochs",
+    "max_steps",
+    "max_eval_steps",
+    "seed",
+    "threads",
+    "workers",
+    "world_size",
+    "compile_recompiles",
+    "compile_graph_breaks",
 }
 
 
@@ -357,8 +415,13 @@ def test_every_number_in_the_schema_names_its_unit_or_is_a_known_fraction_or_cou
 
 def test_peak_rss_is_recorded_in_mebibytes():
     before_mib = psutil.Process().memory_info().rss / BYTES_PER_MIB
-    result = runner.run(planning.plan(RunConfig(workloads=("mnist-cnn2",), devices="cpu", data="synthetic", epochs=1, max_steps=1,
-                                  max_eval_steps=1)))
+    result = runner.run(
+        planning.plan(
+            RunConfig(
+                workloads=("mnist-cnn2",), devices="cpu", data="synthetic", epochs=1, max_steps=1, max_eval_steps=1
+            )
+        )
+    )
     peak_mib = result.runs[0].peak_rss_mib
     high_water_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # Linux counts kibibytes
     assert before_mib <= peak_mib <= high_water_kib / 1024  # kB or bytes would miss by a factor of 1024
@@ -373,8 +436,12 @@ def test_cuda_asked_on_a_machine_without_it_fails_before_training_and_says_why(m
     monkeypatch.setattr(torch.version, "hip", None)
     trained = []
     with pytest.raises(DeviceError, match="'cuda' is not available on this machine. Devices present: cpu") as caught:
-        runner.run(planning.plan(RunConfig(workloads=("mnist-cnn2",), devices="cuda", data="synthetic", epochs=1, max_steps=1)),
-                   reporter=type("Recorder", (RunReporter,), {"run_started": trained.append})())
+        runner.run(
+            planning.plan(
+                RunConfig(workloads=("mnist-cnn2",), devices="cuda", data="synthetic", epochs=1, max_steps=1)
+            ),
+            reporter=type("Recorder", (RunReporter,), {"run_started": trained.append})(),
+        )
     assert "CPU-only build" in str(caught.value) and "https://pytorch.org" in str(caught.value)  # and what to do
     assert trained == []
 
@@ -383,13 +450,31 @@ def test_data_that_fell_back_to_synthetic_says_so_before_training_in_the_table_a
     reason = "real MNIST could not be had (https://x.invalid/mnist: refused); using synthetic data of the same shape"
 
     def fallback(name, source, **options):
-        return dataclasses.replace(synthetic_dataset(name, seed=options.get("seed", 0), train_size=200, test_size=50),
-                                   fallback_reason=reason)
+        return dataclasses.replace(
+            synthetic_dataset(name, seed=options.get("seed", 0), train_size=200, test_size=50), fallback_reason=reason
+        )
 
     monkeypatch.setattr("devicebench.runner.load_dataset", fallback)
     output = tmp_path / "run.json"
-    result = CliRunner().invoke(app, ["run", "mnist-cnn2", "--devices", "cpu", "--data", "auto", "--epochs", "2",
-                                      "--max-steps", "2", "--max-eval-steps", "1", "--json", str(output)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            "mnist-cnn2",
+            "--devices",
+            "cpu",
+            "--data",
+            "auto",
+            "--epochs",
+            "2",
+            "--max-steps",
+            "2",
+            "--max-eval-steps",
+            "1",
+            "--json",
+            str(output),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "SYNTHETIC data" in result.output and "https://x.invalid/mnist: refused" in result.output  # the notice
     assert "SYNTHETIC DATA" in result.stdout  # under the table
@@ -414,19 +499,40 @@ def test_peak_device_memory_covers_model_creation_to_the_last_epoch(monkeypatch)
 
     data = learnable_dataset()
     record = new_record(2)
-    train(record, build, HostBatches(data.train_images, data.train_labels, BATCH, CPU),
-          HostBatches(data.test_images, data.test_labels, BATCH, CPU, shuffle=False),
-          TrainingPlan(epochs=2, max_steps=2, max_eval_steps=1), Stopwatch(CPU))
+    train(
+        record,
+        build,
+        HostBatches(data.train_images, data.train_labels, BATCH, CPU),
+        HostBatches(data.test_images, data.test_labels, BATCH, CPU, shuffle=False),
+        TrainingPlan(epochs=2, max_steps=2, max_eval_steps=1),
+        Stopwatch(CPU),
+    )
     assert events == ["reset", "build", "peak"]  # counted afresh before the model exists, read after it all
     assert record.peak_device_memory_mib == 812.5
 
 
 # --- rule 10: what changes the numbers is recorded, and runs that differ in it are never pooled ---------------------
 
-CHANGED = {"mode": "tuned", "precision": "bf16", "batch_size": 64, "batch_size_auto": True, "data_source": "real",
-           "workers": 2, "overrides": {"learning_rate": 0.1}, "threads": 4, "tf32_matmul": True, "tf32_cudnn": True,
-           "compiled": True, "world_size": 2, "max_steps": 30, "channels_last": True, "fused_optimizer": True,
-           "cudnn_benchmark": True, "device_resident": True, "allocator_keeps_memory": True}
+CHANGED = {
+    "mode": "tuned",
+    "precision": "bf16",
+    "batch_size": 64,
+    "batch_size_auto": True,
+    "data_source": "real",
+    "workers": 2,
+    "overrides": {"learning_rate": 0.1},
+    "threads": 4,
+    "tf32_matmul": True,
+    "tf32_cudnn": True,
+    "compiled": True,
+    "world_size": 2,
+    "max_steps": 30,
+    "channels_last": True,
+    "fused_optimizer": True,
+    "cudnn_benchmark": True,
+    "device_resident": True,
+    "allocator_keeps_memory": True,
+}
 
 
 def test_every_speed_setting_is_a_recorded_setting_with_a_changed_value_here():
@@ -445,12 +551,29 @@ def test_runs_that_differ_in_one_speed_setting_are_never_pooled(setting):
 
 
 def test_a_run_records_its_speed_settings_and_the_software_it_ran_on():
-    result = runner.run(planning.plan(RunConfig(workloads=("mnist-cnn2",), devices="cpu", data="synthetic", epochs=1, max_steps=1,
-                                  max_eval_steps=1, threads=1, batch_size=20, workers=0)))
+    result = runner.run(
+        planning.plan(
+            RunConfig(
+                workloads=("mnist-cnn2",),
+                devices="cpu",
+                data="synthetic",
+                epochs=1,
+                max_steps=1,
+                max_eval_steps=1,
+                threads=1,
+                batch_size=20,
+                workers=0,
+            )
+        )
+    )
     settings = result.runs[0].settings
     assert (settings.threads, settings.batch_size, settings.workers, settings.data_source) == (1, 20, 0, "synthetic")
-    assert (settings.mode, settings.precision, settings.compiled, settings.channels_last) == ("seed", "fp32", False,
-                                                                                              False)
+    assert (settings.mode, settings.precision, settings.compiled, settings.channels_last) == (
+        "seed",
+        "fp32",
+        False,
+        False,
+    )
     assert not (settings.tf32_matmul or settings.tf32_cudnn)  # seed mode is strict fp32, whatever the process allows
     assert result.machine["torch"] == torch.__version__ and result.machine["devicebench"] == result.devicebench_version
     assert {"python", "os", "cpu", "accelerators"} <= set(result.machine)

@@ -126,12 +126,15 @@ def fake_pynvml(
     nvml.nvmlDeviceGetHandleByUUID = handle_by_uuid
     nvml.nvmlDeviceGetHandleByIndex = handle_by_index
     nvml.nvmlDeviceGetMemoryInfo = device_call(
-        "memory", lambda gpu: types.SimpleNamespace(used=round(gpu.memory_used_gib * GIB), total=80 * GIB))
+        "memory", lambda gpu: types.SimpleNamespace(used=round(gpu.memory_used_gib * GIB), total=80 * GIB)
+    )
     nvml.nvmlDeviceGetPowerUsage = device_call("power", lambda gpu: round(gpu.power_w * 1000))  # milliwatts
     nvml.nvmlDeviceGetTotalEnergyConsumption = device_call(
-        "energy", lambda gpu: round(gpu.power_w * clock[0] * 1000))  # millijoules
+        "energy", lambda gpu: round(gpu.power_w * clock[0] * 1000)
+    )  # millijoules
     nvml.nvmlDeviceGetUtilizationRates = device_call(
-        "utilization", lambda gpu: types.SimpleNamespace(gpu=gpu.utilization_rate, memory=10))
+        "utilization", lambda gpu: types.SimpleNamespace(gpu=gpu.utilization_rate, memory=10)
+    )
     nvml.nvmlDeviceGetSamples = device_call("samples", samples)
     nvml.nvmlDeviceGetEnforcedPowerLimit = device_call("power limit", lambda gpu: 700_000)  # milliwatts
     return nvml, calls
@@ -153,7 +156,8 @@ def machine(monkeypatch: pytest.MonkeyPatch, fake_clock: list[float]) -> Callabl
         nvml, calls = fake_pynvml(fake_clock, gpus)
         monkeypatch.setitem(sys.modules, "pynvml", nvml)
         monkeypatch.setattr(
-            torch.cuda, "get_device_properties",
+            torch.cuda,
+            "get_device_properties",
             lambda device: types.SimpleNamespace(uuid=TorchCudaUuid(cuda_uuids[torch.device(device).index or 0])),
         )
         return calls
@@ -258,7 +262,8 @@ def test_a_mig_slice_is_found_by_its_own_uuid_and_its_unsupported_figures_are_na
     assert usage.device_utilization_percent is None and usage.device_power_mean_w is None
     assert usage.device_energy_j is None
     assert usage.device_note == (
-        "utilisation unknown: NVML: Not Supported; power and energy unknown: NVML: Not Supported")
+        "utilisation unknown: NVML: Not Supported; power and energy unknown: NVML: Not Supported"
+    )
 
 
 def test_unsupported_utilisation_still_gives_power_and_energy(machine, fake_clock: list[float]) -> None:
@@ -319,8 +324,11 @@ def buffered(period_s: float) -> list[tuple[float, int]]:
         (FakeGpu(f"GPU-{UUID_A}", utilization_samples=buffered(0.2)), UTILIZATION, 0.2),
         (FakeGpu(f"GPU-{UUID_A}", failing={"samples": FakeNotSupported}), UTILIZATION, UTILIZATION_RATES_PERIOD_S),
         (FakeGpu(f"GPU-{UUID_A}", utilization_samples=buffered(0.05)), POWER_AND_ENERGY, ENERGY_COUNTER_STEP_S),
-        (FakeGpu(f"GPU-{UUID_A}", utilization_samples=buffered(0.05), failing={"energy": FakeNotSupported}),
-         POWER_AND_ENERGY, POWER_AVERAGING_S),
+        (
+            FakeGpu(f"GPU-{UUID_A}", utilization_samples=buffered(0.05), failing={"energy": FakeNotSupported}),
+            POWER_AND_ENERGY,
+            POWER_AVERAGING_S,
+        ),
     ],
     ids=["buffered utilisation", "polled utilisation", "energy counter", "integrated power"],
 )
@@ -377,7 +385,8 @@ def test_a_uuid_nvml_does_not_know_gives_note_not_exception(machine) -> None:
         usage = monitor.window()
     assert usage.device_memory_peak_mib is None
     assert usage.device_note == (
-        f"NVML has no device with CUDA's UUID (GPU-{UUID_A}: Not Found; MIG-{UUID_A}: Not Found)")
+        f"NVML has no device with CUDA's UUID (GPU-{UUID_A}: Not Found; MIG-{UUID_A}: Not Found)"
+    )
     assert calls == [f"uuid GPU-{UUID_A}", f"uuid MIG-{UUID_A}", "shutdown"]
 
 

@@ -24,8 +24,20 @@ from devicebench.results.store import Store, default_db_path
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="a home guessed from the password database is POSIX's")
 
-TINY_RUN = ["run", "mnist-cnn2", "--devices", "cpu", "--data", "synthetic", "--epochs", "1", "--max-steps", "2",
-            "--max-eval-steps", "1"]
+TINY_RUN = [
+    "run",
+    "mnist-cnn2",
+    "--devices",
+    "cpu",
+    "--data",
+    "synthetic",
+    "--epochs",
+    "1",
+    "--max-steps",
+    "2",
+    "--max-eval-steps",
+    "1",
+]
 VARIABLES = ("DEVICEBENCH_DB", "DEVICEBENCH_DATA", "DEVICEBENCH_CALIBRATION_DIR")
 
 
@@ -39,22 +51,38 @@ def homeless(tmp_path):
     guessed, site, working = tmp_path / "guessed-home", tmp_path / "site", tmp_path / "working"
     for folder in (guessed, site, working):
         folder.mkdir()
-    (site / "sitecustomize.py").write_text(textwrap.dedent(f"""
+    (site / "sitecustomize.py").write_text(
+        textwrap.dedent(f"""
         import pwd
         _entry = pwd.getpwuid
         def _guessed(uid):  # what Python reads for `~` without HOME: this user's home in the password database
             entry = _entry(uid)
             return pwd.struct_passwd((*entry[:5], {str(guessed)!r}, entry[6]))
         pwd.getpwuid = _guessed
-    """))
+    """)
+    )
     package_folder = str(Path(devicebench.__file__).resolve().parents[1])
 
     def run(arguments: list[str], **variables: str) -> subprocess.CompletedProcess:
-        environment = {"PATH": os.environ["PATH"], "PYTHONPATH": os.pathsep.join([str(site), package_folder]),
-                       "COLUMNS": "200", **variables}
-        result = subprocess.run([sys.executable, "-c", "import sitecustomize, runpy; "
-                                 "runpy.run_module('devicebench', run_name='__main__')", *arguments],
-                                capture_output=True, text=True, env=environment, cwd=working, timeout=600)
+        environment = {
+            "PATH": os.environ["PATH"],
+            "PYTHONPATH": os.pathsep.join([str(site), package_folder]),
+            "COLUMNS": "200",
+            **variables,
+        }
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import sitecustomize, runpy; runpy.run_module('devicebench', run_name='__main__')",
+                *arguments,
+            ],
+            capture_output=True,
+            text=True,
+            env=environment,
+            cwd=working,
+            timeout=600,
+        )
         assert "Traceback" not in result.stderr, result.stderr
         assert every_file(guessed) == [] and every_file(working) == [], "wrote into a guessed home or the cwd"
         return result
@@ -75,8 +103,11 @@ def test_without_home_or_any_folder_variable_a_run_is_refused_naming_the_variabl
 def test_without_home_a_run_and_a_report_write_only_into_the_named_folders(homeless, tmp_path):
     given = tmp_path / "given"
     given.mkdir()
-    variables = {"DEVICEBENCH_DB": str(given / "results.sqlite"), "DEVICEBENCH_DATA": str(given / "data"),
-                 "DEVICEBENCH_CALIBRATION_DIR": str(given / "calibration")}
+    variables = {
+        "DEVICEBENCH_DB": str(given / "results.sqlite"),
+        "DEVICEBENCH_DATA": str(given / "data"),
+        "DEVICEBENCH_CALIBRATION_DIR": str(given / "calibration"),
+    }
     run = homeless(TINY_RUN, **variables)
     assert run.returncode == 0, run.stderr
     report = homeless(["report", "--out", str(given / "report.html")], **variables)  # matplotlib's cache too

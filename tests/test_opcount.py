@@ -27,9 +27,20 @@ SGD = {"batch_size": 2, "epochs": 1, "learning_rate": 0.1, "momentum": 0.0}  # p
 def tiny(build_model, **fields) -> Workload:
     """A workload of 4 features and 3 classes (int64 labels) around `build_model`, trained with plain SGD."""
     data = TensorData(torch.zeros(8, 4), torch.zeros(8, dtype=torch.long))
-    return Workload(**{"name": "tiny", "seed": None, "dataset": "tiny", "summary": "a tiny model",
-                       "build_model": lambda hyperparameters: build_model(), "defaults": SGD,
-                       "build_loss": nn.CrossEntropyLoss, "build_optimizer": sgd, "load_data": lambda: data, **fields})
+    return Workload(
+        **{
+            "name": "tiny",
+            "seed": None,
+            "dataset": "tiny",
+            "summary": "a tiny model",
+            "build_model": lambda hyperparameters: build_model(),
+            "defaults": SGD,
+            "build_loss": nn.CrossEntropyLoss,
+            "build_optimizer": sgd,
+            "load_data": lambda: data,
+            **fields,
+        }
+    )
 
 
 def operators(profile: StepProfile) -> list[str]:
@@ -40,40 +51,54 @@ def test_a_linear_step_is_its_kernels_with_the_flops_and_bytes_done_by_hand():
     profile = profile_training_step(tiny(lambda: nn.Linear(4, 3)), SGD)
     assert operators(profile) == [
         "aten.addmm.default",  # forward: bias + input @ weight.t()
-        "aten._log_softmax.default", "aten.nll_loss_forward.default",  # the cross-entropy
+        "aten._log_softmax.default",
+        "aten.nll_loss_forward.default",  # the cross-entropy
         "aten.ones_like.default",  # backward starts from d loss / d loss = 1
-        "aten.nll_loss_backward.default", "aten._log_softmax_backward_data.default",
+        "aten.nll_loss_backward.default",
+        "aten._log_softmax_backward_data.default",
         "aten.mm.default",  # the weight's gradient; none for the input, which needs no gradient
         "aten.sum.dim_IntList",  # the bias's gradient: the output gradient summed over the batch
         "aten._foreach_add_.List",  # SGD without momentum: parameters += -lr * gradients, all in one launch
     ]
     forward, _, loss, _, _, _, weight_gradient, bias_gradient, update = profile.kernels
-    assert forward == opcount.Kernel("aten.addmm.default", flops=2 * 2 * 4 * 3,  # 2 x batch x in x out = 48
-                                     bytes_read=2 * 4 * 4 + 3 * 4 * 4 + 3 * 4,  # input, weight, bias: 92
-                                     bytes_written=2 * 3 * 4, dtype="float32", matrix=True)  # 24
+    assert forward == opcount.Kernel(
+        "aten.addmm.default",
+        flops=2 * 2 * 4 * 3,  # 2 x batch x in x out = 48
+        bytes_read=2 * 4 * 4 + 3 * 4 * 4 + 3 * 4,  # input, weight, bias: 92
+        bytes_written=2 * 3 * 4,
+        dtype="float32",
+        matrix=True,
+    )  # 24
     assert loss.bytes_read == 2 * 3 * 4 + 2 * 8 and loss.bytes_written == 4 + 4  # log-probabilities, int64 labels
     # → the loss and the total weight, one float32 each
     assert (weight_gradient.flops, weight_gradient.bytes_read, weight_gradient.bytes_written) == (
         2 * 3 * 2 * 4,  # 2 x out x batch x in = 48
         2 * 3 * 4 + 2 * 4 * 4,  # output gradient 2x3, input 2x4: 56
-        3 * 4 * 4)  # the weight's gradient 3x4: 48
+        3 * 4 * 4,
+    )  # the weight's gradient 3x4: 48
     assert (bias_gradient.flops, bias_gradient.bytes_read, bias_gradient.bytes_written) == (0, 2 * 3 * 4, 3 * 4)
     assert (update.flops, update.bytes_read, update.bytes_written, update.matrix) == (
-        0, 2 * (12 + 3) * 4,  # weight and bias, then their gradients: 120
-        (12 + 3) * 4, False)  # weight and bias, updated in place: 60
+        0,
+        2 * (12 + 3) * 4,  # weight and bias, then their gradients: 120
+        (12 + 3) * 4,
+        False,
+    )  # weight and bias, updated in place: 60
     assert sum(kernel.flops for kernel in profile.kernels if kernel.matrix) == profile.flops == 48 + 48
     with FlopCounterMode(display=False) as counter:  # the same step as torch counts it
         with torch.device("meta"):
             model = nn.Linear(4, 3)
-        nn.CrossEntropyLoss()(model(torch.empty(2, 4, device="meta")),
-                              torch.zeros(2, dtype=torch.long, device="meta")).backward()
+        nn.CrossEntropyLoss()(
+            model(torch.empty(2, 4, device="meta")), torch.zeros(2, dtype=torch.long, device="meta")
+        ).backward()
     assert counter.get_total_flops() == profile.flops
     assert profile.host_to_device_bytes == 2 * 4 * 4 + 2 * 8  # float32 inputs 2x4, int64 labels 2
     assert profile.parameter_bytes == (12 + 3) * 4
     assert profile.batch_size == 2 and profile.kernel_count == 9 and profile.notes == ()
     assert profile.summary()[:3] == [  # the most bytes first
-        ("aten._foreach_add_.List", 1, 0, 120 + 60), ("aten.addmm.default", 1, 48, 92 + 24),
-        ("aten.mm.default", 1, 48, 56 + 48)]
+        ("aten._foreach_add_.List", 1, 0, 120 + 60),
+        ("aten.addmm.default", 1, 48, 92 + 24),
+        ("aten.mm.default", 1, 48, 56 + 48),
+    ]
     assert profile.bytes_moved == sum(kernel.bytes_read + kernel.bytes_written for kernel in profile.kernels)
     assert profile_training_step(tiny(lambda: nn.Linear(4, 3)), SGD, batch_size=6).kernels[0].flops == 2 * 6 * 4 * 3
 
@@ -95,8 +120,9 @@ def test_adam_steps_through_the_multi_tensor_kernels_after_its_state_is_made():
 
 
 def test_a_convolution_costs_what_torch_formula_says():
-    with_flatten = tiny(lambda: nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.Flatten()), load_data=None,
-                        image_shape=(3, 5, 5))
+    with_flatten = tiny(
+        lambda: nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.Flatten()), load_data=None, image_shape=(3, 5, 5)
+    )
     profile = profile_training_step(with_flatten, SGD)
     forward = profile.kernels[0]
     assert forward.operator == "aten.convolution.default"
@@ -154,8 +180,9 @@ def test_a_step_of_your_own_that_reads_numbers_is_profiled_on_the_cpu():
         return loss
 
     profile = profile_training_step(tiny(lambda: nn.Linear(4, 3), train_step=step_with_item), SGD)
-    assert len(profile.notes) == 1 and profile.notes[0].startswith("FLOPs counted on random inputs: one step of 2 "
-                                                                   "samples could not run on the meta device")
+    assert len(profile.notes) == 1 and profile.notes[0].startswith(
+        "FLOPs counted on random inputs: one step of 2 samples could not run on the meta device"
+    )
     assert profile.kernels[0].operator == "aten.addmm.default" and profile.kernels[0].flops == 48
     assert operators(profile)[-1] == "aten._foreach_add_.List"  # foreach on the CPU too, as on a GPU
     assert profile.flops == 48 + 48
@@ -193,8 +220,13 @@ def test_a_profile_on_the_cpu_is_the_same_whatever_its_vector_isa():
         environment = {key: value for key, value in os.environ.items() if key != "ATEN_CPU_CAPABILITY"}
         if capability:
             environment["ATEN_CPU_CAPABILITY"] = capability
-        completed = subprocess.run([sys.executable, "-c", ON_THE_CPU, str(Path(__file__).parent)], env=environment,
-                                   capture_output=True, text=True, timeout=120)
+        completed = subprocess.run(
+            [sys.executable, "-c", ON_THE_CPU, str(Path(__file__).parent)],
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert completed.returncode == 0, completed.stderr
         profiles[capability] = json.loads(completed.stdout.splitlines()[-1])
     assert profiles["default"]["isa"] == "DEFAULT" and profiles[None]["isa"] != "DEFAULT"
@@ -216,16 +248,21 @@ class Branchy(nn.Module):
         return self.wide(inputs) if inputs.sum() > 0 else self.narrow(inputs)
 
 
-@pytest.mark.parametrize("reads", [
-    lambda inputs: inputs.sum() > 0,  # a Python `if` on a tensor
-    lambda inputs: inputs.max().item() > 0,
-    lambda inputs: inputs.flatten().tolist()[0] > 0,
-    lambda inputs: len(torch.nonzero(inputs)) > 0,  # a shape that depends on the values
-    lambda inputs: torch.masked_select(inputs, inputs > 0).numel() > 0,
-], ids=["if", "item", "tolist", "nonzero", "masked_select"])
+@pytest.mark.parametrize(
+    "reads",
+    [
+        lambda inputs: inputs.sum() > 0,  # a Python `if` on a tensor
+        lambda inputs: inputs.max().item() > 0,
+        lambda inputs: inputs.flatten().tolist()[0] > 0,
+        lambda inputs: len(torch.nonzero(inputs)) > 0,  # a shape that depends on the values
+        lambda inputs: torch.masked_select(inputs, inputs > 0).numel() > 0,
+    ],
+    ids=["if", "item", "tolist", "nonzero", "masked_select"],
+)
 def test_a_model_whose_branches_follow_its_data_is_counted_on_random_inputs_and_says_so(reads, monkeypatch):
-    monkeypatch.setattr(Branchy, "forward", lambda self, inputs: self.wide(inputs) if reads(inputs)
-                        else self.narrow(inputs))
+    monkeypatch.setattr(
+        Branchy, "forward", lambda self, inputs: self.wide(inputs) if reads(inputs) else self.narrow(inputs)
+    )
     profile = profile_training_step(tiny(Branchy), SGD)
     assert len(profile.notes) == 1 and profile.notes[0].startswith("FLOPs counted on random inputs:"), profile.notes
     assert "its count may differ on real data" in profile.notes[0]
@@ -236,8 +273,10 @@ def test_a_model_whose_branches_follow_its_data_is_counted_on_random_inputs_and_
 def test_the_flops_per_sample_of_a_model_that_branches_on_its_data_are_left_out_with_why(caplog):
     assert training_flops_per_sample(tiny(Branchy), SGD) is None
     message = " ".join(caplog.text.split())
-    assert "FLOPs per sample of tiny not counted, so its runs show no TFLOP/s: one step could not run on the meta " \
-           "device (RuntimeError: Tensor.item() cannot be called on meta tensors)" in message
+    assert (
+        "FLOPs per sample of tiny not counted, so its runs show no TFLOP/s: one step could not run on the meta "
+        "device (RuntimeError: Tensor.item() cannot be called on meta tensors)" in message
+    )
     assert "as happens when the model reads its data's values" in message
 
 
@@ -269,8 +308,9 @@ def test_every_torch_workload_profiles_at_its_defaults(entry):
     parameters = sum(parameter.numel() for parameter in model.parameters())
     assert profile.parameter_bytes == 4 * parameters  # float32
     assert all(kernel.matrix == (kernel.flops > 0) for kernel in profile.kernels)
-    assert not any(kernel.operator.startswith(("aten.view.", "aten.empty", "aten._unsafe_view."))
-                   for kernel in profile.kernels)
+    assert not any(
+        kernel.operator.startswith(("aten.view.", "aten.empty", "aten._unsafe_view.")) for kernel in profile.kernels
+    )
 
 
 def test_a_model_that_is_not_torch_has_no_profile():

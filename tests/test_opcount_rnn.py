@@ -21,8 +21,12 @@ from devicebench.workloads.optimizers import sgd
 STEPS, BATCH, WIDTH = 12, 4, 16  # tokens, sequences, features and hidden units of the small recurrent models
 SGD = {"batch_size": BATCH, "epochs": 1, "learning_rate": 0.1, "momentum": 0.0}  # one _foreach_add_: no state
 FUSED = ("cudnn_rnn.forward", "cudnn_rnn.backward_data", "cudnn_rnn.backward_weight")
-RECURRENT = {"lstm": (nn.LSTM, {}), "gru": (nn.GRU, {}), "rnn_tanh": (nn.RNN, {}),
-             "rnn_relu": (nn.RNN, {"nonlinearity": "relu"})}
+RECURRENT = {
+    "lstm": (nn.LSTM, {}),
+    "gru": (nn.GRU, {}),
+    "rnn_tanh": (nn.RNN, {}),
+    "rnn_relu": (nn.RNN, {"nonlinearity": "relu"}),
+}
 GATES = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}
 
 
@@ -31,13 +35,20 @@ class Recurrent(nn.Module):
     Linear first, so the recurrent input needs a gradient as an embedding's does. `seen` gets the shapes of what
     the recurrent layers return."""
 
-    def __init__(self, kind: str = "lstm", seen: list | None = None, bidirectional: bool = True,
-                 batch_first: bool = True, **options) -> None:
+    def __init__(
+        self,
+        kind: str = "lstm",
+        seen: list | None = None,
+        bidirectional: bool = True,
+        batch_first: bool = True,
+        **options,
+    ) -> None:
         super().__init__()
         recurrent, defaults = RECURRENT[kind]
         self.inward = nn.Linear(WIDTH, WIDTH)
-        self.recurrent = recurrent(WIDTH, WIDTH, num_layers=2, bidirectional=bidirectional, batch_first=batch_first,
-                                   **defaults, **options)
+        self.recurrent = recurrent(
+            WIDTH, WIDTH, num_layers=2, bidirectional=bidirectional, batch_first=batch_first, **defaults, **options
+        )
         self.outward = nn.Linear((2 if bidirectional else 1) * (options.get("proj_size") or WIDTH), 3)
         self.seen, self.batch_first = seen, batch_first
 
@@ -45,18 +56,29 @@ class Recurrent(nn.Module):
         sequence = self.inward(inputs if self.batch_first else inputs.transpose(0, 1))
         output, states = self.recurrent(sequence)
         if self.seen is not None:
-            self.seen.append([tuple(tensor.shape) for tensor in (output, *(
-                states if isinstance(states, tuple) else (states,)))])
+            self.seen.append(
+                [tuple(tensor.shape) for tensor in (output, *(states if isinstance(states, tuple) else (states,)))]
+            )
         return self.outward(output.mean(dim=1 if self.batch_first else 0))
 
 
 def sequences(build_model, **fields) -> Workload:
     """A workload of BATCH sequences of STEPS x WIDTH features and 3 classes, trained with plain SGD."""
     data = TensorData(torch.zeros(8, STEPS, WIDTH), torch.zeros(8, dtype=torch.long))
-    return Workload(**{"name": "sequences", "seed": None, "dataset": "tiny", "summary": "a small recurrent model",
-                       "build_model": lambda hyperparameters: build_model(), "defaults": SGD,
-                       "build_loss": nn.CrossEntropyLoss, "build_optimizer": sgd, "load_data": lambda: data,
-                       **fields})
+    return Workload(
+        **{
+            "name": "sequences",
+            "seed": None,
+            "dataset": "tiny",
+            "summary": "a small recurrent model",
+            "build_model": lambda hyperparameters: build_model(),
+            "defaults": SGD,
+            "build_loss": nn.CrossEntropyLoss,
+            "build_optimizer": sgd,
+            "load_data": lambda: data,
+            **fields,
+        }
+    )
 
 
 def fused(profile: StepProfile) -> list[opcount.Kernel]:
@@ -78,9 +100,11 @@ def test_a_fused_layer_returns_the_shapes_the_real_layer_returns(kind, bidirecti
     Recurrent(kind, real, bidirectional, batch_first)(torch.randn(BATCH, STEPS, WIDTH))  # on the CPU, computed
     assert seen == real and len(real) == 1
     directions = 2 if bidirectional else 1
-    assert operator_counts(profile) == {"cudnn_rnn.forward": 2 * 2 * directions,  # 2 layers, a pair per direction
-                                        "cudnn_rnn.backward_data": 2 * 2 * directions,
-                                        "cudnn_rnn.backward_weight": 2 * directions}
+    assert operator_counts(profile) == {
+        "cudnn_rnn.forward": 2 * 2 * directions,  # 2 layers, a pair per direction
+        "cudnn_rnn.backward_data": 2 * 2 * directions,
+        "cudnn_rnn.backward_weight": 2 * directions,
+    }
     assert all(kernel.matrix and kernel.flops > 0 and kernel.dtype == "float32" for kernel in fused(profile))
     [update] = [kernel for kernel in profile.kernels if kernel.operator == "aten._foreach_add_.List"]
     assert update.bytes_written == profile.parameter_bytes  # every parameter, the recurrent weights too, has a gradient
@@ -99,18 +123,23 @@ def test_an_lstm_is_cudnns_kernels_with_the_flops_and_bytes_done_by_hand():
     assert (projection.flops, projection.bytes_read, projection.bytes_written) == (
         2 * positions * gates * WIDTH,  # the input x W_ih of all 12 steps in one GEMM: 98,304
         4 * (positions * WIDTH + gates * WIDTH + 2 * gates),  # input, W_ih, two biases (float32): 7,680
-        4 * positions * gates)  # the gates' pre-activations: 12,288
+        4 * positions * gates,
+    )  # the gates' pre-activations: 12,288
     assert (recurrence.flops, recurrence.bytes_read, recurrence.bytes_written) == (
         2 * positions * gates * WIDTH,  # h x W_hh at every step: 98,304
         4 * (positions * gates + gates * WIDTH + states),  # pre-activations, W_hh, h0 and c0: 16,896
-        4 * (positions * WIDTH + states + positions * gates))  # outputs, h_n and c_n, the reserve space: 15,872
+        4 * (positions * WIDTH + states + positions * gates),
+    )  # outputs, h_n and c_n, the reserve space: 15,872
     second_layer = profile.kernels[first + 4]
     assert second_layer.flops == 2 * positions * gates * (2 * WIDTH)  # reads both directions of the first layer
     backward = [kernel for kernel in profile.kernels if kernel.operator.startswith("cudnn_rnn.backward")]
     assert [kernel.operator for kernel in backward] == ["cudnn_rnn.backward_data"] * 8 + [
-        "cudnn_rnn.backward_weight"] * 4  # the data gradients of both layers, then the weights'
+        "cudnn_rnn.backward_weight"
+    ] * 4  # the data gradients of both layers, then the weights'
     assert [kernel.flops for kernel in backward[:2]] == [  # the second layer's first: backward runs top down
-        2 * positions * gates * WIDTH, 2 * positions * gates * 2 * WIDTH]  # recurrence, then the input's gradient
+        2 * positions * gates * WIDTH,
+        2 * positions * gates * 2 * WIDTH,
+    ]  # recurrence, then the input's gradient
     assert backward[-1].flops == 2 * positions * gates * (WIDTH + WIDTH)  # the first layer's W_ih and W_hh
     assert backward[-1].bytes_written == 4 * (gates * WIDTH + gates * WIDTH + 2 * gates)
     assert profile.kernel_count < 40
@@ -133,8 +162,11 @@ def test_imdb_bilstm_is_a_few_dozen_kernels_whatever_its_length():
     imdb = get_workload("imdb-bilstm")
     profile = profile_training_step(imdb, dict(imdb.defaults))  # 200 tokens: 29,610 kernels unrolled
     assert imdb.defaults["sequence_length"] == 200 and profile.kernel_count < 100
-    assert operator_counts(profile) == {"cudnn_rnn.forward": 8, "cudnn_rnn.backward_data": 8,  # 2 BiLSTM layers
-                                        "cudnn_rnn.backward_weight": 4}
+    assert operator_counts(profile) == {
+        "cudnn_rnn.forward": 8,
+        "cudnn_rnn.backward_data": 8,  # 2 BiLSTM layers
+        "cudnn_rnn.backward_weight": 4,
+    }
     [lerp] = [kernel for kernel in profile.kernels if kernel.operator == "aten._foreach_lerp_.Scalar"]
     assert lerp.bytes_written == profile.parameter_bytes  # Adam's first moment: every parameter has a gradient
     shorter = profile_training_step(imdb, {**imdb.defaults, "sequence_length": 20})
@@ -153,9 +185,11 @@ def test_gnmt_is_one_forward_pair_per_layer_and_direction():
     assert steps == hyperparameters["target_length"] == 50
     # the encoder's bidirectional layer (2 directions) and its 3 others, then the decoder's 4 layers
     layers_and_directions = 2 + (layers - 1) + layers
-    assert operator_counts(profile) == {"cudnn_rnn.forward": 2 * layers_and_directions,
-                                        "cudnn_rnn.backward_data": 2 * layers_and_directions,
-                                        "cudnn_rnn.backward_weight": layers_and_directions}
+    assert operator_counts(profile) == {
+        "cudnn_rnn.forward": 2 * layers_and_directions,
+        "cudnn_rnn.backward_data": 2 * layers_and_directions,
+        "cudnn_rnn.backward_weight": layers_and_directions,
+    }
 
     def pair(input_width: int) -> list[float]:  # the input projection, then the recurrence
         return [2 * steps * batch * gates * input_width, 2 * steps * batch * gates * width]
@@ -184,10 +218,14 @@ def test_a_step_on_the_cpu_records_the_same_fused_kernels():
     assert on_cpu.flops == on_meta.flops
 
 
-@pytest.mark.parametrize("build_model", [
-    lambda: Recurrent(proj_size=8, bidirectional=False),  # an LSTM with projections: a third weight
-    lambda: Packing(),
-], ids=["projections", "packed"])
+@pytest.mark.parametrize(
+    "build_model",
+    [
+        lambda: Recurrent(proj_size=8, bidirectional=False),  # an LSTM with projections: a third weight
+        lambda: Packing(),
+    ],
+    ids=["projections", "packed"],
+)
 def test_a_layer_cudnn_is_not_modelled_for_runs_per_step_as_before(build_model):
     profile = profile_training_step(sequences(build_model), SGD)
     assert not fused(profile) and profile.notes == ()
@@ -217,8 +255,18 @@ def test_fused_kernels_count_toward_the_most_a_step_may_launch(monkeypatch):
 
 
 def test_a_gru_in_evaluation_keeps_no_reserve_space_and_counts_its_own_dtype():
-    call = opcount.RecurrentCall(gates=3, layers=1, directions=1, steps=10, batch=2, input_width=5, hidden=4,
-                                 biases=False, training=False, dtype=torch.bfloat16)
+    call = opcount.RecurrentCall(
+        gates=3,
+        layers=1,
+        directions=1,
+        steps=10,
+        batch=2,
+        input_width=5,
+        hidden=4,
+        biases=False,
+        training=False,
+        dtype=torch.bfloat16,
+    )
     forward, data, weight = opcount.fused_recurrent_kernels(call)
     gates, positions, state = 3 * 4, 10 * 2, 2 * 4  # G = 12, T x B = 20, one state of B x H
     projection, recurrence = forward
@@ -226,8 +274,11 @@ def test_a_gru_in_evaluation_keeps_no_reserve_space_and_counts_its_own_dtype():
     assert recurrence.bytes_written == 2 * (positions * 4 + state)  # outputs and h_n, no reserve space
     assert data[0].bytes_read == 2 * (positions * 4 + state + gates * 4)  # no reserve space to read back
     assert [kernel.flops for kernel in forward + data + weight] == [
-        2 * positions * gates * 5, 2 * positions * gates * 4,  # forward: projection, recurrence
-        2 * positions * gates * 4, 2 * positions * gates * 5,  # data: recurrence, then the input's gradient
-        2 * positions * gates * (5 + 4)]  # weights
+        2 * positions * gates * 5,
+        2 * positions * gates * 4,  # forward: projection, recurrence
+        2 * positions * gates * 4,
+        2 * positions * gates * 5,  # data: recurrence, then the input's gradient
+        2 * positions * gates * (5 + 4),
+    ]  # weights
     assert {kernel.dtype for kernel in forward + data + weight} == {"bfloat16"}
     assert all(kernel.matrix for kernel in forward + data + weight)

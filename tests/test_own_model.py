@@ -1,6 +1,6 @@
 """Your own model: the Python API and `devicebench run --model/--data` train it on the seeds' engine, the same way.
 
-    python -m pytest tests/test_own_model.py -q
+python -m pytest tests/test_own_model.py -q
 """
 
 from __future__ import annotations
@@ -61,14 +61,25 @@ def loss_only_step(model, batch, optimizer):
 
 def epochs_of(result: db.Result) -> list:
     """Every epoch's steps, samples, losses and accuracies, one flat list (what pytest.approx compares)."""
-    return [value for record in result.runs for epoch in record.epochs
-            for value in (epoch.steps, epoch.samples, epoch.train_loss, epoch.train_accuracy, epoch.test_loss,
-                          epoch.test_accuracy)]
+    return [
+        value
+        for record in result.runs
+        for epoch in record.epochs
+        for value in (
+            epoch.steps,
+            epoch.samples,
+            epoch.train_loss,
+            epoch.train_accuracy,
+            epoch.test_loss,
+            epoch.test_accuracy,
+        )
+    ]
 
 
 def test_the_api_trains_your_model_and_its_loss_falls():
-    result = db.run(model=TinyNet, data=db.TensorData(*tensors()), optimizer=lambda p: torch.optim.Adam(p, 1e-2),
-                    **QUICK)
+    result = db.run(
+        model=TinyNet, data=db.TensorData(*tensors()), optimizer=lambda p: torch.optim.Adam(p, 1e-2), **QUICK
+    )
     [record] = result.runs
     assert (record.workload, record.status, record.seed_experiment) == ("TinyNet", "ok", "")
     assert [epoch.steps for epoch in record.epochs] == [8, 8, 8]  # 120 training samples in batches of 16
@@ -80,7 +91,8 @@ def test_the_api_trains_your_model_and_its_loss_falls():
 
 
 def test_the_api_and_the_command_line_give_the_same_numbers_for_the_same_model_and_seed(tmp_path, monkeypatch):
-    (tmp_path / "mymodels.py").write_text(textwrap.dedent(f"""
+    (tmp_path / "mymodels.py").write_text(
+        textwrap.dedent(f"""
         import torch
         from torch import nn
         from devicebench import TensorData
@@ -93,19 +105,43 @@ def test_the_api_and_the_command_line_give_the_same_numbers_for_the_same_model_a
             inputs = torch.randn(160, {FEATURES}, generator=generator)
             labels = (inputs @ torch.randn({FEATURES}, {CLASSES}, generator=generator)).argmax(dim=1)
             return TensorData(inputs[:120], labels[:120], inputs[120:], labels[120:])
-    """))
+    """)
+    )
     monkeypatch.chdir(tmp_path)  # --model modules are imported from the folder devicebench runs in
     out = tmp_path / "cli.json"
-    command = cli.invoke(app, ["run", "--model", "mymodels:build", "--data", "mymodels:load", "--devices", "cpu",
-                               "--epochs", "3", "--batch-size", "16", "--seed", "7", "--optimizer", "sgd",
-                               "--set", "learning_rate=0.05", "--quiet", "--json", str(out)])
+    command = cli.invoke(
+        app,
+        [
+            "run",
+            "--model",
+            "mymodels:build",
+            "--data",
+            "mymodels:load",
+            "--devices",
+            "cpu",
+            "--epochs",
+            "3",
+            "--batch-size",
+            "16",
+            "--seed",
+            "7",
+            "--optimizer",
+            "sgd",
+            "--set",
+            "learning_rate=0.05",
+            "--quiet",
+            "--json",
+            str(out),
+        ],
+    )
     assert command.exit_code == 0, command.output
     from_cli = db.Result.read_json(out)
 
     import mymodels  # the same factories, handed over as objects
 
-    from_api = db.run(model=mymodels.build, data=mymodels.load(), optimizer=lambda p: torch.optim.SGD(p, lr=0.05),
-                      seed=7, **QUICK)
+    from_api = db.run(
+        model=mymodels.build, data=mymodels.load(), optimizer=lambda p: torch.optim.SGD(p, lr=0.05), seed=7, **QUICK
+    )
     assert epochs_of(from_api) == pytest.approx(epochs_of(from_cli), rel=1e-6)
     assert from_cli.runs[0].workload == "mymodels:build" and from_cli.config["model"] == "mymodels:build"
     assert from_cli.runs[0].settings.hyperparameters["learning_rate"] == 0.05
@@ -116,16 +152,18 @@ def test_a_registered_workload_through_the_api_equals_the_command_line(tmp_path)
     flags = ["--devices", "cpu", "--data", "synthetic", "--epochs", "2", "--max-steps", "3", "--max-eval-steps", "1"]
     command = cli.invoke(app, ["run", "mnist-cnn2", *flags, "--quiet", "--json", str(out)])
     assert command.exit_code == 0, command.output
-    from_api = db.run("mnist-cnn2", devices="cpu", data="synthetic", epochs=2, max_steps=3, max_eval_steps=1,
-                      progress=False)
+    from_api = db.run(
+        "mnist-cnn2", devices="cpu", data="synthetic", epochs=2, max_steps=3, max_eval_steps=1, progress=False
+    )
     assert epochs_of(from_api) == pytest.approx(epochs_of(db.Result.read_json(out)), rel=1e-6)
 
 
 def test_a_torch_dataset_is_batched_exactly_as_the_same_tensors():
     x_train, y_train, x_test, y_test = tensors()
     as_tensors = db.run(model=TinyNet, data=db.TensorData(x_train, y_train, x_test, y_test), name="tiny", **QUICK)
-    as_datasets = db.run(model=TinyNet, data=(TensorDataset(x_train, y_train), TensorDataset(x_test, y_test)),
-                         name="tiny", **QUICK)
+    as_datasets = db.run(
+        model=TinyNet, data=(TensorDataset(x_train, y_train), TensorDataset(x_test, y_test)), name="tiny", **QUICK
+    )
     assert epochs_of(as_datasets) == pytest.approx(epochs_of(as_tensors), rel=1e-6)
     assert as_datasets.runs[0].settings.workers == 0  # as torch's DataLoader: the verdict says when more would help
 
@@ -153,8 +191,13 @@ def test_a_train_step_of_your_own_is_called_every_step_and_timed_like_any_step()
         optimizer.step()
         return loss, outputs
 
-    result = db.run(model=TinyNet, data=db.TensorData(*tensors()), train_step=clipped_step,
-                    optimizer=lambda p: torch.optim.Adam(p, 1e-2), **QUICK)
+    result = db.run(
+        model=TinyNet,
+        data=db.TensorData(*tensors()),
+        train_step=clipped_step,
+        optimizer=lambda p: torch.optim.Adam(p, 1e-2),
+        **QUICK,
+    )
     [record] = result.runs
     assert record.status == "ok"
     epoch = [16] * 7 + [8]  # 120 samples in batches of 16; the last batch is kept
@@ -181,8 +224,14 @@ def test_a_regression_has_losses_and_no_accuracy():
     generator = torch.Generator().manual_seed(0)
     inputs = torch.randn(200, FEATURES, generator=generator)
     targets = inputs @ torch.randn(FEATURES, 1, generator=generator)
-    result = db.run(model=lambda: nn.Linear(FEATURES, 1), data=(inputs[:160], targets[:160], inputs[160:], targets[160:]),
-                    loss="mse", optimizer=lambda p: torch.optim.SGD(p, lr=0.05), name="linear", **QUICK)
+    result = db.run(
+        model=lambda: nn.Linear(FEATURES, 1),
+        data=(inputs[:160], targets[:160], inputs[160:], targets[160:]),
+        loss="mse",
+        optimizer=lambda p: torch.optim.SGD(p, lr=0.05),
+        name="linear",
+        **QUICK,
+    )
     [record] = result.runs
     assert record.status == "ok"
     assert all(epoch.train_accuracy is None and epoch.test_accuracy is None for epoch in record.epochs)
@@ -221,7 +270,7 @@ def test_table_save_and_the_notebook_view_show_the_same_runs(tmp_path):
     assert [run.run_id for run in stored.runs] == [run.run_id for run in result.runs]
 
 
-@pytest.mark.filterwarnings("ignore:install \"ipywidgets\":UserWarning")  # rich's hint, without the notebook extra
+@pytest.mark.filterwarnings('ignore:install "ipywidgets":UserWarning')  # rich's hint, without the notebook extra
 def test_in_jupyter_the_progress_bar_is_drawn():
     reporter = RichReporter(Console(force_jupyter=True), quiet=False)
     reporter.epoch_started(1, 10)
@@ -240,30 +289,45 @@ def test_your_model_is_found_by_name_but_never_joins_a_suite():
     assert "session-only" not in [entry.name for entry in db.RunConfig().selected_workloads()]
 
 
-@pytest.mark.parametrize(("arguments", "error", "message"), [
-    (dict(model=lambda: {"not": "a model"}, data=tensors()), OwnModelError,
-     "model returned a dict; it must return a torch.nn.Module"),
-    (dict(model=42, data=tensors()), OwnModelError, "model is a int: give a torch.nn.Module, or a function"),
-    (dict(model=lambda: nn.ReLU(), data=tensors()), OwnModelError, "without trainable parameters"),
-    (dict(model=TinyNet, data=[1, 2, 3]), TypeError, "data is a list of 3; give a devicebench.TensorData"),
-    (dict(model=TinyNet), TypeError, "your model needs data="),
-    (dict(model=TinyNet, data=tensors(), loss="hinge"), OwnModelError, "unknown loss 'hinge'; choose one of"),
-    (dict(model=TinyNet, data=tensors(), optimizer="lbfgs"), OwnModelError, "unknown optimizer 'lbfgs'"),
-    (dict(model=TinyNet, data=tensors(), optimizer=lambda parameters: None), OwnModelError,
-     "the optimizer function returned a NoneType; it must return a torch.optim.Optimizer"),
-    (dict(model=TinyNet, data=tensors(), loss=None), OwnModelError, "loss=None needs a train_step of your own"),
-    (dict(model=TinyNet, data=tensors(), name="mnist-cnn2"), ValueError, "'mnist-cnn2' is the name of a registered"),
-    (dict(workloads="mnist-cnn2", model=TinyNet, data=tensors()), TypeError, "give workloads or a model"),
-    (dict(workloads=db.RunConfig(), epochs=3), TypeError, "a RunConfig says everything.*epochs"),
-    (dict(workloads="mnist-cnn2", data=tensors()), TypeError, "data= of your own goes with model="),
-])
+@pytest.mark.parametrize(
+    ("arguments", "error", "message"),
+    [
+        (
+            dict(model=lambda: {"not": "a model"}, data=tensors()),
+            OwnModelError,
+            "model returned a dict; it must return a torch.nn.Module",
+        ),
+        (dict(model=42, data=tensors()), OwnModelError, "model is a int: give a torch.nn.Module, or a function"),
+        (dict(model=lambda: nn.ReLU(), data=tensors()), OwnModelError, "without trainable parameters"),
+        (dict(model=TinyNet, data=[1, 2, 3]), TypeError, "data is a list of 3; give a devicebench.TensorData"),
+        (dict(model=TinyNet), TypeError, "your model needs data="),
+        (dict(model=TinyNet, data=tensors(), loss="hinge"), OwnModelError, "unknown loss 'hinge'; choose one of"),
+        (dict(model=TinyNet, data=tensors(), optimizer="lbfgs"), OwnModelError, "unknown optimizer 'lbfgs'"),
+        (
+            dict(model=TinyNet, data=tensors(), optimizer=lambda parameters: None),
+            OwnModelError,
+            "the optimizer function returned a NoneType; it must return a torch.optim.Optimizer",
+        ),
+        (dict(model=TinyNet, data=tensors(), loss=None), OwnModelError, "loss=None needs a train_step of your own"),
+        (
+            dict(model=TinyNet, data=tensors(), name="mnist-cnn2"),
+            ValueError,
+            "'mnist-cnn2' is the name of a registered",
+        ),
+        (dict(workloads="mnist-cnn2", model=TinyNet, data=tensors()), TypeError, "give workloads or a model"),
+        (dict(workloads=db.RunConfig(), epochs=3), TypeError, "a RunConfig says everything.*epochs"),
+        (dict(workloads="mnist-cnn2", data=tensors()), TypeError, "data= of your own goes with model="),
+    ],
+)
 def test_what_cannot_be_trained_is_refused_before_any_training_saying_why(arguments, error, message):
     with pytest.raises(error, match=message):
         db.run(**{**QUICK, **arguments})
 
 
 def test_bad_data_shapes_are_refused_with_the_shapes():
-    with pytest.raises(ValueError, match=r"x_train and y_train must hold one row per sample, got shapes \(4, 2\) and \(3,\)"):
+    with pytest.raises(
+        ValueError, match=r"x_train and y_train must hold one row per sample, got shapes \(4, 2\) and \(3,\)"
+    ):
         TensorData(torch.zeros(4, 2), torch.zeros(3))
     with pytest.raises(ValueError, match="give both x_test and y_test, or neither"):
         TensorData(torch.zeros(4, 2), torch.zeros(4), torch.zeros(2, 2))
@@ -275,7 +339,8 @@ def test_bad_data_shapes_are_refused_with_the_shapes():
 
 @pytest.fixture
 def user_module(tmp_path, monkeypatch):
-    (tmp_path / "usermodels.py").write_text(textwrap.dedent("""
+    (tmp_path / "usermodels.py").write_text(
+        textwrap.dedent("""
         import torch
         from torch import nn
 
@@ -292,39 +357,65 @@ def user_module(tmp_path, monkeypatch):
             return "a string"
 
         NOT_CALLABLE = 3
-    """))
+    """)
+    )
     (tmp_path / "raising.py").write_text("raise ImportError('cannot import name torchvision')\n")
     monkeypatch.chdir(tmp_path)
 
 
-@pytest.mark.parametrize(("flags", "message"), [
-    (["--model", "usermodels", "--data", "usermodels:load"], "--model 'usermodels': write MODULE:FUNCTION"),
-    (["--model", "nowhere:build", "--data", "usermodels:load"], "there is no module 'nowhere' in"),
-    (["--model", "raising:build", "--data", "usermodels:load"],
-     "--model raising:build: importing raising failed: ImportError: cannot import name torchvision"),
-    (["--model", "usermodels:missing", "--data", "usermodels:load"],
-     "usermodels has no 'missing'; its functions and classes: broken, build, load, not_a_model"),
-    (["--model", "usermodels:NOT_CALLABLE", "--data", "usermodels:load"], "is a int: give a torch.nn.Module"),
-    (["--model", "usermodels:not_a_model", "--data", "usermodels:load"],
-     "--model usermodels:not_a_model returned a str; it must return a torch.nn.Module"),
-    (["--model", "usermodels:broken", "--data", "usermodels:load"],
-     "--model usermodels:broken raised RuntimeError: the weights file is missing"),
-    (["--model", "usermodels:build", "--data", "usermodels:build"], "--data usermodels:build returned a Linear; give"),
-    (["--model", "usermodels:build", "--data", "usermodels:broken"], "--data usermodels:broken raised RuntimeError"),
-    (["--model", "usermodels:build", "--data", "usermodels:NOT_CALLABLE"],
-     "--data usermodels:NOT_CALLABLE is a int, not a function to call"),
-    (["--model", "usermodels:build"], "--model needs --data MODULE:FUNCTION"),
-    (["--data", "usermodels:load"], "--data usermodels:load gives data for a model of your own: add --model"),
-    (["mnist-cnn2", "--model", "usermodels:build", "--data", "usermodels:load"], "name workloads or give --model"),
-    (["--model", "usermodels:build", "--data", "usermodels:load", "--loss", "hinge"], "unknown --loss 'hinge'"),
-    (["--model", "usermodels:build", "--data", "usermodels:load", "--optimizer", "usermodels:nope"],
-     "--optimizer usermodels:nope: usermodels has no 'nope'"),
-    (["mnist-cnn2", "--loss", "mse"], "--loss is for a model of your own (--model)"),
-    (["--model", "usermodels:build", "--data", "usermodels:load", "--save", "model.pt"],
-     "your own model you save yourself"),
-    (["--model", "usermodels:build", "--data", "usermodels:load", "--set", "depth=3"],
-     "usermodels:build has no parameter 'depth'; its parameters: batch_size, epochs, learning_rate"),
-])
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--model", "usermodels", "--data", "usermodels:load"], "--model 'usermodels': write MODULE:FUNCTION"),
+        (["--model", "nowhere:build", "--data", "usermodels:load"], "there is no module 'nowhere' in"),
+        (
+            ["--model", "raising:build", "--data", "usermodels:load"],
+            "--model raising:build: importing raising failed: ImportError: cannot import name torchvision",
+        ),
+        (
+            ["--model", "usermodels:missing", "--data", "usermodels:load"],
+            "usermodels has no 'missing'; its functions and classes: broken, build, load, not_a_model",
+        ),
+        (["--model", "usermodels:NOT_CALLABLE", "--data", "usermodels:load"], "is a int: give a torch.nn.Module"),
+        (
+            ["--model", "usermodels:not_a_model", "--data", "usermodels:load"],
+            "--model usermodels:not_a_model returned a str; it must return a torch.nn.Module",
+        ),
+        (
+            ["--model", "usermodels:broken", "--data", "usermodels:load"],
+            "--model usermodels:broken raised RuntimeError: the weights file is missing",
+        ),
+        (
+            ["--model", "usermodels:build", "--data", "usermodels:build"],
+            "--data usermodels:build returned a Linear; give",
+        ),
+        (
+            ["--model", "usermodels:build", "--data", "usermodels:broken"],
+            "--data usermodels:broken raised RuntimeError",
+        ),
+        (
+            ["--model", "usermodels:build", "--data", "usermodels:NOT_CALLABLE"],
+            "--data usermodels:NOT_CALLABLE is a int, not a function to call",
+        ),
+        (["--model", "usermodels:build"], "--model needs --data MODULE:FUNCTION"),
+        (["--data", "usermodels:load"], "--data usermodels:load gives data for a model of your own: add --model"),
+        (["mnist-cnn2", "--model", "usermodels:build", "--data", "usermodels:load"], "name workloads or give --model"),
+        (["--model", "usermodels:build", "--data", "usermodels:load", "--loss", "hinge"], "unknown --loss 'hinge'"),
+        (
+            ["--model", "usermodels:build", "--data", "usermodels:load", "--optimizer", "usermodels:nope"],
+            "--optimizer usermodels:nope: usermodels has no 'nope'",
+        ),
+        (["mnist-cnn2", "--loss", "mse"], "--loss is for a model of your own (--model)"),
+        (
+            ["--model", "usermodels:build", "--data", "usermodels:load", "--save", "model.pt"],
+            "your own model you save yourself",
+        ),
+        (
+            ["--model", "usermodels:build", "--data", "usermodels:load", "--set", "depth=3"],
+            "usermodels:build has no parameter 'depth'; its parameters: batch_size, epochs, learning_rate",
+        ),
+    ],
+)
 def test_every_bad_model_or_data_flag_is_a_clear_error(user_module, flags, message):
     result = cli.invoke(app, ["run", *flags, "--devices", "cpu"])
     assert result.exit_code == EXIT_USAGE, result.output
@@ -333,8 +424,23 @@ def test_every_bad_model_or_data_flag_is_a_clear_error(user_module, flags, messa
 
 def test_the_command_line_model_trains_and_is_stored(user_module, tmp_path):
     out = tmp_path / "out.json"
-    result = cli.invoke(app, ["run", "--model", "usermodels:build", "--data", "usermodels:load", "--devices", "cpu",
-                              "--epochs", "2", "--quiet", "--json", str(out)])
+    result = cli.invoke(
+        app,
+        [
+            "run",
+            "--model",
+            "usermodels:build",
+            "--data",
+            "usermodels:load",
+            "--devices",
+            "cpu",
+            "--epochs",
+            "2",
+            "--quiet",
+            "--json",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     record = json.loads(out.read_text())["runs"][0]
     assert (record["workload"], record["status"]) == ("usermodels:build", "ok")
@@ -345,11 +451,24 @@ def test_the_command_line_model_trains_and_is_stored(user_module, tmp_path):
 
 def test_a_plugin_style_workload_needs_no_seed_or_published_figures_but_a_known_seed_if_any():
     with pytest.raises(ValueError, match="unknown seed experiment 'S9'"):
-        db.workload(name="x", seed="S9", dataset="mnist", summary="", loss=nn.CrossEntropyLoss,
-                    optimizer=lambda model, hyperparameters: None, defaults={"batch_size": 1, "epochs": 1})
+        db.workload(
+            name="x",
+            seed="S9",
+            dataset="mnist",
+            summary="",
+            loss=nn.CrossEntropyLoss,
+            optimizer=lambda model, hyperparameters: None,
+            defaults={"batch_size": 1, "epochs": 1},
+        )
     with pytest.raises(ValueError, match="names are lower case"):
-        db.workload(name="MyNet", dataset="mnist", summary="", loss=nn.CrossEntropyLoss,
-                    optimizer=lambda model, hyperparameters: None, defaults={"batch_size": 1, "epochs": 1})
+        db.workload(
+            name="MyNet",
+            dataset="mnist",
+            summary="",
+            loss=nn.CrossEntropyLoss,
+            optimizer=lambda model, hyperparameters: None,
+            defaults={"batch_size": 1, "epochs": 1},
+        )
 
 
 def test_own_workload_names_a_model_after_its_class_and_keeps_your_name_when_given():
@@ -376,8 +495,27 @@ def test_tuned_mode_and_an_auto_batch_size_apply_to_your_model_and_your_step(isa
 def test_your_model_trains_in_several_processes_from_its_module(user_module, tmp_path):
     """--model names a module, so every torchrun process imports the same model and data."""
     out = tmp_path / "ddp.json"
-    result = cli.invoke(app, ["run", "--model", "usermodels:build", "--data", "usermodels:load", "--devices", "cpu",
-                              "--nproc", "2", "--epochs", "2", "--batch-size", "4", "--quiet", "--json", str(out)])
+    result = cli.invoke(
+        app,
+        [
+            "run",
+            "--model",
+            "usermodels:build",
+            "--data",
+            "usermodels:load",
+            "--devices",
+            "cpu",
+            "--nproc",
+            "2",
+            "--epochs",
+            "2",
+            "--batch-size",
+            "4",
+            "--quiet",
+            "--json",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     [record] = json.loads(out.read_text())["runs"]
     assert (record["workload"], record["status"], record["settings"]["world_size"]) == ("usermodels:build", "ok", 2)

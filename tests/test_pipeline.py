@@ -65,8 +65,15 @@ def host_batches(dataset: ArrayDataset, **options: object) -> HostBatches:
     return HostBatches(dataset.train_images, dataset.train_labels, BATCH_SIZE, CPU, **settings)
 
 
-def loader_batches(dataset: ArrayDataset, batch_size: int = BATCH_SIZE, *, preprocessing=Rescale(),  # noqa: B008
-                   training: bool = True, seed: int = SEED, workers: int = 0) -> LoaderBatches:
+def loader_batches(
+    dataset: ArrayDataset,
+    batch_size: int = BATCH_SIZE,
+    *,
+    preprocessing=Rescale(),  # noqa: B008
+    training: bool = True,
+    seed: int = SEED,
+    workers: int = 0,
+) -> LoaderBatches:
     images = PreprocessedImages(ArrayImages(dataset.train_images), dataset.train_labels, preprocessing, training, seed)
     return LoaderBatches(images, batch_size, CPU, workers=workers, training=training, seed=seed)
 
@@ -201,8 +208,10 @@ def test_each_image_is_augmented_the_same_whatever_batch_it_falls_in(mnist_like:
 @pytest.mark.parametrize("seed", [20_000, 2**62], ids=["20000", "2**62"])
 def test_any_seed_shuffles_and_augments_reproducibly(seed: int, mnist_like: ArrayDataset) -> None:
     # The per-image seed made of (seed, epoch, index) passes 64 bits, manual_seed's limit, from seed 18,447 on.
-    augmented = [concatenated(list(loader_batches(mnist_like, preprocessing=KerasAugmentation(), seed=seed).epoch(1)))
-                 for _ in range(2)]
+    augmented = [
+        concatenated(list(loader_batches(mnist_like, preprocessing=KerasAugmentation(), seed=seed).epoch(1)))
+        for _ in range(2)
+    ]
     shuffled = [concatenated(list(host_batches(mnist_like, seed=seed).epoch(1))) for _ in range(2)]
 
     assert torch.equal(augmented[0][0], augmented[1][0])
@@ -352,8 +361,9 @@ def test_default_workers_is_one_per_core_up_to_4_when_there_is_work_for_them(
 
 
 @pytest.mark.parametrize("workers", [0, 2])
-def test_an_image_damaged_after_the_scan_fails_its_batch_with_an_error_naming_the_file(tmp_path: Path,
-                                                                                      workers: int) -> None:
+def test_an_image_damaged_after_the_scan_fails_its_batch_with_an_error_naming_the_file(
+    tmp_path: Path, workers: int
+) -> None:
     """The scan leaves out files already truncated (tests/test_hostile_models.py); one damaged after it, while the
     run reads the folder, is found only when decoded."""
     noise = np.random.default_rng(0).integers(0, 256, size=(64, 64, 3), dtype=np.uint8)

@@ -29,18 +29,30 @@ def no_loading(monkeypatch) -> None:
 @pytest.mark.slow
 def test_a_plan_holds_every_job_resolved_before_anything_is_loaded(monkeypatch):
     no_loading(monkeypatch)
-    config = RunConfig(workloads=("mnist-*",), devices="cpu", repeats=2, epochs=4, max_steps=7,
-                       overrides=("learning_rate=0.01",), data="synthetic", data_dir=None, seed=3)
+    config = RunConfig(
+        workloads=("mnist-*",),
+        devices="cpu",
+        repeats=2,
+        epochs=4,
+        max_steps=7,
+        overrides=("learning_rate=0.01",),
+        data="synthetic",
+        data_dir=None,
+        seed=3,
+    )
     plan = planning.plan(config)
     assert [(job.workload.name, job.device, job.repeats) for job in plan.jobs] == [
-        ("mnist-cnn2", CPU, 2), ("mnist-cnn4", CPU, 2)]
+        ("mnist-cnn2", CPU, 2),
+        ("mnist-cnn4", CPU, 2),
+    ]
     job = plan.jobs[0]
     assert job.hyperparameters == {"batch_size": 50, "epochs": 17, "learning_rate": 0.01, "adam_epsilon": 1e-08}
     assert job.overrides == {"learning_rate": 0.01} and job.batch_size == 50
     # --max-steps caps evaluation too
     assert (job.training.epochs, job.training.max_steps, job.training.max_eval_steps) == (4, 7, 7)
-    assert job.data == planning.DataRequest(dataset="mnist", source="synthetic", data_dir=None, seed=3,
-                                            shape=(("image_shape", (1, 28, 28)),))
+    assert job.data == planning.DataRequest(
+        dataset="mnist", source="synthetic", data_dir=None, seed=3, shape=(("image_shape", (1, 28, 28)),)
+    )
     assert (job.mode, job.seed, job.workers) == ("seed", 3, None)
     assert plan.request == config.to_dict() and plan.threads is None
 
@@ -90,17 +102,40 @@ def test_the_python_plan_takes_run_s_arguments(monkeypatch):
 def test_dry_run_prints_the_plan_and_trains_nothing(monkeypatch, tmp_path):
     no_loading(monkeypatch)
     out = tmp_path / "plan.json"
-    outcome = CliRunner().invoke(app, ["run", "mnist-cnn2", "cifar10-mlp", "--devices", "cpu", "--repeats", "2",
-                                       "--epochs", "3", "--max-steps", "40", "--dry-run", "--json", str(out),
-                                       "--db", str(tmp_path / "never.sqlite")], terminal_width=200)
+    outcome = CliRunner().invoke(
+        app,
+        [
+            "run",
+            "mnist-cnn2",
+            "cifar10-mlp",
+            "--devices",
+            "cpu",
+            "--repeats",
+            "2",
+            "--epochs",
+            "3",
+            "--max-steps",
+            "40",
+            "--dry-run",
+            "--json",
+            str(out),
+            "--db",
+            str(tmp_path / "never.sqlite"),
+        ],
+        terminal_width=200,
+    )
     assert outcome.exit_code == 0, outcome.output
     assert "The plan: 4 runs; nothing is loaded or trained" in outcome.stdout
     rows = [line for line in outcome.stdout.splitlines() if "│ mnist-cnn2" in line or "│ cifar10-mlp" in line]
     assert [[cell.strip() for cell in line.split("│")[1:8]] for line in rows] == [
-        ["mnist-cnn2", "cpu", "2", "50", "3", "40", "40"], ["cifar10-mlp", "cpu", "2", "32", "3", "40", "40"]]
+        ["mnist-cnn2", "cpu", "2", "50", "3", "40", "40"],
+        ["cifar10-mlp", "cpu", "2", "32", "3", "40", "40"],
+    ]
     written = json.loads(out.read_text())
     assert [(job["workload"], job["device"], job["repeats"]) for job in written["jobs"]] == [
-        ("mnist-cnn2", "cpu", 2), ("cifar10-mlp", "cpu", 2)]
+        ("mnist-cnn2", "cpu", 2),
+        ("cifar10-mlp", "cpu", 2),
+    ]
     assert not (tmp_path / "never.sqlite").exists()  # nothing stored: nothing ran
 
 
@@ -113,8 +148,9 @@ def test_dry_run_refuses_what_a_run_would(monkeypatch):
 
 def test_dry_run_refuses_a_json_path_it_cannot_write_before_showing_anything(monkeypatch, tmp_path):
     no_loading(monkeypatch)
-    outcome = CliRunner().invoke(app, ["run", "mnist-cnn2", "--devices", "cpu", "--dry-run", "--json",
-                                       str(tmp_path / "missing" / "plan.json")])
+    outcome = CliRunner().invoke(
+        app, ["run", "mnist-cnn2", "--devices", "cpu", "--dry-run", "--json", str(tmp_path / "missing" / "plan.json")]
+    )
     assert outcome.exit_code == EXIT_USAGE
     assert "folder" in outcome.output and "does not exist; create it first" in outcome.output
     assert "The plan" not in outcome.stdout

@@ -25,8 +25,15 @@ LAPTOP = machine("laptop", "aaaa1111")
 cli = CliRunner()
 
 
-def gpu_run(epoch_times=(2.0, 1.0, 1.0), *, name: str = H100, busy: float | None = None, waited: float = 0.0,
-            flops_per_sample: float | None = None, **options) -> RunRecord:
+def gpu_run(
+    epoch_times=(2.0, 1.0, 1.0),
+    *,
+    name: str = H100,
+    busy: float | None = None,
+    waited: float = 0.0,
+    flops_per_sample: float | None = None,
+    **options,
+) -> RunRecord:
     """A cuda:0 run of 1,000 samples an epoch at batch 50; `busy`: the GPU's utilisation in every epoch, `waited`:
     the share of each epoch spent waiting for batches."""
     record = run("cuda:0", list(epoch_times), **options)
@@ -75,9 +82,27 @@ def test_a_cpu_run_at_192_percent_mfu_is_flagged_in_the_run_s_table_and_json(tmp
     purpose: 1 MFLOP/s, which any CPU passes."""
     monkeypatch.setattr(runner, "peak_tflops", lambda machine_id, device, precision: 1e-6)
     out = tmp_path / "run.json"
-    result = cli.invoke(app, ["run", "mnist-cnn2", "--devices", "cpu", "--data", "synthetic", "--epochs", "2",
-                              "--max-steps", "3", "--max-eval-steps", "1", "--json", str(out), "--db",
-                              str(tmp_path / "results.sqlite")])
+    result = cli.invoke(
+        app,
+        [
+            "run",
+            "mnist-cnn2",
+            "--devices",
+            "cpu",
+            "--data",
+            "synthetic",
+            "--epochs",
+            "2",
+            "--max-steps",
+            "3",
+            "--max-eval-steps",
+            "1",
+            "--json",
+            str(out),
+            "--db",
+            str(tmp_path / "results.sqlite"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     text = " ".join(result.stdout.split())
     assert "cpu (flagged:" in text and "implausible" in text  # the row, its cell folded to fit
@@ -108,12 +133,15 @@ def test_weights_too_large_for_any_cache_bound_the_traffic_from_below():
 # --- an idle device ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("busy, waited, flops_per_sample, name, cause", [
-    (1.0, 0.7, 1e6, H100, "input-bound: the loop waited for batches 70% of training"),
-    (1.0, 0.0, 1e6, H100, "launch-bound: a step's 0.05 GFLOP take it 1 us at its peak"),
-    (1.0, 0.0, 2e10, H100, "the work ran elsewhere: a step's 1,000 GFLOP take it 14,925 us at its peak"),
-    (1.0, 0.0, 2e10, "cuda:0 model", "the work ran elsewhere, or each step is too small"),
-])
+@pytest.mark.parametrize(
+    "busy, waited, flops_per_sample, name, cause",
+    [
+        (1.0, 0.7, 1e6, H100, "input-bound: the loop waited for batches 70% of training"),
+        (1.0, 0.0, 1e6, H100, "launch-bound: a step's 0.05 GFLOP take it 1 us at its peak"),
+        (1.0, 0.0, 2e10, H100, "the work ran elsewhere: a step's 1,000 GFLOP take it 14,925 us at its peak"),
+        (1.0, 0.0, 2e10, "cuda:0 model", "the work ran elsewhere, or each step is too small"),
+    ],
+)
 def test_a_gpu_at_1_percent_says_why_from_its_numbers(busy, waited, flops_per_sample, name, cause):
     record = gpu_run(busy=busy, waited=waited, flops_per_sample=flops_per_sample, name=name)
     (flag,) = [flag for flag in run_flags(record) if flag.code == "device-idle"]
@@ -176,12 +204,15 @@ def test_an_implausible_mfu_is_marked_in_its_cell():
 # --- a GPU slower than the CPU -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("busy, waited, flops_per_sample, cause", [
-    (90.0, 0.6, None, "input-bound: it waited for batches 60% of training"),
-    (90.0, 0.0, 1e6, "launch-bound: a step's 0.05 GFLOP take it 1 us at its peak"),
-    (30.0, 0.0, None, "too small a batch: batch 50 kept it 30% busy"),
-    (90.0, 0.0, None, "no cause shows in its numbers: `devicebench check`"),
-])
+@pytest.mark.parametrize(
+    "busy, waited, flops_per_sample, cause",
+    [
+        (90.0, 0.6, None, "input-bound: it waited for batches 60% of training"),
+        (90.0, 0.0, 1e6, "launch-bound: a step's 0.05 GFLOP take it 1 us at its peak"),
+        (30.0, 0.0, None, "too small a batch: batch 50 kept it 30% busy"),
+        (90.0, 0.0, None, "no cause shows in its numbers: `devicebench check`"),
+    ],
+)
 def test_a_gpu_slower_than_the_cpu_on_the_same_work_is_explained(busy, waited, flops_per_sample, cause):
     slow = gpu_run([4.0, 2.0, 2.0], busy=busy, waited=waited, flops_per_sample=flops_per_sample)
     cpu, gpu = compare([session(LAPTOP, [run("cpu", [2.0, 1.0, 1.0]), slow])])["mnist-cnn2"]
@@ -205,8 +236,11 @@ def capped(record: RunRecord, max_steps: int, world_size: int = 1) -> RunRecord:
 
 
 def test_runs_of_different_lengths_are_never_pooled_into_one_row():
-    runs = [capped(run("cpu", [2.0, 1.0, 1.0]), 20), capped(run("cpu", [2.0, 0.9, 0.9]), 30),
-            capped(run("cpu", [2.0, 0.8, 0.8]), 60)]
+    runs = [
+        capped(run("cpu", [2.0, 1.0, 1.0]), 20),
+        capped(run("cpu", [2.0, 0.9, 0.9]), 30),
+        capped(run("cpu", [2.0, 0.8, 0.8]), 60),
+    ]
     rows = compare([session(LAPTOP, runs)])["mnist-cnn2"]
     assert [(len(row.runs), row.differs_by) for row in rows] == [(1, "20 steps"), (1, "30 steps"), (1, "60 steps")]
 
@@ -228,13 +262,18 @@ def test_no_scaling_efficiency_across_lengths_or_from_an_interrupted_run_and_the
     single, data_parallel = compare([session(LAPTOP, [one, two])])["mnist-cnn2"]
     assert data_parallel.baseline is single and data_parallel.speedup.ratio == pytest.approx(2.8)
     assert data_parallel.scaling_efficiency is None
-    assert data_parallel.scaling_note == ("its epochs were capped at 60 steps, the one-process row's at 20; "
-                                          "the one-process row pools 1 interrupted run")
+    assert data_parallel.scaling_note == (
+        "its epochs were capped at 60 steps, the one-process row's at 20; the one-process row pools 1 interrupted run"
+    )
     notes = row_notes([single, data_parallel])
-    assert any("no scaling efficiency against one process: its epochs were capped at 60 steps" in note
-               for note in notes)
-    assert any("speedup against laptop/cpu (1 process, 20 steps), whose epochs were capped at 20 steps (this row's at 60)"
-               in note for note in notes)
+    assert any(
+        "no scaling efficiency against one process: its epochs were capped at 60 steps" in note for note in notes
+    )
+    assert any(
+        "speedup against laptop/cpu (1 process, 20 steps), whose epochs were capped at 20 steps (this row's at 60)"
+        in note
+        for note in notes
+    )
     assert not [note for note in notes if "scaling efficiency 1" in note or "143%" in note]
 
 

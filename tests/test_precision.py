@@ -76,22 +76,28 @@ def test_tuned_mode_turns_on_tf32_for_matmuls_and_cudnn_on_a_gpu_and_neither_on_
     assert (on_gpu.tf32_matmul, on_gpu.tf32_cudnn) == (True, True)
     assert (on_cpu.tf32_matmul, on_cpu.tf32_cudnn) == (False, False)
     # every Tuning field lands in the record's settings under the same name (runner._build_tuned)
-    assert {field.name for field in dataclasses.fields(Tuning)} <= {field.name for field in dataclasses.fields(RunSettings)}
+    assert {field.name for field in dataclasses.fields(Tuning)} <= {
+        field.name for field in dataclasses.fields(RunSettings)
+    }
 
 
-SETTINGS = RunSettings(batch_size=64, epochs=1, max_steps=None, max_eval_steps=None, seed=0, threads=1,
-                       data_source="synthetic")
+SETTINGS = RunSettings(
+    batch_size=64, epochs=1, max_steps=None, max_eval_steps=None, seed=0, threads=1, data_source="synthetic"
+)
 
 
-@pytest.mark.parametrize(("device", "changes", "peak"), [
-    ("cpu", {}, "fp32"),
-    ("cpu", {"precision": "bf16"}, "bf16"),
-    ("cuda:0", {}, "fp32"),  # seed mode: strict fp32, so the fp32 peak, not TF32's eight times higher one
-    ("cuda:0", {"tf32_matmul": True, "tf32_cudnn": True}, "tf32"),
-    ("cuda:1", {"precision": "bf16", "tf32_matmul": True, "tf32_cudnn": True}, "bf16"),
-    ("cuda:0", {"tf32_matmul": True}, None),  # matmuls on TF32, convolutions in fp32: no one peak fits
-    ("cuda:0", {"tf32_cudnn": True}, None),
-])
+@pytest.mark.parametrize(
+    ("device", "changes", "peak"),
+    [
+        ("cpu", {}, "fp32"),
+        ("cpu", {"precision": "bf16"}, "bf16"),
+        ("cuda:0", {}, "fp32"),  # seed mode: strict fp32, so the fp32 peak, not TF32's eight times higher one
+        ("cuda:0", {"tf32_matmul": True, "tf32_cudnn": True}, "tf32"),
+        ("cuda:1", {"precision": "bf16", "tf32_matmul": True, "tf32_cudnn": True}, "bf16"),
+        ("cuda:0", {"tf32_matmul": True}, None),  # matmuls on TF32, convolutions in fp32: no one peak fits
+        ("cuda:0", {"tf32_cudnn": True}, None),
+    ],
+)
 def test_mfu_divides_by_the_peak_of_the_precision_that_really_ran(device, changes, peak):
     assert peak_precision(device, dataclasses.replace(SETTINGS, **changes)) == peak
 

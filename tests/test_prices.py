@@ -20,7 +20,9 @@ def test_flag_prices_by_kind_and_by_device():
 
 def test_toml_prices_per_machine_fall_back_to_the_default(tmp_path):
     path = tmp_path / "prices.toml"
-    path.write_text('[default]\ncpu = 0.10\ncuda = 2.50\n\n[machine.laptop]\ncpu = 0.0\n\n[machine.bbbb2222]\ncuda = 1.5\n')
+    path.write_text(
+        "[default]\ncpu = 0.10\ncuda = 2.50\n\n[machine.laptop]\ncpu = 0.0\n\n[machine.bbbb2222]\ncuda = 1.5\n"
+    )
     prices = parse_prices(str(path))
     assert prices.per_hour(LAPTOP, "cpu") == 0.0  # by machine name
     assert prices.per_hour(LAPTOP, "cuda:0") == 2.50  # the default
@@ -29,8 +31,14 @@ def test_toml_prices_per_machine_fall_back_to_the_default(tmp_path):
 
 @pytest.mark.parametrize(
     ("text", "message"),
-    [("cpu", "is not DEVICE=PRICE"), ("gpu=1", "unknown device 'gpu'"), ("cpu=cheap", "must be a number"),
-     ("cpu=-1", "zero or more"), ("cpu=nan", "zero or more"), ("missing.toml", "does not exist")],
+    [
+        ("cpu", "is not DEVICE=PRICE"),
+        ("gpu=1", "unknown device 'gpu'"),
+        ("cpu=cheap", "must be a number"),
+        ("cpu=-1", "zero or more"),
+        ("cpu=nan", "zero or more"),
+        ("missing.toml", "does not exist"),
+    ],
 )
 def test_bad_prices_are_refused_with_how_to_write_them(text, message):
     with pytest.raises(PriceError, match=message):

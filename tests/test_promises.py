@@ -52,17 +52,29 @@ def two_machines(tmp_path, make_result, make_run) -> Path:
     """A database holding a laptop's mnist run and a server's cifar run."""
     path = tmp_path / "results.sqlite"
     with Store(path) as store:
-        store.import_results([make_result("laptop", [make_run("mnist-cnn2", run_id="r-laptop")]),
-                              make_result("server", [make_run("cifar10-mlp", run_id="r-server")])])
+        store.import_results(
+            [
+                make_result("laptop", [make_run("mnist-cnn2", run_id="r-laptop")]),
+                make_result("server", [make_run("cifar10-mlp", run_id="r-server")]),
+            ]
+        )
     return path
 
 
 # --- 1. one rule for every path the user names ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("command", [["history"], ["compare"], ["export", "OUT/runs.json"],
-                                     ["report", "--out", "OUT/report.html"], ["import", "OUT/none.json"],
-                                     ["run", "mnist-cnn2", *TINY_RUN]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["history"],
+        ["compare"],
+        ["export", "OUT/runs.json"],
+        ["report", "--out", "OUT/report.html"],
+        ["import", "OUT/none.json"],
+        ["run", "mnist-cnn2", *TINY_RUN],
+    ],
+)
 def test_1_a_db_in_a_missing_folder_is_refused_by_every_command(tmp_path, monkeypatch, command):
     monkeypatch.setattr("devicebench.runner.run", lambda *a, **k: pytest.fail("training started"))
     (tmp_path / "out").mkdir()
@@ -70,8 +82,9 @@ def test_1_a_db_in_a_missing_folder_is_refused_by_every_command(tmp_path, monkey
     arguments = [argument.replace("OUT", str(tmp_path / "out")) for argument in command]
     result = cli.invoke(app, [*arguments, "--db", str(database)])
     assert result.exit_code == EXIT_USAGE, result.output
-    assert (f"cannot open --db {database}: folder {database.parent} does not exist; create it first"
-            in unwrapped(result.output))
+    assert f"cannot open --db {database}: folder {database.parent} does not exist; create it first" in unwrapped(
+        result.output
+    )
     assert not (tmp_path / "missing").exists()  # nothing made behind the user's back
 
 
@@ -90,12 +103,14 @@ def test_1_the_default_database_still_makes_its_folder(tmp_path, monkeypatch):
 def test_2_an_export_that_matches_nothing_is_refused_and_leaves_the_file(two_machines, tmp_path):
     out = tmp_path / "runs.json"
     out.write_text("38 runs exported last week\n")
-    result = cli.invoke(app, ["export", str(out), "--machine", "desktop", "--workload", "mnist-*",
-                              "--db", str(two_machines)])
+    result = cli.invoke(
+        app, ["export", str(out), "--machine", "desktop", "--workload", "mnist-*", "--db", str(two_machines)]
+    )
     assert result.exit_code == EXIT_USAGE, result.output
     assert unwrapped(result.output) == (
         f"error: nothing to export: no run stored in {two_machines} matches --workload 'mnist-*' --machine 'desktop'; "
-        f"{out} was left as it is. Stored are machines: laptop, server; workloads: cifar10-mlp, mnist-cnn2")
+        f"{out} was left as it is. Stored are machines: laptop, server; workloads: cifar10-mlp, mnist-cnn2"
+    )
     assert out.read_text() == "38 runs exported last week\n"
 
 
@@ -111,8 +126,9 @@ def test_2_an_export_that_matches_writes_only_those_runs(two_machines, tmp_path)
     out = tmp_path / "runs.json"
     result = cli.invoke(app, ["export", str(out), "--machine", "server", "--db", str(two_machines)])
     assert result.exit_code == 0, result.output
-    assert [run["run_id"] for result in json.loads(out.read_text())["results"] for run in result["runs"]] == \
-        ["r-server"]
+    assert [run["run_id"] for result in json.loads(out.read_text())["results"] for run in result["runs"]] == [
+        "r-server"
+    ]
 
 
 # --- 3. read-only and locked databases ------------------------------------------------------------------------------
@@ -170,13 +186,23 @@ def read_as_a_user_who_cannot_write(folder: Path, database: Path, out: Path) -> 
             path.chmod(0o755 if path.is_dir() else 0o644)
         os.chown(out.parent, NOBODY, NOBODY)
     folder.chmod(0o555)
-    environment = {**os.environ, "HOME": str(out.parent), "DEVICEBENCH_DB": str(database),
-                   "DEVICEBENCH_CALIBRATION_DIR": str(out.parent / "calibration")}
-    environment.update({name: str(out.parent) for name in ("XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME",
-                                                           "XDG_STATE_HOME")})
+    environment = {
+        **os.environ,
+        "HOME": str(out.parent),
+        "DEVICEBENCH_DB": str(database),
+        "DEVICEBENCH_CALIBRATION_DIR": str(out.parent / "calibration"),
+    }
+    environment.update(
+        {name: str(out.parent) for name in ("XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME")}
+    )
     completed = subprocess.run(
         [sys.executable, "-c", _READ_AS_NOBODY, str(database), str(out), str(NOBODY if as_root else -1)],
-        capture_output=True, text=True, env=environment, timeout=300, cwd=out.parent)
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=300,
+        cwd=out.parent,
+    )
     assert completed.returncode == 0, completed.stderr
     return json.loads(completed.stdout.splitlines()[-1])
 
@@ -210,13 +236,20 @@ def test_3_a_read_only_database_that_needs_an_upgrade_says_so(tmp_path, monkeypa
     database.close()
     before = path.read_bytes()
     real_connect = sqlite3.connect  # as root writes anywhere, every connection to the file is made read-only
-    monkeypatch.setattr(sqlite3, "connect", lambda database, *arguments, uri=False, **options: real_connect(
-        database if uri else f"file:{database}?mode=ro", *arguments, uri=True, **options))
+    monkeypatch.setattr(
+        sqlite3,
+        "connect",
+        lambda database, *arguments, uri=False, **options: real_connect(
+            database if uri else f"file:{database}?mode=ro", *arguments, uri=True, **options
+        ),
+    )
     result = cli.invoke(app, ["history", "--db", str(path)])
     assert result.exit_code == EXIT_USAGE, result.output
-    assert (f"{path} holds schema 1 and must be upgraded to schema {len(store_module.MIGRATIONS)} before this "
-            "devicebench can read it, but it cannot be written (it or its folder is read-only). To go on, make them "
-            "writable and run the command again") in unwrapped(result.output)
+    assert (
+        f"{path} holds schema 1 and must be upgraded to schema {len(store_module.MIGRATIONS)} before this "
+        "devicebench can read it, but it cannot be written (it or its folder is read-only). To go on, make them "
+        "writable and run the command again"
+    ) in unwrapped(result.output)
     assert path.read_bytes() == before
 
 
@@ -231,8 +264,10 @@ def test_3_a_run_whose_database_stays_locked_is_refused_before_training(two_mach
         holder.execute("ROLLBACK")
         holder.close()
     assert result.exit_code == EXIT_USAGE, result.output
-    assert (f"could not check, before any work, that runs can be stored in {two_machines}: it is locked by another "
-            "process, which has held it for more than 0.2 s") in unwrapped(result.output)
+    assert (
+        f"could not check, before any work, that runs can be stored in {two_machines}: it is locked by another "
+        "process, which has held it for more than 0.2 s"
+    ) in unwrapped(result.output)
     assert "pass another --db" in unwrapped(result.output)
 
 
@@ -245,8 +280,9 @@ def _a_dead_process_id() -> int:
     return process.pid
 
 
-@pytest.mark.parametrize(("namespace", "status"), [("pid:[1]", "running"), ("ours", "interrupted"),
-                                                   (None, "interrupted")])  # None: started before schema 10
+@pytest.mark.parametrize(
+    ("namespace", "status"), [("pid:[1]", "running"), ("ours", "interrupted"), (None, "interrupted")]
+)  # None: started before schema 10
 def test_4_a_live_run_is_judged_only_from_its_own_pid_namespace(tmp_path, make_result, make_run, namespace, status):
     path = tmp_path / "results.sqlite"
     session = make_result("laptop", [])
@@ -255,8 +291,10 @@ def test_4_a_live_run_is_judged_only_from_its_own_pid_namespace(tmp_path, make_r
         store.add_session(session)
         store.start_run(session.result_id, record)
     with sqlite3.connect(path) as database:  # the same host, a process id that means nothing here
-        database.execute("UPDATE live_runs SET process_id = ?, process_namespace = ?", (
-            _a_dead_process_id(), store_module.pid_namespace() if namespace == "ours" else namespace))
+        database.execute(
+            "UPDATE live_runs SET process_id = ?, process_namespace = ?",
+            (_a_dead_process_id(), store_module.pid_namespace() if namespace == "ours" else namespace),
+        )
     database.close()
     with Store(path) as store:
         [result] = store.results()
@@ -293,12 +331,16 @@ def test_5_bidi_and_zero_width_characters_are_taken_out():
 
 
 def test_5_an_imported_machine_name_reaches_the_terminal_without_them(tmp_path, make_result, make_run):
-    result = make_result(f"lap\u202etop{HIDDEN}", [make_run("mnist-cnn2", run_id="r1")],
-                         hostname="host\u2066\u200b.local")
+    result = make_result(
+        f"lap\u202etop{HIDDEN}", [make_run("mnist-cnn2", run_id="r1")], hostname="host\u2066\u200b.local"
+    )
     result.runs[0].workload = "mnist-cnn2\u202e"
     exported = tmp_path / "laptop.json"
-    exported.write_text(json.dumps({"schema_version": store_module.SCHEMA_VERSION, "kind": "devicebench-export",
-                                    "results": [result.to_dict()]}))
+    exported.write_text(
+        json.dumps(
+            {"schema_version": store_module.SCHEMA_VERSION, "kind": "devicebench-export", "results": [result.to_dict()]}
+        )
+    )
     database = tmp_path / "results.sqlite"
     assert cli.invoke(app, ["import", str(exported), "--db", str(database)]).exit_code == 0
     shown = cli.invoke(app, ["history", "--db", str(database)])
@@ -308,18 +350,24 @@ def test_5_an_imported_machine_name_reaches_the_terminal_without_them(tmp_path, 
     with Store(database) as store:
         [stored] = store.results()
     assert (stored.machine["machine_name"], stored.machine["hostname"], stored.runs[0].workload) == (
-        "laptop", "host.local", "mnist-cnn2")
+        "laptop",
+        "host.local",
+        "mnist-cnn2",
+    )
 
 
 # --- 6. HTTPS only, redirects included -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("original", "target", "followed"), [
-    ("https://example.org/mnist.gz", "http://example.org/mnist.gz", False),
-    ("https://example.org/mnist.gz", "ftp://example.org/mnist.gz", False),
-    ("https://example.org/mnist.gz", "https://mirror.example.net/mnist.gz", True),
-    ("http://127.0.0.1:8000/mnist.gz", "http://127.0.0.1:8000/other.gz", True),  # never HTTPS to begin with
-])
+@pytest.mark.parametrize(
+    ("original", "target", "followed"),
+    [
+        ("https://example.org/mnist.gz", "http://example.org/mnist.gz", False),
+        ("https://example.org/mnist.gz", "ftp://example.org/mnist.gz", False),
+        ("https://example.org/mnist.gz", "https://mirror.example.net/mnist.gz", True),
+        ("http://127.0.0.1:8000/mnist.gz", "http://127.0.0.1:8000/other.gz", True),  # never HTTPS to begin with
+    ],
+)
 def test_6_a_redirect_is_followed_only_from_https_to_https(original, target, followed):
     handler = HttpsOnlyRedirects()
     request = urllib.request.Request(original, headers={"User-Agent": "devicebench"})
@@ -328,8 +376,9 @@ def test_6_a_redirect_is_followed_only_from_https_to_https(original, target, fol
         return
     with pytest.raises(InsecureRedirect) as caught:
         handler.redirect_request(request, io.BytesIO(), 302, "Found", {}, target)
-    assert str(caught.value.reason) == (f"redirected (HTTP 302) to {target}, which is not HTTPS: refused, since "
-                                        "devicebench downloads over HTTPS only")
+    assert str(caught.value.reason) == (
+        f"redirected (HTTP 302) to {target}, which is not HTTPS: refused, since devicebench downloads over HTTPS only"
+    )
 
 
 class _PlainHttps(urllib.request.HTTPSHandler):
@@ -337,6 +386,7 @@ class _PlainHttps(urllib.request.HTTPSHandler):
 
     def https_open(self, req):
         import http.client
+
         return self.do_open(http.client.HTTPConnection, req)
 
 
@@ -365,15 +415,20 @@ class _Redirecting(BaseHTTPRequestHandler):
 
 def test_6_a_download_redirected_from_https_to_http_is_refused(tmp_path, monkeypatch):
     import hashlib
+
     _Redirecting.requested = []
     monkeypatch.setattr(download, "_OPENER", urllib.request.build_opener(HttpsOnlyRedirects, _PlainHttps))
     with serving(_Redirecting) as base_url:
         url = base_url.replace("http://", "https://", 1) + "start"
-        remote = RemoteFile("data.bin", urls=(url,),
-                            checksum=f"sha256:{hashlib.sha256(_Redirecting.body).hexdigest()}")
+        remote = RemoteFile("data.bin", urls=(url,), checksum=f"sha256:{hashlib.sha256(_Redirecting.body).hexdigest()}")
         with pytest.raises(DataUnavailable) as caught:
             download.fetch(remote, tmp_path / "data", progress=False)
-    assert caught.value.failures == ((url, f"redirected (HTTP 302) to {base_url}file, which is not "
-                                           "HTTPS: refused, since devicebench downloads over HTTPS only"),)
+    assert caught.value.failures == (
+        (
+            url,
+            f"redirected (HTTP 302) to {base_url}file, which is not "
+            "HTTPS: refused, since devicebench downloads over HTTPS only",
+        ),
+    )
     assert _Redirecting.requested == ["/start"]  # the plain HTTP URL was never asked for
     assert list((tmp_path / "data").iterdir()) == []

@@ -16,8 +16,7 @@ SHORT_RUN = ["--devices", "cpu", "--data", "synthetic", "--epochs", "2", "--max-
 
 
 def test_factor_text_keeps_two_significant_figures():
-    assert [factor_text(value) for value in (0.496, 3.26, 9.96, 23.4, 234.0)] == ["0.50x", "3.3x", "10x", "23x",
-                                                                                 "230x"]
+    assert [factor_text(value) for value in (0.496, 3.26, 9.96, 23.4, 234.0)] == ["0.50x", "3.3x", "10x", "23x", "230x"]
 
 
 def test_cifar10_mlp_places_this_cpu_against_the_posts_cpu_and_gpu():

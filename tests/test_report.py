@@ -48,19 +48,25 @@ def results() -> list[Result]:
     failed = run("cuda:0", [9.5], workload="cifar10-mlp", repeat=1, status="failed")
     failed.error = f"CUDA error {HOSTILE}"
     return [
-        session(laptop, [
-            run("cpu", [20.0, 10.0, 10.0], data_source="real"),
-            run("cpu", [22.0, 11.0, 11.0], data_source="real", repeat=1),
-            run("cuda:0", [3.0, 1.0, 1.0], data_source="real"),
-            run("cuda:0", [3.3, 1.1, 1.1], data_source="real", repeat=1),
-            run("cpu", [24.0, 12.0, 12.0], data_source="real", batch_size=64),
-        ]),
-        session(server, [
-            run("cpu", [80.0, 40.0, 44.0], workload="cifar10-mlp", energy_j=7200.0),
-            run("cuda:0", [9.0, 4.0, 4.4], workload="cifar10-mlp", energy_j=1800.0),
-            failed,
-            run("cpu", [4.0, 2.0, 2.0], workload=HOSTILE_WORKLOAD),
-        ]),
+        session(
+            laptop,
+            [
+                run("cpu", [20.0, 10.0, 10.0], data_source="real"),
+                run("cpu", [22.0, 11.0, 11.0], data_source="real", repeat=1),
+                run("cuda:0", [3.0, 1.0, 1.0], data_source="real"),
+                run("cuda:0", [3.3, 1.1, 1.1], data_source="real", repeat=1),
+                run("cpu", [24.0, 12.0, 12.0], data_source="real", batch_size=64),
+            ],
+        ),
+        session(
+            server,
+            [
+                run("cpu", [80.0, 40.0, 44.0], workload="cifar10-mlp", energy_j=7200.0),
+                run("cuda:0", [9.0, 4.0, 4.4], workload="cifar10-mlp", energy_j=1800.0),
+                failed,
+                run("cpu", [4.0, 2.0, 2.0], workload=HOSTILE_WORKLOAD),
+            ],
+        ),
     ]
 
 
@@ -110,7 +116,7 @@ def images(parser: PageParser) -> list[bytes]:
     prefix = "data:image/png;base64,"
     sources = [attributes["src"] for tag, attributes in parser.tags if tag == "img"]
     assert all(source.startswith(prefix) for source in sources), "every image is an inlined PNG"
-    return [base64.b64decode(source[len(prefix):], validate=True) for source in sources]
+    return [base64.b64decode(source[len(prefix) :], validate=True) for source in sources]
 
 
 def assert_valid_png(data: bytes) -> None:
@@ -127,8 +133,12 @@ def test_one_offline_file_with_every_chart_inlined(results, tmp_path):
     out = write_report(results, tmp_path / "report.html")
     assert out == tmp_path / "report.html" and [path.name for path in tmp_path.iterdir()] == ["report.html"]
     parser = parse(out.read_text())
-    references = [value for _, attributes in parser.tags for name, value in attributes.items()
-                  if name in ("src", "href") and value]
+    references = [
+        value
+        for _, attributes in parser.tags
+        for name, value in attributes.items()
+        if name in ("src", "href") and value
+    ]
     assert not [value for value in references if "://" in value or value.startswith("//")]
     assert not [tag for tag, _ in parser.tags if tag in ("script", "link", "iframe")]
     charts = images(parser)
@@ -204,12 +214,17 @@ def test_png_dir_gets_every_chart_with_a_readable_name(results, tmp_path):
     out = write_report(results, tmp_path / "report.html", png_dir=tmp_path / "charts")
     written = sorted(path.name for path in (tmp_path / "charts").iterdir())
     unknown = file_stem(HOSTILE_WORKLOAD)
-    assert written == sorted([
-        "summary-speedup.png",
-        *(f"{name}-{kind}.png" for name in ("mnist-cnn2", "cifar10-mlp")
-          for kind in ("epoch-time", "samples-per-s", "speedup", "test-accuracy")),
-        *(f"{unknown}-{kind}.png" for kind in ("epoch-time", "samples-per-s", "test-accuracy")),
-    ])
+    assert written == sorted(
+        [
+            "summary-speedup.png",
+            *(
+                f"{name}-{kind}.png"
+                for name in ("mnist-cnn2", "cifar10-mlp")
+                for kind in ("epoch-time", "samples-per-s", "speedup", "test-accuracy")
+            ),
+            *(f"{unknown}-{kind}.png" for kind in ("epoch-time", "samples-per-s", "test-accuracy")),
+        ]
+    )
     inlined = images(parse(out.read_text()))
     for path in (tmp_path / "charts").iterdir():
         assert path.read_bytes() in inlined
@@ -224,8 +239,12 @@ def test_missing_report_extra_names_the_install_command(results, tmp_path, monke
 def cpu_only() -> list[Result]:
     """A machine without a GPU: seed mode in 3-step epochs (200 samples/s) and tuned mode in 25-step ones (500
     samples/s). Each tuned epoch takes longer, 5 s against 1.5 s, though tuned mode trains 2.5 times as fast."""
-    return [session(machine("vm", "ccc333"), [run("cpu", [2.0, 1.5, 1.5], steps=3),
-                                              tuned(run("cpu", [6.0, 5.0, 5.0], steps=25), "channels_last")])]
+    return [
+        session(
+            machine("vm", "ccc333"),
+            [run("cpu", [2.0, 1.5, 1.5], steps=3), tuned(run("cpu", [6.0, 5.0, 5.0], steps=25), "channels_last")],
+        )
+    ]
 
 
 def page_text(path: Path) -> str:
@@ -237,8 +256,10 @@ def test_a_cpu_only_report_says_why_there_is_no_speedup_and_what_tuned_mode_gain
     assert "CPU only: every run here trained on the CPU, the speedup baseline, so there is no speedup to show." in text
     assert "devicebench estimate mnist-cnn2 predicts the samples/s, speedup and cost of named GPUs" in text
     assert "No row has a speedup" not in text
-    assert ("mnist-cnn2: vm/cpu (tuned, 25 steps) trained 2.50x [2.50–2.50] the samples/s of vm/cpu (seed, 3 steps): "
-            "500 against 200.") in text
+    assert (
+        "mnist-cnn2: vm/cpu (tuned, 25 steps) trained 2.50x [2.50–2.50] the samples/s of vm/cpu (seed, 3 steps): "
+        "500 against 200."
+    ) in text
 
     gpu_alone = [session(machine("box", "ddd444"), [run("cuda:0", [2.0, 1.0, 1.0])])]  # a baseline is missing
     text = page_text(write_report(gpu_alone, tmp_path / "gpu.html"))
@@ -276,19 +297,29 @@ def test_epochs_of_different_lengths_are_set_side_by_side_in_samples_per_s_never
     throughput, accuracy = figures
     assert [bar.get_width() for bar in throughput.axes[0].patches] == pytest.approx([200, 500])  # tuned: longer
     assert throughput.axes[0].get_xlabel().startswith("training throughput, samples/s")
-    assert [text.get_text() for text in accuracy.legends[0].get_texts()] == ["vm/cpu (seed, 3 steps)",
-                                                                           "vm/cpu (tuned, 25 steps)"]
+    assert [text.get_text() for text in accuracy.legends[0].get_texts()] == [
+        "vm/cpu (seed, 3 steps)",
+        "vm/cpu (tuned, 25 steps)",
+    ]
 
     figures.clear()  # labels that do not name the steps get them where lengths differ
-    on_two_devices = [session(machine("vm", "ccc333"), [run("cpu", [2.0, 1.5, 1.5], steps=3),
-                                                        run("cuda:0", [1.0, 0.5, 0.5], steps=25)])]
+    on_two_devices = [
+        session(
+            machine("vm", "ccc333"), [run("cpu", [2.0, 1.5, 1.5], steps=3), run("cuda:0", [1.0, 0.5, 0.5], steps=25)]
+        )
+    ]
     workload_charts("mnist-cnn2", compare(on_two_devices)["mnist-cnn2"], None)
-    assert [text.get_text() for text in figures[-1].legends[0].get_texts()] == ["vm/cpu, 3-step epochs",
-                                                                              "vm/cuda:0, 25-step epochs"]
+    assert [text.get_text() for text in figures[-1].legends[0].get_texts()] == [
+        "vm/cpu, 3-step epochs",
+        "vm/cuda:0, 25-step epochs",
+    ]
 
     figures.clear()  # epochs of one length: their times compare, and the title says how long they were
-    same_length = [session(machine("vm", "ccc333"), [run("cpu", [2.0, 1.5, 1.5], steps=3),
-                                                     run("cuda:0", [1.0, 0.5, 0.5], steps=3)])]
+    same_length = [
+        session(
+            machine("vm", "ccc333"), [run("cpu", [2.0, 1.5, 1.5], steps=3), run("cuda:0", [1.0, 0.5, 0.5], steps=3)]
+        )
+    ]
     charts = workload_charts("mnist-cnn2", compare(same_length)["mnist-cnn2"], None)
     assert "mnist-cnn2-epoch-time" in [chart.slug for chart in charts] and not charts[0].caption
     epoch_time = figures[[chart.slug for chart in charts].index("mnist-cnn2-epoch-time")]
@@ -301,8 +332,13 @@ def test_nothing_a_chart_draws_reaches_outside_its_picture(results, figures, tmp
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     choices = ("channels_last", "fused_optimizer", "allocator_keeps_memory", "compiled", "cudnn_benchmark")
-    crowded = [tuned(run("cpu", [2.0, 1.0 + index / 10, 1.0], workload="crowded", steps=3 + index,
-                         batch_size=32 * (index + 1)), *choices[:index]) for index in range(len(choices) + 1)]
+    crowded = [
+        tuned(
+            run("cpu", [2.0, 1.0 + index / 10, 1.0], workload="crowded", steps=3 + index, batch_size=32 * (index + 1)),
+            *choices[:index],
+        )
+        for index in range(len(choices) + 1)
+    ]
     write_report([*results, session(machine("crowded", "eee555"), crowded)], tmp_path / "report.html")
     legends = {figure.axes[0].get_title(): len(figure.legends[0].get_texts()) for figure in figures if figure.legends}
     assert legends["crowded: test accuracy per epoch (dashed: synthetic data)"] == 6  # a curve per row
@@ -325,10 +361,23 @@ def test_a_real_browser_draws_the_report(results, tmp_path):
     out = write_report(results, tmp_path / "report.html")
     screenshot = tmp_path / "screenshot.png"
     subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
-         f"--screenshot={screenshot}", "--window-size=1400,2400", out.as_uri()],
-        check=True, capture_output=True, timeout=120,
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            f"--screenshot={screenshot}",
+            "--window-size=1400,2400",
+            out.as_uri(),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
     )
     with Image.open(screenshot) as image:
         assert image.size == (1400, 2400)
@@ -347,8 +396,9 @@ def test_cli_reports_the_stored_runs(results, tmp_path):
     database = stored(tmp_path, results)
     out, charts = tmp_path / "out" / "report.html", tmp_path / "charts"
     out.parent.mkdir()  # the report's folder must exist; the charts' folder is made for them
-    outcome = cli.invoke(app, ["report", "--db", str(database), "--out", str(out), "--png", str(charts),
-                               "--price", "cpu=0.10,cuda=2.50"])
+    outcome = cli.invoke(
+        app, ["report", "--db", str(database), "--out", str(out), "--png", str(charts), "--price", "cpu=0.10,cuda=2.50"]
+    )
     assert outcome.exit_code == 0, outcome.output
     assert f"Wrote {out}: 9 runs from 2 machines" in " ".join(outcome.stdout.split())
     parser = parse(out.read_text())
@@ -361,28 +411,32 @@ def test_cli_filters_and_an_empty_selection(results, tmp_path):
     out = tmp_path / "laptop.html"
     outcome = cli.invoke(app, ["report", "--db", str(database), "--out", str(out), "--machine", "laptop"])
     assert outcome.exit_code == 0, outcome.output
-    assert set(parse(out.read_text()).table_rows) == {"laptop/cpu (batch 50)", "laptop/cuda:0",
-                                                      "laptop/cpu (batch 64)"}
+    assert set(parse(out.read_text()).table_rows) == {"laptop/cpu (batch 50)", "laptop/cuda:0", "laptop/cpu (batch 64)"}
     outcome = cli.invoke(app, ["report", "--db", str(database), "--out", str(out), "--workload", "resnet*"])
     assert outcome.exit_code == 0 and "0 runs" in outcome.stdout
     assert "No runs matched" in parse(out.read_text()).text
 
 
-@pytest.mark.parametrize(("arguments", "message"), [
-    (["--price", "tpu=3"], "unknown device 'tpu'"),
-    (["--last", "0"], "--last"),
-])
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--price", "tpu=3"], "unknown device 'tpu'"),
+        (["--last", "0"], "--last"),
+    ],
+)
 def test_cli_refuses_bad_options(tmp_path, arguments, message):
-    outcome = cli.invoke(app, ["report", "--db", str(tmp_path / "results.sqlite"), "--out",
-                               str(tmp_path / "report.html"), *arguments])
+    outcome = cli.invoke(
+        app, ["report", "--db", str(tmp_path / "results.sqlite"), "--out", str(tmp_path / "report.html"), *arguments]
+    )
     assert outcome.exit_code == EXIT_USAGE and message in outcome.output
     assert not (tmp_path / "report.html").exists()
 
 
 def test_cli_without_the_report_extra_says_what_to_install(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
-    outcome = cli.invoke(app, ["report", "--db", str(tmp_path / "results.sqlite"), "--out",
-                               str(tmp_path / "report.html")])
+    outcome = cli.invoke(
+        app, ["report", "--db", str(tmp_path / "results.sqlite"), "--out", str(tmp_path / "report.html")]
+    )
     assert outcome.exit_code == EXIT_USAGE
     assert "matplotlib" in outcome.output and "pip install 'devicebench[report]'" in outcome.output
 

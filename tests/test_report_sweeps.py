@@ -25,8 +25,15 @@ from devicebench.results.schema import Result, RunRecord
 LAPTOP = {**machine("laptop", "aaa111"), "accelerators": [{"device": "cuda:0", "name": "GeForce Fake 860M"}]}
 
 
-def point(device: str, steady_rates: list[float], *, workload: str = "mnist-cnn2", batch_size: int = 50,
-          workers: int = 0, **overrides: int) -> RunRecord:
+def point(
+    device: str,
+    steady_rates: list[float],
+    *,
+    workload: str = "mnist-cnn2",
+    batch_size: int = 50,
+    workers: int = 0,
+    **overrides: int,
+) -> RunRecord:
     """A run at one grid point whose steady epochs ran at `steady_rates` samples/s, after a warm-up at half the
     first rate; `overrides` are its --set values."""
     epoch_times = [SAMPLES_PER_EPOCH / steady_rates[0] * 2, *(SAMPLES_PER_EPOCH / rate for rate in steady_rates)]
@@ -45,15 +52,18 @@ def grid_session(runs: list[RunRecord]) -> Result:
 
 def batch_size_sweep() -> Result:
     """cpu only, batch 32/64/128; two steady epochs each, 80 and 100 samples/s at batch 32, twice that at 64, …"""
-    return grid_session([point("cpu", [80.0 * factor, 100.0 * factor], batch_size=32 * factor)
-                         for factor in (1, 2, 4)])
+    return grid_session([point("cpu", [80.0 * factor, 100.0 * factor], batch_size=32 * factor) for factor in (1, 2, 4)])
 
 
 def depth_sweep() -> Result:
     """catdog-deep at depth 8/16/32: the CPU halves its throughput each time the depth doubles, the GPU does not."""
-    return grid_session([point(device, [rate, rate], workload="catdog-deep", depth=depth)
-                         for depth, cpu_rate in ((8, 100.0), (16, 50.0), (32, 25.0))
-                         for device, rate in (("cpu", cpu_rate), ("cuda:0", 1000.0))])
+    return grid_session(
+        [
+            point(device, [rate, rate], workload="catdog-deep", depth=depth)
+            for depth, cpu_rate in ((8, 100.0), (16, 50.0), (32, 25.0))
+            for device, rate in (("cpu", cpu_rate), ("cuda:0", 1000.0))
+        ]
+    )
 
 
 def alt_texts(html: str) -> list[str]:
@@ -62,14 +72,19 @@ def alt_texts(html: str) -> list[str]:
 
 def test_batch_size_sweep_series_are_the_rows_numbers():
     rows = compare([batch_size_sweep()])["mnist-cnn2"]
-    assert sweep_series(rows) == [Sweep(
-        setting="batch_size",
-        throughput=(SweepLine("cpu", x=(32, 64, 128), y=(90.0, 180.0, 360.0), low=(80.0, 160.0, 320.0),
-                              high=(100.0, 200.0, 400.0)),),
-        ratios=(),  # a cpu-only sweep has nothing to be faster than
-        ratio_name="",
-        held=(),
-    )]
+    assert sweep_series(rows) == [
+        Sweep(
+            setting="batch_size",
+            throughput=(
+                SweepLine(
+                    "cpu", x=(32, 64, 128), y=(90.0, 180.0, 360.0), low=(80.0, 160.0, 320.0), high=(100.0, 200.0, 400.0)
+                ),
+            ),
+            ratios=(),  # a cpu-only sweep has nothing to be faster than
+            ratio_name="",
+            held=(),
+        )
+    ]
 
 
 def test_report_inlines_a_sweep_figure_for_a_batch_size_sweep(tmp_path):
@@ -79,8 +94,12 @@ def test_report_inlines_a_sweep_figure_for_a_batch_size_sweep(tmp_path):
     expected_alt = "mnist-cnn2: sweep of batch_size. samples/s: cpu [32=90, 64=180, 128=360]."
     # samples/s, epoch time (every epoch here had 10 steps of 100 samples) and accuracy (no speedup: cpu only),
     # then the sweep
-    assert alt_texts(html) == ["mnist-cnn2: Training throughput", "mnist-cnn2: Steady epoch time",
-                               "mnist-cnn2: Test accuracy per epoch", expected_alt]
+    assert alt_texts(html) == [
+        "mnist-cnn2: Training throughput",
+        "mnist-cnn2: Steady epoch time",
+        "mnist-cnn2: Test accuracy per epoch",
+        expected_alt,
+    ]
     for chart in images(parser):
         assert_valid_png(chart)
     assert "Sweeps" in parser.text
@@ -123,8 +142,13 @@ def test_runs_outside_a_sweep_session_get_no_sweep_figure(tmp_path):
 
 
 def test_two_swept_settings_a_line_per_value_of_the_other():
-    grid = grid_session([point("cpu", [rate, rate], batch_size=batch_size, workers=workers)
-                         for batch_size, rate in ((32, 100.0), (64, 200.0)) for workers in (0, 2)])
+    grid = grid_session(
+        [
+            point("cpu", [rate, rate], batch_size=batch_size, workers=workers)
+            for batch_size, rate in ((32, 100.0), (64, 200.0))
+            for workers in (0, 2)
+        ]
+    )
     by_batch_size, by_workers = sweep_series(compare([grid])["mnist-cnn2"])
     assert [(line.label, line.x, line.y) for line in by_batch_size.throughput] == [
         ("cpu, workers=0", (32, 64), (100.0, 200.0)),
@@ -138,9 +162,14 @@ def test_two_swept_settings_a_line_per_value_of_the_other():
 
 def test_too_many_lines_hold_the_other_settings_at_their_first_value():
     workers = range(MOST_SWEEP_LINES // 2 + 1)  # two devices times this many workers values: too many lines
-    grid = grid_session([point(device, [rate * factor] * 2, batch_size=32 * factor, workers=count)
-                         for factor in (1, 2) for count in workers
-                         for device, rate in (("cpu", 10.0), ("cuda:0", 100.0))])
+    grid = grid_session(
+        [
+            point(device, [rate * factor] * 2, batch_size=32 * factor, workers=count)
+            for factor in (1, 2)
+            for count in workers
+            for device, rate in (("cpu", 10.0), ("cuda:0", 100.0))
+        ]
+    )
     [sweep] = sweep_series(compare([grid])["mnist-cnn2"])
     assert sweep.setting == "batch_size" and sweep.held == (("workers", "0"),)
     assert [(line.label, line.x, line.y) for line in sweep.throughput] == [

@@ -30,8 +30,10 @@ def test_unknown_or_empty_seeds_are_refused_with_what_exists():
 
 
 def test_measured_figures_sit_beside_the_published_ones():
-    result = session(machine("laptop", "aaaa1111"), [
-        run("cpu", [12, 10, 10], workload="cifar10-mlp"), run("cuda:0", [3, 2, 2], workload="cifar10-mlp")])
+    result = session(
+        machine("laptop", "aaaa1111"),
+        [run("cpu", [12, 10, 10], workload="cifar10-mlp"), run("cuda:0", [3, 2, 2], workload="cifar10-mlp")],
+    )
     (entry,) = reproductions(compare([result]))
     assert entry.published.speedup == 6.6  # from the workload's own published data
     assert entry.measured_cpu_samples_per_s == pytest.approx(100.0)

@@ -25,8 +25,9 @@ STEADY_SAMPLES_PER_S = 900.0  # conftest's runs: 1,000 samples in 1.0 s and in 1
 
 def rows_of(make_run, make_result, workload, **hyperparameters):
     run = make_run(workload, "cpu")
-    run.settings = dataclasses.replace(run.settings, hyperparameters={**run.settings.hyperparameters,
-                                                                      **hyperparameters})
+    run.settings = dataclasses.replace(
+        run.settings, hyperparameters={**run.settings.hyperparameters, **hyperparameters}
+    )
     return compare([make_result(runs=[run])])[workload]
 
 
@@ -37,10 +38,21 @@ def shown(comparison) -> str:
 
 
 def test_reproduce_takes_reference_models_by_name_beside_seeds():
-    assert [entry.name for entry in seed_workloads(["bert-base", "S1", "resnet50"])] == \
-        ["mnist-cnn2", "mnist-cnn4", "bert-base", "resnet50"]
-    assert {entry.name for entry in reference_workloads()} == \
-        {"resnet50", "resnet152", "vgg16", "bert-base", "bert-large", "gpt2-small", "gnmt"}
+    assert [entry.name for entry in seed_workloads(["bert-base", "S1", "resnet50"])] == [
+        "mnist-cnn2",
+        "mnist-cnn4",
+        "bert-base",
+        "resnet50",
+    ]
+    assert {entry.name for entry in reference_workloads()} == {
+        "resnet50",
+        "resnet152",
+        "vgg16",
+        "bert-base",
+        "bert-large",
+        "gpt2-small",
+        "gnmt",
+    }
     with pytest.raises(ReproduceError, match="unknown seed experiment RESNET18.*reference models: resnet50"):
         seed_workloads(["resnet18"])
 
@@ -54,8 +66,11 @@ def test_each_gpu_and_precision_shows_its_fastest_single_gpu_figure(make_run, ma
     keys = [(figure.gpu, figure.precision) for figure in brief.figures]
     assert len(keys) == len(set(keys))
     for figure in brief.figures:  # none faster of its GPU and precision is left out
-        assert figure.throughput == max(other.throughput for other in every.figures
-                                        if (other.gpu, other.precision, other.gpus) == (figure.gpu, figure.precision, 1))
+        assert figure.throughput == max(
+            other.throughput
+            for other in every.figures
+            if (other.gpu, other.precision, other.gpus) == (figure.gpu, figure.precision, 1)
+        )
     rates = [figure.per_gpu_throughput for figure in brief.figures]
     assert rates == sorted(rates, reverse=True)  # the fastest first
     assert brief.not_shown == len(every.figures) - len(brief.figures) > 0
@@ -97,8 +112,9 @@ def test_runs_answer_for_a_reference_model_spans_the_records_gpus(make_run, make
     assert f"({slowest.gpu}) to" in text and "the public record: devicebench reproduce" in text
 
 
-@pytest.mark.parametrize(("value", "text"), [(0.2134, "0.21"), (9.44, "9.4"), (10.4, "10"), (1732.2, "1,732"),
-                                             (0.0, "0"), (None, "—")])
+@pytest.mark.parametrize(
+    ("value", "text"), [(0.2134, "0.21"), (9.44, "9.4"), (10.4, "10"), (1732.2, "1,732"), (0.0, "0"), (None, "—")]
+)
 def test_a_throughput_below_ten_keeps_two_significant_figures(value, text):
     assert rate_text(value) == text
 
@@ -116,9 +132,24 @@ def test_list_says_a_reference_model_runs_when_named_and_what_the_record_holds_o
 
 @pytest.mark.slow  # trains ResNet-50 at 32 pixels under a budget that halves its batch: about 12 s on 2 cores
 def test_reproduce_trains_a_reference_model_and_sets_the_record_beside_it(tmp_path):
-    shown = CliRunner().invoke(app, ["reproduce", "resnet50", "--devices", "cpu", "--data", "synthetic",
-                                     "--set", "image_size=32", "--budget", "12s", "--db", str(tmp_path / "r.sqlite")],
-                               env={"COLUMNS": "80"})
+    shown = CliRunner().invoke(
+        app,
+        [
+            "reproduce",
+            "resnet50",
+            "--devices",
+            "cpu",
+            "--data",
+            "synthetic",
+            "--set",
+            "image_size=32",
+            "--budget",
+            "12s",
+            "--db",
+            str(tmp_path / "r.sqlite"),
+        ],
+        env={"COLUMNS": "80"},
+    )
     assert shown.exit_code == 0, shown.output
     text = " ".join(shown.output.split())
     assert "resnet50: the public record beside this machine" in text and "÷ cpu" in text

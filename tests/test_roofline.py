@@ -48,14 +48,20 @@ MATRIX, ELEMENTWISE, NORMALISATION, OPTIMIZER, RECURRENT = range(5)
 HALF = Efficiency(np.array([2.0] * 9 + [10.0]))  # half of every peak; 10 µs a kernel
 
 
-def shape(flops, nbytes, classes=None, *, half=None, host_to_device_bytes=0.0, parameter_bytes=0.0,
-          batch_size=100) -> StepShape:
+def shape(
+    flops, nbytes, classes=None, *, half=None, host_to_device_bytes=0.0, parameter_bytes=0.0, batch_size=100
+) -> StepShape:
     flops = np.asarray(flops, dtype=float)
     classes = [MATRIX if value > 0 else ELEMENTWISE for value in flops] if classes is None else classes
-    return StepShape(batch_size=batch_size, flops=flops, bytes=np.asarray(nbytes, dtype=float),
-                     classes=np.asarray(classes, dtype=int),
-                     half=np.zeros(len(flops), dtype=bool) if half is None else np.asarray(half, dtype=bool),
-                     parameter_bytes=parameter_bytes, host_to_device_bytes=host_to_device_bytes)
+    return StepShape(
+        batch_size=batch_size,
+        flops=flops,
+        bytes=np.asarray(nbytes, dtype=float),
+        classes=np.asarray(classes, dtype=int),
+        half=np.zeros(len(flops), dtype=bool) if half is None else np.asarray(half, dtype=bool),
+        parameter_bytes=parameter_bytes,
+        host_to_device_bytes=host_to_device_bytes,
+    )
 
 
 def test_the_datasheet_figures_the_arithmetic_below_assumes():
@@ -64,9 +70,18 @@ def test_the_datasheet_figures_the_arithmetic_below_assumes():
     assert (A100.fp32_tflops, A100.tf32_tflops, A100.bf16_tflops, A100.fp16_tflops) == (19.5, 156.0, 312.0, None)
     assert (T4.fp32_tflops, T4.fp16_tflops, T4.bf16_tflops) == (8.1, 65.0, None)
     assert (K80.fp32_tflops, K80.fp16_tflops, K80.bf16_tflops) == (8.73 / 2, None, None)
-    assert PARAMETERS == ("compute fp32", "compute tf32", "compute half", "compute recurrent", "memory matrix",
-                          "memory element-wise", "memory normalisation", "memory optimizer", "memory recurrent",
-                          "per kernel")
+    assert PARAMETERS == (
+        "compute fp32",
+        "compute tf32",
+        "compute half",
+        "compute recurrent",
+        "memory matrix",
+        "memory element-wise",
+        "memory normalisation",
+        "memory optimizer",
+        "memory recurrent",
+        "per kernel",
+    )
 
 
 # --- 1. a kernel's time: its precision's peak, its class's bandwidth share, a fixed cost -------------------------
@@ -95,8 +110,12 @@ def test_predict_takes_each_kernel_at_the_longer_of_its_compute_and_its_memory_t
 
 def test_each_kernel_class_moves_its_bytes_at_its_own_share_of_the_bandwidth():
     shares = Efficiency(np.array([1.0] * 4 + [1.0, 2.0, 4.0, 8.0, 16.0, 0.0]))  # element-wise 1/2, norms 1/4, ...
-    step = predict(Resolved.of(shape([0.0] * 5, [9e9] * 5, [MATRIX, ELEMENTWISE, NORMALISATION, OPTIMIZER,
-                                                           RECURRENT]), V100, "fp32"), shares)
+    step = predict(
+        Resolved.of(
+            shape([0.0] * 5, [9e9] * 5, [MATRIX, ELEMENTWISE, NORMALISATION, OPTIMIZER, RECURRENT]), V100, "fp32"
+        ),
+        shares,
+    )
     assert step.memory_s == pytest.approx(9e9 / 900e9 * (1 + 2 + 4 + 8 + 16), rel=1e-12)
 
 
@@ -120,13 +139,20 @@ def test_the_input_pipeline_bounds_the_step_when_it_is_slower_than_the_gpu():
     assert slow.seconds == pytest.approx(10e-6 + 0.2, rel=1e-12) and slow.bound == "input pipeline"
 
 
-@pytest.mark.parametrize(("sheet", "precision", "tflops", "peak"), [
-    (V100, "fp32", 15.7, "fp32"), (A100, "fp32", 19.5, "fp32"),  # seed mode: CUDA cores
-    (A100, "tf32", 156.0, "tf32"), (V100, "tf32", 15.7, "fp32"),  # no TF32 before Ampere: fp32's pace and share
-    (V100, "amp-fp16", 125.0, "half"), (T4, "amp-fp16", 65.0, "half"),
-    (A100, "amp-fp16", 312.0, "half"),  # fp16 as fast as bf16 from Ampere on
-    (H100, "amp-bf16", 989.4, "half"), (K80, "amp-fp16", 8.73 / 2, "fp32"),  # no fast half precision: fp32's
-])
+@pytest.mark.parametrize(
+    ("sheet", "precision", "tflops", "peak"),
+    [
+        (V100, "fp32", 15.7, "fp32"),
+        (A100, "fp32", 19.5, "fp32"),  # seed mode: CUDA cores
+        (A100, "tf32", 156.0, "tf32"),
+        (V100, "tf32", 15.7, "fp32"),  # no TF32 before Ampere: fp32's pace and share
+        (V100, "amp-fp16", 125.0, "half"),
+        (T4, "amp-fp16", 65.0, "half"),
+        (A100, "amp-fp16", 312.0, "half"),  # fp16 as fast as bf16 from Ampere on
+        (H100, "amp-bf16", 989.4, "half"),
+        (K80, "amp-fp16", 8.73 / 2, "fp32"),  # no fast half precision: fp32's
+    ],
+)
 def test_a_matrix_kernel_runs_at_its_precisions_peak(sheet, precision, tflops, peak):
     resolved = Resolved.of(shape([1e12], [0.0]), sheet, precision)
     assert resolved.compute_s[0] == pytest.approx(1e12 / (tflops * 1e12), rel=1e-12)
@@ -145,8 +171,9 @@ def test_mixed_precision_halves_activations_keeps_the_optimizer_fp32_and_casts_t
     fp32 = Resolved.of(step_shape, V100, "fp32")
     amp = Resolved.of(step_shape, V100, "amp-fp16")
     assert fp32.kernels == 3 and amp.kernels == 4  # the weights' cast to half, once a step
-    assert amp.memory_s * 900e9 == pytest.approx([4e6 * AMP_BYTES, 8e6 * AMP_BYTES, 2e6, 1e6 * AMP_CAST_BYTES],
-                                                 rel=1e-12)
+    assert amp.memory_s * 900e9 == pytest.approx(
+        [4e6 * AMP_BYTES, 8e6 * AMP_BYTES, 2e6, 1e6 * AMP_CAST_BYTES], rel=1e-12
+    )
     assert fp32.memory_s * 900e9 == pytest.approx([4e6, 8e6, 2e6], rel=1e-12)
     assert amp.classes.tolist() == [MATRIX, ELEMENTWISE, OPTIMIZER, ELEMENTWISE]
     assert (AMP_BYTES, AMP_CAST_BYTES) == (0.5, 1.5)  # 2-byte activations; 4 bytes read and 2 written a weight
@@ -157,26 +184,38 @@ def test_a_model_built_in_half_precision_runs_its_matrices_on_the_half_peak_even
     assert resolved.compute_s.tolist() == pytest.approx([1e12 / 312e12, 1e12 / 19.5e12], rel=1e-12)
 
 
-@pytest.mark.parametrize(("operator", "flops", "kind"), [
-    ("aten.addmm.default", 1e9, "matrix"), ("aten.convolution_backward.default", 1e9, "matrix"),
-    ("cudnn_rnn.forward", 1e9, "recurrent"), ("cudnn_rnn.backward_weight", 1e9, "recurrent"),
-    ("aten.relu.default", 0.0, "element-wise"),
-    ("aten.add_.Tensor", 0.0, "element-wise"), ("aten.native_batch_norm.default", 0.0, "normalisation"),
-    ("aten._log_softmax.default", 0.0, "normalisation"), ("aten.native_layer_norm_backward.default", 0.0,
-                                                          "normalisation"),
-    ("aten.sum.dim_IntList", 0.0, "normalisation"), ("aten._foreach_mul_.Scalar", 0.0, "optimizer"),
-    ("aten._fused_adam_.default", 0.0, "optimizer"),
-])
+@pytest.mark.parametrize(
+    ("operator", "flops", "kind"),
+    [
+        ("aten.addmm.default", 1e9, "matrix"),
+        ("aten.convolution_backward.default", 1e9, "matrix"),
+        ("cudnn_rnn.forward", 1e9, "recurrent"),
+        ("cudnn_rnn.backward_weight", 1e9, "recurrent"),
+        ("aten.relu.default", 0.0, "element-wise"),
+        ("aten.add_.Tensor", 0.0, "element-wise"),
+        ("aten.native_batch_norm.default", 0.0, "normalisation"),
+        ("aten._log_softmax.default", 0.0, "normalisation"),
+        ("aten.native_layer_norm_backward.default", 0.0, "normalisation"),
+        ("aten.sum.dim_IntList", 0.0, "normalisation"),
+        ("aten._foreach_mul_.Scalar", 0.0, "optimizer"),
+        ("aten._fused_adam_.default", 0.0, "optimizer"),
+    ],
+)
 def test_kernels_are_classed_by_their_operator(operator, flops, kind):
     assert KERNEL_CLASSES[kernel_class(operator, flops)] == kind
 
 
 def test_a_step_shape_reads_a_profile_kernel_by_kernel():
-    profile = StepProfile(batch_size=32, parameter_bytes=4e6, host_to_device_bytes=393_344.0, kernels=(
-        Kernel("aten.mm.default", 2e9, 1e6, 2e5, "bfloat16", True),
-        Kernel("aten.relu.default", 0.0, 5e5, 5e5, "float16", False),
-        Kernel("aten._foreach_add_.List", 0.0, 8e6, 4e6, "float32", False),
-    ))
+    profile = StepProfile(
+        batch_size=32,
+        parameter_bytes=4e6,
+        host_to_device_bytes=393_344.0,
+        kernels=(
+            Kernel("aten.mm.default", 2e9, 1e6, 2e5, "bfloat16", True),
+            Kernel("aten.relu.default", 0.0, 5e5, 5e5, "float16", False),
+            Kernel("aten._foreach_add_.List", 0.0, 8e6, 4e6, "float32", False),
+        ),
+    )
     step_shape = StepShape.of(profile)
     assert step_shape.batch_size == 32 and step_shape.kernels == 3
     assert step_shape.flops.tolist() == [2e9, 0.0, 0.0]
@@ -225,8 +264,19 @@ def synthetic_points(efficiency: Efficiency = TRUE) -> list[Point]:
     points = []
     for label, sheet, precision, step_shape in specs:
         resolved = Resolved.of(step_shape, sheet, precision)
-        points.append(Point(f"{label} on {sheet.key}", "synthetic", label, sheet, precision, resolved, 100,
-                            observed_s=predict(resolved, efficiency).device_s, kind="step"))
+        points.append(
+            Point(
+                f"{label} on {sheet.key}",
+                "synthetic",
+                label,
+                sheet,
+                precision,
+                resolved,
+                100,
+                observed_s=predict(resolved, efficiency).device_s,
+                kind="step",
+            )
+        )
     return points
 
 
@@ -310,8 +360,11 @@ def test_the_interval_holds_a_new_exchangeable_error_at_its_stated_level(noise, 
     distribution: 17/21 = 81.0% at n = 20 and 81/101 = 80.2% at n = 100, for a level of 80%."""
     generator = np.random.default_rng(7)
     trials = 4000
-    draws = (generator.normal(0.0, 0.3, (trials, size + 1)) if noise == "normal"
-             else generator.standard_t(2, (trials, size + 1)) * 0.2)
+    draws = (
+        generator.normal(0.0, 0.3, (trials, size + 1))
+        if noise == "normal"
+        else generator.standard_t(2, (trials, size + 1)) * 0.2
+    )
     inside = 0
     for row in draws:
         interval = conformal(row[:size], 0.8, "leave one out")

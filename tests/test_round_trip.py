@@ -27,16 +27,22 @@ BRIEFLY = ["--devices", "cpu", "--epochs", "2", "--max-steps", "2", "--max-eval-
 # The reference models, by family, at sizes that train in seconds (their own: a step of minutes on 2 cores)
 REFERENCE_MODELS_SMALL = {
     ("resnet50", "resnet152", "vgg16"): ["image_size=32"],
-    ("bert-base", "bert-large", "gpt2-small"): ["layers=2", "width=64", "heads=2", "sequence_length=32",
-                                                "vocab_size=1024"],
+    ("bert-base", "bert-large", "gpt2-small"): [
+        "layers=2",
+        "width=64",
+        "heads=2",
+        "sequence_length=32",
+        "vocab_size=1024",
+    ],
     ("gnmt",): ["width=64", "vocab_size=64", "source_length=7", "target_length=5"],
 }
 REFERENCE_MODELS = [name for family in REFERENCE_MODELS_SMALL for name in family]
 
 
 def devicebench(*arguments: str, env: dict[str, str], cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "devicebench", *arguments], env=env, cwd=cwd, capture_output=True,
-                          text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "devicebench", *arguments], env=env, cwd=cwd, capture_output=True, text=True, timeout=600
+    )
 
 
 @pytest.fixture(scope="module")
@@ -49,15 +55,32 @@ def every_kind_stored(plugin_environment, tmp_path_factory) -> tuple[dict[str, s
     names = [entry["name"] for entry in json.loads(listed.stdout) if not entry.get("unavailable")]
     assert {"mnist-cnn2", "imdb-bilstm", "gbdt-synthetic", "lenet5-mnist"} <= set(names)  # seed, text, trees, plugin
     assert set(REFERENCE_MODELS) <= set(names)
-    trained = devicebench("run", *[name for name in names if name not in REFERENCE_MODELS], "--data", "synthetic",
-                          *BRIEFLY, env=env)
+    trained = devicebench(
+        "run", *[name for name in names if name not in REFERENCE_MODELS], "--data", "synthetic", *BRIEFLY, env=env
+    )
     assert trained.returncode == 0, trained.stdout[-2000:] + trained.stderr[-2000:]
     for family, sizes in REFERENCE_MODELS_SMALL.items():  # each family at a tiny size of its own
-        small = devicebench("run", *family, *(f"--set={size}" for size in sizes), "--batch-size", "2",
-                            "--data", "synthetic", *BRIEFLY, env=env)
+        small = devicebench(
+            "run",
+            *family,
+            *(f"--set={size}" for size in sizes),
+            "--batch-size",
+            "2",
+            "--data",
+            "synthetic",
+            *BRIEFLY,
+            env=env,
+        )
         assert small.returncode == 0, small.stdout[-2000:] + small.stderr[-2000:]
-    own = devicebench("run", "--model", "own_model:MyNet", "--data", "own_model:make_data", *BRIEFLY,
-                      env={**env, "PYTHONPATH": os.pathsep.join([str(EXAMPLES), env["PYTHONPATH"]])})
+    own = devicebench(
+        "run",
+        "--model",
+        "own_model:MyNet",
+        "--data",
+        "own_model:make_data",
+        *BRIEFLY,
+        env={**env, "PYTHONPATH": os.pathsep.join([str(EXAMPLES), env["PYTHONPATH"]])},
+    )
     assert own.returncode == 0, own.stdout[-2000:] + own.stderr[-2000:]
     return env, names
 
@@ -92,8 +115,7 @@ def test_every_reading_command_reads_what_every_kind_of_workload_stored(every_ki
     assert "gbdt-synthetic" in (tmp_path / "report.html").read_text()
     validate = devicebench("estimate", "--validate", env=env)
     assert validate.returncode == 0, validate.stderr
-    reproduce = devicebench("reproduce", "S4", "--quick", "--devices", "cpu", "--data", "synthetic", "--quiet",
-                            env=env)
+    reproduce = devicebench("reproduce", "S4", "--quick", "--devices", "cpu", "--data", "synthetic", "--quiet", env=env)
     assert reproduce.returncode == 0, reproduce.stderr
     after = devicebench("history", "--json", env=env)
     assert after.returncode == 0, after.stderr  # what reproduce stored reads back too

@@ -41,14 +41,16 @@ def test_run_warns_before_training_when_other_processes_keep_the_cores_busy(busy
     result = cli.invoke(app, ["run", "mnist-cnn2", *TINY_RUN, "--db", str(tmp_path / "runs.db")])
     assert result.exit_code == 0, result.output
     said = unwrapped(result.stderr)
-    warning = (f"This machine is busy: 1-minute load average {load:.2f} on {cores} logical cores: other processes "
-               f"keep about {cores} of them busy. Stop other work (top shows it) before benchmarking the CPU: its "
-               "figures will be low and vary.")
+    warning = (
+        f"This machine is busy: 1-minute load average {load:.2f} on {cores} logical cores: other processes "
+        f"keep about {cores} of them busy. Stop other work (top shows it) before benchmarking the CPU: its "
+        "figures will be low and vary."
+    )
     assert (warning in said) == busy
     assert "load average" not in result.stdout  # a warning, with the others on stderr
     if busy:
         assert said.count(warning) == 1 and said.index(warning) < said.index("Epoch 1/2")
-        lines = result.stderr[:result.stderr.index("Epoch 1/2")].splitlines()
+        lines = result.stderr[: result.stderr.index("Epoch 1/2")].splitlines()
         assert max(map(len, lines)) <= 80, "a line longer than the terminal: the terminal cuts it mid-word"
         assert set(warning.split()) <= {word for line in lines for word in line.split()}
 
@@ -77,10 +79,18 @@ def test_the_posts_gpu_is_carried_to_this_cpu_with_the_range_of_its_steady_epoch
     found, text = answer_of(cpu_run("cifar10-mlp", [12.0, 9.8, 10.0, 10.2], batch_size=32))
     post_gpu = get_workload("cifar10-mlp").published.samples_per_s["gpu"]  # S2: 50,000 images in 9 s
     assert found.carried.ratio == pytest.approx(post_gpu / 100.0)
-    assert (found.carried.low, found.carried.high) == (pytest.approx(post_gpu / (1000 / 9.8)),
-                                                        pytest.approx(post_gpu / (1000 / 10.2)))
-    assert gpu_text(found) == (f"about {factor_text(post_gpu / 100)} ({factor_text(post_gpu * 9.8 / 1000)[:-1]}–"
-                               f"{factor_text(post_gpu * 10.2 / 1000)})") == "about 56x (54–57x)"
+    assert (found.carried.low, found.carried.high) == (
+        pytest.approx(post_gpu / (1000 / 9.8)),
+        pytest.approx(post_gpu / (1000 / 10.2)),
+    )
+    assert (
+        gpu_text(found)
+        == (
+            f"about {factor_text(post_gpu / 100)} ({factor_text(post_gpu * 9.8 / 1000)[:-1]}–"
+            f"{factor_text(post_gpu * 10.2 / 1000)})"
+        )
+        == "about 56x (54–57x)"
+    )
     assert found.basis == "S2's GPU over this CPU" and flags_text(found) == "—"
     flat = unwrapped(text)
     assert "How much faster would a GPU train these here? (this CPU: cpu model)" in flat
@@ -95,8 +105,10 @@ def test_a_noisy_and_short_cpu_figure_is_flagged_with_what_to_do():
     assert found.short_steps == 3 and [round(cv, 2) for _, cv in found.noisy] == [0.25]
     assert flags_text(found) == "noisy 25%, 3-step epochs"
     flat = unwrapped(text)
-    assert ("Noisy: steady epoch time varied more than 5% (cifar10-mlp 25%), and every figure above moves with it: "
-            "close other programs, or add --repeats 3, and run again.") in flat
+    assert (
+        "Noisy: steady epoch time varied more than 5% (cifar10-mlp 25%), and every figure above moves with it: "
+        "close other programs, or add --repeats 3, and run again."
+    ) in flat
     assert "Short: steady epochs of 3 steps, the fewest a budget gives" in flat and "--budget 5m gives" in flat
     assert gpu_text(found) == "about 5.6x (5.6–8.3x)"  # 1,000 samples/s at the median, 667 at the slowest
     assert max(len(line) for line in text.splitlines()) <= 80
@@ -123,13 +135,16 @@ def test_nothing_published_says_so():
 
 def test_a_gpu_measured_here_answers_with_its_own_speedup_and_interval():
     # CPU steady epochs of 2.0 and 2.2 s, GPU of 0.5 and 0.55 s: 4x, the published figures not needed
-    found, text = answer_of(cpu_run("cifar10-mlp", [3.0, 2.0, 2.2], batch_size=32),
-                            cpu_run("cifar10-mlp", [1.0, 0.5, 0.55], device="cuda:0", batch_size=32))
+    found, text = answer_of(
+        cpu_run("cifar10-mlp", [3.0, 2.0, 2.2], batch_size=32),
+        cpu_run("cifar10-mlp", [1.0, 0.5, 0.55], device="cuda:0", batch_size=32),
+    )
     (gpu,) = found.measured
     assert found.carried is None and found.basis == "measured here"
     assert gpu.speedup.ratio == pytest.approx(4.0) and gpu_text(found) == speedup_text(gpu)
-    assert gpu_text(found).startswith("4.00x [") and "Measured here: the ratio of median steady samples/s" in \
-        unwrapped(text)
+    assert gpu_text(found).startswith("4.00x [") and "Measured here: the ratio of median steady samples/s" in unwrapped(
+        text
+    )
 
 
 def test_a_gpu_alone_has_no_cpu_to_be_set_against():
@@ -138,8 +153,10 @@ def test_a_gpu_alone_has_no_cpu_to_be_set_against():
 
 
 def test_the_seed_mode_cpu_row_is_the_one_carried():
-    seed, tuned = (cpu_run("cifar10-mlp", [2.0, 10.0, 10.0], batch_size=32),
-                   cpu_run("cifar10-mlp", [2.0, 5.0, 5.0], batch_size=32))
+    seed, tuned = (
+        cpu_run("cifar10-mlp", [2.0, 10.0, 10.0], batch_size=32),
+        cpu_run("cifar10-mlp", [2.0, 5.0, 5.0], batch_size=32),
+    )
     tuned.settings.mode = "tuned"
     found, _ = answer_of(tuned, seed)
     assert found.cpu.settings["mode"] == "seed" and found.cpu.samples_per_s.median == pytest.approx(100.0)

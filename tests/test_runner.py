@@ -17,7 +17,11 @@ TINY = {"devices": "cpu", "data": "synthetic", "epochs": 2, "max_steps": 2, "max
 def test_a_run_records_every_workload_device_and_repeat():
     result = runner.run(planning.plan(RunConfig(workloads=("mnist-*",), repeats=2, **TINY)))
     assert [(run.workload, run.repeat) for run in result.runs] == [
-        ("mnist-cnn2", 0), ("mnist-cnn2", 1), ("mnist-cnn4", 0), ("mnist-cnn4", 1)]
+        ("mnist-cnn2", 0),
+        ("mnist-cnn2", 1),
+        ("mnist-cnn4", 0),
+        ("mnist-cnn4", 1),
+    ]
     assert all(run.status == "ok" and len(run.epochs) == 2 for run in result.runs)
     assert result.machine["cpu"]["logical_cores"] >= 1 and not result.interrupted
     first = result.runs[0]
@@ -40,7 +44,6 @@ def broken_workload(monkeypatch, name: str, error: Exception) -> None:
         raise error
 
     monkeypatch.setitem(_registry._REGISTRY, name, dataclasses.replace(entry, build_model=explode))
-
 
 
 def test_a_failing_workload_is_recorded_and_the_suite_moves_on(monkeypatch):
@@ -76,7 +79,9 @@ def test_ctrl_c_keeps_every_finished_epoch_and_stops():
     result = runner.run(planning.plan(config), InterruptDuring("mnist-cnn4", 3))
     assert result.interrupted
     assert [(run.workload, run.status, len(run.epochs)) for run in result.runs] == [
-        ("mnist-cnn2", "ok", 3), ("mnist-cnn4", "interrupted", 2)]  # cifar10-mlp never started
+        ("mnist-cnn2", "ok", 3),
+        ("mnist-cnn4", "interrupted", 2),
+    ]  # cifar10-mlp never started
 
 
 def test_a_missing_device_fails_before_any_training():
@@ -116,6 +121,17 @@ def test_every_listener_hears_every_event_including_an_interrupted_finish():
     first, second = Journal(), Journal()
     stopper = InterruptDuring("mnist-cnn4", 2)
     runner.run(planning.plan(RunConfig(workloads=("mnist-*",), **TINY)), ReporterGroup(first, second, stopper))
-    assert first.events == second.events == [
-        "session", "start mnist-cnn2", "epoch 1", "epoch 2", "finish mnist-cnn2 ok",
-        "start mnist-cnn4", "epoch 1", "finish mnist-cnn4 interrupted"]
+    assert (
+        first.events
+        == second.events
+        == [
+            "session",
+            "start mnist-cnn2",
+            "epoch 1",
+            "epoch 2",
+            "finish mnist-cnn2 ok",
+            "start mnist-cnn4",
+            "epoch 1",
+            "finish mnist-cnn4 interrupted",
+        ]
+    )

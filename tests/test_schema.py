@@ -17,19 +17,53 @@ from devicebench.results.schema import (
 
 
 def epoch(number: int, seconds: float, loss: float = 1.0) -> EpochRecord:
-    return EpochRecord(epoch=number, phase="warmup" if number == 1 else "steady", steps=10, samples=320,
-                       train_time_s=seconds, samples_per_s=320 / seconds, step_time_ms=seconds * 100,
-                       train_loss=loss, train_accuracy=0.5, eval_time_s=0.1, eval_samples=64, test_loss=1.0,
-                       test_accuracy=0.25 * number)
+    return EpochRecord(
+        epoch=number,
+        phase="warmup" if number == 1 else "steady",
+        steps=10,
+        samples=320,
+        train_time_s=seconds,
+        samples_per_s=320 / seconds,
+        step_time_ms=seconds * 100,
+        train_loss=loss,
+        train_accuracy=0.5,
+        eval_time_s=0.1,
+        eval_samples=64,
+        test_loss=1.0,
+        test_accuracy=0.25 * number,
+    )
 
 
 def sample_result() -> Result:
-    settings = RunSettings(batch_size=32, epochs=3, max_steps=10, max_eval_steps=2, seed=0, threads=2,
-                           data_source="synthetic", hyperparameters={"learning_rate": 0.01})
-    run = RunRecord("cifar10-mlp", "S2", "cpu", "Some CPU", 0, settings, "2026-01-01T00:00:00Z", status="ok",
-                    epochs=[epoch(1, 4.0), epoch(2, 1.0), epoch(3, 2.0)], end_to_end_s=7.5)
-    return Result(machine={"machine_id": "abc"}, config={"devices": "cpu"}, created_utc="2026-01-01T00:00:00Z",
-                  devicebench_version="0.1.0", runs=[run])
+    settings = RunSettings(
+        batch_size=32,
+        epochs=3,
+        max_steps=10,
+        max_eval_steps=2,
+        seed=0,
+        threads=2,
+        data_source="synthetic",
+        hyperparameters={"learning_rate": 0.01},
+    )
+    run = RunRecord(
+        "cifar10-mlp",
+        "S2",
+        "cpu",
+        "Some CPU",
+        0,
+        settings,
+        "2026-01-01T00:00:00Z",
+        status="ok",
+        epochs=[epoch(1, 4.0), epoch(2, 1.0), epoch(3, 2.0)],
+        end_to_end_s=7.5,
+    )
+    return Result(
+        machine={"machine_id": "abc"},
+        config={"devices": "cpu"},
+        created_utc="2026-01-01T00:00:00Z",
+        devicebench_version="0.1.0",
+        runs=[run],
+    )
 
 
 def test_summary_takes_medians_over_steady_epochs_only():

@@ -53,9 +53,28 @@ def finished_epochs(database: Path) -> int:
 def stop_a_run_midway(tmp_path: Path, signal_number: int) -> tuple[subprocess.CompletedProcess, Path, Path]:
     """Start a 50-epoch run, send `signal_number` once its first epoch is stored, and wait for it to end."""
     database, output = tmp_path / "results.sqlite", tmp_path / "run.json"
-    command = [sys.executable, "-m", "devicebench", "run", "mnist-cnn2", "--devices", "cpu", "--data", "synthetic",
-               "--epochs", "50", "--max-steps", "5", "--max-eval-steps", "1", "--quiet", "--db", str(database),
-               "--json", str(output)]
+    command = [
+        sys.executable,
+        "-m",
+        "devicebench",
+        "run",
+        "mnist-cnn2",
+        "--devices",
+        "cpu",
+        "--data",
+        "synthetic",
+        "--epochs",
+        "50",
+        "--max-steps",
+        "5",
+        "--max-eval-steps",
+        "1",
+        "--quiet",
+        "--db",
+        str(database),
+        "--json",
+        str(output),
+    ]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         started = time.monotonic()  # a deadline for the test, not a measurement
@@ -77,14 +96,19 @@ def stop_a_run_midway(tmp_path: Path, signal_number: int) -> tuple[subprocess.Co
 def stored_runs(database: Path) -> list[tuple[str, int]]:
     """(status, finished epochs) of each stored run."""
     with sqlite3.connect(database) as connection:
-        return connection.execute("SELECT runs.status, COUNT(epochs.epoch) FROM runs LEFT JOIN epochs "
-                                  "ON epochs.run_id = runs.run_id GROUP BY runs.run_id").fetchall()
+        return connection.execute(
+            "SELECT runs.status, COUNT(epochs.epoch) FROM runs LEFT JOIN epochs "
+            "ON epochs.run_id = runs.run_id GROUP BY runs.run_id"
+        ).fetchall()
 
 
-@pytest.mark.parametrize(("signal_number", "exit_status", "said"), [
-    (signal.SIGTERM, EXIT_TERMINATED, "stopped by SIGTERM"),
-    (signal.SIGINT, EXIT_INTERRUPTED, "interrupted"),
-])
+@pytest.mark.parametrize(
+    ("signal_number", "exit_status", "said"),
+    [
+        (signal.SIGTERM, EXIT_TERMINATED, "stopped by SIGTERM"),
+        (signal.SIGINT, EXIT_INTERRUPTED, "interrupted"),
+    ],
+)
 @pytest.mark.slow
 def test_a_signal_keeps_the_finished_epochs_in_the_database_and_the_json(tmp_path, signal_number, exit_status, said):
     finished, database, output = stop_a_run_midway(tmp_path, signal_number)
@@ -127,7 +151,8 @@ def test_an_error_raised_after_a_stop_signal_interrupts_the_run_instead_of_faili
         result = runner.run(planning.plan(config), LoaderKilledAt("mnist-cnn2", received))
     assert result.interrupted
     assert [(run.workload, run.status, run.error, len(run.epochs)) for run in result.runs] == [
-        ("mnist-cnn2", "interrupted", "stopped by SIGTERM", 1)]  # cifar10-mlp never started
+        ("mnist-cnn2", "interrupted", "stopped by SIGTERM", 1)
+    ]  # cifar10-mlp never started
 
 
 def test_the_same_error_without_a_stop_signal_is_a_failure_and_the_suite_goes_on():
@@ -187,8 +212,7 @@ def test_a_loader_worker_outlives_a_group_sigterm_for_seconds_but_never_hangs_it
         worker.wait()
 
 
-def test_the_json_holds_this_session_while_it_runs_with_the_unfinished_run_interrupted(tmp_path, make_result,
-                                                                                       make_run):
+def test_the_json_holds_this_session_while_it_runs_with_the_unfinished_run_interrupted(tmp_path, make_result, make_run):
     output = tmp_path / "run.json"
     output.write_text('{"an earlier run": true}\n')
     result = make_result("laptop", [])
@@ -200,7 +224,9 @@ def test_the_json_holds_this_session_while_it_runs_with_the_unfinished_run_inter
     keeper.run_started(going)
     written = Result.read_json(output)
     assert written.interrupted and [(run.status, run.error) for run in written.runs] == [
-        ("ok", None), ("interrupted", "the process was stopped before this run finished")]
+        ("ok", None),
+        ("interrupted", "the process was stopped before this run finished"),
+    ]
     assert going.status == "running"  # the session itself is untouched
     database = tmp_path / "results.sqlite"
     imported = CliRunner().invoke(app, ["import", str(output), "--db", str(database)])
@@ -242,11 +268,15 @@ def start_held(tmp_path: Path, phase: str, arguments: list[str], *, call: int = 
     driver, ready = tmp_path / "driver.py", tmp_path / "ready"
     driver.write_text(DRIVER)
     command = [sys.executable, str(driver), phase, str(call), "stuck" if stuck else "asleep", str(ready), *arguments]
-    environment = {**os.environ, "DEVICEBENCH_CALIBRATION_DIR": str(tmp_path / "calibration"),
-                   "DEVICEBENCH_DATA": str(tmp_path / "data")}
+    environment = {
+        **os.environ,
+        "DEVICEBENCH_CALIBRATION_DIR": str(tmp_path / "calibration"),
+        "DEVICEBENCH_DATA": str(tmp_path / "data"),
+    }
     with open(tmp_path / "stdout", "w") as stdout, open(tmp_path / "stderr", "w") as stderr:
-        process = subprocess.Popen(command, stdout=stdout, stderr=stderr, text=True, start_new_session=True,
-                                   cwd=tmp_path, env=environment)
+        process = subprocess.Popen(
+            command, stdout=stdout, stderr=stderr, text=True, start_new_session=True, cwd=tmp_path, env=environment
+        )
     started = time.monotonic()  # a deadline for the test, not a measurement
     while not ready.exists():
         if process.poll() is not None or time.monotonic() - started > STARTUP_LIMIT_S:
@@ -276,40 +306,109 @@ def left_behind(folder: Path) -> list[str]:
     return sorted(path.name for path in folder.rglob("*") if path.name.endswith((".partial", "-journal", ".tmp")))
 
 
-RUN = ["run", "mnist-cnn2", "--devices", "cpu", "--data", "synthetic", "--epochs", "2", "--max-steps", "2",
-       "--max-eval-steps", "1", "--quiet", "--db", "results.sqlite", "--json", "run.json"]
-STOPS = {signal.SIGINT: (EXIT_INTERRUPTED, "interrupted"), signal.SIGTERM: (EXIT_TERMINATED, "stopped by SIGTERM"),
-         signal.SIGHUP: (EXIT_HUNG_UP, "stopped by SIGHUP (the terminal closed)")}
+RUN = [
+    "run",
+    "mnist-cnn2",
+    "--devices",
+    "cpu",
+    "--data",
+    "synthetic",
+    "--epochs",
+    "2",
+    "--max-steps",
+    "2",
+    "--max-eval-steps",
+    "1",
+    "--quiet",
+    "--db",
+    "results.sqlite",
+    "--json",
+    "run.json",
+]
+STOPS = {
+    signal.SIGINT: (EXIT_INTERRUPTED, "interrupted"),
+    signal.SIGTERM: (EXIT_TERMINATED, "stopped by SIGTERM"),
+    signal.SIGHUP: (EXIT_HUNG_UP, "stopped by SIGHUP (the terminal closed)"),
+}
 
 
 STARTED = [("interrupted", 0)]  # the run had started (its tuning trial, its batch-size search): kept as interrupted
 
 
-@pytest.mark.parametrize(("signal_number", "phase", "arguments", "said", "runs"), [
-    pytest.param(signal.SIGINT, "devicebench.planning:plan", RUN, "what finished before is kept", None,
-                 id="SIGINT-plan"),
-    pytest.param(signal.SIGTERM, "devicebench.runner:load_data", RUN, "0 finished epochs kept", [], id="SIGTERM-load"),
-    pytest.param(signal.SIGHUP, "devicebench.runner:load_dataset", RUN, "0 finished epochs kept", [],
-                 id="SIGHUP-generate"),
-    pytest.param(signal.SIGTERM, "devicebench.runner:choose_tuning", [*RUN, "--mode", "tuned"],
-                 "0 finished epochs kept", STARTED, id="SIGTERM-tuned-trial"),
-    pytest.param(signal.SIGINT, "devicebench.runner:choose_batch_size", [*RUN, "--batch-size", "auto"],
-                 "0 finished epochs kept", STARTED, id="SIGINT-batch-size-auto"),
-    pytest.param(signal.SIGTERM, "devicebench.runner:load_data", ["sweep", *RUN[1:], "--batch-size", "16,32"],
-                 "0 finished epochs kept", [], id="SIGTERM-sweep"),
-    pytest.param(signal.SIGTERM, "devicebench.cli.calibrate:measure_ceilings", ["calibrate", "--devices", "cpu"],
-                 "nothing stored", None, id="SIGTERM-calibrate"),
-    pytest.param(signal.SIGHUP, "devicebench.cli.report:write_report", ["report", "--db", "results.sqlite"],
-                 "nothing was left half-done", [], id="SIGHUP-report"),
-    pytest.param(signal.SIGTERM, "devicebench.results.store/Store:import_results",
-                 ["import", "earlier.json", "--db", "results.sqlite"], "nothing was left half-done", [],
-                 id="SIGTERM-import"),
-    pytest.param(signal.SIGTERM, "devicebench.cli.check:run_checks", ["check", "--devices", "cpu"],
-                 "nothing to show", None, id="SIGTERM-check"),
-])
+@pytest.mark.parametrize(
+    ("signal_number", "phase", "arguments", "said", "runs"),
+    [
+        pytest.param(
+            signal.SIGINT, "devicebench.planning:plan", RUN, "what finished before is kept", None, id="SIGINT-plan"
+        ),
+        pytest.param(
+            signal.SIGTERM, "devicebench.runner:load_data", RUN, "0 finished epochs kept", [], id="SIGTERM-load"
+        ),
+        pytest.param(
+            signal.SIGHUP, "devicebench.runner:load_dataset", RUN, "0 finished epochs kept", [], id="SIGHUP-generate"
+        ),
+        pytest.param(
+            signal.SIGTERM,
+            "devicebench.runner:choose_tuning",
+            [*RUN, "--mode", "tuned"],
+            "0 finished epochs kept",
+            STARTED,
+            id="SIGTERM-tuned-trial",
+        ),
+        pytest.param(
+            signal.SIGINT,
+            "devicebench.runner:choose_batch_size",
+            [*RUN, "--batch-size", "auto"],
+            "0 finished epochs kept",
+            STARTED,
+            id="SIGINT-batch-size-auto",
+        ),
+        pytest.param(
+            signal.SIGTERM,
+            "devicebench.runner:load_data",
+            ["sweep", *RUN[1:], "--batch-size", "16,32"],
+            "0 finished epochs kept",
+            [],
+            id="SIGTERM-sweep",
+        ),
+        pytest.param(
+            signal.SIGTERM,
+            "devicebench.cli.calibrate:measure_ceilings",
+            ["calibrate", "--devices", "cpu"],
+            "nothing stored",
+            None,
+            id="SIGTERM-calibrate",
+        ),
+        pytest.param(
+            signal.SIGHUP,
+            "devicebench.cli.report:write_report",
+            ["report", "--db", "results.sqlite"],
+            "nothing was left half-done",
+            [],
+            id="SIGHUP-report",
+        ),
+        pytest.param(
+            signal.SIGTERM,
+            "devicebench.results.store/Store:import_results",
+            ["import", "earlier.json", "--db", "results.sqlite"],
+            "nothing was left half-done",
+            [],
+            id="SIGTERM-import",
+        ),
+        pytest.param(
+            signal.SIGTERM,
+            "devicebench.cli.check:run_checks",
+            ["check", "--devices", "cpu"],
+            "nothing to show",
+            None,
+            id="SIGTERM-check",
+        ),
+    ],
+)
 @pytest.mark.slow
 def test_a_signal_in_any_phase_ends_the_command_with_its_status_and_one_line(
-        tmp_path, make_result, make_run, signal_number, phase, arguments, said, runs):
+    tmp_path, make_result, make_run, signal_number, phase, arguments, said, runs
+):
     make_result("laptop", [make_run()]).write_json(tmp_path / "earlier.json")  # what `import` reads
     process = start_held(tmp_path, phase, arguments)
     os.killpg(process.pid, signal_number)
@@ -332,9 +431,31 @@ def test_a_signal_in_any_phase_ends_the_command_with_its_status_and_one_line(
 @pytest.mark.slow
 def test_sigterm_to_the_group_while_loader_workers_run_interrupts_the_run_and_starts_no_other(tmp_path):
     database, output = tmp_path / "results.sqlite", tmp_path / "run.json"
-    command = [sys.executable, "-m", "devicebench", "run", "mnist-cnn2", "cifar10-mlp", "--devices", "cpu", "--data",
-               "synthetic", "--workers", "2", "--epochs", "50", "--max-steps", "5", "--max-eval-steps", "1",
-               "--quiet", "--db", str(database), "--json", str(output)]
+    command = [
+        sys.executable,
+        "-m",
+        "devicebench",
+        "run",
+        "mnist-cnn2",
+        "cifar10-mlp",
+        "--devices",
+        "cpu",
+        "--data",
+        "synthetic",
+        "--workers",
+        "2",
+        "--epochs",
+        "50",
+        "--max-steps",
+        "5",
+        "--max-eval-steps",
+        "1",
+        "--quiet",
+        "--db",
+        str(database),
+        "--json",
+        str(output),
+    ]
     with open(tmp_path / "stderr", "w") as stderr:
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True)
     started = time.monotonic()  # a deadline for the test, not a measurement
@@ -350,14 +471,21 @@ def test_sigterm_to_the_group_while_loader_workers_run_interrupts_the_run_and_st
     assert run_status == "interrupted" and 1 <= epochs < 50
     [run] = json.loads(output.read_text())["runs"]
     assert (run["workload"], run["status"], run["error"], len(run["epochs"])) == (
-        "mnist-cnn2", "interrupted", "stopped by SIGTERM", epochs)
+        "mnist-cnn2",
+        "interrupted",
+        "stopped by SIGTERM",
+        epochs,
+    )
     assert "Traceback" not in stderr and "killed by signal" not in stderr, stderr
 
 
-@pytest.mark.parametrize(("signal_number", "pause_s"), [
-    pytest.param(signal.SIGINT, 0.05, id="two-Ctrl-C-50-ms-apart"),
-    pytest.param(signal.SIGTERM, 3.0, id="SIGTERM-again-after-the-notice"),
-])
+@pytest.mark.parametrize(
+    ("signal_number", "pause_s"),
+    [
+        pytest.param(signal.SIGINT, 0.05, id="two-Ctrl-C-50-ms-apart"),
+        pytest.param(signal.SIGTERM, 3.0, id="SIGTERM-again-after-the-notice"),
+    ],
+)
 @pytest.mark.slow
 def test_a_second_signal_ends_a_stuck_step_at_once_and_leaves_this_session_s_json(tmp_path, signal_number, pause_s):
     (tmp_path / "run.json").write_text('{"an earlier run": true}\n')
@@ -371,14 +499,17 @@ def test_a_second_signal_ends_a_stuck_step_at_once_and_leaves_this_session_s_jso
     exit_status, _ = STOPS[signal_number]
     assert status == exit_status, stderr
     name = "Ctrl-C (SIGINT)" if signal_number == signal.SIGINT else "SIGTERM"
-    assert f"error: a second {name} stopped devicebench at once; results.sqlite holds every finished epoch, " \
-           "run.json every run finished before the current one; the current epoch is lost" in stderr, stderr
+    assert (
+        f"error: a second {name} stopped devicebench at once; results.sqlite holds every finished epoch, "
+        "run.json every run finished before the current one; the current epoch is lost" in stderr
+    ), stderr
     assert ("Send it again to stop at once" in stderr) == (pause_s > stopping.NOTICE_AFTER_S)
     assert "Traceback" not in stderr
     assert stored_runs(tmp_path / "results.sqlite") == [("ok", 2)]  # cifar10-mlp's data never came
     written = json.loads((tmp_path / "run.json").read_text())
     assert [(run["workload"], run["status"], len(run["epochs"])) for run in written["runs"]] == [
-        ("mnist-cnn2", "ok", 2)]
+        ("mnist-cnn2", "ok", 2)
+    ]
     with sqlite3.connect(tmp_path / "results.sqlite") as connection:
         assert connection.execute("SELECT result_id FROM sessions").fetchall() == [(written["result_id"],)]
     assert left_behind(tmp_path) == []
@@ -390,8 +521,13 @@ def test_ctrl_c_while_the_command_line_is_still_importing_is_one_line_and_130(tm
     torch is being imported, and a Ctrl-C then is its one line, not a traceback from the middle of torch."""
     script = "import sys, devicebench; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", script], capture_output=True, text=True).stdout.strip() == "False"
-    process = subprocess.Popen([sys.executable, "-m", "devicebench", "list"], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "devicebench", "list"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
     maps, deadline = Path(f"/proc/{process.pid}/maps"), time.monotonic() + STARTUP_LIMIT_S
     while "libtorch" not in (maps.read_text() if maps.exists() else "") and time.monotonic() < deadline:
         time.sleep(0.01)  # until torch's library is loaded: main() is inside `from devicebench.cli import app`

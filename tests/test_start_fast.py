@@ -28,8 +28,7 @@ from start_time import WATCHED  # noqa: E402  the console script's main, saying 
 def devicebench(*arguments: str) -> tuple[int, str, str, bool]:
     """Run `devicebench ARGUMENTS` in a fresh process (with conftest.py's sandboxed environment): its exit status,
     stdout, stderr, and whether it imported torch."""
-    completed = subprocess.run([sys.executable, "-c", WATCHED, *arguments], capture_output=True, text=True,
-                               timeout=120)
+    completed = subprocess.run([sys.executable, "-c", WATCHED, *arguments], capture_output=True, text=True, timeout=120)
     stderr, _, last_line = completed.stderr.rstrip("\n").rpartition("\n")
     assert last_line.startswith("torch imported: "), completed.stderr
     return completed.returncode, completed.stdout, stderr, last_line == "torch imported: True"
@@ -65,9 +64,9 @@ def test_history_shows_the_stored_runs_and_imports_no_torch(database):
     status, stdout, stderr, torch_imported = devicebench("history", "--db", str(database), "--json")
     assert status == 0 and not torch_imported, stderr
     stored = json.loads(stdout)
-    assert sorted((result["machine"]["machine_name"], run_["device"]) for result in stored["results"]
-                  for run_ in result["runs"]) == [("laptop", "cpu"), ("laptop", "cuda:0"), ("server", "cpu"),
-                                                  ("server", "cuda:0")]
+    assert sorted(
+        (result["machine"]["machine_name"], run_["device"]) for result in stored["results"] for run_ in result["runs"]
+    ) == [("laptop", "cpu"), ("laptop", "cuda:0"), ("server", "cpu"), ("server", "cuda:0")]
     status, stdout, stderr, torch_imported = devicebench("history", "--db", str(database))
     assert status == 0 and not torch_imported, stderr
     assert "laptop" in stdout and "server" in stdout and stdout.count("mnist-cnn2") == 4

@@ -1,6 +1,6 @@
 """The results store: round trips, filters, migrations, refusals of files not ours, concurrent writers, Ctrl-C.
 
-    python -m pytest tests/test_store.py -q
+python -m pytest tests/test_store.py -q
 """
 
 from __future__ import annotations
@@ -68,7 +68,9 @@ def run_ids(results: list[Result]) -> list[list[str]]:
 
 def test_a_real_run_is_stored_as_it_happens_and_read_back_equal(tmp_path):
     with Store(tmp_path / "results.sqlite") as store:
-        result = runner.run(planning.plan(RunConfig(workloads=("mnist-cnn2",), repeats=2, **TINY)), StoreReporter(store))
+        result = runner.run(
+            planning.plan(RunConfig(workloads=("mnist-cnn2",), repeats=2, **TINY)), StoreReporter(store)
+        )
         stored = store.results()
     assert [run.status for run in result.runs] == ["ok", "ok"]
     assert [stored_result.to_dict() for stored_result in stored] == [as_strict_json(result, tmp_path)]
@@ -141,8 +143,9 @@ def test_importing_twice_adds_nothing_the_second_time(tmp_path, make_result, mak
 
 def test_an_export_imported_elsewhere_keeps_every_id_and_fingerprint(tmp_path, make_result, make_run):
     laptop = make_result("laptop", [make_run(started_utc="2026-03-01T10:00:00Z")], created_utc="2026-03-01T10:00:00Z")
-    server = make_result("server", [make_run(device="cuda:0", started_utc="2026-03-02T10:00:00Z")],
-                         created_utc="2026-03-02T10:00:00Z")
+    server = make_result(
+        "server", [make_run(device="cuda:0", started_utc="2026-03-02T10:00:00Z")], created_utc="2026-03-02T10:00:00Z"
+    )
     with Store(tmp_path / "a.sqlite") as first:
         replay(StoreReporter(first), laptop)
         replay(StoreReporter(first), server)
@@ -172,17 +175,36 @@ def test_an_import_that_fails_midway_adds_nothing(tmp_path, make_result, make_ru
 
 @pytest.fixture
 def two_machines(tmp_path, make_result, make_run) -> Store:
-    laptop = make_result("laptop", [
-        make_run("mnist-cnn2", run_id="laptop-mnist", started_utc="2026-03-01T10:00:00Z"),
-        make_run("cifar10-mlp", run_id="laptop-cifar", started_utc="2026-03-01T10:05:00Z", status="failed",
-                 error="RuntimeError: boom"),
-    ], created_utc="2026-03-01T10:00:00Z")
-    server = make_result("server", [
-        make_run("mnist-cnn2", run_id="server-mnist-cpu", started_utc="2026-03-02T11:00:00Z"),
-        make_run("mnist-cnn2", "cuda:0", run_id="server-mnist-gpu", started_utc="2026-03-02T11:10:00Z"),
-        make_run("mnist-cnn4", "cuda:0", run_id="server-cnn4-gpu", started_utc="2026-03-02T11:20:00Z",
-                 status="interrupted"),
-    ], created_utc="2026-03-02T11:00:00Z", hostname="ip-10-0-0-7")
+    laptop = make_result(
+        "laptop",
+        [
+            make_run("mnist-cnn2", run_id="laptop-mnist", started_utc="2026-03-01T10:00:00Z"),
+            make_run(
+                "cifar10-mlp",
+                run_id="laptop-cifar",
+                started_utc="2026-03-01T10:05:00Z",
+                status="failed",
+                error="RuntimeError: boom",
+            ),
+        ],
+        created_utc="2026-03-01T10:00:00Z",
+    )
+    server = make_result(
+        "server",
+        [
+            make_run("mnist-cnn2", run_id="server-mnist-cpu", started_utc="2026-03-02T11:00:00Z"),
+            make_run("mnist-cnn2", "cuda:0", run_id="server-mnist-gpu", started_utc="2026-03-02T11:10:00Z"),
+            make_run(
+                "mnist-cnn4",
+                "cuda:0",
+                run_id="server-cnn4-gpu",
+                started_utc="2026-03-02T11:20:00Z",
+                status="interrupted",
+            ),
+        ],
+        created_utc="2026-03-02T11:00:00Z",
+        hostname="ip-10-0-0-7",
+    )
     store = Store(tmp_path / "results.sqlite")
     store.import_results([server, laptop])  # imported newest first: results() still lists the oldest first
     yield store
@@ -191,22 +213,27 @@ def two_machines(tmp_path, make_result, make_run) -> Store:
 
 def test_results_come_oldest_session_first_with_runs_in_the_order_they_ran(two_machines):
     assert run_ids(two_machines.results()) == [
-        ["laptop-mnist", "laptop-cifar"], ["server-mnist-cpu", "server-mnist-gpu", "server-cnn4-gpu"]]
+        ["laptop-mnist", "laptop-cifar"],
+        ["server-mnist-cpu", "server-mnist-gpu", "server-cnn4-gpu"],
+    ]
 
 
-@pytest.mark.parametrize("filters, expected", [
-    ({"workload": "mnist-*"}, [["laptop-mnist"], ["server-mnist-cpu", "server-mnist-gpu", "server-cnn4-gpu"]]),
-    ({"workload": "cifar10-mlp"}, [["laptop-cifar"]]),
-    ({"workload": "resnet*"}, []),
-    ({"machine": "server"}, [["server-mnist-cpu", "server-mnist-gpu", "server-cnn4-gpu"]]),
-    ({"machine": "laptop.local"}, [["laptop-mnist", "laptop-cifar"]]),  # the hostname
-    ({"machine": "ip-10-0-0"}, []),  # part of a hostname is not a hostname
-    ({"status": "failed"}, [["laptop-cifar"]]),
-    ({"last": 2}, [["server-mnist-gpu", "server-cnn4-gpu"]]),
-    ({"last": 1, "machine": "laptop"}, [["laptop-cifar"]]),
-    ({"last": 2, "workload": "mnist-cnn2", "status": "ok"}, [["server-mnist-cpu", "server-mnist-gpu"]]),
-    ({"workload": "mnist-cnn2", "machine": "laptop", "status": "ok"}, [["laptop-mnist"]]),
-])
+@pytest.mark.parametrize(
+    "filters, expected",
+    [
+        ({"workload": "mnist-*"}, [["laptop-mnist"], ["server-mnist-cpu", "server-mnist-gpu", "server-cnn4-gpu"]]),
+        ({"workload": "cifar10-mlp"}, [["laptop-cifar"]]),
+        ({"workload": "resnet*"}, []),
+        ({"machine": "server"}, [["server-mnist-cpu", "server-mnist-gpu", "server-cnn4-gpu"]]),
+        ({"machine": "laptop.local"}, [["laptop-mnist", "laptop-cifar"]]),  # the hostname
+        ({"machine": "ip-10-0-0"}, []),  # part of a hostname is not a hostname
+        ({"status": "failed"}, [["laptop-cifar"]]),
+        ({"last": 2}, [["server-mnist-gpu", "server-cnn4-gpu"]]),
+        ({"last": 1, "machine": "laptop"}, [["laptop-cifar"]]),
+        ({"last": 2, "workload": "mnist-cnn2", "status": "ok"}, [["server-mnist-cpu", "server-mnist-gpu"]]),
+        ({"workload": "mnist-cnn2", "machine": "laptop", "status": "ok"}, [["laptop-mnist"]]),
+    ],
+)
 def test_filters_keep_only_matching_runs_and_the_sessions_holding_them(two_machines, filters, expected):
     assert run_ids(two_machines.results(**filters)) == expected
 
@@ -308,12 +335,15 @@ def _another_application_id(path: Path) -> None:
     database.close()
 
 
-@pytest.mark.parametrize("make_file, problem", [
-    (_random_bytes, "not an SQLite file"),
-    (_sqlite_header_then_garbage, "cannot be read as SQLite"),
-    (_another_applications_tables, "another application .*tables: customers"),
-    (_another_application_id, "another application .*application id 1234"),
-])
+@pytest.mark.parametrize(
+    "make_file, problem",
+    [
+        (_random_bytes, "not an SQLite file"),
+        (_sqlite_header_then_garbage, "cannot be read as SQLite"),
+        (_another_applications_tables, "another application .*tables: customers"),
+        (_another_application_id, "another application .*application id 1234"),
+    ],
+)
 def test_a_file_that_is_not_ours_is_refused_and_left_byte_for_byte(tmp_path, make_file, problem):
     path = tmp_path / "precious.sqlite"
     make_file(path)
@@ -348,8 +378,9 @@ def _write_session(path: str, result: Result, start_together: multiprocessing.sy
 def test_two_processes_writing_at_once_both_keep_every_row(tmp_path, make_result, make_run):
     runs_each, epochs_each = 6, 5
     sessions = [
-        make_result(name, [make_run(device=f"cuda:{index}", epoch_times_s=(1.0,) * epochs_each)
-                           for index in range(runs_each)])
+        make_result(
+            name, [make_run(device=f"cuda:{index}", epoch_times_s=(1.0,) * epochs_each) for index in range(runs_each)]
+        )
         for name in ("laptop", "server")
     ]
     path = tmp_path / "shared.sqlite"
@@ -382,8 +413,26 @@ def _stored_epochs(path: Path) -> int:
 
 def _run_until_an_epoch_is_stored(path: Path, *flags: str, **popen: object) -> subprocess.Popen:
     """A real `devicebench run` of 50 epochs, returned once the database holds its first finished epoch."""
-    command = [sys.executable, "-m", "devicebench", "run", "mnist-cnn2", "--devices", "cpu", "--data", "synthetic",
-               "--epochs", "50", "--max-steps", "20", "--max-eval-steps", "1", "--db", str(path), *flags]
+    command = [
+        sys.executable,
+        "-m",
+        "devicebench",
+        "run",
+        "mnist-cnn2",
+        "--devices",
+        "cpu",
+        "--data",
+        "synthetic",
+        "--epochs",
+        "50",
+        "--max-steps",
+        "20",
+        "--max-eval-steps",
+        "1",
+        "--db",
+        str(path),
+        *flags,
+    ]
     process = subprocess.Popen(command, **popen)
     for _ in range(600):  # polls of 0.05 s: at most 30 s for Python, torch and one epoch
         if _stored_epochs(path) >= 1 or process.poll() is not None:
@@ -414,7 +463,6 @@ def test_ctrl_c_during_a_real_run_keeps_every_finished_epoch_and_marks_the_run_i
     assert set(printed) <= set(stored) and len(printed) >= 1
 
 
-
 def _schema_1_file(path: Path) -> None:
     """A results file as devicebench's first schema wrote it: its tables, one session, one run, two epochs."""
     database = sqlite3.connect(path)
@@ -423,18 +471,32 @@ def _schema_1_file(path: Path) -> None:
     database.execute("PRAGMA user_version = 1")
     machine = {"machine_id": "aaaa1111", "machine_name": "laptop", "hostname": "laptop-host"}
     database.execute("INSERT INTO machines VALUES ('aaaa1111', 'laptop')")
-    database.execute("INSERT INTO sessions VALUES ('s1', 'aaaa1111', 'laptop-host', '2026-01-01T00:00:00Z', "
-                     "'0.1.0', 0, ?, '{}')", (json.dumps(machine),))
-    settings = {"batch_size": 50, "epochs": 2, "max_steps": 5, "max_eval_steps": 1, "seed": 0, "threads": 2,
-                "data_source": "synthetic"}
-    database.execute("INSERT INTO runs (run_id, result_id, position, workload, seed_experiment, device, device_name, "
-                     "repeat, started_utc, status, settings_json) VALUES ('r1', 's1', 0, 'mnist-cnn2', 'S1', 'cpu', "
-                     "'Some CPU', 0, '2026-01-01T00:00:00Z', 'ok', ?)", (json.dumps(settings),))
+    database.execute(
+        "INSERT INTO sessions VALUES ('s1', 'aaaa1111', 'laptop-host', '2026-01-01T00:00:00Z', '0.1.0', 0, ?, '{}')",
+        (json.dumps(machine),),
+    )
+    settings = {
+        "batch_size": 50,
+        "epochs": 2,
+        "max_steps": 5,
+        "max_eval_steps": 1,
+        "seed": 0,
+        "threads": 2,
+        "data_source": "synthetic",
+    }
+    database.execute(
+        "INSERT INTO runs (run_id, result_id, position, workload, seed_experiment, device, device_name, "
+        "repeat, started_utc, status, settings_json) VALUES ('r1', 's1', 0, 'mnist-cnn2', 'S1', 'cpu', "
+        "'Some CPU', 0, '2026-01-01T00:00:00Z', 'ok', ?)",
+        (json.dumps(settings),),
+    )
     for epoch, seconds in ((1, 2.0), (2, 1.0)):
-        database.execute("INSERT INTO epochs (run_id, epoch, phase, steps, samples, train_time_s, samples_per_s, "
-                         "step_time_ms, train_loss, train_accuracy, eval_samples) VALUES "
-                         "('r1', ?, ?, 5, 250, ?, ?, ?, 1.0, 0.5, 50)",
-                         (epoch, "warmup" if epoch == 1 else "steady", seconds, 250 / seconds, seconds * 200))
+        database.execute(
+            "INSERT INTO epochs (run_id, epoch, phase, steps, samples, train_time_s, samples_per_s, "
+            "step_time_ms, train_loss, train_accuracy, eval_samples) VALUES "
+            "('r1', ?, ?, 5, 250, ?, ?, ?, 1.0, 0.5, 50)",
+            (epoch, "warmup" if epoch == 1 else "steady", seconds, 250 / seconds, seconds * 200),
+        )
     database.commit()
     database.close()
 

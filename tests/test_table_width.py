@@ -59,8 +59,14 @@ def results() -> list[Result]:
     failed.error = "CUDA error: out of memory while allocating a tensor of 2.00 GiB (a long error that must wrap)"
     return [
         session(laptop, [cpu, gpu, run("cpu", [24.0, 12.0, 12.5], data_source="real", batch_size=64)]),
-        session(server, [run("cpu", [80.0, 40.0, 44.0], workload="cifar10-mlp", energy_j=7200.0),
-                         run("cuda:0", [9.0, 4.0, 4.4], workload="cifar10-mlp", energy_j=1800.0), failed]),
+        session(
+            server,
+            [
+                run("cpu", [80.0, 40.0, 44.0], workload="cifar10-mlp", energy_j=7200.0),
+                run("cuda:0", [9.0, 4.0, 4.4], workload="cifar10-mlp", energy_j=1800.0),
+                failed,
+            ],
+        ),
     ]
 
 
@@ -94,8 +100,13 @@ def compact_numbers(row: Row) -> list[str]:
 
 def wide_numbers(row: Row) -> list[str]:
     epoch = row.epoch_time_s
-    numbers = [f"{epoch.median:,.2f}", f"{epoch.low:,.2f}–{epoch.high:,.2f}", median_text(row.step_time_ms, 2),
-               median_text(row.warmup_epoch_s, 2), median_text(row.end_to_end_s, 1)]
+    numbers = [
+        f"{epoch.median:,.2f}",
+        f"{epoch.low:,.2f}–{epoch.high:,.2f}",
+        median_text(row.step_time_ms, 2),
+        median_text(row.warmup_epoch_s, 2),
+        median_text(row.end_to_end_s, 1),
+    ]
     if row.energy_wh is not None:
         numbers.append(median_text(row.energy_wh, 2))
     if row.cost_per_million_samples is not None:
@@ -173,8 +184,9 @@ def test_history_fits_with_every_number(results, width):
     assert expected <= tokens(text)
     wide = render([history_table(results, Path("/tmp/results.sqlite"), wide=True)], width)
     assert_fits(wide, width)
-    assert {f"{summary.steady_epoch_time_s:,.2f}" for _, summary in summaries if summary.steady_epoch_time_s} \
-        <= tokens(wide) and "Epoch s" in wide
+    assert {f"{summary.steady_epoch_time_s:,.2f}" for _, summary in summaries if summary.steady_epoch_time_s} <= tokens(
+        wide
+    ) and "Epoch s" in wide
 
 
 def test_the_run_header_says_the_batch_and_steps_that_ran_and_wraps():
@@ -189,8 +201,10 @@ def test_the_run_header_says_the_batch_and_steps_that_ran_and_wraps():
     text = screen.getvalue()
     assert_fits(text, 80)
     flat = " ".join(text.split())
-    assert "mnist-cnn2 on cpu (cpu model), repeat 1, batch 512 (auto), 2 epochs of 7 steps, synthetic data, 2 threads" \
+    assert (
+        "mnist-cnn2 on cpu (cpu model), repeat 1, batch 512 (auto), 2 epochs of 7 steps, synthetic data, 2 threads"
         in flat
+    )
     assert "batch 32" not in flat and "60" not in flat and "loader workers" not in flat
 
 
@@ -206,12 +220,15 @@ def test_the_run_header_of_boosted_trees_counts_rounds():
 
 
 def test_the_synthetic_data_notice_wraps_whole_at_80_columns():
-    reason = ("covertype is 75 MB and the quick suite downloads nothing that large: run `devicebench data fetch "
-              "covertype`, or put covtype.data.gz in /home/someone/.local/share/devicebench/data/covertype")
+    reason = (
+        "covertype is 75 MB and the quick suite downloads nothing that large: run `devicebench data fetch "
+        "covertype`, or put covtype.data.gz in /home/someone/.local/share/devicebench/data/covertype"
+    )
     dataset = SimpleNamespace(source="synthetic", name="covertype", origin="covertype", fallback_reason=reason)
     screen = io.StringIO()
     RichReporter(Console(file=screen, width=80, color_system=None)).dataset_loaded(
-        SimpleNamespace(name="covertype-gbdt"), dataset)
+        SimpleNamespace(name="covertype-gbdt"), dataset
+    )
     text = screen.getvalue()
     assert_fits(text, 80)
     assert reason in " ".join(text.split()) and "SYNTHETIC data" in text
@@ -229,19 +246,45 @@ def test_run_and_compare_at_80_columns_print_every_number_whole(tmp_path, monkey
     for screen in (console, errors):
         monkeypatch.setattr(screen, "width", 80)
     database, output = tmp_path / "results.sqlite", tmp_path / "run.json"
-    ran = cli.invoke(app, ["run", "cifar100-mlp", "--epochs", "2", "--max-steps", "5", "--max-eval-steps", "1",
-                           "--data", "synthetic", "--devices", "cpu", "--target-accuracy", "0.001", "--db",
-                           str(database), "--json", str(output)])
+    ran = cli.invoke(
+        app,
+        [
+            "run",
+            "cifar100-mlp",
+            "--epochs",
+            "2",
+            "--max-steps",
+            "5",
+            "--max-eval-steps",
+            "1",
+            "--data",
+            "synthetic",
+            "--devices",
+            "cpu",
+            "--target-accuracy",
+            "0.001",
+            "--db",
+            str(database),
+            "--json",
+            str(output),
+        ],
+    )
     assert ran.exit_code == 0, ran.output
     assert_fits(ran.stdout, 80)
     (record,) = json.loads(output.read_text())["runs"]
     steady = record["summary"]
     flat = " ".join(ran.output.split())
     settings = record["settings"]
-    assert (f"cifar100-mlp on cpu ({record['device_name']}), repeat 1, batch {settings['batch_size']}, 2 epochs of 5 "
-            f"steps, synthetic data, {settings['threads']} threads") in flat
-    expected = {f"{steady['steady_samples_per_s']:,.0f}", f"{record['time_to_target_train_s']:,.1f}",
-                "1.00x", "baseline"}
+    assert (
+        f"cifar100-mlp on cpu ({record['device_name']}), repeat 1, batch {settings['batch_size']}, 2 epochs of 5 "
+        f"steps, synthetic data, {settings['threads']} threads"
+    ) in flat
+    expected = {
+        f"{steady['steady_samples_per_s']:,.0f}",
+        f"{record['time_to_target_train_s']:,.1f}",
+        "1.00x",
+        "baseline",
+    }
     assert expected <= tokens(ran.stdout)
     assert "to target s: median" in " ".join(ran.stdout.split()) and ran.stdout.count(LEGEND_START) == 1
     compared = cli.invoke(app, ["compare", "--db", str(database)])
@@ -266,8 +309,9 @@ def assert_whole(text: str, words: set[str]) -> None:
 
 def test_compare_and_history_keep_machine_workload_and_device_names_whole(results):
     results[1].machine = results[0].machine  # one machine's workload: labels are devices; the other's too
-    results.append(session(machine("gpu-server-in-the-basement", "ccc333"),
-                           [run("cuda:0", [3.0, 1.0, 1.1], data_source="real")]))  # beside the laptop's mnist-cnn2
+    results.append(
+        session(machine("gpu-server-in-the-basement", "ccc333"), [run("cuda:0", [3.0, 1.0, 1.1], data_source="real")])
+    )  # beside the laptop's mnist-cnn2
     rows_by_workload = compare(results)
     labels = {f"{name}:" for name in rows_by_workload}  # each title's first word
     for rows in rows_by_workload.values():
@@ -279,8 +323,11 @@ def test_compare_and_history_keep_machine_workload_and_device_names_whole(result
     assert_whole(text, labels)  # a-laptop-with-a-rather-long-name/cuda:0 was cut into three lines
     history = render([history_table(results, Path("/tmp/results.sqlite"), wide=True)], NARROW)
     assert_fits(history, NARROW)
-    assert_whole(history, {result.machine["machine_name"] for result in results}
-                 | {record.workload for result in results for record in result.runs})
+    assert_whole(
+        history,
+        {result.machine["machine_name"] for result in results}
+        | {record.workload for result in results for record in result.runs},
+    )
 
 
 def test_list_keeps_names_settings_and_published_numbers_whole():
@@ -291,51 +338,98 @@ def test_list_keeps_names_settings_and_published_numbers_whole():
     assert_fits(text, NARROW)
     words = {entry.name for entry in entries} | {entry.dataset for entry in entries}
     words |= {f"{entry.parameter_count():,}" for entry in entries if entry.trainer is None}
-    words |= {word.rstrip(",") for entry in entries for word in tokens(published_text(entry)) if any(
-        character.isdigit() for character in word)}  # 15,000-17,000 was cut after 17,00
+    words |= {
+        word.rstrip(",")
+        for entry in entries
+        for word in tokens(published_text(entry))
+        if any(character.isdigit() for character in word)
+    }  # 15,000-17,000 was cut after 17,00
     assert_whole(text.replace(",\n", "\n"), words)
     flat = text.replace(",", " ")
-    assert_whole(flat, {f"{key}={value:g}" if isinstance(value, float) else f"{key}={value}" for entry in entries
-                        for key, value in entry.defaults.items()})  # learning_ra / te=0.0001
+    assert_whole(
+        flat,
+        {
+            f"{key}={value:g}" if isinstance(value, float) else f"{key}={value}"
+            for entry in entries
+            for key, value in entry.defaults.items()
+        },
+    )  # learning_ra / te=0.0001
 
 
 def test_check_table_keeps_device_names_and_figures_whole():
     from devicebench.check import FAIL, PASS, WARN, Check, document
     from devicebench.cli.check import checks_table
 
-    checks = [Check(None, "software", "PyTorch build", PASS, "2.13.0+cu128 sees 1 GPU, driver 570.86.15"),
-              Check("cuda:0", "work", "catdog-original lands on the device", WARN,
-                    "0.41 s a step on cuda:0, 12,345 samples/s", advice="close the program using 97% of cuda:0"),
-              Check("cuda:0", "ceilings", "Matmul fp32", FAIL, "12.34 TFLOP/s of 19.50 TFLOP/s (63%)",
-                    advice="check the power limit with nvidia-smi -q -d POWER")]
+    checks = [
+        Check(None, "software", "PyTorch build", PASS, "2.13.0+cu128 sees 1 GPU, driver 570.86.15"),
+        Check(
+            "cuda:0",
+            "work",
+            "catdog-original lands on the device",
+            WARN,
+            "0.41 s a step on cuda:0, 12,345 samples/s",
+            advice="close the program using 97% of cuda:0",
+        ),
+        Check(
+            "cuda:0",
+            "ceilings",
+            "Matmul fp32",
+            FAIL,
+            "12.34 TFLOP/s of 19.50 TFLOP/s (63%)",
+            advice="check the power limit with nvidia-smi -q -d POWER",
+        ),
+    ]
     text = render([checks_table(checks, document(checks))], NARROW)
     assert_fits(text, NARROW)
-    assert_whole(text, {"catdog-original", "2.13.0+cu128", "570.86.15", "12,345", "12.34", "19.50", "cuda:0",
-                        "nvidia-smi"})
+    assert_whole(
+        text, {"catdog-original", "2.13.0+cu128", "570.86.15", "12,345", "12.34", "19.50", "cuda:0", "nvidia-smi"}
+    )
 
 
 def test_any_rich_table_fitted_keeps_its_words_whole_and_wraps_its_title_between_words():
     """fitted(): what every rich table devicebench prints goes through (estimate, reproduce, data list, ...)."""
-    table = Table(title="A title long enough that it must wrap at eighty columns, between its words, never inside "
-                        "identifiers such as gpu-server-in-the-basement/cuda:0", caption="caption words whole")
+    table = Table(
+        title="A title long enough that it must wrap at eighty columns, between its words, never inside "
+        "identifiers such as gpu-server-in-the-basement/cuda:0",
+        caption="caption words whole",
+    )
     for heading in ("Workload", "Setting", "Samples/s", "Speedup", "Hardware"):
         table.add_column(heading)
-    table.add_row("catdog-original", "max_steps=178", "15,000-17,000", "9.78x [9.09–10.50]",
-                  "Tesla V100 vs dual Xeon Silver 4110 (16 cores)")
+    table.add_row(
+        "catdog-original",
+        "max_steps=178",
+        "15,000-17,000",
+        "9.78x [9.09–10.50]",
+        "Tesla V100 vs dual Xeon Silver 4110 (16 cores)",
+    )
     table.add_row("imdb-transformer", "learning_rate=0.0001", "1,234,567", "—", "a-very-long-hardware-name-indeed")
     text = render([fitted(table)], NARROW)
     assert_fits(text, NARROW)
-    assert_whole(text, {"catdog-original", "imdb-transformer", "max_steps=178", "learning_rate=0.0001",
-                        "15,000-17,000", "1,234,567", "9.78x", "9.09–10.50", "a-very-long-hardware-name-indeed",
-                        "gpu-server-in-the-basement/cuda:0", "eighty"})
+    assert_whole(
+        text,
+        {
+            "catdog-original",
+            "imdb-transformer",
+            "max_steps=178",
+            "learning_rate=0.0001",
+            "15,000-17,000",
+            "1,234,567",
+            "9.78x",
+            "9.09–10.50",
+            "a-very-long-hardware-name-indeed",
+            "gpu-server-in-the-basement/cuda:0",
+            "eighty",
+        },
+    )
     title_lines = text.split("┏")[0].splitlines()
     assert len(title_lines) == 2 and title_lines[0].startswith("A title")  # the screen's width, not the table's
 
 
 def test_an_epoch_line_folds_between_its_fields_at_80_columns():
     record = run("cpu", [1.0, 1.0])
-    epoch = dataclasses.replace(record.epochs[1], steps=1563, samples_per_s=1732.4, eval_time_s=0.9,
-                                train_loss=1.6234, test_accuracy=0.4412)
+    epoch = dataclasses.replace(
+        record.epochs[1], steps=1563, samples_per_s=1732.4, eval_time_s=0.9, train_loss=1.6234, test_accuracy=0.4412
+    )
     fields = epoch_fields(record, epoch)
     assert len(epoch_line(record, epoch)) > NARROW  # too long for one line
     screen = io.StringIO()
@@ -347,8 +441,7 @@ def test_an_epoch_line_folds_between_its_fields_at_80_columns():
     assert [field for line in lines for field in line.strip().split(FIELD_GAP)] == fields  # no field split
 
 
-@pytest.mark.parametrize("arguments", [["run", "--help"], ["reproduce", "--help"], ["history", "--help"],
-                                       ["--help"]])
+@pytest.mark.parametrize("arguments", [["run", "--help"], ["reproduce", "--help"], ["history", "--help"], ["--help"]])
 def test_help_shows_no_bool_type_and_no_markup_eaten(arguments):
     shown = cli.invoke(app, arguments, terminal_width=100)
     assert shown.exit_code == 0, shown.output
@@ -385,8 +478,10 @@ def test_the_dry_run_names_every_workload_whole_and_says_budget_and_synthetic_da
     assert_whole(text, names)
     flat = " ".join(text.split())
     assert "Sized: a time budget of 2 min 00 s, start-up included" in flat
-    assert "cifar10-mlp, cifar10-cnn will train on SYNTHETIC data: CIFAR-10 (170 MB) is not downloaded by the " \
-           "quick suite; `devicebench data fetch cifar10` gets it" in flat
+    assert (
+        "cifar10-mlp, cifar10-cnn will train on SYNTHETIC data: CIFAR-10 (170 MB) is not downloaded by the "
+        "quick suite; `devicebench data fetch cifar10` gets it" in flat
+    )
     assert "gbdt-synthetic will train on SYNTHETIC data: generated" in flat
     assert "mnist-cnn2, mnist-cnn4: mnist downloads 11.6 MB first" in flat  # small: downloaded when run
     rows = {line.split("│")[1].strip(): line for line in text.splitlines() if line.count("│") > 3}

@@ -57,8 +57,9 @@ class CostlyModel(nn.Module):
 
 
 def record() -> RunRecord:
-    settings = RunSettings(batch_size=32, epochs=3, max_steps=4, max_eval_steps=2, seed=0, threads=1,
-                           data_source="synthetic")
+    settings = RunSettings(
+        batch_size=32, epochs=3, max_steps=4, max_eval_steps=2, seed=0, threads=1, data_source="synthetic"
+    )
     return RunRecord("tiny", "S1", "cpu", "test cpu", 0, settings, "2026-01-01T00:00:00Z")
 
 
@@ -77,8 +78,9 @@ def run_with_costs(
     train(
         result,
         build,
-        DelayedBatches(HostBatches(data.train_images, data.train_labels, 32, CPU),
-                       lambda: clock.advance(batch_seconds)),
+        DelayedBatches(
+            HostBatches(data.train_images, data.train_labels, 32, CPU), lambda: clock.advance(batch_seconds)
+        ),
         HostBatches(data.test_images, data.test_labels, 32, CPU, shuffle=False),
         TrainingPlan(epochs=epochs, max_steps=4, max_eval_steps=2),
         Stopwatch(CPU, clock=clock.read, synchronize=clock.synchronize, host_clock=clock.read_host),
@@ -126,7 +128,6 @@ def test_a_single_epoch_has_no_steady_state():
     result, _ = run_with_costs([1.0] * 4, epochs=1)
     assert result.summary().steady_epoch_time_s is None
     assert result.summary().warmup_epoch_time_s == pytest.approx(4.0)
-
 
 
 def test_waiting_for_batches_is_measured_without_synchronizing_and_stays_inside_training_time():

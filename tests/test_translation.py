@@ -20,8 +20,9 @@ TINY = {**GNMT.defaults, "vocab_size": 16, "source_length": 7, "target_length": 
 def tiny_batch(samples: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
     """Random source-then-target token ids and random labels, one at each target position."""
     generator = torch.Generator().manual_seed(0)
-    tokens = torch.randint(0, TINY["vocab_size"], (samples, TINY["source_length"] + TINY["target_length"]),
-                           generator=generator)
+    tokens = torch.randint(
+        0, TINY["vocab_size"], (samples, TINY["source_length"] + TINY["target_length"]), generator=generator
+    )
     labels = torch.randint(0, TINY["vocab_size"], (samples, TINY["target_length"]), generator=generator)
     return tokens, labels
 
@@ -52,10 +53,13 @@ def test_a_training_step_counts_three_forward_passes_of_the_matrix_products():
     width, vocab, source, target = 1024, 32_000, 50, 50
     encoder_weights = 2 * 4 * width * (width + width) + 4 * width * (2 * width + width) + 2 * 4 * width * (2 * width)
     decoder_weights = 4 * width * (width + width) + 3 * 4 * width * (2 * width + width)
-    forward = (2 * encoder_weights * source + 2 * decoder_weights * target
-               + 2 * width * width * (target + source)  # the query and key projections
-               + 2 * (2 * target * source * width)  # the scores against the vector, the context from the weights
-               + 2 * width * vocab * target)  # the classifier
+    forward = (
+        2 * encoder_weights * source
+        + 2 * decoder_weights * target
+        + 2 * width * width * (target + source)  # the query and key projections
+        + 2 * (2 * target * source * width)  # the scores against the vector, the context from the weights
+        + 2 * width * vocab * target
+    )  # the classifier
     assert forward == 12_724_224_000
     assert training_flops_per_sample(GNMT, dict(GNMT.defaults)) == pytest.approx(3 * forward, rel=0.01)
 
@@ -73,8 +77,9 @@ def test_one_tensor_in_a_distribution_at_each_target_position_out():
     logits = model(tokens)
     assert logits.shape == (3, TINY["target_length"], TINY["vocab_size"])
     assert predicted_classes(logits, GNMT.output).shape == labels.shape
-    assert SequenceCrossEntropy()(logits, labels).item() == pytest.approx(torch.log(torch.tensor(16.0)).item(),
-                                                                          rel=0.05)  # near chance at the start
+    assert SequenceCrossEntropy()(logits, labels).item() == pytest.approx(
+        torch.log(torch.tensor(16.0)).item(), rel=0.05
+    )  # near chance at the start
 
 
 def test_no_target_position_sees_a_later_target_token_and_every_one_sees_the_source():
@@ -139,28 +144,40 @@ def test_the_workload_declares_what_the_engine_and_the_data_need():
     assert not GNMT.in_suites and GNMT.seed is None and GNMT.published is None
     assert GNMT.tokens_per_sample(defaults) == 100  # NVIDIA's meter: source tokens plus the decoder's
     assert GNMT.data_request({**defaults, "target_length": 30}) == {
-        "vocab_size": 32_000, "sequence_length": 80, "task": "translation", "target_length": 30}
+        "vocab_size": 32_000,
+        "sequence_length": 80,
+        "task": "translation",
+        "target_length": 30,
+    }
 
 
-@pytest.mark.parametrize(("size", "said"), [
-    ({"layers": 10**6}, "gnmt: layers=1000000 is above its bound of 16"),
-    ({"width": 10**6}, "gnmt: width=1000000 is above its bound of 8,192"),
-    ({"source_length": 10**9}, "gnmt: source_length=1000000000 is above its bound of 1,024"),
-    ({"target_length": 10**9}, "gnmt: target_length=1000000000 is above its bound of 1,024"),
-    ({"vocab_size": 10**12}, "gnmt: vocab_size=1000000000000 is above its bound of 262,144"),
-], ids=["layers", "width", "source", "target", "vocabulary"])
+@pytest.mark.parametrize(
+    ("size", "said"),
+    [
+        ({"layers": 10**6}, "gnmt: layers=1000000 is above its bound of 16"),
+        ({"width": 10**6}, "gnmt: width=1000000 is above its bound of 8,192"),
+        ({"source_length": 10**9}, "gnmt: source_length=1000000000 is above its bound of 1,024"),
+        ({"target_length": 10**9}, "gnmt: target_length=1000000000 is above its bound of 1,024"),
+        ({"vocab_size": 10**12}, "gnmt: vocab_size=1000000000000 is above its bound of 262,144"),
+    ],
+    ids=["layers", "width", "source", "target", "vocabulary"],
+)
 def test_absurd_sizes_are_refused_before_anything_is_built(size, said):
     with pytest.raises(ModelTooLarge, match=said):
         GNMT.parameter_count({**GNMT.defaults, **size})
 
 
-@pytest.mark.parametrize(("size", "said"), [
-    ({"layers": 1}, "gnmt: layers must be at least 2, got 1"),
-    ({"width": 0}, "gnmt: width must be at least 1, got 0"),
-    ({"target_length": 0}, "gnmt: target_length must be at least 1, got 0"),
-    ({"vocab_size": 1}, "gnmt: vocab_size must be at least 2, got 1"),
-    ({"dropout": 1.0}, "gnmt: dropout is a probability below 1, got 1.0"),
-], ids=["layers", "width", "target", "vocabulary", "dropout"])
+@pytest.mark.parametrize(
+    ("size", "said"),
+    [
+        ({"layers": 1}, "gnmt: layers must be at least 2, got 1"),
+        ({"width": 0}, "gnmt: width must be at least 1, got 0"),
+        ({"target_length": 0}, "gnmt: target_length must be at least 1, got 0"),
+        ({"vocab_size": 1}, "gnmt: vocab_size must be at least 2, got 1"),
+        ({"dropout": 1.0}, "gnmt: dropout is a probability below 1, got 1.0"),
+    ],
+    ids=["layers", "width", "target", "vocabulary", "dropout"],
+)
 def test_sizes_too_small_for_a_gnmt_are_refused_in_one_line(size, said):
     with pytest.raises(ValueError, match=said):
         GNMT.build_model({**TINY, **size})

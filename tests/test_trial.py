@@ -44,8 +44,10 @@ class FakeDevice:
 
     def timeline(self) -> str:
         """The log as runs of steps between synchronizations: 'fp32x2 | fp32x1 | ...'."""
-        return " ".join(" ".join(run) if event == "|" else f"{event}x{len(list(run))}"
-                        for event, run in itertools.groupby(self.events))
+        return " ".join(
+            " ".join(run) if event == "|" else f"{event}x{len(list(run))}"
+            for event, run in itertools.groupby(self.events)
+        )
 
     def timed_blocks(self, name: str) -> list[int]:
         """The steps of each of `name`'s blocks that sit between two synchronizations, after its warm-up."""
@@ -74,8 +76,12 @@ def afresh(error: Exception) -> Exception:
     return type(error)(*error.args)
 
 
-def builder(device: FakeDevice, step_seconds: dict[str, Callable[[int], float]], sizes: list[int] | None = None,
-            fails: dict[str, tuple[int, Exception]] | None = None):
+def builder(
+    device: FakeDevice,
+    step_seconds: dict[str, Callable[[int], float]],
+    sizes: list[int] | None = None,
+    fails: dict[str, tuple[int, Exception]] | None = None,
+):
     """A build for `choose_tuning` whose n-th step of an option takes `step_seconds[precision](n)` fake seconds and
     whose step `fails[precision][0]` raises `fails[precision][1]` (-1: its build raises it)."""
     fails = fails or {}
@@ -97,8 +103,12 @@ def builder(device: FakeDevice, step_seconds: dict[str, Callable[[int], float]],
                 sizes.append(len(inputs))
             return model(inputs)
 
-        return TrainingSetup(model=model, loss_function=nn.CrossEntropyLoss(),
-                             optimizer=torch.optim.SGD(model.parameters(), lr=0.1), forward=forward)
+        return TrainingSetup(
+            model=model,
+            loss_function=nn.CrossEntropyLoss(),
+            optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+            forward=forward,
+        )
 
     return build
 
@@ -113,22 +123,27 @@ def test_a_single_option_needs_no_trial():
 
 def test_the_trial_synchronizes_only_at_the_ends_of_its_blocks_and_the_options_take_turns():
     device = FakeDevice()
-    choose_tuning([FP32, BF16], builder(device, {"fp32": steady(0.125), "bf16": steady(0.125)}), batches(),
-                  device.watch)
+    choose_tuning(
+        [FP32, BF16], builder(device, {"fp32": steady(0.125), "bf16": steady(0.125)}), batches(), device.watch
+    )
     warm_up = "fp32x2 | fp32x1 | bf16x2 | bf16x1 |"  # untimed steps, then one timed alone to size the first block
     in_order, reversed_order = "| fp32x4 | | bf16x4 |", "| bf16x4 | | fp32x4 |"  # a steady drift favours no one
     assert device.timeline() == " ".join([warm_up, in_order, reversed_order, in_order, reversed_order, in_order])
 
 
-@pytest.mark.parametrize(("seconds", "blocks"), [
-    (1 / 64, [13, 13, 13, 13, 12]),  # fast steps: a second in all, spread over the rounds
-    (0.5, [4, 4, 4, 4, 4]),  # slow steps: 20 steps in all, 10 s
-])
+@pytest.mark.parametrize(
+    ("seconds", "blocks"),
+    [
+        (1 / 64, [13, 13, 13, 13, 12]),  # fast steps: a second in all, spread over the rounds
+        (0.5, [4, 4, 4, 4, 4]),  # slow steps: 20 steps in all, 10 s
+    ],
+)
 def test_each_option_is_timed_for_at_least_a_second_and_20_steps(seconds, blocks):
     device = FakeDevice()
     compiling = lambda step: 30.0 if step == 0 else seconds  # noqa: E731 (the first step compiles: 30 s)
-    _, note = choose_tuning([FP32, BF16], builder(device, {"fp32": compiling, "bf16": steady(seconds)}), batches(),
-                            device.watch)
+    _, note = choose_tuning(
+        [FP32, BF16], builder(device, {"fp32": compiling, "bf16": steady(seconds)}), batches(), device.watch
+    )
     for name in ("fp32", "bf16"):
         assert device.timed_blocks(name) == blocks
         assert sum(blocks) >= tuning.TRIAL_MIN_STEPS and sum(blocks) * seconds >= tuning.TRIAL_SECONDS
@@ -146,8 +161,9 @@ def test_a_first_block_sized_from_a_slow_warm_up_is_made_up_for_in_the_rounds_le
 def test_rounds_go_on_until_every_option_has_had_its_second():
     device = FakeDevice()
     speeding_up = lambda step: 1 / 64 if step < 55 else 1 / 256  # noqa: E731 (from the fifth block on)
-    _, note = choose_tuning([FP32, BF16], builder(device, {"fp32": speeding_up, "bf16": speeding_up}), batches(),
-                            device.watch)
+    _, note = choose_tuning(
+        [FP32, BF16], builder(device, {"fp32": speeding_up, "bf16": speeding_up}), batches(), device.watch
+    )
     assert device.timed_blocks("bf16") == [13, 13, 13, 13, 12, 36]  # 0.86 s after five rounds: a sixth
     assert "median (range) of 6 rounds" in note
 
@@ -156,12 +172,16 @@ def test_rounds_go_on_until_every_option_has_had_its_second():
 FP32_SCATTERED = per_round(0.125, 0.125, 0.0625, 0.125, 0.125)
 
 
-@pytest.mark.parametrize(("bf16_seconds", "kept", "bf16_text", "why"), [
-    (0.0625, "fp32", "128 (128-128)", ": bf16's gain is within the spread"),  # twice fp32's median, not its best
-    (0.0625 - 2**-12, "bf16", "129 (129-129)", ""),  # faster in every round than fp32 in its fastest
-])
+@pytest.mark.parametrize(
+    ("bf16_seconds", "kept", "bf16_text", "why"),
+    [
+        (0.0625, "fp32", "128 (128-128)", ": bf16's gain is within the spread"),  # twice fp32's median, not its best
+        (0.0625 - 2**-12, "bf16", "129 (129-129)", ""),  # faster in every round than fp32 in its fastest
+    ],
+)
 def test_an_option_is_kept_only_when_its_slowest_round_beats_the_plainest_option_s_fastest(
-        bf16_seconds, kept, bf16_text, why):
+    bf16_seconds, kept, bf16_text, why
+):
     device = FakeDevice()
     build = builder(device, {"fp32": FP32_SCATTERED, "bf16": steady(bf16_seconds)})
     chosen, note = choose_tuning([FP32, BF16], build, batches(), device.watch)
@@ -169,15 +189,26 @@ def test_an_option_is_kept_only_when_its_slowest_round_beats_the_plainest_option
     assert note == f"trial samples/s: fp32 64 (64-128), bf16 {bf16_text}, median (range) of 5 rounds; kept {kept}{why}"
 
 
-@pytest.mark.parametrize(("failing_step", "error", "reason"), [
-    (-1, TypeError("TunedForward does not support len()"), "failed (TypeError: TunedForward does not support len())"),
-    (0, RuntimeError("Dynamo failed to run FX node\nwith fake tensors: ..."),
-     "failed (RuntimeError: Dynamo failed to run FX node)"),  # while compiling, in its first step
-    (14, ValueError("x" * 300), "failed (ValueError: ...)"),  # in the third round; a long message is cut short
-    (14, torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), "ran out of memory"),
-])
+@pytest.mark.parametrize(
+    ("failing_step", "error", "reason"),
+    [
+        (
+            -1,
+            TypeError("TunedForward does not support len()"),
+            "failed (TypeError: TunedForward does not support len())",
+        ),
+        (
+            0,
+            RuntimeError("Dynamo failed to run FX node\nwith fake tensors: ..."),
+            "failed (RuntimeError: Dynamo failed to run FX node)",
+        ),  # while compiling, in its first step
+        (14, ValueError("x" * 300), "failed (ValueError: ...)"),  # in the third round; a long message is cut short
+        (14, torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), "ran out of memory"),
+    ],
+)
 def test_an_option_that_fails_for_any_reason_is_left_out_of_the_trial_and_named_with_its_reason(
-        failing_step, error, reason):
+    failing_step, error, reason
+):
     device = FakeDevice()
     build = builder(device, {"fp32": steady(0.125), "bf16": steady(0.0625)}, fails={"bf16": (failing_step, error)})
     chosen, note = choose_tuning([FP32, BF16], build, batches(), device.watch)
@@ -189,8 +220,11 @@ def test_an_option_that_fails_for_any_reason_is_left_out_of_the_trial_and_named_
 def test_out_of_memory_in_a_trial_frees_the_failed_model_and_empties_the_cache(monkeypatch):
     models, released = [], []
     device = FakeDevice()
-    build = builder(device, {"fp32": steady(0.125), "bf16": steady(0.0625)},
-                    fails={"bf16": (5, torch.OutOfMemoryError("CUDA out of memory"))})
+    build = builder(
+        device,
+        {"fp32": steady(0.125), "bf16": steady(0.0625)},
+        fails={"bf16": (5, torch.OutOfMemoryError("CUDA out of memory"))},
+    )
 
     def tracked(option: Tuning) -> TrainingSetup:
         setup = build(option)
@@ -205,8 +239,13 @@ def test_out_of_memory_in_a_trial_frees_the_failed_model_and_empties_the_cache(m
 def test_every_option_failing_fails_the_run_with_each_reason():
     device = FakeDevice()
     build = builder(device, {}, fails={"fp32": (0, KeyError("weight")), "bf16": (-1, TypeError("no len()"))})
-    with pytest.raises(RuntimeError, match=re.escape("every tuned option failed in the trial: fp32 failed (KeyError: "
-                                                     "'weight'); bf16 failed (TypeError: no len())")):
+    with pytest.raises(
+        RuntimeError,
+        match=re.escape(
+            "every tuned option failed in the trial: fp32 failed (KeyError: "
+            "'weight'); bf16 failed (TypeError: no len())"
+        ),
+    ):
         choose_tuning([FP32, BF16], build, batches(), device.watch)
 
 
@@ -220,8 +259,9 @@ def test_a_trial_goes_on_into_the_next_epochs_and_draws_full_batches_only():
         return real_epoch(epoch, steps)
 
     small.epoch = logged_epoch
-    choose_tuning([FP32, BF16], builder(device, {"fp32": steady(0.125), "bf16": steady(0.125)}, sizes), small,
-                  device.watch)
+    choose_tuning(
+        [FP32, BF16], builder(device, {"fp32": steady(0.125), "bf16": steady(0.125)}, sizes), small, device.watch
+    )
     assert len(sizes) == 2 * (tuning.TRIAL_WARMUP_STEPS + 20) and set(sizes) == {8}
     assert epochs == [(epoch, 5) for epoch in range(1, 11)]  # 46 steps: 10 passes of the 5 full batches
 
@@ -235,8 +275,9 @@ def test_compiled_options_are_each_compiled_once_before_their_timed_blocks(monke
 
     def build(option: Tuning) -> TrainingSetup:
         model = nn.Sequential(nn.Flatten(), nn.Linear(16, 3))
-        setup = TrainingSetup(model=model, loss_function=nn.CrossEntropyLoss(),
-                              optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+        setup = TrainingSetup(
+            model=model, loss_function=nn.CrossEntropyLoss(), optimizer=torch.optim.SGD(model.parameters(), lr=0.1)
+        )
         return tuning.tuned_setup(setup, option, CPU)[0]
 
     readings = itertools.count(step=0.25)  # each block lasts 0.25 s, however many steps
@@ -249,8 +290,12 @@ def test_compiled_options_are_each_compiled_once_before_their_timed_blocks(monke
 # --- --batch-size auto ---------------------------------------------------------------------------------------------
 
 
-def sized_builder(device: FakeDevice, step_seconds: Callable[[int, int], float], fails_from: int | None = None,
-                  error: Exception | None = None):
+def sized_builder(
+    device: FakeDevice,
+    step_seconds: Callable[[int, int], float],
+    fails_from: int | None = None,
+    error: Exception | None = None,
+):
     """A build whose n-th step at batch size b takes `step_seconds(b, n)` fake seconds, and whose steps from batch
     size `fails_from` on raise `error`."""
 
@@ -264,8 +309,12 @@ def sized_builder(device: FakeDevice, step_seconds: Callable[[int, int], float],
             device.step(str(len(inputs)), step_seconds(len(inputs), next(steps)))
             return model(inputs)
 
-        return TrainingSetup(model=model, loss_function=nn.CrossEntropyLoss(),
-                             optimizer=torch.optim.SGD(model.parameters(), lr=0.1), forward=forward)
+        return TrainingSetup(
+            model=model,
+            loss_function=nn.CrossEntropyLoss(),
+            optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+            forward=forward,
+        )
 
     return build
 
@@ -283,9 +332,11 @@ def test_auto_batch_size_times_each_size_in_synchronized_blocks_of_at_least_a_se
         blocks = device.timed_blocks(str(batch))
         assert len(blocks) == 5 and sum(blocks) >= 20 and sum(blocks) * seconds >= 1.0
     assert device.events.count("|") == 3 * (2 + 2 * 5)  # no synchronize inside a block
-    assert note == ("batch sizes tried, samples/s: 8 512 (512-512), 16 1,024 (1,024-1,024), 32 1,024 (1,024-1,024), "
-                    "median (range) of each size's blocks (stopped: 32 was no faster than 16 beyond the spread); "
-                    "kept 16")
+    assert note == (
+        "batch sizes tried, samples/s: 8 512 (512-512), 16 1,024 (1,024-1,024), 32 1,024 (1,024-1,024), "
+        "median (range) of each size's blocks (stopped: 32 was no faster than 16 beyond the spread); "
+        "kept 16"
+    )
 
 
 @pytest.mark.parametrize(("seconds_at_16", "kept"), [(0.125, 8), (0.125 - 2**-10, 16)])
@@ -308,8 +359,9 @@ def test_auto_batch_size_stops_before_timing_a_size_whose_warm_up_step_is_too_sl
     assert device.events.count("32") == tuning.TRIAL_WARMUP_STEPS  # no timed step of it
 
 
-@pytest.mark.parametrize("error", [torch.OutOfMemoryError("CUDA out of memory"),
-                                   RuntimeError("CUDNN_STATUS_NOT_SUPPORTED")])  # cuDNN refuses a batch that big
+@pytest.mark.parametrize(
+    "error", [torch.OutOfMemoryError("CUDA out of memory"), RuntimeError("CUDNN_STATUS_NOT_SUPPORTED")]
+)  # cuDNN refuses a batch that big
 def test_auto_batch_size_backs_off_from_a_size_that_fails_and_says_why(error):
     device = FakeDevice()
     size, note = grow(device, sized_builder(device, lambda batch, step: 1 / 64, fails_from=32, error=error))

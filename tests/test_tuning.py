@@ -1,6 +1,6 @@
 """Tuned mode: the same accuracy as seed mode on real digits, the faster option kept, every choice recorded.
 
-    python -m pytest tests/test_tuning.py -q
+python -m pytest tests/test_tuning.py -q
 """
 
 from __future__ import annotations
@@ -42,8 +42,16 @@ def test_tuned_mode_reaches_the_accuracy_of_seed_mode_on_real_digits(real_digits
     (emulated, 7 times slower than fp32 there) the seed's two epochs took 4 minutes, this takes under one."""
     accuracies = {}
     for mode, precision in (("seed", "auto"), ("tuned", "bf16")):
-        config = RunConfig(workloads=("mnist-cnn2",), devices="cpu", epochs=1, max_steps=80, data="real", mode=mode,
-                           precision=precision, overrides=("learning_rate=0.001",))
+        config = RunConfig(
+            workloads=("mnist-cnn2",),
+            devices="cpu",
+            epochs=1,
+            max_steps=80,
+            data="real",
+            mode=mode,
+            precision=precision,
+            overrides=("learning_rate=0.001",),
+        )
         (job,) = planning.plan(config).jobs
         record = new_record(job, real_digits, 0)
         train_record(record, job, real_digits)
@@ -83,16 +91,18 @@ def test_compile_is_tried_on_gpus_and_on_cpus_only_when_asked():
 def small_conv_setup(optimizer_class=torch.optim.Adam) -> TrainingSetup:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3))
-    return TrainingSetup(model=model, loss_function=nn.CrossEntropyLoss(),
-                         optimizer=optimizer_class(model.parameters(), lr=0.01))
+    return TrainingSetup(
+        model=model, loss_function=nn.CrossEntropyLoss(), optimizer=optimizer_class(model.parameters(), lr=0.01)
+    )
 
 
 def test_tuned_setup_runs_the_same_model_in_bf16_channels_last_with_a_fused_step():
     plain = small_conv_setup()
     inputs = torch.rand(5, 1, 8, 8)
     expected = plain.model(inputs)
-    setup, applied = tuned_setup(small_conv_setup(), Tuning(precision="bf16", channels_last=True,
-                                                            fused_optimizer=True), CPU)
+    setup, applied = tuned_setup(
+        small_conv_setup(), Tuning(precision="bf16", channels_last=True, fused_optimizer=True), CPU
+    )
     assert applied.fused_optimizer and setup.optimizer.defaults["fused"] is True
     assert setup.model[0].weight.is_contiguous(memory_format=torch.channels_last)
     outputs = setup.outputs(inputs)
@@ -141,8 +151,17 @@ def test_repeats_share_one_trial_and_record_every_choice(monkeypatch, force_cpu_
         return real_choose(*arguments)
 
     monkeypatch.setattr(runner, "choose_tuning", counted)
-    config = RunConfig(workloads=("mnist-cnn2",), devices="cpu", data="synthetic", epochs=2, max_steps=4,
-                       max_eval_steps=1, repeats=2, mode="tuned", batch_size=8)  # small: emulated bf16 is slow
+    config = RunConfig(
+        workloads=("mnist-cnn2",),
+        devices="cpu",
+        data="synthetic",
+        epochs=2,
+        max_steps=4,
+        max_eval_steps=1,
+        repeats=2,
+        mode="tuned",
+        batch_size=8,
+    )  # small: emulated bf16 is slow
     result = runner.run(planning.plan(config))
     assert len(trials) == 1
     first, second = result.runs
@@ -156,11 +175,32 @@ def test_repeats_share_one_trial_and_record_every_choice(monkeypatch, force_cpu_
 
 def test_the_cli_shows_what_tuned_mode_chose(tmp_path):
     output = tmp_path / "result.json"
-    completed = CliRunner().invoke(app, [
-        "run", "cifar10-mlp", "--mode", "tuned", "--precision", "fp32", "--devices", "cpu", "--data", "synthetic",
-        "--epochs", "2", "--max-steps", "3", "--max-eval-steps", "1", "--quiet", "--db", str(tmp_path / "db.sqlite"),
-        "--json", str(output),
-    ])
+    completed = CliRunner().invoke(
+        app,
+        [
+            "run",
+            "cifar10-mlp",
+            "--mode",
+            "tuned",
+            "--precision",
+            "fp32",
+            "--devices",
+            "cpu",
+            "--data",
+            "synthetic",
+            "--epochs",
+            "2",
+            "--max-steps",
+            "3",
+            "--max-eval-steps",
+            "1",
+            "--quiet",
+            "--db",
+            str(tmp_path / "db.sqlite"),
+            "--json",
+            str(output),
+        ],
+    )
     assert completed.exit_code == 0, completed.output
     assert "cpu: tuned: fp32, fused optimizer" in completed.output
     settings = json.loads(output.read_text())["runs"][0]["settings"]
@@ -180,8 +220,17 @@ def test_the_seconds_spent_choosing_are_recorded_on_the_run_that_chose_and_in_no
 
     monkeypatch.setattr(runner, "Stopwatch", ShiftedStopwatch)
     monkeypatch.setattr(runner, "choose_tuning", thirty_second_trial)
-    config = RunConfig(workloads=("cifar10-mlp",), devices="cpu", data="synthetic", epochs=1, max_steps=2,
-                       max_eval_steps=1, repeats=2, mode="tuned", precision="fp32")
+    config = RunConfig(
+        workloads=("cifar10-mlp",),
+        devices="cpu",
+        data="synthetic",
+        epochs=1,
+        max_steps=2,
+        max_eval_steps=1,
+        repeats=2,
+        mode="tuned",
+        precision="fp32",
+    )
     first, second = runner.run(planning.plan(config)).runs
     assert first.status == second.status == "ok"
     assert 30.0 <= first.tuning_s < 40.0  # the trial's 30 s and the little the choosing itself took
@@ -197,8 +246,9 @@ def test_a_run_with_auto_batch_size_records_the_size_it_trained_with():
     generator = np.random.default_rng(0)
     images = generator.integers(0, 256, (1_400, 1, 28, 28), dtype=np.uint8)
     labels = generator.integers(0, 10, 1_400).astype(np.int64)
-    dataset = ArrayDataset("mnist", "synthetic", images[:1_050], labels[:1_050], images[1_050:], labels[1_050:],
-                           num_classes=10)
+    dataset = ArrayDataset(
+        "mnist", "synthetic", images[:1_050], labels[:1_050], images[1_050:], labels[1_050:], num_classes=10
+    )
     config = RunConfig(workloads=("mnist-cnn2",), devices="cpu", data="synthetic", epochs=2, batch_size_auto=True)
     (job,) = planning.plan(config).jobs
     record = new_record(job, dataset, 0)
@@ -229,15 +279,28 @@ def test_a_sweep_over_modes_runs_every_seed_point_before_any_tuned_one(monkeypat
         raise SystemExit(0)
 
     monkeypatch.setattr(sweep_command, "train_and_show", capture)
-    CliRunner().invoke(app, ["sweep", "mnist-cnn2", "--batch-size", "32,64", "--mode", "seed,tuned", "--devices", "cpu"])
+    CliRunner().invoke(
+        app, ["sweep", "mnist-cnn2", "--batch-size", "32,64", "--mode", "seed,tuned", "--devices", "cpu"]
+    )
     assert [(job.mode, job.batch_size) for job in asked] == [
-        ("seed", 32), ("seed", 64), ("tuned", 32), ("tuned", 64)]  # tuned mode's allocator outlives its runs
+        ("seed", 32),
+        ("seed", 64),
+        ("tuned", 32),
+        ("tuned", 64),
+    ]  # tuned mode's allocator outlives its runs
 
 
 def test_a_workload_that_is_not_a_torch_model_says_tuned_mode_left_it_alone():
     pytest.importorskip("xgboost")
-    config = RunConfig(workloads=("gbdt-synthetic",), devices="cpu", data="synthetic", epochs=2, max_steps=1,
-                       overrides=("rows=2000", "features=5"), mode="tuned")
+    config = RunConfig(
+        workloads=("gbdt-synthetic",),
+        devices="cpu",
+        data="synthetic",
+        epochs=2,
+        max_steps=1,
+        overrides=("rows=2000", "features=5"),
+        mode="tuned",
+    )
     (record,) = runner.run(planning.plan(config)).runs
     assert record.status == "ok", record.error
     assert record.tuning_note == "not a torch model: it trains as in seed mode, with nothing to tune"

@@ -11,8 +11,19 @@ from devicebench.cli import EXIT_USAGE, app
 from devicebench.results.store import Store
 
 cli = CliRunner()
-TINY = ["--devices", "cpu", "--data", "synthetic", "--epochs", "2", "--max-steps", "2", "--max-eval-steps", "1",
-        "--quiet"]
+TINY = [
+    "--devices",
+    "cpu",
+    "--data",
+    "synthetic",
+    "--epochs",
+    "2",
+    "--max-steps",
+    "2",
+    "--max-eval-steps",
+    "1",
+    "--quiet",
+]
 
 
 def run_on(machine: str, db, monkeypatch, *extra: str) -> None:
@@ -67,8 +78,21 @@ def test_compare_refusals_show_their_brackets(tmp_path):
 
 
 def test_reproduce_sets_measured_beside_published(tmp_path):
-    result = cli.invoke(app, ["reproduce", "S4", "--quick", "--devices", "cpu", "--data", "synthetic", "--quiet",
-                              "--db", str(tmp_path / "runs.sqlite")])
+    result = cli.invoke(
+        app,
+        [
+            "reproduce",
+            "S4",
+            "--quick",
+            "--devices",
+            "cpu",
+            "--data",
+            "synthetic",
+            "--quiet",
+            "--db",
+            str(tmp_path / "runs.sqlite"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "Published vs measured here" in result.output
     assert "Tesla T4" in result.output and "measured here" in result.output and "no GPU here" in result.output
@@ -85,8 +109,9 @@ def test_reproduce_refuses_unknown_and_empty_seeds():
 
 def test_run_writes_tensorboard_logs(tmp_path):
     logs = tmp_path / "tb"
-    result = cli.invoke(app, ["run", "cifar100-mlp", *TINY, "--db", str(tmp_path / "r.sqlite"),
-                              "--tensorboard", str(logs)])
+    result = cli.invoke(
+        app, ["run", "cifar100-mlp", *TINY, "--db", str(tmp_path / "r.sqlite"), "--tensorboard", str(logs)]
+    )
     assert result.exit_code == 0, result.output
     assert list((logs / "cifar100-mlp").glob("cpu-repeat1-*/events.out.tfevents.*"))
 

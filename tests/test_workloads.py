@@ -20,14 +20,31 @@ SUITE_WORKLOADS = [entry for entry in WORKLOADS if entry.in_suites]
 
 
 def test_the_seed_workloads_of_this_release_are_registered():
-    assert {"mnist-cnn2", "mnist-cnn4", "cifar10-mlp", "cifar100-mlp", "cifar10-cnn", "catdog-original",
-            "catdog-improved", "catdog-hires", "catdog-deep", "imdb-bilstm", "imdb-transformer"} <= set(NAMES)
+    assert {
+        "mnist-cnn2",
+        "mnist-cnn4",
+        "cifar10-mlp",
+        "cifar100-mlp",
+        "cifar10-cnn",
+        "catdog-original",
+        "catdog-improved",
+        "catdog-hires",
+        "catdog-deep",
+        "imdb-bilstm",
+        "imdb-transformer",
+    } <= set(NAMES)
 
 
 # Settings that shrink a slow model for the contract's 30 steps on a CPU; the language models at a rate that moves
 # a randomly started model within them (their fine-tuning rate of 3e-5 assumes a pre-trained one)
-TINY_LANGUAGE_MODEL = {"layers": 2, "width": 64, "heads": 2, "sequence_length": 32, "vocab_size": 1_024,
-                       "learning_rate": 1e-3}
+TINY_LANGUAGE_MODEL = {
+    "layers": 2,
+    "width": 64,
+    "heads": 2,
+    "sequence_length": 32,
+    "vocab_size": 1_024,
+    "learning_rate": 1e-3,
+}
 SMALLER = {
     "catdog-deep": {"depth": 4},  # its 32 layers: a minute
     "resnet50": {"image_size": 32},  # 224 pixels: a minute
@@ -59,7 +76,8 @@ def test_reference_models_run_only_when_named_and_count_their_tokens(entry):
     assert entry.origin == "devicebench" and entry.seed is None  # the field's models, not a seed post's
     if entry.output == "token_logits":  # a language model's sequence, or a translation's source and target
         assert entry.tokens_per_sample(entry.defaults) == entry.defaults.get(
-            "sequence_length", entry.defaults.get("source_length", 0) + entry.defaults.get("target_length", 0))
+            "sequence_length", entry.defaults.get("source_length", 0) + entry.defaults.get("target_length", 0)
+        )
 
 
 def test_the_contract_catches_a_model_that_does_not_learn_or_has_the_wrong_width():
@@ -67,10 +85,16 @@ def test_the_contract_catches_a_model_that_does_not_learn_or_has_the_wrong_width
     with pytest.raises(AssertionError, match="mnist-cnn2: the loss did not fall by a fifth"):
         check_workload(get_workload("mnist-cnn2"), frozen_lr)
     narrow = registry.Workload(
-        name="narrow", seed=None, dataset="mnist", summary="10 classes of digits, 3 outputs",
+        name="narrow",
+        seed=None,
+        dataset="mnist",
+        summary="10 classes of digits, 3 outputs",
         build_model=lambda hyperparameters: nn.Sequential(nn.Flatten(), nn.Linear(784, 3)),
         defaults={"batch_size": 16, "epochs": 2, "learning_rate": 1e-3, "adam_epsilon": 1e-8},
-        build_loss=nn.CrossEntropyLoss, build_optimizer=adam, image_shape=(1, 28, 28))
+        build_loss=nn.CrossEntropyLoss,
+        build_optimizer=adam,
+        image_shape=(1, 28, 28),
+    )
     with pytest.raises(AssertionError, match=r"narrow: outputs of shape \(16, 3\) for 16 samples of 10 classes"):
         check_workload(narrow)
 
@@ -125,17 +149,41 @@ def test_lookup_by_name_and_pattern():
 
 def test_registering_a_bad_workload_is_refused():
     with pytest.raises(ValueError, match="unknown seed experiment 'S9'"):
-        registry.workload(name="x", seed="S9", dataset="mnist", summary="", loss=nn.CrossEntropyLoss,
-                          optimizer=adam, defaults={"batch_size": 1, "epochs": 1},
-                          published=registry.Published(None, "", ""), image_shape=(1, 28, 28))
+        registry.workload(
+            name="x",
+            seed="S9",
+            dataset="mnist",
+            summary="",
+            loss=nn.CrossEntropyLoss,
+            optimizer=adam,
+            defaults={"batch_size": 1, "epochs": 1},
+            published=registry.Published(None, "", ""),
+            image_shape=(1, 28, 28),
+        )
     with pytest.raises(ValueError, match="lack epochs"):
-        registry.workload(name="x", seed="S1", dataset="mnist", summary="", loss=nn.CrossEntropyLoss,
-                          optimizer=adam, defaults={"batch_size": 1},
-                          published=registry.Published(None, "", ""), image_shape=(1, 28, 28))
+        registry.workload(
+            name="x",
+            seed="S1",
+            dataset="mnist",
+            summary="",
+            loss=nn.CrossEntropyLoss,
+            optimizer=adam,
+            defaults={"batch_size": 1},
+            published=registry.Published(None, "", ""),
+            image_shape=(1, 28, 28),
+        )
     with pytest.raises(ValueError, match="registered twice"):
-        registry.workload(name="mnist-cnn2", seed="S1", dataset="mnist", summary="", loss=nn.CrossEntropyLoss,
-                          optimizer=adam, defaults={"batch_size": 1, "epochs": 1},
-                          published=registry.Published(None, "", ""), image_shape=(1, 28, 28))(lambda hyperparameters: nn.Identity())
+        registry.workload(
+            name="mnist-cnn2",
+            seed="S1",
+            dataset="mnist",
+            summary="",
+            loss=nn.CrossEntropyLoss,
+            optimizer=adam,
+            defaults={"batch_size": 1, "epochs": 1},
+            published=registry.Published(None, "", ""),
+            image_shape=(1, 28, 28),
+        )(lambda hyperparameters: nn.Identity())
 
 
 def test_text_models_have_the_keras_examples_sizes():

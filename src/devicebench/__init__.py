@@ -24,15 +24,31 @@ if TYPE_CHECKING:  # for readers and type checkers: what each name is
     from devicebench.workloads import Workload, get_workload, list_workloads, workload
 
 _WHERE = {  # name: the module that defines it
-    "Result": "devicebench.api", "plan": "devicebench.api", "run": "devicebench.api",
+    "Result": "devicebench.api",
+    "plan": "devicebench.api",
+    "run": "devicebench.api",
     "RunConfig": "devicebench.config",
-    "TensorData": "devicebench.data.own", "TorchData": "devicebench.data.own",
-    "Workload": "devicebench.workloads", "get_workload": "devicebench.workloads",
-    "list_workloads": "devicebench.workloads", "workload": "devicebench.workloads",
+    "TensorData": "devicebench.data.own",
+    "TorchData": "devicebench.data.own",
+    "Workload": "devicebench.workloads",
+    "get_workload": "devicebench.workloads",
+    "list_workloads": "devicebench.workloads",
+    "workload": "devicebench.workloads",
 }
 
-__all__ = ["Result", "RunConfig", "TensorData", "TorchData", "Workload", "__version__", "get_workload",
-           "list_workloads", "plan", "run", "workload"]
+__all__ = [
+    "Result",
+    "RunConfig",
+    "TensorData",
+    "TorchData",
+    "Workload",
+    "__version__",
+    "get_workload",
+    "list_workloads",
+    "plan",
+    "run",
+    "workload",
+]
 
 
 def __getattr__(name: str) -> Any:

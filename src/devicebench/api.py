@@ -135,9 +135,18 @@ def plan(workloads: str | Sequence[str] | RunConfig = (), **arguments: Any) -> P
     return planning.plan(_config(**options))
 
 
-def _config(workloads: str | Sequence[str] | RunConfig, model: ModelSource | None, data: Any, loss: LossSource,
-            optimizer: OptimizerSource, train_step: TrainStep | None, output: OutputKind | None, name: str | None,
-            batch_size: int | Literal["auto"] | None, **settings: Any) -> RunConfig:
+def _config(
+    workloads: str | Sequence[str] | RunConfig,
+    model: ModelSource | None,
+    data: Any,
+    loss: LossSource,
+    optimizer: OptimizerSource,
+    train_step: TrainStep | None,
+    output: OutputKind | None,
+    name: str | None,
+    batch_size: int | Literal["auto"] | None,
+    **settings: Any,
+) -> RunConfig:
     """The RunConfig that `devicebench run` would make of run()'s arguments."""
     auto = batch_size == "auto"
     settings = {**settings, "batch_size": None if auto else batch_size, "batch_size_auto": auto}
@@ -145,20 +154,25 @@ def _config(workloads: str | Sequence[str] | RunConfig, model: ModelSource | Non
         defaults = {field.name: field.default for field in dataclasses.fields(RunConfig)}
         given = [key for key, value in settings.items() if value != defaults[key]]
         if model is not None or data is not None or given:  # data: RunConfig.data says it
-            raise TypeError("a RunConfig says everything; give the other settings inside it, not beside it "
-                            f"({', '.join(given + ['model'] * (model is not None) + ['data'] * (data is not None))})")
+            raise TypeError(
+                "a RunConfig says everything; give the other settings inside it, not beside it "
+                f"({', '.join(given + ['model'] * (model is not None) + ['data'] * (data is not None))})"
+            )
         return workloads
     if model is not None:
         if workloads:
             raise TypeError("give workloads or a model of your own, not both: run them one after the other")
         if data is None:
-            raise TypeError("your model needs data=: a TensorData(x_train, y_train, x_test, y_test), a TorchData "
-                            "or a torch Dataset")
-        own = own_workload(model, data, loss=loss, optimizer=optimizer, train_step=train_step, output=output,
-                           name=name)
+            raise TypeError(
+                "your model needs data=: a TensorData(x_train, y_train, x_test, y_test), a TorchData or a torch Dataset"
+            )
+        own = own_workload(model, data, loss=loss, optimizer=optimizer, train_step=train_step, output=output, name=name)
         return RunConfig(workloads=(own.name,), **settings)
     if data is not None and not isinstance(data, str):
-        raise TypeError("data= of your own goes with model=; a registered workload takes data='auto', 'real' or "
-                        "'synthetic', or images of yours through data_dir=")
-    return RunConfig(workloads=(workloads,) if isinstance(workloads, str) else tuple(workloads), data=data or "auto",
-                     **settings)
+        raise TypeError(
+            "data= of your own goes with model=; a registered workload takes data='auto', 'real' or "
+            "'synthetic', or images of yours through data_dir="
+        )
+    return RunConfig(
+        workloads=(workloads,) if isinstance(workloads, str) else tuple(workloads), data=data or "auto", **settings
+    )

@@ -71,13 +71,25 @@ CEILING_LOW_FRACTION = 0.70  # of the datasheet: below it a GPU is throttled, po
 CLOCK_LOW_FRACTION = 0.70  # of the maximum SM clock, the highest seen under load: below it the GPU is throttled
 TEMPERATURE_MARGIN_C = 5  # degrees C below the slowdown threshold: this close, the GPU is about to slow down
 # CPU: three fp32 stretches of 0.3 s at up to 2048x2048 (~17 GFLOP a product) and a copy past any cache
-CPU_CHECK_PLAN = CalibrationPlan(matmul_size=2048, memory_copy_bytes=256 * host.BYTES_PER_MIB,
-                                 host_to_device_bytes=host.BYTES_PER_MIB, warmup_s=0.1, stretch_s=0.3, stretches=3,
-                                 cap_s=2.0)
+CPU_CHECK_PLAN = CalibrationPlan(
+    matmul_size=2048,
+    memory_copy_bytes=256 * host.BYTES_PER_MIB,
+    host_to_device_bytes=host.BYTES_PER_MIB,
+    warmup_s=0.1,
+    stretch_s=0.3,
+    stretches=3,
+    cap_s=2.0,
+)
 # GPU: the full calibration's sizes (smaller ones understate a GPU), stretches of 0.2 s: about 1 s a figure
-ACCELERATOR_CHECK_PLAN = CalibrationPlan(matmul_size=8192, memory_copy_bytes=1024 * host.BYTES_PER_MIB,
-                                         host_to_device_bytes=256 * host.BYTES_PER_MIB, warmup_s=0.2, stretch_s=0.2,
-                                         stretches=3, cap_s=2.0)
+ACCELERATOR_CHECK_PLAN = CalibrationPlan(
+    matmul_size=8192,
+    memory_copy_bytes=1024 * host.BYTES_PER_MIB,
+    host_to_device_bytes=256 * host.BYTES_PER_MIB,
+    warmup_s=0.2,
+    stretch_s=0.2,
+    stretches=3,
+    cap_s=2.0,
+)
 
 # The distributions a GPU build of PyTorch brings beside its own: CUDA's (nvidia-*, cuda-*) and Triton's compiler
 GPU_LIBRARY_DISTRIBUTIONS = re.compile(r"(nvidia|cuda)[-_.]|triton$|pytorch-triton", re.IGNORECASE)
@@ -115,11 +127,15 @@ def run_checks(chosen: Iterable[torch.device], *, progress: Callable[[str], None
         label = check.__name__.removesuffix("_check").replace("_", " ")
         checks += _guarded(None, group, label, WARN, check)  # a library that cannot say is not the machine failing
     for device in chosen:
+
         def announce_step(step: str, device: torch.device = device) -> None:
             announce(f"{device}: {step}")
 
-        per_device = ((WORK, lambda: work_checks(device)), (TIMING, lambda: timing_check(device)),
-                      (CEILINGS, lambda: ceiling_checks(device, progress=announce_step)))
+        per_device = (
+            (WORK, lambda device=device: work_checks(device)),
+            (TIMING, lambda device=device: timing_check(device)),
+            (CEILINGS, lambda device=device: ceiling_checks(device, progress=announce_step)),
+        )
         for group, check in per_device:  # each runs within this iteration, so `device` is this one
             announce_step(group)
             checks += _guarded(str(device), group, group, FAIL, check)  # a device that cannot do the work fails
@@ -129,8 +145,12 @@ def run_checks(chosen: Iterable[torch.device], *, progress: Callable[[str], None
 def document(checks: list[Check]) -> dict[str, Any]:
     """What `devicebench check --json` prints: every check, and how many failed, warned and passed."""
     counts = collections.Counter(check.status for check in checks)
-    return {"checks": [check.to_dict() for check in checks], "failed": counts[FAIL], "warned": counts[WARN],
-            "passed": counts[PASS]}
+    return {
+        "checks": [check.to_dict() for check in checks],
+        "failed": counts[FAIL],
+        "warned": counts[WARN],
+        "passed": counts[PASS],
+    }
 
 
 def _guarded(device: str | None, group: str, label: str, status: str, check: Callable[[], Any]) -> list[Check]:
@@ -141,9 +161,12 @@ def _guarded(device: str | None, group: str, label: str, status: str, check: Cal
     except Exception as error:  # an NVML error, running out of memory, a broken driver: all are findings
         memory = devices.out_of_memory(error)
         what = f"the {memory} ran out of memory" if memory else f"{type(error).__name__}: {error}"
-        advice = ("Free memory (nvidia-smi lists the processes that hold a GPU's) and check again." if memory else
-                  "Run it again; if it fails the same way, the device or its driver is in a bad state (a reboot "
-                  "helps), or devicebench has a bug: report it with this message.")
+        advice = (
+            "Free memory (nvidia-smi lists the processes that hold a GPU's) and check again."
+            if memory
+            else "Run it again; if it fails the same way, the device or its driver is in a bad state (a reboot "
+            "helps), or devicebench has a bug: report it with this message."
+        )
         return [Check(device, group, "could not run", status, f"the {label} check stopped: {what}", advice)]
     return list(found) if isinstance(found, list) else [found]
 
@@ -185,27 +208,48 @@ def pytorch_build_check() -> Check:
         return Check(None, SOFTWARE, "PyTorch build", PASS, f"{measured}; it sees {listing}")
     if driver and build == "CPU-only":
         vendor, place = driver
-        return Check(None, SOFTWARE, "PyTorch build", FAIL,
-                     f"{measured}, but an {vendor} GPU driver is present ({place})",
-                     f"Install a {'ROCm' if vendor == 'AMD' else 'CUDA'} build of PyTorch ({host.INSTALL_URL}): "
-                     "this one cannot use the GPU, so every 'GPU' figure would be the CPU's.")
+        return Check(
+            None,
+            SOFTWARE,
+            "PyTorch build",
+            FAIL,
+            f"{measured}, but an {vendor} GPU driver is present ({place})",
+            f"Install a {'ROCm' if vendor == 'AMD' else 'CUDA'} build of PyTorch ({host.INSTALL_URL}): "
+            "this one cannot use the GPU, so every 'GPU' figure would be the CPU's.",
+        )
     looked = ", ".join(path for paths, tools in host.GPU_DRIVERS.values() for path in (*paths, *tools))
     if build == "CPU-only" and not driver:
-        return Check(None, SOFTWARE, "PyTorch build", PASS,
-                     f"{measured}; no GPU driver either (looked for {looked}): a CPU machine, which this build suits")
+        return Check(
+            None,
+            SOFTWARE,
+            "PyTorch build",
+            PASS,
+            f"{measured}; no GPU driver either (looked for {looked}): a CPU machine, which this build suits",
+        )
     if not driver and (torch.version.cuda or torch.version.hip):
         size = _installed_gigabytes()
-        return Check(None, SOFTWARE, "PyTorch build", WARN,
-                     f"{measured}, {size:.1f} GB on disk with its GPU libraries; no GPU driver either (looked for "
-                     f"{looked}): nothing here can use them",
-                     f"A {build.split()[0]} build is gigabytes for nothing on a machine without a GPU. In a new "
-                     f"virtual environment, `{host.CPU_INSTALL}` before installing devicebench gives the CPU build "
-                     "(under 1 GB), which trains on the CPU as this one does (uninstalling torch alone would leave "
-                     "its libraries behind).")
+        return Check(
+            None,
+            SOFTWARE,
+            "PyTorch build",
+            WARN,
+            f"{measured}, {size:.1f} GB on disk with its GPU libraries; no GPU driver either (looked for "
+            f"{looked}): nothing here can use them",
+            f"A {build.split()[0]} build is gigabytes for nothing on a machine without a GPU. In a new "
+            f"virtual environment, `{host.CPU_INSTALL}` before installing devicebench gives the CPU build "
+            "(under 1 GB), which trains on the CPU as this one does (uninstalling torch alone would leave "
+            "its libraries behind).",
+        )
     reason = host.unavailable_reason(host.expected_accelerator_kind()) or "PyTorch reports no GPU"
     if driver:
-        return Check(None, SOFTWARE, "PyTorch build", FAIL, f"{measured}; a {driver[0]} driver is present "
-                     f"({driver[1]}), yet PyTorch sees no GPU", f"{reason[:1].upper()}{reason[1:]}.")
+        return Check(
+            None,
+            SOFTWARE,
+            "PyTorch build",
+            FAIL,
+            f"{measured}; a {driver[0]} driver is present ({driver[1]}), yet PyTorch sees no GPU",
+            f"{reason[:1].upper()}{reason[1:]}.",
+        )
     return Check(None, SOFTWARE, "PyTorch build", PASS, f"{measured}; no GPU here: {reason}")
 
 
@@ -244,8 +288,14 @@ def visible_devices_check() -> Check:
     if not hiding:
         return Check(None, SOFTWARE, "visible devices", PASS, "no CUDA_VISIBLE_DEVICES or similar: nothing hidden")
     seen = ", ".join(str(device) for device in _accelerators()) or "no GPU"
-    return Check(None, SOFTWARE, "visible devices", WARN, f"{hiding} is set; PyTorch sees {seen}",
-                 "Unset it to check and benchmark every GPU, unless you meant to give devicebench only these.")
+    return Check(
+        None,
+        SOFTWARE,
+        "visible devices",
+        WARN,
+        f"{hiding} is set; PyTorch sees {seen}",
+        "Unset it to check and benchmark every GPU, unless you meant to give devicebench only these.",
+    )
 
 
 def nvml_module_check() -> Check:
@@ -255,13 +305,25 @@ def nvml_module_check() -> Check:
     try:
         importlib.import_module("pynvml")
     except ImportError:
-        return Check(None, SOFTWARE, "nvidia-ml-py", WARN, "not installed",
-                     "pip install nvidia-ml-py (the gpu extra): without it devicebench reports no GPU utilisation, "
-                     "power or energy, and this check cannot see the GPU's clocks or processes.")
+        return Check(
+            None,
+            SOFTWARE,
+            "nvidia-ml-py",
+            WARN,
+            "not installed",
+            "pip install nvidia-ml-py (the gpu extra): without it devicebench reports no GPU utilisation, "
+            "power or energy, and this check cannot see the GPU's clocks or processes.",
+        )
     driver = nvml.driver_version()
     if driver is None:
-        return Check(None, SOFTWARE, "nvidia-ml-py", WARN, "installed, but NVML does not start",
-                     "NVML comes with the driver (libnvidia-ml.so): check that nvidia-smi works.")
+        return Check(
+            None,
+            SOFTWARE,
+            "nvidia-ml-py",
+            WARN,
+            "installed, but NVML does not start",
+            "NVML comes with the driver (libnvidia-ml.so): check that nvidia-smi works.",
+        )
     return Check(None, SOFTWARE, "nvidia-ml-py", PASS, f"installed; NVML answers (driver {driver})")
 
 
@@ -272,15 +334,27 @@ def xgboost_check() -> Check:
         xgboost = importlib.import_module("xgboost")
     except ImportError:
         if gpus:
-            return Check(None, SOFTWARE, "XGBoost", WARN, "not installed",
-                         "pip install 'devicebench[gbdt]' to run the gbdt workloads on the GPU.")
+            return Check(
+                None,
+                SOFTWARE,
+                "XGBoost",
+                WARN,
+                "not installed",
+                "pip install 'devicebench[gbdt]' to run the gbdt workloads on the GPU.",
+            )
         return Check(None, SOFTWARE, "XGBoost", PASS, "not installed (optional: the gbdt workloads need it)")
     with_cuda = bool(xgboost.build_info().get("USE_CUDA"))
     measured = f"XGBoost {xgboost.__version__}, built {'with' if with_cuda else 'without'} CUDA"
     if gpus and not with_cuda:
-        return Check(None, SOFTWARE, "XGBoost", WARN, measured,
-                     "Install the xgboost wheel from PyPI (built with CUDA on Linux x86-64), not xgboost-cpu: "
-                     "this one trains the gbdt workloads on the CPU even on a GPU.")
+        return Check(
+            None,
+            SOFTWARE,
+            "XGBoost",
+            WARN,
+            measured,
+            "Install the xgboost wheel from PyPI (built with CUDA on Linux x86-64), not xgboost-cpu: "
+            "this one trains the gbdt workloads on the CPU even on a GPU.",
+        )
     return Check(None, SOFTWARE, "XGBoost", PASS, measured)
 
 
@@ -307,9 +381,15 @@ def threads_check() -> Check:
     cores, counted = _usable_cores()
     measured = f"torch uses {threads} threads; {counted}"
     if threads > cores:
-        return Check(None, CPU, "threads", WARN, measured,
-                     f"Use {cores} threads (devicebench run --threads {cores}, or OMP_NUM_THREADS={cores}): threads "
-                     "beyond the cores share their vector units and slow the CPU's figures.")
+        return Check(
+            None,
+            CPU,
+            "threads",
+            WARN,
+            measured,
+            f"Use {cores} threads (devicebench run --threads {cores}, or OMP_NUM_THREADS={cores}): threads "
+            "beyond the cores share their vector units and slow the CPU's figures.",
+        )
     return Check(None, CPU, "threads", PASS, measured)
 
 
@@ -319,13 +399,18 @@ def isa_check() -> Check:
     used = host.isa_from_torch_capability(capability)
     present = host.cpu_isa()
     widest = next((flag for flag in VECTOR_ISA_FLAGS if present[flag]), None)
-    measured = f"torch's kernels use {capability}; the CPU's widest vector ISA is {widest or 'neither AVX2 nor AVX-512'}"
+    measured = (
+        f"torch's kernels use {capability}; the CPU's widest vector ISA is {widest or 'neither AVX2 nor AVX-512'}"
+    )
     if widest is None or used[widest]:
         return Check(None, CPU, "vector ISA", PASS, measured)
     forced = os.environ.get("ATEN_CPU_CAPABILITY")
-    cause = (f"ATEN_CPU_CAPABILITY={forced} lowers it: unset it" if forced else
-             "this PyTorch chose narrower kernels (its build lacks wider ones, or the CPU lacks a part of AVX-512 "
-             "they need): the CPU's figures understate it")
+    cause = (
+        f"ATEN_CPU_CAPABILITY={forced} lowers it: unset it"
+        if forced
+        else "this PyTorch chose narrower kernels (its build lacks wider ones, or the CPU lacks a part of AVX-512 "
+        "they need): the CPU's figures understate it"
+    )
     return Check(None, CPU, "vector ISA", WARN, measured, f"{cause[:1].upper()}{cause[1:]}.")
 
 
@@ -333,8 +418,14 @@ def bf16_check() -> Check:
     """Whether the CPU computes bf16 in hardware: information, a pass either way."""
     if devices.native_bf16(torch.device("cpu")):
         return Check(None, CPU, "bf16", PASS, "native (AVX-512 BF16 or AMX): bf16 matmuls run in hardware")
-    return Check(None, CPU, "bf16", PASS, "not native (no AVX-512 BF16 or AMX): bf16 would be emulated, slower than "
-                                          "fp32, so tuned runs keep fp32 on this CPU")
+    return Check(
+        None,
+        CPU,
+        "bf16",
+        PASS,
+        "not native (no AVX-512 BF16 or AMX): bf16 would be emulated, slower than "
+        "fp32, so tuned runs keep fp32 on this CPU",
+    )
 
 
 def load_check() -> Check:
@@ -343,9 +434,14 @@ def load_check() -> Check:
     cores = psutil.cpu_count(logical=True) or 1
     measured = f"1-minute load average {load:.2f} on {cores} logical cores"
     if load > cores * LOAD_BUSY_FRACTION:
-        return Check(None, CPU, "load from other processes", WARN,
-                     f"{measured}: other processes keep about {min(round(load), cores)} of them busy",
-                     "Stop other work (top shows it) before benchmarking the CPU: its figures will be low and vary.")
+        return Check(
+            None,
+            CPU,
+            "load from other processes",
+            WARN,
+            f"{measured}: other processes keep about {min(round(load), cores)} of them busy",
+            "Stop other work (top shows it) before benchmarking the CPU: its figures will be low and vary.",
+        )
     return Check(None, CPU, "load from other processes", PASS, measured)
 
 
@@ -376,8 +472,13 @@ def train_briefly(device: torch.device, seconds: float = WORK_S, watch: Stopwatc
     """Train a small MLP on `device` for at least `seconds`, its data made on the device, so nothing waits on the
     host but the launches."""
     watch = watch or Stopwatch(device)
-    model = nn.Sequential(nn.Linear(WORK_WIDTH, WORK_WIDTH), nn.ReLU(), nn.Linear(WORK_WIDTH, WORK_WIDTH), nn.ReLU(),
-                          nn.Linear(WORK_WIDTH, WORK_CLASSES)).to(device)
+    model = nn.Sequential(
+        nn.Linear(WORK_WIDTH, WORK_WIDTH),
+        nn.ReLU(),
+        nn.Linear(WORK_WIDTH, WORK_WIDTH),
+        nn.ReLU(),
+        nn.Linear(WORK_WIDTH, WORK_CLASSES),
+    ).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     batch = WORK_BATCH_CPU if device.type == "cpu" else WORK_BATCH_ACCELERATOR
     inputs = torch.randn(batch, WORK_WIDTH, device=device)
@@ -419,10 +520,18 @@ def work_checks(
     usage = watching.stop()  # the same Usage the with-block's exit took
     where = run.parameter_device
     on_device = (where.type, where.index or 0) == (device.type, device.index or 0)  # "mps" is "mps:0"
-    checks = [Check(str(device), WORK, "model on the device", PASS if on_device else FAIL,
-                    f"the parameters are on {where} after {run.steps} steps in {run.seconds:.2f} s",
-                    None if on_device else f"The model was asked for {device} but trained on {where}: "
-                                           "report this as a devicebench bug.")]
+    checks = [
+        Check(
+            str(device),
+            WORK,
+            "model on the device",
+            PASS if on_device else FAIL,
+            f"the parameters are on {where} after {run.steps} steps in {run.seconds:.2f} s",
+            None
+            if on_device
+            else f"The model was asked for {device} but trained on {where}: report this as a devicebench bug.",
+        )
+    ]
     if device.type == "cpu":
         return [*checks, _cpu_busy(device, usage)]
     checks.append(_device_busy(device, usage))
@@ -434,15 +543,33 @@ def work_checks(
 def _cpu_busy(device: torch.device, usage: Usage) -> Check:
     percent = usage.process_cpu_percent
     if percent is None:
-        return Check(str(device), WORK, "CPU busy", WARN, "the run was too short to tell",
-                     "Check again; if it repeats, the machine is too loaded to measure.")
+        return Check(
+            str(device),
+            WORK,
+            "CPU busy",
+            WARN,
+            "the run was too short to tell",
+            "Check again; if it repeats, the machine is too loaded to measure.",
+        )
     measured = f"this process used {percent:.0f}% of a core (100% = one core) while training"
     if percent < CPU_IDLE_MAX_PERCENT:
-        return Check(str(device), WORK, "CPU busy", FAIL, f"{measured}: the CPU stayed idle",
-                     "The training did not run on the CPU: report this as a devicebench bug.")
+        return Check(
+            str(device),
+            WORK,
+            "CPU busy",
+            FAIL,
+            f"{measured}: the CPU stayed idle",
+            "The training did not run on the CPU: report this as a devicebench bug.",
+        )
     if percent < CPU_STARVED_PERCENT:
-        return Check(str(device), WORK, "CPU busy", WARN, f"{measured}: less than half a core",
-                     "Other processes or a CPU quota (a container's) starve this one: the CPU's figures will be low.")
+        return Check(
+            str(device),
+            WORK,
+            "CPU busy",
+            WARN,
+            f"{measured}: less than half a core",
+            "Other processes or a CPU quota (a container's) starve this one: the CPU's figures will be low.",
+        )
     return Check(str(device), WORK, "CPU busy", PASS, measured)
 
 
@@ -450,12 +577,24 @@ def _device_busy(device: torch.device, usage: Usage) -> Check:
     percent = usage.device_utilization_percent
     if percent is None:
         note = "devicebench samples no AMD GPU" if torch.version.hip else usage.device_note
-        return Check(str(device), WORK, "device busy", WARN, f"cannot tell: {note}",
-                     "Without utilisation, only the parameters' device and the timing checks show the work landed.")
+        return Check(
+            str(device),
+            WORK,
+            "device busy",
+            WARN,
+            f"cannot tell: {note}",
+            "Without utilisation, only the parameters' device and the timing checks show the work landed.",
+        )
     measured = f"{percent:.0f}% busy while training"
     if percent < GPU_BUSY_MIN_PERCENT:
-        return Check(str(device), WORK, "device busy", FAIL, f"{measured}: the work stayed off the GPU",
-                     "Check that CUDA_VISIBLE_DEVICES names this GPU and that NVML and PyTorch see the same one.")
+        return Check(
+            str(device),
+            WORK,
+            "device busy",
+            FAIL,
+            f"{measured}: the work stayed off the GPU",
+            "Check that CUDA_VISIBLE_DEVICES names this GPU and that NVML and PyTorch see the same one.",
+        )
     return Check(str(device), WORK, "device busy", PASS, measured)
 
 
@@ -467,24 +606,47 @@ def _process_listed(
     try:
         listed = process_ids(device)
     except nvml.NvmlUnavailable as reason:
-        return Check(str(device), WORK, "process on the device", WARN, f"cannot tell: {reason}",
-                     "Without NVML's process list, the utilisation above tells whether the work landed.")
+        return Check(
+            str(device),
+            WORK,
+            "process on the device",
+            WARN,
+            f"cannot tell: {reason}",
+            "Without NVML's process list, the utilisation above tells whether the work landed.",
+        )
     own = os.getpid()
     others = sorted(listed - {own})
     shown = ", ".join(map(str, others))
     if own in listed:
         if others:
-            return Check(str(device), WORK, "process on the device", WARN,
-                         f"this process ({own}) and {len(others)} other(s) compute on it: {shown}",
-                         "Another process shares the GPU: its figures will be low and vary. nvidia-smi names them.")
+            return Check(
+                str(device),
+                WORK,
+                "process on the device",
+                WARN,
+                f"this process ({own}) and {len(others)} other(s) compute on it: {shown}",
+                "Another process shares the GPU: its figures will be low and vary. nvidia-smi names them.",
+            )
         return Check(str(device), WORK, "process on the device", PASS, f"this process ({own}), alone")
     absent = f"this process ({own}) is not in the device's list ({shown or 'empty'})"
     if busy_percent is not None and busy_percent < GPU_BUSY_MIN_PERCENT:
-        return Check(str(device), WORK, "process on the device", FAIL, f"{absent} and the GPU stayed idle",
-                     "The work did not reach this GPU: check the PyTorch build and CUDA_VISIBLE_DEVICES.")
-    return Check(str(device), WORK, "process on the device", WARN, absent,
-                 "A container's own process IDs hide it from NVML (docker --pid=host shows it); the utilisation "
-                 "above tells whether the work landed.")
+        return Check(
+            str(device),
+            WORK,
+            "process on the device",
+            FAIL,
+            f"{absent} and the GPU stayed idle",
+            "The work did not reach this GPU: check the PyTorch build and CUDA_VISIBLE_DEVICES.",
+        )
+    return Check(
+        str(device),
+        WORK,
+        "process on the device",
+        WARN,
+        absent,
+        "A container's own process IDs hide it from NVML (docker --pid=host shows it); the utilisation "
+        "above tells whether the work landed.",
+    )
 
 
 # --- timing ---------------------------------------------------------------------------------------------------
@@ -509,29 +671,55 @@ def timing_check(
     queued_s = watch.host_now() - start  # the host's time to queue the work
     synchronized_s = watch.now() - start  # until the device finished it
     tflops = TIMING_PRODUCTS * 2 * size**3 / synchronized_s / 1e12  # each n^2 outputs costs n multiplies and n adds
-    measured = (f"{TIMING_PRODUCTS} fp32 products of {size}x{size}: synchronized {synchronized_s * 1e3:.1f} ms, "
-                f"unsynchronized {queued_s * 1e3:.1f} ms ({tflops:.2f} TFLOP/s)")
+    measured = (
+        f"{TIMING_PRODUCTS} fp32 products of {size}x{size}: synchronized {synchronized_s * 1e3:.1f} ms, "
+        f"unsynchronized {queued_s * 1e3:.1f} ms ({tflops:.2f} TFLOP/s)"
+    )
     if device.type == "cpu":
-        return Check(str(device), TIMING, "synchronized clock", PASS,
-                     f"{measured}: CPU kernels finish before they return, so the two agree")
+        return Check(
+            str(device),
+            TIMING,
+            "synchronized clock",
+            PASS,
+            f"{measured}: CPU kernels finish before they return, so the two agree",
+        )
     sheet = datasheet_for(devices.device_name(device))
     peak = max(filter(None, (sheet.fp32_tflops, sheet.tf32_tflops))) if sheet else None  # whatever TF32's setting
-    broken = ("The clock did not wait for the device: synchronize() returned before the work finished, so every "
-              "timing on this device is too fast. Report it with this PyTorch version and device.")
+    broken = (
+        "The clock did not wait for the device: synchronize() returned before the work finished, so every "
+        "timing on this device is too fast. Report it with this PyTorch version and device."
+    )
     if peak is not None and tflops > peak * PEAK_TOLERANCE:
-        return Check(str(device), TIMING, "synchronized clock", FAIL,
-                     f"{measured}: above the datasheet's {peak:g} TFLOP/s", broken)
+        return Check(
+            str(device),
+            TIMING,
+            "synchronized clock",
+            FAIL,
+            f"{measured}: above the datasheet's {peak:g} TFLOP/s",
+            broken,
+        )
     if synchronized_s < queued_s * SYNC_OVER_ENQUEUE_MIN:
         if peak is None:
-            return Check(str(device), TIMING, "synchronized clock", FAIL,
-                         f"{measured}: no longer than queueing the work", broken)
-        return Check(str(device), TIMING, "synchronized clock", WARN,
-                     f"{measured}: the host waited for the work while queueing it",
-                     "The timings hold, but each launch waits for the last (CUDA_LAUNCH_BLOCKING=1?): the device "
-                     "idles between kernels. Unset it for benchmarks.")
-    return Check(str(device), TIMING, "synchronized clock", PASS,
-                 f"{measured}: the device's work outlasts its queueing" +
-                 (f", within the datasheet's {peak:g} TFLOP/s" if peak else ""))
+            return Check(
+                str(device), TIMING, "synchronized clock", FAIL, f"{measured}: no longer than queueing the work", broken
+            )
+        return Check(
+            str(device),
+            TIMING,
+            "synchronized clock",
+            WARN,
+            f"{measured}: the host waited for the work while queueing it",
+            "The timings hold, but each launch waits for the last (CUDA_LAUNCH_BLOCKING=1?): the device "
+            "idles between kernels. Unset it for benchmarks.",
+        )
+    return Check(
+        str(device),
+        TIMING,
+        "synchronized clock",
+        PASS,
+        f"{measured}: the device's work outlasts its queueing"
+        + (f", within the datasheet's {peak:g} TFLOP/s" if peak else ""),
+    )
 
 
 def _square_product(device: torch.device, size: int) -> Callable[[], object]:
@@ -558,6 +746,7 @@ def ceiling_checks(
     announce = progress or (lambda step: None)
     gpu = _NvidiaGpu.open(device) if _is_nvidia(device) else None
     try:
+
         def step(name: str) -> None:
             announce(name)
             if gpu:
@@ -576,29 +765,66 @@ def ceiling_checks(
 def _datasheet_checks(device: torch.device, ceilings: DeviceCeilings) -> list[Check]:
     sheet = datasheet_for(ceilings.device_name)
     product = sheet.product if sheet else None
-    checks = [_against_datasheet(device, f"matmul {precision}", measured, f"{measured.size}x{measured.size}",
-                                 sheet.tflops(precision) if sheet else None, "TFLOP/s", product)
-              for precision, measured in ceilings.matmul.items()]
+    checks = [
+        _against_datasheet(
+            device,
+            f"matmul {precision}",
+            measured,
+            f"{measured.size}x{measured.size}",
+            sheet.tflops(precision) if sheet else None,
+            "TFLOP/s",
+            product,
+        )
+        for precision, measured in ceilings.matmul.items()
+    ]
     copy = ceilings.memory_copy
-    checks.append(_against_datasheet(device, "memory copy", copy, f"{copy.size / host.BYTES_PER_MIB:,.0f} MiB",
-                                     sheet.memory_gb_s if sheet else None, "GB/s", product))
+    checks.append(
+        _against_datasheet(
+            device,
+            "memory copy",
+            copy,
+            f"{copy.size / host.BYTES_PER_MIB:,.0f} MiB",
+            sheet.memory_gb_s if sheet else None,
+            "GB/s",
+            product,
+        )
+    )
     return checks
 
 
-def _against_datasheet(device: torch.device, name: str, measured: Measurement, size: str, promised: float | None,
-                       unit: str, product: str | None) -> Check:
+def _against_datasheet(
+    device: torch.device,
+    name: str,
+    measured: Measurement,
+    size: str,
+    promised: float | None,
+    unit: str,
+    product: str | None,
+) -> Check:
     figure = f"{measured.rate:,.2f} {unit} ({size})"
     if promised is None:
         return Check(str(device), CEILINGS, name, PASS, f"{figure}; no datasheet to compare")
     fraction = measured.rate / promised
     measured_text = f"{figure}, {fraction:.0%} of the {product} datasheet's {promised:,g} {unit}"
     if fraction > PEAK_TOLERANCE:
-        return Check(str(device), CEILINGS, name, FAIL, measured_text,
-                     "Faster than the hardware can go: the clock did not wait for the device. See the timing check.")
+        return Check(
+            str(device),
+            CEILINGS,
+            name,
+            FAIL,
+            measured_text,
+            "Faster than the hardware can go: the clock did not wait for the device. See the timing check.",
+        )
     if fraction < CEILING_LOW_FRACTION:
-        return Check(str(device), CEILINGS, name, WARN, measured_text,
-                     "Below its rating: throttled (temperature, clocks), a lowered power limit, a MIG slice or another "
-                     "process sharing the GPU (nvidia-smi shows each). `devicebench calibrate` measures it longer.")
+        return Check(
+            str(device),
+            CEILINGS,
+            name,
+            WARN,
+            measured_text,
+            "Below its rating: throttled (temperature, clocks), a lowered power limit, a MIG slice or another "
+            "process sharing the GPU (nvidia-smi shows each). `devicebench calibrate` measures it longer.",
+        )
     return Check(str(device), CEILINGS, name, PASS, measured_text)
 
 
@@ -609,9 +835,17 @@ def _host_to_device_checks(device: torch.device, ceilings: DeviceCeilings) -> li
     measured = ", ".join(f"{kind} {taken.rate:,.1f} GB/s" for kind, taken in copies.items())
     pinned, pageable = copies.get("pinned"), copies.get("pageable")
     if pinned and pageable and pinned.rate <= pageable.rate:
-        return [Check(str(device), CEILINGS, "host to device", WARN, f"{measured}: pinned memory is no faster",
-                      "Pinned copies go straight to the GPU's DMA engines and should be faster: an IOMMU, a "
-                      "virtualised GPU or a narrow PCIe link slows them (see the PCIe row).")]
+        return [
+            Check(
+                str(device),
+                CEILINGS,
+                "host to device",
+                WARN,
+                f"{measured}: pinned memory is no faster",
+                "Pinned copies go straight to the GPU's DMA engines and should be faster: an IOMMU, a "
+                "virtualised GPU or a narrow PCIe link slows them (see the PCIe row).",
+            )
+        ]
     return [Check(str(device), CEILINGS, "host to device", PASS, measured)]
 
 
@@ -655,31 +889,60 @@ class _NvidiaGpu:
             return Check(str(device), CEILINGS, name, WARN if low else PASS, measured, advice if low else None)
 
         found = []
-        clock, top_clock = self._busiest.get("sm_clock_mhz"), self.read("nvmlDeviceGetMaxClockInfo",
-                                                                         self._nvml.NVML_CLOCK_SM)
+        clock, top_clock = (
+            self._busiest.get("sm_clock_mhz"),
+            self.read("nvmlDeviceGetMaxClockInfo", self._nvml.NVML_CLOCK_SM),
+        )
         if clock is not None and top_clock:
             measured = f"{clock} MHz under load, of {top_clock} MHz at most"
-            found.append(row("SM clock", measured, clock < top_clock * CLOCK_LOW_FRACTION,
-                             "The GPU is throttled (temperature, power) or its clocks are locked low (nvidia-smi -q "
-                             "-d PERFORMANCE says why; nvidia-smi -rgc resets locked clocks)."))
+            found.append(
+                row(
+                    "SM clock",
+                    measured,
+                    clock < top_clock * CLOCK_LOW_FRACTION,
+                    "The GPU is throttled (temperature, power) or its clocks are locked low (nvidia-smi -q "
+                    "-d PERFORMANCE says why; nvidia-smi -rgc resets locked clocks).",
+                )
+            )
         temperature = self._busiest.get("temperature_c")
         if temperature is not None:
             slowdown = self.read("nvmlDeviceGetTemperatureThreshold", self._nvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)
             hot = slowdown is not None and temperature >= slowdown - TEMPERATURE_MARGIN_C
-            found.append(row("temperature", f"{temperature} °C under load" + (
-                f", slowdown at {slowdown} °C" if slowdown is not None else ""), hot,
-                "The GPU is about to slow itself down: check its cooling (airflow, fans, the room)."))
-        limit, default = self.read("nvmlDeviceGetEnforcedPowerLimit"), self.read(
-            "nvmlDeviceGetPowerManagementDefaultLimit")
+            found.append(
+                row(
+                    "temperature",
+                    f"{temperature} °C under load" + (f", slowdown at {slowdown} °C" if slowdown is not None else ""),
+                    hot,
+                    "The GPU is about to slow itself down: check its cooling (airflow, fans, the room).",
+                )
+            )
+        limit, default = (
+            self.read("nvmlDeviceGetEnforcedPowerLimit"),
+            self.read("nvmlDeviceGetPowerManagementDefaultLimit"),
+        )
         if limit is not None and default is not None:
-            found.append(row("power limit", f"{limit / 1000:g} W, default {default / 1000:g} W", limit < default,
-                             f"The power cap was lowered: `nvidia-smi -pl {default / 1000:g}` restores it (root)."))
+            found.append(
+                row(
+                    "power limit",
+                    f"{limit / 1000:g} W, default {default / 1000:g} W",
+                    limit < default,
+                    f"The power cap was lowered: `nvidia-smi -pl {default / 1000:g}` restores it (root).",
+                )
+            )
         width, top_width = self._busiest.get("pcie_width"), self.read("nvmlDeviceGetMaxPcieLinkWidth")
         if width is not None and top_width is not None:
-            generation, top_generation = self._busiest.get("pcie_generation"), self.read(
-                "nvmlDeviceGetMaxPcieLinkGeneration")
-            generations = (f"gen {generation} of {top_generation}, " if generation and top_generation else "")
-            found.append(row("PCIe link", f"{generations}x{width} of x{top_width}", width < top_width,
-                             "The link runs narrower than the card allows: reseat it in a full-width slot, or check "
-                             "the BIOS's bifurcation setting. Host-to-device copies are slower by as much."))
+            generation, top_generation = (
+                self._busiest.get("pcie_generation"),
+                self.read("nvmlDeviceGetMaxPcieLinkGeneration"),
+            )
+            generations = f"gen {generation} of {top_generation}, " if generation and top_generation else ""
+            found.append(
+                row(
+                    "PCIe link",
+                    f"{generations}x{width} of x{top_width}",
+                    width < top_width,
+                    "The link runs narrower than the card allows: reseat it in a full-width slot, or check "
+                    "the BIOS's bifurcation setting. Host-to-device copies are slower by as much.",
+                )
+            )
         return found

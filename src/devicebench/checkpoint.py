@@ -33,8 +33,16 @@ from devicebench.workloads.outputs import class_probabilities
 CHECKPOINT_FORMAT = "devicebench-checkpoint"
 CHECKPOINT_VERSION = 1
 # What `load_checkpoint` reads, and the type each must have: a file from someone else may hold anything.
-PAYLOAD_TYPES = {"workload": str, "hyperparameters": dict, "state_dict": dict, "image_shape": list,
-                 "preprocessing": dict, "output": str, "class_names": list, "trained": dict}
+PAYLOAD_TYPES = {
+    "workload": str,
+    "hyperparameters": dict,
+    "state_dict": dict,
+    "image_shape": list,
+    "preprocessing": dict,
+    "output": str,
+    "class_names": list,
+    "trained": dict,
+}
 SAVE_AGAIN = "save the model again with `devicebench run WORKLOAD --save FILE`"
 # The most bytes `predict` reads from one image file: 64 MiB, some 10 times a 24-megapixel camera JPEG. A larger
 # file (or a device such as /dev/zero, which never ends) is refused before its bytes are read.
@@ -111,8 +119,10 @@ def save_checkpoint(
     except OSError as error:
         with contextlib.suppress(OSError):  # what could not be written is not left behind; if it can be removed
             partial.unlink(missing_ok=True)
-        raise CheckpointNotSaved(f"could not save the model to {path}: {(error.strerror or str(error)).lower()}; "
-                                 "the run itself finished and is kept") from None
+        raise CheckpointNotSaved(
+            f"could not save the model to {path}: {(error.strerror or str(error)).lower()}; "
+            "the run itself finished and is kept"
+        ) from None
 
 
 def load_checkpoint(path: str | Path) -> Checkpoint:
@@ -122,8 +132,9 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     try:
         require_regular_file(path, "the checkpoint")
     except FileNotFoundError:
-        raise CheckpointError(f"{path}: no such file; write one with `devicebench run WORKLOAD --save {path}`") \
-            from None
+        raise CheckpointError(
+            f"{path}: no such file; write one with `devicebench run WORKLOAD --save {path}`"
+        ) from None
     except UnusableFile as error:
         raise CheckpointError(str(error)) from None
     except OSError as error:  # a name the system refuses to look up: longer than it allows, say
@@ -139,15 +150,19 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         ) from None
     # the safe unpickler meeting text or junk raises IndexError or KeyError as well
     except (RuntimeError, EOFError, OSError, ValueError, IndexError, KeyError) as error:
-        raise CheckpointError(f"{path}: damaged, or not a PyTorch checkpoint ({_first_line(error)}); "
-                              f"{SAVE_AGAIN}") from None
+        raise CheckpointError(
+            f"{path}: damaged, or not a PyTorch checkpoint ({_first_line(error)}); {SAVE_AGAIN}"
+        ) from None
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointError(f"{path}: not a devicebench checkpoint (written by `devicebench run --save`?)")
     if payload.get("version") != CHECKPOINT_VERSION:
-        raise CheckpointError(f"{path}: checkpoint version {payload.get('version')}; this devicebench reads "
-                              f"version {CHECKPOINT_VERSION}: upgrade devicebench")
-    wrong = [f"{key} (want {kind.__name__})" for key, kind in PAYLOAD_TYPES.items()
-             if not isinstance(payload.get(key), kind)]
+        raise CheckpointError(
+            f"{path}: checkpoint version {payload.get('version')}; this devicebench reads "
+            f"version {CHECKPOINT_VERSION}: upgrade devicebench"
+        )
+    wrong = [
+        f"{key} (want {kind.__name__})" for key, kind in PAYLOAD_TYPES.items() if not isinstance(payload.get(key), kind)
+    ]
     if wrong:
         raise CheckpointError(f"{path}: missing or malformed {', '.join(wrong)}; {SAVE_AGAIN}")
     try:
@@ -155,19 +170,22 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     except KeyError as error:
         raise CheckpointError(f"{path}: {error.args[0]}") from None
     if workload.trainer is not None or workload.image_shape is None or workload.load_data is not None:
-        raise CheckpointError(f"{path}: workload {workload.name} is not an image model devicebench saves; "
-                              f"{SAVE_AGAIN}")
+        raise CheckpointError(f"{path}: workload {workload.name} is not an image model devicebench saves; {SAVE_AGAIN}")
     image_shape = tuple(payload["image_shape"])
     if image_shape != workload.image_shape:  # images are resized to it: a made-up size could be any size at all
-        raise CheckpointError(f"{path}: images of shape {image_shape}, but {workload.name} takes "
-                              f"{workload.image_shape}; {SAVE_AGAIN}")
+        raise CheckpointError(
+            f"{path}: images of shape {image_shape}, but {workload.name} takes {workload.image_shape}; {SAVE_AGAIN}"
+        )
     if payload["output"] not in get_args(OutputKind) or payload["output"] != workload.output:
-        raise CheckpointError(f"{path}: output {payload['output']!r}, but {workload.name}'s output is "
-                              f"{workload.output!r} (known kinds: {', '.join(get_args(OutputKind))}); {SAVE_AGAIN}")
+        raise CheckpointError(
+            f"{path}: output {payload['output']!r}, but {workload.name}'s output is "
+            f"{workload.output!r} (known kinds: {', '.join(get_args(OutputKind))}); {SAVE_AGAIN}"
+        )
     bad_names = [name for name in payload["class_names"] if not isinstance(name, str)]
     if bad_names:
-        raise CheckpointError(f"{path}: class_names holds {type(bad_names[0]).__name__} {bad_names[0]!r}, not "
-                              f"text; {SAVE_AGAIN}")
+        raise CheckpointError(
+            f"{path}: class_names holds {type(bad_names[0]).__name__} {bad_names[0]!r}, not text; {SAVE_AGAIN}"
+        )
     try:
         hyperparameters = workload.typed_hyperparameters(payload["hyperparameters"])
     except ValueError as error:
@@ -184,8 +202,10 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         model.load_state_dict(payload["state_dict"])
         preprocessing = rebuild(payload["preprocessing"])
     except (RuntimeError, TypeError, ValueError, KeyError) as error:
-        raise CheckpointError(f"{path}: its settings or weights do not fit {workload.name} as this devicebench "
-                              f"builds it ({_first_line(error)}); {SAVE_AGAIN}") from None
+        raise CheckpointError(
+            f"{path}: its settings or weights do not fit {workload.name} as this devicebench "
+            f"builds it ({_first_line(error)}); {SAVE_AGAIN}"
+        ) from None
     return Checkpoint(
         model=model.eval(),
         workload=workload.name,
@@ -211,8 +231,10 @@ def _check_weights(path: Path, workload: Workload, weights: dict, expected: dict
         if not isinstance(tensor, torch.Tensor):
             raise CheckpointError(f"{unfit} {name!r} is {type(tensor).__name__}, not a tensor; {SAVE_AGAIN}")
         if tensor.shape != want.shape or tensor.dtype != want.dtype:
-            raise CheckpointError(f"{unfit} {name!r} is {tensor.dtype} {tuple(tensor.shape)}, where the model has "
-                                  f"{want.dtype} {tuple(want.shape)}; {SAVE_AGAIN}")
+            raise CheckpointError(
+                f"{unfit} {name!r} is {tensor.dtype} {tuple(tensor.shape)}, where the model has "
+                f"{want.dtype} {tuple(want.shape)}; {SAVE_AGAIN}"
+            )
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
             raise CheckpointError(f"{unfit} {name!r} holds NaN or infinite values; {SAVE_AGAIN}")
 
@@ -224,8 +246,10 @@ def read_image_file(path: str | Path) -> bytes:
     with open(path, "rb") as file:
         data = file.read(MAX_IMAGE_BYTES + 1)  # never more, whatever the file grows to while it is read
     if len(data) > MAX_IMAGE_BYTES:
-        raise UnusableFile(f"{path}: larger than {MAX_IMAGE_BYTES // 2**20} MiB, the most devicebench reads from "
-                           "one image; is it an image?")
+        raise UnusableFile(
+            f"{path}: larger than {MAX_IMAGE_BYTES // 2**20} MiB, the most devicebench reads from "
+            "one image; is it an image?"
+        )
     return data
 
 
@@ -251,12 +275,14 @@ def predict(checkpoint: Checkpoint, paths: list[str | Path], *, inputs=prepare) 
             probabilities = class_probabilities(checkpoint.model(batch), checkpoint.output)[0].tolist()
         best = max(range(len(probabilities)), key=probabilities.__getitem__)
         names = _names(checkpoint, len(probabilities))
-        predictions.append(Prediction(
-            str(path),
-            class_name=names[best],
-            probability=probabilities[best],
-            probabilities=dict(zip(names, probabilities)),
-        ))
+        predictions.append(
+            Prediction(
+                str(path),
+                class_name=names[best],
+                probability=probabilities[best],
+                probabilities=dict(zip(names, probabilities)),
+            )
+        )
     return predictions
 
 

@@ -82,8 +82,11 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         self._check_own_model()
-        for flag, value, choices in (("--mode", self.mode, MODES), ("--precision", self.precision, PRECISIONS),
-                                     ("--compile", self.compile, COMPILE_CHOICES)):
+        for flag, value, choices in (
+            ("--mode", self.mode, MODES),
+            ("--precision", self.precision, PRECISIONS),
+            ("--compile", self.compile, COMPILE_CHOICES),
+        ):
             if value not in choices:
                 raise ConfigError(f"unknown {flag} {value!r}; choose one of: {', '.join(choices)}")
         if self.nproc < 1 or self.nnodes < 1:
@@ -97,13 +100,16 @@ class RunConfig:
             raise ConfigError("--batch-size is either a number or auto, not both")
         if self.mode == "seed" and (self.precision, self.compile) != ("auto", "auto"):
             given = "--precision" if self.precision != "auto" else "--compile"
-            raise ConfigError(f"{given} is a tuned-mode choice; seed mode trains in fp32, eager, as the seeds did. "
-                              f"Add --mode tuned")
+            raise ConfigError(
+                f"{given} is a tuned-mode choice; seed mode trains in fp32, eager, as the seeds did. Add --mode tuned"
+            )
         if self.suite is not None and self.suite not in SUITES:
             raise ConfigError(f"unknown suite {self.suite!r}; choose one of: {', '.join(SUITES)}")
         if self.data not in DATA_CHOICES and self.model is None:
-            raise ConfigError(f"unknown data source {self.data!r}; choose one of: {', '.join(DATA_CHOICES)}, or "
-                              "MODULE:FUNCTION with --model")
+            raise ConfigError(
+                f"unknown data source {self.data!r}; choose one of: {', '.join(DATA_CHOICES)}, or "
+                "MODULE:FUNCTION with --model"
+            )
         if self.data == "real" and self.model is None:
             self._check_real_data()
         for name in ("epochs", "batch_size", "max_steps", "max_eval_steps", "repeats", "threads"):
@@ -116,8 +122,10 @@ class RunConfig:
         if self.budget_s is not None and not 0 < self.budget_s < float("inf"):
             raise ConfigError(f"--budget must be a positive time such as 90s, 5m or 1h30m, got {self.budget_s} s")
         if self.budget_s is not None and self.nproc * self.nnodes > 1:
-            raise ConfigError("--budget sizes the runs of a single process; with --nproc or --nnodes give --epochs "
-                              "and --max-steps instead")
+            raise ConfigError(
+                "--budget sizes the runs of a single process; with --nproc or --nnodes give --epochs "
+                "and --max-steps instead"
+            )
         if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
             raise ConfigError(
                 f"--target-accuracy is a fraction in (0, 1], got {self.target_accuracy} (write 0.98 for 98%)"
@@ -132,14 +140,20 @@ class RunConfig:
         for name in ("epochs", "batch_size", "max_steps", "max_eval_steps", "repeats", "seed", "nproc", "nnodes"):
             value = getattr(self, name)
             if value is not None and value > LARGEST_WHOLE_NUMBER:
-                raise ConfigError(f"--{name.replace('_', '-')} {value} is too large: at most {LARGEST_WHOLE_NUMBER}, "
-                                  "the largest whole number the results database stores")
+                raise ConfigError(
+                    f"--{name.replace('_', '-')} {value} is too large: at most {LARGEST_WHOLE_NUMBER}, "
+                    "the largest whole number the results database stores"
+                )
         cores = os.cpu_count() or 1
-        for flag, value, what in (("--threads", self.threads, "threads"), ("--workers", self.workers,
-                                                                          "loader processes")):
+        for flag, value, what in (
+            ("--threads", self.threads, "threads"),
+            ("--workers", self.workers, "loader processes"),
+        ):
             if value is not None and value > cores:
-                raise ConfigError(f"{flag} {value} is more than this machine's {cores} logical cores, and more {what} "
-                                  f"than cores only compete for them; use {flag} {cores} or less")
+                raise ConfigError(
+                    f"{flag} {value} is more than this machine's {cores} logical cores, and more {what} "
+                    f"than cores only compete for them; use {flag} {cores} or less"
+                )
 
     def _check_real_data(self) -> None:
         """--data real on a dataset devicebench cannot download (ImageNet) needs --data-dir, a folder of its images:
@@ -154,32 +168,40 @@ class RunConfig:
         own_flags = ("--loss", self.loss != "cross_entropy"), ("--optimizer", self.optimizer != "adam")
         if self.model is None:
             if ":" in self.data:
-                raise ConfigError(f"--data {self.data} gives data for a model of your own: add --model "
-                                  "MODULE:FUNCTION (a workload's own data comes from --data-dir)")
+                raise ConfigError(
+                    f"--data {self.data} gives data for a model of your own: add --model "
+                    "MODULE:FUNCTION (a workload's own data comes from --data-dir)"
+                )
             for flag, given in own_flags:
                 if given:
-                    raise ConfigError(f"{flag} is for a model of your own (--model); a workload trains with its "
-                                      "seed's (change its parameters with --set)")
+                    raise ConfigError(
+                        f"{flag} is for a model of your own (--model); a workload trains with its "
+                        "seed's (change its parameters with --set)"
+                    )
             return
         if self.workloads:
             raise ConfigError("name workloads or give --model, not both: run them one after the other")
         if ":" not in self.data:
-            raise ConfigError(f"--model needs --data MODULE:FUNCTION, a function that returns your data (not "
-                              f"--data {self.data})")
+            raise ConfigError(
+                f"--model needs --data MODULE:FUNCTION, a function that returns your data (not --data {self.data})"
+            )
 
     def _check_distributable(self) -> None:
         """What several processes cannot do yet, refused before any process starts."""
         if self.mode == "tuned" or self.batch_size_auto:
-            raise ConfigError("--nproc trains in seed mode at a fixed batch size for now; drop --mode tuned and "
-                              "--batch-size auto")
+            raise ConfigError(
+                "--nproc trains in seed mode at a fixed batch size for now; drop --mode tuned and --batch-size auto"
+            )
         world = self.nproc * self.nnodes
         for workload in self.selected_workloads():
             if workload.trainer is not None:
                 raise ConfigError(f"{workload.name} is not a torch model: it cannot train in several processes")
             batch = self.batch_size_for(workload)
             if not self.per_device_batch and batch % world:
-                raise ConfigError(f"{workload.name}'s global batch of {batch} does not split evenly over {world} "
-                                  f"processes; give --batch-size a multiple of {world}, or --per-device-batch")
+                raise ConfigError(
+                    f"{workload.name}'s global batch of {batch} does not split evenly over {world} "
+                    f"processes; give --batch-size a multiple of {world}, or --per-device-batch"
+                )
 
     def _check_buildable(self, workload: Workload) -> None:
         """Build the model on the meta device (no memory) so that a value it refuses fails now, not mid-suite."""
@@ -239,8 +261,9 @@ class RunConfig:
         """The suite's workloads this installation cannot run, each with what it needs."""
         if self.workloads or self.model:
             return []
-        return [(entry, entry.requires()) for entry in list_workloads()
-                if entry.in_suites and entry.requires() is not None]
+        return [
+            (entry, entry.requires()) for entry in list_workloads() if entry.in_suites and entry.requires() is not None
+        ]
 
     def overrides_for(self, workload: Workload) -> dict[str, Any]:
         """The `--set` values for `workload`, each converted to the type of the parameter's default."""
@@ -252,9 +275,10 @@ class RunConfig:
                 raise ConfigError(f"--set {item!r} is not KEY=VALUE; write e.g. --set learning_rate=0.001")
             if name not in workload.defaults:
                 listed = workload.origin != OWN_ORIGIN  # a user's model is not in `devicebench list`
-                raise ConfigError(f"{workload.name} has no parameter {name!r}; its parameters: "
-                                  f"{', '.join(workload.defaults)}"
-                                  + (f" (see `devicebench list {workload.name}`)" if listed else ""))
+                raise ConfigError(
+                    f"{workload.name} has no parameter {name!r}; its parameters: "
+                    f"{', '.join(workload.defaults)}" + (f" (see `devicebench list {workload.name}`)" if listed else "")
+                )
             if name in parsed:
                 raise ConfigError(f"--set {name} is given twice")
             parsed[name] = _parameter_value(workload, name, text.strip())
@@ -327,15 +351,20 @@ def _parameter_value(workload: Workload, name: str, text: str) -> Any:
         else:
             value = text
     except ValueError:
-        raise ConfigError(f"--set {name}={text!r}: {workload.name}'s {name} is a {kind.__name__} "
-                          f"(its default is {default!r})") from None
+        raise ConfigError(
+            f"--set {name}={text!r}: {workload.name}'s {name} is a {kind.__name__} (its default is {default!r})"
+        ) from None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if isinstance(value, int) and value > LARGEST_WHOLE_NUMBER:
-            raise ConfigError(f"--set {name}={text!r} is too large: at most {LARGEST_WHOLE_NUMBER}, the largest whole "
-                              "number the results database stores")
+            raise ConfigError(
+                f"--set {name}={text!r} is too large: at most {LARGEST_WHOLE_NUMBER}, the largest whole "
+                "number the results database stores"
+            )
         if not math.isfinite(value) or value < 0 or (name in ("batch_size", "epochs") and value < 1):
-            raise ConfigError(f"--set {name}={text!r}: must be a finite number"
-                              f"{' of at least 1' if name in ('batch_size', 'epochs') else ', zero or more'}")
+            raise ConfigError(
+                f"--set {name}={text!r}: must be a finite number"
+                f"{' of at least 1' if name in ('batch_size', 'epochs') else ', zero or more'}"
+            )
         if name in FLOAT_BOUNDS:
             lowest, lowest_allowed, highest, rule = FLOAT_BOUNDS[name]
             if not (value >= lowest if lowest_allowed else value > lowest) or value > highest:

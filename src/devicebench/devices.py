@@ -61,12 +61,16 @@ def resolve_devices(spec: str) -> list[torch.device]:
 # Windows), and on a GPU an allocation that fails inside a library or a kernel launch ("CUDA error: out of memory",
 # HIP's and MPS's own wording) or inside cuBLAS, cuDNN or MIOpen, which report it as a status code
 _HOST_OUT_OF_MEMORY = ("can't allocate memory", "not enough memory")
-_DEVICE_OUT_OF_MEMORY = ("out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED",
-                         "miopenStatusAllocFailed")
+_DEVICE_OUT_OF_MEMORY = (
+    "out of memory",
+    "CUBLAS_STATUS_ALLOC_FAILED",
+    "CUDNN_STATUS_ALLOC_FAILED",
+    "miopenStatusAllocFailed",
+)
 
 
 def out_of_memory(error: BaseException) -> str | None:
-    """"device" or "host" when `error` is that running out of memory, else None. Looks through the chain of causes,
+    """ "device" or "host" when `error` is that running out of memory, else None. Looks through the chain of causes,
     because torch.compile wraps an error raised while compiling (Dynamo's BackendCompilerFailed, say) around it."""
     seen: set[int] = set()
     link: BaseException | None = error

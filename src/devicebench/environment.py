@@ -150,5 +150,3 @@ def _describe_common(device: torch.device, memory_total_bytes: int | None) -> di
         "name": devices.device_name(device),
         "memory_total_mib": None if memory_total_bytes is None else memory_total_bytes // host.BYTES_PER_MIB,
     }
-
-

@@ -84,41 +84,68 @@ class BudgetAccount:
         fewest = _longest_first([run for run in self.runs if run.fewest_epochs is not None])
         sized = [run for run in self.runs if run.share_s is not None and run.fewest_epochs is None]
         worst = max(sized, key=lambda run: run.over_s, default=None)
-        taken = {name: seconds for name, seconds, runs in (
-            ("unsized", sum(run.spent_s for run in unsized), unsized),
-            ("fewest", sum(run.spent_s for run in fewest), fewest),
-            ("worst", worst.over_s if worst is not None else 0.0, sized)) if runs}
+        taken = {
+            name: seconds
+            for name, seconds, runs in (
+                ("unsized", sum(run.spent_s for run in unsized), unsized),
+                ("fewest", sum(run.spent_s for run in fewest), fewest),
+                ("worst", worst.over_s if worst is not None else 0.0, sized),
+            )
+            if runs
+        }
         cause = max(taken, key=taken.get)
         if cause == "unsized":
-            what = (f"{unsized[0].label} trains on a trainer of its own, which no budget sizes, and took "
-                    f"{_seconds(unsized[0].spent_s)}" if len(unsized) == 1 else
-                    f"{len(unsized)} runs on trainers of their own, which no budget sizes, took "
-                    f"{_seconds(taken['unsized'])} ({_listed(unsized)})")
+            what = (
+                f"{unsized[0].label} trains on a trainer of its own, which no budget sizes, and took "
+                f"{_seconds(unsized[0].spent_s)}"
+                if len(unsized) == 1
+                else f"{len(unsized)} runs on trainers of their own, which no budget sizes, took "
+                f"{_seconds(taken['unsized'])} ({_listed(unsized)})"
+            )
             return what, "--max-steps caps their rounds; " + larger
         if cause == "fewest":
-            at_least = f"On this machine as loaded now, a --budget of at least {5 * math.ceil(self.spent_s / 5)} s" \
-                       f"{fewer} fits it"
+            at_least = (
+                f"On this machine as loaded now, a --budget of at least {5 * math.ceil(self.spent_s / 5)} s"
+                f"{fewer} fits it"
+            )
             if len(fewest) > 1:
-                return (f"{len(fewest)} runs already at their fewest epochs ({self.fewest_steps} steps each) took "
-                        f"{_seconds(taken['fewest'])} ({_listed(fewest)})", at_least)
+                return (
+                    f"{len(fewest)} runs already at their fewest epochs ({self.fewest_steps} steps each) took "
+                    f"{_seconds(taken['fewest'])} ({_listed(fewest)})",
+                    at_least,
+                )
             run = fewest[0]
-            return (f"{run.label} took {_seconds(run.set_up_s)} for its data and first steps, then "
-                    f"{_seconds(run.spent_s - run.set_up_s)} for its fewest epochs ({run.fewest_epochs} of "
-                    f"{self.fewest_steps} steps): its share was {_seconds(run.share_s)} after "
-                    f"{_seconds(self.start_up_s)} of start-up", at_least)
+            return (
+                f"{run.label} took {_seconds(run.set_up_s)} for its data and first steps, then "
+                f"{_seconds(run.spent_s - run.set_up_s)} for its fewest epochs ({run.fewest_epochs} of "
+                f"{self.fewest_steps} steps): its share was {_seconds(run.share_s)} after "
+                f"{_seconds(self.start_up_s)} of start-up",
+                at_least,
+            )
         share = f"its share was {_seconds(worst.share_s)}"
         trained = f"{_seconds(worst.spent_s - worst.set_up_s)} for"
         if worst.evaluation_s - worst.evaluation_share_s > worst.over_s / 2:
-            return (f"{worst.label}'s evaluation took {_seconds(worst.evaluation_s)}, its share was "
-                    f"{_seconds(worst.evaluation_share_s)}", "--max-eval-steps caps it; " + larger)
+            return (
+                f"{worst.label}'s evaluation took {_seconds(worst.evaluation_s)}, its share was "
+                f"{_seconds(worst.evaluation_share_s)}",
+                "--max-eval-steps caps it; " + larger,
+            )
         if worst.set_up_s > worst.share_s:
-            return (f"{worst.label} took {_seconds(worst.set_up_s)} for its data, tuning and first steps before "
-                    f"it trained, then {trained} training: {share}", larger.capitalize())
+            return (
+                f"{worst.label} took {_seconds(worst.set_up_s)} for its data, tuning and first steps before "
+                f"it trained, then {trained} training: {share}",
+                larger.capitalize(),
+            )
         if worst.slowdown >= SLOWER_WORTH_SAYING:
-            return (f"the machine ran {worst.slowdown:.1f}x slower than {worst.label}'s first steps said: it took "
-                    f"{trained} training, {share}", f"Fewer programs running beside it, or {larger}")
-        return (f"{worst.label} took {trained} training and evaluation ({_seconds(worst.evaluation_s)}), {share}",
-                larger.capitalize())
+            return (
+                f"the machine ran {worst.slowdown:.1f}x slower than {worst.label}'s first steps said: it took "
+                f"{trained} training, {share}",
+                f"Fewer programs running beside it, or {larger}",
+            )
+        return (
+            f"{worst.label} took {trained} training and evaluation ({_seconds(worst.evaluation_s)}), {share}",
+            larger.capitalize(),
+        )
 
 
 def _longest_first(runs: list[RunSpent]) -> list[RunSpent]:

@@ -27,8 +27,11 @@ class UnusableFile(DevicebenchError, ValueError):
 DB_VARIABLE = "DEVICEBENCH_DB"
 DATA_VARIABLE = "DEVICEBENCH_DATA"
 CALIBRATION_VARIABLE = "DEVICEBENCH_CALIBRATION_DIR"
-_NAMED_BY = {DB_VARIABLE: "the results database file", DATA_VARIABLE: "the datasets' folder",
-             CALIBRATION_VARIABLE: "the calibration folder"}
+_NAMED_BY = {
+    DB_VARIABLE: "the results database file",
+    DATA_VARIABLE: "the datasets' folder",
+    CALIBRATION_VARIABLE: "the calibration folder",
+}
 # The variable through which a user names each of platformdirs' folders on Linux and the BSDs (macOS and Windows do
 # not read them).
 _XDG_VARIABLES = {"data": "XDG_DATA_HOME", "cache": "XDG_CACHE_HOME"}
@@ -45,20 +48,30 @@ def user_folder(kind: Literal["data", "cache"], what: str) -> Path:
     xdg = _XDG_VARIABLES[kind] if sys.platform not in ("darwin", "win32") else None
     if os.name == "posix" and not home_given and not (xdg and os.path.isabs(os.environ.get(xdg, "").strip())):
         own = ", ".join(f"{variable} ({words})" for variable, words in _NAMED_BY.items())
-        raise UnusableFile(f"HOME is not set, so devicebench will not guess where to keep {what}; set HOME"
-                           f"{f' or {xdg}' if xdg else ''}, or devicebench's own variables: {own}")
-    return Path(platformdirs.user_data_dir("devicebench") if kind == "data"
-                else platformdirs.user_cache_dir("devicebench"))
+        raise UnusableFile(
+            f"HOME is not set, so devicebench will not guess where to keep {what}; set HOME"
+            f"{f' or {xdg}' if xdg else ''}, or devicebench's own variables: {own}"
+        )
+    return Path(
+        platformdirs.user_data_dir("devicebench") if kind == "data" else platformdirs.user_cache_dir("devicebench")
+    )
 
 
-_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
 def file_kind(mode: int) -> str:
     """What a stat mode describes, in words: "a regular file", "a FIFO (named pipe)", ..."""
-    return next((words for test, words in _KINDS if test(mode)), "a regular file" if stat.S_ISREG(mode) else
-                "not a regular file")
+    return next(
+        (words for test, words in _KINDS if test(mode)),
+        "a regular file" if stat.S_ISREG(mode) else "not a regular file",
+    )
 
 
 def require_regular_file(path: str | os.PathLike, what: str) -> None:
@@ -67,8 +80,10 @@ def require_regular_file(path: str | os.PathLike, what: str) -> None:
     `what` names the file for the message: "the results database", "the price file", "an image"."""
     mode = os.stat(path).st_mode
     if not stat.S_ISREG(mode):
-        raise UnusableFile(f"{what} {Path(path)} is {file_kind(mode)}, not a regular file: devicebench reads only "
-                           "regular files (a pipe or a device could hang it); name a file")
+        raise UnusableFile(
+            f"{what} {Path(path)} is {file_kind(mode)}, not a regular file: devicebench reads only "
+            "regular files (a pipe or a device could hang it); name a file"
+        )
 
 
 class UnwritableFile(UnusableFile, OSError):
@@ -97,19 +112,25 @@ def check_writable(path: str | os.PathLike, what: str) -> Path:
     except FileNotFoundError:
         return target
     except OSError as error:
-        raise UnwritableFile(f"cannot write {what} {Path(path)}: {error.strerror or error}; name another path") from None
+        raise UnwritableFile(
+            f"cannot write {what} {Path(path)}: {error.strerror or error}; name another path"
+        ) from None
     if stat.S_ISDIR(status.st_mode):
         raise UnwritableFile(f"cannot write {what} {Path(path)}: it is a folder; name a file inside it")
     if not stat.S_ISREG(status.st_mode):
         shown = f"{Path(path)}" + (f" (a link to {target})" if target != Path(os.path.abspath(path)) else "")
-        raise UnwritableFile(f"cannot write {what} {shown}: it is {file_kind(status.st_mode)}, not a regular file; "
-                           "devicebench writes only regular files (it would replace this one with a plain file); "
-                           "name a file")
+        raise UnwritableFile(
+            f"cannot write {what} {shown}: it is {file_kind(status.st_mode)}, not a regular file; "
+            "devicebench writes only regular files (it would replace this one with a plain file); "
+            "name a file"
+        )
     as_root = getattr(os, "geteuid", lambda: -1)() == 0  # root may write anything: the mode bits still say what the
     read_only = not status.st_mode & 0o222 if as_root else not os.access(target, os.W_OK)  # owner wants kept
     if read_only:
-        raise UnwritableFile(f"cannot write {what} {Path(path)}: it is read-only (mode {stat.filemode(status.st_mode)})"
-                           f"; make it writable (chmod u+w {Path(path)}) or name another file")
+        raise UnwritableFile(
+            f"cannot write {what} {Path(path)}: it is read-only (mode {stat.filemode(status.st_mode)})"
+            f"; make it writable (chmod u+w {Path(path)}) or name another file"
+        )
     return target
 
 
@@ -142,9 +163,13 @@ def _same_file(first: Path, second: Path) -> bool:
         return _resolved(first) == _resolved(second)
 
 
-def check_outputs(outputs: dict[str, str | os.PathLike | None], inputs: dict[str, str | os.PathLike | None], *,
-                  input_folders: dict[str, str | os.PathLike | None] | None = None,
-                  kept_folders: dict[str, str | os.PathLike | None] | None = None) -> None:
+def check_outputs(
+    outputs: dict[str, str | os.PathLike | None],
+    inputs: dict[str, str | os.PathLike | None],
+    *,
+    input_folders: dict[str, str | os.PathLike | None] | None = None,
+    kept_folders: dict[str, str | os.PathLike | None] | None = None,
+) -> None:
     """The one rule for every file a command writes: no output destroys an input, or another output.
 
     `outputs` maps a flag ("--json") to the path it names; `inputs` maps a description ("the results database") to
@@ -159,18 +184,24 @@ def check_outputs(outputs: dict[str, str | os.PathLike | None], inputs: dict[str
                 raise UnusableFile(f"{flag} {path} is {name}: writing there would destroy it; name another file")
         for name, folder in (input_folders or {}).items():
             if folder is not None and path.exists() and _inside(_resolved(path), _resolved(folder)):
-                raise UnusableFile(f"{flag} {path} is a file inside {name} {folder}: writing there would replace "
-                                   "it; name a file outside that folder")
+                raise UnusableFile(
+                    f"{flag} {path} is a file inside {name} {folder}: writing there would replace "
+                    "it; name a file outside that folder"
+                )
         for name, folder in (kept_folders or {}).items():
             if folder is not None and _inside(_resolved(path), _resolved(folder)):
-                raise UnusableFile(f"{flag} {path} is inside {name} {folder}, which devicebench keeps for itself; "
-                                   "name a file outside that folder")
+                raise UnusableFile(
+                    f"{flag} {path} is inside {name} {folder}, which devicebench keeps for itself; "
+                    "name a file outside that folder"
+                )
     flags = list(given)
     for index, flag in enumerate(flags):
-        for other in flags[index + 1:]:
+        for other in flags[index + 1 :]:
             if _same_file(given[flag], given[other]):
-                raise UnusableFile(f"{flag} and {other} name the same file {given[flag]}: one would overwrite the "
-                                   "other; name two files")
+                raise UnusableFile(
+                    f"{flag} and {other} name the same file {given[flag]}: one would overwrite the "
+                    "other; name two files"
+                )
 
 
 def module_sources(spec: str) -> list[Path]:
@@ -198,5 +229,10 @@ def module_sources(spec: str) -> list[Path]:
 def database_files(path: str | os.PathLike) -> dict[str, Path]:
     """The results database and the files SQLite keeps beside it, as inputs for check_outputs."""
     path = Path(path)
-    return {"the results database": path, **{f"the results database's {suffix} file": path.with_name(
-        f"{path.name}-{suffix}") for suffix in ("wal", "shm", "journal")}}
+    return {
+        "the results database": path,
+        **{
+            f"the results database's {suffix} file": path.with_name(f"{path.name}-{suffix}")
+            for suffix in ("wal", "shm", "journal")
+        },
+    }

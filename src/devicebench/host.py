@@ -70,8 +70,9 @@ def isa_from_names(names: str) -> dict[str, bool]:
     chosen = {name.strip().lower() for name in names.split(",") if name.strip()}
     unknown = chosen - set(ISA_FLAGS)
     if unknown:
-        raise ValueError(f"${ISA_VARIABLE} names {', '.join(sorted(unknown))}; the flags it knows are "
-                         f"{', '.join(ISA_FLAGS)}")
+        raise ValueError(
+            f"${ISA_VARIABLE} names {', '.join(sorted(unknown))}; the flags it knows are {', '.join(ISA_FLAGS)}"
+        )
     return {flag: flag in chosen for flag in ISA_FLAGS}
 
 
@@ -142,8 +143,9 @@ def gpu_driver() -> tuple[str, str] | None:
 
 def _driver_place(vendor: str) -> str | None:
     paths, tools = GPU_DRIVERS[vendor]
-    return next((path for path in paths if os.path.exists(path)), None) or next(filter(None, map(shutil.which, tools)),
-                                                                               None)
+    return next((path for path in paths if os.path.exists(path)), None) or next(
+        filter(None, map(shutil.which, tools)), None
+    )
 
 
 def expected_accelerator_kind() -> str:

@@ -18,6 +18,7 @@ killed outright (kill -9), which can forward nothing, stops by itself.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -88,11 +89,13 @@ class Launch:
         if self.nproc < 1 or self.nnodes < 1:
             raise ValueError(f"--nproc and --nnodes must be at least 1, got {self.nproc} and {self.nnodes}")
         if not 0 <= self.node_rank < self.nnodes:
-            raise ValueError(f"--node-rank must be 0 to {self.nnodes - 1} for {self.nnodes} machines, got "
-                             f"{self.node_rank}")
+            raise ValueError(
+                f"--node-rank must be 0 to {self.nnodes - 1} for {self.nnodes} machines, got {self.node_rank}"
+            )
         if self.nnodes > 1 and not self.rdzv_endpoint:
-            raise ValueError("a run on several machines needs --rdzv-endpoint HOST:PORT of machine 0, "
-                             "reachable from every machine")
+            raise ValueError(
+                "a run on several machines needs --rdzv-endpoint HOST:PORT of machine 0, reachable from every machine"
+            )
 
     @property
     def world_size(self) -> int:
@@ -102,16 +105,44 @@ class Launch:
 def torchrun_command(launch: Launch, plan_file: Path, output_file: Path) -> list[str]:
     """The torchrun command line that starts this machine's ranks."""
     if launch.rdzv_endpoint:
-        where = ["--nnodes", str(launch.nnodes), "--node-rank", str(launch.node_rank), "--rdzv-backend", "c10d",
-                 "--rdzv-endpoint", launch.rdzv_endpoint, "--rdzv-id", "devicebench"]
+        where = [
+            "--nnodes",
+            str(launch.nnodes),
+            "--node-rank",
+            str(launch.node_rank),
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            launch.rdzv_endpoint,
+            "--rdzv-id",
+            "devicebench",
+        ]
     else:
         where = ["--standalone"]  # one machine: torchrun picks a free port itself
-    return [sys.executable, "-m", "torch.distributed.run", *where, "--nproc-per-node", str(launch.nproc),
-            "--max-restarts", "0", "-m", "devicebench.launch", str(plan_file), str(output_file)]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        *where,
+        "--nproc-per-node",
+        str(launch.nproc),
+        "--max-restarts",
+        "0",
+        "-m",
+        "devicebench.launch",
+        str(plan_file),
+        str(output_file),
+    ]
 
 
-def run_distributed(plan: Plan, launch: Launch, *, quiet: bool = True,
-                    on_partial: Callable[[Result], None] | None = None, signals: Sequence[int] = ()) -> Result | None:
+def run_distributed(
+    plan: Plan,
+    launch: Launch,
+    *,
+    quiet: bool = True,
+    on_partial: Callable[[Result], None] | None = None,
+    signals: Sequence[int] = (),
+) -> Result | None:
     """Start this machine's ranks and return the result, which the machine running global rank 0 holds (the
     rendezvous numbers ranks in the order machines arrive); None on the others. Unless `quiet`, rank 0 shows each
     epoch as it ends; `on_partial` gets the merged runs so far each time an epoch or a run ends, so that the caller
@@ -128,19 +159,26 @@ def run_distributed(plan: Plan, launch: Launch, *, quiet: bool = True,
         plan_file.write_text(json.dumps({"plan": plan.to_dict(), "quiet": quiet}))
         log_file = Path(folder) / "torchrun.log"  # a file, not a pipe: nobody reads a pipe while we wait
         with log_file.open("w") as log:
-            ranks = subprocess.Popen(torchrun_command(launch, plan_file, output_file), stderr=log, text=True,
-                                     start_new_session=True, env={**os.environ, PARENT_PID_VARIABLE: str(os.getpid())})
+            ranks = subprocess.Popen(
+                torchrun_command(launch, plan_file, output_file),
+                stderr=log,
+                text=True,
+                start_new_session=True,
+                env={**os.environ, PARENT_PID_VARIABLE: str(os.getpid())},
+            )
             try:
                 _wait_reporting(ranks, partial_path(output_file), on_partial)
             except KeyboardInterrupt:
                 _stop_ranks(ranks, signals[0] if signals else signal.SIGINT)
-                result = _final_result(output_file) or _partial_result(output_file, "interrupted by the user",
-                                                                        status="interrupted")
+                result = _final_result(output_file) or _partial_result(
+                    output_file, "interrupted by the user", status="interrupted"
+                )
                 if result is None:
                     raise
                 planned = sum(job.repeats for job in plan.jobs)
                 result.interrupted = len(result.runs) < planned or any(
-                    record.status == "interrupted" for record in result.runs)  # else every epoch had finished
+                    record.status == "interrupted" for record in result.runs
+                )  # else every epoch had finished
                 return result
         stderr = log_file.read_text()
         if ranks.returncode != 0 and not output_file.exists():
@@ -186,10 +224,8 @@ def _stop_ranks(ranks: subprocess.Popen, number: int) -> None:
         except psutil.NoSuchProcess:
             processes = []
         for process in reversed(processes):  # the ranks first: torchrun must not start its own shutdown meanwhile
-            try:
+            with contextlib.suppress(psutil.NoSuchProcess):
                 process.kill()
-            except psutil.NoSuchProcess:
-                pass
         ranks.wait()
 
 
@@ -235,8 +271,13 @@ def fetch_datasets(plan: Plan, *, progress: bool) -> None:
     N ranks fetching at once would download N copies side by side. The ranks then read the cache. A dataset that
     cannot be had is left for each rank's own load to report (or, with `--data auto`, to replace by synthetic
     data)."""
-    downloadable = [job.data for job in plan.jobs if job.workload.load_data is None  # not data of your own
-                    and job.data.source != "synthetic" and job.data.dataset in known_datasets()]
+    downloadable = [
+        job.data
+        for job in plan.jobs
+        if job.workload.load_data is None  # not data of your own
+        and job.data.source != "synthetic"
+        and job.data.dataset in known_datasets()
+    ]
     for name, data_dir in dict.fromkeys((request.dataset, request.data_dir) for request in downloadable):
         if data_dir is not None and _is_own_folder(name, data_dir):
             continue
@@ -266,8 +307,9 @@ def _check_port_free(endpoint: str) -> None:
             probe.bind((host, int(port)))
         except OSError as error:
             if error.errno == errno.EADDRINUSE:
-                raise DistributedError(f"port {port} of {host} is already in use; pick a free one with "
-                                       f"--rdzv-endpoint {host}:PORT") from None
+                raise DistributedError(
+                    f"port {port} of {host} is already in use; pick a free one with --rdzv-endpoint {host}:PORT"
+                ) from None
             # not an address of this machine: the rendezvous is served elsewhere, nothing to check here
 
 
@@ -275,8 +317,13 @@ def _torchrun_failures(stderr: str) -> list[tuple[str, str]]:
     """(rank, how it ended) of each rank in torchrun's report of failures, the first observed one first."""
     failures, root_cause = stderr.partition("Root Cause")[::2]
     blocks = re.split(r"^\[\d+\]:\s*$", root_cause + "\n" + failures, flags=re.MULTILINE)
-    found = [(re.search(r"^\s*rank\s*:\s*(\d+)", block, re.MULTILINE),
-              re.search(r"^\s*exitcode\s*:\s*(.+?)\s*$", block, re.MULTILINE)) for block in blocks]
+    found = [
+        (
+            re.search(r"^\s*rank\s*:\s*(\d+)", block, re.MULTILINE),
+            re.search(r"^\s*exitcode\s*:\s*(.+?)\s*$", block, re.MULTILINE),
+        )
+        for block in blocks
+    ]
     return [(rank.group(1), ending.group(1)) for rank, ending in found if rank and ending]
 
 
@@ -293,9 +340,14 @@ def _failure_text(stderr: str, code: int) -> str:
     failures = _torchrun_failures(stderr)
     killed = _killed_rank(failures)
     rank, ending = killed or (failures[0] if failures else (None, None))
-    raised = [found.group(1) for line in stderr.splitlines() if "torch.distributed.elastic" not in line
-              # a Python exception's last line (torchrun prefixes it with "[rankN]:"), or the C++ one of an abort
-              for found in [re.search(r"(\b\w+(?:Error|Exception): .+|what\(\): .+)$", line)] if found]
+    raised = [
+        found.group(1)
+        for line in stderr.splitlines()
+        if "torch.distributed.elastic" not in line
+        # a Python exception's last line (torchrun prefixes it with "[rankN]:"), or the C++ one of an abort
+        for found in [re.search(r"(\b\w+(?:Error|Exception): .+|what\(\): .+)$", line)]
+        if found
+    ]
     who = f"rank {rank}" if rank else "a rank"
     how = f"exit code {ending}" if ending else f"torchrun exit code {code}"
     cause = f": {raised[-1]}" if raised and not killed else ""
@@ -306,18 +358,22 @@ def _rank_main(plan_file: str, output_file: str) -> None:
     """One rank, as torchrun starts it: join the group, run the plan on this rank's device, and merge at rank 0."""
     request = json.loads(Path(plan_file).read_text())
     plan = Plan.from_dict(request["plan"])
-    device = take_rank_share(plan.jobs[0].device.type, plan.threads, int(os.environ["LOCAL_RANK"]),
-                             int(os.environ["LOCAL_WORLD_SIZE"]))
+    device = take_rank_share(
+        plan.jobs[0].device.type, plan.threads, int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
+    )
     dist.init_process_group("gloo" if device == "cpu" else "nccl", timeout=timedelta(seconds=RANK_TIMEOUT_S))
     launcher_pid = int(os.environ.get(PARENT_PID_VARIABLE, "0")) or None
     _stop_when_orphaned(launcher_pid, Path(output_file).parent)
     try:
-        screen = RichReporter(Console(soft_wrap=True), quiet=request["quiet"])  # on stdout, which torchrun passes through
+        screen = RichReporter(
+            Console(soft_wrap=True), quiet=request["quiet"]
+        )  # on stdout, which torchrun passes through
         try:
             for number in STOPPING_SIGNALS:  # whichever signal the launcher forwards, the run is kept as on Ctrl-C
                 signal.signal(number, signal.default_int_handler)
-            result = runner.run(plan.for_rank(torch.device(device), torch.get_num_threads()),
-                                RankReporter(Path(output_file), screen))
+            result = runner.run(
+                plan.for_rank(torch.device(device), torch.get_num_threads()), RankReporter(Path(output_file), screen)
+            )
         finally:
             screen.close()
         for number in STOPPING_SIGNALS:  # what finished is merged and written whatever comes now

@@ -8,6 +8,7 @@ nvidia-ml-py is optional (the `gpu` extra); without it every answer here is None
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from types import ModuleType
 from typing import Any
@@ -64,10 +65,8 @@ def _handle_by_uuid(nvml: ModuleType, cuda_uuid: str) -> Any:
 
 
 def shut_down(nvml: ModuleType) -> None:
-    try:
+    with contextlib.suppress(nvml.NVMLError):  # the figures are already taken; a failed shutdown changes none of them
         nvml.nvmlShutdown()
-    except nvml.NVMLError:
-        pass  # the figures are already taken; a failed shutdown changes none of them
 
 
 def power_limit_w(device: torch.device) -> float | None:

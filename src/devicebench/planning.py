@@ -85,8 +85,13 @@ class Job:
 
     def to_dict(self) -> dict[str, Any]:
         fields = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
-        return {**fields, "workload": self.workload.name, "device": str(self.device),
-                "training": dataclasses.asdict(self.training), "data": dataclasses.asdict(self.data)}
+        return {
+            **fields,
+            "workload": self.workload.name,
+            "device": str(self.device),
+            "training": dataclasses.asdict(self.training),
+            "data": dataclasses.asdict(self.data),
+        }
 
 
 @dataclass(frozen=True)
@@ -113,16 +118,26 @@ class Plan:
 
     def to_dict(self) -> dict[str, Any]:
         """As JSON takes it: what `devicebench run --dry-run --json` writes and each process of `--nproc` reads."""
-        return {"jobs": [job.to_dict() for job in self.jobs], "threads": self.threads, "request": self.request,
-                "skipped": [list(entry) for entry in self.skipped],
-                "own_model": None if self.own_model is None else list(self.own_model), "budget_s": self.budget_s}
+        return {
+            "jobs": [job.to_dict() for job in self.jobs],
+            "threads": self.threads,
+            "request": self.request,
+            "skipped": [list(entry) for entry in self.skipped],
+            "own_model": None if self.own_model is None else list(self.own_model),
+            "budget_s": self.budget_s,
+        }
 
     @classmethod
     def from_dict(cls, fields: dict[str, Any]) -> Plan:
         own = None if fields["own_model"] is None else tuple(fields["own_model"])
-        return cls(jobs=tuple(_job_from_dict(job, own) for job in fields["jobs"]), threads=fields["threads"],
-                   request=fields["request"], skipped=tuple(tuple(entry) for entry in fields["skipped"]),
-                   own_model=own, budget_s=fields.get("budget_s"))
+        return cls(
+            jobs=tuple(_job_from_dict(job, own) for job in fields["jobs"]),
+            threads=fields["threads"],
+            request=fields["request"],
+            skipped=tuple(tuple(entry) for entry in fields["skipped"]),
+            own_model=own,
+            budget_s=fields.get("budget_s"),
+        )
 
 
 def plan(configs: RunConfig | Sequence[RunConfig], *, step_estimates: bool = True) -> Plan:
@@ -135,8 +150,12 @@ def plan(configs: RunConfig | Sequence[RunConfig], *, step_estimates: bool = Tru
     configs = [configs] if isinstance(configs, RunConfig) else list(configs)
     first = configs[0]
     devices = resolve_devices(first.devices)
-    jobs = tuple(_job(config, workload, device) for config in configs for workload in config.selected_workloads()
-                 for device in devices)
+    jobs = tuple(
+        _job(config, workload, device)
+        for config in configs
+        for workload in config.selected_workloads()
+        for device in devices
+    )
     own = (first.model, first.data, first.loss, first.optimizer) if first.model is not None else None
     _check_sizes(jobs, step_estimates)
     return Plan(
@@ -155,8 +174,13 @@ def _check_sizes(jobs: Sequence[Job], step_estimates: bool = True) -> None:
     take minutes. From the parameter count and FLOPs counted on the meta device: no memory, no arithmetic."""
     seen = set()
     for job in jobs:
-        key = (job.workload, str(job.device), job.batch_size, job.mode, json.dumps(job.hyperparameters,
-                                                                                    sort_keys=True, default=str))
+        key = (
+            job.workload,
+            str(job.device),
+            job.batch_size,
+            job.mode,
+            json.dumps(job.hyperparameters, sort_keys=True, default=str),
+        )
         if job.workload.trainer is not None or key in seen:
             continue
         seen.add(key)
@@ -196,16 +220,23 @@ def _check_memory(job: Job, parameters: int) -> None:
     if free is None or most <= CLOSE_MEMORY_SHARE * free:
         return  # nothing to say: and no optimizer built (the first one imports torch._dynamo: seconds)
     needed, copies = training_state_bytes(job.workload, job.hyperparameters, parameters)
-    numbers = (f"its {parameters:,} parameters need {needed / GIB:,.1f} GiB to train (weights, gradients and "
-               f"{copies} optimizer state cop{'y' if copies == 1 else 'ies'}, {BYTES_PER_PARAMETER} bytes each) and "
-               f"{job.device} has {free / GIB:,.1f} GiB free")
+    numbers = (
+        f"its {parameters:,} parameters need {needed / GIB:,.1f} GiB to train (weights, gradients and "
+        f"{copies} optimizer state cop{'y' if copies == 1 else 'ies'}, {BYTES_PER_PARAMETER} bytes each) and "
+        f"{job.device} has {free / GIB:,.1f} GiB free"
+    )
     where = f"{job.workload.name} on {job.device}"
     if needed > free:
-        raise ConfigError(f"{where}: {numbers}, before any activations: train a smaller model (fewer layers or "
-                          "units, through --set), or on a device with more memory")
+        raise ConfigError(
+            f"{where}: {numbers}, before any activations: train a smaller model (fewer layers or "
+            "units, through --set), or on a device with more memory"
+        )
     if needed > CLOSE_MEMORY_SHARE * free:
-        logging.getLogger(__name__).warning("%s may run out of memory: %s; activations come on top: a smaller "
-                                            "--batch-size or model leaves more room", where, numbers)
+        logging.getLogger(__name__).warning(
+            "%s may run out of memory: %s; activations come on top: a smaller --batch-size or model leaves more room",
+            where,
+            numbers,
+        )
 
 
 def estimated_step_s(job: Job) -> tuple[float, float, str] | None:
@@ -217,8 +248,9 @@ def estimated_step_s(job: Job) -> tuple[float, float, str] | None:
         return None
     precisions = ["fp32"] + (["tf32", "bf16"] if job.mode == "tuned" else [])  # tuned: the fastest it may pick
     machine = machine_fingerprint()["machine_id"]
-    calibrated = [rate for rate in (peak_tflops(machine, str(job.device), precision) for precision in precisions)
-                  if rate]
+    calibrated = [
+        rate for rate in (peak_tflops(machine, str(job.device), precision) for precision in precisions) if rate
+    ]
     if calibrated:
         rate, source = max(calibrated), "its calibrated peak"
     else:
@@ -235,7 +267,13 @@ def _check_step_time(job: Job) -> None:
     logging.getLogger(__name__).warning(
         "%s on %s: one training step of batch %s is estimated to take at least %s s (its FLOPs at %g TFLOP/s, %s). "
         "Ctrl-C stops at the end of the step, a second Ctrl-C at once; a smaller --batch-size or model shortens it",
-        job.workload.name, job.device, f"{job.batch_size:,}", f"{seconds:,.0f}", rate, source)
+        job.workload.name,
+        job.device,
+        f"{job.batch_size:,}",
+        f"{seconds:,.0f}",
+        rate,
+        source,
+    )
 
 
 def _job(config: RunConfig, workload: Workload, device: torch.device) -> Job:
@@ -251,8 +289,14 @@ def _job(config: RunConfig, workload: Workload, device: torch.device) -> Job:
         hyperparameters=hyperparameters,
         overrides=config.overrides_for(workload),
         training=config.plan_for(workload),
-        data=DataRequest(dataset=workload.dataset, source=config.data, data_dir=config.data_dir, seed=config.seed,
-                         shape=tuple(sorted(request.items())), largest_download_bytes=config.largest_download_bytes),
+        data=DataRequest(
+            dataset=workload.dataset,
+            source=config.data,
+            data_dir=config.data_dir,
+            seed=config.seed,
+            shape=tuple(sorted(request.items())),
+            largest_download_bytes=config.largest_download_bytes,
+        ),
         workers=config.workers,
         seed=config.seed,
         mode=config.mode,
@@ -266,10 +310,12 @@ def _job(config: RunConfig, workload: Workload, device: torch.device) -> Job:
 def _job_from_dict(fields: dict[str, Any], own: tuple[str, str, str, str] | None) -> Job:
     data = fields["data"]
     shape = tuple((name, tuple(value) if isinstance(value, list) else value) for name, value in data["shape"])
-    return Job(**{
-        **fields,
-        "workload": own_from_specs(*own) if own is not None else registered(fields["workload"]),
-        "device": torch.device(fields["device"]),
-        "training": TrainingPlan(**fields["training"]),
-        "data": DataRequest(**{**data, "shape": shape}),
-    })
+    return Job(
+        **{
+            **fields,
+            "workload": own_from_specs(*own) if own is not None else registered(fields["workload"]),
+            "device": torch.device(fields["device"]),
+            "training": TrainingPlan(**fields["training"]),
+            "data": DataRequest(**{**data, "shape": shape}),
+        }
+    )

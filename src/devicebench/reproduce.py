@@ -45,15 +45,19 @@ def seed_workloads(asked: list[str]) -> list[Workload]:
     references = {entry.name: entry for entry in reference_workloads()}
     unknown = wanted - set(SEED_EXPERIMENTS)
     if unknown:
-        raise ReproduceError(f"unknown seed experiment {', '.join(sorted(unknown))}; known: "
-                             f"{', '.join(SEED_EXPERIMENTS)} or all; reference models: "
-                             f"{', '.join(references) or 'none'}")
+        raise ReproduceError(
+            f"unknown seed experiment {', '.join(sorted(unknown))}; known: "
+            f"{', '.join(SEED_EXPERIMENTS)} or all; reference models: "
+            f"{', '.join(references) or 'none'}"
+        )
     named = list(dict.fromkeys(references[item.lower()] for item in asked if item.lower() in references))
     selected = [entry for entry in list_workloads() if entry.seed in wanted] + named
     if not selected:
         available = sorted({entry.seed for entry in list_workloads() if entry.seed})
-        raise ReproduceError(f"{', '.join(sorted(wanted))} has no workloads in this version of devicebench yet; "
-                             f"seeds with workloads: {', '.join(available)}")
+        raise ReproduceError(
+            f"{', '.join(sorted(wanted))} has no workloads in this version of devicebench yet; "
+            f"seeds with workloads: {', '.join(available)}"
+        )
     return selected
 
 
@@ -81,8 +85,11 @@ class Reproduction:
 
 def reproductions(rows_by_workload: dict[str, list[Row]]) -> list[Reproduction]:
     """The seeds' workloads among `rows_by_workload`: those with a post of their own (`published`)."""
-    return [_reproduction(workload, rows) for name, rows in rows_by_workload.items()
-            if (workload := get_workload(name)).published is not None]
+    return [
+        _reproduction(workload, rows)
+        for name, rows in rows_by_workload.items()
+        if (workload := get_workload(name)).published is not None
+    ]
 
 
 def _reproduction(workload: Workload, rows: list[Row]) -> Reproduction:
@@ -139,8 +146,13 @@ def rows_outlook(workload: Workload, rows: list[Row]) -> str | None:
     cpu = outlook_row(rows)
     if cpu is None:
         return None
-    return published_outlook(workload, cpu.samples_per_s.median, cpu.settings["batch_size"],
-                             cpu.settings["data_source"], max_steps=cpu.settings["max_steps"])
+    return published_outlook(
+        workload,
+        cpu.samples_per_s.median,
+        cpu.settings["batch_size"],
+        cpu.settings["data_source"],
+        max_steps=cpu.settings["max_steps"],
+    )
 
 
 def post_figures(workload: Workload) -> tuple[float, float] | None:
@@ -173,12 +185,19 @@ def carried_speedup(workload: Workload, cpu: Row) -> CarriedSpeedup | None:
         return None
     post_gpu = figures[1]
     spread = rates.count > 1
-    return CarriedSpeedup(post_gpu / rates.median, post_gpu / rates.high if spread else None,
-                          post_gpu / rates.low if spread else None)
+    return CarriedSpeedup(
+        post_gpu / rates.median, post_gpu / rates.high if spread else None, post_gpu / rates.low if spread else None
+    )
 
 
-def published_outlook(workload: Workload, measured_cpu_samples_per_s: float, measured_batch_size: int | None,
-                      data_source: str, *, max_steps: int | None = None) -> str | None:
+def published_outlook(
+    workload: Workload,
+    measured_cpu_samples_per_s: float,
+    measured_batch_size: int | None,
+    data_source: str,
+    *,
+    max_steps: int | None = None,
+) -> str | None:
     """One or two sentences: this CPU against the post's, and the post's GPU against this CPU, with what makes the
     comparison rough (framework, hardware of its day, batch size, synthetic data, capped epochs). None where the
     post published nothing to compare with."""
@@ -190,22 +209,24 @@ def published_outlook(workload: Workload, measured_cpu_samples_per_s: float, mea
     if post_cpu is None:
         if published.speedup is None:
             return None
-        return (f"{here}; the post gave no CPU throughput, so its {published.speedup:g}x cannot be carried to this "
-                "CPU.")
+        return f"{here}; the post gave no CPU throughput, so its {published.speedup:g}x cannot be carried to this CPU."
     figures = post_figures(workload)
     post_gpu = None if figures is None else figures[1]
-    sentence = (f"{here}, {factor_text(measured_cpu_samples_per_s / post_cpu)} the post's CPU "
-                f"({_samples_text(post_cpu)} samples/s)")
+    sentence = (
+        f"{here}, {factor_text(measured_cpu_samples_per_s / post_cpu)} the post's CPU "
+        f"({_samples_text(post_cpu)} samples/s)"
+    )
     caveats = _caveats(workload, measured_batch_size, data_source, max_steps)
     if post_gpu is not None:
-        sentence += (f"; the post's GPU was {factor_text(post_gpu / post_cpu)} its CPU, so about "
-                     f"{factor_text(post_gpu / measured_cpu_samples_per_s)} this one")
+        sentence += (
+            f"; the post's GPU was {factor_text(post_gpu / post_cpu)} its CPU, so about "
+            f"{factor_text(post_gpu / measured_cpu_samples_per_s)} this one"
+        )
         caveats.append(f"`devicebench estimate {workload.name}` predicts named GPUs")  # the finer layer
     return f"{sentence}. A rough guide: {'; '.join(caveats)}."
 
 
-def _caveats(workload: Workload, measured_batch_size: int | None, data_source: str,
-             max_steps: int | None) -> list[str]:
+def _caveats(workload: Workload, measured_batch_size: int | None, data_source: str, max_steps: int | None) -> list[str]:
     published = workload.published
     framework = next((name for name in FRAMEWORKS if name in published.hardware), None)
     devices = published.hardware.removesuffix(f", {framework}") if framework else published.hardware
@@ -236,6 +257,7 @@ def _samples_text(value: float) -> str:
 # record (results/record/), many rows of GPUs, precisions and batches. `devicebench reproduce resnet50` sets those
 # beside what this machine measured, in the unit each row was published in.
 
+
 def reference_workloads() -> list[Workload]:
     """The workloads the record has published figures of, in registry order."""
     recorded = {figure.workload for figure in published_figures()}
@@ -257,8 +279,11 @@ class RecordComparison:
 def record_comparisons(rows_by_workload: dict[str, list[Row]], *, every_row: bool = False) -> list[RecordComparison]:
     """The reference models among `rows_by_workload`: those the record has figures of."""
     references = {entry.name for entry in reference_workloads()}
-    return [record_comparison(get_workload(name), rows, every_row=every_row)
-            for name, rows in rows_by_workload.items() if name in references]
+    return [
+        record_comparison(get_workload(name), rows, every_row=every_row)
+        for name, rows in rows_by_workload.items()
+        if name in references
+    ]
 
 
 def record_comparison(workload: Workload, rows: list[Row], *, every_row: bool = False) -> RecordComparison:
@@ -283,8 +308,9 @@ def record_comparison(workload: Workload, rows: list[Row], *, every_row: bool = 
             if figure.gpus == 1:
                 fastest.setdefault((figure.gpu, figure.precision), figure)
         shown = [figure for figure in comparable if figure in fastest.values()]
-    return RecordComparison(workload, measured, tuple(shown), dict(sorted(other.items())), length,
-                            len(comparable) - len(shown))
+    return RecordComparison(
+        workload, measured, tuple(shown), dict(sorted(other.items())), length, len(comparable) - len(shown)
+    )
 
 
 def _sequence_length(workload: Workload, rows: list[Row]) -> int | None:

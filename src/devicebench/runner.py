@@ -82,8 +82,9 @@ Dataset = ArrayDataset | ImageFolderDataset | TensorData | TorchData
 DataProblem = DataUnavailable | DataFormatError  # why a workload got no data: every run of it fails with this
 
 
-def run(plan: Plan, reporter: RunReporter | None = None, *, save_to: Path | None = None,
-        spent_before_s: float = 0.0) -> Result:
+def run(
+    plan: Plan, reporter: RunReporter | None = None, *, save_to: Path | None = None, spent_before_s: float = 0.0
+) -> Result:
     """Execute every job of `plan` and return every measurement, finished or not.
 
     `save_to`: write the model of the last run that finishes well there, as a checkpoint for `predict`.
@@ -103,8 +104,9 @@ def run(plan: Plan, reporter: RunReporter | None = None, *, save_to: Path | None
     # several processes would each size their epochs differently, and must agree on every step: not budgeted
     shares = None
     if plan.budget_s is not None and world_size() == 1:
-        shares = BudgetShares(Budget(plan.budget_s, spent_before=spent_before_s),
-                              [job for job in plan.jobs for _ in range(job.repeats)])
+        shares = BudgetShares(
+            Budget(plan.budget_s, spent_before=spent_before_s), [job for job in plan.jobs for _ in range(job.repeats)]
+        )
     try:
         _execute(plan.jobs, result, reporter, save_to, shares)
         if shares is not None:
@@ -114,8 +116,9 @@ def run(plan: Plan, reporter: RunReporter | None = None, *, save_to: Path | None
     return result
 
 
-def _execute(jobs: tuple[Job, ...], result: Result, reporter: RunReporter, save_to: Path | None,
-             shares: BudgetShares | None) -> None:
+def _execute(
+    jobs: tuple[Job, ...], result: Result, reporter: RunReporter, save_to: Path | None, shares: BudgetShares | None
+) -> None:
     # One dataset in memory at a time (the quick suite's together weigh about 1 GB), reused for as long as the
     # next job wants the same one.
     loaded: list = [None, None]  # (what was asked, the dataset or its problem)
@@ -163,8 +166,14 @@ def load_data(job: Job) -> Dataset | DataProblem:
     try:
         with warnings.catch_warnings():  # the reporter shows the fallback reason, which the dataset carries
             warnings.filterwarnings("ignore", message="real .* could not be had", category=UserWarning)
-            return load_dataset(request.dataset, request.source, data_dir=request.data_dir, seed=request.seed,
-                                largest_download_bytes=request.largest_download_bytes, **request.shape_arguments)
+            return load_dataset(
+                request.dataset,
+                request.source,
+                data_dir=request.data_dir,
+                seed=request.seed,
+                largest_download_bytes=request.largest_download_bytes,
+                **request.shape_arguments,
+            )
     except (DataUnavailable, DataFormatError) as error:
         return error
 
@@ -173,8 +182,10 @@ def new_record(job: Job, dataset: Dataset | DataProblem, repeat: int) -> RunReco
     """A record in status `running` holding the settings this repeat of `job` will train with."""
     workers = 0 if job.workload.trainer is not None else job.workers  # a trainer of its own reads no batches
     if workers is None:
-        workers = 0 if isinstance(dataset, DataProblem) else default_workers(
-            dataset, job.workload.build_preprocessing(job.hyperparameters)
+        workers = (
+            0
+            if isinstance(dataset, DataProblem)
+            else default_workers(dataset, job.workload.build_preprocessing(job.hyperparameters))
         )
     batch_size, hyperparameters = job.batch_size, job.hyperparameters
     if not isinstance(dataset, DataProblem) and job.workload.trainer is None:
@@ -228,8 +239,11 @@ def train_record(
     settings = record.settings
     if settings.batch_size < job.batch_size:  # new_record cut it to the training set
         logging.getLogger(__name__).warning(
-            "batch %s is larger than the %s training samples: trained with batch %s", f"{job.batch_size:,}",
-            f"{settings.batch_size:,}", f"{settings.batch_size:,}")
+            "batch %s is larger than the %s training samples: trained with batch %s",
+            f"{job.batch_size:,}",
+            f"{settings.batch_size:,}",
+            f"{settings.batch_size:,}",
+        )
     workload, device = job.workload, job.device
     batches: list = []
     try:
@@ -240,11 +254,13 @@ def train_record(
         if workload.trainer is not None:  # not a torch model: it trains itself, timed by the same Stopwatch
             if job.mode == "tuned" or job.batch_size_auto:
                 record.tuning_note = "not a torch model: it trains as in seed mode, with nothing to tune"
-            TRAINERS[workload.trainer](record, dataset, device, settings.hyperparameters, job.training,
-                                       Stopwatch(device), reporter)
+            TRAINERS[workload.trainer](
+                record, dataset, device, settings.hyperparameters, job.training, Stopwatch(device), reporter
+            )
         else:
-            model = _train_model(record, job, dataset, reporter, {} if tunings is None else tunings, opened=batches,
-                                 shares=shares)
+            model = _train_model(
+                record, job, dataset, reporter, {} if tunings is None else tunings, opened=batches, shares=shares
+            )
             diagnosis = diagnose(record, cores=usable_cores())
             if diagnosis is not None:
                 record.input_verdict, record.input_diagnosis = diagnosis.verdict, diagnosis.text
@@ -267,8 +283,11 @@ def train_record(
         else:
             record.status = "oom"
             batch_size = record.settings.batch_size
-            what = f"out of memory at batch size {batch_size} on {device}" if where == "device" else \
-                f"out of host memory at batch size {batch_size}"
+            what = (
+                f"out of memory at batch size {batch_size} on {device}"
+                if where == "device"
+                else f"out of host memory at batch size {batch_size}"
+            )
             record.error = f"{what}: try a smaller --batch-size ({error})"
     finally:
         for stream in batches:
@@ -298,9 +317,19 @@ def _train_model(
     base = _base_tuning(workload, settings.hyperparameters, device) if tuned else Tuning()
 
     def batches_of(batch_size: int) -> list:
-        return list(batches_for(dataset, workload.image_shape, preprocessing, batch_size, device,
-                                workers=settings.workers, seed=seed, resident=base.device_resident,
-                                shard=current_shard(batch_size)))
+        return list(
+            batches_for(
+                dataset,
+                workload.image_shape,
+                preprocessing,
+                batch_size,
+                device,
+                workers=settings.workers,
+                seed=seed,
+                resident=base.device_resident,
+                shard=current_shard(batch_size),
+            )
+        )
 
     build = partial(_build, workload, settings.hyperparameters, device, seed)
     if settings.world_size > 1:
@@ -317,11 +346,20 @@ def _train_model(
             tuning = _choose(base, build, batches[0], job, record, tunings)
             build = partial(_build_tuned, build, tuning, device, record)
             compiled_from = dynamo_counts() if tuning.compiled else None
-        training = _sized(job, record, build, batches, reporter, shares,
-                          None if shares is None else shares.estimates.get(id(job)))
+        training = _sized(
+            job, record, build, batches, reporter, shares, None if shares is None else shares.estimates.get(id(job))
+        )
         pacer = None if shares is None else shares.pacer
-        model = train(record, build=build, train_batches=batches[0], test_batches=batches[1],
-                      plan=training, watch=Stopwatch(device), reporter=reporter, pace=pacer)
+        model = train(
+            record,
+            build=build,
+            train_batches=batches[0],
+            test_batches=batches[1],
+            plan=training,
+            watch=Stopwatch(device),
+            reporter=reporter,
+            pace=pacer,
+        )
         if pacer is not None:
             _note_pacing(record, job, pacer, reporter)
         if compiled_from is not None:
@@ -396,16 +434,29 @@ class BudgetShares:
         else:
             settings = record.settings
             at_fewest = record.epochs and all(epoch.steps <= FEWEST_BUDGETED_STEPS for epoch in record.epochs)
-            self.spent.append(RunSpent(
-                f"{record.workload} on {record.device}", spent_s, self._share_s,
-                set_up_s=self._sized_s - started_s, evaluation_s=evaluation_s,
-                evaluation_share_s=pacer.planned.eval_step_s * settings.epochs * (settings.max_eval_steps or 0),
-                fewest_epochs=len(record.epochs) if at_fewest else None, slowdown=pacer.slowdown))
+            self.spent.append(
+                RunSpent(
+                    f"{record.workload} on {record.device}",
+                    spent_s,
+                    self._share_s,
+                    set_up_s=self._sized_s - started_s,
+                    evaluation_s=evaluation_s,
+                    evaluation_share_s=pacer.planned.eval_step_s * settings.epochs * (settings.max_eval_steps or 0),
+                    fewest_epochs=len(record.epochs) if at_fewest else None,
+                    slowdown=pacer.slowdown,
+                )
+            )
         self.runs.pop(0)
 
     def account(self, workloads: int) -> BudgetAccount:
-        return BudgetAccount(self.budget.seconds, self.budget.spent(), self.budget.spent_before, tuple(self.spent),
-                             workloads, FEWEST_BUDGETED_STEPS)
+        return BudgetAccount(
+            self.budget.seconds,
+            self.budget.spent(),
+            self.budget.spent_before,
+            tuple(self.spent),
+            workloads,
+            FEWEST_BUDGETED_STEPS,
+        )
 
     def _fewest_s(self, job: Job) -> float:
         flops, speed = _flops_per_step(job), self.device_speed(job.device)
@@ -430,8 +481,9 @@ SHORTEST_BUDGETED_LENGTH = 16
 PROBE_SPAN = 8  # the second size timed does at most this many times the smallest one's FLOPs a step
 
 
-def _fit_to_share(job: Job, shares: BudgetShares, data_for: Callable[[Job], Dataset | DataProblem],
-                  reporter: RunReporter) -> Job:
+def _fit_to_share(
+    job: Job, shares: BudgetShares, data_for: Callable[[Job], Dataset | DataProblem], reporter: RunReporter
+) -> Job:
     """`job`, or a smaller one whose fewest steps end within its share of a time budget: a reference model on a
     laptop (a step of ResNet-50 at batch 256 takes half a minute on two cores, one of GPT-2 at 12 x 1,024 tokens
     longer). The batch is halved first, down to PROBE_BATCH; then the sequence (the workload's `budget_lengths`),
@@ -456,8 +508,14 @@ def _fit_to_share(job: Job, shares: BudgetShares, data_for: Callable[[Job], Data
     # a second size, a few times the smallest's work but far below the planned one's, tells a step's fixed cost
     # (the optimizer's, a kernel launch's) from its cost per FLOP: at the smallest sizes the fixed cost is most
     # of a step, and a step taken to grow in proportion to its FLOPs alone would keep far too small a size
-    larger = next((candidate for candidate in candidates[1:-1]
-                   if (_flops_per_step(candidate) or 0) <= PROBE_SPAN * smallest_flops), None)
+    larger = next(
+        (
+            candidate
+            for candidate in candidates[1:-1]
+            if (_flops_per_step(candidate) or 0) <= PROBE_SPAN * smallest_flops
+        ),
+        None,
+    )
     timed = []
     for probe_job in (smallest, larger) if larger is not None else (smallest,):
         times = _time_probe(probe_job, data_for)
@@ -470,9 +528,11 @@ def _fit_to_share(job: Job, shares: BudgetShares, data_for: Callable[[Job], Data
         return job
     shares.estimates[id(chosen)] = at(chosen)
     shares.runs = [chosen if run is job else run for run in shares.runs]
-    changed = {name: (job.hyperparameters[name], chosen.hyperparameters[name])
-               for name in ("batch_size", *job.workload.budget_lengths)
-               if chosen.hyperparameters[name] != job.hyperparameters[name]}
+    changed = {
+        name: (job.hyperparameters[name], chosen.hyperparameters[name])
+        for name in ("batch_size", *job.workload.budget_lengths)
+        if chosen.hyperparameters[name] != job.hyperparameters[name]
+    }
     reporter.run_shrunk(job.workload.name, str(job.device), changed, share_s)
     return chosen
 
@@ -482,12 +542,22 @@ def _time_probe(job: Job, data_for: Callable[[Job], Dataset | DataProblem]) -> S
     dataset = data_for(job)
     if isinstance(dataset, DataProblem):
         return None
-    train_batches, test_batches = batches_for(dataset, job.workload.image_shape,
-                                              job.workload.build_preprocessing(job.hyperparameters), job.batch_size,
-                                              job.device, workers=0, seed=job.seed)
+    train_batches, test_batches = batches_for(
+        dataset,
+        job.workload.image_shape,
+        job.workload.build_preprocessing(job.hyperparameters),
+        job.batch_size,
+        job.device,
+        workers=0,
+        seed=job.seed,
+    )
     try:
-        return time_first_steps(partial(_build, job.workload, job.hyperparameters, job.device, job.seed),
-                                train_batches, test_batches, Stopwatch(job.device))
+        return time_first_steps(
+            partial(_build, job.workload, job.hyperparameters, job.device, job.seed),
+            train_batches,
+            test_batches,
+            Stopwatch(job.device),
+        )
     finally:
         train_batches.close()
         test_batches.close()
@@ -524,35 +594,54 @@ def _smaller_jobs(job: Job) -> list[Job]:
     lengths = job.workload.budget_lengths
     halvings = 1
     while any(job.hyperparameters[name] >> halvings >= SHORTEST_BUDGETED_LENGTH for name in lengths):
-        jobs.append(_resized(job, batch, 2 ** halvings))
+        jobs.append(_resized(job, batch, 2**halvings))
         halvings += 1
     return jobs
 
 
 def _resized(job: Job, batch: int, shorter: int) -> Job:
     """`job` at `batch`, its `budget_lengths` divided by `shorter` (none below SHORTEST_BUDGETED_LENGTH)."""
-    lengths = {name: max(job.hyperparameters[name] // shorter, min(job.hyperparameters[name], SHORTEST_BUDGETED_LENGTH))
-               for name in job.workload.budget_lengths if shorter > 1}
+    lengths = {
+        name: max(job.hyperparameters[name] // shorter, min(job.hyperparameters[name], SHORTEST_BUDGETED_LENGTH))
+        for name in job.workload.budget_lengths
+        if shorter > 1
+    }
     hyperparameters = {**job.hyperparameters, "batch_size": batch, **lengths}
     shape = tuple(sorted(job.workload.data_request(hyperparameters).items()))
-    return dataclasses.replace(job, hyperparameters=hyperparameters, overrides={**job.overrides, **lengths},
-                               data=dataclasses.replace(job.data, shape=shape))
+    return dataclasses.replace(
+        job,
+        hyperparameters=hyperparameters,
+        overrides={**job.overrides, **lengths},
+        data=dataclasses.replace(job.data, shape=shape),
+    )
 
 
 def _fewest_run_s(job: Job, times: StepTimes) -> float:
     """What a budgeted run of `job` takes at least, at `times`: its steps timed first, then the fewest epochs a
     budget keeps (a warm-up and two steady ones of FEWEST_BUDGETED_STEPS steps, evaluation included)."""
     eval_most = job.training.max_eval_steps or FEWEST_BUDGETED_STEPS
-    return (times.first_step_s + times.step_s + times.eval_step_s
-            + times.run_s(min(job.training.epochs, MEASURABLE_EPOCHS), FEWEST_BUDGETED_STEPS,
-                          min(FEWEST_BUDGETED_STEPS, eval_most)))
+    return (
+        times.first_step_s
+        + times.step_s
+        + times.eval_step_s
+        + times.run_s(
+            min(job.training.epochs, MEASURABLE_EPOCHS), FEWEST_BUDGETED_STEPS, min(FEWEST_BUDGETED_STEPS, eval_most)
+        )
+    )
 
 
 ESTIMATED_FROM_STEPS = 200  # a run of more steps than this (all epochs) is timed first, and its length foretold
 
 
-def _sized(job: Job, record: RunRecord, build: partial, batches: list, reporter: RunReporter,
-           shares: BudgetShares | None, estimated: StepTimes | None = None) -> TrainingPlan:
+def _sized(
+    job: Job,
+    record: RunRecord,
+    build: partial,
+    batches: list,
+    reporter: RunReporter,
+    shares: BudgetShares | None,
+    estimated: StepTimes | None = None,
+) -> TrainingPlan:
     """`job`'s plan, its epochs sized to the run's share of a time budget (their steps recorded in the settings),
     from two steps and an evaluation batch timed first (a batch the budget shrank: `estimated` from a tiny batch's);
     a long run is timed the same way, to say how long it takes."""
@@ -581,15 +670,17 @@ def _note_pacing(record: RunRecord, job: Job, pacer: Pacer, reporter: RunReporte
     ran, settings = [epoch.steps for epoch in record.epochs], record.settings
     if ran and (pacer.resized or settings.epochs < job.training.epochs):
         reporter.run_paced(record, job.training.epochs, settings.max_steps, pacer.slowdown)
-        record.settings = dataclasses.replace(settings, max_steps=max(ran),
-                                              max_eval_steps=min(settings.max_eval_steps or 0, max(ran)))
+        record.settings = dataclasses.replace(
+            settings, max_steps=max(ran), max_eval_steps=min(settings.max_eval_steps or 0, max(ran))
+        )
 
 
 AUTO_BATCH_FEWEST_STEPS = 7  # the largest batch --batch-size auto tries still makes this many steps an epoch
 
 
-def _grow_batch_size(record: RunRecord, dataset: Dataset, base: Tuning, build: partial, batches_of, device,
-                     tunings: dict[tuple, tuple]) -> None:
+def _grow_batch_size(
+    record: RunRecord, dataset: Dataset, base: Tuning, build: partial, batches_of, device, tunings: dict[tuple, tuple]
+) -> None:
     """`--batch-size auto`: the fastest batch size on this device, found once per session, into the record."""
     settings = record.settings
     key = ("batch size", record.workload, record.device, settings.batch_size, settings.mode)
@@ -601,10 +692,19 @@ def _grow_batch_size(record: RunRecord, dataset: Dataset, base: Tuning, build: p
 
     setup = (lambda: tuned_setup(build(), base, device)[0]) if settings.mode == "tuned" else build
     largest = max(settings.batch_size, _training_samples(dataset) // AUTO_BATCH_FEWEST_STEPS)
-    batch_size, note = _chosen(record, tunings, key, device, lambda watch: choose_batch_size(
-        settings.batch_size, largest, setup, single, watch))
-    record.settings = dataclasses.replace(settings, batch_size=batch_size, batch_size_auto=True,
-                                          hyperparameters={**settings.hyperparameters, "batch_size": batch_size})
+    batch_size, note = _chosen(
+        record,
+        tunings,
+        key,
+        device,
+        lambda watch: choose_batch_size(settings.batch_size, largest, setup, single, watch),
+    )
+    record.settings = dataclasses.replace(
+        settings,
+        batch_size=batch_size,
+        batch_size_auto=True,
+        hyperparameters={**settings.hyperparameters, "batch_size": batch_size},
+    )
     record.tuning_note = note
 
 
@@ -618,8 +718,10 @@ def _check_classes(workload: Workload, dataset: Dataset) -> None:
     """A model cannot learn more classes than its output layer has; say so before any training."""
     model_classes = workload.num_classes
     if model_classes is not None and dataset.num_classes is not None and dataset.num_classes > model_classes:
-        raise ValueError(f"{workload.name} tells {model_classes} classes apart but {dataset.name} has "
-                         f"{dataset.num_classes}; pick a workload with at least that many outputs")
+        raise ValueError(
+            f"{workload.name} tells {model_classes} classes apart but {dataset.name} has "
+            f"{dataset.num_classes}; pick a workload with at least that many outputs"
+        )
 
 
 def _build(workload: Workload, hyperparameters: dict, device: torch.device, seed: int) -> TrainingSetup:
@@ -644,11 +746,22 @@ def _base_tuning(workload: Workload, hyperparameters: dict, device: torch.device
 def _choose(base: Tuning, build: partial, batches, job: Job, record: RunRecord, tunings: dict[tuple, tuple]) -> Tuning:
     """Tuned mode's choice for this run: measured on a trial the first time, the same for every repeat after."""
     device = job.device
-    key = ("tuning", record.workload, record.device,
-           json.dumps(record.settings.hyperparameters, sort_keys=True, default=str), job.precision, job.compile)
+    key = (
+        "tuning",
+        record.workload,
+        record.device,
+        json.dumps(record.settings.hyperparameters, sort_keys=True, default=str),
+        job.precision,
+        job.compile,
+    )
     options = candidates(base, device, job.precision, job.compile)
-    tuning, note = _chosen(record, tunings, key, device, lambda watch: choose_tuning(
-        options, lambda option: tuned_setup(build(), option, device)[0], batches, watch))
+    tuning, note = _chosen(
+        record,
+        tunings,
+        key,
+        device,
+        lambda watch: choose_tuning(options, lambda option: tuned_setup(build(), option, device)[0], batches, watch),
+    )
     record.tuning_note = "; ".join(filter(None, [record.tuning_note, note])) or None
     return tuning
 
@@ -678,8 +791,9 @@ def _build_tuned(build: partial, tuning: Tuning, device: torch.device, record: R
     recurrent = recurrent_layers(setup.model)
     if applied.precision == "bf16" and recurrent:
         names = ", ".join(sorted({type(layer).__name__ for layer in recurrent}))
-        add_tuning_note(record, f"bf16 autocast left out the recurrent layers ({len(recurrent)} {names}): they ran "
-                                "in fp32")
+        add_tuning_note(
+            record, f"bf16 autocast left out the recurrent layers ({len(recurrent)} {names}): they ran in fp32"
+        )
     return setup
 
 

@@ -29,8 +29,9 @@ from collections.abc import Iterator
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM) + ((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ())
 NOTICE_AFTER_S = 2.0  # the first signal has not stopped the work by then: say that a second one stops it at once
-DEFAULT_KEPT = "what finished before is kept (the results database holds every finished epoch); no file was left " \
-               "half-written"
+DEFAULT_KEPT = (
+    "what finished before is kept (the results database holds every finished epoch); no file was left half-written"
+)
 
 _active: list[int] | None = None  # the signals received while handling is installed; None when it is not
 _kept = [DEFAULT_KEPT]  # what the line of a hard exit says was kept: the innermost kept_on_hard_exit's
@@ -84,8 +85,11 @@ def handling() -> Iterator[list[int]]:
     if threading.current_thread() is not threading.main_thread():  # Python installs handlers only there
         yield signals
         return
-    previous = {number: signal.signal(number, interrupt) for number in STOP_SIGNALS
-                if signal.getsignal(number) is not signal.SIG_IGN}
+    previous = {
+        number: signal.signal(number, interrupt)
+        for number in STOP_SIGNALS
+        if signal.getsignal(number) is not signal.SIG_IGN
+    }
     reader, writer = socket.socketpair()
     writer.setblocking(False)
     wakeup_before = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
@@ -132,9 +136,11 @@ def _watch(reader: socket.socket) -> None:
         while True:
             try:
                 data = reader.recv(64)
-            except socket.timeout:  # still working a while after the first: say how to stop at once
-                _say(f"devicebench: {named(first)} received; stopping after the current step. Send it again to stop "
-                     "at once.")
+            except TimeoutError:  # still working a while after the first: say how to stop at once
+                _say(
+                    f"devicebench: {named(first)} received; stopping after the current step. Send it again to stop "
+                    "at once."
+                )
                 reader.settimeout(None)
                 continue
             except OSError:

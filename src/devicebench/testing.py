@@ -57,20 +57,23 @@ def check_workload(workload: Workload, hyperparameters: dict[str, Any] | None = 
     torch.manual_seed(0)
     model = workload.build_model(hyperparameters)
     real_count = sum(parameter.numel() for parameter in model.parameters() if parameter.requires_grad)
-    assert workload.parameter_count(hyperparameters) == real_count, \
-        f"{workload.name}: built on the meta device it has {workload.parameter_count(hyperparameters):,} " \
+    assert workload.parameter_count(hyperparameters) == real_count, (
+        f"{workload.name}: built on the meta device it has {workload.parameter_count(hyperparameters):,} "
         f"parameters, for real {real_count:,}; build every layer inside the builder"
+    )
     dataset = _tiny_dataset(workload, hyperparameters)
     unaugmented = _Unaugmented(workload.build_preprocessing(hyperparameters))  # one fixed batch to learn
-    train, test = batches_for(dataset, workload.image_shape, unaugmented, SAMPLES, torch.device("cpu"), workers=0,
-                              seed=0)
+    train, test = batches_for(
+        dataset, workload.image_shape, unaugmented, SAMPLES, torch.device("cpu"), workers=0, seed=0
+    )
     inputs, targets = next(iter(train.epoch(1)))
     train.close()
     test.close()
     _check_outputs(workload, model(inputs), targets, dataset.num_classes)
     _check_learns(workload, model, hyperparameters, inputs, targets)
-    assert training_flops_per_sample(workload, hyperparameters), \
+    assert training_flops_per_sample(workload, hyperparameters), (
         f"{workload.name}: its FLOPs could not be counted on the meta device (see the warning logged)"
+    )
 
 
 @dataclass(frozen=True)
@@ -96,11 +99,13 @@ def _check_declaration(workload: Workload) -> None:
     assert workload.quick.epochs >= 2, f"{name}: the quick suite needs a warm-up epoch and a steady one"
     assert workload.seed is None or workload.seed in SEED_EXPERIMENTS, f"{name}: unknown seed {workload.seed!r}"
     if workload.published is not None:
-        assert workload.published.hardware and workload.published.basis, \
+        assert workload.published.hardware and workload.published.basis, (
             f"{name}: published figures need the hardware they came from and what they compare"
+        )
     if workload.load_data is None and workload.trainer is None:  # a trainer of its own may make its data
-        assert workload.dataset in known_datasets(), \
+        assert workload.dataset in known_datasets(), (
             f"{name}: unknown dataset {workload.dataset!r}; known: {', '.join(known_datasets())}"
+        )
 
 
 def _tiny_dataset(workload: Workload, hyperparameters: dict[str, Any]) -> Any:
@@ -122,16 +127,23 @@ def _check_outputs(workload: Workload, outputs: torch.Tensor, targets: torch.Ten
         return  # a regression, or data whose classes are not known before reading every label
     width = 1 if workload.output == "binary_logit" else classes
     expected = (*targets.shape, width) if workload.output == "token_logits" else (samples, width)  # a row a position
-    assert outputs.shape == expected, \
-        f"{workload.name}: outputs of shape {tuple(outputs.shape)} for {samples} samples of {classes} classes; " \
+    assert outputs.shape == expected, (
+        f"{workload.name}: outputs of shape {tuple(outputs.shape)} for {samples} samples of {classes} classes; "
         f"expected {expected} for output kind {workload.output!r}"
+    )
     if workload.num_classes is not None:
-        assert workload.num_classes == classes, \
+        assert workload.num_classes == classes, (
             f"{workload.name}: its last layer tells {workload.num_classes} classes apart, its data has {classes}"
+        )
 
 
-def _check_learns(workload: Workload, model: torch.nn.Module, hyperparameters: dict[str, Any],
-                  inputs: torch.Tensor, targets: torch.Tensor) -> None:
+def _check_learns(
+    workload: Workload,
+    model: torch.nn.Module,
+    hyperparameters: dict[str, Any],
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+) -> None:
     loss_function = workload.build_loss()
     optimizer = workload.build_optimizer(model, hyperparameters)
     losses = []
@@ -145,9 +157,10 @@ def _check_learns(workload: Workload, model: torch.nn.Module, hyperparameters: d
             loss.backward()
             optimizer.step()
         losses.append(float(loss.detach()))
-    assert losses[-1] < losses[0] * REQUIRED_FALL, \
-        f"{workload.name}: the loss did not fall by a fifth in {LEARNING_STEPS} steps on one batch: " \
+    assert losses[-1] < losses[0] * REQUIRED_FALL, (
+        f"{workload.name}: the loss did not fall by a fifth in {LEARNING_STEPS} steps on one batch: "
         f"{losses[0]:.4g} → {losses[-1]:.4g}"
+    )
     if workload.output != "values":
         predicted = predicted_classes(model(inputs), workload.output)
         assert predicted.shape == targets.shape, f"{workload.name}: predictions of shape {tuple(predicted.shape)}"

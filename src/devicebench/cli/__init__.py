@@ -51,43 +51,69 @@ DEBUG_VARIABLE = "DEVICEBENCH_DEBUG"  # set to 1: an unexpected error propagates
 # is asked for, and the line `devicebench --help` lists it with: the first paragraph of its help, kept the same by
 # tests/test_start_fast.py. Listing and `devicebench history` thus never import torch.
 COMMANDS = {
-    "devices": ("machine", "What this machine has: CPU, cores, ISA, memory, every GPU torch can see, and why there "
-                           "is none."),
-    "list": ("machine", "The workloads: their seed experiment, dataset, size, default settings and published "
-                        "figures."),
+    "devices": (
+        "machine",
+        "What this machine has: CPU, cores, ISA, memory, every GPU torch can see, and why there is none.",
+    ),
+    "list": ("machine", "The workloads: their seed experiment, dataset, size, default settings and published figures."),
     "data": ("data", "List, download, verify and remove the datasets the workloads train on."),
-    "run": ("run", "Train workloads on each device and print throughput, epoch times, accuracy and the speedup vs "
-                   "CPU."),
-    "sweep": ("sweep", "Train one workload at every point of a grid on each device, store every point, and print a "
-                       "throughput table per device with the wait-for-data share and the input-bound/compute-bound "
-                       "verdict of each point."),
-    "predict": ("predict", "Print the class and its probability for each image, preprocessed exactly as in training "
-                           "(size, channels, scaling), with the 0.5 threshold for two-class models."),
-    "reproduce": ("reproduce", "Train each seed's workloads at its published settings and print published vs "
-                               "measured here, side by side: hardware, throughput, speedup and accuracy; for a "
-                               "reference model, the public record's figures of it beside this machine's, "
-                               "in the unit each was published in. The runs are stored like any other."),
+    "run": (
+        "run",
+        "Train workloads on each device and print throughput, epoch times, accuracy and the speedup vs CPU.",
+    ),
+    "sweep": (
+        "sweep",
+        "Train one workload at every point of a grid on each device, store every point, and print a "
+        "throughput table per device with the wait-for-data share and the input-bound/compute-bound "
+        "verdict of each point.",
+    ),
+    "predict": (
+        "predict",
+        "Print the class and its probability for each image, preprocessed exactly as in training "
+        "(size, channels, scaling), with the 0.5 threshold for two-class models.",
+    ),
+    "reproduce": (
+        "reproduce",
+        "Train each seed's workloads at its published settings and print published vs "
+        "measured here, side by side: hardware, throughput, speedup and accuracy; for a "
+        "reference model, the public record's figures of it beside this machine's, "
+        "in the unit each was published in. The runs are stored like any other.",
+    ),
     "history": ("history", "The stored runs, oldest first: when, where, what, how fast and how accurate."),
-    "compare": ("compare", "Compare stored runs across devices and machines: medians with spread, speedups with 95% "
-                           "intervals."),
-    "export": ("transfer", "Write stored runs to a JSON file for `devicebench import` on another machine, or to "
-                           "CSV."),
-    "import": ("transfer", "Add runs from other machines; runs already stored are skipped, so importing twice adds "
-                           "nothing."),
-    "report": ("report", "Write an HTML report: per workload, epoch time, samples/s, speedup and accuracy charts, and "
-                         "the numbers with the machine and software behind each. One file, images inlined: it opens "
-                         "offline and can be mailed."),
-    "calibrate": ("calibrate", "Measure each device's sustained ceilings (dense matmul TFLOP/s in each precision it "
-                               "computes natively, memory and host-to-device GB/s) and store them for this machine, "
-                               "beside the datasheet's figures."),
-    "check": ("check", "Check this machine in under a minute: the PyTorch build against its GPUs and drivers, the "
-                       "CPU's threads, ISA and load, and on each device a short training run (does the work land "
-                       "there?), timing with and without synchronizing (does the clock wait for it?) and a short "
-                       "calibration against the datasheet (does it reach its rating?). Each check passes, warns or "
-                       "fails, with the figure measured and what to do."),
+    "compare": (
+        "compare",
+        "Compare stored runs across devices and machines: medians with spread, speedups with 95% intervals.",
+    ),
+    "export": ("transfer", "Write stored runs to a JSON file for `devicebench import` on another machine, or to CSV."),
+    "import": (
+        "transfer",
+        "Add runs from other machines; runs already stored are skipped, so importing twice adds nothing.",
+    ),
+    "report": (
+        "report",
+        "Write an HTML report: per workload, epoch time, samples/s, speedup and accuracy charts, and "
+        "the numbers with the machine and software behind each. One file, images inlined: it opens "
+        "offline and can be mailed.",
+    ),
+    "calibrate": (
+        "calibrate",
+        "Measure each device's sustained ceilings (dense matmul TFLOP/s in each precision it "
+        "computes natively, memory and host-to-device GB/s) and store them for this machine, "
+        "beside the datasheet's figures.",
+    ),
+    "check": (
+        "check",
+        "Check this machine in under a minute: the PyTorch build against its GPUs and drivers, the "
+        "CPU's threads, ISA and load, and on each device a short training run (does the work land "
+        "there?), timing with and without synchronizing (does the clock wait for it?) and a short "
+        "calibration against the datasheet (does it reach its rating?). Each check passes, warns or "
+        "fails, with the figure measured and what to do.",
+    ),
     "forget": ("forget", "Delete stored runs by id (as `history` shows them), with their epochs; asks first."),
-    "estimate": ("estimate", "Estimate samples/s, epoch time, speedup and cost on GPUs that are not here, with an "
-                             "interval."),
+    "estimate": (
+        "estimate",
+        "Estimate samples/s, epoch time, speedup and cost on GPUs that are not here, with an interval.",
+    ),
 }
 
 
@@ -134,24 +160,35 @@ def _command_from_module(name: str) -> click.Command:
         importlib.import_module(module)
     except KeyboardInterrupt:
         number = stopping.received() or signal.SIGINT
-        raise fail(f"{stopping.described(number)} while starting; nothing was done",
-                   stopping.exit_status(number)) from None
+        raise fail(
+            f"{stopping.described(number)} while starting; nothing was done", stopping.exit_status(number)
+        ) from None
     for info in app.registered_commands:
         if (info.name or typer.main.get_command_name(info.callback.__name__)) == name:
-            return typer.main.get_command_from_info(info, pretty_exceptions_short=app.pretty_exceptions_short,
-                                                    rich_markup_mode=app.rich_markup_mode)
+            return typer.main.get_command_from_info(
+                info, pretty_exceptions_short=app.pretty_exceptions_short, rich_markup_mode=app.rich_markup_mode
+            )
     for group_info in app.registered_groups:
-        group = typer.main.get_group_from_info(group_info, pretty_exceptions_short=app.pretty_exceptions_short,
-                                               suggest_commands=app.suggest_commands,
-                                               rich_markup_mode=app.rich_markup_mode)
+        group = typer.main.get_group_from_info(
+            group_info,
+            pretty_exceptions_short=app.pretty_exceptions_short,
+            suggest_commands=app.suggest_commands,
+            rich_markup_mode=app.rich_markup_mode,
+        )
         if group.name == name:
             return group
     raise LookupError(f"{module} registers no command {name!r}; correct devicebench.cli.COMMANDS")
 
 
 # exits and usage errors, typer's (it carries its own click) and click's: each already says what to do
-_PASSED_THROUGH = (typer.Exit, typer.Abort, TyperException, click.exceptions.Exit, click.exceptions.Abort,
-                   click.ClickException)
+_PASSED_THROUGH = (
+    typer.Exit,
+    typer.Abort,
+    TyperException,
+    click.exceptions.Exit,
+    click.exceptions.Abort,
+    click.ClickException,
+)
 
 
 class _ErrorBoundary(TyperGroup):
@@ -239,9 +276,11 @@ def _status_after_output(code: Any) -> Any:
     if lost == "cut":
         return EXIT_OUTPUT_CUT
     reason = "is closed" if lost == "closed" else f"could not be written ({lost})"
-    errors.print(f"[bold red]error:[/] standard output {escape(reason)}: the command ran to its end (what it stores "
-                 "is kept) but its output could not be printed; to discard the output, send it to /dev/null",
-                 highlight=False)
+    errors.print(
+        f"[bold red]error:[/] standard output {escape(reason)}: the command ran to its end (what it stores "
+        "is kept) but its output could not be printed; to discard the output, send it to /dev/null",
+        highlight=False,
+    )
     return EXIT_OUTPUT_LOST
 
 
@@ -261,8 +300,10 @@ def _cut_by_a_library(stdout: IO[str] | None, opened: tuple[int, int] | None) ->
     if sys.stdout is not stdout and getattr(sys.stdout, "wrapped", None) is stdout:
         return True
     devnull = os.stat(os.devnull)
-    return opened not in (None, (devnull.st_dev, devnull.st_ino)) and \
-        _opened_file(stdout) == (devnull.st_dev, devnull.st_ino)
+    return opened not in (None, (devnull.st_dev, devnull.st_ino)) and _opened_file(stdout) == (
+        devnull.st_dev,
+        devnull.st_ino,
+    )
 
 
 def _discard_from_now_on(stream: IO[str] | None) -> None:
@@ -281,24 +322,32 @@ def _discard_from_now_on(stream: IO[str] | None) -> None:
 def _explained(error: Exception) -> tuple[str, int]:
     """The one line and the exit status for an unexpected exception no command handled itself."""
     if isinstance(error, RecursionError):
-        return ("the input is nested too deeply to read (RecursionError); give a file that nests less deeply",
-                EXIT_USAGE)
+        return (
+            "the input is nested too deeply to read (RecursionError); give a file that nests less deeply",
+            EXIT_USAGE,
+        )
     if isinstance(error, OSError):
         path = error.filename if error.filename is not None else "a file"
         reason = (error.strerror or str(error)).lower()
         if error.errno in (errno.ENOSPC, errno.EDQUOT):
-            return (f"cannot write {path}: {reason}; free some space, or write elsewhere (--db, --json, --out)",
-                    EXIT_FAILED_RUN)
+            return (
+                f"cannot write {path}: {reason}; free some space, or write elsewhere (--db, --json, --out)",
+                EXIT_FAILED_RUN,
+            )
         if error.errno == errno.EROFS:
             return f"cannot write {path}: {reason}; name a path on a writable disk", EXIT_FAILED_RUN
         if error.errno in (errno.EACCES, errno.EPERM):
-            return (f"cannot use {path}: {reason}; change its permissions, or name a path you may read and write",
-                    EXIT_FAILED_RUN)
+            return (
+                f"cannot use {path}: {reason}; change its permissions, or name a path you may read and write",
+                EXIT_FAILED_RUN,
+            )
         return f"cannot use {path}: {reason}", EXIT_FAILED_RUN
     detail = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-    return (f"devicebench hit an unexpected error: {detail}\nThis is a bug in devicebench: please report it, with the "
-            f"command you ran, to its issue tracker; run again with {DEBUG_VARIABLE}=1 to see the traceback.",
-            EXIT_FAILED_RUN)
+    return (
+        f"devicebench hit an unexpected error: {detail}\nThis is a bug in devicebench: please report it, with the "
+        f"command you ran, to its issue tracker; run again with {DEBUG_VARIABLE}=1 to see the traceback.",
+        EXIT_FAILED_RUN,
+    )
 
 
 _typer_display_type = TyperOption.display_type_rich
@@ -325,10 +374,31 @@ app = typer.Typer(
 WIDTH_WHEN_PIPED = 200  # columns for logs and pipes, where rich would otherwise fold the 12-column tables
 
 # What an ASCII-only (or Latin-1) terminal gets instead of the characters the tables and messages use.
-_PLAIN = str.maketrans({"\u2013": "-", "\u2014": "-", "\u2212": "-", "\u2026": "...", "\u2502": "|", "\u00d7": "x",
-                        "\u00b7": ".", "\u2192": "->", "\u2190": "<-", "\u2248": "~", "\u00b1": "+/-",
-                        "\u2265": ">=", "\u2264": "<=", "\u00b5": "u", "\u2018": "'", "\u2019": "'",
-                        "\u201c": '"', "\u201d": '"', "\u2022": "*", "\u2714": "ok", "\u2718": "x"})
+_PLAIN = str.maketrans(
+    {
+        "\u2013": "-",
+        "\u2014": "-",
+        "\u2212": "-",
+        "\u2026": "...",
+        "\u2502": "|",
+        "\u00d7": "x",
+        "\u00b7": ".",
+        "\u2192": "->",
+        "\u2190": "<-",
+        "\u2248": "~",
+        "\u00b1": "+/-",
+        "\u2265": ">=",
+        "\u2264": "<=",
+        "\u00b5": "u",
+        "\u2018": "'",
+        "\u2019": "'",
+        "\u201c": '"',
+        "\u201d": '"',
+        "\u2022": "*",
+        "\u2714": "ok",
+        "\u2718": "x",
+    }
+)
 
 
 class _Degrading:
@@ -400,8 +470,6 @@ def main(
     """devicebench: how much faster does this model train on that device, why, and what does it cost?"""
 
 
-
-
 def fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
     """Print `message` as an error and return the Exit to raise with `code`."""
     errors.print(f"[bold red]error:[/] {escape(message)}", highlight=False)  # '[report]' is text, not markup
@@ -409,13 +477,22 @@ def fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
 
 
 # Options that several commands share, so that each means the same everywhere.
-DatabaseOption = Annotated[Optional[Path], typer.Option(
-    "--db", help="Results database (default: $DEVICEBENCH_DB, else results.sqlite in the user data folder).",
-    show_default=False)]
-WorkloadFilter = Annotated[Optional[str], typer.Option(help="Only this workload, or a pattern such as 'mnist-*'.",
-                                                       show_default=False)]
-MachineFilter = Annotated[Optional[str], typer.Option(help="Only this machine: its name, hostname or id prefix.",
-                                                      show_default=False)]
+DatabaseOption = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--db",
+        help="Results database (default: $DEVICEBENCH_DB, else results.sqlite in the user data folder).",
+        show_default=False,
+    ),
+]
+WorkloadFilter = Annotated[
+    Optional[str], typer.Option(help="Only this workload, or a pattern such as 'mnist-*'.", show_default=False)
+]
+MachineFilter = Annotated[
+    Optional[str], typer.Option(help="Only this machine: its name, hostname or id prefix.", show_default=False)
+]
+
+
 def _run_count(value: int | None) -> int | None:
     """--last N: a count of runs, 1 or more (and one the database can compare with)."""
     if value is not None and not 1 <= value <= LARGEST_WHOLE_NUMBER:
@@ -424,16 +501,33 @@ def _run_count(value: int | None) -> int | None:
 
 
 # a range of its own: typer's would print [1<=x<=9223372036854775807]
-LastFilter = Annotated[Optional[int], typer.Option(metavar="N", callback=_run_count, show_default=False,
-                                                   help="Only the N most recently started runs that match (N ≥ 1).")]
-BaselineOption = Annotated[str, typer.Option(
-    help="What speedups are measured against: a device on each row's own machine (cpu, cuda:0), "
-         "or one fixed MACHINE/DEVICE such as laptop/cpu.")]
-LocalDevicesOption = Annotated[str, typer.Option(
-    "--devices", help="auto (every local device), cpu, cuda, cuda:1, mps, or a list: cpu,cuda.")]
-PriceOption = Annotated[Optional[str], typer.Option(
-    help="Hourly prices, e.g. cpu=0.10,cuda=2.50, or a TOML file with prices per machine: adds cost per million "
-         "samples and cost against the baseline.", show_default=False)]
+LastFilter = Annotated[
+    Optional[int],
+    typer.Option(
+        metavar="N",
+        callback=_run_count,
+        show_default=False,
+        help="Only the N most recently started runs that match (N ≥ 1).",
+    ),
+]
+BaselineOption = Annotated[
+    str,
+    typer.Option(
+        help="What speedups are measured against: a device on each row's own machine (cpu, cuda:0), "
+        "or one fixed MACHINE/DEVICE such as laptop/cpu."
+    ),
+]
+LocalDevicesOption = Annotated[
+    str, typer.Option("--devices", help="auto (every local device), cpu, cuda, cuda:1, mps, or a list: cpu,cuda.")
+]
+PriceOption = Annotated[
+    Optional[str],
+    typer.Option(
+        help="Hourly prices, e.g. cpu=0.10,cuda=2.50, or a TOML file with prices per machine: adds cost per million "
+        "samples and cost against the baseline.",
+        show_default=False,
+    ),
+]
 
 
 def check_output_file(flag: str, path: Path) -> None:
@@ -502,9 +596,14 @@ def open_store(db: Path | None, *, writes: bool = True) -> Store:
     return store
 
 
-def check_outputs_or_fail(outputs: dict[str, Path | None], *, db: Path | None,
-                          reads: dict[str, Path | None] | None = None, data_dir: str | Path | None = None,
-                          modules: dict[str, str | None] | None = None) -> None:
+def check_outputs_or_fail(
+    outputs: dict[str, Path | None],
+    *,
+    db: Path | None,
+    reads: dict[str, Path | None] | None = None,
+    data_dir: str | Path | None = None,
+    modules: dict[str, str | None] | None = None,
+) -> None:
     """Refuse, before any work, an output that would destroy an input or another output (files.check_outputs): the
     results database `db` names (or the default one, with SQLite's files beside it), the calibration files, the
     files of `data_dir`, `reads`, the files the command reads besides, and the source files of `modules`, the
@@ -512,10 +611,14 @@ def check_outputs_or_fail(outputs: dict[str, Path | None], *, db: Path | None,
     sources: dict[str, Path | None] = {}
     for flag, spec in (modules or {}).items():
         found = module_sources(spec) if spec else []
-        sources |= {f"the source of {flag} {spec}" + (f" ({source})" if len(found) > 1 else ""): source
-                    for source in found}
-    check_outputs(outputs, {**database_files(default_db_path(db)), **(reads or {}), **sources},
-                  input_folders={"--data-dir": data_dir, "the calibration folder": calibration_path("machine").parent})
+        sources |= {
+            f"the source of {flag} {spec}" + (f" ({source})" if len(found) > 1 else ""): source for source in found
+        }
+    check_outputs(
+        outputs,
+        {**database_files(default_db_path(db)), **(reads or {}), **sources},
+        input_folders={"--data-dir": data_dir, "the calibration folder": calibration_path("machine").parent},
+    )
 
 
 def input_is_terminal() -> bool:

@@ -1,6 +1,6 @@
 """`devicebench calibrate`: measure each device's ceilings, show them against the datasheet, keep them.
 
-    devicebench calibrate --devices cpu
+devicebench calibrate --devices cpu
 """
 
 from __future__ import annotations
@@ -43,11 +43,18 @@ from devicebench.results.datasheets import datasheet_for
 @app.command()
 def calibrate(
     devices: LocalDevicesOption = "auto",
-    as_json: Annotated[bool, typer.Option(
-        "--json", help="Print the stored calibration (every device calibrated on this machine) as JSON.")] = False,
-    quick: Annotated[bool, typer.Option(
-        "--quick", help="Small matrices and copies, short stretches: a check in seconds that understates the "
-                        "ceilings, so it is shown but not stored (MFU is never taken against it).")] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="Print the stored calibration (every device calibrated on this machine) as JSON."),
+    ] = False,
+    quick: Annotated[
+        bool,
+        typer.Option(
+            "--quick",
+            help="Small matrices and copies, short stretches: a check in seconds that understates the "
+            "ceilings, so it is shown but not stored (MFU is never taken against it).",
+        ),
+    ] = False,
 ) -> None:
     """Measure each device's sustained ceilings (dense matmul TFLOP/s in each precision it computes natively,
     memory and host-to-device GB/s) and store them for this machine, beside the datasheet's figures.
@@ -63,16 +70,31 @@ def calibrate(
     busy = busy_warning()  # read before measuring: the load of the minute before is other processes' alone
     if busy is not None:  # warned, not refused: the stored file is replaced by the next calibration, GPU ceilings
         # hardly depend on the host's load, and a machine that is always shared must still be able to calibrate
-        errors.print(Text(busy + ("" if quick else " Ceilings measured now come out low, and MFU taken against them "
-                                  "high; they are stored all the same: run `devicebench calibrate` again once the "
-                                  "machine is quiet, which replaces them."), style="yellow"), soft_wrap=False)
+        errors.print(
+            Text(
+                busy
+                + (
+                    ""
+                    if quick
+                    else " Ceilings measured now come out low, and MFU taken against them "
+                    "high; they are stored all the same: run `devicebench calibrate` again once the "
+                    "machine is quiet, which replaces them."
+                ),
+                style="yellow",
+            ),
+            soft_wrap=False,
+        )
     measured: list[DeviceCeilings] = []
     try:
         with errors.status("Calibrating") as status:
             for device in chosen:
-                measured.append(measure_ceilings(
-                    device, plan=QUICK_PLAN if quick else default_plan(device),
-                    progress=lambda step, device=device: status.update(f"Calibrating {device}: {step}")))
+                measured.append(
+                    measure_ceilings(
+                        device,
+                        plan=QUICK_PLAN if quick else default_plan(device),
+                        progress=lambda step, device=device: status.update(f"Calibrating {device}: {step}"),
+                    )
+                )
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP (devicebench.stopping): the devices finished are kept
         if not measured or quick:
             raise stopped("nothing stored") from None
@@ -84,8 +106,10 @@ def calibrate(
         else:
             for ceilings in measured:
                 console.print(ceilings_table(ceilings))
-        errors.print("Not stored: --quick understates the ceilings. Run `devicebench calibrate` without --quick to "
-                     "store the figures that MFU is taken against.")
+        errors.print(
+            "Not stored: --quick understates the ceilings. Run `devicebench calibrate` without --quick to "
+            "store the figures that MFU is taken against."
+        )
         return
     path = _store(fingerprint, measured)
     if as_json:
@@ -93,8 +117,9 @@ def calibrate(
     else:
         for ceilings in measured:
             console.print(ceilings_table(ceilings))
-    errors.print(f"Calibration stored in {path}" + (", measured while the machine was busy (see above)"
-                                                     if busy else ""))
+    errors.print(
+        f"Calibration stored in {path}" + (", measured while the machine was busy (see above)" if busy else "")
+    )
 
 
 NOT_NATIVE = "not native"  # a precision the device only emulates: calibrate does not measure it
@@ -104,27 +129,40 @@ def ceilings_table(ceilings: DeviceCeilings) -> FittedTable:
     """One device's ceilings: measured, the datasheet's figure, and the one as a percent of the other."""
     datasheet = datasheet_for(ceilings.device_name)
     plan = ceilings.plan
-    against = (f"Datasheet: {datasheet.product}, dense peaks without sparsity ({datasheet.source})."
-               if datasheet else "No datasheet known for this device.")
-    emulated = (f" {', '.join(ceilings.not_native)}: {NOT_NATIVE}, only emulated by this device, so not measured."
-                if ceilings.not_native else "")
-    table = Table(title=f"{ceilings.device} ({ceilings.device_name})", title_justify="left",
-                  caption=f"Each figure: the median of up to {plan.stretches} timed stretches of at least "
-                          f"{plan.stretch_s:g} s of sustained work, after {plan.warmup_s:g} s of warm-up."
-                          f"{emulated} {against}", caption_justify="left")
+    against = (
+        f"Datasheet: {datasheet.product}, dense peaks without sparsity ({datasheet.source})."
+        if datasheet
+        else "No datasheet known for this device."
+    )
+    emulated = (
+        f" {', '.join(ceilings.not_native)}: {NOT_NATIVE}, only emulated by this device, so not measured."
+        if ceilings.not_native
+        else ""
+    )
+    table = Table(
+        title=f"{ceilings.device} ({ceilings.device_name})",
+        title_justify="left",
+        caption=f"Each figure: the median of up to {plan.stretches} timed stretches of at least "
+        f"{plan.stretch_s:g} s of sustained work, after {plan.warmup_s:g} s of warm-up."
+        f"{emulated} {against}",
+        caption_justify="left",
+    )
     for column in ("Quantity", "Measured", "Datasheet", "Of datasheet"):
         table.add_column(column, justify="left" if column == "Quantity" else "right")
     for precision in PRECISIONS:
         promised = datasheet.tflops(precision) if datasheet else None
         if precision in ceilings.matmul:
             product = ceilings.matmul[precision]
-            table.add_row(f"Matmul {precision} ({product.size}x{product.size})",
-                          *_figures(product, promised, 2, " TFLOP/s"))  # 2 decimals: a CPU makes fractions
+            table.add_row(
+                f"Matmul {precision} ({product.size}x{product.size})", *_figures(product, promised, 2, " TFLOP/s")
+            )  # 2 decimals: a CPU makes fractions
         elif precision in ceilings.not_native:
             table.add_row(f"Matmul {precision}", NOT_NATIVE, number_text(promised, 2, " TFLOP/s"), "—")
     copy = ceilings.memory_copy
-    table.add_row(f"Memory copy ({_mib(copy.size)}, read + write)",
-                  *_figures(copy, datasheet.memory_gb_s if datasheet else None, 1, " GB/s"))
+    table.add_row(
+        f"Memory copy ({_mib(copy.size)}, read + write)",
+        *_figures(copy, datasheet.memory_gb_s if datasheet else None, 1, " GB/s"),
+    )
     for memory_kind, transfer in ceilings.host_to_device.items():  # datasheets give only the PCIe link's
         table.add_row(f"Host to device ({_mib(transfer.size)}, {memory_kind})", *_figures(transfer, None, 1, " GB/s"))
     return fitted(table)
@@ -132,8 +170,11 @@ def ceilings_table(ceilings: DeviceCeilings) -> FittedTable:
 
 def _figures(measured: Measurement, promised: float | None, digits: int, unit: str) -> tuple[str, str, str]:
     """Measured, datasheet, and the one as a percent of the other."""
-    return (number_text(measured.rate, digits, unit), number_text(promised, digits, unit),
-            percent_text(measured.rate / promised if promised else None))
+    return (
+        number_text(measured.rate, digits, unit),
+        number_text(promised, digits, unit),
+        percent_text(measured.rate / promised if promised else None),
+    )
 
 
 def _mib(size_bytes: int) -> str:
@@ -144,5 +185,7 @@ def _store(fingerprint: dict, measured: list[DeviceCeilings]) -> Path:
     try:
         return save_calibration(fingerprint["machine_id"], fingerprint["machine_name"], measured)
     except OSError as error:
-        raise fail(f"could not store the calibration ({error}); set DEVICEBENCH_CALIBRATION_DIR to a writable "
-                   "folder", EXIT_FAILED_RUN) from None
+        raise fail(
+            f"could not store the calibration ({error}); set DEVICEBENCH_CALIBRATION_DIR to a writable folder",
+            EXIT_FAILED_RUN,
+        ) from None

@@ -1,6 +1,6 @@
 """`devicebench check`: is the GPU really doing the work, and can this machine's numbers be trusted?
 
-    devicebench check --devices cpu
+devicebench check --devices cpu
 """
 
 from __future__ import annotations
@@ -31,8 +31,12 @@ MACHINE_WIDE = "machine"  # what the Device column says of a check about the who
 @app.command()
 def check(
     devices: LocalDevicesOption = "auto",
-    as_json: Annotated[bool, typer.Option(
-        "--json", help='Print {"checks": [...], "failed": N, "warned": N, "passed": N} instead of the table.')] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json", help='Print {"checks": [...], "failed": N, "warned": N, "passed": N} instead of the table.'
+        ),
+    ] = False,
 ) -> None:
     """Check this machine in under a minute: the PyTorch build against its GPUs and drivers, the CPU's threads,
     ISA and load, and on each device a short training run (does the work land there?), timing with and without
@@ -63,9 +67,13 @@ def check(
 def checks_table(checks: list[Check], found: dict) -> FittedTable:
     """One row a check, grouped by device (the machine first, then each device in the order they ran) and by group
     within it; each warn or fail says what to do under its figure."""
-    table = Table(title="devicebench check", title_justify="left", caption_justify="left",
-                  caption=f"{found['failed']} failed, {found['warned']} warned, {found['passed']} passed. "
-                          "A warn leaves the numbers usable but explains why they may be low or vary.")
+    table = Table(
+        title="devicebench check",
+        title_justify="left",
+        caption_justify="left",
+        caption=f"{found['failed']} failed, {found['warned']} warned, {found['passed']} passed. "
+        "A warn leaves the numbers usable but explains why they may be low or vary.",
+    )
     for column in ("Device", "Group", "Check", "Status", "Measured, and what to do"):
         table.add_column(column, overflow="fold")
     previous: tuple[str, str] | None = None
@@ -73,9 +81,13 @@ def checks_table(checks: list[Check], found: dict) -> FittedTable:
         device = entry.device or MACHINE_WIDE
         next_device = (checks[index + 1].device or MACHINE_WIDE) if index + 1 < len(checks) else None
         advice = f"\n[{STATUS_STYLES[entry.status]}]→ {escape(entry.advice)}[/]" if entry.advice else ""
-        table.add_row("" if previous and device == previous[0] else device,
-                      "" if (device, entry.group) == previous else entry.group, entry.name,
-                      f"[{STATUS_STYLES[entry.status]}]{entry.status}[/]", escape(entry.measured) + advice,
-                      end_section=next_device != device)
+        table.add_row(
+            "" if previous and device == previous[0] else device,
+            "" if (device, entry.group) == previous else entry.group,
+            entry.name,
+            f"[{STATUS_STYLES[entry.status]}]{entry.status}[/]",
+            escape(entry.measured) + advice,
+            end_section=next_device != device,
+        )
         previous = (device, entry.group)
     return fitted(table, leading=0)  # a device's name stands on its first row only: no label to repeat

@@ -1,6 +1,6 @@
 """`devicebench compare`: stored runs, per workload, as rows of (machine, device, settings) with speedups.
 
-    devicebench compare --workload 'mnist-*' --price cpu=0.10,cuda=2.50
+devicebench compare --workload 'mnist-*' --price cpu=0.10,cuda=2.50
 """
 
 from __future__ import annotations
@@ -24,9 +24,14 @@ from devicebench.cli import (
 from devicebench.report.tables import comparison_tables
 from devicebench.results.compare import DEFAULT_BASELINE, compare
 
-WideOption = Annotated[bool, typer.Option(
-    "--wide", help="Every column: epoch time, ms/step, TFLOP/s, busy, warm-up, end to end, published figures, cost "
-                   "and energy (the JSON holds them all either way).")]
+WideOption = Annotated[
+    bool,
+    typer.Option(
+        "--wide",
+        help="Every column: epoch time, ms/step, TFLOP/s, busy, warm-up, end to end, published figures, cost "
+        "and energy (the JSON holds them all either way).",
+    ),
+]
 
 
 @app.command("compare")
@@ -51,8 +56,11 @@ def compare_command(
     with open_store(db, writes=False) as store:
         results = store.results(workload=workload, machine=machine, last=last)
     if not results:
-        console.print(f"No stored runs match in {store.path}. Make some with `devicebench run`, or bring some from "
-                      "another machine with `devicebench import FILE.json`.", highlight=False)
+        console.print(
+            f"No stored runs match in {store.path}. Make some with `devicebench run`, or bring some from "
+            "another machine with `devicebench import FILE.json`.",
+            highlight=False,
+        )
         return
     for table in comparison_tables(compare(results, baseline=baseline, prices=prices), wide=wide):
         console.print(table)

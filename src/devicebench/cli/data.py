@@ -41,11 +41,17 @@ data_app = typer.Typer(
 )
 app.add_typer(data_app, name="data")
 
-DataDirOption = Annotated[Optional[Path], typer.Option(
-    "--data-dir", help="The data folder (default: $DEVICEBENCH_DATA, else the user cache folder).",
-    show_default=False)]
-NamesArgument = Annotated[list[str], typer.Argument(help="Dataset names (see `devicebench data list`), or 'all'.",
-                                                    show_default=False)]
+DataDirOption = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--data-dir",
+        help="The data folder (default: $DEVICEBENCH_DATA, else the user cache folder).",
+        show_default=False,
+    ),
+]
+NamesArgument = Annotated[
+    list[str], typer.Argument(help="Dataset names (see `devicebench data list`), or 'all'.", show_default=False)
+]
 
 
 @data_app.command("list")
@@ -57,36 +63,64 @@ def list_datasets(
     check_folder("--data-dir", data_dir)
     statuses = [dataset_status(name, data_dir) for name in DATASETS]
     if as_json:
-        print(json.dumps([{
-            "name": status.spec.name, "title": status.spec.title, "size_bytes": status.spec.size_bytes,
-            "folder": str(status.folder), "state": status.state, "present_bytes": status.present_bytes,
-            "files": [remote.filename for remote in status.spec.files],
-        } for status in statuses], indent=2))
+        print(
+            json.dumps(
+                [
+                    {
+                        "name": status.spec.name,
+                        "title": status.spec.title,
+                        "size_bytes": status.spec.size_bytes,
+                        "folder": str(status.folder),
+                        "state": status.state,
+                        "present_bytes": status.present_bytes,
+                        "files": [remote.filename for remote in status.spec.files],
+                    }
+                    for status in statuses
+                ],
+                indent=2,
+            )
+        )
         return
     table = Table()
     table.add_column("name", no_wrap=True)
     table.add_column("title")
     table.add_column("MB", justify="right", no_wrap=True)
     table.add_column("state", no_wrap=True)
-    styles = {"cached": "green", "missing": "dim", "partial": "yellow", "wrong size": "red", SYNTHETIC_ONLY: "dim",
-              "not downloadable": "dim"}
+    styles = {
+        "cached": "green",
+        "missing": "dim",
+        "partial": "yellow",
+        "wrong size": "red",
+        SYNTHETIC_ONLY: "dim",
+        "not downloadable": "dim",
+    }
     for status in statuses:
         size = megabytes(status.spec.size_bytes) if status.spec.files else "-"  # nothing devicebench downloads
-        table.add_row(status.spec.name, escape(status.spec.title), size,
-                      f"[{styles[status.state]}]{escape(status.describe())}[/]")
+        table.add_row(
+            status.spec.name, escape(status.spec.title), size, f"[{styles[status.state]}]{escape(status.describe())}[/]"
+        )
     console.print(f"Datasets in {escape(str(data_root(data_dir)))}/<name>/", highlight=False, soft_wrap=True)
     console.print(fitted(table))
-    console.print("States come from file sizes; `devicebench data verify` checks their sha256.\n"
-                  "`devicebench data fetch NAME` downloads one, or 'all'.", highlight=False)
+    console.print(
+        "States come from file sizes; `devicebench data verify` checks their sha256.\n"
+        "`devicebench data fetch NAME` downloads one, or 'all'.",
+        highlight=False,
+    )
 
 
 @data_app.command("fetch")
 def fetch_datasets(
     names: NamesArgument,
     data_dir: DataDirOption = None,
-    timeout: Annotated[float, typer.Option(min=0.1, help=f"Seconds a URL has to deliver a file, retries included; "
-                                           f"one that sends nothing for {STALL_TIMEOUT_S:g} s (or this, if less) is "
-                                           "given up sooner.")] = DOWNLOAD_DEADLINE_S,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            min=0.1,
+            help=f"Seconds a URL has to deliver a file, retries included; "
+            f"one that sends nothing for {STALL_TIMEOUT_S:g} s (or this, if less) is "
+            "given up sooner.",
+        ),
+    ] = DOWNLOAD_DEADLINE_S,
 ) -> None:
     """Download datasets, verified against their pinned checksums; what is cached already is not downloaded again.
 
@@ -98,8 +132,10 @@ def fetch_datasets(
         folder = dataset_folder(name, data_dir)
         spec = DATASETS[name]
         if spec.real_data_needs:  # nothing to download: asked by name it is an error, within 'all' a note
-            line = f"{name}: nothing to download; devicebench cannot read the real {spec.title} (that needs " \
-                   f"{spec.real_data_needs}), so its runs train on synthetic data"
+            line = (
+                f"{name}: nothing to download; devicebench cannot read the real {spec.title} (that needs "
+                f"{spec.real_data_needs}), so its runs train on synthetic data"
+            )
             if ALL in names:
                 console.print(escape(line), highlight=False)
             else:
@@ -107,8 +143,11 @@ def fetch_datasets(
                 failed.append(name)
             continue
         if spec.not_downloadable:  # an error when named, a note within 'all'
-            errors.print(f"{'[bold red]error:[/] ' * (ALL not in names)}{name}: devicebench cannot download it; "
-                         f"{escape(spec.not_downloadable)}", highlight=False)
+            errors.print(
+                f"{'[bold red]error:[/] ' * (ALL not in names)}{name}: devicebench cannot download it; "
+                f"{escape(spec.not_downloadable)}",
+                highlight=False,
+            )
             failed += [] if ALL in names else [name]
             continue
         before = dataset_status(name, data_dir)
@@ -120,7 +159,9 @@ def fetch_datasets(
             failed.append(name)
             continue
         except KeyboardInterrupt:
-            raise stopped(f"the part of {name} downloaded so far is kept; resume with `devicebench data fetch {name}`")
+            raise stopped(
+                f"the part of {name} downloaded so far is kept; resume with `devicebench data fetch {name}`"
+            ) from None
         done = "was cached already" if before.state == "cached" else "downloaded and verified"
         console.print(f"{name}: {megabytes(spec.size_bytes)} MB {done}, in {escape(str(folder))}", highlight=False)
     if failed:
@@ -129,8 +170,9 @@ def fetch_datasets(
 
 @data_app.command("verify")
 def verify_datasets(
-    names: Annotated[Optional[list[str]], typer.Argument(help="Dataset names, or 'all' (the default).",
-                                                         show_default=False)] = None,
+    names: Annotated[
+        Optional[list[str]], typer.Argument(help="Dataset names, or 'all' (the default).", show_default=False)
+    ] = None,
     data_dir: DataDirOption = None,
 ) -> None:
     """Hash every cached file against its pinned sha256 (seconds for the large ones); exit 1 if any fails."""
@@ -152,14 +194,17 @@ def verify_datasets(
             console.print(f"{name}: {len(checked)} file(s) verified{rest}", highlight=False)
     if failed:
         fixes = "; ".join(f"`devicebench data remove {name}` then `devicebench data fetch {name}`" for name in failed)
-        raise fail(f"{', '.join(failed)} failed verification: their files are not the pinned release. Download "
-                   f"again: {fixes}", EXIT_FAILED_RUN)
+        raise fail(
+            f"{', '.join(failed)} failed verification: their files are not the pinned release. Download again: {fixes}",
+            EXIT_FAILED_RUN,
+        )
 
 
 @data_app.command("path")
 def path(
-    name: Annotated[Optional[str], typer.Argument(help="A dataset name; without one, the data folder itself.",
-                                                  show_default=False)] = None,
+    name: Annotated[
+        Optional[str], typer.Argument(help="A dataset name; without one, the data folder itself.", show_default=False)
+    ] = None,
     data_dir: DataDirOption = None,
 ) -> None:
     """Print the folder a dataset's files live in (or the data folder): `cd $(devicebench data path mnist)`."""
@@ -185,8 +230,9 @@ def remove(
         console.print("Nothing to remove: none of these datasets has files here.", highlight=False)
         return
     for name, paths in doomed.items():
-        console.print(f"{name}: {', '.join(path.name for path in paths)} in {escape(str(paths[0].parent))}",
-                      highlight=False)
+        console.print(
+            f"{name}: {', '.join(path.name for path in paths)} in {escape(str(paths[0].parent))}", highlight=False
+        )
     if not confirmed(f"Delete these files of {', '.join(doomed)}?", yes=yes):
         console.print("Nothing removed.")
         return
@@ -201,6 +247,8 @@ def _resolved(names: list[str]) -> list[str]:
         return list(DATASETS)
     unknown = [name for name in names if name not in DATASETS]
     if unknown:
-        raise fail(f"unknown dataset{'s' * (len(unknown) > 1)} {', '.join(unknown)}; known datasets: "
-                   f"{', '.join(DATASETS)}, or '{ALL}'")
+        raise fail(
+            f"unknown dataset{'s' * (len(unknown) > 1)} {', '.join(unknown)}; known datasets: "
+            f"{', '.join(DATASETS)}, or '{ALL}'"
+        )
     return list(dict.fromkeys(names))

@@ -1,8 +1,8 @@
 """`devicebench estimate`: "should I rent a GPU?" answered from the CPU a user has, with an interval.
 
-    devicebench estimate resnet50 --on v100-sxm2,a100-80gb,h100-sxm --batch-size 128
-    devicebench estimate cifar10-mlp --on t4,h100-sxm --mode tuned --price t4=0.35,h100-sxm=2.50 --data synthetic
-    devicebench estimate --validate --json validation.json
+devicebench estimate resnet50 --on v100-sxm2,a100-80gb,h100-sxm --batch-size 128
+devicebench estimate cifar10-mlp --on t4,h100-sxm --mode tuned --price t4=0.35,h100-sxm=2.50 --data synthetic
+devicebench estimate --validate --json validation.json
 """
 
 from __future__ import annotations
@@ -61,43 +61,86 @@ ESTIMATE_KIND = "devicebench-estimate"  # the JSON's kind: an estimate is never 
 
 @app.command()
 def estimate(
-    workloads: Annotated[Optional[list[str]], typer.Argument(
-        help="Workloads to estimate (names or patterns); none: every registered torch workload.",
-        show_default=False)] = None,
-    on: Annotated[str, typer.Option(
-        "--on", help="GPUs to estimate, by catalog key, or all: " + ", ".join(sheet.key for sheet in DATASHEETS)
-    )] = DEFAULT_TARGETS,
-    price: Annotated[Optional[str], typer.Option(
-        help="Prices per hour by GPU key, e.g. t4=0.35,h100-sxm=2.50: adds the cost of an epoch and of a run.",
-        show_default=False)] = None,
+    workloads: Annotated[
+        Optional[list[str]],
+        typer.Argument(
+            help="Workloads to estimate (names or patterns); none: every registered torch workload.", show_default=False
+        ),
+    ] = None,
+    on: Annotated[
+        str,
+        typer.Option(
+            "--on", help="GPUs to estimate, by catalog key, or all: " + ", ".join(sheet.key for sheet in DATASHEETS)
+        ),
+    ] = DEFAULT_TARGETS,
+    price: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Prices per hour by GPU key, e.g. t4=0.35,h100-sxm=2.50: adds the cost of an epoch and of a run.",
+            show_default=False,
+        ),
+    ] = None,
     data: DataOption = "auto",
-    batch_size: Annotated[Optional[int], typer.Option(help="Batch size instead of the seed's.",
-                                                      show_default=False)] = None,
-    model: Annotated[Optional[str], typer.Option(help="Your own model: MODULE:FUNCTION returning an nn.Module; "
-                                                 "--data then names MODULE:FUNCTION returning your data.",
-                                                 show_default=False)] = None,
-    mode: Annotated[str, typer.Option(
-        help="seed: fp32 on the CUDA cores, as seed mode trains; tuned: TF32, or bf16 autocast where the GPU has it "
-             "and it is faster, as tuned mode's trial would keep (torch.compile's gain is not modelled).")] = "seed",
-    precision: Annotated[Optional[str], typer.Option(
-        help="Estimate at this precision instead of the mode's: " + ", ".join(PRECISIONS) + ".",
-        show_default=False)] = None,
-    level: Annotated[float, typer.Option(
-        help="The interval's level: the chance that a new measurement like the held-out points falls inside.")
+    batch_size: Annotated[
+        Optional[int], typer.Option(help="Batch size instead of the seed's.", show_default=False)
+    ] = None,
+    model: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Your own model: MODULE:FUNCTION returning an nn.Module; "
+            "--data then names MODULE:FUNCTION returning your data.",
+            show_default=False,
+        ),
+    ] = None,
+    mode: Annotated[
+        str,
+        typer.Option(
+            help="seed: fp32 on the CUDA cores, as seed mode trains; tuned: TF32, or bf16 autocast where the GPU has it "
+            "and it is faster, as tuned mode's trial would keep (torch.compile's gain is not modelled)."
+        ),
+    ] = "seed",
+    precision: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Estimate at this precision instead of the mode's: " + ", ".join(PRECISIONS) + ".", show_default=False
+        ),
+    ] = None,
+    level: Annotated[
+        float,
+        typer.Option(
+            help="The interval's level: the chance that a new measurement like the held-out points falls inside."
+        ),
     ] = DEFAULT_LEVEL,
-    host: Annotated[str, typer.Option(
-        help="rented: the input pipeline runs on the cores a cloud rents each GPU with (see --host-cores); here: "
-             "on this machine's cores, as if the GPU were put into it.")] = "rented",
-    host_cores: Annotated[Optional[int], typer.Option(
-        help="Cores of the GPU's host, for every GPU estimated (default: the catalog's instance per GPU).",
-        show_default=False)] = None,
-    validate_points: Annotated[bool, typer.Option(
-        "--validate", help="Score the roofline instead: every measured GPU point (the public record, the seeds' "
-                           "figures, committed runs, your database) predicted by fits made without it, its GPU and "
-                           "its model, with the errors and whether the intervals held them.")] = False,
+    host: Annotated[
+        str,
+        typer.Option(
+            help="rented: the input pipeline runs on the cores a cloud rents each GPU with (see --host-cores); here: "
+            "on this machine's cores, as if the GPU were put into it."
+        ),
+    ] = "rented",
+    host_cores: Annotated[
+        Optional[int],
+        typer.Option(
+            help="Cores of the GPU's host, for every GPU estimated (default: the catalog's instance per GPU).",
+            show_default=False,
+        ),
+    ] = None,
+    validate_points: Annotated[
+        bool,
+        typer.Option(
+            "--validate",
+            help="Score the roofline instead: every measured GPU point (the public record, the seeds' "
+            "figures, committed runs, your database) predicted by fits made without it, its GPU and "
+            "its model, with the errors and whether the intervals held them.",
+        ),
+    ] = False,
     db: DatabaseOption = None,
-    json_file: Annotated[Optional[Path], typer.Option("--json", help="Also write the estimates to this JSON file "
-                                                      f"(kind {ESTIMATE_KIND}).", show_default=False)] = None,
+    json_file: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--json", help=f"Also write the estimates to this JSON file (kind {ESTIMATE_KIND}).", show_default=False
+        ),
+    ] = None,
     quiet: Annotated[bool, typer.Option(help="No progress while the CPU baseline trains.")] = False,
 ) -> None:
     """Estimate samples/s, epoch time, speedup and cost on GPUs that are not here, with an interval.
@@ -128,17 +171,21 @@ def estimate(
     estimable = [sheet for sheet in targets if sheet.fp32_tflops is not None]
     for sheet in targets:
         if sheet.fp32_tflops is None:
-            errors.print(f"{sheet.key} is left out: no citable source gives its compute peaks ({sheet.source})",
-                         highlight=False)
+            errors.print(
+                f"{sheet.key} is left out: no citable source gives its compute peaks ({sheet.source})", highlight=False
+            )
     named = tuple(workloads or (() if model else ("*",)))
-    config = RunConfig(workloads=named, devices="cpu", epochs=3, budget_s=None, batch_size=batch_size, data=data,
-                       model=model)
+    config = RunConfig(
+        workloads=named, devices="cpu", epochs=3, budget_s=None, batch_size=batch_size, data=data, model=model
+    )
     job_plan = plan_or_fail(config)
     torch_jobs = tuple(job for job in job_plan.jobs if job.workload.trainer is None)
     for job in job_plan.jobs:
         if job.workload.trainer is not None:
-            errors.print(f"{job.workload.name} is left out: it is not a torch model, so it has no kernels to count",
-                         highlight=False)
+            errors.print(
+                f"{job.workload.name} is left out: it is not a torch model, so it has no kernels to count",
+                highlight=False,
+            )
     if not torch_jobs:
         raise fail("nothing to estimate: name a torch workload (see `devicebench list`) or give --model")
     job_plan = dataclasses.replace(job_plan, jobs=torch_jobs, budget_s=BASELINE_BUDGET_S * len(torch_jobs))
@@ -148,12 +195,22 @@ def estimate(
     estimates: list[Estimate] = []
     for job, run in zip(torch_jobs, outcome.result.runs):
         if run.status != "ok":
-            errors.print(f"{job.workload.name} is left out: its CPU baseline did not finish ({run.error})",
-                         highlight=False)
+            errors.print(
+                f"{job.workload.name} is left out: its CPU baseline did not finish ({run.error})", highlight=False
+            )
             continue
         try:
-            estimates += estimates_for(job, run, estimable, fitted, prices, mode=mode, precision=precision,
-                                       host_cores=_host_cores(estimable, host, host_cores), level=level)
+            estimates += estimates_for(
+                job,
+                run,
+                estimable,
+                fitted,
+                prices,
+                mode=mode,
+                precision=precision,
+                host_cores=_host_cores(estimable, host, host_cores),
+                level=level,
+            )
         except EstimateError as error:
             errors.print(f"{job.workload.name} is left out: {error}", highlight=False)
     if not estimates:
@@ -177,58 +234,102 @@ def _check_choices(mode: str, precision: str | None, level: float, host: str, ho
     if host not in ("rented", "here"):
         raise fail(f"--host {host!r} is neither rented nor here")
     if host_cores is not None and (host_cores < 1 or host == "here"):
-        raise fail("--host-cores takes a whole number of cores from 1 up, and goes with --host rented"
-                   if host_cores < 1 else "--host-cores and --host here contradict each other: give one")
+        raise fail(
+            "--host-cores takes a whole number of cores from 1 up, and goes with --host rented"
+            if host_cores < 1
+            else "--host-cores and --host here contradict each other: give one"
+        )
 
 
 def _host_cores(targets: list[Datasheet], host: str, cores: int | None) -> dict[str, int | None]:
     """Each target's host cores: --host-cores, or the catalog's rented instance, or None (this machine)."""
     if host == "here":
         return {}
-    return {sheet.key: cores if cores is not None else
-            (RENTED_HOSTS[sheet.key].cores if sheet.key in RENTED_HOSTS else None) for sheet in targets}
+    return {
+        sheet.key: cores
+        if cores is not None
+        else (RENTED_HOSTS[sheet.key].cores if sheet.key in RENTED_HOSTS else None)
+        for sheet in targets
+    }
 
 
 def _show_validation(fitted: RooflineFit, level: float, json_file: Path | None) -> None:
     schemes = {scheme: validate(fitted.fitter, scheme, level) for scheme in SCHEMES}
     console.print(validation_table(schemes, level))
-    console.print(group_table(schemes["leave one model out"], lambda item: item.point.workload,
-                              "Each model left out: predicted from the other models' figures", "Model"))
-    console.print(group_table(schemes["leave one GPU out"], lambda item: item.point.sheet.key,
-                              "Each GPU left out: predicted from the other GPUs' figures", "GPU"))
+    console.print(
+        group_table(
+            schemes["leave one model out"],
+            lambda item: item.point.workload,
+            "Each model left out: predicted from the other models' figures",
+            "Model",
+        )
+    )
+    console.print(
+        group_table(
+            schemes["leave one GPU out"],
+            lambda item: item.point.sheet.key,
+            "Each GPU left out: predicted from the other GPUs' figures",
+            "GPU",
+        )
+    )
     for line in validation_summary(schemes, fitted, level):
         console.print(line, highlight=False)
     if json_file is not None:
-        document = _document(fitted, validation={
-            "level": level,
-            "schemes": {scheme: _scores(validations) for scheme, validations in schemes.items()},
-            "points": [_point_json(index, schemes) for index in range(len(fitted.points))],
-            "not_scored": [dataclasses.asdict(unscored) for unscored in fitted.unscored]})
+        document = _document(
+            fitted,
+            validation={
+                "level": level,
+                "schemes": {scheme: _scores(validations) for scheme, validations in schemes.items()},
+                "points": [_point_json(index, schemes) for index in range(len(fitted.points))],
+                "not_scored": [dataclasses.asdict(unscored) for unscored in fitted.unscored],
+            },
+        )
         write_atomically(json_file, json.dumps(document, indent=2))
         errors.print(f"Validation written to {json_file}")
 
 
 def _scores(validations: list[Validation]) -> dict[str, object]:
     inside, judged = coverage(validations)
-    return {"median_absolute_error": median_absolute_error(validations), "inside": inside, "judged": judged,
-            "coverage": inside / judged if judged else None, "points": len(validations)}
+    return {
+        "median_absolute_error": median_absolute_error(validations),
+        "inside": inside,
+        "judged": judged,
+        "coverage": inside / judged if judged else None,
+        "points": len(validations),
+    }
 
 
 def _point_json(index: int, schemes: dict[str, list[Validation]]) -> dict[str, object]:
     point = next(iter(schemes.values()))[index].point
-    return {"label": point.label, "source": point.source, "workload": point.workload, "gpu": point.sheet.key,
-            "precision": point.precision, "batch_size": point.batch_size, "kind": point.kind,
-            "measured_s": point.observed_s, **{
-                scheme: {"estimated_s": validations[index].predicted_s, "error": validations[index].error,
-                         "inside": validations[index].inside} for scheme, validations in schemes.items()}}
+    return {
+        "label": point.label,
+        "source": point.source,
+        "workload": point.workload,
+        "gpu": point.sheet.key,
+        "precision": point.precision,
+        "batch_size": point.batch_size,
+        "kind": point.kind,
+        "measured_s": point.observed_s,
+        **{
+            scheme: {
+                "estimated_s": validations[index].predicted_s,
+                "error": validations[index].error,
+                "inside": validations[index].inside,
+            }
+            for scheme, validations in schemes.items()
+        },
+    }
 
 
 def _document(fitted: RooflineFit, **parts: object) -> dict:
     efficiency = fitted.efficiency
     return {
         "kind": ESTIMATE_KIND,
-        "fit": {"inverse_shares": dict(zip(PARAMETERS, efficiency.inverse.tolist())),
-                "kernel_s": efficiency.kernel_s, "points_pinning": fitted.pinned,
-                "points": len(fitted.points)},
+        "fit": {
+            "inverse_shares": dict(zip(PARAMETERS, efficiency.inverse.tolist())),
+            "kernel_s": efficiency.kernel_s,
+            "points_pinning": fitted.pinned,
+            "points": len(fitted.points),
+        },
         **parts,
     }

@@ -1,6 +1,6 @@
 """`devicebench history`: every stored run, one line each.
 
-    devicebench history --workload 'mnist-*' --last 10
+devicebench history --workload 'mnist-*' --last 10
 """
 
 from __future__ import annotations
@@ -30,8 +30,10 @@ def history(
     workload: WorkloadFilter = None,
     machine: MachineFilter = None,
     last: LastFilter = None,
-    status: Annotated[Optional[str], typer.Option(help=f"Only runs that ended so: {', '.join(get_args(RunStatus))}.",
-                                                  show_default=False)] = None,
+    status: Annotated[
+        Optional[str],
+        typer.Option(help=f"Only runs that ended so: {', '.join(get_args(RunStatus))}.", show_default=False),
+    ] = None,
     db: DatabaseOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the runs as an export document (JSON).")] = False,
     wide: Annotated[bool, typer.Option("--wide", help="Add each run's epochs, epoch time, data and batch.")] = False,
@@ -49,7 +51,10 @@ def history(
     elif not results:
         filtered = any(value is not None for value in (workload, machine, last, status))
         found = f"No runs in {store.path} match these filters." if filtered else f"No runs stored in {store.path} yet."
-        console.print(f"{found} Make some with `devicebench run`, or bring some from another machine with "
-                      "`devicebench import FILE.json`.", highlight=False)
+        console.print(
+            f"{found} Make some with `devicebench run`, or bring some from another machine with "
+            "`devicebench import FILE.json`.",
+            highlight=False,
+        )
     else:
         console.print(history_table(results, store.path, wide=wide))

@@ -1,6 +1,6 @@
 """`devicebench devices` and `devicebench list`: what this machine has and what it can run.
 
-    devicebench devices --json
+devicebench devices --json
 """
 
 from __future__ import annotations
@@ -45,8 +45,10 @@ def list_command(
     else:
         console.print(workloads_table(found))
     for plugin, error in plugin_problems().items():
-        errors.print(f"[yellow]plugin {escape(plugin)} could not be loaded, so its workloads are left out: "
-                     f"{escape(error)}[/]", highlight=False)
+        errors.print(
+            f"[yellow]plugin {escape(plugin)} could not be loaded, so its workloads are left out: {escape(error)}[/]",
+            highlight=False,
+        )
 
 
 def _workload_json(entry: Workload) -> dict:
@@ -62,9 +64,14 @@ def _workload_json(entry: Workload) -> dict:
         "in_suites": entry.in_suites,  # false: a reference model, run only when named
         "record_figures": len(published_figures(entry.name)),  # the public record's rows of it (docs/record.md)
         "defaults": dict(entry.defaults),
-        "quick": {"epochs": entry.quick.epochs, "max_steps": entry.quick.max_steps,
-                  "max_eval_steps": entry.quick.max_eval_steps},
-        "published": None if published is None else {
+        "quick": {
+            "epochs": entry.quick.epochs,
+            "max_steps": entry.quick.max_steps,
+            "max_eval_steps": entry.quick.max_eval_steps,
+        },
+        "published": None
+        if published is None
+        else {
             "speedup": published.speedup,
             "basis": published.basis,
             "hardware": published.hardware,

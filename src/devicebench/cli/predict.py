@@ -1,6 +1,6 @@
 """`devicebench predict`: classify images with a model saved by `devicebench run --save`.
 
-    devicebench predict --help
+devicebench predict --help
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from devicebench.report.fitting import fitted
 
 @app.command(name="predict")
 def predict_command(
-    model: Annotated[Path, typer.Argument(help="A checkpoint written by `devicebench run ... --save FILE`.",
-                                          show_default=False)],
-    images: Annotated[list[Path], typer.Argument(help="Image files (JPEG, PNG, ...) to classify.",
-                                                 show_default=False)],
+    model: Annotated[
+        Path, typer.Argument(help="A checkpoint written by `devicebench run ... --save FILE`.", show_default=False)
+    ],
+    images: Annotated[list[Path], typer.Argument(help="Image files (JPEG, PNG, ...) to classify.", show_default=False)],
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON list instead of a table.")] = False,
 ) -> None:
     """Print the class and its probability for each image, preprocessed exactly as in training (size,
@@ -41,9 +41,11 @@ def predict_command(
         trained = checkpoint.trained
         accuracy = trained.get("test_accuracy")
         # escaped: what a checkpoint says of its training is whatever the file holds, shown as text, never markup
-        title = (f"{checkpoint.workload} trained on {trained.get('device')}, {trained.get('epochs')} epochs, "
-                 f"{trained.get('data_source')} data"
-                 + (f", test accuracy {accuracy:.1%}" if isinstance(accuracy, float) else ""))
+        title = (
+            f"{checkpoint.workload} trained on {trained.get('device')}, {trained.get('epochs')} epochs, "
+            f"{trained.get('data_source')} data"
+            + (f", test accuracy {accuracy:.1%}" if isinstance(accuracy, float) else "")
+        )
         table = Table(title=escape(title), title_justify="left")
         for column in ("Image", "Class", "Probability"):
             table.add_column(column, justify="right" if column == "Probability" else "left")

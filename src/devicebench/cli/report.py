@@ -1,6 +1,6 @@
 """`devicebench report`: the stored runs as one self-contained HTML page of charts and tables.
 
-    devicebench report --out report.html --price cpu=0.10,cuda=2.50 --png charts/
+devicebench report --out report.html --price cpu=0.10,cuda=2.50 --png charts/
 """
 
 from __future__ import annotations
@@ -40,8 +40,9 @@ def report(
     last: LastFilter = None,
     baseline: BaselineOption = DEFAULT_BASELINE,
     price: PriceOption = None,
-    png: Annotated[Optional[Path], typer.Option(help="Also write every chart as a PNG file into this folder.",
-                                                show_default=False)] = None,
+    png: Annotated[
+        Optional[Path], typer.Option(help="Also write every chart as a PNG file into this folder.", show_default=False)
+    ] = None,
     db: DatabaseOption = None,
 ) -> None:
     """Write an HTML report: per workload, epoch time, samples/s, speedup and accuracy charts, and the numbers
@@ -62,13 +63,17 @@ def report(
     with open_store(db, writes=False) as store:
         results = store.results(workload=workload, machine=machine, last=last)
     try:
-        written = write_report(results, out, baseline=baseline, prices=prices, png_dir=png,
-                               estimated=estimated_against_measured(results))
+        written = write_report(
+            results, out, baseline=baseline, prices=prices, png_dir=png, estimated=estimated_against_measured(results)
+        )
     except OSError as error:
         raise fail(f"cannot write the report to {out}: {error}") from None
     runs = sum(len(result.runs) for result in results)
     machines = len({result.machine["machine_id"] for result in results})
-    summary = (f"Wrote {written}: {runs} run{'' if runs == 1 else 's'} from {machines} "
-               f"machine{'' if machines == 1 else 's'}" + (f"; charts in {png}" if png else "")
-               + ("" if runs else " (no runs matched: the page says how to make some)"))
+    summary = (
+        f"Wrote {written}: {runs} run{'' if runs == 1 else 's'} from {machines} "
+        f"machine{'' if machines == 1 else 's'}"
+        + (f"; charts in {png}" if png else "")
+        + ("" if runs else " (no runs matched: the page says how to make some)")
+    )
     console.print(escape(summary), highlight=False)

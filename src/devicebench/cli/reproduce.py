@@ -1,6 +1,6 @@
 """`devicebench reproduce`: re-run a seed experiment here and set it beside what its post published.
 
-    devicebench reproduce S1 --quick --devices cpu
+devicebench reproduce S1 --quick --devices cpu
 """
 
 from __future__ import annotations
@@ -42,13 +42,20 @@ from devicebench.results.compare import compare
 
 @app.command()
 def reproduce(
-    seeds: Annotated[Optional[list[str]], typer.Argument(
-        help="Seed experiments S1 … S5 (`devicebench list` shows the workloads of each; docs/workloads.md the posts "
-             "they come from), or all (the default); or reference models (resnet50, bert-base, …), set beside "
-             "the figures the field published of them (docs/record.md).", show_default=False,
-        metavar="SEEDS")] = None,
-    quick: Annotated[bool, typer.Option("--quick", help="Reduced epochs and steps (the quick suite) instead of the "
-                                                        "published settings.")] = False,
+    seeds: Annotated[
+        Optional[list[str]],
+        typer.Argument(
+            help="Seed experiments S1 … S5 (`devicebench list` shows the workloads of each; docs/workloads.md the posts "
+            "they come from), or all (the default); or reference models (resnet50, bert-base, …), set beside "
+            "the figures the field published of them (docs/record.md).",
+            show_default=False,
+            metavar="SEEDS",
+        ),
+    ] = None,
+    quick: Annotated[
+        bool,
+        typer.Option("--quick", help="Reduced epochs and steps (the quick suite) instead of the published settings."),
+    ] = False,
     devices: DevicesOption = "auto",
     repeats: RepeatsOption = 1,
     seed: SeedOption = 0,
@@ -56,8 +63,12 @@ def reproduce(
     data: DataOption = "auto",
     data_dir: DataDirOption = None,
     mode: ModeOption = "seed",
-    every_row: Annotated[bool, typer.Option("--every-row", help="For a reference model, every published row of the "
-                                                                "record, not only each GPU's fastest.")] = False,
+    every_row: Annotated[
+        bool,
+        typer.Option(
+            "--every-row", help="For a reference model, every published row of the record, not only each GPU's fastest."
+        ),
+    ] = False,
     budget: BudgetOption = None,
     overrides: SetOption = None,
     json_file: JsonOption = None,
@@ -81,10 +92,19 @@ def reproduce(
         if entry.requires() is not None:
             errors.print(f"{entry.name} is left out: it {entry.requires()}", highlight=False)
     workloads = [entry for entry in workloads if entry.requires() is None]
-    config = RunConfig(workloads=tuple(entry.name for entry in workloads), suite="quick" if quick else "seeds",
-                       devices=devices, repeats=repeats, seed=seed, threads=threads, data=data,
-                       data_dir=str(data_dir) if data_dir else None, mode=mode,
-                       budget_s=duration_seconds("--budget", budget), overrides=tuple(overrides or ()))
+    config = RunConfig(
+        workloads=tuple(entry.name for entry in workloads),
+        suite="quick" if quick else "seeds",
+        devices=devices,
+        repeats=repeats,
+        seed=seed,
+        threads=threads,
+        data=data,
+        data_dir=str(data_dir) if data_dir else None,
+        mode=mode,
+        budget_s=duration_seconds("--budget", budget),
+        overrides=tuple(overrides or ()),
+    )
     for missing in seeds_without_workloads(asked):
         errors.print(f"{missing} has no workloads in this version of devicebench yet; skipped.", highlight=False)
     outcome = train_and_show(plan_or_fail(config), json_file=json_file, quiet=quiet, db=db, tensorboard=tensorboard)
@@ -98,5 +118,3 @@ def reproduce(
     for comparison in record_comparisons(rows, every_row=every_row):
         console.print(record_table(comparison))
     exit_for(outcome)
-
-

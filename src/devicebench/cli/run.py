@@ -1,6 +1,6 @@
 """`devicebench run`: train workloads on devices and print the comparison.
 
-    devicebench run --help
+devicebench run --help
 """
 
 from __future__ import annotations
@@ -64,39 +64,63 @@ if TYPE_CHECKING:  # only named in annotations; what imports torch is imported w
     from devicebench.planning import Plan
 
 # Options only `run` takes; the others it shares with the other training commands (devicebench.cli.session).
-WorkersOption = Annotated[Optional[int], typer.Option(
-    help="Loader processes that read, decode and augment images (0: the training process does it between "
-         "steps). Default: 0 for in-memory data without augmentation, else one per core up to 4.",
-    show_default=False)]
-PrecisionOption = Annotated[str, typer.Option(
-    help="Tuned mode: auto (try bf16 where the device computes it natively, keep it if faster), fp32 or bf16.")]
-CompileOption = Annotated[str, typer.Option(
-    "--compile", help="Tuned mode: torch.compile on (always), off, or auto (tried on GPUs, kept if faster).")]
+WorkersOption = Annotated[
+    Optional[int],
+    typer.Option(
+        help="Loader processes that read, decode and augment images (0: the training process does it between "
+        "steps). Default: 0 for in-memory data without augmentation, else one per core up to 4.",
+        show_default=False,
+    ),
+]
+PrecisionOption = Annotated[
+    str,
+    typer.Option(
+        help="Tuned mode: auto (try bf16 where the device computes it natively, keep it if faster), fp32 or bf16."
+    ),
+]
+CompileOption = Annotated[
+    str,
+    typer.Option(
+        "--compile", help="Tuned mode: torch.compile on (always), off, or auto (tried on GPUs, kept if faster)."
+    ),
+]
 
 
 @app.command()
 def run(
     workloads: Annotated[
         Optional[list[str]],
-        typer.Argument(help="Workloads to run (names or patterns such as 'mnist-*'); none = the suite's.",
-                       show_default=False),
+        typer.Argument(
+            help="Workloads to run (names or patterns such as 'mnist-*'); none = the suite's.", show_default=False
+        ),
     ] = None,
     suite: Annotated[
         Optional[str],
-        typer.Option(help="quick: every workload, reduced (the default with no names); "
-                          "seeds: the published settings (the default with names).", show_default=False),
+        typer.Option(
+            help="quick: every workload, reduced (the default with no names); "
+            "seeds: the published settings (the default with names).",
+            show_default=False,
+        ),
     ] = None,
     devices: DevicesOption = "auto",
-    epochs: Annotated[Optional[int], typer.Option(help="Epochs per run; the first is warm-up.",
-                                                  show_default=False)] = None,
-    batch_size: Annotated[Optional[str], typer.Option(
-        help="Samples per step (default: the seed's), or auto: for a throughput question, double it while that "
-             "gains 5% or more (out of memory is caught and backed off from); marked in every table.",
-        show_default=False)] = None,
-    max_steps: Annotated[Optional[int], typer.Option(help="Cap on training steps per epoch.",
-                                                     show_default=False)] = None,
-    max_eval_steps: Annotated[Optional[int], typer.Option(
-        help="Cap on evaluation batches per epoch (default: --max-steps, if given).", show_default=False)] = None,
+    epochs: Annotated[
+        Optional[int], typer.Option(help="Epochs per run; the first is warm-up.", show_default=False)
+    ] = None,
+    batch_size: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Samples per step (default: the seed's), or auto: for a throughput question, double it while that "
+            "gains 5% or more (out of memory is caught and backed off from); marked in every table.",
+            show_default=False,
+        ),
+    ] = None,
+    max_steps: Annotated[
+        Optional[int], typer.Option(help="Cap on training steps per epoch.", show_default=False)
+    ] = None,
+    max_eval_steps: Annotated[
+        Optional[int],
+        typer.Option(help="Cap on evaluation batches per epoch (default: --max-steps, if given).", show_default=False),
+    ] = None,
     budget: BudgetOption = None,
     repeats: RepeatsOption = 1,
     seed: SeedOption = 0,
@@ -105,44 +129,85 @@ def run(
     data_dir: DataDirOption = None,
     workers: WorkersOption = None,
     overrides: SetOption = None,
-    target_accuracy: Annotated[Optional[float], typer.Option(
-        help="Record the time to reach this test accuracy (a fraction, e.g. 0.98).", show_default=False)] = None,
-    model: Annotated[Optional[str], typer.Option(
-        help="Your own model: MODULE:FUNCTION that returns a torch.nn.Module (imported from this folder or the "
-             "installed packages), trained on --data MODULE:FUNCTION, which returns a devicebench.TensorData, a "
-             "torch Dataset, a (train, test) pair of them, or (x_train, y_train, x_test, y_test).",
-        show_default=False)] = None,
-    loss: Annotated[str, typer.Option(
-        help="With --model: cross_entropy, binary_cross_entropy, mse, l1, or MODULE:NAME of a loss (a torch loss "
-             "class or a function (outputs, targets) -> loss).")] = "cross_entropy",
-    optimizer: Annotated[str, typer.Option(
-        help="With --model: adam, adamw or sgd (learning rate 1e-3; --set learning_rate=0.01 changes it), or "
-             "MODULE:NAME of a function (or optimizer class) taking the model's parameters.")] = "adam",
+    target_accuracy: Annotated[
+        Optional[float],
+        typer.Option(help="Record the time to reach this test accuracy (a fraction, e.g. 0.98).", show_default=False),
+    ] = None,
+    model: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Your own model: MODULE:FUNCTION that returns a torch.nn.Module (imported from this folder or the "
+            "installed packages), trained on --data MODULE:FUNCTION, which returns a devicebench.TensorData, a "
+            "torch Dataset, a (train, test) pair of them, or (x_train, y_train, x_test, y_test).",
+            show_default=False,
+        ),
+    ] = None,
+    loss: Annotated[
+        str,
+        typer.Option(
+            help="With --model: cross_entropy, binary_cross_entropy, mse, l1, or MODULE:NAME of a loss (a torch loss "
+            "class or a function (outputs, targets) -> loss)."
+        ),
+    ] = "cross_entropy",
+    optimizer: Annotated[
+        str,
+        typer.Option(
+            help="With --model: adam, adamw or sgd (learning rate 1e-3; --set learning_rate=0.01 changes it), or "
+            "MODULE:NAME of a function (or optimizer class) taking the model's parameters."
+        ),
+    ] = "adam",
     mode: ModeOption = "seed",
     precision: PrecisionOption = "auto",
     compile_choice: CompileOption = "auto",
-    nproc: Annotated[int, typer.Option(
-        help="Train in N processes at once through torchrun (one device each: --devices cpu, cuda or all-gpus), "
-             "data-parallel with DistributedDataParallel.")] = 1,
-    per_device_batch: Annotated[bool, typer.Option(
-        "--per-device-batch", help="With --nproc: --batch-size is each process's batch, not the global one.")] = False,
-    nnodes: Annotated[int, typer.Option(help="With --nproc: machines training together (run the same command on "
-                                             "each, with its --node-rank).")] = 1,
+    nproc: Annotated[
+        int,
+        typer.Option(
+            help="Train in N processes at once through torchrun (one device each: --devices cpu, cuda or all-gpus), "
+            "data-parallel with DistributedDataParallel."
+        ),
+    ] = 1,
+    per_device_batch: Annotated[
+        bool,
+        typer.Option(
+            "--per-device-batch", help="With --nproc: --batch-size is each process's batch, not the global one."
+        ),
+    ] = False,
+    nnodes: Annotated[
+        int,
+        typer.Option(
+            help="With --nproc: machines training together (run the same command on each, with its --node-rank)."
+        ),
+    ] = 1,
     node_rank: Annotated[int, typer.Option(help="This machine's number, 0 to --nnodes - 1.")] = 0,
-    rdzv_endpoint: Annotated[Optional[str], typer.Option(
-        help="HOST:PORT of machine 0 that every machine can reach (several machines; default on one machine: a "
-             "free local port).", show_default=False)] = None,
+    rdzv_endpoint: Annotated[
+        Optional[str],
+        typer.Option(
+            help="HOST:PORT of machine 0 that every machine can reach (several machines; default on one machine: a "
+            "free local port).",
+            show_default=False,
+        ),
+    ] = None,
     json_file: JsonOption = None,
     quiet: QuietOption = False,
     db: DatabaseOption = None,
     tensorboard: TensorBoardOption = None,
-    save: Annotated[Optional[Path], typer.Option(
-        help="Save the trained model, with the preprocessing it was trained with, for `devicebench predict` "
-             "(one workload only; the model of the last run that finished).", show_default=False)] = None,
-    dry_run: Annotated[bool, typer.Option(
-        "--dry-run", help="Print the plan (every workload on every device, with its batch size, epochs, steps, "
-                          "data and settings) and stop: nothing is downloaded, loaded or trained. With --json, "
-                          "write the plan there.")] = False,
+    save: Annotated[
+        Optional[Path],
+        typer.Option(
+            help="Save the trained model, with the preprocessing it was trained with, for `devicebench predict` "
+            "(one workload only; the model of the last run that finished).",
+            show_default=False,
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Print the plan (every workload on every device, with its batch size, epochs, steps, "
+            "data and settings) and stop: nothing is downloaded, loaded or trained. With --json, "
+            "write the plan there.",
+        ),
+    ] = False,
     wide: WideOption = False,
 ) -> None:
     """Train workloads on each device and print throughput, epoch times, accuracy and the speedup vs CPU.
@@ -173,31 +238,58 @@ def run(
             raise fail("--devices all-gpus: this machine has no GPU that torch can use (see `devicebench devices`)")
         nproc = torch.cuda.device_count() if nproc == 1 else nproc
         devices = "cuda"
-    given = (("--node-rank", node_rank != 0), ("--rdzv-endpoint", rdzv_endpoint is not None),
-             ("--per-device-batch", per_device_batch))
+    given = (
+        ("--node-rank", node_rank != 0),
+        ("--rdzv-endpoint", rdzv_endpoint is not None),
+        ("--per-device-batch", per_device_batch),
+    )
     several = [flag for flag, present in given if present]
     if several and nproc * nnodes == 1:  # they would be ignored: say so rather than run something else than asked
-        raise fail(f"{' and '.join(several)} {'is' if len(several) == 1 else 'are'} for training in several "
-                   "processes; add --nproc N (and --nnodes for several machines), or leave "
-                   f"{'it' if len(several) == 1 else 'them'} out")
+        raise fail(
+            f"{' and '.join(several)} {'is' if len(several) == 1 else 'are'} for training in several "
+            "processes; add --nproc N (and --nnodes for several machines), or leave "
+            f"{'it' if len(several) == 1 else 'them'} out"
+        )
     auto = batch_size is not None and batch_size.strip().lower() == "auto"
     config = RunConfig(
-        workloads=tuple(workloads or ()), suite=suite, devices=devices, epochs=epochs,
-        batch_size=None if auto else whole_number("--batch-size", batch_size), batch_size_auto=auto,
-        max_steps=max_steps, max_eval_steps=max_eval_steps, budget_s=duration_seconds("--budget", budget),
-        repeats=repeats, seed=seed, threads=threads,
-        data=data, data_dir=str(data_dir) if data_dir else None, workers=workers,
-        target_accuracy=target_accuracy, overrides=tuple(overrides or ()), mode=mode, precision=precision,
-        compile=compile_choice, nproc=nproc, nnodes=nnodes, per_device_batch=per_device_batch,
-        model=model, loss=loss, optimizer=optimizer,
+        workloads=tuple(workloads or ()),
+        suite=suite,
+        devices=devices,
+        epochs=epochs,
+        batch_size=None if auto else whole_number("--batch-size", batch_size),
+        batch_size_auto=auto,
+        max_steps=max_steps,
+        max_eval_steps=max_eval_steps,
+        budget_s=duration_seconds("--budget", budget),
+        repeats=repeats,
+        seed=seed,
+        threads=threads,
+        data=data,
+        data_dir=str(data_dir) if data_dir else None,
+        workers=workers,
+        target_accuracy=target_accuracy,
+        overrides=tuple(overrides or ()),
+        mode=mode,
+        precision=precision,
+        compile=compile_choice,
+        nproc=nproc,
+        nnodes=nnodes,
+        per_device_batch=per_device_batch,
+        model=model,
+        loss=loss,
+        optimizer=optimizer,
     )
     if nproc * nnodes > 1:  # every process trains on one device of one kind: its own
         config = dataclasses.replace(config, devices=_one_device_kind(config.devices, config.nproc))
     job_plan = plan_or_fail(config, step_estimates=not dry_run)  # a dry run shows the plan: no FLOPs to count
     for name, reason in job_plan.skipped:
         errors.print(f"{name} is left out: it {reason}", highlight=False)
-    check_outputs_or_fail({"--json": json_file, "--save": save}, db=db, data_dir=data_dir,  # before any work
-                          modules={"--model": model, "--data": data, "--loss": loss, "--optimizer": optimizer})
+    check_outputs_or_fail(
+        {"--json": json_file, "--save": save},
+        db=db,
+        data_dir=data_dir,  # before any work
+        modules={"--model": model, "--data": data, "--loss": loss, "--optimizer": optimizer},
+    )
     if dry_run:
         show_plan(job_plan, json_file)
         return
@@ -213,17 +305,28 @@ def run(
     if nproc * nnodes > 1:
         if save is not None or tensorboard is not None:
             raise fail("--save and --tensorboard do not work with --nproc yet; run in one process to use them")
-        exit_for(train_distributed(job_plan, config, node_rank, rdzv_endpoint, json_file=json_file, db=db,
-                                   quiet=quiet, wide=wide))
+        exit_for(
+            train_distributed(
+                job_plan, config, node_rank, rdzv_endpoint, json_file=json_file, db=db, quiet=quiet, wide=wide
+            )
+        )
         return
     saved_before = _modified_ns(save)
-    outcome = train_and_show(job_plan, json_file=json_file, quiet=quiet, db=db, tensorboard=tensorboard, save_to=save,
-                             tables=lambda result: run_tables(result, wide))
+    outcome = train_and_show(
+        job_plan,
+        json_file=json_file,
+        quiet=quiet,
+        db=db,
+        tensorboard=tensorboard,
+        save_to=save,
+        tables=lambda result: run_tables(result, wide),
+    )
     if save is not None and _modified_ns(save) not in (None, saved_before):
         errors.print(f"Model saved to {save}: `devicebench predict {save} IMAGE...` classifies images with it")
     elif save is not None and any(run.status == "ok" for run in outcome.result.runs):
-        raise fail(f"the model was not saved to {save} (the error above says why); the run itself is kept",
-                   EXIT_FAILED_RUN)
+        raise fail(
+            f"the model was not saved to {save} (the error above says why); the run itself is kept", EXIT_FAILED_RUN
+        )
     exit_for(outcome)
 
 
@@ -247,8 +350,17 @@ def _modified_ns(path: Path | None) -> int | None:
     return path.stat().st_mtime_ns if path is not None and path.is_file() else None
 
 
-def train_distributed(job_plan: Plan, config: RunConfig, node_rank: int, rdzv_endpoint: str | None, *,
-                      json_file: Path | None, db: Path | None, quiet: bool, wide: bool = False) -> Outcome:
+def train_distributed(
+    job_plan: Plan,
+    config: RunConfig,
+    node_rank: int,
+    rdzv_endpoint: str | None,
+    *,
+    json_file: Path | None,
+    db: Path | None,
+    quiet: bool,
+    wide: bool = False,
+) -> Outcome:
     """`run --nproc N`: start the ranks through torchrun, then store and show rank 0's result like any other."""
     from devicebench.launch import DistributedError, Launch, run_distributed
 
@@ -259,14 +371,19 @@ def train_distributed(job_plan: Plan, config: RunConfig, node_rank: int, rdzv_en
     check_paths(config.data_dir, json_file, db=db)
     store = open_store(db)  # a database that is not ours is refused here, before any process starts
     warn_if_busy()
-    errors.print(f"Training on {launch.world_size} {config.devices} processes ({config.nproc} on this machine) "
-                 "through torchrun; rank 0 shows each epoch as it ends", highlight=False)
+    errors.print(
+        f"Training on {launch.world_size} {config.devices} processes ({config.nproc} on this machine) "
+        "through torchrun; rank 0 shows each epoch as it ends",
+        highlight=False,
+    )
     failure = None
     keeper = RankResultKeeper(store, json_file)
     with store:
         try:
-            with stopping.handling() as signals, stopping.kept_on_hard_exit(
-                    f"{store.path} holds every merged epoch, and the ranks stop by themselves"):
+            with (
+                stopping.handling() as signals,
+                stopping.kept_on_hard_exit(f"{store.path} holds every merged epoch, and the ranks stop by themselves"),
+            ):
                 # the signal is forwarded to the ranks, which hand in what they finished
                 result = run_distributed(job_plan, launch, quiet=quiet, on_partial=keeper.keep, signals=signals)
         except DistributedError as error:
@@ -309,7 +426,7 @@ class RankResultKeeper:
             if record.run_id not in self.stored_epochs:
                 self.recorder.run_started(dataclasses.replace(record, status="running", error=None, epochs=[]))
                 self.stored_epochs[record.run_id] = 0
-            for epoch in record.epochs[self.stored_epochs[record.run_id]:]:
+            for epoch in record.epochs[self.stored_epochs[record.run_id] :]:
                 self.recorder.epoch_finished(record, epoch)
             self.stored_epochs[record.run_id] = len(record.epochs)
         if self.session_json is not None:
@@ -331,12 +448,15 @@ def _one_device_kind(devices: str, nproc: int) -> str:
         raise fail(f"--nproc needs one kind of device for every process: --devices cpu or cuda, not {devices!r}")
     cores = os.cpu_count() or 1
     if kind[devices] == "cpu" and nproc > cores:  # each process is started: a typo must not start thousands
-        raise fail(f"--nproc {nproc} on the CPU needs a core per process, but this machine has {cores}; use --nproc "
-                   f"{cores} or less")
+        raise fail(
+            f"--nproc {nproc} on the CPU needs a core per process, but this machine has {cores}; use --nproc "
+            f"{cores} or less"
+        )
     if kind[devices] == "cuda" and nproc > torch.cuda.device_count():
-        raise fail(f"--nproc {nproc} needs {nproc} GPUs, but this machine has {torch.cuda.device_count()}; use "
-                   f"--nproc {torch.cuda.device_count() or 1}" + ("" if torch.cuda.device_count() else
-                                                                   " with --devices cpu"))
+        raise fail(
+            f"--nproc {nproc} needs {nproc} GPUs, but this machine has {torch.cuda.device_count()}; use "
+            f"--nproc {torch.cuda.device_count() or 1}" + ("" if torch.cuda.device_count() else " with --devices cpu")
+        )
     return kind[devices]
 
 

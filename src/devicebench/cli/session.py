@@ -45,42 +45,82 @@ if TYPE_CHECKING:  # only named in annotations; what imports torch is imported w
     from devicebench.planning import Plan
 
 # Options the training commands share, so that each means the same in every one.
-DevicesOption = Annotated[str, typer.Option(
-    help="auto (every local device), cpu, cuda, cuda:1, mps, or a list: cpu,cuda; with `run`, all-gpus: every local "
-         "GPU training together, one process each.")]
+DevicesOption = Annotated[
+    str,
+    typer.Option(
+        help="auto (every local device), cpu, cuda, cuda:1, mps, or a list: cpu,cuda; with `run`, all-gpus: every local "
+        "GPU training together, one process each."
+    ),
+]
 RepeatsOption = Annotated[int, typer.Option(help="Runs per (workload, device), for the spread.")]
 SeedOption = Annotated[int, typer.Option(help="Random seed: weights, data order, synthetic data.")]
-ThreadsOption = Annotated[Optional[int], typer.Option(help="CPU threads for torch (default: torch's choice).",
-                                                      show_default=False)]
-DataOption = Annotated[str, typer.Option(help="auto (real if cached or downloadable, else synthetic, loudly), "
-                                              "real, or synthetic; with --model, MODULE:FUNCTION returning your data.")]
-DataDirOption = Annotated[Optional[Path], typer.Option(
-    help="Your own images, laid out DIR/train/<class>/* and DIR/test/<class>/* (or training_set/, test_set/), "
-         "for every image workload; or else the folder that caches downloaded datasets (default: "
-         "$DEVICEBENCH_DATA, else the user cache).", show_default=False)]
-JsonOption = Annotated[Optional[Path], typer.Option("--json", help="Write every measurement to this JSON file.",
-                                                    show_default=False)]
+ThreadsOption = Annotated[
+    Optional[int], typer.Option(help="CPU threads for torch (default: torch's choice).", show_default=False)
+]
+DataOption = Annotated[
+    str,
+    typer.Option(
+        help="auto (real if cached or downloadable, else synthetic, loudly), "
+        "real, or synthetic; with --model, MODULE:FUNCTION returning your data."
+    ),
+]
+DataDirOption = Annotated[
+    Optional[Path],
+    typer.Option(
+        help="Your own images, laid out DIR/train/<class>/* and DIR/test/<class>/* (or training_set/, test_set/), "
+        "for every image workload; or else the folder that caches downloaded datasets (default: "
+        "$DEVICEBENCH_DATA, else the user cache).",
+        show_default=False,
+    ),
+]
+JsonOption = Annotated[
+    Optional[Path], typer.Option("--json", help="Write every measurement to this JSON file.", show_default=False)
+]
 QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or epoch lines.")]
-ModeOption = Annotated[str, typer.Option(
-    help="seed: the published settings (fp32, eager, the seed's batch size); tuned: each device at its best for the "
-         "same model, data and samples (fused optimizer, channels_last, bf16 and torch.compile where a trial "
-         "measures them faster, TF32 and device-resident data on GPUs), every choice recorded.")]
-BudgetOption = Annotated[Optional[str], typer.Option(
-    help="Time the whole run may take, e.g. 90s, 5m, 1h30m: each run's epochs are sized to its share from its "
-         "first steps timed (warm-up and two steady epochs at least, 3 steps each at least), and a batch whose "
-         "fewest steps cannot fit is halved. The quick suite has a 2m budget unless --max-steps is given.",
-    show_default=False)]
-SetOption = Annotated[Optional[list[str]], typer.Option(
-    "--set", help="Change a workload parameter, e.g. --set learning_rate=0.001 (repeatable; `devicebench list "
-                  "NAME` shows each workload's parameters). Runs with --set are never pooled with runs without.",
-    show_default=False)]
-TensorBoardOption = Annotated[Optional[Path], typer.Option(
-    help="Also log per-epoch loss, accuracy, throughput and the model graph here for TensorBoard "
-         + escape("(needs pip install 'devicebench[tensorboard]')."), show_default=False)]  # [..] is no markup
+ModeOption = Annotated[
+    str,
+    typer.Option(
+        help="seed: the published settings (fp32, eager, the seed's batch size); tuned: each device at its best for the "
+        "same model, data and samples (fused optimizer, channels_last, bf16 and torch.compile where a trial "
+        "measures them faster, TF32 and device-resident data on GPUs), every choice recorded."
+    ),
+]
+BudgetOption = Annotated[
+    Optional[str],
+    typer.Option(
+        help="Time the whole run may take, e.g. 90s, 5m, 1h30m: each run's epochs are sized to its share from its "
+        "first steps timed (warm-up and two steady epochs at least, 3 steps each at least), and a batch whose "
+        "fewest steps cannot fit is halved. The quick suite has a 2m budget unless --max-steps is given.",
+        show_default=False,
+    ),
+]
+SetOption = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--set",
+        help="Change a workload parameter, e.g. --set learning_rate=0.001 (repeatable; `devicebench list "
+        "NAME` shows each workload's parameters). Runs with --set are never pooled with runs without.",
+        show_default=False,
+    ),
+]
+TensorBoardOption = Annotated[
+    Optional[Path],
+    typer.Option(
+        help="Also log per-epoch loss, accuracy, throughput and the model graph here for TensorBoard "
+        + escape("(needs pip install 'devicebench[tensorboard]')."),
+        show_default=False,
+    ),
+]  # [..] is no markup
 
 
-def check_paths(data_dir: str | None, json_file: Path | None, tensorboard: Path | None = None, *,
-                db: Path | None = None, save: Path | None = None) -> None:
+def check_paths(
+    data_dir: str | None,
+    json_file: Path | None,
+    tensorboard: Path | None = None,
+    *,
+    db: Path | None = None,
+    save: Path | None = None,
+) -> None:
     """The paths a run reads from and writes to, checked before any training: finding out after an hour of it that
     the JSON cannot be written, or that a mistyped --data-dir was taken for a new download folder, is too late."""
     if json_file is not None:
@@ -141,8 +181,7 @@ def train_and_show(
     from devicebench.report.progress import RichReporter
     from devicebench.report.tensorboard import TensorBoardReporter
 
-    check_paths(job_plan.jobs[0].data.data_dir if job_plan.jobs else None, json_file, tensorboard, db=db,
-                save=save_to)
+    check_paths(job_plan.jobs[0].data.data_dir if job_plan.jobs else None, json_file, tensorboard, db=db, save=save_to)
     listeners = []
     if tensorboard is not None:
         listeners.append(TensorBoardReporter(tensorboard))  # TensorBoardUnavailable says how to install it
@@ -151,19 +190,24 @@ def train_and_show(
     screen = RichReporter(errors, quiet=quiet)
     session_json = [SessionJson(json_file)] if json_file is not None else []
     kept = f"{store.path} holds every finished epoch" + (
-        f", {json_file} every run finished before the current one" if json_file is not None else "")
+        f", {json_file} every run finished before the current one" if json_file is not None else ""
+    )
     warn_if_busy()
     with stopping.kept_on_hard_exit(kept + "; the current epoch is lost"):
         try:
             # the store hears each event first: an epoch is kept before it is shown, so Ctrl-C loses nothing printed
             # (the CLI group turns SIGTERM and SIGHUP into Ctrl-C around every command: devicebench.stopping)
-            result = runner.run(job_plan, ReporterGroup(recorder, *session_json, screen, *listeners), save_to=save_to,
-                                spent_before_s=process_age_s())  # a budget counts the command's start-up too
+            result = runner.run(
+                job_plan,
+                ReporterGroup(recorder, *session_json, screen, *listeners),
+                save_to=save_to,
+                spent_before_s=process_age_s(),
+            )  # a budget counts the command's start-up too
         finally:
             screen.close()
             store.close()
         json_failure = write_json_first(result, json_file)  # a display that fails (a stdout that cannot encode a
-        for table in tables(result):                          # character, a closed pipe) cannot lose the JSON
+        for table in tables(result):  # character, a closed pipe) cannot lose the JSON
             console.print(table)
         report_json(json_file, json_failure)
     recorder.confirm()
@@ -218,8 +262,12 @@ class SessionJson(RunReporter):
     def _write(self) -> None:
         if self.result is None:
             return
-        runs = [dataclasses.replace(run, status="interrupted", error=self.UNFINISHED, epochs=list(run.epochs))
-                if run.status == "running" else run for run in self.result.runs]
+        runs = [
+            dataclasses.replace(run, status="interrupted", error=self.UNFINISHED, epochs=list(run.epochs))
+            if run.status == "running"
+            else run
+            for run in self.result.runs
+        ]
         with contextlib.suppress(OSError, UnusableFile):
             dataclasses.replace(self.result, runs=runs, interrupted=True).write_json(self.path)
 
@@ -248,8 +296,11 @@ def exit_for(outcome: Outcome) -> None:
     """Exit with the status that says how the runs ended (see `devicebench run --help`)."""
     result = outcome.result
     if outcome.store_failure is not None:
-        raise fail(f"could not store the runs in {outcome.store_path} ({outcome.store_failure}); the tables above "
-                   "hold every number", EXIT_FAILED_RUN)
+        raise fail(
+            f"could not store the runs in {outcome.store_path} ({outcome.store_failure}); the tables above "
+            "hold every number",
+            EXIT_FAILED_RUN,
+        )
     if result.interrupted:
         finished = sum(len(record.epochs) for record in result.runs)
         kept = f"{finished} finished epoch{'' if finished == 1 else 's'}"

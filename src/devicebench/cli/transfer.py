@@ -1,6 +1,6 @@
 """`devicebench export` and `devicebench import`: move stored runs between machines, or out to a spreadsheet.
 
-    devicebench export laptop.json --machine laptop && devicebench import laptop.json --db other.sqlite
+devicebench export laptop.json --machine laptop && devicebench import laptop.json --db other.sqlite
 """
 
 from __future__ import annotations
@@ -38,8 +38,12 @@ EXPORT_WRITERS = {".json": write_json_export, ".csv": write_csv_export}
 
 @app.command()
 def export(
-    file: Annotated[Path, typer.Argument(help="Where to write: FILE.json (importable again) or FILE.csv "
-                                              "(one row per epoch).", show_default=False)],
+    file: Annotated[
+        Path,
+        typer.Argument(
+            help="Where to write: FILE.json (importable again) or FILE.csv (one row per epoch).", show_default=False
+        ),
+    ],
     workload: WorkloadFilter = None,
     machine: MachineFilter = None,
     last: LastFilter = None,
@@ -74,16 +78,21 @@ def _nothing_to_export(store: Store, file: Path, *, workload: str | None, machin
     kept = f"{file} was left as it is" if file.exists() else f"{file} was not written"
     if not workloads:
         return f"nothing to export: no runs are stored in {store.path} yet; {kept}"
-    filters = " ".join(f"{flag} {value!r}" for flag, value in (("--workload", workload), ("--machine", machine))
-                       if value is not None)
-    return (f"nothing to export: no run stored in {store.path} matches {filters}; {kept}. Stored are machines: "
-            f"{', '.join(machines)}; workloads: {', '.join(workloads)}")
+    filters = " ".join(
+        f"{flag} {value!r}" for flag, value in (("--workload", workload), ("--machine", machine)) if value is not None
+    )
+    return (
+        f"nothing to export: no run stored in {store.path} matches {filters}; {kept}. Stored are machines: "
+        f"{', '.join(machines)}; workloads: {', '.join(workloads)}"
+    )
 
 
 @app.command("import")
 def import_command(
-    files: Annotated[list[Path], typer.Argument(help="Files from `devicebench export` or `devicebench run --json`.",
-                                                show_default=False)],
+    files: Annotated[
+        list[Path],
+        typer.Argument(help="Files from `devicebench export` or `devicebench run --json`.", show_default=False),
+    ],
     db: DatabaseOption = None,
 ) -> None:
     """Add runs from other machines; runs already stored are skipped, so importing twice adds nothing.
@@ -97,14 +106,14 @@ def import_command(
         for file in files:
             runs: list[int] = []  # each session's, as it is read
             try:  # read as it is stored, in one transaction: a wrong field anywhere rolls back the whole file
-                added = store.import_results(_counting_runs(stream_results_file(file, now_utc=wall_clock_utc()),
-                                                            runs))
+                added = store.import_results(_counting_runs(stream_results_file(file, now_utc=wall_clock_utc()), runs))
             except ResultsFileError as error:
                 failure = fail(str(error))  # say so now, and go on with the other files
                 continue
             present = sum(runs) - added
-            console.print(f"{file}: {added} run{'' if added == 1 else 's'} added, {present} already present",
-                          highlight=False)
+            console.print(
+                f"{file}: {added} run{'' if added == 1 else 's'} added, {present} already present", highlight=False
+            )
     if failure is not None:
         raise failure
 

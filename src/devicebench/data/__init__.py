@@ -113,9 +113,11 @@ def load_dataset(
         return _load_real(spec.name, data_dir, shape, progress=progress, timeout_s=timeout_s)
     if spec.not_downloadable:  # nothing to try: synthetic, saying so as loudly as a failed download
         stand_in = _synthetic(spec, seed, shape)
-        reason = (f"real {spec.title} could not be had: devicebench cannot download it; {spec.not_downloadable}. "
-                  f"Using {len(stand_in.train_labels):,} + {len(stand_in.test_labels):,} synthetic images of its "
-                  f"shape instead")
+        reason = (
+            f"real {spec.title} could not be had: devicebench cannot download it; {spec.not_downloadable}. "
+            f"Using {len(stand_in.train_labels):,} + {len(stand_in.test_labels):,} synthetic images of its "
+            f"shape instead"
+        )
         warnings.warn(reason, stacklevel=2)
         return dataclasses.replace(stand_in, fallback_reason=reason)
     reason = _not_downloaded(spec, data_dir, largest_download_bytes)
@@ -140,15 +142,25 @@ def _unreadable(spec: DatasetSpec) -> str:
 def _not_downloaded(spec: DatasetSpec, data_dir: str | Path | None, largest_download_bytes: int | None) -> str | None:
     """Why "auto" data is synthetic without trying: a release above the download limit that is not cached (told
     from file sizes, no hashing), with how to get it; None when it is tried."""
-    if (largest_download_bytes is None or spec.size_bytes <= largest_download_bytes
-            or dataset_status(spec.name, data_dir).state == "cached"):
+    if (
+        largest_download_bytes is None
+        or spec.size_bytes <= largest_download_bytes
+        or dataset_status(spec.name, data_dir).state == "cached"
+    ):
         return None
-    return (f"{spec.title} ({megabytes(spec.size_bytes)} MB) is not downloaded by the quick suite; "
-            f"`devicebench data fetch {spec.name}` gets it, or `--data real`")
+    return (
+        f"{spec.title} ({megabytes(spec.size_bytes)} MB) is not downloaded by the quick suite; "
+        f"`devicebench data fetch {spec.name}` gets it, or `--data real`"
+    )
 
 
-def expected_source(name: str, source: DataChoice = "auto", *, data_dir: str | Path | None = None,
-                    largest_download_bytes: int | None = None) -> tuple[str, str | None]:
+def expected_source(
+    name: str,
+    source: DataChoice = "auto",
+    *,
+    data_dir: str | Path | None = None,
+    largest_download_bytes: int | None = None,
+) -> tuple[str, str | None]:
     """What `load_dataset` with these arguments will train on, told without loading or downloading anything (for
     `run --dry-run`): ("real", None), ("real or synthetic", why) when it depends on a download, ("synthetic", why),
     or ("yours", None) for data that is not one of devicebench's datasets."""
@@ -167,8 +179,10 @@ def expected_source(name: str, source: DataChoice = "auto", *, data_dir: str | P
         if source == "real":
             return "real", f"devicebench cannot download {spec.title}, so the run stops; {spec.not_downloadable}"
         train, test = spec.synthetic_sizes or (spec.train_size, spec.test_size)
-        return "synthetic", (f"devicebench cannot download {spec.title}: {train:,} + {test:,} synthetic images of its "
-                             f"shape stand in. For real ones, {spec.not_downloadable}")
+        return "synthetic", (
+            f"devicebench cannot download {spec.title}: {train:,} + {test:,} synthetic images of its "
+            f"shape stand in. For real ones, {spec.not_downloadable}"
+        )
     if source == "auto":
         reason = _not_downloaded(spec, data_dir, largest_download_bytes)
         if reason is not None:
@@ -176,9 +190,11 @@ def expected_source(name: str, source: DataChoice = "auto", *, data_dir: str | P
     if dataset_status(spec.name, data_dir).state == "cached":
         return "real", None
     fallback = "the run stops" if source == "real" else "synthetic data, loudly"
-    return ("real" if source == "real" else "real or synthetic",
-            f"downloads {megabytes(spec.size_bytes)} MB first (`devicebench data fetch {spec.name}` gets it now); "
-            f"if that fails, {fallback}")
+    return (
+        "real" if source == "real" else "real or synthetic",
+        f"downloads {megabytes(spec.size_bytes)} MB first (`devicebench data fetch {spec.name}` gets it now); "
+        f"if that fails, {fallback}",
+    )
 
 
 def real_data_missing(name: str, data_dir: str | Path | None) -> str | None:
@@ -196,15 +212,22 @@ def _synthetic(spec: DatasetSpec, seed: int, shape: dict[str, Any]) -> Dataset:
     if spec.kind == "sequences":
         return synthetic_sequences(spec.name, seed=seed, **shape)
     if spec.kind == "table":
-        return synthetic_table(spec.name, seed=seed, rows=spec.train_size + spec.test_size, features=spec.features,
-                               classes=spec.num_classes, test_fraction=spec.test_size / (spec.train_size + spec.test_size))
+        return synthetic_table(
+            spec.name,
+            seed=seed,
+            rows=spec.train_size + spec.test_size,
+            features=spec.features,
+            classes=spec.num_classes,
+            test_fraction=spec.test_size / (spec.train_size + spec.test_size),
+        )
     return synthetic_dataset(spec.name, seed=seed, **shape)
 
 
 def _is_own_folder(spec: DatasetSpec, data_dir: str | Path | None) -> bool:
     """Whether `data_dir` is laid out as a folder of the user's own images or texts of `spec`'s kind."""
-    return data_dir is not None and (is_image_folder(data_dir) if spec.kind == "images" else
-                                     spec.kind == "text" and is_text_folder(data_dir))
+    return data_dir is not None and (
+        is_image_folder(data_dir) if spec.kind == "images" else spec.kind == "text" and is_text_folder(data_dir)
+    )
 
 
 def _own_folder(spec: DatasetSpec, data_dir: str | Path | None, shape: dict[str, Any]) -> Dataset | None:

@@ -108,10 +108,12 @@ class CifarDistortion:
         rows = torch.randint(0, height - self.crop + 1, (count,), generator=generator)
         columns = torch.randint(0, width - self.crop + 1, (count,), generator=generator)
         draws = torch.rand(count, 3, generator=generator)
-        crops = torch.stack([
-            image[:, row : row + self.crop, column : column + self.crop]
-            for image, row, column in zip(pixels, rows.tolist(), columns.tolist())
-        ])
+        crops = torch.stack(
+            [
+                image[:, row : row + self.crop, column : column + self.crop]
+                for image, row, column in zip(pixels, rows.tolist(), columns.tolist())
+            ]
+        )
         crops = _flip_where(draws[:, 0] < 0.5, crops)
         crops += ((draws[:, 1] * 2 - 1) * self.brightness).view(-1, 1, 1, 1)
         factor = (self.contrast_low + draws[:, 2] * (self.contrast_high - self.contrast_low)).view(-1, 1, 1, 1)
@@ -155,8 +157,9 @@ class ImageNetInput:
     def test(self, images: torch.Tensor) -> torch.Tensor:
         pixels = images.float().div_(PIXEL_SCALE)
         if pixels.shape[-2:] != (self.size, self.size):
-            pixels = F.interpolate(pixels, size=(self.size, self.size), mode="bilinear", antialias=True,
-                                   align_corners=False)
+            pixels = F.interpolate(
+                pixels, size=(self.size, self.size), mode="bilinear", antialias=True, align_corners=False
+            )
         mean = torch.tensor(IMAGENET_MEAN, device=pixels.device).view(1, -1, 1, 1)
         deviation = torch.tensor(IMAGENET_STD, device=pixels.device).view(1, -1, 1, 1)
         return (pixels - mean) / deviation
@@ -198,8 +201,9 @@ def _standardize(pixels: torch.Tensor) -> torch.Tensor:
 
 
 Preprocessing = Rescale | KerasAugmentation | CifarDistortion | ImageNetInput | Unchanged
-KINDS: dict[str, type] = {kind.__name__: kind for kind in (Rescale, KerasAugmentation, CifarDistortion, ImageNetInput,
-                                                           Unchanged)}
+KINDS: dict[str, type] = {
+    kind.__name__: kind for kind in (Rescale, KerasAugmentation, CifarDistortion, ImageNetInput, Unchanged)
+}
 
 
 def describe(preprocessing: Preprocessing) -> dict[str, Any]:

@@ -126,8 +126,14 @@ def regular_file_size(path: Path) -> int | None:
     return info.st_size if stat.S_ISREG(info.st_mode) else None
 
 
-def fetch(remote: RemoteFile, folder: Path, *, progress: bool = True, timeout_s: float = STALL_TIMEOUT_S,
-          deadline_s: float | None = DOWNLOAD_DEADLINE_S) -> Path:
+def fetch(
+    remote: RemoteFile,
+    folder: Path,
+    *,
+    progress: bool = True,
+    timeout_s: float = STALL_TIMEOUT_S,
+    deadline_s: float | None = DOWNLOAD_DEADLINE_S,
+) -> Path:
     """Return `folder/remote.filename`, verified, downloading it from the first mirror that serves it intact.
 
     `timeout_s`: how long connecting or any one read may wait; `deadline_s`: how long each mirror has to deliver
@@ -202,8 +208,7 @@ class _PartialFile:
         self.folder = folder
         self.algorithm = remote.algorithm
         self.kept_path = partial_path(folder, remote)
-        handle, name = _writing(folder, tempfile.mkstemp, dir=folder, prefix=f".{remote.filename}.",
-                                suffix=".partial")
+        handle, name = _writing(folder, tempfile.mkstemp, dir=folder, prefix=f".{remote.filename}.", suffix=".partial")
         self.path = Path(name)
         self.expected_bytes = remote.size_bytes
         if not self.kept_path.is_symlink() and regular_file_size(self.kept_path):
@@ -234,8 +239,9 @@ class _PartialFile:
             return handle
         os.close(handle)
         _writing(self.folder, self.path.unlink)  # the name only: another name of a hard link keeps its bytes
-        return _writing(self.folder, os.open, self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL
-                        | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        return _writing(
+            self.folder, os.open, self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600
+        )
 
     def _hash_kept_bytes(self) -> int:
         """Hash the bytes an earlier fetch kept in the file (none for a new one); their count. Ends at the end."""
@@ -281,8 +287,9 @@ class _PartialFile:
         self.path.unlink(missing_ok=True)
 
 
-def _download(url: str, remote: RemoteFile, target: Path, *, progress: bool, timeout_s: float,
-              deadline_s: float | None) -> str | None:
+def _download(
+    url: str, remote: RemoteFile, target: Path, *, progress: bool, timeout_s: float, deadline_s: float | None
+) -> str | None:
     """Download `url` to `target` through a verified temporary file; None on success, else why it failed.
 
     A transfer cut off midway is taken up where it stopped (an HTTP Range request) or, from a server that ignores
@@ -304,11 +311,16 @@ def _download(url: str, remote: RemoteFile, target: Path, *, progress: bool, tim
             for attempt in range(1, 0 if already_whole else DOWNLOAD_ATTEMPTS + 1):
                 arrived_before = partial.arrived_bytes
                 reason = _request(url, partial, timeout_s=timeout_s, show=show, deadline=deadline)
-                kept = (f"; kept its first {partial.received_bytes:,} bytes for the next fetch"
-                        if partial.resumed_bytes else "")
+                kept = (
+                    f"; kept its first {partial.received_bytes:,} bytes for the next fetch"
+                    if partial.resumed_bytes
+                    else ""
+                )
                 if deadline.passed.is_set() and partial.received_bytes != remote.size_bytes:
-                    return (f"gave up after {deadline_s:g} s, the time a URL has to deliver the file, with "
-                            f"{partial.received_bytes:,} bytes received") + kept
+                    return (
+                        f"gave up after {deadline_s:g} s, the time a URL has to deliver the file, with "
+                        f"{partial.received_bytes:,} bytes received"
+                    ) + kept
                 if partial.oversized:
                     partial.restart()
                     return f"{reason}; the downloaded file was deleted"
@@ -319,8 +331,10 @@ def _download(url: str, remote: RemoteFile, target: Path, *, progress: bool, tim
                 time.sleep(RETRY_PAUSE_S)
         deleted = "; the downloaded file was deleted"
         if partial.resumed_bytes:
-            deleted += (f" (it continued {partial.resumed_bytes:,} bytes an earlier, interrupted download kept; "
-                        "the next fetch starts afresh)")
+            deleted += (
+                f" (it continued {partial.resumed_bytes:,} bytes an earlier, interrupted download kept; "
+                "the next fetch starts afresh)"
+            )
         if remote.size_bytes is not None and partial.received_bytes != remote.size_bytes:
             problem = f"size mismatch: expected {remote.size_bytes} bytes, received {partial.received_bytes}{deleted}"
             partial.restart()
@@ -363,8 +377,9 @@ def _request(
                 return f"the server announced {expected_bytes:,} bytes, more than the file's {size:,}: not read"
             with deadline.watching(response):
                 # one byte beyond the file's end is asked for, to tell a server that sends more
-                while chunk := response.read(CHUNK_BYTES if size is None else min(
-                        CHUNK_BYTES, size - partial.received_bytes + 1)):
+                while chunk := response.read(
+                    CHUNK_BYTES if size is None else min(CHUNK_BYTES, size - partial.received_bytes + 1)
+                ):
                     if size is not None and partial.received_bytes + len(chunk) > size:
                         partial.oversized = True
                         return f"the server sent more than the file's {size:,} bytes: stopped reading there"
@@ -429,9 +444,12 @@ class _Deadline:
 
 def _shut_down(response: Any) -> None:
     """End the connection under `response` both ways: a read blocked on it, in another thread, returns at once."""
-    with contextlib.suppress(OSError, ValueError):  # closed already
-        with socket.fromfd(response.fileno(), socket.AF_INET, socket.SOCK_STREAM) as connection:  # a duplicate fd
-            connection.shutdown(socket.SHUT_RDWR)
+    # suppressed: closed already; the socket is a duplicate of the connection's file descriptor
+    with (
+        contextlib.suppress(OSError, ValueError),
+        socket.fromfd(response.fileno(), socket.AF_INET, socket.SOCK_STREAM) as connection,
+    ):
+        connection.shutdown(socket.SHUT_RDWR)
 
 
 class InsecureRedirect(urllib.error.URLError):
@@ -442,12 +460,15 @@ class HttpsOnlyRedirects(urllib.request.HTTPRedirectHandler):
     """Follows a redirect from HTTPS only to HTTPS: the rule is HTTPS only, so that what is downloaded, and whether
     it is downloaded at all, cannot be changed on the way (the checksum guards the bytes, not the connection)."""
 
-    def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any,
-                         newurl: str) -> urllib.request.Request | None:
+    def redirect_request(
+        self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any, newurl: str
+    ) -> urllib.request.Request | None:
         if urllib.parse.urlsplit(req.full_url).scheme == "https" and urllib.parse.urlsplit(newurl).scheme != "https":
             fp.close()
-            raise InsecureRedirect(f"redirected (HTTP {code}) to {newurl}, which is not HTTPS: refused, since "
-                                   "devicebench downloads over HTTPS only")
+            raise InsecureRedirect(
+                f"redirected (HTTP {code}) to {newurl}, which is not HTTPS: refused, since "
+                "devicebench downloads over HTTPS only"
+            )
         return super().redirect_request(req, fp, code, msg, headers, newurl)
 
 

@@ -35,7 +35,12 @@ ACCEPTED_FORMATS = ("JPEG", "PNG", "BMP", "GIF", "WEBP")
 # some plugins), truncated data (OSError, EOFError), a mode it cannot convert (ValueError), too many pixels (the
 # warning too: `_open_image` raises it).
 PILLOW_READ_ERRORS = (
-    OSError, SyntaxError, EOFError, ValueError, Image.DecompressionBombError, Image.DecompressionBombWarning
+    OSError,
+    SyntaxError,
+    EOFError,
+    ValueError,
+    Image.DecompressionBombError,
+    Image.DecompressionBombWarning,
 )
 
 TRAIN_SPLIT_NAMES = ("train", "training_set")  # the second is the seeds' layout

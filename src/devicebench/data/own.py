@@ -61,8 +61,10 @@ class TensorData:
             x_test, y_test = _tensor(self.x_test, "x_test"), _tensor(self.y_test, "y_test")
         for split, inputs, labels in (("train", x_train, y_train), ("test", x_test, y_test)):
             if inputs.dim() == 0 or labels.dim() == 0 or len(inputs) != len(labels):
-                raise ValueError(f"x_{split} and y_{split} must hold one row per sample, got shapes "
-                                 f"{tuple(inputs.shape)} and {tuple(labels.shape)}")
+                raise ValueError(
+                    f"x_{split} and y_{split} must hold one row per sample, got shapes "
+                    f"{tuple(inputs.shape)} and {tuple(labels.shape)}"
+                )
         if len(x_train) == 0:
             raise ValueError("x_train holds no samples: there is nothing to train on")
         for name, value in (("x_train", x_train), ("y_train", y_train), ("x_test", x_test), ("y_test", y_test)):
@@ -86,8 +88,10 @@ class TensorData:
     @property
     def origin(self) -> str:
         shape = "x".join(str(size) for size in self.x_train.shape[1:]) or "scalar"
-        return (f"{self.name}: {self.train_size:,} training and {self.test_size:,} test samples, inputs {shape} "
-                f"{str(self.x_train.dtype).removeprefix('torch.')}")
+        return (
+            f"{self.name}: {self.train_size:,} training and {self.test_size:,} test samples, inputs {shape} "
+            f"{str(self.x_train.dtype).removeprefix('torch.')}"
+        )
 
     def example(self) -> Example:
         return self.x_train[:1], self.y_train[:1]
@@ -114,16 +118,20 @@ class TorchData:
             if dataset is None:
                 continue
             if isinstance(dataset, IterableDataset) or not hasattr(dataset, "__len__"):
-                raise TypeError(f"the {split} Dataset must be map-style, with __len__ and __getitem__ (an "
-                                f"IterableDataset cannot be shuffled the same way on every device)")
+                raise TypeError(
+                    f"the {split} Dataset must be map-style, with __len__ and __getitem__ (an "
+                    f"IterableDataset cannot be shuffled the same way on every device)"
+                )
         if len(self.train) == 0:
             raise ValueError("the training Dataset holds no samples: there is nothing to train on")
         if self.test is None:
             object.__setattr__(self, "test", Subset(self.train, []))
         item = self.train[0]
         if not isinstance(item, (tuple, list)) or len(item) != 2:
-            raise TypeError(f"each item of the Dataset must be an (input, label) pair, got {type(item).__name__}"
-                            + (f" of {len(item)}" if isinstance(item, (tuple, list)) else ""))
+            raise TypeError(
+                f"each item of the Dataset must be an (input, label) pair, got {type(item).__name__}"
+                + (f" of {len(item)}" if isinstance(item, (tuple, list)) else "")
+            )
 
     @property
     def train_size(self) -> int:

@@ -205,8 +205,9 @@ class FileImages:
 class PreprocessedImages(Dataset):
     """Item (epoch, index): image `index` preprocessed, augmented (when training) from a seed of its own."""
 
-    def __init__(self, images: ImageSource, labels: np.ndarray, preprocessing: Preprocessing, training: bool,
-                 seed: int) -> None:
+    def __init__(
+        self, images: ImageSource, labels: np.ndarray, preprocessing: Preprocessing, training: bool, seed: int
+    ) -> None:
         self.images = images
         self.labels = torch.from_numpy(labels)
         self.preprocessing = preprocessing
@@ -337,6 +338,7 @@ WORKER_TERM_GRACE_S = 5.0  # how long a loader worker lives on after SIGTERM, fo
 
 def _leave_soon(number: int, frame: object) -> None:
     """SIGTERM in a loader worker: end it WORKER_TERM_GRACE_S from now, unless it was closed before."""
+
     def leave() -> None:
         time.sleep(WORKER_TERM_GRACE_S)
         os._exit(0)
@@ -394,20 +396,38 @@ def batches_for(
         else:
             train, test = (dataset.train_tokens, dataset.train_labels), (dataset.test_tokens, dataset.test_labels)
         return (
-            HostBatches(*train, batch_size, device, preprocessing=preprocessing, seed=seed, resident=resident,
-                        shard=shard),
+            HostBatches(
+                *train, batch_size, device, preprocessing=preprocessing, seed=seed, resident=resident, shard=shard
+            ),
             HostBatches(*test, batch_size, device, preprocessing=preprocessing, shuffle=False, resident=resident),
         )
     if isinstance(dataset, ArrayDataset):
         if dataset.image_shape != tuple(image_shape):
-            raise ValueError(f"the model takes {_shape_text(image_shape)} images but {dataset.name} holds "
-                             f"{_shape_text(dataset.image_shape)}; give --data-dir a folder of images to resize")
+            raise ValueError(
+                f"the model takes {_shape_text(image_shape)} images but {dataset.name} holds "
+                f"{_shape_text(dataset.image_shape)}; give --data-dir a folder of images to resize"
+            )
         if workers == 0 and not preprocessing.augments:
             return (
-                HostBatches(dataset.train_images, dataset.train_labels, batch_size, device,
-                            preprocessing=preprocessing, seed=seed, resident=resident, shard=shard),
-                HostBatches(dataset.test_images, dataset.test_labels, batch_size, device,
-                            preprocessing=preprocessing, shuffle=False, resident=resident),
+                HostBatches(
+                    dataset.train_images,
+                    dataset.train_labels,
+                    batch_size,
+                    device,
+                    preprocessing=preprocessing,
+                    seed=seed,
+                    resident=resident,
+                    shard=shard,
+                ),
+                HostBatches(
+                    dataset.test_images,
+                    dataset.test_labels,
+                    batch_size,
+                    device,
+                    preprocessing=preprocessing,
+                    shuffle=False,
+                    resident=resident,
+                ),
             )
         train_images, test_images = ArrayImages(dataset.train_images), ArrayImages(dataset.test_images)
         train_labels, test_labels = dataset.train_labels, dataset.test_labels
@@ -415,10 +435,21 @@ def batches_for(
         train_images, test_images = FileImages(dataset.train, image_shape), FileImages(dataset.test, image_shape)
         train_labels, test_labels = dataset.train.labels, dataset.test.labels
     return (
-        LoaderBatches(PreprocessedImages(train_images, train_labels, preprocessing, True, seed), batch_size, device,
-                      workers=workers, seed=seed, shard=shard),
-        LoaderBatches(PreprocessedImages(test_images, test_labels, preprocessing, False, seed), batch_size, device,
-                      workers=workers, training=False),
+        LoaderBatches(
+            PreprocessedImages(train_images, train_labels, preprocessing, True, seed),
+            batch_size,
+            device,
+            workers=workers,
+            seed=seed,
+            shard=shard,
+        ),
+        LoaderBatches(
+            PreprocessedImages(test_images, test_labels, preprocessing, False, seed),
+            batch_size,
+            device,
+            workers=workers,
+            training=False,
+        ),
     )
 
 

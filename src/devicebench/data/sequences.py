@@ -47,14 +47,17 @@ def check_sequence_request(vocab_size: int, sequence_length: int, task: str, tar
     if task not in TASKS:
         raise ValueError(f"unknown sequence task {task!r}; known: {', '.join(TASKS)}")
     if vocab_size < MIN_VOCAB_SIZE:
-        raise ValueError(f"vocab_size must be at least {MIN_VOCAB_SIZE} ({', '.join(SEQUENCE_WORDS)} and two words), "
-                         f"got {vocab_size}")
+        raise ValueError(
+            f"vocab_size must be at least {MIN_VOCAB_SIZE} ({', '.join(SEQUENCE_WORDS)} and two words), "
+            f"got {vocab_size}"
+        )
     check_sequence_length(sequence_length)
     if (task == "translation") != (target_length is not None):
         raise ValueError("target_length goes with the translation task, and only with it")
     if task == "translation" and not 1 <= target_length < sequence_length:
-        raise ValueError(f"target_length must leave the source at least one of the {sequence_length} tokens, "
-                         f"got {target_length}")
+        raise ValueError(
+            f"target_length must leave the source at least one of the {sequence_length} tokens, got {target_length}"
+        )
 
 
 def target_shape(sequence_length: int, task: str, target_length: int | None = None) -> tuple[int]:
@@ -115,8 +118,11 @@ def _structure(rng: np.random.Generator, task: str, vocab_size: int) -> np.ndarr
         words = vocab_size - FIRST_WORD_ID
         return rng.choice(np.arange(FIRST_WORD_ID, vocab_size), size=min(ANSWER_WORDS, words // 2), replace=False)
     mapping = np.arange(vocab_size)  # the reserved ids map to themselves; they are never drawn
-    mapping[FIRST_WORD_ID:] = rng.permutation(np.arange(FIRST_WORD_ID, vocab_size)) if task == "translation" else (
-        rng.integers(FIRST_WORD_ID, vocab_size, size=vocab_size - FIRST_WORD_ID))
+    mapping[FIRST_WORD_ID:] = (
+        rng.permutation(np.arange(FIRST_WORD_ID, vocab_size))
+        if task == "translation"
+        else (rng.integers(FIRST_WORD_ID, vocab_size, size=vocab_size - FIRST_WORD_ID))
+    )
     return mapping
 
 
@@ -124,8 +130,14 @@ def _words(rng: np.random.Generator, shape: tuple[int, ...], vocab_size: int) ->
     return zipf_like_ids(rng, shape, FIRST_WORD_ID, vocab_size)
 
 
-def _spans(rng: np.random.Generator, answer_words: np.ndarray, count: int, vocab_size: int, sequence_length: int,
-           target_length: int | None) -> tuple[np.ndarray, np.ndarray]:
+def _spans(
+    rng: np.random.Generator,
+    answer_words: np.ndarray,
+    count: int,
+    vocab_size: int,
+    sequence_length: int,
+    target_length: int | None,
+) -> tuple[np.ndarray, np.ndarray]:
     tokens = _words(rng, (count, sequence_length), vocab_size)
     tokens[np.isin(tokens, answer_words)] = UNKNOWN_ID  # only an answer holds answer words
     lengths = rng.integers(1, min(MOST_ANSWER_TOKENS, sequence_length) + 1, size=count)
@@ -136,8 +148,14 @@ def _spans(rng: np.random.Generator, answer_words: np.ndarray, count: int, vocab
     return tokens, np.stack([starts, starts + lengths - 1], axis=1)  # first and last positions, both inside
 
 
-def _next_tokens(rng: np.random.Generator, successors: np.ndarray, count: int, vocab_size: int, sequence_length: int,
-                 target_length: int | None) -> tuple[np.ndarray, np.ndarray]:
+def _next_tokens(
+    rng: np.random.Generator,
+    successors: np.ndarray,
+    count: int,
+    vocab_size: int,
+    sequence_length: int,
+    target_length: int | None,
+) -> tuple[np.ndarray, np.ndarray]:
     chain = _words(rng, (count, sequence_length + 1), vocab_size)  # the draws where a token is not followed
     follows = rng.random((count, sequence_length + 1)) < FOLLOW_PROBABILITY
     for position in range(1, sequence_length + 1):  # a step at a time along the chain, every sequence at once
@@ -145,8 +163,14 @@ def _next_tokens(rng: np.random.Generator, successors: np.ndarray, count: int, v
     return np.ascontiguousarray(chain[:, :-1]), np.ascontiguousarray(chain[:, 1:])
 
 
-def _translations(rng: np.random.Generator, dictionary: np.ndarray, count: int, vocab_size: int,
-                  sequence_length: int, target_length: int | None) -> tuple[np.ndarray, np.ndarray]:
+def _translations(
+    rng: np.random.Generator,
+    dictionary: np.ndarray,
+    count: int,
+    vocab_size: int,
+    sequence_length: int,
+    target_length: int | None,
+) -> tuple[np.ndarray, np.ndarray]:
     source_length = sequence_length - target_length
     source = _words(rng, (count, source_length), vocab_size)
     target = dictionary[source[:, np.arange(target_length) % source_length]]  # word by word, the source repeated
@@ -155,9 +179,15 @@ def _translations(rng: np.random.Generator, dictionary: np.ndarray, count: int, 
 
 
 _TASK_MAKERS = {
-    "spans": (_spans, f"Zipf-like words with an answer of 1 to {MOST_ANSWER_TOKENS} tokens from {ANSWER_WORDS} ids "
-                      "no other token uses"),
-    "next-token": (_next_tokens, f"a Markov chain whose tokens are followed by a fixed successor "
-                                 f"{FOLLOW_PROBABILITY:.0%} of the time, by a Zipf-like draw otherwise"),
+    "spans": (
+        _spans,
+        f"Zipf-like words with an answer of 1 to {MOST_ANSWER_TOKENS} tokens from {ANSWER_WORDS} ids "
+        "no other token uses",
+    ),
+    "next-token": (
+        _next_tokens,
+        f"a Markov chain whose tokens are followed by a fixed successor "
+        f"{FOLLOW_PROBABILITY:.0%} of the time, by a Zipf-like draw otherwise",
+    ),
     "translation": (_translations, "Zipf-like source words, translated word by word by a fixed dictionary"),
 }

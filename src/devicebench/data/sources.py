@@ -39,8 +39,11 @@ class RealDataUnreadable(DataUnavailable):
     def __init__(self, title: str, needs: str) -> None:
         self.title, self.needs = title, needs
         self.filename, self.folder, self.failures, self.checksum = title, None, (), ""  # no file was tried
-        RuntimeError.__init__(self, f"devicebench cannot read the real {title}: that needs {needs}. Its runs train on "
-                                    f"synthetic data of the same shapes: use --data synthetic (or auto)")
+        RuntimeError.__init__(
+            self,
+            f"devicebench cannot read the real {title}: that needs {needs}. Its runs train on "
+            f"synthetic data of the same shapes: use --data synthetic (or auto)",
+        )
 
     def __reduce__(self) -> tuple[type[RealDataUnreadable], tuple[str, str]]:  # type: ignore[override]
         return (RealDataUnreadable, (self.title, self.needs))
@@ -369,8 +372,17 @@ def dataset_status(name: str, data_dir: str | Path | None = None) -> DatasetStat
             present_bytes += regular_file_size(partial_path(folder, remote)) or 0
     if spec.real_data_needs:
         return DatasetStatus(spec, folder, SYNTHETIC_ONLY, 0)
-    state = ("not downloadable" if spec.not_downloadable else "wrong size" if wrong_size
-             else "cached" if whole_files == len(spec.files) else "partial" if present_bytes else "missing")
+    state = (
+        "not downloadable"
+        if spec.not_downloadable
+        else "wrong size"
+        if wrong_size
+        else "cached"
+        if whole_files == len(spec.files)
+        else "partial"
+        if present_bytes
+        else "missing"
+    )
     return DatasetStatus(spec, folder, state, present_bytes)
 
 
@@ -388,8 +400,11 @@ def verify_dataset(name: str, data_dir: str | Path | None = None) -> dict[str, s
         except (UnusableFile, OSError) as error:
             checked[remote.filename] = f"cannot be read: {getattr(error, 'strerror', None) or error}"
             continue
-        checked[remote.filename] = None if found == remote.hex_digest else (
-            f"checksum mismatch: expected {remote.checksum}, found {remote.algorithm}:{found}")
+        checked[remote.filename] = (
+            None
+            if found == remote.hex_digest
+            else (f"checksum mismatch: expected {remote.checksum}, found {remote.algorithm}:{found}")
+        )
     return checked
 
 
@@ -402,11 +417,15 @@ def managed_paths(name: str, data_dir: str | Path | None = None) -> list[Path]:
         raise DataFolderIsALink(
             f"{folder} is a symbolic link (to {os.readlink(folder)}), not a folder devicebench made: what it would "
             "remove there may be another program's or yours, so nothing was removed. Remove the link itself with "
-            f"`rm {folder}` if its dataset is no longer wanted")
+            f"`rm {folder}` if its dataset is no longer wanted"
+        )
     if not folder.is_dir():
         return []
-    patterns = [pattern for remote in spec.files
-                for pattern in (remote.filename, f".{remote.filename}.partial", f".{remote.filename}.*.partial")]
+    patterns = [
+        pattern
+        for remote in spec.files
+        for pattern in (remote.filename, f".{remote.filename}.partial", f".{remote.filename}.*.partial")
+    ]
     return sorted({path for pattern in (*patterns, *spec.derived) for path in folder.glob(pattern)})
 
 

@@ -60,18 +60,24 @@ def synthetic_dataset(
         test_labels=test_labels,
         num_classes=spec.num_classes,
         origin=(
-            (f"synthetic: {train_size:,} train + {test_size:,} test images standing in for {spec.title}'s "
-             f"{spec.train_size:,} + {spec.test_size:,}; " if spec.synthetic_sizes else "synthetic: ")
+            (
+                f"synthetic: {train_size:,} train + {test_size:,} test images standing in for {spec.title}'s "
+                f"{spec.train_size:,} + {spec.test_size:,}; "
+                if spec.synthetic_sizes
+                else "synthetic: "
+            )
             + f"{spec.num_classes} random {PROTOTYPE_BLOCK_PIXELS}x{PROTOTYPE_BLOCK_PIXELS}-block prototypes "
             f"+ uniform noise of +-{PROTOTYPE_OFFSET} grey levels, numpy SeedSequence({seed})"
         ),
         notes=(f"the whole release would not fit in memory: an epoch is {train_size:,} images",)
-        if spec.synthetic_sizes else (),
+        if spec.synthetic_sizes
+        else (),
     )
 
 
-def _noisy_samples(coarse: np.ndarray, size: tuple[int, int], count: int,
-                   rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def _noisy_samples(
+    coarse: np.ndarray, size: tuple[int, int], count: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """`count` samples of `size` (height, width) with balanced labels (class counts differ by at most one), shuffled:
     each its class's prototype (`coarse` blocks, blown up) plus noise."""
     labels = rng.permutation(np.arange(count) % len(coarse))

@@ -88,8 +88,10 @@ class TokenDataset:
             raise ValueError(f"{self.name}: the vocabulary must start with {RESERVED_WORDS}, got {self.vocabulary[:2]}")
         sequence_labels = self.train_labels.ndim == 2
         if len(self.class_names) != (0 if sequence_labels else self.num_classes):
-            raise ValueError(f"{self.name}: {len(self.class_names)} class names for {self.num_classes} classes"
-                             + ("; a sequence task's labels (tokens, positions) have none" if sequence_labels else ""))
+            raise ValueError(
+                f"{self.name}: {len(self.class_names)} class names for {self.num_classes} classes"
+                + ("; a sequence task's labels (tokens, positions) have none" if sequence_labels else "")
+            )
         for split, tokens, labels in (
             ("train", self.train_tokens, self.train_labels),
             ("test", self.test_tokens, self.test_labels),
@@ -145,7 +147,7 @@ def tokenize(text: str) -> list[str]:
 
 
 def build_vocabulary(texts: Iterable[str], size: int) -> tuple[str, ...]:
-    """"<pad>", "<unk>", then the `size - 2` most frequent words of `texts`, most frequent first and ties in
+    """ "<pad>", "<unk>", then the `size - 2` most frequent words of `texts`, most frequent first and ties in
     alphabetical order, so the same texts always give the same ids. Shorter when the texts have fewer words."""
     return _vocabulary_from_tokens((tokenize(text) for text in texts), size)
 
@@ -240,7 +242,11 @@ def read_imdb(archive: str | Path, *, vocab_size: int, sequence_length: int) -> 
     origin = f"{archive} (IMDB reviews, vocabulary of the train split), encoded and cached as {cache}"
     class_names = dataset_spec("imdb").class_names  # ("neg", "pos"): the archive's folders
     cached = _load_imdb_cache(
-        cache, class_names, archive_bytes=archive_bytes, vocab_size=vocab_size, sequence_length=sequence_length,
+        cache,
+        class_names,
+        archive_bytes=archive_bytes,
+        vocab_size=vocab_size,
+        sequence_length=sequence_length,
         origin=origin,
     )
     if cached is not None:
@@ -424,8 +430,7 @@ def read_text_folder(directory: str | Path, *, vocab_size: int, sequence_length:
         vocab_size=vocab_size,
         sequence_length=sequence_length,
         origin=(
-            f"{directory} (text folder: {text_counts[0]} train, {text_counts[1]} test texts, "
-            f"{len(class_names)} labels)"
+            f"{directory} (text folder: {text_counts[0]} train, {text_counts[1]} test texts, {len(class_names)} labels)"
         ),
     )
 

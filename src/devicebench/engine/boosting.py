@@ -82,7 +82,10 @@ def train_boosted_trees(
             dataset.train_features, dataset.train_labels, max_bin=parameters["max_bin"], nthread=parameters["nthread"]
         )
         test_matrix = xgboost.QuantileDMatrix(  # the booster's max_bin too: XGBoost refuses matrices that differ
-            dataset.test_features, dataset.test_labels, ref=train_matrix, max_bin=parameters["max_bin"],
+            dataset.test_features,
+            dataset.test_labels,
+            ref=train_matrix,
+            max_bin=parameters["max_bin"],
             nthread=parameters["nthread"],
         )
         booster = xgboost.Booster(parameters, cache=[train_matrix])
@@ -93,8 +96,16 @@ def train_boosted_trees(
             train_time_s = _boost_epoch(booster, train_matrix, (epoch - 1) * rounds, rounds, watch, reporter)
             usage = monitor.window()  # exactly this epoch's boosting, outside its timed region
             train_loss, train_accuracy = log_loss_and_accuracy(booster.predict(train_matrix), dataset.train_labels)
-            entry = timed_epoch(record, epoch, rounds, samples, train_time_s, usage,
-                                train_loss=train_loss, train_accuracy=train_accuracy)
+            entry = timed_epoch(
+                record,
+                epoch,
+                rounds,
+                samples,
+                train_time_s,
+                usage,
+                train_loss=train_loss,
+                train_accuracy=train_accuracy,
+            )
             finite = math.isfinite(train_loss)
             if finite:  # evaluating a diverged model would only time arithmetic on NaNs
                 evaluation_started = watch.now()
@@ -126,8 +137,9 @@ def _xgboost_errors_in_one_line(xgboost: Any) -> Iterator[None]:
         raise RuntimeError(f"XGBoost: {first_line}") from None
 
 
-def _boost_epoch(booster: Any, train_matrix: Any, first_round: int, rounds: int, watch: Stopwatch,
-                 reporter: Reporter) -> float:
+def _boost_epoch(
+    booster: Any, train_matrix: Any, first_round: int, rounds: int, watch: Stopwatch, reporter: Reporter
+) -> float:
     """Seconds taken by `rounds` boosting rounds, numbered from `first_round` (XGBoost's iteration count)."""
     report_every = max(1, rounds // PROGRESS_UPDATES_PER_EPOCH)
     start = watch.now()

@@ -27,8 +27,9 @@ FINISHING_SHARE = 0.05
 TINY_S = 1e-9  # a step timed at 0 s (a clock's resolution) is taken as this, never divided by
 
 
-def next_epoch_steps(seconds_left: float, times: StepTimes, epochs_done: int, epochs_left: int, steps: int,
-                     eval_most: int) -> int:
+def next_epoch_steps(
+    seconds_left: float, times: StepTimes, epochs_done: int, epochs_left: int, steps: int, eval_most: int
+) -> int:
     """Steps for the next epoch, at most `steps`, so that the `epochs_left` epochs end within `seconds_left` at
     `times`; 0: end the run here, which happens only once MEASURABLE_EPOCHS are done and not even one more epoch of
     the fewest steps fits."""
@@ -63,8 +64,14 @@ class Pacer:
             # an epoch cut short by a slow moment (a warm-up's first steps, a burst of load) need not shorten the rest
             self._sized_steps = self._sized_steps or steps
             # the first epoch pays the first step's one-time cost, which the planned times hold; the last epoch's none
-            sized = next_epoch_steps(self.deadline_s - now, self._latest or self.planned, epochs_done,
-                                     record.settings.epochs - epochs_done, self._sized_steps, eval_steps)
+            sized = next_epoch_steps(
+                self.deadline_s - now,
+                self._latest or self.planned,
+                epochs_done,
+                record.settings.epochs - epochs_done,
+                self._sized_steps,
+                eval_steps,
+            )
         else:  # within an epoch: its own steps so far say what a step takes now
             if steps_done < FEWEST_BUDGETED_STEPS:
                 return steps
@@ -73,9 +80,9 @@ class Pacer:
             self._note_speed(step_s)
             # no evaluation measured yet: it is taken to be as much slower as the steps are
             known = self._latest or dataclasses.replace(
-                self.planned, eval_step_s=self.planned.eval_step_s * step_s / max(self.planned.step_s, TINY_S))
-            times = StepTimes(first_step_s=step_s, step_s=step_s, eval_step_s=known.eval_step_s,
-                              epoch_s=known.epoch_s)
+                self.planned, eval_step_s=self.planned.eval_step_s * step_s / max(self.planned.step_s, TINY_S)
+            )
+            times = StepTimes(first_step_s=step_s, step_s=step_s, eval_step_s=known.eval_step_s, epoch_s=known.epoch_s)
             # the epochs after this one, and the rest of this one (its steps already taken are spent)
             seconds_left = self.deadline_s - now + steps_done * step_s
             epochs_left = record.settings.epochs - epochs_done
@@ -93,5 +100,9 @@ def _epoch_times(epoch: EpochRecord, eval_steps: int, wall_s: float) -> StepTime
     monitor, reading the losses back)."""
     step_s = epoch.train_time_s / epoch.steps
     eval_s = epoch.eval_time_s or 0.0
-    return StepTimes(first_step_s=step_s, step_s=step_s, eval_step_s=eval_s / eval_steps if eval_steps else 0.0,
-                     epoch_s=max(0.0, wall_s - epoch.train_time_s - eval_s))
+    return StepTimes(
+        first_step_s=step_s,
+        step_s=step_s,
+        eval_step_s=eval_s / eval_steps if eval_steps else 0.0,
+        epoch_s=max(0.0, wall_s - epoch.train_time_s - eval_s),
+    )

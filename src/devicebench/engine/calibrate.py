@@ -75,17 +75,35 @@ class CalibrationPlan:
 
 # Five one-second stretches after a second of warm-up: the rate a GPU sustains under load, not its boost-clock burst;
 # the median drops a stretch slowed by a neighbour as well as one run before the clocks settled. About 7 s a figure
-GPU_PLAN = CalibrationPlan(matmul_size=8192, memory_copy_bytes=2048 * BYTES_PER_MIB,
-                           host_to_device_bytes=256 * BYTES_PER_MIB, warmup_s=1.0, stretch_s=1.0, stretches=5,
-                           cap_s=15.0)
+GPU_PLAN = CalibrationPlan(
+    matmul_size=8192,
+    memory_copy_bytes=2048 * BYTES_PER_MIB,
+    host_to_device_bytes=256 * BYTES_PER_MIB,
+    warmup_s=1.0,
+    stretch_s=1.0,
+    stretches=5,
+    cap_s=15.0,
+)
 # At most three figures (fp32, native bf16, the copy) of at most 8 s each: under a minute on any CPU
-CPU_PLAN = CalibrationPlan(matmul_size=2048, memory_copy_bytes=256 * BYTES_PER_MIB,
-                           host_to_device_bytes=256 * BYTES_PER_MIB, warmup_s=0.5, stretch_s=1.0, stretches=3,
-                           cap_s=8.0)
+CPU_PLAN = CalibrationPlan(
+    matmul_size=2048,
+    memory_copy_bytes=256 * BYTES_PER_MIB,
+    host_to_device_bytes=256 * BYTES_PER_MIB,
+    warmup_s=0.5,
+    stretch_s=1.0,
+    stretches=3,
+    cap_s=8.0,
+)
 # A check in seconds on any device; small products, copies and stretches understate the ceilings, most on a GPU
-QUICK_PLAN = CalibrationPlan(matmul_size=512, memory_copy_bytes=16 * BYTES_PER_MIB,
-                             host_to_device_bytes=16 * BYTES_PER_MIB, warmup_s=0.05, stretch_s=0.1, stretches=3,
-                             cap_s=1.0)
+QUICK_PLAN = CalibrationPlan(
+    matmul_size=512,
+    memory_copy_bytes=16 * BYTES_PER_MIB,
+    host_to_device_bytes=16 * BYTES_PER_MIB,
+    warmup_s=0.05,
+    stretch_s=0.1,
+    stretches=3,
+    cap_s=1.0,
+)
 
 
 def default_plan(device: torch.device) -> CalibrationPlan:
@@ -106,19 +124,27 @@ class Measurement:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Measurement:
         """The measurement to_dict() wrote: finite positive figures; KeyError, TypeError or ValueError else."""
-        return cls(rate=_positive(data["rate"], "rate"), size=_positive(data["size"], "size", whole=True),
-                   stretch_s=tuple(_positive(seconds, "stretch_s") for seconds in _list(data["stretch_s"])),
-                   stretch_rates=tuple(_positive(rate, "stretch_rates") for rate in _list(data["stretch_rates"])))
+        return cls(
+            rate=_positive(data["rate"], "rate"),
+            size=_positive(data["size"], "size", whole=True),
+            stretch_s=tuple(_positive(seconds, "stretch_s") for seconds in _list(data["stretch_s"])),
+            stretch_rates=tuple(_positive(rate, "stretch_rates") for rate in _list(data["stretch_rates"])),
+        )
 
 
 def _positive(value: Any, name: str, *, whole: bool = False, zero: bool = False) -> Any:
     """`value` when it is a finite number > 0 (≥ 0 with `zero`; a whole one with `whole`; never a bool or a
     string), else ValueError."""
     kind = int if whole else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kind) or not math.isfinite(value) or not (
-            value > 0 or (zero and value == 0)):
-        raise ValueError(f"{name}: expected a finite {'whole ' if whole else ''}number {'≥' if zero else '>'} 0, "
-                         f"got {value!r:.60}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, kind)
+        or not math.isfinite(value)
+        or not (value > 0 or (zero and value == 0))
+    ):
+        raise ValueError(
+            f"{name}: expected a finite {'whole ' if whole else ''}number {'≥' if zero else '>'} 0, got {value!r:.60}"
+        )
     return value if whole else float(value)
 
 
@@ -165,8 +191,12 @@ class DeviceCeilings:
             not_native=tuple(_precision(precision) for precision in _list(data["not_native"])),
             memory_copy=Measurement.from_dict(data["memory_copy"]),
             host_to_device={_memory_kind(kind): Measurement.from_dict(taken) for kind, taken in host_to_device.items()},
-            plan=CalibrationPlan(**{name: _positive(plan[name], name, whole=kind == "int", zero=name == "warmup_s")
-                                    for name, kind in fields.items()}),
+            plan=CalibrationPlan(
+                **{
+                    name: _positive(plan[name], name, whole=kind == "int", zero=name == "warmup_s")
+                    for name, kind in fields.items()
+                }
+            ),
         )
 
 
@@ -308,8 +338,9 @@ def _sustained(
         operations, seconds = _timed_stretch(operation, batch, plan.stretch_s, watch)
         stretch_s.append(seconds)
         stretch_rates.append(work(size) * operations / seconds)
-    return Measurement(rate=statistics.median(stretch_rates), size=size, stretch_s=tuple(stretch_s),
-                       stretch_rates=tuple(stretch_rates))
+    return Measurement(
+        rate=statistics.median(stretch_rates), size=size, stretch_s=tuple(stretch_s), stretch_rates=tuple(stretch_rates)
+    )
 
 
 def _affordable(
@@ -459,8 +490,12 @@ def peak_tflops(machine_id: str, device: str, precision: str, folder: str | Path
         return None
     ceilings = DeviceCeilings.from_dict(entry)
     if ceilings.plan == QUICK_PLAN:  # stored by an older devicebench: its small sizes understate the ceiling
-        logger.warning("The calibration of %s was taken with --quick, which understates its ceilings: MFU is left "
-                       "out. Run `devicebench calibrate --devices %s` to measure it.", device, device)
+        logger.warning(
+            "The calibration of %s was taken with --quick, which understates its ceilings: MFU is left "
+            "out. Run `devicebench calibrate --devices %s` to measure it.",
+            device,
+            device,
+        )
         return None
     measured = ceilings.matmul.get(precision)
     return None if measured is None else measured.rate

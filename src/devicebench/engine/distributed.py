@@ -82,22 +82,26 @@ def merge_rank_epochs(epochs_by_rank: list[list[EpochRecord]]) -> list[EpochReco
         slowest = max(epoch.train_time_s for epoch in same_epoch)
         samples = sum(epoch.samples for epoch in same_epoch)
         utilizations = [epoch.device_utilization_percent for epoch in same_epoch]
-        merged.append(dataclasses.replace(
-            first,
-            samples=samples,
-            train_time_s=slowest,
-            samples_per_s=samples / slowest,
-            step_time_ms=slowest / first.steps * 1000,
-            train_loss=_of_every_rank([epoch.train_loss for epoch in same_epoch], statistics.fmean),
-            train_accuracy=_of_every_rank([epoch.train_accuracy for epoch in same_epoch], statistics.fmean),
-            input_wait_s=_of_every_rank([epoch.input_wait_s for epoch in same_epoch], max),
-            fastest_rank_train_time_s=min(epoch.train_time_s for epoch in same_epoch),
-            process_cpu_percent=_of_every_rank([epoch.process_cpu_percent for epoch in same_epoch], sum),
-            device_power_mean_w=_of_every_rank([epoch.device_power_mean_w for epoch in same_epoch], sum),
-            device_energy_j=_of_every_rank([epoch.device_energy_j for epoch in same_epoch], sum),
-            device_utilization_percent=_of_every_rank(utilizations, statistics.fmean),
-            rank_device_utilization_percent=utilizations if any(value is not None for value in utilizations) else None,
-        ))
+        merged.append(
+            dataclasses.replace(
+                first,
+                samples=samples,
+                train_time_s=slowest,
+                samples_per_s=samples / slowest,
+                step_time_ms=slowest / first.steps * 1000,
+                train_loss=_of_every_rank([epoch.train_loss for epoch in same_epoch], statistics.fmean),
+                train_accuracy=_of_every_rank([epoch.train_accuracy for epoch in same_epoch], statistics.fmean),
+                input_wait_s=_of_every_rank([epoch.input_wait_s for epoch in same_epoch], max),
+                fastest_rank_train_time_s=min(epoch.train_time_s for epoch in same_epoch),
+                process_cpu_percent=_of_every_rank([epoch.process_cpu_percent for epoch in same_epoch], sum),
+                device_power_mean_w=_of_every_rank([epoch.device_power_mean_w for epoch in same_epoch], sum),
+                device_energy_j=_of_every_rank([epoch.device_energy_j for epoch in same_epoch], sum),
+                device_utilization_percent=_of_every_rank(utilizations, statistics.fmean),
+                rank_device_utilization_percent=utilizations
+                if any(value is not None for value in utilizations)
+                else None,
+            )
+        )
     return merged
 
 
@@ -117,8 +121,7 @@ def merge_rank_runs(runs_by_rank: list[list[RunRecord]]) -> list[RunRecord]:
         run.energy_j = total_energy_j(run)
         run.peak_device_memory_mib = _of_every_rank([record.peak_device_memory_mib for record in same_run], max)
         run.peak_rss_mib = _of_every_rank([record.peak_rss_mib for record in same_run], max)
-        failed = next(((rank, record) for rank, record in enumerate(same_run) if record.status not in ("ok",)),
-                      None)
+        failed = next(((rank, record) for rank, record in enumerate(same_run) if record.status not in ("ok",)), None)
         if failed is not None and run.status == "ok":
             rank, record = failed
             run.status, run.error = record.status, f"rank {rank}: {record.error}"

@@ -40,8 +40,9 @@ def training_flops_per_sample(workload: Workload, hyperparameters: dict[str, Any
 def _counted(workload: Workload, hyperparameters_json: str) -> float | None:
     hyperparameters = json.loads(hyperparameters_json)
     try:
-        inputs, labels = (part.to("meta").expand(COUNTED_BATCH, *part.shape[1:])
-                          for part in workload.example_batch(hyperparameters))
+        inputs, labels = (
+            part.to("meta").expand(COUNTED_BATCH, *part.shape[1:]) for part in workload.example_batch(hyperparameters)
+        )
         with torch.device("meta"):
             model = workload.build_model(hyperparameters).to("meta")  # a user's model instance is copied for real
         with FlopCounterMode(display=False) as counter:
@@ -54,6 +55,11 @@ def _counted(workload: Workload, hyperparameters_json: str) -> float | None:
         # real data may not take, stored beside measured throughput as if it were as sure
         logging.getLogger(__name__).warning(
             "FLOPs per sample of %s not counted, so its runs show no TFLOP/s: one step could not run on the meta "
-            "device (%s: %s), %s", workload.name, type(error).__name__, error, READS_ITS_DATA)
+            "device (%s: %s), %s",
+            workload.name,
+            type(error).__name__,
+            error,
+            READS_ITS_DATA,
+        )
         return None
     return counter.get_total_flops() / COUNTED_BATCH

@@ -63,8 +63,10 @@ class TrainingSetup:
             returned = self.step(self.forward_pass, (inputs, labels), self.optimizer)
             loss, outputs = returned if isinstance(returned, tuple) else (returned, None)
             if not isinstance(loss, (torch.Tensor, float, int)):
-                raise TypeError(f"train_step must return the loss (a tensor), or (loss, outputs); it returned "
-                                f"{type(returned).__name__}")
+                raise TypeError(
+                    f"train_step must return the loss (a tensor), or (loss, outputs); it returned "
+                    f"{type(returned).__name__}"
+                )
             return loss, outputs
         outputs = self.outputs(inputs)
         loss = self.loss_function(outputs, labels)
@@ -102,8 +104,11 @@ class StepTimes:
 
     def run_s(self, epochs: int, steps: int, eval_steps: int) -> float:
         """Seconds `epochs` epochs of `steps` training steps and `eval_steps` evaluation batches should take."""
-        return self.first_step_s - self.step_s + epochs * (self.epoch_s + steps * self.step_s
-                                                           + eval_steps * self.eval_step_s)
+        return (
+            self.first_step_s
+            - self.step_s
+            + epochs * (self.epoch_s + steps * self.step_s + eval_steps * self.eval_step_s)
+        )
 
 
 def time_first_steps(
@@ -132,8 +137,9 @@ def steps_within(seconds: float, times: StepTimes, epochs: int, most: int, eval_
     still measures something), at most `most` (the epoch's length, or its cap)."""
     fewest = min(FEWEST_BUDGETED_STEPS, most)
     # the time grows with the steps: a bisection, since the loop asks every few steps of an epoch of thousands
-    fitting = bisect.bisect_right(range(fewest, most + 1), seconds,
-                                  key=lambda steps: times.run_s(epochs, steps, min(steps, eval_most)))
+    fitting = bisect.bisect_right(
+        range(fewest, most + 1), seconds, key=lambda steps: times.run_s(epochs, steps, min(steps, eval_most))
+    )
     return max(fewest, fewest + fitting - 1)
 
 
@@ -180,8 +186,14 @@ def train(
             # slow may come between it and the clock's start in _train_epoch
             monitor.window()  # closes the window of model building or the last evaluation: not this epoch's
             step_losses, train_accuracy, train_time_s, wait_s = _train_epoch(
-                setup, train_batches, epoch, steps, watch, reporter,
-                None if pace is None else partial(pace.epoch_steps, record, eval_steps=evaluation_steps))
+                setup,
+                train_batches,
+                epoch,
+                steps,
+                watch,
+                reporter,
+                None if pace is None else partial(pace.epoch_steps, record, eval_steps=evaluation_steps),
+            )
             usage = monitor.window()  # exactly this epoch's training, outside its timed region
             steps = len(step_losses)  # a pace may have ended the epoch early: the epochs after it are as long
             batch_sizes = train_batches.batch_sizes(steps)  # every epoch draws the same sizes, in a new order
@@ -189,7 +201,12 @@ def train(
             losses = step_losses.tolist()  # the epoch's one read-back, after its clock stopped
             divergence = reporter.divergence(_first_divergence(losses, epoch, steps))
             entry = timed_epoch(
-                record, epoch, steps, samples, train_time_s, usage,
+                record,
+                epoch,
+                steps,
+                samples,
+                train_time_s,
+                usage,
                 train_loss=sum(loss * size for loss, size in zip(losses, batch_sizes)) / samples,
                 train_accuracy=train_accuracy,
                 input_wait_s=wait_s,

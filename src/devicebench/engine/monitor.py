@@ -125,8 +125,9 @@ class _NvmlReader:
         handle = self._handle
         return _DevicePoll(
             memory_used_mib=self._read(MEMORY, lambda: self._nvml.nvmlDeviceGetMemoryInfo(handle).used / BYTES_PER_MIB),
-            power_w=None if self.has_energy_counter else self._read(
-                POWER_AND_ENERGY, lambda: self._nvml.nvmlDeviceGetPowerUsage(handle) / 1000),  # milliwatts
+            power_w=None
+            if self.has_energy_counter
+            else self._read(POWER_AND_ENERGY, lambda: self._nvml.nvmlDeviceGetPowerUsage(handle) / 1000),  # milliwatts
             utilization_percents=self._read(UTILIZATION, self._new_utilization) or (),
         )
 
@@ -135,7 +136,8 @@ class _NvmlReader:
         if not self.has_energy_counter:
             return None
         return self._read(  # millijoules
-            POWER_AND_ENERGY, lambda: self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle) / 1000)
+            POWER_AND_ENERGY, lambda: self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle) / 1000
+        )
 
     def update_periods_s(self) -> dict[str, tuple[float, str]]:
         """The shortest window each averaged figure can be told for, and what sets it."""
@@ -171,7 +173,8 @@ class _NvmlReader:
         period the GPU was busy; draining the buffer at every poll keeps its ring from overwriting any."""
         try:
             value_type, samples = self._nvml.nvmlDeviceGetSamples(
-                self._handle, self._nvml.NVML_GPU_UTILIZATION_SAMPLES, self._newest_sample_us)
+                self._handle, self._nvml.NVML_GPU_UTILIZATION_SAMPLES, self._newest_sample_us
+            )
         except self._nvml.NVMLError_NotFound:  # no sample newer than that
             return ()
         if not samples:
@@ -286,8 +289,11 @@ class Monitor:
         end_energy_j = self._read_energy_counter()
         edges = [self._window_start, *self._window_samples]
         cpu_percent, rss_peak_mib = _process_figures(edges)
-        device = _DeviceFigures(note=self._device_note) if self._nvml is None else _device_figures(
-            self._nvml, edges, self._window_start_energy_j, end_energy_j)
+        device = (
+            _DeviceFigures(note=self._device_note)
+            if self._nvml is None
+            else _device_figures(self._nvml, edges, self._window_start_energy_j, end_energy_j)
+        )
         self._window_start, self._window_samples, self._window_start_energy_j = closing_sample, [], end_energy_j
         return Usage(
             samples=len(edges) - 1,
@@ -309,7 +315,8 @@ def _process_figures(edges: list[_Sample]) -> tuple[float | None, float]:
     total_s = sum(elapsed_s)
     if total_s >= SHORTEST_CPU_WINDOW_S:
         process_cpu_percent: float | None = (
-            sum(sample.process_cpu_percent * dt for sample, dt in zip(samples, elapsed_s, strict=True)) / total_s)
+            sum(sample.process_cpu_percent * dt for sample, dt in zip(samples, elapsed_s, strict=True)) / total_s
+        )
     elif total_s > 0:
         process_cpu_percent = None  # a few clock ticks cannot say how busy the CPU was: unknown, not 0%
     else:

@@ -34,8 +34,16 @@ from torch.utils._pytree import tree_flatten
 from devicebench.workloads import Workload
 
 # Operators that only reserve memory: no kernel runs (schema names, the same in every overload).
-ALLOCATIONS = frozenset({"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::empty_permuted",
-                         "aten::new_empty", "aten::new_empty_strided"})
+ALLOCATIONS = frozenset(
+    {
+        "aten::empty",
+        "aten::empty_strided",
+        "aten::empty_like",
+        "aten::empty_permuted",
+        "aten::new_empty",
+        "aten::new_empty_strided",
+    }
+)
 # FLOP formulas keyed by overload packet (torch.ops.aten.mm), each called as formula(*args, **kwargs, out_val=out)
 # Views whose schema declares no alias: _unsafe_view takes over its input's memory, as view does.
 UNDECLARED_VIEWS = frozenset({"aten::_unsafe_view"})
@@ -101,8 +109,12 @@ class StepProfile:
         return sorted(rows, key=lambda row: (-row[3], -row[2], row[0]))
 
 
-def profile_training_step(workload: Workload, hyperparameters: dict[str, Any], batch_size: int | None = None,
-                          fuse_recurrent_layers: bool = True) -> StepProfile | None:
+def profile_training_step(
+    workload: Workload,
+    hyperparameters: dict[str, Any],
+    batch_size: int | None = None,
+    fuse_recurrent_layers: bool = True,
+) -> StepProfile | None:
     """The kernels of one training step of `workload` built with `hyperparameters`, at `batch_size` samples
     (default: hyperparameters["batch_size"]); None for a workload that is not a torch model. ProfileError when the
     step runs neither on the meta device nor on the CPU. `fuse_recurrent_layers`: each call of an nn.LSTM, nn.GRU
@@ -115,41 +127,60 @@ def profile_training_step(workload: Workload, hyperparameters: dict[str, Any], b
     host_to_device_bytes = sum(batch_size * math.prod(part.shape[1:]) * part.element_size() for part in example)
     notes: list[str] = []
     try:
-        kernels, parameter_bytes = _recorded(workload, hyperparameters, example, batch_size, "meta", notes,
-                                             fuse_recurrent_layers)
+        kernels, parameter_bytes = _recorded(
+            workload, hyperparameters, example, batch_size, "meta", notes, fuse_recurrent_layers
+        )
     except ProfileError:
         raise  # a step too large to record: on the CPU, with real tensors, it would be larger still
     except Exception as meta_error:  # an op the meta device cannot run, or a user's step that needs real numbers
         notes.append(random_inputs_note(meta_error, f"one step of {batch_size} samples"))
         try:
-            kernels, parameter_bytes = _recorded(workload, hyperparameters, example, batch_size, "cpu", notes,
-                                                 fuse_recurrent_layers)
+            kernels, parameter_bytes = _recorded(
+                workload, hyperparameters, example, batch_size, "cpu", notes, fuse_recurrent_layers
+            )
         except Exception as cpu_error:
-            raise ProfileError(f"could not profile a training step of {workload.name}: {_described(meta_error)} on "
-                               f"the meta device, then {_described(cpu_error)} on the CPU") from cpu_error
-    return StepProfile(batch_size=batch_size, kernels=tuple(kernels), parameter_bytes=float(parameter_bytes),
-                       host_to_device_bytes=float(host_to_device_bytes), notes=tuple(notes))
+            raise ProfileError(
+                f"could not profile a training step of {workload.name}: {_described(meta_error)} on "
+                f"the meta device, then {_described(cpu_error)} on the CPU"
+            ) from cpu_error
+    return StepProfile(
+        batch_size=batch_size,
+        kernels=tuple(kernels),
+        parameter_bytes=float(parameter_bytes),
+        host_to_device_bytes=float(host_to_device_bytes),
+        notes=tuple(notes),
+    )
 
 
 # Why a step may not run on the meta device, which has shapes but no values
-READS_ITS_DATA = ("as happens when the model reads its data's values (a Python `if` on a tensor, .item(), .tolist(), "
-                  "nonzero or masked_select, whose shapes depend on the values)")
+READS_ITS_DATA = (
+    "as happens when the model reads its data's values (a Python `if` on a tensor, .item(), .tolist(), "
+    "nonzero or masked_select, whose shapes depend on the values)"
+)
 
 
 def random_inputs_note(meta_error: BaseException, counted: str) -> str:
     """What a count made on the CPU instead of the meta device is worth: its inputs were random numbers, and a step
     that could not run on meta most often reads its data's values, so real data may take other branches."""
-    return (f"FLOPs counted on random inputs: {counted} could not run on the meta device ({_described(meta_error)}), "
-            f"{READS_ITS_DATA}, so it ran on the CPU on random numbers and its count may differ on real data")
+    return (
+        f"FLOPs counted on random inputs: {counted} could not run on the meta device ({_described(meta_error)}), "
+        f"{READS_ITS_DATA}, so it ran on the CPU on random numbers and its count may differ on real data"
+    )
 
 
 class _OptimizerFailed(Exception):
     """The optimizer's step failed after the forward and backward passes ran: worth a retry with a simpler step."""
 
 
-def _recorded(workload: Workload, hyperparameters: dict[str, Any], example: tuple[torch.Tensor, torch.Tensor],
-              batch_size: int, device: str, notes: list[str],
-              fuse_recurrent_layers: bool) -> tuple[list[Kernel], int]:
+def _recorded(
+    workload: Workload,
+    hyperparameters: dict[str, Any],
+    example: tuple[torch.Tensor, torch.Tensor],
+    batch_size: int,
+    device: str,
+    notes: list[str],
+    fuse_recurrent_layers: bool,
+) -> tuple[list[Kernel], int]:
     """The kernels of one step on `device` ("meta" or "cpu") and the model's parameter bytes, recurrent layers as
     cuDNN's fused kernels if `fuse_recurrent_layers`. A failing optimizer step is retried one tensor at a time, then
     left out (noted); any other failure is raised."""
@@ -172,15 +203,22 @@ def _recorded(workload: Workload, hyperparameters: dict[str, Any], example: tupl
             if isinstance(failure.__cause__, ProfileError):
                 raise failure.__cause__ from None  # the step was too large, not the optimizer broken
             cause = _described(failure.__cause__ or failure)
-            notes.append(f"the optimizer's {'multi-tensor ' if foreach else ''}step failed on {device} ({cause}): "
-                         + ("profiled one tensor at a time" if foreach else "profiled without the optimizer"))
+            notes.append(
+                f"the optimizer's {'multi-tensor ' if foreach else ''}step failed on {device} ({cause}): "
+                + ("profiled one tensor at a time" if foreach else "profiled without the optimizer")
+            )
             continue
         return recorder.kernels, parameter_bytes
     raise AssertionError("unreachable: the last mode has no optimizer to fail")
 
 
-def _plain_step(workload: Workload, model: torch.nn.Module, inputs: torch.Tensor, labels: torch.Tensor,
-                optimizer: torch.optim.Optimizer | None) -> None:
+def _plain_step(
+    workload: Workload,
+    model: torch.nn.Module,
+    inputs: torch.Tensor,
+    labels: torch.Tensor,
+    optimizer: torch.optim.Optimizer | None,
+) -> None:
     """Forward, loss, backward, optimizer step and zero_grad, as engine/loop.py trains."""
     loss_function = workload.build_loss()
     loss_function(model(inputs), labels).backward()
@@ -242,8 +280,10 @@ class _Recorder(TorchDispatchMode):
     def record(self, kernel: Kernel) -> None:
         """Adds `kernel`, the next launch of the step; ProfileError past MOST_KERNELS_PER_STEP."""
         if len(self.kernels) == MOST_KERNELS_PER_STEP:
-            raise ProfileError(f"one training step launches more than {MOST_KERNELS_PER_STEP:,} kernels: a "
-                               "model that large is no benchmark (check its sizes: depth, sequence length)")
+            raise ProfileError(
+                f"one training step launches more than {MOST_KERNELS_PER_STEP:,} kernels: a "
+                "model that large is no benchmark (check its sizes: depth, sequence length)"
+            )
         self.kernels.append(kernel)
 
     @contextlib.contextmanager
@@ -317,9 +357,14 @@ def fused_recurrent_kernels(call: RecurrentCall) -> tuple[list[Kernel], list[Ker
     biases = 2 * gate_width if call.biases else 0
 
     def kernel(operator: str, flops: int, read: int, written: int) -> Kernel:
-        return Kernel(operator=operator, flops=float(flops), bytes_read=float(read * element),
-                      bytes_written=float(written * element), dtype=str(call.dtype).removeprefix("torch."),
-                      matrix=True)
+        return Kernel(
+            operator=operator,
+            flops=float(flops),
+            bytes_read=float(read * element),
+            bytes_written=float(written * element),
+            dtype=str(call.dtype).removeprefix("torch."),
+            matrix=True,
+        )
 
     forward: list[Kernel] = []
     data: list[Kernel] = []
@@ -328,19 +373,41 @@ def fused_recurrent_kernels(call: RecurrentCall) -> tuple[list[Kernel], list[Ker
         width = call.input_width if layer == 0 else call.directions * hidden  # I
         for _ in range(call.directions):
             forward += [
-                kernel("cudnn_rnn.forward", 2 * positions * gate_width * width,
-                       positions * width + gate_width * width + biases, positions * gate_width),
-                kernel("cudnn_rnn.forward", 2 * positions * gate_width * hidden,
-                       positions * gate_width + gate_width * hidden + states,
-                       positions * hidden + states + reserve)]
+                kernel(
+                    "cudnn_rnn.forward",
+                    2 * positions * gate_width * width,
+                    positions * width + gate_width * width + biases,
+                    positions * gate_width,
+                ),
+                kernel(
+                    "cudnn_rnn.forward",
+                    2 * positions * gate_width * hidden,
+                    positions * gate_width + gate_width * hidden + states,
+                    positions * hidden + states + reserve,
+                ),
+            ]
             data[:0] = [  # the backward pass runs from the last layer down
-                kernel("cudnn_rnn.backward_data", 2 * positions * gate_width * hidden,
-                       reserve + positions * hidden + states + gate_width * hidden, positions * gate_width + states),
-                kernel("cudnn_rnn.backward_data", 2 * positions * gate_width * width,
-                       positions * gate_width + gate_width * width, positions * width)]
-            weight[:0] = [kernel("cudnn_rnn.backward_weight", 2 * positions * gate_width * (width + hidden),
-                                 positions * (gate_width + width + hidden),
-                                 gate_width * width + gate_width * hidden + biases)]
+                kernel(
+                    "cudnn_rnn.backward_data",
+                    2 * positions * gate_width * hidden,
+                    reserve + positions * hidden + states + gate_width * hidden,
+                    positions * gate_width + states,
+                ),
+                kernel(
+                    "cudnn_rnn.backward_data",
+                    2 * positions * gate_width * width,
+                    positions * gate_width + gate_width * width,
+                    positions * width,
+                ),
+            ]
+            weight[:0] = [
+                kernel(
+                    "cudnn_rnn.backward_weight",
+                    2 * positions * gate_width * (width + hidden),
+                    positions * (gate_width + width + hidden),
+                    gate_width * width + gate_width * hidden + biases,
+                )
+            ]
     return forward, data, weight
 
 
@@ -358,8 +425,10 @@ class _FusedRecurrentLayers(torch.autograd.Function):
             recorder.record(kernel)
         outputs = (*inputs.shape[:2], call.directions * call.hidden)  # the input's layout, batch first or not
         with recorder.paused():  # zeros stand in for the results: on the CPU the step may read them
-            return tuple(torch.zeros(shape, dtype=inputs.dtype, device=inputs.device)
-                         for shape in (outputs, *(state.shape for state in states_and_weights[: call.states])))
+            return tuple(
+                torch.zeros(shape, dtype=inputs.dtype, device=inputs.device)
+                for shape in (outputs, *(state.shape for state in states_and_weights[: call.states]))
+            )
 
     @staticmethod
     def backward(ctx, *output_gradients):
@@ -370,8 +439,10 @@ class _FusedRecurrentLayers(torch.autograd.Function):
         for kernel in data + (weight if any(needed[1 + ctx.call.states :]) else []):
             ctx.recorder.record(kernel)
         with ctx.recorder.paused():
-            gradients = [torch.zeros(shape, dtype=dtype, device=device) if wanted else None
-                         for (shape, dtype, device), wanted in zip(ctx.like, needed, strict=True)]
+            gradients = [
+                torch.zeros(shape, dtype=dtype, device=device) if wanted else None
+                for (shape, dtype, device), wanted in zip(ctx.like, needed, strict=True)
+            ]
         return None, None, *gradients
 
 
@@ -409,9 +480,18 @@ def _recurrent_call(gates: int, args: tuple) -> RecurrentCall | None:
     if inputs.dim() != 3 or len(weights) != layers * directions * (4 if biases else 2):
         return None
     steps, batch = (inputs.shape[1], inputs.shape[0]) if batch_first else (inputs.shape[0], inputs.shape[1])
-    return RecurrentCall(gates=gates, layers=layers, directions=directions, steps=steps, batch=batch,
-                         input_width=inputs.shape[2], hidden=weights[1].shape[1], biases=biases,
-                         training=bool(training), dtype=inputs.dtype)
+    return RecurrentCall(
+        gates=gates,
+        layers=layers,
+        directions=directions,
+        steps=steps,
+        batch=batch,
+        input_width=inputs.shape[2],
+        hidden=weights[1].shape[1],
+        biases=biases,
+        training=bool(training),
+        dtype=inputs.dtype,
+    )
 
 
 def _kernel(func, args: tuple, kwargs: dict, out: Any, device: str) -> Kernel | None:
@@ -419,8 +499,9 @@ def _kernel(func, args: tuple, kwargs: dict, out: Any, device: str) -> Kernel | 
     schema = func._schema
     if schema.name in ALLOCATIONS or schema.name in UNDECLARED_VIEWS:
         return None
-    if schema.returns and all(result.alias_info is not None and not result.alias_info.is_write
-                              for result in schema.returns):
+    if schema.returns and all(
+        result.alias_info is not None and not result.alias_info.is_write for result in schema.returns
+    ):
         return None  # a view or alias: new sizes and strides over the same memory
     inputs = _tensors((args, kwargs))
     outputs = _tensors(out) or list(_written_arguments(schema, args, kwargs))  # `-> ()`: in-place _foreach_*
@@ -432,9 +513,14 @@ def _kernel(func, args: tuple, kwargs: dict, out: Any, device: str) -> Kernel | 
     flops = float(formula(*args, **kwargs, out_val=out)) if formula is not None else 0.0
     floating = [tensor.dtype for tensor in inputs + outputs if tensor.dtype.is_floating_point]
     dtype = (floating or [tensor.dtype for tensor in inputs + outputs])[0]
-    return Kernel(operator=str(func), flops=flops, bytes_read=float(_distinct_bytes(inputs)),
-                  bytes_written=float(sum(_logical_bytes(tensor) for tensor in outputs)),
-                  dtype=str(dtype).removeprefix("torch."), matrix=flops > 0)
+    return Kernel(
+        operator=str(func),
+        flops=flops,
+        bytes_read=float(_distinct_bytes(inputs)),
+        bytes_written=float(sum(_logical_bytes(tensor) for tensor in outputs)),
+        dtype=str(dtype).removeprefix("torch."),
+        matrix=flops > 0,
+    )
 
 
 def _tensors(tree: Any) -> list[torch.Tensor]:

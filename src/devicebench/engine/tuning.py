@@ -88,8 +88,10 @@ def candidates(base: Tuning, device: torch.device, precision: str, compile_choic
     """The tunings worth a trial: the plainest first, so that it wins ties."""
     precisions = [precision] if precision != "auto" else ["fp32"] + (["bf16"] if native_bf16(device) else [])
     compiles = {"on": [True], "off": [False], "auto": [False, True] if device.type == "cuda" else [False]}
-    return [dataclasses.replace(base, precision=p, compiled=c) for p, c in itertools.product(precisions,
-                                                                                           compiles[compile_choice])]
+    return [
+        dataclasses.replace(base, precision=p, compiled=c)
+        for p, c in itertools.product(precisions, compiles[compile_choice])
+    ]
 
 
 def choose_tuning(
@@ -127,11 +129,13 @@ def choose_tuning(
     fastest = max(rates, key=lambda option: statistics.median(rates[option]))
     within_spread = kept == plainest and fastest != plainest
     measured = ", ".join(f"{_label(option)} {_spread_text(option_rates)}" for option, option_rates in rates.items())
-    return kept, "; ".join([
-        f"trial samples/s: {measured}, median (range) of {len(rates[plainest])} rounds",
-        *failed,
-        f"kept {_label(kept)}" + (f": {_label(fastest)}'s gain is within the spread" if within_spread else ""),
-    ])
+    return kept, "; ".join(
+        [
+            f"trial samples/s: {measured}, median (range) of {len(rates[plainest])} rounds",
+            *failed,
+            f"kept {_label(kept)}" + (f": {_label(fastest)}'s gain is within the spread" if within_spread else ""),
+        ]
+    )
 
 
 def choose_batch_size(
@@ -233,8 +237,11 @@ class _Trial:
 
     @property
     def done(self) -> bool:
-        return (len(self.block_rates) >= TRIAL_ROUNDS and self.timed_s >= TRIAL_SECONDS
-                and self.timed_steps >= TRIAL_MIN_STEPS)
+        return (
+            len(self.block_rates) >= TRIAL_ROUNDS
+            and self.timed_s >= TRIAL_SECONDS
+            and self.timed_steps >= TRIAL_MIN_STEPS
+        )
 
     def set_up(self) -> None:
         self.setup = self.build()
@@ -277,8 +284,9 @@ def _warm_up(trials: dict, stream: Iterator[Batch], watch: Stopwatch, failures: 
     _for_each(trials, trials, lambda trial: trial.warm_up(stream, watch), failures, watch.device, fatal=fatal)
 
 
-def _time_in_turns(trials: dict, stream: Iterator[Batch], watch: Stopwatch, failures: dict, *,
-                   fatal: bool = False) -> None:
+def _time_in_turns(
+    trials: dict, stream: Iterator[Batch], watch: Stopwatch, failures: dict, *, fatal: bool = False
+) -> None:
     """Rounds of one timed block per trial, every other round in reverse order, until every trial is done."""
     for round_number in itertools.count():
         if all(trial.done for trial in trials.values()):
@@ -287,8 +295,15 @@ def _time_in_turns(trials: dict, stream: Iterator[Batch], watch: Stopwatch, fail
         _for_each(trials, order, lambda trial: trial.time_block(stream, watch), failures, watch.device, fatal=fatal)
 
 
-def _for_each(trials: dict, order: Iterable, action: Callable[[_Trial], None], failures: dict,
-              device: torch.device, *, fatal: bool) -> None:
+def _for_each(
+    trials: dict,
+    order: Iterable,
+    action: Callable[[_Trial], None],
+    failures: dict,
+    device: torch.device,
+    *,
+    fatal: bool,
+) -> None:
     """`action` on each trial of `trials`, in `order`. One that fails in any way (an op with no bf16 kernel, a
     compile error, out of memory) is dropped from `trials` and its reason kept in `failures`; with `fatal`, the
     failure is raised instead."""
@@ -432,8 +447,9 @@ def dynamo_counts() -> DynamoCounts:
     reasons = Counter()
     for reason, frames in counters["unimplemented"].items():
         reasons[reason.splitlines()[0]] += frames
-    return DynamoCounts(counters["frames"]["total"], counters["frames"]["ok"], sum(counters["graph_break"].values()),
-                        reasons)
+    return DynamoCounts(
+        counters["frames"]["total"], counters["frames"]["ok"], sum(counters["graph_break"].values()), reasons
+    )
 
 
 def note_compilation(record: RunRecord, before: DynamoCounts) -> None:
@@ -449,8 +465,10 @@ def note_compilation(record: RunRecord, before: DynamoCounts) -> None:
     if eager_frames:
         reasons = ", ".join(after.gave_up - before.gave_up) or "reason not given"
         record.settings = dataclasses.replace(record.settings, compiled=False)
-        add_tuning_note(record, f"torch.compile left {eager_frames} function(s) to run eagerly ({reasons}): "
-                                "recorded as not compiled")
+        add_tuning_note(
+            record,
+            f"torch.compile left {eager_frames} function(s) to run eagerly ({reasons}): recorded as not compiled",
+        )
 
 
 def add_tuning_note(record: RunRecord, note: str) -> None:
@@ -484,7 +502,9 @@ def process_settings(tuning: Tuning) -> Iterator[None]:
     try:
         yield
     finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = switches
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = (
+            switches
+        )
         if tuning.allocator_keeps_memory:
             _set_glibc_thresholds(GLIBC_SETTLED_MMAP_BYTES)
 

@@ -68,12 +68,17 @@ class RunEstimate:
 
     def line(self) -> str:
         """The sentence `devicebench run` prints."""
-        interval = "no interval" if self.interval is None else \
-            f"{estimate_text(self.interval[0])}–{estimate_text(self.interval[1])} at {self.level:.0%}"
+        interval = (
+            "no interval"
+            if self.interval is None
+            else f"{estimate_text(self.interval[0])}–{estimate_text(self.interval[1])} at {self.level:.0%}"
+        )
         compiled = " with torch.compile (counted unfused)" if self.compiled else ""
-        return (f"{self.run.workload} on {self.run.device} ({self.run.device_name}): measured "
-                f"{rate_text(self.measured)} samples/s; estimated beforehand {estimate_text(self.estimated)} "
-                f"({interval}), {self.precision}{compiled}: {self.verdict()}")
+        return (
+            f"{self.run.workload} on {self.run.device} ({self.run.device_name}): measured "
+            f"{rate_text(self.measured)} samples/s; estimated beforehand {estimate_text(self.estimated)} "
+            f"({interval}), {self.precision}{compiled}: {self.verdict()}"
+        )
 
 
 def estimate_text(samples_per_s: float) -> str:
@@ -123,9 +128,16 @@ def run_estimate(run: RunRecord, level: float = LEVEL) -> RunEstimate | str:
     if interval is not None:
         fastest_s, slowest_s = interval.seconds(device_s)
         rates = (shape.batch_size / slowest_s, shape.batch_size / fastest_s)
-    return RunEstimate(run=run, sheet=sheet, precision=precision, compiled=run.settings.compiled,
-                       estimated=shape.batch_size / device_s, interval=rates, level=level,
-                       measured=shape.batch_size / measured_s)
+    return RunEstimate(
+        run=run,
+        sheet=sheet,
+        precision=precision,
+        compiled=run.settings.compiled,
+        estimated=shape.batch_size / device_s,
+        interval=rates,
+        level=level,
+        measured=shape.batch_size / measured_s,
+    )
 
 
 def run_precision(settings: RunSettings) -> Precision | str:
@@ -141,8 +153,10 @@ def run_precision(settings: RunSettings) -> Precision | str:
     if settings.precision != "fp32":
         return f"precision {settings.precision!r} is not one the roofline estimates"
     if settings.tf32_matmul != settings.tf32_cudnn:
-        return ("TF32 was on for matrix products or for convolutions, not for both: the roofline runs every matrix "
-                "kernel at one precision")
+        return (
+            "TF32 was on for matrix products or for convolutions, not for both: the roofline runs every matrix "
+            "kernel at one precision"
+        )
     return "tf32" if settings.tf32_matmul else "fp32"
 
 
@@ -163,8 +177,9 @@ def _step_shape(workload: Workload, hyperparameters: dict[str, Any], precision: 
         return f"{workload.name} is not a torch model: it has no kernels to estimate"
     if precision == "amp-bf16" and any(kernel.operator.startswith(RECURRENT_KERNEL) for kernel in profile.kernels):
         # engine/tuning.TunedForward keeps recurrent layers in fp32 under bf16 autocast: two precisions at once
-        return ("bf16 autocast with recurrent layers kept in fp32: the roofline runs every matrix kernel at one "
-                "precision")
+        return (
+            "bf16 autocast with recurrent layers kept in fp32: the roofline runs every matrix kernel at one precision"
+        )
     return StepShape.of(profile)
 
 
@@ -183,23 +198,43 @@ def estimate_lines(result: Result) -> list[str]:
 def estimated_against_measured(results: Iterable[Result], level: float = LEVEL) -> EstimatedAgainstMeasured | None:
     """The chart's points: every run of `results` the roofline can estimate, and every published figure it was
     fitted on, estimated by a fit without it. None when no run can be estimated: a report of CPU runs makes no fit."""
-    found = [estimate for result in results for run in result.runs
-             if isinstance(estimate := run_estimate(run, level), RunEstimate)]
+    found = [
+        estimate
+        for result in results
+        for run in result.runs
+        if isinstance(estimate := run_estimate(run, level), RunEstimate)
+    ]
     if not found:
         return None
-    runs = tuple(EstimatedPoint(label=f"{estimate.run.workload} on {estimate.run.device} ({estimate.sheet.product}),"
-                                      f" {estimate.precision}, run {estimate.run.run_id[:8]}",
-                                gpu=estimate.sheet.product, estimated=estimate.estimated, measured=estimate.measured,
-                                interval=estimate.interval)
-                 for estimate in found)
+    runs = tuple(
+        EstimatedPoint(
+            label=f"{estimate.run.workload} on {estimate.run.device} ({estimate.sheet.product}),"
+            f" {estimate.precision}, run {estimate.run.run_id[:8]}",
+            gpu=estimate.sheet.product,
+            estimated=estimate.estimated,
+            measured=estimate.measured,
+            interval=estimate.interval,
+        )
+        for estimate in found
+    )
     fitted = _fit()
     log_errors = fitted.log_errors(RECORD_SCHEME)  # log(measured / estimated) of each point's seconds
     published = tuple(
-        EstimatedPoint(label=point.label, gpu=point.sheet.product, estimated=point.batch_size * math.exp(error)
-                       / point.observed_s, measured=point.batch_size / point.observed_s, interval=None)
+        EstimatedPoint(
+            label=point.label,
+            gpu=point.sheet.product,
+            estimated=point.batch_size * math.exp(error) / point.observed_s,
+            measured=point.batch_size / point.observed_s,
+            interval=None,
+        )
         for point, error in zip(fitted.points, log_errors)
-        if point.kind == "step" and math.isfinite(error))  # a "busy" point's time is not its samples/s
+        if point.kind == "step" and math.isfinite(error)
+    )  # a "busy" point's time is not its samples/s
     record_interval = conformal(log_errors, level, RECORD_SCHEME)
-    return EstimatedAgainstMeasured(runs=runs, published=published, level=level, lines=tuple(
-        estimate.line() for estimate in found), published_ratio=None if record_interval is None else
-        record_interval.high_ratio)
+    return EstimatedAgainstMeasured(
+        runs=runs,
+        published=published,
+        level=level,
+        lines=tuple(estimate.line() for estimate in found),
+        published_ratio=None if record_interval is None else record_interval.high_ratio,
+    )

@@ -59,28 +59,51 @@ class SeedFigure:
 TENSORFLOW = "TensorFlow/Keras, not PyTorch: other kernels and another per-step overhead"
 V100_FORM = "the post names a Tesla V100, not which form: the SXM2 part is assumed (the PCIe card: 11% less FP32)"
 SEED_FIGURES = (  # only figures where the GPU itself set the pace: saturated, or with nothing else to wait on
-    SeedFigure("catdog-deep", "v100-sxm2", 425.0, 1.0, "S3: GPU 100% busy at about the improved net's 425 "
-                    "images/s", caveat=f"{TENSORFLOW}; {V100_FORM}; 'about the same speed' read as 425 images/s"),
-    SeedFigure("cifar100-mlp", "t4", 100 * 50_000 / 343.0, None, "S4: model creation and 100 epochs of 50,000 "
-                    "images in 5 min 43 s on a Tesla T4 (Azure NC4as T4 v3), the data in memory",
-                    caveat=f"{TENSORFLOW}; model creation inside the time"),
+    SeedFigure(
+        "catdog-deep",
+        "v100-sxm2",
+        425.0,
+        1.0,
+        "S3: GPU 100% busy at about the improved net's 425 images/s",
+        caveat=f"{TENSORFLOW}; {V100_FORM}; 'about the same speed' read as 425 images/s",
+    ),
+    SeedFigure(
+        "cifar100-mlp",
+        "t4",
+        100 * 50_000 / 343.0,
+        None,
+        "S4: model creation and 100 epochs of 50,000 "
+        "images in 5 min 43 s on a Tesla T4 (Azure NC4as T4 v3), the data in memory",
+        caveat=f"{TENSORFLOW}; model creation inside the time",
+    ),
 )
-HOST_BOUND = ("the GPU was {busy} busy, so the post's host (its input pipeline and framework, whose speed is not "
-              "known) set the pace; a GPU's utilisation counts a moment busy when any kernel runs, so it does not "
-              "give the kernels' time either")
+HOST_BOUND = (
+    "the GPU was {busy} busy, so the post's host (its input pipeline and framework, whose speed is not "
+    "known) set the pace; a GPU's utilisation counts a moment busy when any kernel runs, so it does not "
+    "give the kernels' time either"
+)
 UNSCORED = (
-    Unscored("cifar10-cnn on the V100, batch 512", "S3: 15,000-17,000 examples/s",
-             HOST_BOUND.format(busy="about 45%")),
+    Unscored("cifar10-cnn on the V100, batch 512", "S3: 15,000-17,000 examples/s", HOST_BOUND.format(busy="about 45%")),
     Unscored("catdog-improved on the V100", "S3: 425 images/s with augmentation", HOST_BOUND.format(busy="about 50%")),
-    Unscored("catdog-improved on the V100, no augmentation", "S3: 533 images/s",
-             "no GPU utilisation given, and the post's input pipeline bounded the same network at 425 images/s"),
-    Unscored("catdog-hires on the V100", "S3: 333 images/s",
-             "no GPU utilisation given, and the post's input pipeline bounded its smaller sibling"),
-    Unscored("mnist-cnn2 and mnist-cnn4 on the GeForce GTX 860M", "S1: about 8x an 8-thread laptop CPU",
-             "a ratio to a CPU the post does not name: no throughput to predict"),
+    Unscored(
+        "catdog-improved on the V100, no augmentation",
+        "S3: 533 images/s",
+        "no GPU utilisation given, and the post's input pipeline bounded the same network at 425 images/s",
+    ),
+    Unscored(
+        "catdog-hires on the V100",
+        "S3: 333 images/s",
+        "no GPU utilisation given, and the post's input pipeline bounded its smaller sibling",
+    ),
+    Unscored(
+        "mnist-cnn2 and mnist-cnn4 on the GeForce GTX 860M",
+        "S1: about 8x an 8-thread laptop CPU",
+        "a ratio to a CPU the post does not name: no throughput to predict",
+    ),
     Unscored("cifar10-mlp on the post's GPU", "S2: 9 s a steady epoch", "the GPU is not named"),
-    Unscored("a text classifier on Colab's GPU", "S5: 14.4 s",
-             "neither the GPU (a K80 or a T4) nor the model is named"),
+    Unscored(
+        "a text classifier on Colab's GPU", "S5: 14.4 s", "neither the GPU (a K80 or a T4) nor the model is named"
+    ),
     Unscored("boosted trees on 4 GPUs", "S5: 23.2x", "not a torch model, and the GPUs are not named"),
 )
 
@@ -103,8 +126,10 @@ def shape_of(workload: Workload, hyperparameters: dict[str, Any]) -> StepShape:
 def _profiled_pair(name: str, settings: tuple[tuple[str, Any], ...]) -> tuple[StepShape, StepShape]:
     workload = get_workload(name)
     hyperparameters = dict(settings)
-    return tuple(shape_of(workload, {**hyperparameters, "batch_size": batch})  # type: ignore[return-value]
-                 for batch in PROFILED_BATCHES)
+    return tuple(
+        shape_of(workload, {**hyperparameters, "batch_size": batch})  # type: ignore[return-value]
+        for batch in PROFILED_BATCHES
+    )
 
 
 def shape_at(workload: Workload, hyperparameters: dict[str, Any]) -> StepShape:
@@ -133,8 +158,10 @@ def record_points(figures: Sequence[RecordFigure] | None = None) -> tuple[list[P
     why. A row's throughput is its step: its batch per GPU over its samples per second."""
     points, unscored = [], []
     for figure in published_figures() if figures is None else figures:
-        label = f"{figure.workload} on the {catalog_entry(figure.gpu).product}, {figure.precision}, " \
-                f"batch {figure.batch_per_gpu}" + (f" x {figure.sequence_length}" if figure.sequence_length else "")
+        label = (
+            f"{figure.workload} on the {catalog_entry(figure.gpu).product}, {figure.precision}, "
+            f"batch {figure.batch_per_gpu}" + (f" x {figure.sequence_length}" if figure.sequence_length else "")
+        )
         point = _record_point(figure, label)
         if isinstance(point, str):
             unscored.append(Unscored(label, figure.source, point))
@@ -164,9 +191,18 @@ def _record_point(figure: RecordFigure, label: str) -> Point | str:
     except (PrecisionError, EstimateError) as error:
         return str(error)
     caveat = "" if figure.framework == "PyTorch" else f"{figure.framework}, not PyTorch: other kernels"
-    return Point(label=label, source=figure.source, workload=workload.name, sheet=sheet, precision=precision,
-                 resolved=resolved, batch_size=figure.batch_per_gpu,
-                 observed_s=figure.batch_per_gpu / samples_per_s, kind="step", caveat=caveat)
+    return Point(
+        label=label,
+        source=figure.source,
+        workload=workload.name,
+        sheet=sheet,
+        precision=precision,
+        resolved=resolved,
+        batch_size=figure.batch_per_gpu,
+        observed_s=figure.batch_per_gpu / samples_per_s,
+        kind="step",
+        caveat=caveat,
+    )
 
 
 def seed_points() -> list[Point]:
@@ -178,10 +214,20 @@ def seed_points() -> list[Point]:
         step_s = shape.batch_size / figure.samples_per_s
         batch = f", batch {shape.batch_size}" if figure.overrides.get("batch_size") else ""
         sheet = catalog_entry(figure.target)
-        points.append(Point(
-            label=f"{figure.workload} on the {sheet.product}{batch}", source=figure.source, workload=workload.name,
-            sheet=sheet, precision="fp32", resolved=Resolved.of(shape, sheet, "fp32"), batch_size=shape.batch_size,
-            caveat=figure.caveat, observed_s=step_s * (figure.busy or 1.0), kind="step" if figure.busy is None else "busy"))
+        points.append(
+            Point(
+                label=f"{figure.workload} on the {sheet.product}{batch}",
+                source=figure.source,
+                workload=workload.name,
+                sheet=sheet,
+                precision="fp32",
+                resolved=Resolved.of(shape, sheet, "fp32"),
+                batch_size=shape.batch_size,
+                caveat=figure.caveat,
+                observed_s=step_s * (figure.busy or 1.0),
+                kind="step" if figure.busy is None else "busy",
+            )
+        )
     return points
 
 
@@ -231,15 +277,28 @@ def _point_or_why(run: RunRecord, label: str, where: str) -> Point | str:
         return f"its settings cannot rebuild {workload.name}: {error}"
     # the very rates the point is made of, with the FLOPs and weights devicebench counts, not those the record gives
     # (a forged row may leave them out, or give a samples/s its times do not)
-    counted = replace(run, flops_per_sample=float(shape.flops.sum()) / shape.batch_size, parameter_count=parameters,
-                      epochs=[replace(epoch, samples_per_s=shape.batch_size / step_s)
-                              for epoch, step_s in zip(run.steady_epochs, steps)])
+    counted = replace(
+        run,
+        flops_per_sample=float(shape.flops.sum()) / shape.batch_size,
+        parameter_count=parameters,
+        epochs=[
+            replace(epoch, samples_per_s=shape.batch_size / step_s) for epoch, step_s in zip(run.steady_epochs, steps)
+        ],
+    )
     flags = run_flags(run) or run_flags(counted)  # the row's own flags first: those compare shows beside it
     if flags:
         return "implausible: " + "; ".join(f"{flag.code}: {flag.text}" for flag in flags)
-    return Point(label=label, source=where, workload=workload.name, sheet=sheet, precision="fp32",
-                 resolved=Resolved.of(shape, sheet, "fp32"), batch_size=shape.batch_size,
-                 observed_s=statistics.median(steps), kind="step")
+    return Point(
+        label=label,
+        source=where,
+        workload=workload.name,
+        sheet=sheet,
+        precision="fp32",
+        resolved=Resolved.of(shape, sheet, "fp32"),
+        batch_size=shape.batch_size,
+        observed_s=statistics.median(steps),
+        kind="step",
+    )
 
 
 def steady_steps_s(run: RunRecord) -> list[float] | str:
@@ -249,8 +308,10 @@ def steady_steps_s(run: RunRecord) -> list[float] | str:
     for epoch in run.steady_epochs:
         computing_s = epoch.train_time_s - (epoch.input_wait_s or 0.0)
         if epoch.steps < 1 or not computing_s > 0:
-            return (f"epoch {epoch.epoch} cannot be timed per step: {epoch.steps} steps, {epoch.train_time_s:g} s "
-                    f"of training of which {epoch.input_wait_s or 0.0:g} s waiting for data")
+            return (
+                f"epoch {epoch.epoch} cannot be timed per step: {epoch.steps} steps, {epoch.train_time_s:g} s "
+                f"of training of which {epoch.input_wait_s or 0.0:g} s waiting for data"
+            )
         steps.append(computing_s / epoch.steps)
     return steps
 
@@ -324,6 +385,7 @@ def fit_roofline(stored: Sequence[Result]) -> RooflineFit:
     recorded, recorded_unscored = record_points()
     committed, committed_unscored = measured_points(committed_results(), "committed under results/")
     yours, yours_unscored = measured_points(stored, "your database")
-    return RooflineFit.of(recorded + seed_points() + committed + yours,
-                          recorded_unscored + list(UNSCORED) + committed_unscored + yours_unscored)
-
+    return RooflineFit.of(
+        recorded + seed_points() + committed + yours,
+        recorded_unscored + list(UNSCORED) + committed_unscored + yours_unscored,
+    )

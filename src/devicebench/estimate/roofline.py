@@ -50,8 +50,11 @@ PEAKS = ("fp32", "tf32", "half")  # the datasheet peak a matrix kernel runs at
 # whichever peak they run at (a step's small matrix products, one after another, reach far less)
 COMPUTE_SHARES = (*PEAKS, "recurrent")
 KERNEL_CLASSES = ("matrix", "element-wise", "normalisation", "optimizer", "recurrent")  # kinds of memory traffic
-PARAMETERS = (*(f"compute {share}" for share in COMPUTE_SHARES), *(f"memory {kind}" for kind in KERNEL_CLASSES),
-              "per kernel")
+PARAMETERS = (
+    *(f"compute {share}" for share in COMPUTE_SHARES),
+    *(f"memory {kind}" for kind in KERNEL_CLASSES),
+    "per kernel",
+)
 PER_KERNEL = len(PARAMETERS) - 1  # the column of the fixed cost of a kernel, in microseconds
 MICROSECOND = 1e-6
 # Where the points do not pin a share, it stays here: inverse shares of the peak (3: a third of the peak), and
@@ -70,8 +73,22 @@ _FP32, _TF32, _HALF = range(3)
 _OPTIMIZER = KERNEL_CLASSES.index("optimizer")
 _RECURRENT = KERNEL_CLASSES.index("recurrent")
 _MEMORY = len(COMPUTE_SHARES)  # the first memory column
-_NORMALISATION_WORDS = ("norm", "softmax", "sum", "mean", "var", "std", "max", "min", "nll_loss", "cross_entropy",
-                        "logsumexp", "cumsum", "prod", "embedding_dense_backward")
+_NORMALISATION_WORDS = (
+    "norm",
+    "softmax",
+    "sum",
+    "mean",
+    "var",
+    "std",
+    "max",
+    "min",
+    "nll_loss",
+    "cross_entropy",
+    "logsumexp",
+    "cumsum",
+    "prod",
+    "embedding_dense_backward",
+)
 
 
 def kernel_class(operator: str, flops: float) -> int:
@@ -129,10 +146,14 @@ class StepShape:
             batch_size=batch_size,
             flops=np.maximum(0.0, self.flops + (other.flops - self.flops) * scale),
             bytes=np.maximum(0.0, self.bytes + (other.bytes - self.bytes) * scale),
-            classes=self.classes, half=self.half, parameter_bytes=self.parameter_bytes,
-            host_to_device_bytes=max(0.0, self.host_to_device_bytes
-                                     + (other.host_to_device_bytes - self.host_to_device_bytes) * scale),
-            notes=self.notes)
+            classes=self.classes,
+            half=self.half,
+            parameter_bytes=self.parameter_bytes,
+            host_to_device_bytes=max(
+                0.0, self.host_to_device_bytes + (other.host_to_device_bytes - self.host_to_device_bytes) * scale
+            ),
+            notes=self.notes,
+        )
 
 
 class PrecisionError(ValueError):
@@ -185,11 +206,16 @@ class Resolved:
             moved = np.append(moved, shape.parameter_bytes * AMP_CAST_BYTES)  # the weights' cast, one kernel
             classes = np.append(classes, KERNEL_CLASSES.index("element-wise"))
             peaks = np.append(peaks, _FP32)
-        flops = np.append(shape.flops, 0.0)[:len(moved)]
+        flops = np.append(shape.flops, 0.0)[: len(moved)]
         shares = np.where(classes == _RECURRENT, COMPUTE_SHARES.index("recurrent"), peaks)
-        return cls(compute_s=flops / (tflops[peaks] * 1e12), memory_s=moved / (sheet.memory_gb_s * 1e9),
-                   peaks=peaks, shares=shares, classes=classes,
-                   copy_s=shape.host_to_device_bytes / (sheet.host_link_gb_s * 1e9))
+        return cls(
+            compute_s=flops / (tflops[peaks] * 1e12),
+            memory_s=moved / (sheet.memory_gb_s * 1e9),
+            peaks=peaks,
+            shares=shares,
+            classes=classes,
+            copy_s=shape.host_to_device_bytes / (sheet.host_link_gb_s * 1e9),
+        )
 
     @property
     def kernels(self) -> int:
@@ -213,8 +239,10 @@ class Efficiency:
     def describe(self) -> str:
         compute = ", ".join(f"{share} {self.share(f'compute {share}'):.0%}" for share in COMPUTE_SHARES)
         memory = ", ".join(f"{kind} {self.share(f'memory {kind}'):.0%}" for kind in KERNEL_CLASSES)
-        return (f"compute at {compute} of the datasheet peaks; memory traffic at {memory} of the bandwidth; "
-                f"{self.kernel_s * 1e6:.1f} µs a kernel")
+        return (
+            f"compute at {compute} of the datasheet peaks; memory traffic at {memory} of the bandwidth; "
+            f"{self.kernel_s * 1e6:.1f} µs a kernel"
+        )
 
 
 @dataclass(frozen=True)
@@ -244,19 +272,29 @@ class PredictedStep:
         pipeline"."""
         if self.seconds > self.device_s:
             return "input pipeline"
-        return max((self.compute_s, "compute"), (self.memory_s, "memory traffic"),
-                   (self.copy_s, "host-to-device copy"), (self.launch_s, "kernel launches"))[1]
+        return max(
+            (self.compute_s, "compute"),
+            (self.memory_s, "memory traffic"),
+            (self.copy_s, "host-to-device copy"),
+            (self.launch_s, "kernel launches"),
+        )[1]
 
 
-def predict(resolved: Resolved, efficiency: Efficiency, *, input_s: float = 0.0,
-            serial_input: bool = False) -> PredictedStep:
+def predict(
+    resolved: Resolved, efficiency: Efficiency, *, input_s: float = 0.0, serial_input: bool = False
+) -> PredictedStep:
     inverse = efficiency.inverse
     compute = inverse[resolved.shares] * resolved.compute_s
     memory = inverse[_MEMORY + resolved.classes] * resolved.memory_s
     by_compute = compute >= memory
-    return PredictedStep(compute_s=float(compute[by_compute].sum()), memory_s=float(memory[~by_compute].sum()),
-                    copy_s=resolved.copy_s, launch_s=resolved.kernels * efficiency.kernel_s, input_s=input_s,
-                    serial_input=serial_input)
+    return PredictedStep(
+        compute_s=float(compute[by_compute].sum()),
+        memory_s=float(memory[~by_compute].sum()),
+        copy_s=resolved.copy_s,
+        launch_s=resolved.kernels * efficiency.kernel_s,
+        input_s=input_s,
+        serial_input=serial_input,
+    )
 
 
 @dataclass(frozen=True)
@@ -319,8 +357,9 @@ class Fitter:
         column = np.where(by_compute, self._shares, self._classes)
         seconds = np.where(by_compute, self._compute_s, self._memory_s)
         count = len(PARAMETERS)
-        terms = np.bincount(self._owner * count + column, weights=seconds,
-                            minlength=len(self.points) * count).reshape(len(self.points), count)
+        terms = np.bincount(self._owner * count + column, weights=seconds, minlength=len(self.points) * count).reshape(
+            len(self.points), count
+        )
         terms[:, PER_KERNEL] = self._kernels * MICROSECOND
         return terms
 
@@ -335,8 +374,12 @@ class Fitter:
         for _ in range(MOST_REFITS):
             terms = self._terms(inverse)[kept] / self._observed_s[kept, None]
             target = 1.0 - self._copy_s[kept] / self._observed_s[kept]
-            solved = lsq_linear(np.vstack([terms, prior_rows]), np.concatenate([target, prior_rows @ PRIOR]),
-                                bounds=(LOWEST, HIGHEST), method="bvls").x
+            solved = lsq_linear(
+                np.vstack([terms, prior_rows]),
+                np.concatenate([target, prior_rows @ PRIOR]),
+                bounds=(LOWEST, HIGHEST),
+                method="bvls",
+            ).x
             settled = np.array_equal(self._bounds(solved), self._bounds(inverse))
             inverse = solved
             if settled:
@@ -402,9 +445,11 @@ class Interval:
 
     @property
     def note(self) -> str:
-        return (f"split-conformal at {self.level:.0%}, from the errors of {self.points} published and measured "
-                f"figures each predicted by a fit made without {SCHEME_WORDS[self.scheme]}: the estimate times or "
-                f"divided by {self.high_ratio:.2f}")
+        return (
+            f"split-conformal at {self.level:.0%}, from the errors of {self.points} published and measured "
+            f"figures each predicted by a fit made without {SCHEME_WORDS[self.scheme]}: the estimate times or "
+            f"divided by {self.high_ratio:.2f}"
+        )
 
 
 SCHEME_WORDS = {"leave one out": "it", "leave one GPU out": "its GPU", "leave one model out": "its model"}
@@ -451,9 +496,10 @@ def validate(fitter: Fitter, scheme: str, level: float = DEFAULT_LEVEL) -> list[
     log_errors = np.log(np.array([point.observed_s for point in fitter.points]) / predicted)
     group_of = SCHEMES[scheme]
     groups = np.array([hash(group_of(point)) for point in fitter.points])
-    return [Validation(point, float(predicted[index]),
-                       conformal(log_errors[groups != groups[index]], level, scheme))
-            for index, point in enumerate(fitter.points)]
+    return [
+        Validation(point, float(predicted[index]), conformal(log_errors[groups != groups[index]], level, scheme))
+        for index, point in enumerate(fitter.points)
+    ]
 
 
 def median_absolute_error(validations: Sequence[Validation]) -> float | None:

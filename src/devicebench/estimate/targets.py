@@ -107,26 +107,52 @@ class Estimate:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "workload": self.workload, "target": self.target.key, "target_product": self.target.product,
-            "batch_size": self.batch_size, "steps_per_epoch": self.steps_per_epoch, "epochs": self.epochs,
-            "samples_per_s": self.samples_per_s, "samples_per_s_range": self.samples_per_s_range,
-            "step_time_s": self.step.seconds, "epoch_time_s": self.epoch_s, "epoch_time_s_range": self.epoch_s_range,
+            "workload": self.workload,
+            "target": self.target.key,
+            "target_product": self.target.product,
+            "batch_size": self.batch_size,
+            "steps_per_epoch": self.steps_per_epoch,
+            "epochs": self.epochs,
+            "samples_per_s": self.samples_per_s,
+            "samples_per_s_range": self.samples_per_s_range,
+            "step_time_s": self.step.seconds,
+            "epoch_time_s": self.epoch_s,
+            "epoch_time_s_range": self.epoch_s_range,
             "bound": self.step.bound,
-            "terms_s": {"compute": self.step.compute_s, "memory": self.step.memory_s, "copy": self.step.copy_s,
-                        "launches": self.step.launch_s, "input": self.step.input_s},
+            "terms_s": {
+                "compute": self.step.compute_s,
+                "memory": self.step.memory_s,
+                "copy": self.step.copy_s,
+                "launches": self.step.launch_s,
+                "input": self.step.input_s,
+            },
             "serial_input": self.step.serial_input,
-            "baseline": None if self.baseline is None else {
-                "device": self.baseline.device, "samples_per_s": self.baseline.samples_per_s[0],
+            "baseline": None
+            if self.baseline is None
+            else {
+                "device": self.baseline.device,
+                "samples_per_s": self.baseline.samples_per_s[0],
                 "samples_per_s_min": self.baseline.samples_per_s[1],
-                "samples_per_s_max": self.baseline.samples_per_s[2], "data_source": self.baseline.data_source},
-            "speedup": self.speedup, "speedup_range": self.speedup_range,
-            "precision": self.precision, "host_cores": self.host_cores,
-            "interval": None if self.interval is None else {
-                "level": self.interval.level, "low_ratio": self.interval.low_ratio,
-                "high_ratio": self.interval.high_ratio, "points": self.interval.points,
-                "scheme": self.interval.scheme},
-            "price_per_hour": self.price_per_hour, "cost_per_epoch": self.cost_per_epoch,
-            "cost_per_run": self.cost_per_run, "datasheet_source": self.target.source,
+                "samples_per_s_max": self.baseline.samples_per_s[2],
+                "data_source": self.baseline.data_source,
+            },
+            "speedup": self.speedup,
+            "speedup_range": self.speedup_range,
+            "precision": self.precision,
+            "host_cores": self.host_cores,
+            "interval": None
+            if self.interval is None
+            else {
+                "level": self.interval.level,
+                "low_ratio": self.interval.low_ratio,
+                "high_ratio": self.interval.high_ratio,
+                "points": self.interval.points,
+                "scheme": self.interval.scheme,
+            },
+            "price_per_hour": self.price_per_hour,
+            "cost_per_epoch": self.cost_per_epoch,
+            "cost_per_run": self.cost_per_run,
+            "datasheet_source": self.target.source,
             "profile_notes": list(self.profile_notes),
         }
 
@@ -140,8 +166,15 @@ def input_seconds_per_batch(job: Job, run: RunRecord) -> tuple[float, int]:
     settings = run.settings
     preprocessing = job.workload.build_preprocessing(settings.hyperparameters)
     device = torch.device("cpu")
-    train, test = batches_for(dataset, job.workload.image_shape, preprocessing, settings.batch_size, device,
-                              workers=settings.workers, seed=job.seed)
+    train, test = batches_for(
+        dataset,
+        job.workload.image_shape,
+        preprocessing,
+        settings.batch_size,
+        device,
+        workers=settings.workers,
+        seed=job.seed,
+    )
     try:
         timed = min(BATCHES_TIMED, len(train) - 1)
         if timed < 1:
@@ -164,8 +197,12 @@ def baseline_of(run: RunRecord, data_source: str) -> Baseline | None:
     rates = [epoch.samples_per_s for epoch in run.steady_epochs]
     if run.status != "ok" or not rates:
         return None
-    return Baseline(f"{run.device} ({run.device_name})", (statistics.median(rates), min(rates), max(rates)),
-                    data_source, run.settings.batch_size)
+    return Baseline(
+        f"{run.device} ({run.device_name})",
+        (statistics.median(rates), min(rates), max(rates)),
+        data_source,
+        run.settings.batch_size,
+    )
 
 
 def scaled_input_s(input_s: float, workers: int, cores_here: int, host_cores: int | None) -> float:
@@ -187,9 +224,18 @@ def precisions_for(mode: str, sheet: Datasheet) -> list[Precision]:
     return fast + (["amp-bf16"] if sheet.bf16_tflops is not None else [])
 
 
-def estimates_for(job: Job, run: RunRecord, targets: Sequence[Datasheet], fitted: RooflineFit,
-                  prices: dict[str, float], *, mode: str = "seed", precision: Precision | None = None,
-                  host_cores: dict[str, int | None] | None = None, level: float = 0.8) -> list[Estimate]:
+def estimates_for(
+    job: Job,
+    run: RunRecord,
+    targets: Sequence[Datasheet],
+    fitted: RooflineFit,
+    prices: dict[str, float],
+    *,
+    mode: str = "seed",
+    precision: Precision | None = None,
+    host_cores: dict[str, int | None] | None = None,
+    level: float = 0.8,
+) -> list[Estimate]:
     """Every target for the workload `job` trained as `run` on this machine's CPU. `host_cores`: the cores of each
     target's host by catalog key (missing or None: this machine's)."""
     hyperparameters = job.hyperparameters  # as asked: a budget may have trained this machine at a smaller batch
@@ -211,12 +257,24 @@ def estimates_for(job: Job, run: RunRecord, targets: Sequence[Datasheet], fitted
                 resolved = Resolved.of(shape, target, chosen)
             except PrecisionError as error:
                 raise EstimateError(str(error)) from None
-            steps.append((predict(resolved, fitted.efficiency, input_s=target_input_s, serial_input=workers == 0),
-                          chosen))
+            steps.append(
+                (predict(resolved, fitted.efficiency, input_s=target_input_s, serial_input=workers == 0), chosen)
+            )
         step, chosen = min(steps, key=lambda pair: pair[0].seconds)  # as tuned mode's trial keeps the faster
-        estimates.append(Estimate(
-            workload=job.workload.name, target=target, batch_size=shape.batch_size, step=step,
-            interval=fitted.interval_for(job.workload.name, target, level), steps_per_epoch=steps_per_epoch,
-            epochs=int(hyperparameters.get("epochs", 1)), baseline=baseline, precision=chosen, host_cores=cores,
-            price_per_hour=prices.get(target.key), profile_notes=shape.notes))
+        estimates.append(
+            Estimate(
+                workload=job.workload.name,
+                target=target,
+                batch_size=shape.batch_size,
+                step=step,
+                interval=fitted.interval_for(job.workload.name, target, level),
+                steps_per_epoch=steps_per_epoch,
+                epochs=int(hyperparameters.get("epochs", 1)),
+                baseline=baseline,
+                precision=chosen,
+                host_cores=cores,
+                price_per_hour=prices.get(target.key),
+                profile_notes=shape.notes,
+            )
+        )
     return estimates

@@ -61,8 +61,11 @@ class Answer:
     @property
     def noisy(self) -> list[tuple[Row, float]]:
         """Rows whose steady epoch time varies more than NOISY_EPOCH_TIME_CV, with that variation (a fraction)."""
-        return [(row, row.epoch_time_cv) for row in self.rows
-                if row.epoch_time_cv is not None and row.epoch_time_cv > NOISY_EPOCH_TIME_CV]
+        return [
+            (row, row.epoch_time_cv)
+            for row in self.rows
+            if row.epoch_time_cv is not None and row.epoch_time_cv > NOISY_EPOCH_TIME_CV
+        ]
 
     @property
     def short_steps(self) -> int | None:
@@ -136,8 +139,9 @@ def gpu_text(answer: Answer) -> str:
         return "—"
     if carried.low is None or carried.high is None:
         return f"about {factor_text(carried.ratio)} (one steady epoch: no range)"
-    return f"about {factor_text(carried.ratio)} ({factor_text(carried.low).removesuffix('x')}–" \
-           f"{factor_text(carried.high)})"
+    return (
+        f"about {factor_text(carried.ratio)} ({factor_text(carried.low).removesuffix('x')}–{factor_text(carried.high)})"
+    )
 
 
 def flags_text(answer: Answer) -> str:
@@ -157,15 +161,20 @@ def answer_parts(rows_by_workload: dict[str, list[Row]]) -> list[RenderableType]
     cpu_rows = [answer.cpu for answer in found if answer.cpu is not None]
     cpu_rates = [rate_text(answer.cpu.samples_per_s.median) if answer.cpu else "—" for answer in found]
     here = f" (this CPU: {escape(cpu_rows[0].device_name)})" if cpu_rows else ""
-    columns = [("CPU samples/s", cpu_rates, {"justify": "right"}),
-               ("GPU speedup here", [gpu_text(answer) for answer in found], {}),
-               ("Rests on", [answer.basis for answer in found], {}),
-               ("Flags", [flags_text(answer) for answer in found], {})]
+    columns = [
+        ("CPU samples/s", cpu_rates, {"justify": "right"}),
+        ("GPU speedup here", [gpu_text(answer) for answer in found], {}),
+        ("Rests on", [answer.basis for answer in found], {}),
+        ("Flags", [flags_text(answer) for answer in found], {}),
+    ]
     table = FittedTable(
         f"[bold]How much faster would a GPU train these here?[/]{here}",
         [label_column("Workload", [escape(answer.workload) for answer in found])],
-        [FittedColumn(heading, cells, longest_word([heading, *cells]), {"overflow": "fold", **options})
-         for heading, cells, options in columns])
+        [
+            FittedColumn(heading, cells, longest_word([heading, *cells]), {"overflow": "fold", **options})
+            for heading, cells, options in columns
+        ],
+    )
     return [table, *(Text(line) for line in answer_notes(found))]
 
 
@@ -175,24 +184,40 @@ def answer_notes(found: list[Answer]) -> list[str]:
     if any(answer.measured for answer in found):
         notes.append("Measured here: the ratio of median steady samples/s [95% bootstrap interval].")
     if any(answer.carried for answer in found):
-        notes.append("About: the post's GPU samples/s over this CPU's median; in brackets, over its fastest and its "
-                     "slowest steady epoch (the post's figures are single numbers). What each rests on:")
-        notes += [outlook for answer in found if answer.carried and answer.cpu
-                  and (outlook := rows_outlook(get_workload(answer.workload), [answer.cpu])) is not None]
+        notes.append(
+            "About: the post's GPU samples/s over this CPU's median; in brackets, over its fastest and its "
+            "slowest steady epoch (the post's figures are single numbers). What each rests on:"
+        )
+        notes += [
+            outlook
+            for answer in found
+            if answer.carried
+            and answer.cpu
+            and (outlook := rows_outlook(get_workload(answer.workload), [answer.cpu])) is not None
+        ]
     noisy = [(answer.workload, cv) for answer in found for _, cv in answer.noisy[:1]]
     if noisy:
         listed = ", ".join(f"{name} {cv:.0%}" for name, cv in noisy)
-        notes.append(f"Noisy: steady epoch time varied more than {NOISY_EPOCH_TIME_CV:.0%} ({listed}), and every "
-                     "figure above moves with it: close other programs, or add --repeats 3, and run again.")
+        notes.append(
+            f"Noisy: steady epoch time varied more than {NOISY_EPOCH_TIME_CV:.0%} ({listed}), and every "
+            "figure above moves with it: close other programs, or add --repeats 3, and run again."
+        )
     short = sorted({answer.short_steps for answer in found if answer.short_steps is not None})
     if short:
         steps = " or ".join(str(count) for count in short)
-        notes.append(f"Short: steady epochs of {steps} steps, the fewest a budget gives: each rate rests on that "
-                     "many steps, and what an epoch starts with (its first batch) weighs on all of them. "
-                     f"{STEADIER_RUN} gives every epoch more steps.")
-    unanswered = [answer.workload for answer in found if not answer.measured and answer.carried is None
-                  and answer.cpu is not None and _torch_model(answer.workload)]
+        notes.append(
+            f"Short: steady epochs of {steps} steps, the fewest a budget gives: each rate rests on that "
+            "many steps, and what an epoch starts with (its first batch) weighs on all of them. "
+            f"{STEADIER_RUN} gives every epoch more steps."
+        )
+    unanswered = [
+        answer.workload
+        for answer in found
+        if not answer.measured and answer.carried is None and answer.cpu is not None and _torch_model(answer.workload)
+    ]
     if unanswered:
-        notes.append(f"`devicebench estimate {' '.join(unanswered)}` predicts named GPUs (T4, L4, A100, H100) from "
-                     "this CPU, with an interval.")
+        notes.append(
+            f"`devicebench estimate {' '.join(unanswered)}` predicts named GPUs (T4, L4, A100, H100) from "
+            "this CPU, with an interval."
+        )
     return notes

@@ -27,9 +27,9 @@ BOUNDS = {  # what each bound means, and what would move it
     "memory traffic": "bytes to and from GPU memory: a GPU with more bandwidth, or fewer, fused kernels help",
     "host-to-device copy": "copying each batch to the GPU: data held on the GPU helps",
     "kernel launches": "the host launching kernels one by one: a larger batch or torch.compile helps; a faster GPU "
-                       "does not",
+    "does not",
     "input pipeline": "loading and augmenting batches on this machine's cores: more loader workers or faster "
-                      "decoding help; a GPU does not",
+    "decoding help; a GPU does not",
 }
 
 
@@ -65,15 +65,26 @@ def estimate_table(estimates: Sequence[Estimate]) -> FittedTable:
     """One line per (workload, GPU): estimated samples/s, epoch time, speedup over the device measured here, what
     bounds the step and, with prices, the cost of an epoch and of the seed's run."""
     priced = any(estimate.price_per_hour is not None for estimate in estimates)
-    table = Table(title="ESTIMATED, not measured: GPUs that are not here (interval in brackets)",
-                  title_justify="left")
-    for column in ("Workload", "GPU", "Samples/s", "Epoch", "Speedup", "Bound by",
-                   *(("Cost/epoch", "Cost/run") if priced else ())):
-        table.add_column(column, justify="left" if column in ("Workload", "GPU", "Bound by") else "right",
-                         overflow="fold", no_wrap=column in ("Workload", "GPU"))
+    table = Table(title="ESTIMATED, not measured: GPUs that are not here (interval in brackets)", title_justify="left")
+    for column in (
+        "Workload",
+        "GPU",
+        "Samples/s",
+        "Epoch",
+        "Speedup",
+        "Bound by",
+        *(("Cost/epoch", "Cost/run") if priced else ()),
+    ):
+        table.add_column(
+            column,
+            justify="left" if column in ("Workload", "GPU", "Bound by") else "right",
+            overflow="fold",
+            no_wrap=column in ("Workload", "GPU"),
+        )
     for estimate in estimates:
         table.add_row(
-            estimate.workload, estimate.target.key,
+            estimate.workload,
+            estimate.target.key,
             _range_text(estimate.samples_per_s, estimate.samples_per_s_range),
             _duration(estimate.epoch_s),  # its interval is the samples/s one's, and in the JSON
             _times_text(estimate.speedup, estimate.speedup_range),
@@ -87,16 +98,31 @@ def estimate_notes(estimates: Sequence[Estimate], fitted: RooflineFit) -> list[s
     """What the table rests on: the baselines, the precision and host assumed, the bounds it names, the fit and the
     interval."""
     notes = []
-    baselines = {(estimate.workload, estimate.baseline.device, estimate.baseline.samples_per_s[0],
-                  estimate.baseline.data_source, estimate.baseline.batch_size, estimate.batch_size)
-                 for estimate in estimates if estimate.baseline}
+    baselines = {
+        (
+            estimate.workload,
+            estimate.baseline.device,
+            estimate.baseline.samples_per_s[0],
+            estimate.baseline.data_source,
+            estimate.baseline.batch_size,
+            estimate.batch_size,
+        )
+        for estimate in estimates
+        if estimate.baseline
+    }
     for workload, device, rate, source, trained, asked in sorted(baselines):
-        smaller = (f" at batch {trained} (the estimate is at {asked}: a smaller batch fit this machine's time budget)"
-                   if trained is not None and trained != asked else "")
-        notes.append(f"{workload}: speedups are over {device}, measured here at {rate_text(rate)} samples/s"
-                     f"{smaller} ({source} data).")
-    for workload, note in dict.fromkeys((estimate.workload, note) for estimate in estimates
-                                        for note in estimate.profile_notes):
+        smaller = (
+            f" at batch {trained} (the estimate is at {asked}: a smaller batch fit this machine's time budget)"
+            if trained is not None and trained != asked
+            else ""
+        )
+        notes.append(
+            f"{workload}: speedups are over {device}, measured here at {rate_text(rate)} samples/s"
+            f"{smaller} ({source} data)."
+        )
+    for workload, note in dict.fromkeys(
+        (estimate.workload, note) for estimate in estimates for note in estimate.profile_notes
+    ):
         notes.append(f"{workload}: {note}.")
     notes.append("Precision: " + _per_gpu(estimates, lambda estimate: PRECISION_WORDS[estimate.precision]) + ".")
     hosts = _per_gpu(estimates, _host_text)
@@ -107,8 +133,7 @@ def estimate_notes(estimates: Sequence[Estimate], fitted: RooflineFit) -> list[s
         notes.append(f"Cost/run: the seed's epochs ({runs}) at the estimated epoch time and the price per hour.")
     for bound in dict.fromkeys(estimate.step.bound for estimate in estimates):
         notes.append(f"Bound by {bound}: {BOUNDS[bound]}.")
-    notes.append(f"Fitted on {len(fitted.points)} published and measured GPU figures: "
-                 f"{fitted.efficiency.describe()}.")
+    notes.append(f"Fitted on {len(fitted.points)} published and measured GPU figures: {fitted.efficiency.describe()}.")
     intervals = dict.fromkeys(estimate.interval.note for estimate in estimates if estimate.interval)
     notes += [f"Interval: {note}." for note in intervals]
     if any(estimate.interval is None for estimate in estimates):
@@ -117,12 +142,16 @@ def estimate_notes(estimates: Sequence[Estimate], fitted: RooflineFit) -> list[s
     return notes
 
 
-PRECISION_WORDS = {"fp32": "fp32 on the CUDA cores", "tf32": "TF32 on the tensor cores",
-                   "amp-fp16": "fp16 autocast on the tensor cores", "amp-bf16": "bf16 autocast on the tensor cores"}
+PRECISION_WORDS = {
+    "fp32": "fp32 on the CUDA cores",
+    "tf32": "TF32 on the tensor cores",
+    "amp-fp16": "fp16 autocast on the tensor cores",
+    "amp-bf16": "bf16 autocast on the tensor cores",
+}
 
 
 def _per_gpu(estimates: Sequence[Estimate], text: Callable[[Estimate], str]) -> str:
-    """"v100-sxm2 fp32, h100-sxm bf16": one text per GPU, or one for all when they agree."""
+    """ "v100-sxm2 fp32, h100-sxm bf16": one text per GPU, or one for all when they agree."""
     texts = {estimate.target.key: text(estimate) for estimate in estimates}
     if len(set(texts.values())) == 1:
         return next(iter(texts.values()))
@@ -140,25 +169,31 @@ def _host_text(estimate: Estimate) -> str:
 def validation_table(scored: dict[str, list[Validation]], level: float) -> FittedTable:
     """The three schemes side by side: how far off each point is when predicted without it, its GPU or its model,
     and how many fell inside the interval the other points' errors state."""
-    table = Table(title="The roofline scored on every figure, each predicted by a fit made without it",
-                  title_justify="left")
+    table = Table(
+        title="The roofline scored on every figure, each predicted by a fit made without it", title_justify="left"
+    )
     for column in ("Left out", "Figures", "Median error", f"Inside the {level:.0%} interval", "Interval"):
         table.add_column(column, justify="left" if column == "Left out" else "right", overflow="fold")
     for scheme, validations in scored.items():
         inside, judged = coverage(validations)
         median = median_absolute_error(validations)
         widths = [validation.interval.high_ratio for validation in validations if validation.interval]
-        table.add_row(SCHEME_NAMES[scheme], f"{len(validations)}", "—" if median is None else f"{median:.0%}",
-                      f"{inside} of {judged} ({inside / judged:.0%})" if judged else "—",
-                      f"×÷{statistics.median(widths):.2f}" if widths else "—")
+        table.add_row(
+            SCHEME_NAMES[scheme],
+            f"{len(validations)}",
+            "—" if median is None else f"{median:.0%}",
+            f"{inside} of {judged} ({inside / judged:.0%})" if judged else "—",
+            f"×÷{statistics.median(widths):.2f}" if widths else "—",
+        )
     return fitted(table)
 
 
 SCHEME_NAMES = {"leave one out": "the figure", "leave one GPU out": "its GPU", "leave one model out": "its model"}
 
 
-def group_table(validations: Sequence[Validation], group: Callable[[Validation], str], title: str,
-                heading: str) -> FittedTable:
+def group_table(
+    validations: Sequence[Validation], group: Callable[[Validation], str], title: str, heading: str
+) -> FittedTable:
     """One line per group (a model, a GPU): its figures' median error and bias, and how many its interval held."""
     table = Table(title=title, title_justify="left")
     for column in (heading, "Figures", "Median error", "Bias", "Inside"):
@@ -168,19 +203,27 @@ def group_table(validations: Sequence[Validation], group: Callable[[Validation],
         groups.setdefault(group(validation), []).append(validation)
     for name, members in sorted(groups.items(), key=lambda item: -len(item[1])):
         inside, judged = coverage(members)
-        table.add_row(name, f"{len(members)}", f"{median_absolute_error(members):.0%}",
-                      f"{statistics.median(validation.error for validation in members):+.0%}",
-                      f"{inside} of {judged}" if judged else "—")
+        table.add_row(
+            name,
+            f"{len(members)}",
+            f"{median_absolute_error(members):.0%}",
+            f"{statistics.median(validation.error for validation in members):+.0%}",
+            f"{inside} of {judged}" if judged else "—",
+        )
     return fitted(table)
 
 
 def validation_summary(scored: dict[str, list[Validation]], fitted: RooflineFit, level: float) -> list[str]:
-    lines = ["Error: predicted samples/s over measured, minus one; bias: its median, with its sign. Inside: the "
-             f"figure fell within the {level:.0%} split-conformal interval that the errors of the figures outside "
-             "its group state."]
+    lines = [
+        "Error: predicted samples/s over measured, minus one; bias: its median, with its sign. Inside: the "
+        f"figure fell within the {level:.0%} split-conformal interval that the errors of the figures outside "
+        "its group state."
+    ]
     pinned = ", ".join(f"{name} {count}" for name, count in fitted.pinned.items())
-    lines.append(f"Fitted on all {len(fitted.points)} figures: {fitted.efficiency.describe()}. Figures each share "
-                 f"rests on (a tenth of their step or more): {pinned}.")
+    lines.append(
+        f"Fitted on all {len(fitted.points)} figures: {fitted.efficiency.describe()}. Figures each share "
+        f"rests on (a tenth of their step or more): {pinned}."
+    )
     reasons: dict[str, int] = {}
     for unscored in fitted.unscored:
         reasons[unscored.why] = reasons.get(unscored.why, 0) + 1

@@ -53,8 +53,11 @@ class FittedTable:
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         width = options.max_width
         parts = self.parts(width)
-        table_options = {name: value for name, value in self.table_options.items()
-                         if name not in ("caption", "caption_justify", "title", "title_justify")}
+        table_options = {
+            name: value
+            for name, value in self.table_options.items()
+            if name not in ("caption", "caption_justify", "title", "title_justify")
+        }
         for part, columns in enumerate(parts):
             if self.title:
                 yield Text.from_markup(self.title + (" (continued)" if part else ""), style="table.title")
@@ -77,8 +80,10 @@ class FittedTable:
         floors = self.narrowest(width)
         parts: list[list[FittedColumn]] = []
         for column in self.columns:
-            if parts and sum(floors[id(item)] for item in [*parts[-1], column]) + self.overhead(len(parts[-1]) + 1) \
-                    <= width:
+            if (
+                parts
+                and sum(floors[id(item)] for item in [*parts[-1], column]) + self.overhead(len(parts[-1]) + 1) <= width
+            ):
                 parts[-1].append(column)
             else:
                 parts.append([*self.leading, column])
@@ -109,34 +114,67 @@ class FittedTable:
                 excess -= 1
         return widths
 
-    def table(self, columns: list[FittedColumn], *, widths: list[int | None] | None = None,
-              options: dict[str, Any] | None = None) -> Table:
+    def table(
+        self,
+        columns: list[FittedColumn],
+        *,
+        widths: list[int | None] | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> Table:
         table = Table(padding=(0, self.padding // 2), **(options or {}))
         for column, column_width in zip(columns, widths or [None] * len(columns)):
-            table.add_column(column.heading, **{"overflow": "fold", **column.options, "width": column_width,
-                                                "no_wrap": column.options.get("no_wrap", False) and not column_width})
+            table.add_column(
+                column.heading,
+                **{
+                    "overflow": "fold",
+                    **column.options,
+                    "width": column_width,
+                    "no_wrap": column.options.get("no_wrap", False) and not column_width,
+                },
+            )
         for index in range(len(columns[0].cells) if columns else 0):
-            table.add_row(*(column.cells[index] for column in columns),
-                          **(self.rows[index] if index < len(self.rows) else {}))
+            table.add_row(
+                *(column.cells[index] for column in columns), **(self.rows[index] if index < len(self.rows) else {})
+            )
         return table
 
 
 def fitted(table: Table, *, leading: int = 1) -> FittedTable:
     """`table` as a FittedTable: its first `leading` columns label the rows (repeated in a continuation); its title,
     caption, box, styles and row sections kept. Every table devicebench prints goes through here or FittedTable."""
-    columns = [FittedColumn(column.header if isinstance(column.header, str) else str(column.header),
-                            list(column.cells), options={
-                                "justify": column.justify, "style": column.style, "header_style": column.header_style,
-                                "vertical": column.vertical, "no_wrap": column.no_wrap})
-               for column in table.columns]
+    columns = [
+        FittedColumn(
+            column.header if isinstance(column.header, str) else str(column.header),
+            list(column.cells),
+            options={
+                "justify": column.justify,
+                "style": column.style,
+                "header_style": column.header_style,
+                "vertical": column.vertical,
+                "no_wrap": column.no_wrap,
+            },
+        )
+        for column in table.columns
+    ]
     _, right, _, left = table.padding
     return FittedTable(
-        str(table.title or ""), columns[:leading], columns[leading:],
-        {"box": table.box, "show_header": table.show_header, "show_lines": table.show_lines,
-         "show_edge": table.show_edge, "pad_edge": table.pad_edge, "header_style": table.header_style,
-         "style": table.style, "caption": table.caption},
-        padding=left + right, edges=table.show_edge,
-        rows=[{"style": row.style, "end_section": row.end_section} for row in table.rows])
+        str(table.title or ""),
+        columns[:leading],
+        columns[leading:],
+        {
+            "box": table.box,
+            "show_header": table.show_header,
+            "show_lines": table.show_lines,
+            "show_edge": table.show_edge,
+            "pad_edge": table.pad_edge,
+            "header_style": table.header_style,
+            "style": table.style,
+            "caption": table.caption,
+        },
+        padding=left + right,
+        edges=table.show_edge,
+        rows=[{"style": row.style, "end_section": row.end_section} for row in table.rows],
+    )
 
 
 def plain_text(text: str | RenderableType) -> Text:

@@ -86,9 +86,15 @@ class WorkloadSection:
     notes: list[str]  # synthetic data, errors, missing baselines: read before trusting a row
 
 
-def write_report(results: list[Result], out: Path, *, baseline: str = DEFAULT_BASELINE,
-                 prices: Prices | None = None, png_dir: Path | None = None,
-                 estimated: EstimatedAgainstMeasured | None = None) -> Path:
+def write_report(
+    results: list[Result],
+    out: Path,
+    *,
+    baseline: str = DEFAULT_BASELINE,
+    prices: Prices | None = None,
+    png_dir: Path | None = None,
+    estimated: EstimatedAgainstMeasured | None = None,
+) -> Path:
     """Write the HTML report of `results` to `out` (and every chart to `png_dir` as PNG); returns `out`.
     `estimated`: the GPU runs of `results` beside what the roofline estimated for them (devicebench.estimate.against_measured,
     a layer above this one, makes it), drawn in a section of their own."""
@@ -99,9 +105,11 @@ def write_report(results: list[Result], out: Path, *, baseline: str = DEFAULT_BA
     sections = [_workload_section(name, rows, grid_runs) for name, rows in rows_by_workload.items()]
     summary = summary_chart(rows_by_workload)
     against = estimate_chart(estimated) if estimated is not None else None
-    charts = ([summary] if summary else []) + [chart for section in sections
-                                               for chart in (*section.charts, *section.sweeps)] \
+    charts = (
+        ([summary] if summary else [])
+        + [chart for section in sections for chart in (*section.charts, *section.sweeps)]
         + ([against] if against else [])
+    )
     if png_dir is not None:
         png_dir.mkdir(parents=True, exist_ok=True)
         for chart in charts:
@@ -114,8 +122,9 @@ def write_report(results: list[Result], out: Path, *, baseline: str = DEFAULT_BA
         machines=_machines(results),
         baseline=baseline,
         # every row on the baseline's own device (a CPU-only machine): no speedup can exist, rather than a missing one
-        only_baseline_device=baseline_device if all(row.device == baseline_device for rows in
-                                                    rows_by_workload.values() for row in rows) else "",
+        only_baseline_device=baseline_device
+        if all(row.device == baseline_device for rows in rows_by_workload.values() for row in rows)
+        else "",
         tuned_gains=_tuned_gain_lines(rows_by_workload),
         prices=_price_lines(prices),
         summary=summary,
@@ -134,8 +143,9 @@ def _template_environment() -> Any:
         import jinja2
         import matplotlib  # noqa: F401  (imported here only to fail early, with the install hint)
     except ImportError as error:
-        raise ReportDependencyError(f"the HTML report needs {error.name}, which is not installed: {INSTALL_HINT}") \
-            from None
+        raise ReportDependencyError(
+            f"the HTML report needs {error.name}, which is not installed: {INSTALL_HINT}"
+        ) from None
     return jinja2.Environment(
         loader=jinja2.PackageLoader("devicebench.report", "templates"),
         autoescape=True,  # always: names, hostnames and errors come from other machines' files
@@ -157,8 +167,10 @@ def _tuned_gain_lines(rows_by_workload: dict[str, list[Row]]) -> list[str]:
         for found in tuned_gains(rows):
             tuned, seed = found.tuned, found.seed
             label = steps_label if tuned.epoch_steps != seed.epoch_steps else (lambda row: row.label)
-            lines.append(f"{name}: {label(tuned)} trained {ratio_text(found.gain)} the samples/s of {label(seed)}: "
-                         f"{median_text(tuned.samples_per_s, 0)} against {median_text(seed.samples_per_s, 0)}")
+            lines.append(
+                f"{name}: {label(tuned)} trained {ratio_text(found.gain)} the samples/s of {label(seed)}: "
+                f"{median_text(tuned.samples_per_s, 0)} against {median_text(seed.samples_per_s, 0)}"
+            )
     return lines
 
 
@@ -176,14 +188,26 @@ def _workload_section(name: str, rows: list[Row], grid_runs: set[str]) -> Worklo
         name=name,
         anchor="workload-" + file_stem(name),
         seed=seed,
-        seed_title=SEED_EXPERIMENTS.get(seed, "not a seed experiment this devicebench knows") if seed else (
-            "A reference model, on which the field's GPU tables are measured" if entry and not entry.in_suites else
-            f"Not a seed experiment: {entry.origin if entry and entry.origin != 'devicebench' else 'your own model'}"),
+        seed_title=SEED_EXPERIMENTS.get(seed, "not a seed experiment this devicebench knows")
+        if seed
+        else (
+            "A reference model, on which the field's GPU tables are measured"
+            if entry and not entry.in_suites
+            else f"Not a seed experiment: {entry.origin if entry and entry.origin != 'devicebench' else 'your own model'}"
+        ),
         summary=entry.summary if entry else "",
-        published=(_published_figures(entry.published) if entry and entry.published else
-                   _record_figures(name) if entry and not entry.in_suites else []),
-        published_title=("Published figures (the seed's post, not measured here)" if entry and entry.published else
-                         "Published figures (the public record, not measured here)"),
+        published=(
+            _published_figures(entry.published)
+            if entry and entry.published
+            else _record_figures(name)
+            if entry and not entry.in_suites
+            else []
+        ),
+        published_title=(
+            "Published figures (the seed's post, not measured here)"
+            if entry and entry.published
+            else "Published figures (the public record, not measured here)"
+        ),
         epoch_lengths=length_text(rows),  # what the epochs really had
         charts=workload_charts(name, rows, entry.published if entry else None),
         sweeps=sweep_charts(name, [row for row in rows if any(run.run_id in grid_runs for run in row.runs)]),
@@ -199,12 +223,15 @@ def _published_figures(published: Published) -> list[tuple[str, str]]:
         figures.append(("GPU speedup", f"{published.speedup:g}x ({published.basis})"))
     if published.accuracy is not None:
         figures.append((f"{published.accuracy_kind.capitalize()} accuracy", percent_text(published.accuracy)))
-    for what, by_kind, digits in (("Steady epoch s", published.epoch_time_s, 1),
-                                  ("End-to-end s", published.end_to_end_s, 0),
-                                  ("Samples/s", published.samples_per_s, 0)):
+    for what, by_kind, digits in (
+        ("Steady epoch s", published.epoch_time_s, 1),
+        ("End-to-end s", published.end_to_end_s, 0),
+        ("Samples/s", published.samples_per_s, 0),
+    ):
         if by_kind:
-            figures.append((what, ", ".join(f"{kind.upper()} {number_text(value, digits)}" for kind, value in
-                                            by_kind.items())))
+            figures.append(
+                (what, ", ".join(f"{kind.upper()} {number_text(value, digits)}" for kind, value in by_kind.items()))
+            )
     return figures
 
 
@@ -216,21 +243,39 @@ def _record_figures(name: str) -> list[tuple[str, str]]:
     if not single:
         return []
     gpus = sorted({figure.gpu for figure in figures})
-    return [("The public record", f"{len(figures)} figures on {len(gpus)} GPUs ({', '.join(gpus)}); devicebench "
-                                  f"reproduce {name} sets each GPU's beside this machine's (docs/record.md)"),
-            ("Fastest single-GPU figure", single[-1].describe()), ("Slowest single-GPU figure", single[0].describe())]
+    return [
+        (
+            "The public record",
+            f"{len(figures)} figures on {len(gpus)} GPUs ({', '.join(gpus)}); devicebench "
+            f"reproduce {name} sets each GPU's beside this machine's (docs/record.md)",
+        ),
+        ("Fastest single-GPU figure", single[-1].describe()),
+        ("Slowest single-GPU figure", single[0].describe()),
+    ]
 
 
 def _columns(priced: bool, energy: bool, targeted: bool = False) -> list[tuple[str, str]]:
     """(heading, what it holds in small print) of a workload's table."""
     # headings wrap at spaces to keep the table on screen; U+2011, a hyphen that never breaks, keeps "warm-up" whole
-    columns = [("Row", "mode, batch, threads"), ("Machine", "device"), ("Epoch s", "median [min–max]"),
-               ("Samples/s", "median"), ("ms/step", "median"), ("TFLOP/s", "and MFU"), ("Busy", "while training"),
-               ("Warm\u2011up s", "epoch 1"), ("End\u2011to\u2011end s", "median"), ("Test acc", "final, median"),
-               *([("To target s", "training, median")] if targeted else []),
-               ("Speedup", "[95% interval]"), ("Data", ""), ("Runs", "statuses")]
-    columns += [("Cost/1M samples", "at the price/h"), ("Cost/run", "end to end"), ("Cost", "vs baseline")] \
-        if priced else []
+    columns = [
+        ("Row", "mode, batch, threads"),
+        ("Machine", "device"),
+        ("Epoch s", "median [min–max]"),
+        ("Samples/s", "median"),
+        ("ms/step", "median"),
+        ("TFLOP/s", "and MFU"),
+        ("Busy", "while training"),
+        ("Warm\u2011up s", "epoch 1"),
+        ("End\u2011to\u2011end s", "median"),
+        ("Test acc", "final, median"),
+        *([("To target s", "training, median")] if targeted else []),
+        ("Speedup", "[95% interval]"),
+        ("Data", ""),
+        ("Runs", "statuses"),
+    ]
+    columns += (
+        [("Cost/1M samples", "at the price/h"), ("Cost/run", "end to end"), ("Cost", "vs baseline")] if priced else []
+    )
     columns += [("Energy Wh", "per run")] if energy else []
     return columns
 
@@ -246,12 +291,18 @@ def comparison_html(results: list[Result]) -> str:
         priced = any(row.price_per_hour is not None for row in rows)
         energy = any(row.energy_wh is not None for row in rows)
         targeted = any(row.targeted_runs for row in rows)
-        head = "".join(f"<th>{escape(heading)}<br><small>{escape(detail)}</small></th>"
-                       for heading, detail in _columns(priced, energy, targeted))
-        body = "".join("<tr>" + "".join(_cell_html(cell) for cell in _cells(row, priced, energy, targeted)) + "</tr>"
-                       for row in rows)
+        head = "".join(
+            f"<th>{escape(heading)}<br><small>{escape(detail)}</small></th>"
+            for heading, detail in _columns(priced, energy, targeted)
+        )
+        body = "".join(
+            "<tr>" + "".join(_cell_html(cell) for cell in _cells(row, priced, energy, targeted)) + "</tr>"
+            for row in rows
+        )
         notes = "".join(f"<p><small>{escape(note)}</small></p>" for note in row_notes(rows))
-        parts.append(f"<h4>{escape(name)}</h4><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{notes}")
+        parts.append(
+            f"<h4>{escape(name)}</h4><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{notes}"
+        )
     return "\n".join(parts) or "<p>No runs.</p>"
 
 
@@ -263,10 +314,13 @@ def _cell_html(cell: Cell) -> str:
 def _cells(row: Row, priced: bool, energy: bool, targeted: bool = False) -> list[Cell]:
     synthetic = row.settings["data_source"] == "synthetic"
     cells = [
-        Cell(row.label, note=f"{row.settings['mode']} mode, {batch_text(row.settings['batch_size'])}"
-                             f"{' (auto)' if row.settings['batch_size_auto'] else ''}, {row.settings['threads']} threads"
-                             + (f"; {flagged_text(row)} (see the notes)" if row.flags else ""),
-             css_class="label flagged" if row.flags else "label"),
+        Cell(
+            row.label,
+            note=f"{row.settings['mode']} mode, {batch_text(row.settings['batch_size'])}"
+            f"{' (auto)' if row.settings['batch_size_auto'] else ''}, {row.settings['threads']} threads"
+            + (f"; {flagged_text(row)} (see the notes)" if row.flags else ""),
+            css_class="label flagged" if row.flags else "label",
+        ),
         Cell(row.machine_name, note=f"{row.device_name} ({row.device})", css_class="text"),
         _spread_cell(row.epoch_time_s),
         Cell(rate_text(row.samples_per_s.median if row.samples_per_s else None)),
@@ -284,8 +338,11 @@ def _cells(row: Row, priced: bool, energy: bool, targeted: bool = False) -> list
     if priced:
         ratio = row.cost_vs_baseline
         price = "" if row.price_per_hour is None else f"at {row.price_per_hour:g}/h"
-        cells += [Cell(number_text(row.cost_per_million_samples, 3), note=price), Cell(number_text(row.cost_per_run, 4)),
-                  Cell("—" if ratio is None else f"{ratio:.3g}x")]
+        cells += [
+            Cell(number_text(row.cost_per_million_samples, 3), note=price),
+            Cell(number_text(row.cost_per_run, 4)),
+            Cell("—" if ratio is None else f"{ratio:.3g}x"),
+        ]
     if energy:
         cells.append(Cell(median_text(row.energy_wh, 2)))
     return cells
@@ -293,8 +350,10 @@ def _cells(row: Row, priced: bool, energy: bool, targeted: bool = False) -> list
 
 def _target_cell(row: Row) -> Cell:
     targets = sorted({run.target_accuracy for run in row.targeted_runs})
-    return Cell(target_text(row), note=("to " + ", ".join(percent_text(target) for target in targets)) if targets
-                else "no target set")
+    return Cell(
+        target_text(row),
+        note=("to " + ", ".join(percent_text(target) for target in targets)) if targets else "no target set",
+    )
 
 
 def _spread_cell(value: Spread | None) -> Cell:
@@ -314,8 +373,11 @@ def _speedup_cell(row: Row) -> Cell:
 def _runs_cell(row: Row) -> Cell:
     statuses = ", ".join(f"{status} {count}" for status, count in sorted(row.statuses.items()))
     repeats = len({run.repeat for run in row.runs})
-    return Cell(f"{len(row.runs)}", note=f"{repeats} repeat{'s' if repeats != 1 else ''}; {statuses}",
-                css_class="" if set(row.statuses) == {"ok"} else "problem")
+    return Cell(
+        f"{len(row.runs)}",
+        note=f"{repeats} repeat{'s' if repeats != 1 else ''}; {statuses}",
+        css_class="" if set(row.statuses) == {"ok"} else "problem",
+    )
 
 
 # --- the machines ------------------------------------------------------------------------------------------
@@ -337,8 +399,9 @@ def _machine_description(machine: dict[str, Any], devicebench_versions: list[str
     memory = machine.get("memory_total_mib")
     accelerators = [
         f"{entry.get('device', '?')}: {entry.get('name') or '?'}"
-        + "".join(f", {what} {entry[key]}" for what, key in (("driver", "driver"), ("CUDA", "cuda_runtime"))
-                  if entry.get(key))
+        + "".join(
+            f", {what} {entry[key]}" for what, key in (("driver", "driver"), ("CUDA", "cuda_runtime")) if entry.get(key)
+        )
         for entry in machine.get("accelerators") or []
     ]
     return {  # column heading → value, in the table's order
@@ -359,5 +422,8 @@ def _price_lines(prices: Prices | None) -> list[str]:
     if prices is None:
         return []
     tables = [("default", prices.default), *((f"machine {name}", table) for name, table in prices.machines.items())]
-    return [f"{where}: " + ", ".join(f"{device} {price:g}/h" for device, price in table.items())
-            for where, table in tables if table]
+    return [
+        f"{where}: " + ", ".join(f"{device} {price:g}/h" for device, price in table.items())
+        for where, table in tables
+        if table
+    ]

@@ -159,18 +159,29 @@ def workload_charts(workload: str, rows: Sequence[Row], published: Published | N
     lengths = steady_epoch_lengths(rows)  # empty where every run ended in its warm-up epoch
     steps = span_text(steps for steps, _ in lengths) if lengths else ""
     drawn = [
-        ("samples-per-s", "Training throughput", _throughput_figure(workload, rows, published),
-         f"Epochs here had {steps} steps, so their times are not set side by side; samples/s compares them."
-         if len(lengths) > 1 else ""),
+        (
+            "samples-per-s",
+            "Training throughput",
+            _throughput_figure(workload, rows, published),
+            f"Epochs here had {steps} steps, so their times are not set side by side; samples/s compares them."
+            if len(lengths) > 1
+            else "",
+        ),
         ("speedup", "Speedup against the baseline", _speedup_figure(workload, rows), ""),
-        ("epoch-time", "Steady epoch time",
-         _epoch_time_figure(workload, rows, steps) if len(lengths) == 1 else None, ""),
-        ("test-accuracy", "Test accuracy per epoch", _accuracy_figure(workload, rows, published, len(lengths) > 1),
-         ""),
+        (
+            "epoch-time",
+            "Steady epoch time",
+            _epoch_time_figure(workload, rows, steps) if len(lengths) == 1 else None,
+            "",
+        ),
+        ("test-accuracy", "Test accuracy per epoch", _accuracy_figure(workload, rows, published, len(lengths) > 1), ""),
         ("scaling", "Throughput against the number of processes", _scaling_figure(workload, rows), ""),
     ]
-    return [Chart(f"{file_stem(workload)}-{kind}", f"{workload}: {title}", _png(figure), caption=caption)
-            for kind, title, figure, caption in drawn if figure is not None]
+    return [
+        Chart(f"{file_stem(workload)}-{kind}", f"{workload}: {title}", _png(figure), caption=caption)
+        for kind, title, figure, caption in drawn
+        if figure is not None
+    ]
 
 
 def steady_epoch_lengths(rows: Sequence[Row]) -> list[tuple[int, int]]:
@@ -199,9 +210,15 @@ def summary_chart(rows_by_workload: Mapping[str, Sequence[Row]]) -> Chart | None
 def sweep_charts(workload: str, rows: Sequence[Row]) -> list[Chart]:
     """The "Sweeps" charts of one workload's grid points, one per setting `sweep_series` finds; none when no
     numeric setting varies."""
-    return [Chart(f"{file_stem(workload)}-sweep-{file_stem(sweep.setting)}", _sweep_alt_text(workload, sweep),
-                  _png(_sweep_figure(workload, sweep)), caption=_sweep_caption(sweep))
-            for sweep in sweep_series(rows)]
+    return [
+        Chart(
+            f"{file_stem(workload)}-sweep-{file_stem(sweep.setting)}",
+            _sweep_alt_text(workload, sweep),
+            _png(_sweep_figure(workload, sweep)),
+            caption=_sweep_caption(sweep),
+        )
+        for sweep in sweep_series(rows)
+    ]
 
 
 def sweep_series(rows: Sequence[Row]) -> list[Sweep]:
@@ -244,8 +261,14 @@ def _throughput_figure(workload: str, rows: Sequence[Row], published: Published 
         return None
     figure, axes = _bar_figure([row.label for row in rows])
     published_rates = published.samples_per_s if published else {}
-    _draw_spread_bars(axes, rows, [row.samples_per_s for row in rows], unit="", digits=0,
-                      published=[published_rates.get(device_kind(row.device)) for row in rows])
+    _draw_spread_bars(
+        axes,
+        rows,
+        [row.samples_per_s for row in rows],
+        unit="",
+        digits=0,
+        published=[published_rates.get(device_kind(row.device)) for row in rows],
+    )
     axes.set_xlabel("training throughput, samples/s (median; whiskers: min–max)")
     axes.set_title(_title(f"{workload}: samples per second (longer is faster)"))
     _legend(figure, axes, rows)
@@ -262,8 +285,9 @@ def _speedup_figure(workload: str, rows: Sequence[Row]) -> Figure | None:
     return figure
 
 
-def _accuracy_figure(workload: str, rows: Sequence[Row], published: Published | None,
-                     lengths_differ: bool) -> Figure | None:
+def _accuracy_figure(
+    workload: str, rows: Sequence[Row], published: Published | None, lengths_differ: bool
+) -> Figure | None:
     """Test accuracy per epoch; where epochs had different lengths, each curve's label says how many steps."""
     curves = [(row, _accuracy_by_epoch(row)) for row in rows]
     if not any(curve for _, curve in curves):
@@ -275,23 +299,37 @@ def _accuracy_figure(workload: str, rows: Sequence[Row], published: Published | 
     if published and published.accuracy is not None:
         labels.append(f"published {published.accuracy_kind} accuracy")
     legend_lines = math.ceil(sum(label.count("\n") + 1 for label in labels) / ACCURACY_LEGEND_COLUMNS)
-    figure = Figure(figsize=(CHART_WIDTH_IN, ACCURACY_PLOT_HEIGHT_IN + LEGEND_LINE_HEIGHT_IN * legend_lines), dpi=DPI,
-                    layout="constrained")
+    figure = Figure(
+        figsize=(CHART_WIDTH_IN, ACCURACY_PLOT_HEIGHT_IN + LEGEND_LINE_HEIGHT_IN * legend_lines),
+        dpi=DPI,
+        layout="constrained",
+    )
     axes = figure.add_subplot()
     drawn = [(row, curve, colour) for (row, curve), colour in zip(curves, _palette(len(rows))) if curve]
     for index, ((row, curve, colour), label) in enumerate(zip(drawn, labels)):
         epochs = sorted(curve)
-        axes.plot(epochs, [curve[epoch] * 100 for epoch in epochs], color=colour, label=label,
-                  marker=CURVE_MARKERS[index % len(CURVE_MARKERS)], markersize=7, markerfacecolor="none",
-                  linestyle="--" if _is_synthetic(row) else "-")
+        axes.plot(
+            epochs,
+            [curve[epoch] * 100 for epoch in epochs],
+            color=colour,
+            label=label,
+            marker=CURVE_MARKERS[index % len(CURVE_MARKERS)],
+            markersize=7,
+            markerfacecolor="none",
+            linestyle="--" if _is_synthetic(row) else "-",
+        )
     if published and published.accuracy is not None:
         axes.axhline(published.accuracy * 100, color="black", linestyle=":", linewidth=1.2, label=labels[-1])
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.yaxis.set_major_formatter(PercentFormatter())  # decimals chosen from the tick spacing: no 100%, 100%
     axes.set_xlabel("epoch (1 is warm-up); accuracy: median over repeats")
     axes.set_ylabel("test accuracy, %")
-    axes.set_title(_title(f"{workload}: test accuracy per epoch" + (" (dashed: synthetic data)" if any(
-        _is_synthetic(row) for row in rows) else "")))
+    axes.set_title(
+        _title(
+            f"{workload}: test accuracy per epoch"
+            + (" (dashed: synthetic data)" if any(_is_synthetic(row) for row in rows) else "")
+        )
+    )
     axes.grid(alpha=0.3)
     figure.legend(fontsize="small", loc="outside lower center", ncols=ACCURACY_LEGEND_COLUMNS, frameon=False)
     return figure
@@ -322,8 +360,13 @@ def _scaling_figure(workload: str, rows: Sequence[Row]) -> Figure | None:
         processes, rates = zip(*points)
         axes.plot(processes, rates, marker="o", color=colour, label=label)
         if processes[0] == 1:  # perfect scaling: N times one process
-            axes.plot(processes, [rates[0] * count for count in processes], linestyle=":", color=colour,
-                      label=f"{label}, perfect scaling")
+            axes.plot(
+                processes,
+                [rates[0] * count for count in processes],
+                linestyle=":",
+                color=colour,
+                label=f"{label}, perfect scaling",
+            )
     axes.set_xlabel("processes (one device each)")
     axes.set_ylabel("samples/s (median)")
     axes.set_xticks(sorted({count for points in series.values() for count, _ in points}))
@@ -373,10 +416,20 @@ def _line_labels(rows: Sequence[Row], setting: str) -> list[str]:
     """Per row, the line it belongs to against `setting`: `cuda:0`, or `laptop/cuda:0, workers=2`: the device,
     the machine when `rows` come from several, and the value of every other setting that varies among `rows`."""
     several_machines = len({row.machine_id for row in rows}) > 1
-    others = [name for name in (*SWEPT_EVERYWHERE, *_override_names(rows), *OTHER_SPEED_SETTINGS)
-              if name != setting and len({_value_text(row, name) for row in rows}) > 1]
-    return [", ".join([f"{row.machine_name}/{row.device}" if several_machines else row.device,
-                       *(f"{name}={_value_text(row, name)}" for name in others)]) for row in rows]
+    others = [
+        name
+        for name in (*SWEPT_EVERYWHERE, *_override_names(rows), *OTHER_SPEED_SETTINGS)
+        if name != setting and len({_value_text(row, name) for row in rows}) > 1
+    ]
+    return [
+        ", ".join(
+            [
+                f"{row.machine_name}/{row.device}" if several_machines else row.device,
+                *(f"{name}={_value_text(row, name)}" for name in others),
+            ]
+        )
+        for row in rows
+    ]
 
 
 def _sweep(rows: Sequence[Row], setting: str, held: tuple[tuple[str, str], ...]) -> Sweep:
@@ -385,10 +438,26 @@ def _sweep(rows: Sequence[Row], setting: str, held: tuple[tuple[str, str], ...])
     kinds = {(device_kind(row.device).upper(), device_kind(row.baseline.device).upper()) for row in with_ratio}
     return Sweep(
         setting=setting,
-        throughput=_sweep_lines([(label, _swept_number(row, setting), row.samples_per_s.median, row.samples_per_s.low,
-                                  row.samples_per_s.high) for label, row in labelled if row.samples_per_s is not None]),
-        ratios=_sweep_lines([(label, _swept_number(row, setting), row.speedup.ratio, row.speedup.low,
-                              row.speedup.high) for label, row in labelled if _has_speedup(row)]),
+        throughput=_sweep_lines(
+            [
+                (
+                    label,
+                    _swept_number(row, setting),
+                    row.samples_per_s.median,
+                    row.samples_per_s.low,
+                    row.samples_per_s.high,
+                )
+                for label, row in labelled
+                if row.samples_per_s is not None
+            ]
+        ),
+        ratios=_sweep_lines(
+            [
+                (label, _swept_number(row, setting), row.speedup.ratio, row.speedup.low, row.speedup.high)
+                for label, row in labelled
+                if _has_speedup(row)
+            ]
+        ),
         ratio_name="/".join(kinds.pop()) if len(kinds) == 1 else ("row/baseline" if kinds else ""),
         held=held,
     )
@@ -399,8 +468,10 @@ def _sweep_lines(points: Sequence[tuple[str, float, float, float | None, float |
     by_label: dict[str, list[tuple[float, float, float | None, float | None]]] = {}
     for label, *point in points:
         by_label.setdefault(label, []).append(tuple(point))
-    return tuple(SweepLine(label, *(tuple(values) for values in zip(*sorted(line, key=lambda point: point[0]))))
-                 for label, line in by_label.items())
+    return tuple(
+        SweepLine(label, *(tuple(values) for values in zip(*sorted(line, key=lambda point: point[0]))))
+        for label, line in by_label.items()
+    )
 
 
 def _sweep_figure(workload: str, sweep: Sweep) -> Figure:
@@ -409,11 +480,14 @@ def _sweep_figure(workload: str, sweep: Sweep) -> Figure:
     from matplotlib.ticker import FuncFormatter, NullLocator
 
     panels = 2 if sweep.ratios else 1
-    figure = Figure(figsize=(CHART_WIDTH_IN, CHART_MARGIN_HEIGHT_IN + SWEEP_PANEL_HEIGHT_IN * panels), dpi=DPI,
-                    layout="constrained")
+    figure = Figure(
+        figsize=(CHART_WIDTH_IN, CHART_MARGIN_HEIGHT_IN + SWEEP_PANEL_HEIGHT_IN * panels), dpi=DPI, layout="constrained"
+    )
     axes = figure.subplots(panels, 1, sharex=True, squeeze=False)[:, 0]
-    styles = {line.label: (colour, CURVE_MARKERS[index % len(CURVE_MARKERS)])
-              for index, (line, colour) in enumerate(zip(sweep.throughput, _palette(len(sweep.throughput))))}
+    styles = {
+        line.label: (colour, CURVE_MARKERS[index % len(CURVE_MARKERS)])
+        for index, (line, colour) in enumerate(zip(sweep.throughput, _palette(len(sweep.throughput))))
+    }
     scale = _draw_sweep_lines(axes[0], sweep.throughput, styles)
     axes[0].set_ylabel(f"samples/s{scale}\n(median; error bars: min–max)")
     axes[0].set_title(_title(f"{workload}: training throughput against {sweep.setting}"))
@@ -430,8 +504,13 @@ def _sweep_figure(workload: str, sweep: Sweep) -> Figure:
     axes[-1].set_xlabel(_sweep_axis_name(sweep.setting))
     for panel in axes:
         panel.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:,g}"))  # 1,000 rather than 10³
-    figure.legend(*axes[0].get_legend_handles_labels(), fontsize="small", loc="outside lower center",
-                  ncols=min(len(sweep.throughput), 3), frameon=False)
+    figure.legend(
+        *axes[0].get_legend_handles_labels(),
+        fontsize="small",
+        loc="outside lower center",
+        ncols=min(len(sweep.throughput), 3),
+        frameon=False,
+    )
     return figure
 
 
@@ -442,8 +521,17 @@ def _draw_sweep_lines(axes: Axes, lines: Sequence[SweepLine], styles: Mapping[st
         colour, marker = styles[line.label]
         below = [0.0 if low is None else y - low for y, low in zip(line.y, line.low)]
         above = [0.0 if high is None else high - y for y, high in zip(line.y, line.high)]
-        axes.errorbar(line.x, line.y, yerr=[below, above], color=colour, marker=marker, markersize=6, capsize=3,
-                      elinewidth=1, label=_wrap(line.label))
+        axes.errorbar(
+            line.x,
+            line.y,
+            yerr=[below, above],
+            color=colour,
+            marker=marker,
+            markersize=6,
+            capsize=3,
+            elinewidth=1,
+            label=_wrap(line.label),
+        )
     extremes = [value for line in lines for value in (*line.y, *line.low, *line.high) if value is not None]
     axes.grid(alpha=0.3)
     if min(extremes) > 0 and max(extremes) / min(extremes) > LOG_SCALE_SPAN:
@@ -462,21 +550,31 @@ def _sweep_axis_name(setting: str) -> str:
 
 
 def _sweep_caption(sweep: Sweep) -> str:
-    sentences = [f"Median steady-state samples/s against {sweep.setting}, one line per device and per value of "
-                 "any other setting that varies (the legend says which); error bars from the slowest to the fastest "
-                 "steady epoch."]
+    sentences = [
+        f"Median steady-state samples/s against {sweep.setting}, one line per device and per value of "
+        "any other setting that varies (the legend says which); error bars from the slowest to the fastest "
+        "steady epoch."
+    ]
     if sweep.ratios:
-        sentences.append(f"Lower panel: the {sweep.ratio_name} throughput ratio at the same point (error bars: "
-                         "95% interval, where there is more than one sample).")
+        sentences.append(
+            f"Lower panel: the {sweep.ratio_name} throughput ratio at the same point (error bars: "
+            "95% interval, where there is more than one sample)."
+        )
     if sweep.ratios and sweep.setting == "depth":
-        ends = "; ".join(f"{line.label} {line.y[0]:.2f}x at depth {line.x[0]:g} to {line.y[-1]:.2f}x at depth "
-                         f"{line.x[-1]:g}" for line in sweep.ratios)
-        sentences.append(f"S3 says the deeper the network, the larger the GPU advantage: a ratio that rises to the "
-                         f"right. Here: {ends}.")
+        ends = "; ".join(
+            f"{line.label} {line.y[0]:.2f}x at depth {line.x[0]:g} to {line.y[-1]:.2f}x at depth {line.x[-1]:g}"
+            for line in sweep.ratios
+        )
+        sentences.append(
+            f"S3 says the deeper the network, the larger the GPU advantage: a ratio that rises to the "
+            f"right. Here: {ends}."
+        )
     if sweep.held:
         held = ", ".join(f"{name}={value}" for name, value in sweep.held)
-        sentences.append(f"Every combination would draw more than {MOST_SWEEP_LINES} lines, so only the points at "
-                         f"{held} (the first value of each other swept setting) are drawn; the table has them all.")
+        sentences.append(
+            f"Every combination would draw more than {MOST_SWEEP_LINES} lines, so only the points at "
+            f"{held} (the first value of each other swept setting) are drawn; the table has them all."
+        )
     return " ".join(sentences)
 
 
@@ -484,8 +582,10 @@ def _sweep_alt_text(workload: str, sweep: Sweep) -> str:
     """Every number drawn, as `label [x=y, …]` per line: the chart for a reader (or a program) without it."""
 
     def numbers(lines: Sequence[SweepLine], digits: int) -> str:
-        return "; ".join(f"{line.label} [" + ", ".join(f"{x:g}={y:.{digits}f}" for x, y in zip(line.x, line.y))
-                         + "]" for line in lines)
+        return "; ".join(
+            f"{line.label} [" + ", ".join(f"{x:g}={y:.{digits}f}" for x, y in zip(line.x, line.y)) + "]"
+            for line in lines
+        )
 
     text = f"{workload}: sweep of {sweep.setting}. samples/s: {numbers(sweep.throughput, 0)}."
     if sweep.ratios:
@@ -504,8 +604,12 @@ def estimate_chart(comparison: EstimatedAgainstMeasured) -> Chart | None:
     figure = estimate_figure(comparison)
     if figure is None:
         return None
-    return Chart("estimated-against-measured", _estimate_alt_text(comparison), _png(figure),
-                 caption=_estimate_caption(comparison))
+    return Chart(
+        "estimated-against-measured",
+        _estimate_alt_text(comparison),
+        _png(figure),
+        caption=_estimate_caption(comparison),
+    )
 
 
 def estimate_figure(comparison: EstimatedAgainstMeasured) -> Figure | None:
@@ -523,31 +627,88 @@ def estimate_figure(comparison: EstimatedAgainstMeasured) -> Figure | None:
     ratio = comparison.published_ratio if comparison.published else None
     level = f"{comparison.level:.0%}"
     handles = [Line2D([], [], linestyle="", marker="o", color=colour_of[gpu], label=gpu) for gpu in gpus]
-    handles += [Line2D([], [], linestyle="", marker=RUN_MARKER, markerfacecolor="white", markeredgecolor="black",
-                       color="black", label=f"run here; bar: its {level} interval")] if comparison.runs else []
-    handles += [Line2D([], [], linestyle="", marker="o", markersize=4, color="gray",
-                       label="published figure, estimated without it")] if comparison.published else []
+    handles += (
+        [
+            Line2D(
+                [],
+                [],
+                linestyle="",
+                marker=RUN_MARKER,
+                markerfacecolor="white",
+                markeredgecolor="black",
+                color="black",
+                label=f"run here; bar: its {level} interval",
+            )
+        ]
+        if comparison.runs
+        else []
+    )
+    handles += (
+        [
+            Line2D(
+                [],
+                [],
+                linestyle="",
+                marker="o",
+                markersize=4,
+                color="gray",
+                label="published figure, estimated without it",
+            )
+        ]
+        if comparison.published
+        else []
+    )
     handles += [Line2D([], [], color="black", linewidth=1, label="measured = estimated")]
-    handles += [Line2D([], [], color="gray", linestyle="--", linewidth=1, label=f"{level} interval of a "
-                       "published figure")] if ratio is not None else []
+    handles += (
+        [Line2D([], [], color="gray", linestyle="--", linewidth=1, label=f"{level} interval of a published figure")]
+        if ratio is not None
+        else []
+    )
     legend_lines = math.ceil(len(handles) / ESTIMATE_LEGEND_COLUMNS)
-    figure = Figure(figsize=(CHART_WIDTH_IN, ESTIMATE_PLOT_HEIGHT_IN + LEGEND_LINE_HEIGHT_IN * legend_lines),
-                    dpi=DPI, layout="constrained")
+    figure = Figure(
+        figsize=(CHART_WIDTH_IN, ESTIMATE_PLOT_HEIGHT_IN + LEGEND_LINE_HEIGHT_IN * legend_lines),
+        dpi=DPI,
+        layout="constrained",
+    )
     axes = figure.add_subplot()
     for gpu in gpus:
         published = [point for point in comparison.published if point.gpu == gpu]
         if published:
-            axes.scatter([point.estimated for point in published], [point.measured for point in published], s=14,
-                         color=colour_of[gpu], alpha=0.6, linewidths=0, gid=gpu, zorder=2)
+            axes.scatter(
+                [point.estimated for point in published],
+                [point.measured for point in published],
+                s=14,
+                color=colour_of[gpu],
+                alpha=0.6,
+                linewidths=0,
+                gid=gpu,
+                zorder=2,
+            )
         for point in (point for point in comparison.runs if point.gpu == gpu):
-            bar = None if point.interval is None else [[point.estimated - point.interval[0]],
-                                                       [point.interval[1] - point.estimated]]
-            drawn = axes.errorbar([point.estimated], [point.measured], xerr=bar, fmt=RUN_MARKER, color=colour_of[gpu],
-                                  markeredgecolor="black", markersize=8, capsize=4, elinewidth=1.6, zorder=4)
+            bar = (
+                None
+                if point.interval is None
+                else [[point.estimated - point.interval[0]], [point.interval[1] - point.estimated]]
+            )
+            drawn = axes.errorbar(
+                [point.estimated],
+                [point.measured],
+                xerr=bar,
+                fmt=RUN_MARKER,
+                color=colour_of[gpu],
+                markeredgecolor="black",
+                markersize=8,
+                capsize=4,
+                elinewidth=1.6,
+                zorder=4,
+            )
             drawn.set_label(point.label)
             drawn.lines[0].set_gid(gpu)
-    figures = [value for point in (*comparison.runs, *comparison.published)
-               for value in (point.estimated, point.measured, *(point.interval or ()))]
+    figures = [
+        value
+        for point in (*comparison.runs, *comparison.published)
+        for value in (point.estimated, point.measured, *(point.interval or ()))
+    ]
     low, high = min(figures) / ESTIMATE_ROOM, max(figures) * ESTIMATE_ROOM
     axes.plot([low, high], [low, high], color="black", linewidth=1, zorder=1)
     if ratio is not None:
@@ -564,37 +725,54 @@ def estimate_figure(comparison: EstimatedAgainstMeasured) -> Figure | None:
     axes.set_xlabel("estimated beforehand, samples/s (log scale)")
     axes.set_ylabel("measured, samples/s (log scale; above the diagonal: faster)")
     axes.set_title(_title("Training throughput, estimated against measured"))
-    figure.legend(handles=handles, fontsize="small", loc="outside lower center", ncols=ESTIMATE_LEGEND_COLUMNS,
-                  frameon=False)
+    figure.legend(
+        handles=handles, fontsize="small", loc="outside lower center", ncols=ESTIMATE_LEGEND_COLUMNS, frameon=False
+    )
     return figure
 
 
 def _estimate_caption(comparison: EstimatedAgainstMeasured) -> str:
     level = f"{comparison.level:.0%}"
-    sentences = ["Samples/s the roofline of devicebench estimate gives beforehand (across) against those measured "
-                 "(up), waits for data left out of both; on the black diagonal they agree. One colour per GPU."]
+    sentences = [
+        "Samples/s the roofline of devicebench estimate gives beforehand (across) against those measured "
+        "(up), waits for data left out of both; on the black diagonal they agree. One colour per GPU."
+    ]
     if comparison.runs:
-        sentences.append(f"Diamonds: the GPU runs here, each estimated by a fit on the public record, the seeds' "
-                         f"published figures and devicebench's committed runs, none of yours; the bar is the "
-                         f"estimate's split-conformal interval at {level}, and the measured figure is inside it where "
-                         f"the bar crosses the diagonal.")
+        sentences.append(
+            f"Diamonds: the GPU runs here, each estimated by a fit on the public record, the seeds' "
+            f"published figures and devicebench's committed runs, none of yours; the bar is the "
+            f"estimate's split-conformal interval at {level}, and the measured figure is inside it where "
+            f"the bar crosses the diagonal."
+        )
     if comparison.published:
-        band = "" if comparison.published_ratio is None else (
-            f"; between the dashed lines, the {level} interval their errors give (the estimate times or divided by "
-            f"{comparison.published_ratio:.2f})")
-        sentences.append(f"Dots: the {len(comparison.published)} published figures the roofline is fitted on, each "
-                         f"estimated by a fit without it (leave one out){band}.")
+        band = (
+            ""
+            if comparison.published_ratio is None
+            else (
+                f"; between the dashed lines, the {level} interval their errors give (the estimate times or divided by "
+                f"{comparison.published_ratio:.2f})"
+            )
+        )
+        sentences.append(
+            f"Dots: the {len(comparison.published)} published figures the roofline is fitted on, each "
+            f"estimated by a fit without it (leave one out){band}."
+        )
     return " ".join(sentences)
 
 
 def _estimate_alt_text(comparison: EstimatedAgainstMeasured) -> str:
     """Every run's numbers, and how many published figures on how many GPUs: the chart without the picture."""
-    runs = "; ".join(f"{point.label}: estimated {point.estimated:,.0f}"
-                     + ("" if point.interval is None else f" [{point.interval[0]:,.0f}–{point.interval[1]:,.0f}]")
-                     + f", measured {point.measured:,.0f}" for point in comparison.runs)
+    runs = "; ".join(
+        f"{point.label}: estimated {point.estimated:,.0f}"
+        + ("" if point.interval is None else f" [{point.interval[0]:,.0f}–{point.interval[1]:,.0f}]")
+        + f", measured {point.measured:,.0f}"
+        for point in comparison.runs
+    )
     published = len({point.gpu for point in comparison.published})
-    return (f"Estimated against measured samples/s, log-log. {runs + '. ' if runs else ''}"
-            f"{len(comparison.published)} published figures on {published} GPUs, each estimated without it.")
+    return (
+        f"Estimated against measured samples/s, log-log. {runs + '. ' if runs else ''}"
+        f"{len(comparison.published)} published figures on {published} GPUs, each estimated without it."
+    )
 
 
 def _gpu_palette(count: int) -> list[Colour]:
@@ -633,22 +811,43 @@ def _bar_label(value: float, digits: int) -> str:
     return f"{value:,.{digits}f}" if value >= 10 ** (2 - digits) or value == 0 else f"{value:.2g}"
 
 
-def _draw_spread_bars(axes: Axes, rows: Sequence[Row], values: Sequence[Spread | None], *, unit: str,
-                      digits: int, published: Sequence[float | None] = ()) -> None:
+def _draw_spread_bars(
+    axes: Axes,
+    rows: Sequence[Row],
+    values: Sequence[Spread | None],
+    *,
+    unit: str,
+    digits: int,
+    published: Sequence[float | None] = (),
+) -> None:
     """Bars at the median with min–max whiskers and the median written at the bar's end; `published` figures,
     one per row or None, as markers on the same axis."""
     marked = [(index, rate) for index, rate in enumerate(published) if rate is not None]
     if marked:
-        axes.scatter([rate for _, rate in marked], [index for index, _ in marked], marker=PUBLISHED_MARKER, s=46,
-                     color="black", zorder=3, label="published figure, same device kind")
+        axes.scatter(
+            [rate for _, rate in marked],
+            [index for index, _ in marked],
+            marker=PUBLISHED_MARKER,
+            s=46,
+            color="black",
+            zorder=3,
+            label="published figure, same device kind",
+        )
     largest = max([value.high for value in values if value is not None] + [rate for _, rate in marked])
     for index, (row, value, colour) in enumerate(zip(rows, values, _palette(len(rows)))):
         if value is None:
             axes.text(0, index, "  no steady-state epochs", va="center", fontsize="small", color="dimgray")
             continue
-        axes.barh(index, value.median, color=colour, alpha=0.85, hatch=SYNTHETIC_HATCH if _is_synthetic(row) else None,
-                  edgecolor="white", xerr=[[value.median - value.low], [value.high - value.median]],
-                  error_kw={"ecolor": "black", "capsize": 3, "elinewidth": 1})
+        axes.barh(
+            index,
+            value.median,
+            color=colour,
+            alpha=0.85,
+            hatch=SYNTHETIC_HATCH if _is_synthetic(row) else None,
+            edgecolor="white",
+            xerr=[[value.median - value.low], [value.high - value.median]],
+            error_kw={"ecolor": "black", "capsize": 3, "elinewidth": 1},
+        )
         label = f" {_bar_label(value.median, digits)}{' ' + unit if unit else ''}"
         axes.text(value.high + largest * 0.01, index, label, va="center", fontsize="small")
     axes.set_xlim(0, largest * 1.2)  # room for the value labels
@@ -662,16 +861,35 @@ def _draw_speedups(axes: Axes, rows: Sequence[Row], colours: Sequence[Colour]) -
     for index, (row, colour) in enumerate(zip(rows, colours)):
         value = row.speedup
         if not _has_speedup(row):
-            text = ("baseline (1x)" if row.baseline is row else "tuned: its gain over seed mode is listed above"
-                    if row.against_seed_mode else "no speedup: see the table")
+            text = (
+                "baseline (1x)"
+                if row.baseline is row
+                else "tuned: its gain over seed mode is listed above"
+                if row.against_seed_mode
+                else "no speedup: see the table"
+            )
             axes.text(1, index, f"  {text}", va="center", fontsize="small", color="dimgray")
             continue
         has_interval = value.low is not None and value.high is not None
-        axes.barh(index, value.ratio - 1, left=1, color=colour, alpha=0.85, edgecolor="white",
-                  hatch=SYNTHETIC_HATCH if _is_synthetic(row) else None)
+        axes.barh(
+            index,
+            value.ratio - 1,
+            left=1,
+            color=colour,
+            alpha=0.85,
+            edgecolor="white",
+            hatch=SYNTHETIC_HATCH if _is_synthetic(row) else None,
+        )
         if has_interval:
-            axes.errorbar(value.ratio, index, xerr=[[value.ratio - value.low], [value.high - value.ratio]],
-                          fmt="none", ecolor="black", capsize=3, elinewidth=1)
+            axes.errorbar(
+                value.ratio,
+                index,
+                xerr=[[value.ratio - value.low], [value.high - value.ratio]],
+                fmt="none",
+                ecolor="black",
+                capsize=3,
+                elinewidth=1,
+            )
         right = max(value.ratio, value.high if has_interval else value.ratio, 1.0)
         interval = f" [{value.low:.2f}–{value.high:.2f}]" if has_interval else ""
         axes.text(right * 1.04, index, f"{value.ratio:.2f}x{interval}", va="center", fontsize="small")
@@ -698,8 +916,7 @@ def _legend(figure: Figure, axes: Axes, rows: Sequence[Row]) -> None:
         handles.append(Patch(facecolor="white", edgecolor="gray", hatch=SYNTHETIC_HATCH))
         labels.append("SYNTHETIC data")
     if handles:
-        figure.legend(handles, labels, fontsize="small", loc="outside lower center", ncols=len(handles),
-                      frameon=False)
+        figure.legend(handles, labels, fontsize="small", loc="outside lower center", ncols=len(handles), frameon=False)
 
 
 def _has_speedup(row: Row) -> bool:

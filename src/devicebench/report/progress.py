@@ -1,6 +1,6 @@
 """Live output while training: a progress bar per epoch and a Keras-like line when each epoch ends.
 
-    devicebench run mnist-cnn2 --devices cpu --data synthetic --epochs 2 --max-steps 100
+devicebench run mnist-cnn2 --devices cpu --data synthetic --epochs 2 --max-steps 100
 """
 
 from __future__ import annotations
@@ -31,9 +31,14 @@ LONG_RUN_S = 120.0  # a run expected to take longer is announced before it start
 def epoch_fields(record: RunRecord, epoch: EpochRecord) -> list[str]:
     """The fields of an epoch's line, each a whole that a narrow screen never splits: `Epoch 3/10`, `1563/1563`,
     `9.1s`, `5.8ms/step`, `1732 samples/s`, `loss 1.62`, `acc 0.43`, `test_acc 0.44`, `eval 0.9s`."""
-    fields = [f"Epoch {epoch.epoch}/{record.settings.epochs}", f"{epoch.steps}/{epoch.steps}",
-              f"{epoch.train_time_s:.1f}s", f"{epoch.step_time_ms:.1f}ms/step", f"{rate_text(epoch.samples_per_s)} samples/s",
-              f"loss {epoch.train_loss:.4g}"]
+    fields = [
+        f"Epoch {epoch.epoch}/{record.settings.epochs}",
+        f"{epoch.steps}/{epoch.steps}",
+        f"{epoch.train_time_s:.1f}s",
+        f"{epoch.step_time_ms:.1f}ms/step",
+        f"{rate_text(epoch.samples_per_s)} samples/s",
+        f"loss {epoch.train_loss:.4g}",
+    ]
     if epoch.train_accuracy is not None:  # None: outputs that name no classes
         fields.append(f"acc {epoch.train_accuracy:.4f}")
     if epoch.test_accuracy is not None:
@@ -77,7 +82,9 @@ def run_header(record: RunRecord, steps: int) -> Text:
     settings = record.settings
     unit = "rounds" if settings.batch_size == 0 else "steps"
     return Text.assemble(
-        (record.workload, "bold"), " on ", (record.device, "bold"),
+        (record.workload, "bold"),
+        " on ",
+        (record.device, "bold"),
         f" ({record.device_name}), repeat {record.repeat + 1}, {batch_text(settings.batch_size)}"
         + (" (auto)" if settings.batch_size_auto else "")
         + f", {settings.epochs} epoch{'s' if settings.epochs != 1 else ''} of {steps:,} {unit}, "
@@ -106,11 +113,13 @@ class RichReporter(RunReporter):
             self.announced.add(dataset.name)
             why = (dataset.fallback_reason or "--data synthetic was asked for").rstrip(". ")
             # one wrapped paragraph, reason and all: a panel's border cut it at 80 columns
-            self._say(Text.assemble(
-                (f"{workload.name} and every later workload on {dataset.name} train on ", "yellow"),
-                ("SYNTHETIC data", "bold yellow"),
-                (f": {why}. Speeds are real; accuracies cannot be compared with the published ones.", "yellow"),
-            ))
+            self._say(
+                Text.assemble(
+                    (f"{workload.name} and every later workload on {dataset.name} train on ", "yellow"),
+                    ("SYNTHETIC data", "bold yellow"),
+                    (f": {why}. Speeds are real; accuracies cannot be compared with the published ones.", "yellow"),
+                )
+            )
 
     def run_started(self, record: RunRecord) -> None:
         self.record = record  # its header waits for the first epoch: the batch and the steps that really run
@@ -143,23 +152,27 @@ class RichReporter(RunReporter):
     def epoch_finished(self, record: RunRecord, epoch: EpochRecord) -> None:
         self._stop_progress()
         if not self.quiet:  # lines already fitted: a soft-wrapping console must not break them again
-            self.console.print(folded(epoch_fields(record, epoch), self.console.width), highlight=False,
-                               soft_wrap=True)
+            self.console.print(folded(epoch_fields(record, epoch), self.console.width), highlight=False, soft_wrap=True)
 
     def run_finished(self, record: RunRecord) -> None:
         self._stop_progress()
         self.record = None  # a run that failed before its first epoch: the failure below names it
         if record.status != "ok":
             # the error is text, not markup: gloo's "[/__w/pytorch/.../pair.cc:553]" would end a tag that never began
-            self.console.print(f"[bold red]{escape(record.workload)} on {record.device}: {record.status}[/]: "
-                               f"{escape(record.error or '')}")
+            self.console.print(
+                f"[bold red]{escape(record.workload)} on {record.device}: {record.status}[/]: "
+                f"{escape(record.error or '')}"
+            )
 
     def run_estimated(self, record: RunRecord, seconds: float) -> None:
         if seconds > LONG_RUN_S:  # before long work, say how long and how to shorten it
-            self._say(f"{record.workload} on {record.device} should take about {duration_text(seconds)} "
-                      f"({record.settings.epochs} epochs, evaluation included; estimated from its first steps). "
-                      "Shorten it with --budget (e.g. --budget 10m), --epochs or --max-steps; Ctrl-C stops it and "
-                      "keeps every finished epoch.", "yellow")
+            self._say(
+                f"{record.workload} on {record.device} should take about {duration_text(seconds)} "
+                f"({record.settings.epochs} epochs, evaluation included; estimated from its first steps). "
+                "Shorten it with --budget (e.g. --budget 10m), --epochs or --max-steps; Ctrl-C stops it and "
+                "keeps every finished epoch.",
+                "yellow",
+            )
 
     def run_paced(self, record: RunRecord, planned_epochs: int, planned_steps: int, slowdown: float) -> None:
         if self.quiet:
@@ -175,16 +188,23 @@ class RichReporter(RunReporter):
         if record.settings.epochs < planned_epochs:
             said.append(f"it ended after {record.settings.epochs} of {planned_epochs} epochs")
         slower = f"; its steps took up to {slowdown:.1f}x what its first steps said" if slowdown >= 1.05 else ""
-        self._say(f"{record.workload} on {record.device} kept to its share of the budget: {' and '.join(said)}"
-                  f"{slower}.", "dim")
+        self._say(
+            f"{record.workload} on {record.device} kept to its share of the budget: {' and '.join(said)}{slower}.",
+            "dim",
+        )
 
     def run_shrunk(self, workload: str, device: str, changed: Mapping[str, tuple[int, int]], share_s: float) -> None:
-        trained = " and ".join(f"{'batch' if name == 'batch_size' else name} {new:,}" for name, (_, new) in changed.items())
+        trained = " and ".join(
+            f"{'batch' if name == 'batch_size' else name} {new:,}" for name, (_, new) in changed.items()
+        )
         planned = " and ".join(f"{old:,}" for old, _ in changed.values())
         room = f"its {duration_text(share_s)} of the budget" if share_s > 0 else "the budget, already spent"
-        self._say(f"{workload} on {device} trains at {trained} (planned: {planned}): at the planned sizes even its "
-                  f"fewest steps would take longer than {room}. Its figures are at these sizes; a longer --budget "
-                  "(or --batch-size, --set) keeps the planned ones.", "yellow")
+        self._say(
+            f"{workload} on {device} trains at {trained} (planned: {planned}): at the planned sizes even its "
+            f"fewest steps would take longer than {room}. Its figures are at these sizes; a longer --budget "
+            "(or --batch-size, --set) keeps the planned ones.",
+            "yellow",
+        )
 
     def budget_spent(self, account: BudgetAccount) -> None:
         spent, budget = duration_text(account.spent_s), duration_text(account.budget_s)
@@ -198,8 +218,9 @@ class RichReporter(RunReporter):
         """Print `message` wrapped between its words at the console's width, also on a console that soft-wraps
         (the CLI's stderr does, to keep an error's paths whole): a terminal's own wrapping cuts words. A string is
         never read as markup."""
-        self.console.print(Text(message, style=style) if isinstance(message, str) else message, highlight=False,
-                           soft_wrap=False)
+        self.console.print(
+            Text(message, style=style) if isinstance(message, str) else message, highlight=False, soft_wrap=False
+        )
 
     def close(self) -> None:
         """Take the progress bar off the screen, e.g. after Ctrl-C."""

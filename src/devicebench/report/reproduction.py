@@ -23,8 +23,7 @@ def reproduction_table(reproductions: list[Reproduction]) -> FittedTable:
     """Published against measured here, a pair of lines per workload."""
     table = Table(title="Published vs measured here", title_justify="left", show_lines=True)
     for column in ("Workload", "", "Hardware", "CPU samples/s", "GPU samples/s", "Speedup", "Accuracy"):
-        table.add_column(column, justify="left" if column in ("Workload", "", "Hardware") else "right",
-                         overflow="fold")
+        table.add_column(column, justify="left" if column in ("Workload", "", "Hardware") else "right", overflow="fold")
     for entry in reproductions:
         published = entry.published
         table.add_row(
@@ -36,9 +35,14 @@ def reproduction_table(reproductions: list[Reproduction]) -> FittedTable:
             "—" if published.speedup is None else f"{published.speedup:g}x ({published.basis})",
             percent_text(published.accuracy) + (f" {published.accuracy_kind}" if published.accuracy else ""),
         )
-        measured_speedup = "— (no GPU here)" if entry.measured_speedup is None else (
-            f"{entry.measured_speedup:.2f}x (steady samples/s)"
-            + (f"; end to end {entry.measured_end_to_end_ratio:.2f}x" if entry.measured_end_to_end_ratio else ""))
+        measured_speedup = (
+            "— (no GPU here)"
+            if entry.measured_speedup is None
+            else (
+                f"{entry.measured_speedup:.2f}x (steady samples/s)"
+                + (f"; end to end {entry.measured_end_to_end_ratio:.2f}x" if entry.measured_end_to_end_ratio else "")
+            )
+        )
         data = f"[bold yellow]{entry.data_sources} data[/]" if "synthetic" in entry.data_sources else "real data"
         table.add_row(
             "",
@@ -78,35 +82,63 @@ def record_table(comparison: RecordComparison) -> Group:
         for row in measured:
             here = in_unit(workload, row, figure.unit)
             ratios.append("—" if not here else factor_text(figure.per_gpu_throughput / here))
-        table.add_row(f"{figure.gpu}{gpus} [{number}]",
-                      figure.precision + (" (TF32)" if figure.tf32 == "on" and figure.precision == "fp32" else ""),
-                      batch_and_length(figure.batch_per_gpu, figure.sequence_length),
-                      f"{figure.framework} {figure.framework_version}".strip() + f"; {figure.data}",
-                      f"{figure.throughput:,.0f}" + ("" if one_unit else f" {figure.unit}"), *ratios)
+        table.add_row(
+            f"{figure.gpu}{gpus} [{number}]",
+            figure.precision + (" (TF32)" if figure.tf32 == "on" and figure.precision == "fp32" else ""),
+            batch_and_length(figure.batch_per_gpu, figure.sequence_length),
+            f"{figure.framework} {figure.framework_version}".strip() + f"; {figure.data}",
+            f"{figure.throughput:,.0f}" + ("" if one_unit else f" {figure.unit}"),
+            *ratios,
+        )
     lines: list[RenderableType] = [fitted(table)]
     for row in measured:
         settings = row.runs[0].settings if row.runs else None
-        shown = [f"{value:,.1f} {unit}" for unit in units
-                 if (value := in_unit(workload, row, unit)) is not None]
+        shown = [f"{value:,.1f} {unit}" for unit in units if (value := in_unit(workload, row, unit)) is not None]
         batch = f" at batch {batch_and_length(settings.batch_size, comparison.length)}" if settings else ""
-        lines.append(Text(f"Measured here: {row.device_name} ({row.device}): {', '.join(shown)}{batch}, "
-                          f"{row.settings['data_source']} data, {row.settings['mode']} mode.", style="bold"))
+        lines.append(
+            Text(
+                f"Measured here: {row.device_name} ({row.device}): {', '.join(shown)}{batch}, "
+                f"{row.settings['data_source']} data, {row.settings['mode']} mode.",
+                style="bold",
+            )
+        )
     if not comparison.figures:
         lines.append(Text(f"The record has no figures of {workload.name} at the sequence length trained here."))
-    lengths = sorted({figure.sequence_length for figure in comparison.figures
-                      if figure.sequence_length not in (None, comparison.length)})
+    lengths = sorted(
+        {
+            figure.sequence_length
+            for figure in comparison.figures
+            if figure.sequence_length not in (None, comparison.length)
+        }
+    )
     if lengths:
-        lines.append(Text(f"Rows at {' and '.join(f'{length:,}' for length in lengths)} tokens a sequence, this run "
-                          f"at {comparison.length:,}: their tokens/s compare only roughly (attention's share of the "
-                          "work grows with the length)."))
+        lines.append(
+            Text(
+                f"Rows at {' and '.join(f'{length:,}' for length in lengths)} tokens a sequence, this run "
+                f"at {comparison.length:,}: their tokens/s compare only roughly (attention's share of the "
+                "work grows with the length)."
+            )
+        )
     for length, count in comparison.other_lengths.items():
-        lines.append(Text(f"Left out: {count} published row{'s' if count > 1 else ''} at sequence length {length}, "
-                          f"a different amount of work a sample: --set sequence_length={length} compares with "
-                          f"{'them' if count > 1 else 'it'}."))
+        lines.append(
+            Text(
+                f"Left out: {count} published row{'s' if count > 1 else ''} at sequence length {length}, "
+                f"a different amount of work a sample: --set sequence_length={length} compares with "
+                f"{'them' if count > 1 else 'it'}."
+            )
+        )
     if comparison.not_shown:
-        lines.append(Text(f"Shown: the fastest single-GPU figure of each GPU and precision; {comparison.not_shown} "
-                          "more rows (several GPUs, other frameworks, batches or years): --every-row."))
-    lines.append(Text("Published figures are other people's measurements, on other machines and software; ÷ says "
-                      "how much faster that GPU ran this model (per GPU) than this device, at the batch each used."))
+        lines.append(
+            Text(
+                f"Shown: the fastest single-GPU figure of each GPU and precision; {comparison.not_shown} "
+                "more rows (several GPUs, other frameworks, batches or years): --every-row."
+            )
+        )
+    lines.append(
+        Text(
+            "Published figures are other people's measurements, on other machines and software; ÷ says "
+            "how much faster that GPU ran this model (per GPU) than this device, at the batch each used."
+        )
+    )
     lines += [Text(f"[{number}] {source}") for source, number in sources.items()]
     return Group(*lines)

@@ -62,11 +62,21 @@ def plan_table(plan: Plan) -> FittedTable:
     table = Table(title=f"The plan: {runs} run{'' if runs == 1 else 's'}; nothing is loaded or trained")
     repeated = any(job.repeats > 1 for job in plan.jobs)
     changed = any(job.mode != "seed" or job.overrides for job in plan.jobs)
-    for column, shown in (("Workload", True), ("Device", True), ("Runs", repeated), ("Batch", True),
-                          ("Epochs", True), ("Steps", True), ("Eval", True), ("Data", True), ("Settings", changed)):
+    for column, shown in (
+        ("Workload", True),
+        ("Device", True),
+        ("Runs", repeated),
+        ("Batch", True),
+        ("Epochs", True),
+        ("Steps", True),
+        ("Eval", True),
+        ("Data", True),
+        ("Settings", changed),
+    ):
         if shown:
-            table.add_column(column, justify="right" if column in ("Runs", "Batch", "Epochs", "Steps", "Eval")
-                             else "left")
+            table.add_column(
+                column, justify="right" if column in ("Runs", "Batch", "Epochs", "Steps", "Eval") else "left"
+            )
     for job in plan.jobs:
         if job.batch_size_auto:
             batch = "auto"
@@ -74,11 +84,17 @@ def plan_table(plan: Plan) -> FittedTable:
             batch = f"{job.batch_size:,}" if job.batch_size else "every row"  # 0: boosted trees read every row
         source, _ = _expected_source(job)
         settings = [job.mode, *(f"{name}={value}" for name, value in job.overrides.items())]
-        table.add_row(escape(job.workload.name), str(job.device), *([str(job.repeats)] if repeated else []), batch,
-                      str(job.training.epochs), _steps_text(plan, job), _cap_text(job.training.max_eval_steps),
-                      escape(job.data.dataset) + " " + (f"[bold yellow]{source.upper()}[/]" if source == "synthetic"
-                                                        else source),
-                      *([escape(", ".join(settings))] if changed else []))
+        table.add_row(
+            escape(job.workload.name),
+            str(job.device),
+            *([str(job.repeats)] if repeated else []),
+            batch,
+            str(job.training.epochs),
+            _steps_text(plan, job),
+            _cap_text(job.training.max_eval_steps),
+            escape(job.data.dataset) + " " + (f"[bold yellow]{source.upper()}[/]" if source == "synthetic" else source),
+            *([escape(", ".join(settings))] if changed else []),
+        )
     return fitted(table)
 
 
@@ -106,8 +122,9 @@ def _expected_source(job: Job) -> tuple[str, str | None]:
     )
 
     data = job.data
-    return expected_source(data.dataset, data.source, data_dir=data.data_dir,
-                           largest_download_bytes=data.largest_download_bytes)
+    return expected_source(
+        data.dataset, data.source, data_dir=data.data_dir, largest_download_bytes=data.largest_download_bytes
+    )
 
 
 def plan_notes(plan: Plan) -> list[Text]:
@@ -119,10 +136,13 @@ def plan_notes(plan: Plan) -> list[Text]:
 
     notes = [Text("Steps: training steps an epoch; eval: evaluation batches after each epoch; all: the whole set.")]
     if plan.budget_s is not None and any(_sized(plan, job) for job in plan.jobs):
-        notes.append(Text(
-            f"Sized: a time budget of {duration_text(plan.budget_s)}, start-up included: each run times its first "
-            f"steps and an evaluation batch on a throwaway model, and its epochs get the steps that fit its share, "
-            f"at least {FEWEST_BUDGETED_STEPS} an epoch (--budget changes it; --max-steps alone runs fixed steps)."))
+        notes.append(
+            Text(
+                f"Sized: a time budget of {duration_text(plan.budget_s)}, start-up included: each run times its first "
+                f"steps and an evaluation batch on a throwaway model, and its epochs get the steps that fit its share, "
+                f"at least {FEWEST_BUDGETED_STEPS} an epoch (--budget changes it; --max-steps alone runs fixed steps)."
+            )
+        )
     by_source: dict[tuple[str, str | None, str], list[str]] = {}
     for job in plan.jobs:
         source, why = _expected_source(job)
@@ -135,8 +155,12 @@ def plan_notes(plan: Plan) -> list[Text]:
         else:
             notes.append(Text(f"{listed}: {dataset} {why}."))
     if any(source == "synthetic" for source, _, _ in by_source):
-        notes.append(Text("On synthetic data speeds are real; accuracies cannot be compared with the published ones.",
-                          style="yellow"))
+        notes.append(
+            Text(
+                "On synthetic data speeds are real; accuracies cannot be compared with the published ones.",
+                style="yellow",
+            )
+        )
     return notes
 
 
@@ -192,8 +216,10 @@ def workloads_table(workloads: Iterable[Workload]) -> FittedTable:
     for column in ("Workload", "Model", "Defaults", "Published"):
         table.add_column(column)
     for entry in workloads:
-        defaults = ", ".join(f"{key}={value:g}" if isinstance(value, float) else f"{key}={value}"
-                             for key, value in entry.defaults.items())
+        defaults = ", ".join(
+            f"{key}={value:g}" if isinstance(value, float) else f"{key}={value}"
+            for key, value in entry.defaults.items()
+        )
         missing = entry.requires()
         parameters = entry.parameter_count()
         origin = "" if entry.origin == "devicebench" else f"\nfrom {entry.origin}"
@@ -219,8 +245,10 @@ def record_text(workload: str) -> str:
     if not figures:
         return "—"
     gpus = len({figure.gpu for figure in figures})
-    return (f"the public record: {len(figures)} figures on {gpus} GPU{'s' if gpus > 1 else ''} "
-            f"(devicebench reproduce {workload})")
+    return (
+        f"the public record: {len(figures)} figures on {gpus} GPU{'s' if gpus > 1 else ''} "
+        f"(devicebench reproduce {workload})"
+    )
 
 
 def published_text(entry: Workload | None) -> str:
@@ -274,43 +302,90 @@ def _has_published(rows: list[Row]) -> bool:
 
 
 RESULT_COLUMNS = (
-    Column("Samples/s", "samples/s: median over the steady epochs (after the warm-up one) of every repeat",
-           lambda row: rate_text(row.samples_per_s.median if row.samples_per_s else None)),
-    Column("Speedup", "speedup: ratio of median samples/s against the baseline [95% bootstrap interval]",
-           lambda row: speedup_text(row)),
-    Column("Test acc", "test acc: after the last epoch, median of the repeats",
-           lambda row: percent_text(row.test_accuracy.median if row.test_accuracy else None)),
-    Column("Waiting", "waiting: the share of training spent waiting for the next batch, and the verdict "
-                      "(input-bound: faster input would pay; compute-bound: the device itself is the limit)",
-           lambda row: waiting_text(row)),
-    Column("To target s", "to target s: median seconds of training (evaluation left out) until the test accuracy "
-                          "first reached --target-accuracy; (1 of 2): the runs that reached it",
-           target_text, present=lambda rows: any(row.targeted_runs for row in rows)),
+    Column(
+        "Samples/s",
+        "samples/s: median over the steady epochs (after the warm-up one) of every repeat",
+        lambda row: rate_text(row.samples_per_s.median if row.samples_per_s else None),
+    ),
+    Column(
+        "Speedup",
+        "speedup: ratio of median samples/s against the baseline [95% bootstrap interval]",
+        lambda row: speedup_text(row),
+    ),
+    Column(
+        "Test acc",
+        "test acc: after the last epoch, median of the repeats",
+        lambda row: percent_text(row.test_accuracy.median if row.test_accuracy else None),
+    ),
+    Column(
+        "Waiting",
+        "waiting: the share of training spent waiting for the next batch, and the verdict "
+        "(input-bound: faster input would pay; compute-bound: the device itself is the limit)",
+        lambda row: waiting_text(row),
+    ),
+    Column(
+        "To target s",
+        "to target s: median seconds of training (evaluation left out) until the test accuracy "
+        "first reached --target-accuracy; (1 of 2): the runs that reached it",
+        target_text,
+        present=lambda rows: any(row.targeted_runs for row in rows),
+    ),
     Column("Epoch s", "epoch s: steady median [min–max]", epoch_time_text, compact=_never),
-    Column("ms/step", "ms/step: median training step", lambda row: median_text(row.step_time_ms, 2),
-           compact=_never),
-    Column("TFLOP/s", "TFLOP/s: the matrix products and convolutions of forward and backward per sample "
-                      "(engine/flops.py) x samples/s, and as a share of the calibrated matmul peak of every device "
-                      "that trained, at the run's precision (MFU; `devicebench calibrate`)",
-           lambda row: tflops_text(row), compact=_above_peak),
-    Column("Busy", "busy: the device's utilisation (with several processes, their GPUs' mean and the least busy "
-                   "one's) and the training processes' CPU use while training (100% CPU = one core)",
-           lambda row: busy_text(row), compact=_never),
-    Column("Warm-up s", "warm-up s: the first epoch, median", lambda row: median_text(row.warmup_epoch_s, 2),
-           compact=_never),
-    Column("End-to-end s", "end-to-end s: model creation to the end of the last epoch, evaluation included",
-           lambda row: median_text(row.end_to_end_s, 1), compact=_never),
-    Column("Published samples/s", "published samples/s: the seed's figure for that kind of device",
-           _published_samples_text, compact=_never, present=_has_published),
+    Column("ms/step", "ms/step: median training step", lambda row: median_text(row.step_time_ms, 2), compact=_never),
+    Column(
+        "TFLOP/s",
+        "TFLOP/s: the matrix products and convolutions of forward and backward per sample "
+        "(engine/flops.py) x samples/s, and as a share of the calibrated matmul peak of every device "
+        "that trained, at the run's precision (MFU; `devicebench calibrate`)",
+        lambda row: tflops_text(row),
+        compact=_above_peak,
+    ),
+    Column(
+        "Busy",
+        "busy: the device's utilisation (with several processes, their GPUs' mean and the least busy "
+        "one's) and the training processes' CPU use while training (100% CPU = one core)",
+        lambda row: busy_text(row),
+        compact=_never,
+    ),
+    Column(
+        "Warm-up s",
+        "warm-up s: the first epoch, median",
+        lambda row: median_text(row.warmup_epoch_s, 2),
+        compact=_never,
+    ),
+    Column(
+        "End-to-end s",
+        "end-to-end s: model creation to the end of the last epoch, evaluation included",
+        lambda row: median_text(row.end_to_end_s, 1),
+        compact=_never,
+    ),
+    Column(
+        "Published samples/s",
+        "published samples/s: the seed's figure for that kind of device",
+        _published_samples_text,
+        compact=_never,
+        present=_has_published,
+    ),
     # --price asks for the cost: shown without --wide too
-    Column("Cost/1M samples", "cost/1M samples: at the steady rate and the price per hour",
-           lambda row: number_text(row.cost_per_million_samples, 3),
-           present=lambda rows: any(row.price_per_hour is not None for row in rows)),
-    Column("Cost vs baseline", "", cost_vs_baseline_text,
-           present=lambda rows: any(row.price_per_hour is not None for row in rows)),
-    Column("Energy Wh", "energy Wh: what the device drew while training, median per run",
-           lambda row: median_text(row.energy_wh, 2), compact=_never,
-           present=lambda rows: any(row.energy_wh is not None for row in rows)),
+    Column(
+        "Cost/1M samples",
+        "cost/1M samples: at the steady rate and the price per hour",
+        lambda row: number_text(row.cost_per_million_samples, 3),
+        present=lambda rows: any(row.price_per_hour is not None for row in rows),
+    ),
+    Column(
+        "Cost vs baseline",
+        "",
+        cost_vs_baseline_text,
+        present=lambda rows: any(row.price_per_hour is not None for row in rows),
+    ),
+    Column(
+        "Energy Wh",
+        "energy Wh: what the device drew while training, median per run",
+        lambda row: median_text(row.energy_wh, 2),
+        compact=_never,
+        present=lambda rows: any(row.energy_wh is not None for row in rows),
+    ),
 )
 
 
@@ -330,9 +405,11 @@ def comparison_tables(rows_by_workload: dict[str, list[Row]], *, wide: bool = Fa
         parts.append(_workload_table(name, rows, columns))
         parts += [Text(note, style="yellow") for note in row_notes(rows)]
     all_rows = [row for rows in rows_by_workload.values() for row in rows]
-    published = [f"{name} published: {published_text(known_workload(name))}".replace("\n", "; ")
-                 for name in rows_by_workload if wide and known_workload(name) is not None
-                 and known_workload(name).published is not None]
+    published = [
+        f"{name} published: {published_text(known_workload(name))}".replace("\n", "; ")
+        for name in rows_by_workload
+        if wide and known_workload(name) is not None and known_workload(name).published is not None
+    ]
     return parts + legend(list(shown), all_rows, published)
 
 
@@ -340,7 +417,9 @@ def legend(columns: list[Column], rows: list[Row], extra: Iterable[str] = ()) ->
     """What the shown columns hold, in one paragraph, and each device's name: printed once, after the tables."""
     clauses = [column.legend for column in RESULT_COLUMNS if column in columns and column.legend]
     lines = ([clauses[0][0].upper() + "; ".join(clauses)[1:] + "."] if clauses else []) + [
-        *dict.fromkeys(f"{row.machine_name}/{row.device}: {row.device_name}" for row in rows), *extra]
+        *dict.fromkeys(f"{row.machine_name}/{row.device}: {row.device_name}" for row in rows),
+        *extra,
+    ]
     return [Text(line, style="dim") for line in lines]
 
 
@@ -365,21 +444,29 @@ def _workload_title(name: str, rows: list[Row]) -> str:
         sizes = sorted({run.settings.batch_size for run in runs})
         batches = batch_text(sizes[0]) if len(sizes) == 1 else "batch " + ", ".join(f"{size:,}" for size in sizes)
     seed = next((run.seed_experiment for run in runs if run.seed_experiment), "")  # stored: no registry needed
-    return (f"[bold]{escape(name)}[/]: {batches}, {length_text(rows)}, {data}"
-            + (f"; seed experiment {escape(seed)}" if seed else ""))
+    return f"[bold]{escape(name)}[/]: {batches}, {length_text(rows)}, {data}" + (
+        f"; seed experiment {escape(seed)}" if seed else ""
+    )
 
 
 def _workload_table(name: str, rows: list[Row], columns: list[Column]) -> FittedTable:
     one_machine = len({row.machine_id for row in rows}) == 1
-    return figure_table(_workload_title(name, rows), {"Device" if one_machine else "Machine/device":
-                                                      [row_label(row, one_machine) for row in rows]}, rows, columns)
+    return figure_table(
+        _workload_title(name, rows),
+        {"Device" if one_machine else "Machine/device": [row_label(row, one_machine) for row in rows]},
+        rows,
+        columns,
+    )
 
 
 def figure_table(title: str, leading: dict[str, list[str]], rows: list[Row], columns: list[Column]) -> FittedTable:
     """A table of `rows`: the `leading` columns (heading: a cell per row), then `columns`, right-aligned figures."""
     cells = [[column.cell(row) for row in rows] for column in columns]
-    return FittedTable(title, [label_column(heading, values) for heading, values in leading.items()], [
-        FittedColumn(column.heading, values, options={"justify": "right"}) for column, values in zip(columns, cells)])
+    return FittedTable(
+        title,
+        [label_column(heading, values) for heading, values in leading.items()],
+        [FittedColumn(column.heading, values, options={"justify": "right"}) for column, values in zip(columns, cells)],
+    )
 
 
 def row_label(row: Row, one_machine: bool) -> str:
@@ -401,8 +488,9 @@ def row_label(row: Row, one_machine: bool) -> str:
 # --- sweeps ------------------------------------------------------------------------------------------------
 
 
-def sweep_tables(rows_by_workload: dict[str, list[Row]], swept: list[str], *, wide: bool = False
-                 ) -> list[RenderableType]:
+def sweep_tables(
+    rows_by_workload: dict[str, list[Row]], swept: list[str], *, wide: bool = False
+) -> list[RenderableType]:
     """Per workload and device, one line per grid point: throughput, waiting, verdict, and the ratio to the
     baseline device at the same point; then, once, the legend of the columns shown."""
     tables: list[RenderableType] = []
@@ -418,8 +506,10 @@ def sweep_tables(rows_by_workload: dict[str, list[Row]], swept: list[str], *, wi
                 points["Steps"] = [span_text(row.epoch_steps) if row.epoch_steps else "—" for row in own]
             if any(problems):  # a point that failed says so beside its values
                 points["Runs"] = ["[red]" + ", ".join(found) + "[/]" if found else "ok" for found in problems]
-            title = (f"[bold]{escape(name)}[/] on {escape(device)} ({escape(own[0].device_name)}): "
-                     f"{length_text(own)}, a row per grid point")
+            title = (
+                f"[bold]{escape(name)}[/] on {escape(device)} ({escape(own[0].device_name)}): "
+                f"{length_text(own)}, a row per grid point"
+            )
             tables.append(figure_table(title, points, own, columns))
         tables += [Text(note, style="yellow") for note in row_notes(rows)]
     all_rows = [row for rows in rows_by_workload.values() for row in rows]
@@ -443,8 +533,12 @@ def history_table(results: list[Result], path: Path, *, wide: bool = False) -> F
         ("Machine", words, True, lambda result, run, summary: escape(result.machine["machine_name"])),
         ("Workload", words, True, lambda result, run, summary: escape(run.workload)),
         ("Device", words, True, lambda result, run, summary: escape(run.device)),
-        ("Status", text, True, lambda result, run, summary: Text(run.status, style=STATUS_STYLES.get(run.status,
-                                                                                                     "red"))),
+        (
+            "Status",
+            text,
+            True,
+            lambda result, run, summary: Text(run.status, style=STATUS_STYLES.get(run.status, "red")),
+        ),
         ("Epochs", text, wide, lambda result, run, summary: f"{summary.epochs_completed}/{run.settings.epochs}"),
         ("Samples/s", number, True, lambda result, run, summary: rate_text(summary.steady_samples_per_s)),
         ("Epoch s", number, wide, lambda result, run, summary: number_text(summary.steady_epoch_time_s, 2)),
@@ -452,15 +546,27 @@ def history_table(results: list[Result], path: Path, *, wide: bool = False) -> F
         ("Data", text, wide, lambda result, run, summary: run.settings.data_source),
         ("Batch", number, wide, lambda result, run, summary: str(run.settings.batch_size)),
     ]
-    columns = [FittedColumn(heading, [cell(result, run, summary) for result, run, summary in runs], options=options)
-               for heading, options, shown, cell in wanted if shown]
+    columns = [
+        FittedColumn(heading, [cell(result, run, summary) for result, run, summary in runs], options=options)
+        for heading, options, shown, cell in wanted
+        if shown
+    ]
     run_ids = FittedColumn("Run id", [run.run_id[:8] for _, run, _ in runs], options=text)  # to the minute above: the
-    count = len(runs)                                                                  # id tells runs apart
+    count = len(runs)  # id tells runs apart
     return FittedTable(
-        f"{count} run{'' if count == 1 else 's'} in {escape(str(path))}", [run_ids], columns,
+        f"{count} run{'' if count == 1 else 's'} in {escape(str(path))}",
+        [run_ids],
+        columns,
         # a rule under the header and a single space between columns
-        {"box": box.SIMPLE_HEAD, "show_edge": False, "pad_edge": False,
-         "caption": ("Samples/s and epoch s: medians" if wide else "Samples/s: median")
-         + " of the steady epochs, warm-up left out. Test acc: after the last epoch."
-         + ("" if wide else " --wide adds the epochs, epoch time, data and batch."), "caption_justify": "left"},
-        padding=0, edges=False)
+        {
+            "box": box.SIMPLE_HEAD,
+            "show_edge": False,
+            "pad_edge": False,
+            "caption": ("Samples/s and epoch s: medians" if wide else "Samples/s: median")
+            + " of the steady epochs, warm-up left out. Test acc: after the last epoch."
+            + ("" if wide else " --wide adds the epochs, epoch time, data and batch."),
+            "caption_justify": "left",
+        },
+        padding=0,
+        edges=False,
+    )

@@ -64,8 +64,9 @@ def target_text(row: Row) -> str:
     reached = [run for run in targeted if run.time_to_target_train_s is not None]
     if not reached:
         return "not reached"
-    return number_text(row.time_to_target_s.median, 1) + ("" if len(reached) == len(targeted)
-                                                          else f" ({len(reached)} of {len(targeted)})")
+    return number_text(row.time_to_target_s.median, 1) + (
+        "" if len(reached) == len(targeted) else f" ({len(reached)} of {len(targeted)})"
+    )
 
 
 def cost_vs_baseline_text(row: Row) -> str:
@@ -199,15 +200,22 @@ def row_notes(rows: list[Row]) -> list[str]:
             notes.append(f"{row.label}: input-bound: {diagnosis}")
         cv = row.epoch_time_cv
         if cv is not None and cv > NOISY_EPOCH_TIME_CV:
-            notes.append(f"{row.label}: noisy: steady epoch time varies {cv:.1%} across {row.epoch_time_cv_basis} "
-                         f"(more than {NOISY_EPOCH_TIME_CV:.0%}): close other programs or use more repeats before "
-                         f"trusting this row")
+            notes.append(
+                f"{row.label}: noisy: steady epoch time varies {cv:.1%} across {row.epoch_time_cv_basis} "
+                f"(more than {NOISY_EPOCH_TIME_CV:.0%}): close other programs or use more repeats before "
+                f"trusting this row"
+            )
         if row.scaling_efficiency is not None:
             world = row.settings["world_size"]
-            notes.append(f"{row.label}: scaling efficiency {row.scaling_efficiency:.0%}: {world} processes gave "
-                         f"{row.speedup.ratio:.2f}x the throughput of one ({world:.0f}x would be perfect)"
-                         + (": above 100%, so check that both rows were measured alike before trusting it"
-                            if row.scaling_efficiency > 1 else ""))
+            notes.append(
+                f"{row.label}: scaling efficiency {row.scaling_efficiency:.0%}: {world} processes gave "
+                f"{row.speedup.ratio:.2f}x the throughput of one ({world:.0f}x would be perfect)"
+                + (
+                    ": above 100%, so check that both rows were measured alike before trusting it"
+                    if row.scaling_efficiency > 1
+                    else ""
+                )
+            )
         elif row.scaling_note:
             notes.append(f"{row.label}: no scaling efficiency against one process: {row.scaling_note}")
         if row.speedup is not None and "capped at" in row.speedup_note:
@@ -218,8 +226,10 @@ def row_notes(rows: list[Row]) -> list[str]:
             notes.append(f"{row.label}: tuned: {choices}")
         choosing_s = sum(run.tuning_s or 0.0 for run in row.runs)
         if choosing_s > 0:  # time that is in no figure of the table: say how much there was
-            notes.append(f"{row.label}: {choosing_s:.1f} s choosing before training (tuned trial, --batch-size auto "
-                         "search), in none of the times above")
+            notes.append(
+                f"{row.label}: {choosing_s:.1f} s choosing before training (tuned trial, --batch-size auto "
+                "search), in none of the times above"
+            )
     return notes
 
 

@@ -30,17 +30,43 @@ from devicebench.results.stats import Speedup, Spread, speedup, spread
 # spends a larger share of its time starting up than a 60-step one, so their rates are not the same measurement.
 # So does every choice tuned mode makes (engine/tuning.py's Tuning): tuned runs that chose differently ran
 # differently, and pooling them would hide which choice gave which speed.
-SPEED_SETTINGS = ("mode", "precision", "batch_size", "batch_size_auto", "data_source", "workers", "overrides",
-                  "threads", "tf32_matmul", "tf32_cudnn", "compiled", "channels_last", "fused_optimizer",
-                  "cudnn_benchmark", "device_resident", "allocator_keeps_memory", "world_size", "max_steps")
+SPEED_SETTINGS = (
+    "mode",
+    "precision",
+    "batch_size",
+    "batch_size_auto",
+    "data_source",
+    "workers",
+    "overrides",
+    "threads",
+    "tf32_matmul",
+    "tf32_cudnn",
+    "compiled",
+    "channels_last",
+    "fused_optimizer",
+    "cudnn_benchmark",
+    "device_resident",
+    "allocator_keeps_memory",
+    "world_size",
+    "max_steps",
+)
 # Of those, the ones a baseline must share: the work itself. Threads, TF32 and compiling describe how a device ran
 # it. Two exceptions (`_same_work`): in tuned mode each device picks its own precision, and with --batch-size auto
 # its own batch size: the comparison is then each device at its best.
 SAME_WORK_SETTINGS = ("mode", "precision", "batch_size", "batch_size_auto", "data_source", "workers", "overrides")
 # What tuned mode chooses for each run (engine/tuning_choices.Tuning's fields; a test keeps the two the same). They
 # follow from the mode, so a row's label names them only where rows of the same mode chose differently.
-TUNED_CHOICES = ("precision", "channels_last", "fused_optimizer", "compiled", "tf32_matmul", "tf32_cudnn",
-                 "cudnn_benchmark", "device_resident", "allocator_keeps_memory")
+TUNED_CHOICES = (
+    "precision",
+    "channels_last",
+    "fused_optimizer",
+    "compiled",
+    "tf32_matmul",
+    "tf32_cudnn",
+    "cudnn_benchmark",
+    "device_resident",
+    "allocator_keeps_memory",
+)
 DEFAULT_BASELINE = "cpu"
 NOISY_EPOCH_TIME_CV = 0.05  # above this, steady epoch time varies too much across repeats to trust the row
 SECONDS_PER_HOUR = 3600.0
@@ -87,9 +113,14 @@ class Row:
     def against_seed_mode(self) -> bool:
         """Whether this tuned row's speedup is its gain over seed mode on its own device (`_own_seed_row`)."""
         baseline = self.baseline
-        return (baseline is not None and baseline is not self and baseline.device == self.device
-                and baseline.machine_id == self.machine_id and baseline.settings["mode"] == "seed"
-                and self.settings["mode"] == "tuned")
+        return (
+            baseline is not None
+            and baseline is not self
+            and baseline.device == self.device
+            and baseline.machine_id == self.machine_id
+            and baseline.settings["mode"] == "seed"
+            and self.settings["mode"] == "tuned"
+        )
 
     @property
     def steady_epochs(self) -> list[EpochRecord]:
@@ -138,21 +169,33 @@ class Row:
     @property
     def device_utilization_percent(self) -> Spread | None:
         """The device's utilisation; with several processes, their devices' mean."""
-        return _spread_or_none([e.device_utilization_percent for e in self.steady_epochs
-                                if e.device_utilization_percent is not None])
+        return _spread_or_none(
+            [e.device_utilization_percent for e in self.steady_epochs if e.device_utilization_percent is not None]
+        )
 
     @property
     def lowest_rank_utilization_percent(self) -> Spread | None:
         """With several processes, the least busy device's utilisation in each steady epoch where every one's is
         known: a mean of 70% may be one idle GPU among busy ones."""
-        return _spread_or_none([min(e.rank_device_utilization_percent) for e in self.steady_epochs
-                                if e.rank_device_utilization_percent and None not in e.rank_device_utilization_percent])
+        return _spread_or_none(
+            [
+                min(e.rank_device_utilization_percent)
+                for e in self.steady_epochs
+                if e.rank_device_utilization_percent and None not in e.rank_device_utilization_percent
+            ]
+        )
 
     @property
     def tflops(self) -> Spread | None:
         """Achieved TFLOP/s in the steady epochs: FLOPs per sample x samples/s."""
-        return _spread_or_none([run.flops_per_sample * epoch.samples_per_s / TERA for run in self.runs
-                                for epoch in run.steady_epochs if run.flops_per_sample is not None])
+        return _spread_or_none(
+            [
+                run.flops_per_sample * epoch.samples_per_s / TERA
+                for run in self.runs
+                for epoch in run.steady_epochs
+                if run.flops_per_sample is not None
+            ]
+        )
 
     @property
     def scaling_efficiency(self) -> float | None:
@@ -171,8 +214,10 @@ class Row:
         reasons = []
         own_steps, baseline_steps = self.settings["max_steps"], self.baseline.settings["max_steps"]
         if own_steps != baseline_steps:
-            reasons.append(f"its epochs were capped at {own_steps or 'no'} steps, the one-process row's at "
-                           f"{baseline_steps or 'no'}")
+            reasons.append(
+                f"its epochs were capped at {own_steps or 'no'} steps, the one-process row's at "
+                f"{baseline_steps or 'no'}"
+            )
         for side, row in (("this row", self), ("the one-process row", self.baseline)):
             interrupted = row.statuses.get("interrupted", 0)
             if interrupted:
@@ -182,8 +227,13 @@ class Row:
     @property
     def _scales_against_one_process(self) -> bool:
         baseline = self.baseline
-        return (self.settings["world_size"] > 1 and self.speedup is not None and baseline is not None
-                and baseline.settings["world_size"] == 1 and baseline.device == self.device)
+        return (
+            self.settings["world_size"] > 1
+            and self.speedup is not None
+            and baseline is not None
+            and baseline.settings["world_size"] == 1
+            and baseline.device == self.device
+        )
 
     @property
     def flags(self) -> list[Flag]:
@@ -195,8 +245,14 @@ class Row:
             for flag in run_flags(run):
                 found.setdefault(flag.code, flag)
         baseline = self.baseline
-        if (baseline is not None and baseline is not self and baseline.device == "cpu" and self.device != "cpu"
-                and self.speedup is not None and self.speedup.ratio < 1):
+        if (
+            baseline is not None
+            and baseline is not self
+            and baseline.device == "cpu"
+            and self.device != "cpu"
+            and self.speedup is not None
+            and self.speedup.ratio < 1
+        ):
             flag = slower_than_baseline(self.runs, self.speedup.ratio, baseline.label)
             found[flag.code] = flag
         return list(found.values())
@@ -206,17 +262,26 @@ class Row:
         """Model FLOPs utilisation: achieved TFLOP/s as a share of the calibrated matmul peak, at the precision each
         run used (`devicebench calibrate`), of every device that trained: samples/s of several processes is their
         global rate, so it is taken against one peak per process."""
-        return _spread_or_none([run.flops_per_sample * epoch.samples_per_s / TERA
-                                / (calibrated_peak(run) * run.settings.world_size)
-                                for run in self.runs for epoch in run.steady_epochs
-                                if run.flops_per_sample is not None and calibrated_peak(run)])  # a peak no device
+        return _spread_or_none(
+            [
+                run.flops_per_sample * epoch.samples_per_s / TERA / (calibrated_peak(run) * run.settings.world_size)
+                for run in self.runs
+                for epoch in run.steady_epochs
+                if run.flops_per_sample is not None and calibrated_peak(run)
+            ]
+        )  # a peak no device
         # reaches would read 0% (results/plausibility: implausible-peak)
 
     @property
     def input_wait_share(self) -> Spread | None:
         """Of each steady epoch's training time, the share spent waiting for the next batch."""
-        return _spread_or_none([e.input_wait_s / e.train_time_s for e in self.steady_epochs
-                                if e.input_wait_s is not None and e.train_time_s > 0])
+        return _spread_or_none(
+            [
+                e.input_wait_s / e.train_time_s
+                for e in self.steady_epochs
+                if e.input_wait_s is not None and e.train_time_s > 0
+            ]
+        )
 
     @property
     def input_verdict(self) -> str | None:
@@ -252,8 +317,9 @@ class Row:
     @property
     def time_to_target_s(self) -> Spread | None:
         """Training seconds until the test accuracy first reached --target-accuracy, over the runs that reached it."""
-        return _spread_or_none([run.time_to_target_train_s for run in self.targeted_runs
-                                if run.time_to_target_train_s is not None])
+        return _spread_or_none(
+            [run.time_to_target_train_s for run in self.targeted_runs if run.time_to_target_train_s is not None]
+        )
 
     @property
     def energy_wh(self) -> Spread | None:
@@ -334,8 +400,11 @@ def _name_differences(rows: list[Row]) -> None:
         by_mode: dict[str, list[Row]] = {}
         for row in group:
             by_mode.setdefault(row.settings["mode"], []).append(row)
-        named = tuple(name for name in SPEED_SETTINGS if any(
-            _varies(name, among) for among in (by_mode.values() if name in TUNED_CHOICES else [group])))
+        named = tuple(
+            name
+            for name in SPEED_SETTINGS
+            if any(_varies(name, among) for among in (by_mode.values() if name in TUNED_CHOICES else [group]))
+        )
         for row in group:
             row.differs_in = named
 
@@ -399,9 +468,15 @@ def _own_seed_row(row: Row, rows: list[Row]) -> Row | None:
     precision), or None: a tuned row sets its gain over seed mode against it, never a second 1.00x."""
     if row.settings["mode"] != "tuned":
         return None
-    seeds = [other for other in rows if other.settings["mode"] == "seed" and other.machine_id == row.machine_id
-             and other.device == row.device and other.samples_per_s is not None
-             and _same_work(row, other, apart_from=frozenset({"mode"}))]
+    seeds = [
+        other
+        for other in rows
+        if other.settings["mode"] == "seed"
+        and other.machine_id == row.machine_id
+        and other.device == row.device
+        and other.samples_per_s is not None
+        and _same_work(row, other, apart_from=frozenset({"mode"}))
+    ]
     return _closest(row, seeds) if seeds else None
 
 
@@ -446,14 +521,19 @@ def _attach_speedup(row: Row, rows: list[Row], spec: str) -> None:
     row.speedup_note = f"95% interval from {source}" if row.speedup.low is not None else "one sample: no interval"
     own_steps, baseline_steps = row.settings["max_steps"], row.baseline.settings["max_steps"]
     if own_steps != baseline_steps:
-        row.speedup_note += (f"; against {row.baseline.label}, whose epochs were capped at {baseline_steps or 'no'} "
-                             f"steps (this row's at {own_steps or 'no'})")
+        row.speedup_note += (
+            f"; against {row.baseline.label}, whose epochs were capped at {baseline_steps or 'no'} "
+            f"steps (this row's at {own_steps or 'no'})"
+        )
 
 
 def per_repeat_medians(row: Row, measure: str) -> list[float]:
     """The median of `measure` (an EpochRecord field) over each repeat's steady epochs, one value per repeat."""
-    return [statistics.median(getattr(epoch, measure) for epoch in run.steady_epochs)
-            for run in row.runs if run.steady_epochs]
+    return [
+        statistics.median(getattr(epoch, measure) for epoch in run.steady_epochs)
+        for run in row.runs
+        if run.steady_epochs
+    ]
 
 
 def _interval_samples(baseline: Row, row: Row) -> tuple[list[float], list[float], str]:

@@ -49,8 +49,11 @@ def diagnose(record: RunRecord, cores: int) -> Diagnosis | None:
     if share >= INPUT_BOUND_WAIT_SHARE and (utilization is None or utilization < BUSY_DEVICE_PERCENT):
         workers = record.settings.workers
         levers = [f"more --workers (now {workers}, {cores} cores)"] if workers < cores else []
-        levers += ["a smaller image size", "augmentation off (--set augment=false) or on the device",
-                   "a larger --batch-size"]
+        levers += [
+            "a smaller image size",
+            "augmentation off (--set augment=false) or on the device",
+            "a larger --batch-size",
+        ]
         return Diagnosis("input-bound", share, utilization, f"{measured}; try {', '.join(levers)}")
     if utilization is not None and utilization < IDLE_DEVICE_PERCENT:
         lever = "the device idles between small steps: a larger --batch-size gives it more work per step"

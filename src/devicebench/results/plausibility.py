@@ -77,8 +77,10 @@ def peak_doubt(device_name: str, precision: str | None, tflops: float) -> str | 
     datasheet = datasheet_for(device_name)
     promised = None if datasheet is None or precision is None else datasheet.tflops(precision)
     if promised is not None and tflops > MOST_OVER_DATASHEET * promised:
-        return (f"{tflops:.3g} TFLOP/s is {tflops / promised:,.3g}x the {datasheet.product} datasheet's {precision} "
-                f"peak ({promised:.3g} TFLOP/s)")
+        return (
+            f"{tflops:.3g} TFLOP/s is {tflops / promised:,.3g}x the {datasheet.product} datasheet's {precision} "
+            f"peak ({promised:.3g} TFLOP/s)"
+        )
     if tflops > LARGEST_DEVICE_TFLOPS:
         return f"{tflops:.3g} TFLOP/s is more than any device computes (under {LARGEST_DEVICE_TFLOPS:,.0f} TFLOP/s)"
     return None
@@ -119,8 +121,12 @@ def run_flags(record: RunRecord) -> list[Flag]:
     if not steady:
         return []
     samples_per_s = statistics.median(epoch.samples_per_s for epoch in steady)
-    checks = (_implausible_peak(record), _above_peak(record, samples_per_s), _above_bandwidth(record, samples_per_s),
-              _device_idle(record))
+    checks = (
+        _implausible_peak(record),
+        _above_peak(record, samples_per_s),
+        _above_bandwidth(record, samples_per_s),
+        _device_idle(record),
+    )
     return [flag for flag in checks if flag is not None]
 
 
@@ -128,22 +134,40 @@ def slower_than_baseline(record_runs: list[RunRecord], ratio: float, baseline: s
     """An accelerator's runs that trained `ratio` (< 1) times as fast as the `baseline` CPU on the same work: why,
     from the numbers."""
     first = record_runs[0]
-    wait = _median([epoch.input_wait_s / epoch.train_time_s for run in record_runs for epoch in run.steady_epochs
-                    if epoch.input_wait_s is not None and epoch.train_time_s > 0])
-    busy = _median([epoch.device_utilization_percent for run in record_runs for epoch in run.steady_epochs
-                    if epoch.device_utilization_percent is not None])
+    wait = _median(
+        [
+            epoch.input_wait_s / epoch.train_time_s
+            for run in record_runs
+            for epoch in run.steady_epochs
+            if epoch.input_wait_s is not None and epoch.train_time_s > 0
+        ]
+    )
+    busy = _median(
+        [
+            epoch.device_utilization_percent
+            for run in record_runs
+            for epoch in run.steady_epochs
+            if epoch.device_utilization_percent is not None
+        ]
+    )
     lost = f"{first.device} trained at {ratio:.2f}x the speed of {baseline}"
     step_s = _step_compute_at_peak_s(first)
     if wait is not None and wait >= INPUT_BOUND_WAIT_SHARE:
-        why = (f"input-bound: it waited for batches {wait:.0%} of training, which the faster device cannot shorten; "
-               "more --workers or a larger --batch-size")
+        why = (
+            f"input-bound: it waited for batches {wait:.0%} of training, which the faster device cannot shorten; "
+            "more --workers or a larger --batch-size"
+        )
     elif step_s is not None and step_s < LAUNCH_HIDING_S:
-        why = (f"launch-bound: {_step_text(first, step_s)}, too little to hide launching its kernels "
-               f"(~{LAUNCH_HIDING_S * 1e3:g} ms), which the CPU does not pay; a larger --batch-size or --mode tuned "
-               "(CUDA graphs through torch.compile)")
+        why = (
+            f"launch-bound: {_step_text(first, step_s)}, too little to hide launching its kernels "
+            f"(~{LAUNCH_HIDING_S * 1e3:g} ms), which the CPU does not pay; a larger --batch-size or --mode tuned "
+            "(CUDA graphs through torch.compile)"
+        )
     elif busy is not None and busy < SMALL_BATCH_BUSY_PERCENT:
-        why = (f"too small a batch: batch {first.settings.batch_size} kept it {busy:.0f}% busy; a larger "
-               "--batch-size (or --batch-size auto)")
+        why = (
+            f"too small a batch: batch {first.settings.batch_size} kept it {busy:.0f}% busy; a larger "
+            "--batch-size (or --batch-size auto)"
+        )
     else:
         why = "no cause shows in its numbers: `devicebench check` tests that the work lands on the device"
     return Flag("slower-than-baseline", f"{lost}: {why}")
@@ -154,9 +178,13 @@ def _implausible_peak(record: RunRecord) -> Flag | None:
         return None
     precision = peak_precision(record.device, record.settings)
     doubt = peak_doubt(record.device_name, precision, record.peak_tflops)
-    return Flag("implausible-peak", (
-        f"the calibrated {precision or ''} peak stored with the run cannot have been measured: {doubt}; its MFU is "
-        "left out. Run `devicebench calibrate` again on that machine (a hand-edited or imported calibration?)"))
+    return Flag(
+        "implausible-peak",
+        (
+            f"the calibrated {precision or ''} peak stored with the run cannot have been measured: {doubt}; its MFU is "
+            "left out. Run `devicebench calibrate` again on that machine (a hand-edited or imported calibration?)"
+        ),
+    )
 
 
 def _above_peak(record: RunRecord, samples_per_s: float) -> Flag | None:
@@ -168,10 +196,14 @@ def _above_peak(record: RunRecord, samples_per_s: float) -> Flag | None:
     if achieved <= peak_tflops:
         return None
     precision = peak_precision(record.device, record.settings)
-    return Flag("above-peak", (
-        f"{achieved:.3g} TFLOP/s per device is {achieved / peak_tflops:.0%} of the {basis} {precision} peak "
-        f"({peak_tflops:.3g} TFLOP/s), which no device exceeds: either the peak is understated (calibrated under "
-        "load: run `devicebench calibrate` again) or the clock did not wait for the device (`devicebench check`)"))
+    return Flag(
+        "above-peak",
+        (
+            f"{achieved:.3g} TFLOP/s per device is {achieved / peak_tflops:.0%} of the {basis} {precision} peak "
+            f"({peak_tflops:.3g} TFLOP/s), which no device exceeds: either the peak is understated (calibrated under "
+            "load: run `devicebench calibrate` again) or the clock did not wait for the device (`devicebench check`)"
+        ),
+    )
 
 
 def _above_bandwidth(record: RunRecord, samples_per_s: float) -> Flag | None:
@@ -185,17 +217,26 @@ def _above_bandwidth(record: RunRecord, samples_per_s: float) -> Flag | None:
     traffic_gb_s = parameters * BYTES_PER_WEIGHT_PER_STEP * steps_per_s / BYTES_PER_GB
     if traffic_gb_s <= datasheet.memory_gb_s:
         return None
-    return Flag("above-bandwidth", (
-        f"{steps_per_s:,.1f} steps/s would move at least {traffic_gb_s:,.0f} GB/s (each of {parameters:,} fp32 weights "
-        f"read and written once a step), above the {datasheet.product}'s {datasheet.memory_gb_s:,.0f} GB/s: the "
-        "clock did not wait for the device (`devicebench check`)"))
+    return Flag(
+        "above-bandwidth",
+        (
+            f"{steps_per_s:,.1f} steps/s would move at least {traffic_gb_s:,.0f} GB/s (each of {parameters:,} fp32 weights "
+            f"read and written once a step), above the {datasheet.product}'s {datasheet.memory_gb_s:,.0f} GB/s: the "
+            "clock did not wait for the device (`devicebench check`)"
+        ),
+    )
 
 
 def _device_idle(record: RunRecord) -> Flag | None:
     if record.device == "cpu":
         return None
-    busy = _median([epoch.device_utilization_percent for epoch in record.steady_epochs
-                    if epoch.device_utilization_percent is not None])
+    busy = _median(
+        [
+            epoch.device_utilization_percent
+            for epoch in record.steady_epochs
+            if epoch.device_utilization_percent is not None
+        ]
+    )
     if busy is None or busy >= DEVICE_IDLE_PERCENT:
         return None
     epochs = record.steady_epochs
@@ -205,13 +246,17 @@ def _device_idle(record: RunRecord) -> Flag | None:
     if wait >= INPUT_BOUND_WAIT_SHARE:
         why = f"input-bound: the loop waited for batches {wait:.0%} of training; more --workers"
     elif step_s is None:
-        why = ("the work ran elsewhere, or each step is too small to keep it busy (no peak known to tell which): "
-               "`devicebench check` tests that the work lands on the device")
+        why = (
+            "the work ran elsewhere, or each step is too small to keep it busy (no peak known to tell which): "
+            "`devicebench check` tests that the work lands on the device"
+        )
     elif step_s < LAUNCH_HIDING_S:
         why = f"launch-bound: {_step_text(record, step_s)}; a larger --batch-size"
     else:
-        why = (f"the work ran elsewhere: {_step_text(record, step_s)}, enough to keep it busy, yet it idled; is the "
-               "model on the device? `devicebench check` tests that the work lands there")
+        why = (
+            f"the work ran elsewhere: {_step_text(record, step_s)}, enough to keep it busy, yet it idled; is the "
+            "model on the device? `devicebench check` tests that the work lands there"
+        )
     return Flag("device-idle", f"{idle}: {why}")
 
 

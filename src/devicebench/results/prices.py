@@ -46,8 +46,11 @@ class Prices:
     def per_hour(self, machine: Mapping[str, Any], device: str) -> float | None:
         """The hourly price of `device` on `machine`: the machine's own entry first, then the default."""
         kind = device.split(":")[0]
-        for table in (self.machines.get(machine.get("machine_name", "")), self.machines.get(machine["machine_id"]),
-                      self.default):
+        for table in (
+            self.machines.get(machine.get("machine_name", "")),
+            self.machines.get(machine["machine_id"]),
+            self.default,
+        ):
             if table:
                 for key in (device, kind):
                     if key in table:
@@ -60,8 +63,10 @@ def parse_prices(text: str) -> Prices:
     path = Path(text)
     kind = _existing_kind(path) if text.strip() else None  # Path('') is the current folder, not what '' means
     if kind == "folder":
-        raise PriceError(f"--price {text!r} is a folder; give DEVICE=PRICE pairs such as cpu=0.10,cuda=2.50, or a "
-                         "TOML file of prices")
+        raise PriceError(
+            f"--price {text!r} is a folder; give DEVICE=PRICE pairs such as cpu=0.10,cuda=2.50, or a "
+            "TOML file of prices"
+        )
     if text.endswith(".toml") or kind in ("file", "other"):  # "other": a FIFO or a device, refused by name
         return _read_toml(path)
     where = f"--price {text!r}"
@@ -79,8 +84,9 @@ def _pairs(text: str, where: str, example: str) -> dict[str, str]:
     if not any(item.strip() for item in items):
         raise PriceError(f"{where} names no prices; write e.g. --price {example}")
     if not all(item.strip() for item in items):  # 'cpu=1,,cuda=2': a price left out, not a spare comma
-        raise PriceError(f"{where} has an empty item; separate DEVICE=PRICE pairs by single commas, e.g. "
-                         f"--price {example}")
+        raise PriceError(
+            f"{where} has an empty item; separate DEVICE=PRICE pairs by single commas, e.g. --price {example}"
+        )
     pairs = [_pair(item, where) for item in items]
     names = [name for name, _ in pairs]
     repeated = sorted({name for name in names if names.count(name) > 1})
@@ -90,7 +96,7 @@ def _pairs(text: str, where: str, example: str) -> dict[str, str]:
 
 
 def _existing_kind(path: Path) -> str | None:
-    """"folder", "file", "other" (a FIFO, a device, a socket), or None: nothing there, or a name the system will
+    """ "folder", "file", "other" (a FIFO, a device, a socket), or None: nothing there, or a name the system will
     not look up (one too long, say)."""
     try:
         return "folder" if path.is_dir() else "file" if path.is_file() else "other" if path.exists() else None
@@ -134,19 +140,23 @@ def _read_toml(path: Path) -> Prices:
     except UnusableFile as error:
         raise PriceError(str(error)) from None
     except RecursionError:  # tomllib parses nested arrays and tables by recursion
-        raise PriceError(f"price file {path} is nested too deeply to read; prices are flat DEVICE = PRICE lines "
-                         "under [default] and [machine.NAME]") from None
+        raise PriceError(
+            f"price file {path} is nested too deeply to read; prices are flat DEVICE = PRICE lines "
+            "under [default] and [machine.NAME]"
+        ) from None
     except FileNotFoundError:
-        raise PriceError(f"price file {path} does not exist; check the path, or give prices such as "
-                         "--price cpu=0.10,cuda=2.50") from None
+        raise PriceError(
+            f"price file {path} does not exist; check the path, or give prices such as --price cpu=0.10,cuda=2.50"
+        ) from None
     except (OSError, UnicodeDecodeError) as error:
         raise PriceError(f"cannot read price file {path} ({error}); give a readable TOML file") from None
     except tomllib.TOMLDecodeError as error:
         raise PriceError(f"price file {path} is not valid TOML: {error}") from None
     unknown = set(data) - {"default", "machine"}
     if unknown:
-        raise PriceError(f"price file {path}: unknown section(s) {', '.join(sorted(unknown))}; use [default] and "
-                         "[machine.NAME]")
+        raise PriceError(
+            f"price file {path}: unknown section(s) {', '.join(sorted(unknown))}; use [default] and [machine.NAME]"
+        )
     machine_tables = data.get("machine", {})
     if not isinstance(machine_tables, Mapping):
         raise PriceError(f"price file {path}: machine is not a table; write [machine.NAME] sections")

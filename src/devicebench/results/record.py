@@ -25,8 +25,22 @@ from devicebench.results.datasheets import UnknownTarget, catalog_entry
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable  # Python 3.11+; annotations only
 
-COLUMNS = ("workload", "gpu", "gpus", "framework", "framework_version", "precision", "tf32", "batch_per_gpu",
-           "sequence_length", "throughput", "unit", "data", "source", "notes")
+COLUMNS = (
+    "workload",
+    "gpu",
+    "gpus",
+    "framework",
+    "framework_version",
+    "precision",
+    "tf32",
+    "batch_per_gpu",
+    "sequence_length",
+    "throughput",
+    "unit",
+    "data",
+    "source",
+    "notes",
+)
 PRECISIONS = frozenset({"fp32", "tf32", "amp-fp16", "amp-bf16"})  # amp-*: mixed precision with that half type
 TF32_STATES = frozenset({"on", "off", "n/a"})  # n/a: a GPU before Ampere, or a source that does not say
 UNITS = frozenset({"images/s", "sequences/s", "tokens/s"})
@@ -71,8 +85,10 @@ class PublishedFigure:
         """One line for a table: what ran where, at which settings, and how fast."""
         sequence = f", seq {self.sequence_length}" if self.sequence_length is not None else ""
         version = f" {self.framework_version}" if self.framework_version else ""
-        return (f"{self.workload} on {self.gpus}x {self.gpu}, {self.framework}{version}, {self.precision}, "
-                f"batch {self.batch_per_gpu}/GPU{sequence}: {self.throughput:.10g} {self.unit} ({self.data} data)")
+        return (
+            f"{self.workload} on {self.gpus}x {self.gpu}, {self.framework}{version}, {self.precision}, "
+            f"batch {self.batch_per_gpu}/GPU{sequence}: {self.throughput:.10g} {self.unit} ({self.data} data)"
+        )
 
 
 def read_record(folder: Traversable | Path) -> tuple[PublishedFigure, ...]:
@@ -98,8 +114,10 @@ def _read_file(entry: Traversable | Path) -> list[PublishedFigure]:
         reader = csv.reader(stream)
         header = next(reader, None)
         if header is None or tuple(header) != COLUMNS:
-            raise RecordError(f"{entry.name}, line 1: the header must be {','.join(COLUMNS)}; it is "
-                              f"{','.join(header) if header else 'missing'}")
+            raise RecordError(
+                f"{entry.name}, line 1: the header must be {','.join(COLUMNS)}; it is "
+                f"{','.join(header) if header else 'missing'}"
+            )
         figures = []
         for cells in reader:
             line = reader.line_num  # the line the row ends on (a quoted cell may span lines)
@@ -114,8 +132,13 @@ def _figure(cells: list[str]) -> PublishedFigure:
     if len(cells) != len(COLUMNS):
         raise ValueError(f"{len(cells)} cells, the header has {len(COLUMNS)}")
     row = dict(zip(COLUMNS, cells, strict=True))
-    for column, allowed in (("precision", PRECISIONS), ("tf32", TF32_STATES), ("unit", UNITS),
-                            ("data", DATA_KINDS), ("framework", FRAMEWORKS)):
+    for column, allowed in (
+        ("precision", PRECISIONS),
+        ("tf32", TF32_STATES),
+        ("unit", UNITS),
+        ("data", DATA_KINDS),
+        ("framework", FRAMEWORKS),
+    ):
         if row[column] not in allowed:
             raise ValueError(f"{column} {row[column]!r} is not one of {', '.join(sorted(allowed))}")
     try:

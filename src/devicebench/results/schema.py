@@ -179,8 +179,10 @@ class RunRecord:
         record = cls(**_checked_fields(cls, data, where, derived=("summary",)))
         for index, epoch in enumerate(record.epochs):
             if epoch.epoch != index + 1:
-                raise InvalidResult(f"{_at(where, f'epochs[{index}].epoch')}: expected {index + 1} (epochs are "
-                                    f"numbered 1, 2, 3... in order, each once), got {epoch.epoch}")
+                raise InvalidResult(
+                    f"{_at(where, f'epochs[{index}].epoch')}: expected {index + 1} (epochs are "
+                    f"numbered 1, 2, 3... in order, each once), got {epoch.epoch}"
+                )
         return record
 
 
@@ -223,8 +225,10 @@ class Result:
         seen: dict[str, int] = {}
         for index, run in enumerate(result.runs):
             if run.run_id in seen:
-                raise InvalidResult(f"{_at(where, f'runs[{index}].run_id')}: {run.run_id!r} is also the id of "
-                                    f"runs[{seen[run.run_id]}]; each run has its own")
+                raise InvalidResult(
+                    f"{_at(where, f'runs[{index}].run_id')}: {run.run_id!r} is also the id of "
+                    f"runs[{seen[run.run_id]}]; each run has its own"
+                )
             seen[run.run_id] = index
         return result
 
@@ -292,8 +296,7 @@ def _checked_fields(cls: type, data: Any, where: str, derived: tuple[str, ...] =
     fields = {item.name: item for item in dataclasses.fields(cls)}
     for name in data:
         if name not in fields and name not in derived:
-            raise InvalidResult(f"{_at(where, str(name))}: not a field this devicebench knows "
-                                f"(in a {cls.__name__})")
+            raise InvalidResult(f"{_at(where, str(name))}: not a field this devicebench knows (in a {cls.__name__})")
     checked = {}
     for name, item in fields.items():
         if name not in data:
@@ -313,8 +316,9 @@ def _checked(value: Any, hint: Any, where: str, name: str) -> Any:
         (hint,) = [argument for argument in arguments if argument is not type(None)]
         return _checked(value, hint, where, name)
     if dataclasses.is_dataclass(hint):  # its own from_dict adds its checks across fields (RunRecord's epochs)
-        return hint.from_dict(value, where) if hasattr(hint, "from_dict") else hint(**_checked_fields(hint, value,
-                                                                                                    where))
+        return (
+            hint.from_dict(value, where) if hasattr(hint, "from_dict") else hint(**_checked_fields(hint, value, where))
+        )
     if hint is Any:
         return value
     if origin is Literal:
@@ -342,16 +346,23 @@ def _checked(value: Any, hint: Any, where: str, name: str) -> Any:
     if hint in (int, float):
         low, high = _range(name)
         whole = hint is int
-        number = isinstance(value, (int, float)) and not isinstance(value, bool) and (
-            isinstance(value, int) if whole else math.isfinite(value))
+        number = (
+            isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and (isinstance(value, int) if whole else math.isfinite(value))
+        )
         kind = "a whole number" if whole else "a finite number"
         if number and abs(value) > LARGEST_WHOLE_NUMBER:
             largest = LARGEST_WHOLE_NUMBER if whole else f"{LARGEST_WHOLE_NUMBER:.3g}"
-            raise InvalidResult(f"{where}: expected {kind} of magnitude ≤ {largest} (more than any "
-                                f"run measures, and more than can be stored or summed), got {_shown(value)}")
+            raise InvalidResult(
+                f"{where}: expected {kind} of magnitude ≤ {largest} (more than any "
+                f"run measures, and more than can be stored or summed), got {_shown(value)}"
+            )
         if number and not whole and 0 < abs(value) < SMALLEST_FIGURE and name not in _TINY_ALLOWED:
-            raise InvalidResult(f"{where}: expected 0 or {kind} of magnitude ≥ {SMALLEST_FIGURE:.3g} (less than "
-                                f"any clock or counter measures; dividing by it overflows), got {_shown(value)}")
+            raise InvalidResult(
+                f"{where}: expected 0 or {kind} of magnitude ≥ {SMALLEST_FIGURE:.3g} (less than "
+                f"any clock or counter measures; dividing by it overflows), got {_shown(value)}"
+            )
         if number and low <= value <= high:
             return value if whole else float(value)
         bounds = "" if name in _ANY_SIGN else f"in [{low:g}, {high:g}]" if high == 1 else f"≥ {low:g}"

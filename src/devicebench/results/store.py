@@ -46,8 +46,10 @@ BUSY_TIMEOUT_S = 30.0  # how long a write waits for another process's write to f
 WAL_SWITCH_ATTEMPTS = 100  # about 5 s of retries at a random 0.01-0.1 s apart
 SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
 _WHAT_TO_DO = f"pass another --db (or set {DB_ENVIRONMENT_VARIABLE}) to keep results elsewhere"
-_DAMAGED = ("restore it from a backup, or save what can still be read with `sqlite3 FILE .recover` into a new "
-            f"file; or {_WHAT_TO_DO}")
+_DAMAGED = (
+    "restore it from a backup, or save what can still be read with `sqlite3 FILE .recover` into a new "
+    f"file; or {_WHAT_TO_DO}"
+)
 
 
 class StoreError(DevicebenchError, RuntimeError):
@@ -80,8 +82,16 @@ def default_db_path(db: str | Path | None = None) -> Path:
 # Stored as real columns named as the dataclass fields (units included); settings and fingerprints are JSON text
 RUN_COLUMNS = tuple(field.name for field in dataclasses.fields(RunRecord) if field.name not in ("settings", "epochs"))
 EPOCH_COLUMNS = tuple(field.name for field in dataclasses.fields(EpochRecord))
-SESSION_COLUMNS = ("result_id", "machine_id", "hostname", "created_utc", "devicebench_version", "interrupted",
-                   "machine_json", "config_json")
+SESSION_COLUMNS = (
+    "result_id",
+    "machine_id",
+    "hostname",
+    "created_utc",
+    "devicebench_version",
+    "interrupted",
+    "machine_json",
+    "config_json",
+)
 
 
 def _create_tables(connection: sqlite3.Connection) -> None:
@@ -220,8 +230,17 @@ def _add_tuning_time(connection: sqlite3.Connection) -> None:
 
 # MIGRATIONS[n] takes a database from schema n to n + 1; the newest schema is len(MIGRATIONS). Append, never edit.
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
-    _create_tables, _add_live_runs, _add_usage, _add_input_diagnosis, _add_flops, _add_tuning, _add_ranks,
-    _add_compile_and_rank_figures, _add_plausibility, _add_process_namespace, _add_tuning_time,
+    _create_tables,
+    _add_live_runs,
+    _add_usage,
+    _add_input_diagnosis,
+    _add_flops,
+    _add_tuning,
+    _add_ranks,
+    _add_compile_and_rank_figures,
+    _add_plausibility,
+    _add_process_namespace,
+    _add_tuning_time,
 ]
 TABLES = ("machines", "sessions", "runs", "epochs", "live_runs")  # schema 1's four, then schema 2's
 ABANDONED = "the process running it ended without finishing it (killed or crashed); its finished epochs are kept"
@@ -235,10 +254,15 @@ def _insert_sql(table: str, columns: Iterable[str], values: dict[str, str] | Non
 
 
 # A run's position is the number of runs its session already has: runs are inserted in the order they start
-_INSERT_RUN = _insert_sql("runs", ("result_id", "position", *RUN_COLUMNS, "settings_json"),
-                          {"position": "(SELECT COUNT(*) FROM runs WHERE result_id = :result_id)"})
-_UPDATE_RUN = (f"UPDATE runs SET {', '.join(f'{column} = :{column}' for column in (*RUN_COLUMNS, 'settings_json'))} "
-               "WHERE run_id = :run_id")
+_INSERT_RUN = _insert_sql(
+    "runs",
+    ("result_id", "position", *RUN_COLUMNS, "settings_json"),
+    {"position": "(SELECT COUNT(*) FROM runs WHERE result_id = :result_id)"},
+)
+_UPDATE_RUN = (
+    f"UPDATE runs SET {', '.join(f'{column} = :{column}' for column in (*RUN_COLUMNS, 'settings_json'))} "
+    "WHERE run_id = :run_id"
+)
 _INSERT_EPOCH = _insert_sql("epochs", ("run_id", *EPOCH_COLUMNS))
 _INSERT_SESSION = _insert_sql("sessions", SESSION_COLUMNS)
 
@@ -265,8 +289,9 @@ class Store:
             self._connect()
         except sqlite3.Error as error:  # e.g. a read-only folder, or a lock held past the busy timeout
             if not (reading_only and _cannot_be_written(error) and self.path.is_file()):
-                raise StoreError(f"cannot open the results database {self.path}: {_explain(error, self.path)}") \
-                    from None
+                raise StoreError(
+                    f"cannot open the results database {self.path}: {_explain(error, self.path)}"
+                ) from None
             self._connect_read_only()
         if not self.read_only:
             self._file = _file_identity(self.path)
@@ -277,8 +302,9 @@ class Store:
         if query is None:
             self._connection = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
         else:
-            self._connection = sqlite3.connect(f"{self.path.absolute().as_uri()}?{query}", timeout=BUSY_TIMEOUT_S,
-                                               isolation_level=None, uri=True)
+            self._connection = sqlite3.connect(
+                f"{self.path.absolute().as_uri()}?{query}", timeout=BUSY_TIMEOUT_S, isolation_level=None, uri=True
+            )
         self._connection.row_factory = sqlite3.Row
         try:
             self._open()
@@ -295,22 +321,26 @@ class Store:
             self._connect("mode=ro")
         except sqlite3.Error as error:
             if not _cannot_be_written(error) or Path(f"{self.path}-wal").exists():
-                raise StoreError(f"cannot read the results database {self.path}: {_explain(error, self.path)}") \
-                    from None
+                raise StoreError(
+                    f"cannot read the results database {self.path}: {_explain(error, self.path)}"
+                ) from None
             try:
                 self._connect("mode=ro&immutable=1")
             except sqlite3.Error as error:
-                raise StoreError(f"cannot read the results database {self.path}: {_explain(error, self.path)}") \
-                    from None
+                raise StoreError(
+                    f"cannot read the results database {self.path}: {_explain(error, self.path)}"
+                ) from None
 
     def _open(self) -> None:
         version = self._schema_version()  # reads only: a file that is not ours is refused before anything is written
         if self.read_only:
             if version < len(MIGRATIONS):
-                raise StoreError(f"{self.path} holds schema {version} and must be upgraded to schema "
-                                 f"{len(MIGRATIONS)} before this devicebench can read it, but it cannot be written (it "
-                                 "or its folder is read-only). To go on, make them writable and run the command "
-                                 f"again, or {_WHAT_TO_DO}")
+                raise StoreError(
+                    f"{self.path} holds schema {version} and must be upgraded to schema "
+                    f"{len(MIGRATIONS)} before this devicebench can read it, but it cannot be written (it "
+                    "or its folder is read-only). To go on, make them writable and run the command "
+                    f"again, or {_WHAT_TO_DO}"
+                )
             return
         self._switch_to_wal()
         self._connection.execute("PRAGMA foreign_keys = ON")
@@ -329,16 +359,19 @@ class Store:
         # a process id means something only on its own host, in its own PID namespace (a container may share the
         # host's name, or the database, and not its processes): elsewhere the run stays `running`, its fate unknown.
         # A run started before schema 10 has no namespace recorded and is judged by its host, as it was then.
-        live = self._connection.execute("SELECT run_id, process_id FROM live_runs WHERE hostname = ? "
-                                        "AND (process_namespace IS ? OR process_namespace IS NULL)",
-                                        (socket.gethostname(), pid_namespace()))
+        live = self._connection.execute(
+            "SELECT run_id, process_id FROM live_runs WHERE hostname = ? "
+            "AND (process_namespace IS ? OR process_namespace IS NULL)",
+            (socket.gethostname(), pid_namespace()),
+        )
         abandoned = [(run_id,) for run_id, process_id in live.fetchall() if not psutil.pid_exists(process_id)]
         if not abandoned:
             return
         with self._transaction("mark the runs of processes that died as interrupted"):
             self._connection.executemany(
                 "UPDATE runs SET status = 'interrupted', error = ? WHERE run_id = ? AND status = 'running'",
-                [(ABANDONED, run_id) for (run_id,) in abandoned])
+                [(ABANDONED, run_id) for (run_id,) in abandoned],
+            )
             self._connection.executemany("DELETE FROM live_runs WHERE run_id = ?", abandoned)
 
     def _switch_to_wal(self) -> None:
@@ -367,23 +400,31 @@ class Store:
         except sqlite3.OperationalError:
             raise  # locked, unreadable folder, disk error: a problem of the file's place, not of its content
         except sqlite3.DatabaseError as error:
-            raise StoreError(f"{self.path} is not a devicebench results database: it cannot be read as SQLite "
-                             f"({error}). It was left as it is; {_WHAT_TO_DO}") from None
+            raise StoreError(
+                f"{self.path} is not a devicebench results database: it cannot be read as SQLite "
+                f"({error}). It was left as it is; {_WHAT_TO_DO}"
+            ) from None
         if application_id == 0 and version == 0 and not tables:
             return 0
         if application_id != APPLICATION_ID:
-            raise StoreError(f"{self.path} is an SQLite database of another application (application id "
-                             f"{application_id}, tables: {tables or 'none'}), not devicebench results. It was left "
-                             "as it is; "
-                             f"{_WHAT_TO_DO}")
+            raise StoreError(
+                f"{self.path} is an SQLite database of another application (application id "
+                f"{application_id}, tables: {tables or 'none'}), not devicebench results. It was left "
+                "as it is; "
+                f"{_WHAT_TO_DO}"
+            )
         if version > len(MIGRATIONS):
-            raise StoreError(f"{self.path} was made by a newer devicebench (schema {version}); upgrade devicebench "
-                             f"to read it (this one knows schema {len(MIGRATIONS)}), or {_WHAT_TO_DO}")
+            raise StoreError(
+                f"{self.path} was made by a newer devicebench (schema {version}); upgrade devicebench "
+                f"to read it (this one knows schema {len(MIGRATIONS)}), or {_WHAT_TO_DO}"
+            )
         present = set((tables or "").split(", "))
-        missing = [table for table in TABLES[:4 if version == 1 else len(TABLES)] if table not in present]
+        missing = [table for table in TABLES[: 4 if version == 1 else len(TABLES)] if table not in present]
         if version and missing:
-            raise StoreError(f"{self.path} is a damaged devicebench results database: table {', '.join(missing)} "
-                             f"is missing (was it edited by another program?). It was left as it is; {_DAMAGED}")
+            raise StoreError(
+                f"{self.path} is a damaged devicebench results database: table {', '.join(missing)} "
+                f"is missing (was it edited by another program?). It was left as it is; {_DAMAGED}"
+            )
         return version
 
     def _migrate(self) -> None:
@@ -437,8 +478,10 @@ class Store:
         if now == self._file:
             return
         happened = "was deleted (or its folder was)" if now is None else "was replaced by another file"
-        raise StoreError(f"could not {action} in {self.path}: the file {happened} while devicebench was writing to "
-                         "it, and what it wrote went with the old file; " + _WHAT_TO_DO)
+        raise StoreError(
+            f"could not {action} in {self.path}: the file {happened} while devicebench was writing to "
+            "it, and what it wrote went with the old file; " + _WHAT_TO_DO
+        )
 
     # --- writing, as a run happens ---
 
@@ -453,7 +496,8 @@ class Store:
             self._insert_run(result_id, record)
             self._connection.execute(
                 "INSERT INTO live_runs (run_id, hostname, process_id, process_namespace) VALUES (?, ?, ?, ?)",
-                (record.run_id, socket.gethostname(), os.getpid(), pid_namespace()))
+                (record.run_id, socket.gethostname(), os.getpid(), pid_namespace()),
+            )
             self._refuse_unreadable([record.run_id])
 
     def add_epoch(self, run_id: str, epoch: EpochRecord) -> None:
@@ -473,8 +517,11 @@ class Store:
             self._insert_epochs(record)
             self._connection.execute("DELETE FROM live_runs WHERE run_id = ?", (record.run_id,))
             if record.status == "interrupted":
-                self._connection.execute("UPDATE sessions SET interrupted = 1 WHERE result_id = "
-                                         "(SELECT result_id FROM runs WHERE run_id = ?)", (record.run_id,))
+                self._connection.execute(
+                    "UPDATE sessions SET interrupted = 1 WHERE result_id = "
+                    "(SELECT result_id FROM runs WHERE run_id = ?)",
+                    (record.run_id,),
+                )
             self._refuse_unreadable([record.run_id])
 
     # --- moving results between databases ---
@@ -501,43 +548,55 @@ class Store:
         """Read the runs just written back, inside the writing transaction, as every reading command will: a run
         the reader would refuse is refused now (the transaction rolls back), never after it was stored."""
         for start in range(0, len(run_ids), 500):  # SQLite's limit on parameters in one statement
-            chunk = run_ids[start:start + 500]
+            chunk = run_ids[start : start + 500]
             matching = f"WITH matching AS (SELECT run_id FROM runs WHERE run_id IN ({', '.join('?' * len(chunk))})) "
             try:
                 _assemble(*self._rows(matching, chunk))
             except (KeyError, TypeError, ValueError, RecursionError) as error:
                 raise UnreadableRun(
                     f"nothing was stored: devicebench could not read this run back ({error}). This is a bug in "
-                    "devicebench or in the workload that made the run: please report it") from None
+                    "devicebench or in the workload that made the run: please report it"
+                ) from None
 
     def _refuse_another_session_of_the_same_id(self, result: Result) -> None:
         """Raise StoreError when `result` is not the session stored under its id (another machine's, another
         time's) or one of its runs is stored in another session: pooling those runs would mix different sessions.
         The same session again (a re-import, or another export of some of its runs) passes."""
-        stored = self._connection.execute(f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions WHERE result_id = ?",
-                                          (result.result_id,)).fetchone()
+        stored = self._connection.execute(
+            f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions WHERE result_id = ?", (result.result_id,)
+        ).fetchone()
         if stored is not None:
             incoming = _session_row(result)
-            for column in ("machine_id", "hostname", "created_utc", "devicebench_version", "machine_json",
-                           "config_json"):
+            for column in (
+                "machine_id",
+                "hostname",
+                "created_utc",
+                "devicebench_version",
+                "machine_json",
+                "config_json",
+            ):
                 if not _same_value(stored[column], incoming[column], column.endswith("_json")):
                     raise StoreError(
                         f"session {result.result_id} is already stored in {self.path} with another "
                         f"{column.removesuffix('_json').replace('_', ' ')}: two different sessions carry the same "
                         "id, and importing would pool the runs of one with the other's. Nothing was imported; "
-                        "export the file again from the machine that ran it, or import it into another --db")
+                        "export the file again from the machine that ran it, or import it into another --db"
+                    )
         run_ids = [run.run_id for run in result.runs]
         for start in range(0, len(run_ids), 500):  # SQLite's limit on parameters in one statement
-            chunk = run_ids[start:start + 500]
+            chunk = run_ids[start : start + 500]
             other = self._connection.execute(
                 f"SELECT run_id, result_id FROM runs WHERE run_id IN ({', '.join('?' * len(chunk))}) "
-                "AND result_id != ? LIMIT 1", (*chunk, result.result_id)).fetchone()
+                "AND result_id != ? LIMIT 1",
+                (*chunk, result.result_id),
+            ).fetchone()
             if other is not None:
                 raise StoreError(
                     f"run {other['run_id']} of session {result.result_id} is already stored in {self.path} as a run "
                     f"of another session ({other['result_id']}): two different runs carry the same id. Nothing "
                     "was imported; export the file again from the machine that ran it, or import it into another "
-                    "--db")
+                    "--db"
+                )
 
     def _insert_session(self, result: Result) -> None:
         machine = result.machine
@@ -573,8 +632,10 @@ class Store:
         if workload is not None:
             conditions.append("runs.workload GLOB :workload")
         if machine is not None:
-            conditions.append("(machines.machine_name = :machine OR sessions.hostname = :machine "
-                              "OR substr(sessions.machine_id, 1, length(:machine)) = :machine)")
+            conditions.append(
+                "(machines.machine_name = :machine OR sessions.hostname = :machine "
+                "OR substr(sessions.machine_id, 1, length(:machine)) = :machine)"
+            )
         if status is not None:
             conditions.append("runs.status = :status")
         matching = (
@@ -582,15 +643,20 @@ class Store:
             f"JOIN machines USING (machine_id) WHERE {' AND '.join(conditions)} "
             "ORDER BY runs.started_utc DESC, runs.rowid DESC LIMIT :limit) "  # in UTC_TIME_FORMAT: by time
         )
-        parameters = {"workload": workload, "machine": machine, "status": status,
-                      "limit": -1 if last is None else last}  # LIMIT -1: no limit
+        parameters = {
+            "workload": workload,
+            "machine": machine,
+            "status": status,
+            "limit": -1 if last is None else last,
+        }  # LIMIT -1: no limit
         with self._transaction("read the runs", "BEGIN"):  # one snapshot, whatever other processes write
             rows = self._rows(matching, parameters)
         try:
             return _assemble(*rows)
         except (KeyError, TypeError, ValueError, RecursionError) as error:  # InvalidResult and JSONDecodeError too
-            raise StoreError(f"{self.path} is a damaged devicebench results database: {error}. Nothing was "
-                             f"changed in it; {_DAMAGED}") from None
+            raise StoreError(
+                f"{self.path} is a damaged devicebench results database: {error}. Nothing was changed in it; {_DAMAGED}"
+            ) from None
 
     def _rows(self, matching: str, parameters: Any) -> tuple[list[sqlite3.Row], list[sqlite3.Row], list[sqlite3.Row]]:
         """The session, run and epoch rows of the runs the `matching` common table expression names."""
@@ -614,8 +680,9 @@ class Store:
     def run_ids_starting(self, prefix: str) -> list[str]:
         """The stored run ids that start with `prefix` (a whole id, or the 8 characters `history` shows), sorted."""
         with self._transaction("look up the run ids", "BEGIN"):
-            rows = self._connection.execute("SELECT run_id FROM runs WHERE substr(run_id, 1, length(?)) = ? "
-                                            "ORDER BY run_id", (prefix, prefix)).fetchall()
+            rows = self._connection.execute(
+                "SELECT run_id FROM runs WHERE substr(run_id, 1, length(?)) = ? ORDER BY run_id", (prefix, prefix)
+            ).fetchall()
         return [row[0] for row in rows]
 
     def forget_runs(self, run_ids: Iterable[str]) -> tuple[int, int]:
@@ -626,7 +693,8 @@ class Store:
             for table in ("epochs", "live_runs", "runs"):
                 self._connection.executemany(f"DELETE FROM {table} WHERE run_id = ?", ids)
             sessions = self._connection.execute(
-                "DELETE FROM sessions WHERE result_id NOT IN (SELECT result_id FROM runs)").rowcount
+                "DELETE FROM sessions WHERE result_id NOT IN (SELECT result_id FROM runs)"
+            ).rowcount
             self._connection.execute("DELETE FROM machines WHERE machine_id NOT IN (SELECT machine_id FROM sessions)")
         return len(ids), sessions
 
@@ -651,7 +719,8 @@ def _cannot_be_written(error: sqlite3.Error) -> bool:
     """Whether `error` says the database (or its folder) cannot be written, as opposed to locked or damaged."""
     name, message = getattr(error, "sqlite_errorname", ""), str(error)
     return name.startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN")) or any(
-        words in message for words in ("readonly", "unable to open"))
+        words in message for words in ("readonly", "unable to open")
+    )
 
 
 def _refuse_if_not_a_file(path: Path) -> None:
@@ -677,8 +746,10 @@ def _refuse_if_not_sqlite(path: Path) -> None:
     except OSError as error:
         raise StoreError(f"cannot read the results database {path} ({error.strerror}); {_WHAT_TO_DO}") from None
     if header and header != SQLITE_HEADER:
-        raise StoreError(f"{path} is not a devicebench results database: it is not an SQLite file (damaged, or "
-                         f"another kind of file). It was left as it is; {_WHAT_TO_DO}")
+        raise StoreError(
+            f"{path} is not a devicebench results database: it is not an SQLite file (damaged, or "
+            f"another kind of file). It was left as it is; {_WHAT_TO_DO}"
+        )
 
 
 def _explain(error: sqlite3.Error, path: Path, *, unchanged: bool = False) -> str:
@@ -696,12 +767,15 @@ def _explain(error: sqlite3.Error, path: Path, *, unchanged: bool = False) -> st
         problem, advice = "what it holds contradicts what was to be added (damaged, or edited by hand)", _DAMAGED
     elif name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in message:
         problem = f"it is locked by another process, which has held it for more than {BUSY_TIMEOUT_S:g} s"
-        advice = ("close the program that has it open (another devicebench writing to it, or a database browser) or "
-                  "wait for it to finish, then try again; or " + _WHAT_TO_DO)
+        advice = (
+            "close the program that has it open (another devicebench writing to it, or a database browser) or "
+            "wait for it to finish, then try again; or " + _WHAT_TO_DO
+        )
     elif path.is_dir():  # SQLite's "unable to open database file" says no more
         problem, advice = "it is a folder, not a database file", _WHAT_TO_DO
     elif name.startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN")) or any(
-            words in message for words in ("readonly", "unable to open")):
+        words in message for words in ("readonly", "unable to open")
+    ):
         problem = f"it or its folder {path.parent} cannot be written"
         advice = "make them writable, or " + _WHAT_TO_DO
     elif name.startswith("SQLITE_IOERR") or "I/O error" in message:
@@ -773,26 +847,34 @@ def _assemble(sessions: list[sqlite3.Row], runs: list[sqlite3.Row], epochs: list
     for row in epochs:
         epoch = {column: row[column] for column in EPOCH_COLUMNS}
         for column in LIST_EPOCH_COLUMNS:
-            epoch[column] = None if epoch[column] is None else _stored_json(
-                epoch[column], f"run {row['run_id']}'s {column} of epoch {row['epoch']}")
+            epoch[column] = (
+                None
+                if epoch[column] is None
+                else _stored_json(epoch[column], f"run {row['run_id']}'s {column} of epoch {row['epoch']}")
+            )
         epochs_by_run[row["run_id"]].append(epoch)
     runs_by_session: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in runs:
-        runs_by_session[row["result_id"]].append({
-            **{column: row[column] for column in RUN_COLUMNS},
-            "settings": _stored_json(row["settings_json"], f"run {row['run_id']}'s settings_json"),
-            "epochs": epochs_by_run[row["run_id"]],
-        })
+        runs_by_session[row["result_id"]].append(
+            {
+                **{column: row[column] for column in RUN_COLUMNS},
+                "settings": _stored_json(row["settings_json"], f"run {row['run_id']}'s settings_json"),
+                "epochs": epochs_by_run[row["run_id"]],
+            }
+        )
     return [
-        Result.from_dict({
-            "schema_version": SCHEMA_VERSION,  # migrations keep stored rows in the current schema
-            "result_id": row["result_id"],
-            "devicebench_version": row["devicebench_version"],
-            "created_utc": row["created_utc"],
-            "interrupted": bool(row["interrupted"]),
-            "machine": _stored_json(row["machine_json"], f"session {row['result_id']}'s machine_json"),
-            "config": _stored_json(row["config_json"], f"session {row['result_id']}'s config_json"),
-            "runs": runs_by_session[row["result_id"]],
-        }, f"session {row['result_id']}")
+        Result.from_dict(
+            {
+                "schema_version": SCHEMA_VERSION,  # migrations keep stored rows in the current schema
+                "result_id": row["result_id"],
+                "devicebench_version": row["devicebench_version"],
+                "created_utc": row["created_utc"],
+                "interrupted": bool(row["interrupted"]),
+                "machine": _stored_json(row["machine_json"], f"session {row['result_id']}'s machine_json"),
+                "config": _stored_json(row["config_json"], f"session {row['result_id']}'s config_json"),
+                "runs": runs_by_session[row["result_id"]],
+            },
+            f"session {row['result_id']}",
+        )
         for row in sessions
     ]

@@ -53,8 +53,17 @@ def write_json_export(path: Path, results: list[Result]) -> None:
 
 
 # One CSV row per epoch: the run's identity, its machine and device, its settings, then the epoch's figures
-CSV_RUN_FIELDS = ("run_id", "workload", "seed_experiment", "device", "device_name", "repeat", "started_utc",
-                  "status", "error")
+CSV_RUN_FIELDS = (
+    "run_id",
+    "workload",
+    "seed_experiment",
+    "device",
+    "device_name",
+    "repeat",
+    "started_utc",
+    "status",
+    "error",
+)
 SETTINGS_COLUMNS = tuple(field.name for field in dataclasses.fields(RunSettings))
 CSV_COLUMNS = ("result_id", "machine_name", "machine_id", *CSV_RUN_FIELDS, *SETTINGS_COLUMNS, *EPOCH_COLUMNS)
 
@@ -80,22 +89,30 @@ def _spreadsheet_text(value: Any) -> Any:
 def _csv_rows(results: list[Result]) -> Iterator[dict[str, Any]]:
     for result in results:
         for run in result.runs:
-            identity = {"result_id": result.result_id, "machine_name": result.machine["machine_name"],
-                        "machine_id": result.machine["machine_id"],
-                        **{column: getattr(run, column) for column in CSV_RUN_FIELDS}}
+            identity = {
+                "result_id": result.result_id,
+                "machine_name": result.machine["machine_name"],
+                "machine_id": result.machine["machine_id"],
+                **{column: getattr(run, column) for column in CSV_RUN_FIELDS},
+            }
             settings = dataclasses.asdict(run.settings)
             settings["hyperparameters"] = json.dumps(settings["hyperparameters"])  # one cell
             for epoch in run.epochs:
                 figures = finite_or_none(dataclasses.asdict(epoch))
-                yield {**identity, **settings, **figures,
-                       **{column: json_or_none(figures[column]) for column in LIST_EPOCH_COLUMNS}}
+                yield {
+                    **identity,
+                    **settings,
+                    **figures,
+                    **{column: json_or_none(figures[column]) for column in LIST_EPOCH_COLUMNS},
+                }
 
 
 KEPT_CONTROL_CHARACTERS = "\n\t"  # line breaks and tabs in error messages are text; every other one is not
 # Characters that are invisible yet change what is shown: bidirectional controls (U+202E turns "gpu-box" around to
 # read as another name) and zero-width ones (two names that look the same but are not)
-INVISIBLE_CHARACTERS = frozenset("\u200b\u200c\u200d\u200e\u200f\u202a\u202b\u202c\u202d\u202e"
-                                 "\u2060\u2066\u2067\u2068\u2069\ufeff")
+INVISIBLE_CHARACTERS = frozenset(
+    "\u200b\u200c\u200d\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2060\u2066\u2067\u2068\u2069\ufeff"
+)
 
 
 def printable(value: Any) -> Any:
@@ -105,9 +122,12 @@ def printable(value: Any) -> Any:
     if isinstance(value, str):
         if value.isascii() and value.isprintable():  # most text, at once: no control character, nothing invisible
             return value
-        return "".join(character for character in value
-                       if character in KEPT_CONTROL_CHARACTERS
-                       or (unicodedata.category(character) != "Cc" and character not in INVISIBLE_CHARACTERS))
+        return "".join(
+            character
+            for character in value
+            if character in KEPT_CONTROL_CHARACTERS
+            or (unicodedata.category(character) != "Cc" and character not in INVISIBLE_CHARACTERS)
+        )
     if isinstance(value, dict):
         return {printable(key): printable(item) for key, item in value.items()}
     if isinstance(value, list):
@@ -143,8 +163,9 @@ def stream_results_file(path: Path, *, now_utc: str | None = None) -> Iterator[R
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
             raise ResultsFileError(f"{path} is not valid JSON ({error})") from None
         except RecursionError:
-            raise ResultsFileError(f"{path} is not a devicebench results file: its JSON is nested too deeply to be "
-                                   "one") from None
+            raise ResultsFileError(
+                f"{path} is not a devicebench results file: its JSON is nested too deeply to be one"
+            ) from None
         except OSError as error:
             raise ResultsFileError(f"cannot read {path} ({error.strerror})") from None
 
@@ -188,8 +209,10 @@ def _results_in(path: Path, reader: _JsonReader, now_utc: str | None) -> Iterato
     if not exported:
         yield _checked_result(path, members, "", now_utc)  # one run's --json
     elif not streamed:
-        raise ResultsFileError(f"{path} holds a result devicebench cannot read (results: expected a list, got "
-                               f"{type(members.get('results')).__name__})")
+        raise ResultsFileError(
+            f"{path} holds a result devicebench cannot read (results: expected a list, got "
+            f"{type(members.get('results')).__name__})"
+        )
 
 
 def _check_version(path: Path, members: dict[str, Any]) -> None:
@@ -197,8 +220,10 @@ def _check_version(path: Path, members: dict[str, Any]) -> None:
     version = members.get("schema_version", READABLE_SCHEMA_VERSIONS[0])
     if version not in READABLE_SCHEMA_VERSIONS or isinstance(version, bool):
         readable = " and ".join(map(str, READABLE_SCHEMA_VERSIONS))
-        raise ResultsFileError(f"{path} holds results of schema version {version!r}; this devicebench reads "
-                               f"versions {readable}: upgrade devicebench or re-export them")
+        raise ResultsFileError(
+            f"{path} holds results of schema version {version!r}; this devicebench reads "
+            f"versions {readable}: upgrade devicebench or re-export them"
+        )
 
 
 def _checked_result(path: Path, item: Any, where: str, now_utc: str | None) -> Result:
@@ -206,8 +231,9 @@ def _checked_result(path: Path, item: Any, where: str, now_utc: str | None) -> R
         result = Result.from_dict(printable(item), where)
         _check_finished_session(result, where, now_utc)
     except (KeyError, TypeError, ValueError) as error:
-        raise ResultsFileError(f"{path} holds a result devicebench cannot read, so nothing of it was imported "
-                               f"({error})") from None
+        raise ResultsFileError(
+            f"{path} holds a result devicebench cannot read, so nothing of it was imported ({error})"
+        ) from None
     return result
 
 
@@ -229,7 +255,7 @@ class _JsonReader:
         """Append the file's next piece, as long as what is buffered: a long value is tried a few times, not once a
         piece (which would be quadratic in its length)."""
         piece = self._file.read(max(READ_CHARACTERS, len(self._text) - self._position))
-        self._text = self._text[self._position:] + piece
+        self._text = self._text[self._position :] + piece
         self._position = 0
         self._ended = not piece
 
@@ -238,7 +264,7 @@ class _JsonReader:
         while True:
             self._position = json.decoder.WHITESPACE.match(self._text, self._position).end()
             if self._position < len(self._text) or self._ended:
-                return self._text[self._position:self._position + 1]
+                return self._text[self._position : self._position + 1]
             self._read_more()
 
     def take(self, expected: str) -> None:
@@ -270,18 +296,26 @@ def _check_finished_session(result: Result, where: str, now_utc: str | None) -> 
     machine = f"{where}.machine" if where else "machine"
     for key in MACHINE_IDENTITY_KEYS:
         if not isinstance(result.machine.get(key), str) or not result.machine[key]:
-            raise InvalidResult(f"{machine}.{key}: expected a non-empty string, got "
-                                f"{json.dumps(result.machine.get(key))[:60]}")
-    latest = None if now_utc is None else (datetime.datetime.strptime(now_utc, UTC_TIME_FORMAT) + CLOCK_SKEW
-                                           ).strftime(UTC_TIME_FORMAT)
+            raise InvalidResult(
+                f"{machine}.{key}: expected a non-empty string, got {json.dumps(result.machine.get(key))[:60]}"
+            )
+    latest = (
+        None
+        if now_utc is None
+        else (datetime.datetime.strptime(now_utc, UTC_TIME_FORMAT) + CLOCK_SKEW).strftime(UTC_TIME_FORMAT)
+    )
     times = [(f"{where}.created_utc" if where else "created_utc", result.created_utc)]
     for index, run in enumerate(result.runs):
         place = f"{where}.runs[{index}]" if where else f"runs[{index}]"
         if run.status == "running":
-            raise InvalidResult(f"{place}.status: 'running' is not a finished run's status; a file holds runs that "
-                                f"ended: {', '.join(repr(status) for status in FINISHED_STATUSES)}")
+            raise InvalidResult(
+                f"{place}.status: 'running' is not a finished run's status; a file holds runs that "
+                f"ended: {', '.join(repr(status) for status in FINISHED_STATUSES)}"
+            )
         times.append((f"{place}.started_utc", run.started_utc))
     for place, value in times:
         if latest is not None and value > latest:  # in UTC_TIME_FORMAT, text order is time order
-            raise InvalidResult(f"{place}: {value} is more than {CLOCK_SKEW.days} day after this machine's clock "
-                                f"({now_utc}); a run cannot have started in the future")
+            raise InvalidResult(
+                f"{place}: {value} is more than {CLOCK_SKEW.days} day after this machine's clock "
+                f"({now_utc}); a run cannot have started in the future"
+            )

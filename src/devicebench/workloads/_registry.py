@@ -53,8 +53,10 @@ TokensPerSample = Callable[[Hyperparameters], int]
 # A step that is not "forward, loss, backward, optimizer step" (a user's model): given the model as the engine
 # runs it, a batch (inputs, targets) on the device and the optimizer, it does the whole step and returns the
 # loss tensor, or (loss, outputs) for the training accuracy. The engine times it like any step.
-TrainStep = Callable[[nn.Module, tuple[torch.Tensor, torch.Tensor], torch.optim.Optimizer],
-                     "torch.Tensor | tuple[torch.Tensor, torch.Tensor]"]
+TrainStep = Callable[
+    [nn.Module, tuple[torch.Tensor, torch.Tensor], torch.optim.Optimizer],
+    "torch.Tensor | tuple[torch.Tensor, torch.Tensor]",
+]
 PLUGIN_GROUP = "devicebench.workloads"  # the entry-point group through which packages add workloads
 # The largest model any workload may be built with: 10^9 parameters, 4 GB of float32 weights before gradients and
 # optimizer state, some 80 times the largest seed model. Counted on the meta device (no memory), and only after
@@ -184,8 +186,10 @@ class Workload:
             else:
                 fits = isinstance(value, type(default))
             if not fits:
-                raise ValueError(f"{name} is {type(value).__name__} {value!r:.60}, where {self.name} takes a finite "
-                                 f"{type(default).__name__}")
+                raise ValueError(
+                    f"{name} is {type(value).__name__} {value!r:.60}, where {self.name} takes a finite "
+                    f"{type(default).__name__}"
+                )
             checked[name] = value
         return checked
 
@@ -197,8 +201,10 @@ class Workload:
             if not isinstance(value, int) or isinstance(value, bool):
                 raise ModelTooLarge(f"{self.name}: {name} must be a whole number, got {value!r}")
             if value > bound:
-                raise ModelTooLarge(f"{self.name}: {name}={value} is above its bound of {bound:,}: a model that "
-                                    f"large is no benchmark on any machine; give {name} of at most {bound:,}")
+                raise ModelTooLarge(
+                    f"{self.name}: {name}={value} is above its bound of {bound:,}: a model that "
+                    f"large is no benchmark on any machine; give {name} of at most {bound:,}"
+                )
 
     def parameter_count(self, hyperparameters: Hyperparameters | None = None) -> int | None:
         """Trainable parameters, counted on the meta device so that no memory is allocated; None for a workload
@@ -213,15 +219,20 @@ class Workload:
             model = self.build_model(hyperparameters)
         count = sum(parameter.numel() for parameter in model.parameters() if parameter.requires_grad)
         if count > MAX_PARAMETERS and self.load_data is None:  # a user's own model is already built: theirs
-            raise ModelTooLarge(f"{self.name}: {count:,} parameters with "
-                                f"{_size_settings(self, hyperparameters)}, above the bound of {MAX_PARAMETERS:,}")
+            raise ModelTooLarge(
+                f"{self.name}: {count:,} parameters with "
+                f"{_size_settings(self, hyperparameters)}, above the bound of {MAX_PARAMETERS:,}"
+            )
         return count
 
 
 def _size_settings(workload: Workload, hyperparameters: Hyperparameters) -> str:
     """The hyperparameters that differ from the workload's defaults, as "name=value ...", for messages."""
-    changed = [f"{name}={value!r}" for name, value in hyperparameters.items()
-               if workload.defaults.get(name) != value and name not in ("batch_size", "epochs")]
+    changed = [
+        f"{name}={value!r}"
+        for name, value in hyperparameters.items()
+        if workload.defaults.get(name) != value and name not in ("batch_size", "epochs")
+    ]
     return " ".join(changed) or "its default settings"
 
 
@@ -278,8 +289,9 @@ def workload(
 
     def register(build_model: ModelBuilder) -> ModelBuilder:
         if name in _REGISTRY:
-            raise ValueError(f"workload {name!r} is registered twice (by {_REGISTRY[name].origin} and "
-                             f"{_registering_for})")
+            raise ValueError(
+                f"workload {name!r} is registered twice (by {_REGISTRY[name].origin} and {_registering_for})"
+            )
         _REGISTRY[name] = Workload(
             name=name,
             seed=seed,

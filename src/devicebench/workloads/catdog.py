@@ -153,7 +153,9 @@ class DeepCNN(nn.Module):
     def __init__(self, depth: int, image_size: int = 64) -> None:
         super().__init__()
         if depth < len(DEEP_BLOCK_FILTERS):
-            raise ValueError(f"depth must be at least {len(DEEP_BLOCK_FILTERS)} (one convolution per block), got {depth}")
+            raise ValueError(
+                f"depth must be at least {len(DEEP_BLOCK_FILTERS)} (one convolution per block), got {depth}"
+            )
         per_block = [depth // 4 + (block < depth % 4) for block in range(4)]  # earlier blocks take the remainder
         layers: list[nn.Module] = []
         channels = 3

@@ -47,12 +47,16 @@ class TutorialCNN(nn.Module):
         self.local4 = nn.Linear(384, 192)
         self.logits = nn.Linear(192, 10)
         self.features = nn.Sequential(
-            self.conv1, nn.ReLU(), nn.MaxPool2d(3, 2, ceil_mode=True), nn.LocalResponseNorm(**LRN),
-            self.conv2, nn.ReLU(), nn.LocalResponseNorm(**LRN), nn.MaxPool2d(3, 2, ceil_mode=True),
+            self.conv1,
+            nn.ReLU(),
+            nn.MaxPool2d(3, 2, ceil_mode=True),
+            nn.LocalResponseNorm(**LRN),
+            self.conv2,
+            nn.ReLU(),
+            nn.LocalResponseNorm(**LRN),
+            nn.MaxPool2d(3, 2, ceil_mode=True),
         )
-        self.classifier = nn.Sequential(
-            nn.Flatten(), self.local3, nn.ReLU(), self.local4, nn.ReLU(), self.logits
-        )
+        self.classifier = nn.Sequential(nn.Flatten(), self.local3, nn.ReLU(), self.local4, nn.ReLU(), self.logits)
         _truncated_normal(self.conv1, 0.05, 0.0)
         _truncated_normal(self.conv2, 0.05, 0.1)
         _truncated_normal(self.local3, 0.04, 0.1)

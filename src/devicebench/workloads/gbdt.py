@@ -63,19 +63,30 @@ def booster_parameters(hyperparameters: Hyperparameters, num_classes: int) -> di
     for name, least in (("rounds_per_epoch", 1), ("max_depth", 1), ("max_bin", 2)):
         value = hyperparameters[name]
         if not isinstance(value, int) or isinstance(value, bool) or not least <= value <= XGBOOST_LARGEST_INT:
-            raise ValueError(f"{name} must be a whole number from {least} to {XGBOOST_LARGEST_INT:,} (XGBoost's "
-                             f"largest), got {value!r}")
+            raise ValueError(
+                f"{name} must be a whole number from {least} to {XGBOOST_LARGEST_INT:,} (XGBoost's "
+                f"largest), got {value!r}"
+            )
     learning_rate = hyperparameters["learning_rate"]
-    if not (isinstance(learning_rate, (int, float)) and math.isfinite(learning_rate)
-            and learning_rate >= XGBOOST_SMALLEST_RATE):
-        raise ValueError(f"learning_rate must be a finite number of at least {XGBOOST_SMALLEST_RATE:.3g} (XGBoost "
-                         f"holds it as a 32-bit float), got {learning_rate!r}")
+    if not (
+        isinstance(learning_rate, (int, float))
+        and math.isfinite(learning_rate)
+        and learning_rate >= XGBOOST_SMALLEST_RATE
+    ):
+        raise ValueError(
+            f"learning_rate must be a finite number of at least {XGBOOST_SMALLEST_RATE:.3g} (XGBoost "
+            f"holds it as a 32-bit float), got {learning_rate!r}"
+        )
     if num_classes < 2:
         raise ValueError(f"boosted trees need at least 2 classes, got {num_classes}")
-    objective = {"objective": "binary:logistic"} if num_classes == 2 else {
-        "objective": "multi:softprob",
-        "num_class": num_classes,
-    }
+    objective = (
+        {"objective": "binary:logistic"}
+        if num_classes == 2
+        else {
+            "objective": "multi:softprob",
+            "num_class": num_classes,
+        }
+    )
     return {
         **objective,
         "tree_method": "hist",

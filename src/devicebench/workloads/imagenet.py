@@ -80,8 +80,9 @@ def _check_image_size(hyperparameters: Hyperparameters) -> None:
     """The smallest size is refused here; the largest by `size_bounds`, before anything is built."""
     size = hyperparameters["image_size"]
     if size < SMALLEST_IMAGE_SIZE:
-        raise ValueError(f"image_size must be at least {SMALLEST_IMAGE_SIZE} pixels (VGG's five poolings halve it to "
-                         f"1), got {size}")
+        raise ValueError(
+            f"image_size must be at least {SMALLEST_IMAGE_SIZE} pixels (VGG's five poolings halve it to 1), got {size}"
+        )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -90,8 +91,10 @@ def _check_image_size(hyperparameters: Hyperparameters) -> None:
 
 
 def _conv_bn(in_channels: int, out_channels: int, kernel_size: int, stride: int = 1) -> list[nn.Module]:
-    return [nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding=kernel_size // 2, bias=False),
-            nn.BatchNorm2d(out_channels)]
+    return [
+        nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding=kernel_size // 2, bias=False),
+        nn.BatchNorm2d(out_channels),
+    ]
 
 
 class Bottleneck(nn.Module):
@@ -101,13 +104,16 @@ class Bottleneck(nn.Module):
         super().__init__()
         out_channels = width * BOTTLENECK_EXPANSION
         self.residual = nn.Sequential(
-            *_conv_bn(in_channels, width, 1), nn.ReLU(),
-            *_conv_bn(width, width, 3, stride), nn.ReLU(),  # v1.5: the stride is here
+            *_conv_bn(in_channels, width, 1),
+            nn.ReLU(),
+            *_conv_bn(width, width, 3, stride),
+            nn.ReLU(),  # v1.5: the stride is here
             *_conv_bn(width, out_channels, 1),
         )
         changes_shape = stride != 1 or in_channels != out_channels
-        self.shortcut = nn.Sequential(*_conv_bn(in_channels, out_channels, 1, stride)) if changes_shape \
-            else nn.Identity()
+        self.shortcut = (
+            nn.Sequential(*_conv_bn(in_channels, out_channels, 1, stride)) if changes_shape else nn.Identity()
+        )
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         return torch.relu(self.residual(features) + self.shortcut(features))
@@ -116,8 +122,11 @@ class Bottleneck(nn.Module):
 class ResNet(nn.Module):
     def __init__(self, blocks_per_stage: tuple[int, ...]) -> None:
         super().__init__()
-        layers: list[nn.Module] = [*_conv_bn(3, STAGE_WIDTHS[0], 7, stride=2), nn.ReLU(),
-                                   nn.MaxPool2d(3, stride=2, padding=1)]
+        layers: list[nn.Module] = [
+            *_conv_bn(3, STAGE_WIDTHS[0], 7, stride=2),
+            nn.ReLU(),
+            nn.MaxPool2d(3, stride=2, padding=1),
+        ]
         channels = STAGE_WIDTHS[0]
         for stage, (width, blocks) in enumerate(zip(STAGE_WIDTHS, blocks_per_stage, strict=True)):
             for block in range(blocks):
@@ -140,13 +149,21 @@ class ResNet(nn.Module):
 def resnet_sgd(model: nn.Module, hyperparameters: Hyperparameters) -> torch.optim.Optimizer:
     """SGD with momentum and weight decay, at learning_rate per 256 images scaled to the batch (Goyal et al.)."""
     scaled = hyperparameters["learning_rate"] * hyperparameters["batch_size"] / REFERENCE_BATCH
-    return torch.optim.SGD(model.parameters(), lr=scaled, momentum=hyperparameters["momentum"],
-                           weight_decay=hyperparameters["weight_decay"])
+    return torch.optim.SGD(
+        model.parameters(),
+        lr=scaled,
+        momentum=hyperparameters["momentum"],
+        weight_decay=hyperparameters["weight_decay"],
+    )
 
 
 def vgg_sgd(model: nn.Module, hyperparameters: Hyperparameters) -> torch.optim.Optimizer:
-    return torch.optim.SGD(model.parameters(), lr=hyperparameters["learning_rate"],
-                           momentum=hyperparameters["momentum"], weight_decay=hyperparameters["weight_decay"])
+    return torch.optim.SGD(
+        model.parameters(),
+        lr=hyperparameters["learning_rate"],
+        momentum=hyperparameters["momentum"],
+        weight_decay=hyperparameters["weight_decay"],
+    )
 
 
 REFERENCE = {
@@ -210,9 +227,14 @@ class VGG(nn.Module):
             layers.append(nn.MaxPool2d(2, stride=2))
         self.features = nn.Sequential(*layers)
         self.classifier = nn.Sequential(
-            nn.AdaptiveAvgPool2d(VGG_POOLED), nn.Flatten(),
-            nn.Linear(channels * VGG_POOLED * VGG_POOLED, VGG_DENSE_UNITS), nn.ReLU(), nn.Dropout(DROPOUT),
-            nn.Linear(VGG_DENSE_UNITS, VGG_DENSE_UNITS), nn.ReLU(), nn.Dropout(DROPOUT),
+            nn.AdaptiveAvgPool2d(VGG_POOLED),
+            nn.Flatten(),
+            nn.Linear(channels * VGG_POOLED * VGG_POOLED, VGG_DENSE_UNITS),
+            nn.ReLU(),
+            nn.Dropout(DROPOUT),
+            nn.Linear(VGG_DENSE_UNITS, VGG_DENSE_UNITS),
+            nn.ReLU(),
+            nn.Dropout(DROPOUT),
             nn.Linear(VGG_DENSE_UNITS, CLASSES),
         )
         for module in self.modules():

@@ -86,9 +86,12 @@ def adamw(model: nn.Module, hyperparameters: Hyperparameters) -> torch.optim.Opt
     """AdamW decaying the matrices (weights, embeddings) and not the biases or layer norms, as BERT and GPT-2 do."""
     parameters = [parameter for parameter in model.parameters() if parameter.requires_grad]
     return torch.optim.AdamW(
-        [{"params": [p for p in parameters if p.dim() >= 2], "weight_decay": hyperparameters["weight_decay"]},
-         {"params": [p for p in parameters if p.dim() < 2], "weight_decay": 0.0}],
-        lr=hyperparameters["learning_rate"], betas=(0.9, hyperparameters["adam_beta2"]),
+        [
+            {"params": [p for p in parameters if p.dim() >= 2], "weight_decay": hyperparameters["weight_decay"]},
+            {"params": [p for p in parameters if p.dim() < 2], "weight_decay": 0.0},
+        ],
+        lr=hyperparameters["learning_rate"],
+        betas=(0.9, hyperparameters["adam_beta2"]),
         eps=hyperparameters["adam_epsilon"],
     )
 
@@ -118,8 +121,9 @@ class SelfAttention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, length, width = x.shape
         query, key, value = self.query_key_value(x).view(batch, length, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
-        attended = F.scaled_dot_product_attention(query, key, value, is_causal=self.causal,
-                                                  dropout_p=self.dropout if self.training else 0.0)
+        attended = F.scaled_dot_product_attention(
+            query, key, value, is_causal=self.causal, dropout_p=self.dropout if self.training else 0.0
+        )
         return self.output(attended.transpose(1, 2).reshape(batch, length, width))
 
 
@@ -127,13 +131,17 @@ class TransformerBlock(nn.Module):
     """Attention and a feed-forward layer, each in a residual branch: layer-normed after the sum (BERT) or at the
     branch's input (GPT-2's `pre_norm`)."""
 
-    def __init__(self, width: int, heads: int, dropout: float, *, causal: bool, pre_norm: bool, epsilon: float,
-                 gelu: str) -> None:
+    def __init__(
+        self, width: int, heads: int, dropout: float, *, causal: bool, pre_norm: bool, epsilon: float, gelu: str
+    ) -> None:
         super().__init__()
         self.pre_norm = pre_norm
         self.attention = SelfAttention(width, heads, dropout, causal)
-        self.feed_forward = nn.Sequential(nn.Linear(width, FEED_FORWARD_RATIO * width), nn.GELU(approximate=gelu),
-                                          nn.Linear(FEED_FORWARD_RATIO * width, width))
+        self.feed_forward = nn.Sequential(
+            nn.Linear(width, FEED_FORWARD_RATIO * width),
+            nn.GELU(approximate=gelu),
+            nn.Linear(FEED_FORWARD_RATIO * width, width),
+        )
         self.attention_norm = nn.LayerNorm(width, eps=epsilon)
         self.feed_forward_norm = nn.LayerNorm(width, eps=epsilon)
         self.dropout = nn.Dropout(dropout)
@@ -163,7 +171,8 @@ class BertForQuestionAnswering(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(
             TransformerBlock(width, heads, dropout, causal=False, pre_norm=False, epsilon=1e-12, gelu="none")
-            for _ in range(layers))
+            for _ in range(layers)
+        )
         self.span = nn.Linear(width, 2)  # a start and an end score per position
         _initialised(self)
 
@@ -187,7 +196,8 @@ class GPT2(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(
             TransformerBlock(width, heads, dropout, causal=True, pre_norm=True, epsilon=1e-5, gelu="tanh")
-            for _ in range(layers))
+            for _ in range(layers)
+        )
         self.final_norm = nn.LayerNorm(width, eps=1e-5)
         self.head = nn.Linear(width, vocab_size, bias=False)
         _initialised(self)
@@ -209,10 +219,17 @@ def _sizes(hyperparameters: Hyperparameters, task: str) -> dict:
     check_sequence_request(hyperparameters["vocab_size"], hyperparameters["sequence_length"], task)
     width, heads, layers = hyperparameters["width"], hyperparameters["heads"], hyperparameters["layers"]
     if layers < 1 or heads < 1 or width % heads:
-        raise ValueError(f"a Transformer needs at least one layer and one head and a width its heads divide: got "
-                         f"layers={layers} width={width} heads={heads}")
-    return {"vocab_size": hyperparameters["vocab_size"], "layers": layers, "width": width, "heads": heads,
-            "dropout": hyperparameters["dropout"]}
+        raise ValueError(
+            f"a Transformer needs at least one layer and one head and a width its heads divide: got "
+            f"layers={layers} width={width} heads={heads}"
+        )
+    return {
+        "vocab_size": hyperparameters["vocab_size"],
+        "layers": layers,
+        "width": width,
+        "heads": heads,
+        "dropout": hyperparameters["dropout"],
+    }
 
 
 def _sequence_data(task: str):

@@ -19,4 +19,6 @@ def adam(model: nn.Module, hyperparameters: Hyperparameters) -> torch.optim.Opti
 
 
 def sgd(model: nn.Module, hyperparameters: Hyperparameters) -> torch.optim.Optimizer:
-    return torch.optim.SGD(model.parameters(), lr=hyperparameters["learning_rate"], momentum=hyperparameters["momentum"])
+    return torch.optim.SGD(
+        model.parameters(), lr=hyperparameters["learning_rate"], momentum=hyperparameters["momentum"]
+    )

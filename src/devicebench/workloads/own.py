@@ -41,7 +41,9 @@ LOSSES: dict[str, tuple[Callable[[], nn.Module], OutputKind]] = {
     "l1": (nn.L1Loss, "values"),
 }
 OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
-    "adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD,
+    "adam": torch.optim.Adam,
+    "adamw": torch.optim.AdamW,
+    "sgd": torch.optim.SGD,
 }
 DEFAULTS = {"batch_size": 32, "epochs": 3}  # samples per step; epochs, the first of them warm-up
 DEFAULT_LEARNING_RATE = 1e-3  # of a named optimizer; `--set learning_rate=…` changes it
@@ -115,11 +117,20 @@ def own_workload_from_specs(model: str, data: str, loss: str, optimizer: str) ->
         own_data = as_own_data(loaded, f"--data {data} returned")
     except (TypeError, ValueError) as error:
         raise OwnModelError(str(error)) from None
-    loss_source, optimizer_source = _named_or_resolved(loss, LOSSES, "--loss"), \
-        _named_or_resolved(optimizer, OPTIMIZERS, "--optimizer")
-    return own_workload(resolve(model, "--model"), own_data, loss=loss_source, optimizer=optimizer_source,
-                        name=model, source=f"--model {model}", optimizer_source=f"--optimizer {optimizer}",
-                        loss_flag="--loss ")
+    loss_source, optimizer_source = (
+        _named_or_resolved(loss, LOSSES, "--loss"),
+        _named_or_resolved(optimizer, OPTIMIZERS, "--optimizer"),
+    )
+    return own_workload(
+        resolve(model, "--model"),
+        own_data,
+        loss=loss_source,
+        optimizer=optimizer_source,
+        name=model,
+        source=f"--model {model}",
+        optimizer_source=f"--optimizer {optimizer}",
+        loss_flag="--loss ",
+    )
 
 
 def _named_or_resolved(spec: str, names: dict, flag: str) -> Any:
@@ -142,22 +153,28 @@ def resolve(spec: str, flag: str) -> Any:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as error:
         if error.name and module_name.startswith(error.name):
-            raise OwnModelError(f"{flag} {spec}: there is no module {error.name!r} in {os.getcwd()} or the installed "
-                                "packages; run from the folder that holds it, or pip install its package") from None
+            raise OwnModelError(
+                f"{flag} {spec}: there is no module {error.name!r} in {os.getcwd()} or the installed "
+                "packages; run from the folder that holds it, or pip install its package"
+            ) from None
         raise OwnModelError(f"{flag} {spec}: importing {module_name} failed: {error}") from None
     except Exception as error:  # the user's module raised while importing
         raise OwnModelError(f"{flag} {spec}: importing {module_name} failed: {type(error).__name__}: {error}") from None
     except KeyboardInterrupt:
         raise
     except BaseException as error:  # sys.exit() at the top of a script: a bad request, not devicebench's own exit
-        raise OwnModelError(f"{flag} {spec}: your module {module_name} raised {_described(error)} while being "
-                            "imported; devicebench stopped") from None
+        raise OwnModelError(
+            f"{flag} {spec}: your module {module_name} raised {_described(error)} while being "
+            "imported; devicebench stopped"
+        ) from None
     found: Any = module
     for part in attribute.split("."):
         if not hasattr(found, part):
             public = sorted(name for name in vars(module) if not name.startswith("_") and callable(vars(module)[name]))
-            raise OwnModelError(f"{flag} {spec}: {module_name} has no {attribute!r}; its functions and classes: "
-                                f"{', '.join(public) or 'none'}")
+            raise OwnModelError(
+                f"{flag} {spec}: {module_name} has no {attribute!r}; its functions and classes: "
+                f"{', '.join(public) or 'none'}"
+            )
         found = getattr(found, part)
     return found
 
@@ -190,8 +207,9 @@ def _model_builder(model: ModelSource, source: str) -> Callable[[Hyperparameters
     if isinstance(model, nn.Module):
         return lambda hyperparameters: copy.deepcopy(model)
     if not callable(model):
-        raise OwnModelError(f"{source} is a {type(model).__name__}: give a torch.nn.Module, or a function that builds "
-                            "one")
+        raise OwnModelError(
+            f"{source} is a {type(model).__name__}: give a torch.nn.Module, or a function that builds one"
+        )
     return lambda hyperparameters: _called(model, source, "building the model")
 
 
@@ -199,8 +217,9 @@ def _checked_model(model: Any, source: str) -> nn.Module:
     if not isinstance(model, nn.Module):
         raise OwnModelError(f"{source} returned a {type(model).__name__}; it must return a torch.nn.Module")
     if not any(parameter.requires_grad for parameter in model.parameters()):
-        raise OwnModelError(f"{source} built a {type(model).__name__} without trainable parameters: there is "
-                            "nothing to train")
+        raise OwnModelError(
+            f"{source} built a {type(model).__name__} without trainable parameters: there is nothing to train"
+        )
     return model
 
 
@@ -222,8 +241,10 @@ def _loss_builder(loss: LossSource, train_step: TrainStep | None) -> tuple[Calla
         return (lambda: None), "values"
     if isinstance(loss, str):
         if loss not in LOSSES:
-            raise OwnModelError(f"unknown loss {loss!r}; choose one of {', '.join(LOSSES)}, or give a function "
-                                "(outputs, targets) → loss")
+            raise OwnModelError(
+                f"unknown loss {loss!r}; choose one of {', '.join(LOSSES)}, or give a function "
+                "(outputs, targets) → loss"
+            )
         return LOSSES[loss]
     if isinstance(loss, type) and issubclass(loss, nn.Module):  # a loss class, such as nn.SmoothL1Loss
         return loss, _output_of(loss)
@@ -231,8 +252,10 @@ def _loss_builder(loss: LossSource, train_step: TrainStep | None) -> tuple[Calla
         return (lambda: copy.deepcopy(loss)), _output_of(type(loss))
     if callable(loss):
         return (lambda: _LossFunction(loss)), "values"
-    raise OwnModelError(f"loss is a {type(loss).__name__}: give a name ({', '.join(LOSSES)}), a torch loss module "
-                        "or a function (outputs, targets) → loss")
+    raise OwnModelError(
+        f"loss is a {type(loss).__name__}: give a name ({', '.join(LOSSES)}), a torch loss module "
+        "or a function (outputs, targets) → loss"
+    )
 
 
 CHECKED_BATCH = 2  # samples the loss is tried on: a batch dimension that cannot be mistaken for a class count of 1
@@ -270,15 +293,18 @@ def _check_loss(model: nn.Module, data: Any, loss: nn.Module | None, flag: str, 
             loss(outputs, targets).backward()
         except Exception as error:  # torch's own loss on meta tensors fails only for shapes or types
             first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
-            problem = (f"{setting} cannot take the model's outputs {_described_tensor(outputs)} and the targets "
-                       f"{_described_tensor(targets)}: {first_line}; give a loss that fits them, or make the data "
-                       "return targets that fit it")
+            problem = (
+                f"{setting} cannot take the model's outputs {_described_tensor(outputs)} and the targets "
+                f"{_described_tensor(targets)}: {first_line}; give a loss that fits them, or make the data "
+                "return targets that fit it"
+            )
     if problem is not None:
         raise OwnModelError(problem)
 
 
-def _elementwise_mismatch(loss: nn.Module, outputs: torch.Tensor, targets: torch.Tensor, setting: str,
-                          cross_entropy: str) -> str | None:
+def _elementwise_mismatch(
+    loss: nn.Module, outputs: torch.Tensor, targets: torch.Tensor, setting: str, cross_entropy: str
+) -> str | None:
     """Why an element-wise loss (MSE, L1) cannot take `targets` beside `outputs`, and the fix; None when it can.
     Torch would broadcast (N, 10) against (N,) without a word, or fail only in the backward pass on int64."""
     if not isinstance(loss, ELEMENTWISE_LOSSES):
@@ -288,9 +314,11 @@ def _elementwise_mismatch(loss: nn.Module, outputs: torch.Tensor, targets: torch
     wanted = _shape_text(outputs)
     classes = not targets.is_floating_point() and targets.dim() == 1 and outputs.dim() == 2
     have = f"class indices {_shape_text(targets)}" if classes else _described_tensor(targets)
-    fix = (f"use {cross_entropy} for classes, or make the data return float targets shaped {wanted} (one-hot)"
-           if classes else f"make the data return float targets shaped {wanted}, or a model whose outputs are "
-                           f"shaped like the targets")
+    fix = (
+        f"use {cross_entropy} for classes, or make the data return float targets shaped {wanted} (one-hot)"
+        if classes
+        else f"make the data return float targets shaped {wanted}, or a model whose outputs are shaped like the targets"
+    )
     return f"{setting} needs float targets shaped like the model's outputs {wanted}, but the targets are {have}: {fix}"
 
 
@@ -308,23 +336,31 @@ def _output_of(loss_class: type[nn.Module]) -> OutputKind:
     return "logits" if issubclass(loss_class, (nn.CrossEntropyLoss, nn.NLLLoss)) else "values"
 
 
-def _optimizer_builder(optimizer: OptimizerSource, source: str = "the optimizer function",
-                       ) -> Callable[[nn.Module, Hyperparameters], torch.optim.Optimizer]:
+def _optimizer_builder(
+    optimizer: OptimizerSource,
+    source: str = "the optimizer function",
+) -> Callable[[nn.Module, Hyperparameters], torch.optim.Optimizer]:
     if isinstance(optimizer, str):
         if optimizer not in OPTIMIZERS:
-            raise OwnModelError(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZERS)}, or give a "
-                                "function of the model's parameters that returns a torch optimizer")
+            raise OwnModelError(
+                f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZERS)}, or give a "
+                "function of the model's parameters that returns a torch optimizer"
+            )
         kind = OPTIMIZERS[optimizer]
         return lambda model, hyperparameters: kind(model.parameters(), lr=hyperparameters["learning_rate"])
     if not callable(optimizer):
-        raise OwnModelError(f"optimizer is a {type(optimizer).__name__}: give a name ({', '.join(OPTIMIZERS)}) or a "
-                            "function of the model's parameters")
+        raise OwnModelError(
+            f"optimizer is a {type(optimizer).__name__}: give a name ({', '.join(OPTIMIZERS)}) or a "
+            "function of the model's parameters"
+        )
 
     def build(model: nn.Module, hyperparameters: Hyperparameters) -> torch.optim.Optimizer:
         made = _called(optimizer, source, "building the optimizer", model.parameters())
         if not isinstance(made, torch.optim.Optimizer):
-            raise OwnModelError(f"{source} returned a {type(made).__name__}; it must return a "
-                                "torch.optim.Optimizer of the parameters it is given")
+            raise OwnModelError(
+                f"{source} returned a {type(made).__name__}; it must return a "
+                "torch.optim.Optimizer of the parameters it is given"
+            )
         return made
 
     return build

@@ -116,25 +116,37 @@ class KerasAttention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, length, _ = x.shape
-        split = [projection(x).view(batch, length, self.heads, self.key_size).transpose(1, 2)
-                 for projection in (self.query, self.key, self.value)]
+        split = [
+            projection(x).view(batch, length, self.heads, self.key_size).transpose(1, 2)
+            for projection in (self.query, self.key, self.value)
+        ]
         attended = F.scaled_dot_product_attention(*split)  # (batch, heads, length, key_size), scaled by 1/sqrt(key)
         return self.output(attended.transpose(1, 2).reshape(batch, length, self.heads * self.key_size))
 
 
 class TransformerClassifier(nn.Module):
-    def __init__(self, vocab_size: int, sequence_length: int, width: int = 32, heads: int = 2,
-                 feed_forward: int = 32, dropout: float = 0.1) -> None:
+    def __init__(
+        self,
+        vocab_size: int,
+        sequence_length: int,
+        width: int = 32,
+        heads: int = 2,
+        feed_forward: int = 32,
+        dropout: float = 0.1,
+    ) -> None:
         super().__init__()
         self.tokens = _keras_embedding(vocab_size, width)
         self.positions = _keras_embedding(sequence_length, width)
         self.attention = KerasAttention(width, heads, key_size=width)
-        self.feed_forward = nn.Sequential(_keras_dense(width, feed_forward), nn.ReLU(), _keras_dense(feed_forward, width))
+        self.feed_forward = nn.Sequential(
+            _keras_dense(width, feed_forward), nn.ReLU(), _keras_dense(feed_forward, width)
+        )
         self.norm_attention = nn.LayerNorm(width, eps=1e-6)
         self.norm_feed_forward = nn.LayerNorm(width, eps=1e-6)
         self.dropout = nn.Dropout(dropout)
-        self.head = nn.Sequential(nn.Dropout(dropout), _keras_dense(width, 20), nn.ReLU(), nn.Dropout(dropout),
-                                  _keras_dense(20, 2))
+        self.head = nn.Sequential(
+            nn.Dropout(dropout), _keras_dense(width, 20), nn.ReLU(), nn.Dropout(dropout), _keras_dense(20, 2)
+        )
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         positions = torch.arange(tokens.shape[1], device=tokens.device)

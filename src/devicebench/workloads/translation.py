@@ -86,8 +86,9 @@ class Encoder(nn.Module):
         super().__init__()
         self.bidirectional = _lstm(width, width, bidirectional=True)
         # the 2nd layer reads both directions of the 1st: twice as wide an input
-        self.unidirectional = nn.ModuleList(_lstm(2 * width if index == 1 else width, width)
-                                            for index in range(1, layers))
+        self.unidirectional = nn.ModuleList(
+            _lstm(2 * width if index == 1 else width, width) for index in range(1, layers)
+        )
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, embedded: torch.Tensor) -> torch.Tensor:
@@ -149,8 +150,10 @@ class GNMTv2(nn.Module):
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         if tokens.shape[1] <= self.source_length:  # shapes only: no device synchronisation
-            raise ValueError(f"gnmt takes {self.source_length} source tokens then the target's, got "
-                             f"{tokens.shape[1]} tokens a sample")
+            raise ValueError(
+                f"gnmt takes {self.source_length} source tokens then the target's, got "
+                f"{tokens.shape[1]} tokens a sample"
+            )
         source, target = tokens[:, : self.source_length], tokens[:, self.source_length :]
         encoded = self.encoder(self.embedding(source))
         return self.classifier(self.decoder(self.embedding(target), encoded))  # (N, target_length, vocab) logits
@@ -160,14 +163,18 @@ class GNMTv2(nn.Module):
     name="gnmt",
     dataset="wmt16",
     summary="GNMT v2 (NVIDIA's PyTorch recipe): shared embedding, 4 LSTM 1024 encoder (1st bidirectional), "
-            "4 LSTM 1024 decoder with normalized Bahdanau attention; 32k BPE, 50 tokens; Adam 2e-3, batch 128",
+    "4 LSTM 1024 decoder with normalized Bahdanau attention; 32k BPE, 50 tokens; Adam 2e-3, batch 128",
     defaults=GNMT,
     loss=SequenceCrossEntropy,
     optimizer=adam,
     output="token_logits",
     preprocessing=lambda hyperparameters: Unchanged(),  # token ids go to the model as they are
-    data_options=lambda h: {"vocab_size": h["vocab_size"], "sequence_length": h["source_length"] + h["target_length"],
-                            "task": "translation", "target_length": h["target_length"]},
+    data_options=lambda h: {
+        "vocab_size": h["vocab_size"],
+        "sequence_length": h["source_length"] + h["target_length"],
+        "task": "translation",
+        "target_length": h["target_length"],
+    },
     size_bounds=LARGEST,
     in_suites=False,  # about 160 million parameters: hours an epoch on a CPU
     tokens_per_sample=lambda h: h["source_length"] + h["target_length"],
@@ -179,5 +186,10 @@ def gnmt(hyperparameters: Hyperparameters) -> nn.Module:
             raise ValueError(f"gnmt: {name} must be at least {least}, got {hyperparameters[name]}")
     if not 0 <= hyperparameters["dropout"] < 1:
         raise ValueError(f"gnmt: dropout is a probability below 1, got {hyperparameters['dropout']}")
-    return GNMTv2(hyperparameters["vocab_size"], hyperparameters["source_length"], hyperparameters["width"],
-                  hyperparameters["layers"], hyperparameters["dropout"])
+    return GNMTv2(
+        hyperparameters["vocab_size"],
+        hyperparameters["source_length"],
+        hyperparameters["width"],
+        hyperparameters["layers"],
+        hyperparameters["dropout"],
+    )

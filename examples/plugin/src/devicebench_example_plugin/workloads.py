@@ -37,10 +37,16 @@ TRAINING = {
 )
 def lenet5(hyperparameters) -> nn.Module:
     return nn.Sequential(
-        nn.Conv2d(1, 6, kernel_size=5, padding=2), nn.Tanh(), nn.AvgPool2d(2),  # 28x28 → 14x14
-        nn.Conv2d(6, 16, kernel_size=5), nn.Tanh(), nn.AvgPool2d(2),  # 14x14 → 10x10 → 5x5
+        nn.Conv2d(1, 6, kernel_size=5, padding=2),
+        nn.Tanh(),
+        nn.AvgPool2d(2),  # 28x28 → 14x14
+        nn.Conv2d(6, 16, kernel_size=5),
+        nn.Tanh(),
+        nn.AvgPool2d(2),  # 14x14 → 10x10 → 5x5
         nn.Flatten(),
-        nn.Linear(16 * 5 * 5, 120), nn.Tanh(),
-        nn.Linear(120, 84), nn.Tanh(),
+        nn.Linear(16 * 5 * 5, 120),
+        nn.Tanh(),
+        nn.Linear(120, 84),
+        nn.Tanh(),
         nn.Linear(84, 10),  # logits: the softmax lives in the loss
     )
