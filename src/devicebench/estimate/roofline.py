@@ -350,10 +350,10 @@ class Fitter:
         self._copy_s = np.array([part.copy_s for part in parts])
         self._observed_s = np.array([point.observed_s for point in self.points])
 
-    def _terms(self, inverse: np.ndarray) -> np.ndarray:
-        """Each point's seconds per parameter at unit inverse shares, given which kernels `inverse` makes
-        compute-bound: shape (points, parameters)."""
-        by_compute = self._bounds(inverse)
+    def _terms(self, inverse: np.ndarray, by_compute: np.ndarray | None = None) -> np.ndarray:
+        """Each point's seconds per parameter at unit inverse shares, given which kernels are compute-bound
+        (`by_compute`, or as `inverse` makes them): shape (points, parameters)."""
+        by_compute = self._bounds(inverse) if by_compute is None else by_compute
         column = np.where(by_compute, self._shares, self._classes)
         seconds = np.where(by_compute, self._compute_s, self._memory_s)
         count = len(PARAMETERS)
@@ -371,18 +371,18 @@ class Fitter:
             raise ValueError("no measured points to fit on")
         inverse = PRIOR.copy() if start is None else start.inverse.copy()
         prior_rows = math.sqrt(PRIOR_WEIGHT) * np.eye(len(PARAMETERS)) / PRIOR
+        target = 1.0 - self._copy_s[kept] / self._observed_s[kept]
+        by_compute = self._bounds(inverse)
         for _ in range(MOST_REFITS):
-            terms = self._terms(inverse)[kept] / self._observed_s[kept, None]
-            target = 1.0 - self._copy_s[kept] / self._observed_s[kept]
-            solved = lsq_linear(
+            terms = self._terms(inverse, by_compute)[kept] / self._observed_s[kept, None]
+            inverse = lsq_linear(
                 np.vstack([terms, prior_rows]),
                 np.concatenate([target, prior_rows @ PRIOR]),
                 bounds=(LOWEST, HIGHEST),
                 method="bvls",
             ).x
-            settled = np.array_equal(self._bounds(solved), self._bounds(inverse))
-            inverse = solved
-            if settled:
+            settled, by_compute = by_compute, self._bounds(inverse)
+            if np.array_equal(settled, by_compute):
                 break
         return Efficiency(inverse)
 
@@ -419,7 +419,7 @@ def held_out(fitter: Fitter, scheme: str) -> np.ndarray:
         if len(members) == len(fitter.points):
             continue  # nothing left to fit on
         efficiency = fitter.fit(members, start=everything)
-        predicted[members] = fitter.predicted_s(efficiency)[members]
+        predicted[members] = [fitter.points[index].predicted_s(efficiency) for index in members]
     return predicted
 
 
