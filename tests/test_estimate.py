@@ -293,6 +293,23 @@ def test_an_estimate_is_of_the_batch_asked_for_when_the_baseline_trained_a_small
     assert estimate.step == expected
 
 
+def test_a_precision_the_gpu_cannot_run_leaves_that_estimate_out_saying_what_runs_instead(monkeypatch):
+    import devicebench.estimate.targets as estimating
+    from devicebench.cli.session import plan_or_fail
+    from devicebench.config import RunConfig
+    from devicebench.estimate.points import EstimateError
+
+    (job,) = plan_or_fail(RunConfig(workloads=("cifar10-mlp",), devices="cpu", epochs=3, data="synthetic")).jobs
+    baseline = result_fixtures.run("cpu", [1.0, 0.5, 0.5], workload="cifar10-mlp", batch_size=job.batch_size)
+    monkeypatch.setattr(estimating, "input_seconds_per_batch", lambda job, run: (0.01, 100))
+    monkeypatch.setattr(RooflineFit, "interval_for", lambda self, workload, sheet, level: None)
+    fitted = RooflineFit([], [], fitter=None, efficiency=HALF)
+    with pytest.raises(EstimateError, match="the V100 SXM2 has no bf16 arithmetic in its datasheet: estimate amp-fp16"):
+        estimating.estimates_for(job, baseline, [V100], fitted, {}, precision="amp-bf16")
+    (h100,) = estimating.estimates_for(job, baseline, [H100], fitted, {}, precision="amp-bf16")
+    assert h100.precision == "amp-bf16"
+
+
 # --- 6. the user's runs as points -----------------------------------------------------------------------------
 
 
