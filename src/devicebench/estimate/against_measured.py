@@ -18,15 +18,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from devicebench.engine.opcount import ProfileError, profile_training_step
-from devicebench.estimate.points import (
-    EstimateError,
-    RooflineFit,
-    fit_roofline,
-    registered,
-    steady_steps_s,
+from devicebench.estimate.points import RooflineFit, fit_roofline, registered, shape_of, steady_steps_s
+from devicebench.estimate.roofline import (
+    KERNEL_CLASSES,
+    PRECISIONS,
+    Precision,
+    Resolved,
+    StepShape,
+    conformal,
+    predict,
 )
-from devicebench.estimate.roofline import PRECISIONS, Precision, Resolved, StepShape, conformal, predict
 from devicebench.report.plots import EstimatedAgainstMeasured, EstimatedPoint
 from devicebench.report.text import rate_text
 from devicebench.results.datasheets import Datasheet, datasheet_for
@@ -35,7 +36,6 @@ from devicebench.workloads import Workload
 
 LEVEL = 0.8  # the interval's stated level, as `devicebench estimate` states it by default
 RECORD_SCHEME = "leave one out"  # how each published figure is estimated for the chart: by a fit without it
-RECURRENT_KERNEL = "cudnn_rnn"  # the operator prefix opcount gives a recurrent layer's fused kernels
 
 
 @dataclass(frozen=True)
@@ -169,18 +169,13 @@ def median_step_s(run: RunRecord) -> float | str:
 
 def _step_shape(workload: Workload, hyperparameters: dict[str, Any], precision: Precision) -> StepShape | str:
     """The step as `run_estimate` resolves it, or why its precision cannot be one: a profile at the run's batch."""
-    try:
-        profile = profile_training_step(workload, hyperparameters)
-    except ProfileError as error:
-        raise EstimateError(str(error)) from None
-    if profile is None:
-        return f"{workload.name} is not a torch model: it has no kernels to estimate"
-    if precision == "amp-bf16" and any(kernel.operator.startswith(RECURRENT_KERNEL) for kernel in profile.kernels):
+    shape = shape_of(workload, hyperparameters)
+    if precision == "amp-bf16" and (shape.classes == KERNEL_CLASSES.index("recurrent")).any():
         # engine/tuning.TunedForward keeps recurrent layers in fp32 under bf16 autocast: two precisions at once
         return (
             "bf16 autocast with recurrent layers kept in fp32: the roofline runs every matrix kernel at one precision"
         )
-    return StepShape.of(profile)
+    return shape
 
 
 @functools.cache

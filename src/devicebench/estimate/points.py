@@ -344,6 +344,7 @@ class RooflineFit:
     unscored: list[Unscored]
     fitter: Fitter
     efficiency: Efficiency
+    _log_errors: dict[str, np.ndarray] = field(default_factory=dict, init=False, repr=False)  # by scheme, once
 
     @classmethod
     def of(cls, points: list[Point], unscored: list[Unscored]) -> RooflineFit:
@@ -362,8 +363,6 @@ class RooflineFit:
             predicted = held_out(self.fitter, scheme)
             self._log_errors[scheme] = np.log(np.array([point.observed_s for point in self.points]) / predicted)
         return self._log_errors[scheme]
-
-    _log_errors: dict[str, np.ndarray] = field(default_factory=dict, init=False, repr=False)
 
     def scheme_for(self, workload: str, sheet: Datasheet) -> str:
         """The held-out errors that answer like the question: a model no point is of is like a model left out; a

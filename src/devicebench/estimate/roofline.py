@@ -199,14 +199,14 @@ class Resolved:
             halved = matrix & (shape.half | precision.startswith("amp"))
             peaks[halved] = _HALF if half_tflops is not None else _FP32  # no fast half arithmetic: fp32's pace
         tflops = np.array([sheet.fp32_tflops, sheet.tf32_tflops or sheet.fp32_tflops, half_tflops or sheet.fp32_tflops])
-        moved = shape.bytes
-        classes = shape.classes
+        flops, moved, classes = shape.flops, shape.bytes, shape.classes
         if precision.startswith("amp"):  # activations in half precision; the optimizer's state stays fp32
             moved = np.where(classes == _OPTIMIZER, moved, moved * AMP_BYTES)
-            moved = np.append(moved, shape.parameter_bytes * AMP_CAST_BYTES)  # the weights' cast, one kernel
+            # the weights' cast to half, one element-wise kernel a step
+            flops = np.append(flops, 0.0)
+            moved = np.append(moved, shape.parameter_bytes * AMP_CAST_BYTES)
             classes = np.append(classes, KERNEL_CLASSES.index("element-wise"))
             peaks = np.append(peaks, _FP32)
-        flops = np.append(shape.flops, 0.0)[: len(moved)]
         shares = np.where(classes == _RECURRENT, COMPUTE_SHARES.index("recurrent"), peaks)
         return cls(
             compute_s=flops / (tflops[peaks] * 1e12),
