@@ -25,6 +25,8 @@ Batch normalisation is what lets a plain 32-layer stack learn at all.
 
 from __future__ import annotations
 
+from functools import partial
+
 from torch import nn
 
 from devicebench.data.augmentation import KerasAugmentation, Rescale
@@ -51,18 +53,19 @@ TRAINING = {
     "zoom": 0.2,  # zoom factors drawn from [0.8, 1.2]
 }
 
-S3 = {
-    "seed": "S3",
-    "dataset": "cats-vs-dogs",
-    "loss": BinaryCrossEntropy,
-    "optimizer": adam,
-    "output": "binary_logit",
-    "preprocessing": lambda hyperparameters: (
+catdog_workload = partial(  # what every network shares: the seed, the data, the loss, the optimizer, the augmentation
+    workload,
+    seed="S3",
+    dataset="cats-vs-dogs",
+    loss=BinaryCrossEntropy,
+    optimizer=adam,
+    output="binary_logit",
+    preprocessing=lambda hyperparameters: (
         KerasAugmentation(shear=hyperparameters["shear"], zoom=hyperparameters["zoom"])
         if hyperparameters["augment"]
         else Rescale()
     ),
-}
+)
 HARDWARE = "Tesla V100 vs dual Xeon Silver 4110 (16 cores) and a VirtualBox VM, Keras on TensorFlow"
 
 
@@ -71,6 +74,7 @@ def _glorot(model: nn.Module) -> nn.Module:
     for module in model.modules():
         if isinstance(module, (nn.Conv2d, nn.Linear)):
             nn.init.xavier_uniform_(module.weight)
+            assert module.bias is not None  # every layer of these networks is built with one
             nn.init.zeros_(module.bias)
     return model
 
@@ -93,7 +97,7 @@ def conv_pool_stack(image_size: int, filters: tuple[int, ...], dropout: bool) ->
     return _glorot(nn.Sequential(*layers, *_head(channels * size * size, dropout)))
 
 
-@workload(
+@catdog_workload(
     name="catdog-original",
     summary="64x64: 2 x (Conv 3x3 32 + MaxPool) → Dense 128 → Dense 1 sigmoid; Adam",
     image_shape=(3, 64, 64),
@@ -104,13 +108,12 @@ def conv_pool_stack(image_size: int, filters: tuple[int, ...], dropout: bool) ->
         hardware=HARDWARE,
         accuracy=0.80,
     ),
-    **S3,
 )
 def catdog_original(hyperparameters: Hyperparameters) -> nn.Module:
     return conv_pool_stack(64, (32, 32), dropout=False)
 
 
-@workload(
+@catdog_workload(
     name="catdog-improved",
     summary="64x64: 3 x (Conv 3x3 + MaxPool) 32, 32, 64 → Dense 128 → Dropout 0.5 → Dense 1 sigmoid; Adam",
     image_shape=(3, 64, 64),
@@ -122,13 +125,12 @@ def catdog_original(hyperparameters: Hyperparameters) -> nn.Module:
         accuracy=0.90,
         samples_per_s={"gpu": 425.0},
     ),
-    **S3,
 )
 def catdog_improved(hyperparameters: Hyperparameters) -> nn.Module:
     return conv_pool_stack(64, (32, 32, 64), dropout=True)
 
 
-@workload(
+@catdog_workload(
     name="catdog-hires",
     summary="128x128: 4 x (Conv 3x3 64 + MaxPool) → Dense 128 → Dropout 0.5 → Dense 1 sigmoid; Adam",
     image_shape=(3, 128, 128),
@@ -141,7 +143,6 @@ def catdog_improved(hyperparameters: Hyperparameters) -> nn.Module:
         samples_per_s={"gpu": 333.0},
     ),
     quick=QuickSettings(max_steps=10, max_eval_steps=2),  # four times the pixels of the 64x64 nets
-    **S3,
 )
 def catdog_hires(hyperparameters: Hyperparameters) -> nn.Module:
     return conv_pool_stack(128, (64, 64, 64, 64), dropout=True)
@@ -171,7 +172,7 @@ class DeepCNN(nn.Module):
         return self.layers(images)
 
 
-@workload(
+@catdog_workload(
     name="catdog-deep",
     summary="64x64: `depth` (default 32) x (Conv 3x3 'same' + BatchNorm) in 4 pooled blocks → Dense 128 → 1",
     image_shape=(3, 64, 64),
@@ -184,7 +185,6 @@ class DeepCNN(nn.Module):
     ),
     quick=QuickSettings(max_steps=5, max_eval_steps=2),  # about 7 GFLOP a training image: 1.3 s a step on 2 cores
     size_bounds={"depth": MAX_DEEP_DEPTH},
-    **S3,
 )
 def catdog_deep(hyperparameters: Hyperparameters) -> nn.Module:
     return DeepCNN(hyperparameters["depth"])

@@ -29,12 +29,17 @@ from devicebench.workloads import Hyperparameters, Published, QuickSettings, wor
 CROP = 24  # pixels per side of the model's input
 FILTERS = 64
 KERNEL_SIZE = 5
-LRN = {"size": 9, "alpha": 0.001, "beta": 0.75, "k": 1.0}  # TensorFlow's depth_radius 4, alpha 0.001/9, bias 1
 FLATTENED = FILTERS * 6 * 6  # two 'SAME' stride-2 poolings: 24 → 12 → 6
+
+
+def _local_response_norm() -> nn.LocalResponseNorm:
+    """TensorFlow's depth_radius 4 (9 channels), alpha 0.001/9 (PyTorch divides alpha by the size), bias 1."""
+    return nn.LocalResponseNorm(size=9, alpha=0.001, beta=0.75, k=1.0)
 
 
 def _truncated_normal(layer: nn.Conv2d | nn.Linear, stddev: float, bias: float) -> None:
     nn.init.trunc_normal_(layer.weight, std=stddev, a=-2 * stddev, b=2 * stddev)
+    assert layer.bias is not None  # every layer of the tutorial's network is built with one
     nn.init.constant_(layer.bias, bias)
 
 
@@ -50,10 +55,10 @@ class TutorialCNN(nn.Module):
             self.conv1,
             nn.ReLU(),
             nn.MaxPool2d(3, 2, ceil_mode=True),
-            nn.LocalResponseNorm(**LRN),
+            _local_response_norm(),
             self.conv2,
             nn.ReLU(),
-            nn.LocalResponseNorm(**LRN),
+            _local_response_norm(),
             nn.MaxPool2d(3, 2, ceil_mode=True),
         )
         self.classifier = nn.Sequential(nn.Flatten(), self.local3, nn.ReLU(), self.local4, nn.ReLU(), self.logits)
@@ -67,8 +72,9 @@ class TutorialCNN(nn.Module):
         return self.classifier(self.features(images))
 
 
-def sgd_with_dense_decay(model: TutorialCNN, hyperparameters: Hyperparameters) -> torch.optim.Optimizer:
+def sgd_with_dense_decay(model: nn.Module, hyperparameters: Hyperparameters) -> torch.optim.Optimizer:
     """SGD with weight decay on the weights of local3 and local4 only, as the tutorial's loss adds it."""
+    assert isinstance(model, TutorialCNN)  # the engine builds the optimizer for the model cifar10_cnn built
     decayed = [model.local3.weight, model.local4.weight]
     plain = [parameter for parameter in model.parameters() if all(parameter is not d for d in decayed)]
     return torch.optim.SGD(

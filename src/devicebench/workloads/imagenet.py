@@ -45,6 +45,8 @@ Training (SGD with momentum 0.9, cross-entropy, batches of 256):
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 from torch import nn
 
@@ -166,16 +168,17 @@ def vgg_sgd(model: nn.Module, hyperparameters: Hyperparameters) -> torch.optim.O
     )
 
 
-REFERENCE = {
-    "dataset": "imagenet",
-    "image_shape": (3, IMAGE_SIZE, IMAGE_SIZE),
-    "loss": nn.CrossEntropyLoss,
-    "preprocessing": lambda hyperparameters: ImageNetInput(size=hyperparameters["image_size"]),
-    "in_suites": False,  # hours an epoch on a CPU: run only when named
-    "size_bounds": {"image_size": LARGEST_IMAGE_SIZE},
+imagenet_workload = partial(  # what the three models share: the data, its input, the loss, the quick settings
+    workload,
+    dataset="imagenet",
+    image_shape=(3, IMAGE_SIZE, IMAGE_SIZE),
+    loss=nn.CrossEntropyLoss,
+    preprocessing=lambda hyperparameters: ImageNetInput(size=hyperparameters["image_size"]),
+    in_suites=False,  # hours an epoch on a CPU: run only when named
+    size_bounds={"image_size": LARGEST_IMAGE_SIZE},
     # with --suite quick: a warm-up epoch and a steady one of 5 steps (at 224, seconds a step on a laptop CPU)
-    "quick": QuickSettings(epochs=2, max_steps=5, max_eval_steps=2),
-}
+    quick=QuickSettings(epochs=2, max_steps=5, max_eval_steps=2),
+)
 RESNET_TRAINING = {
     "batch_size": REFERENCE_BATCH,
     "epochs": 90,
@@ -186,24 +189,22 @@ RESNET_TRAINING = {
 }
 
 
-@workload(
+@imagenet_workload(
     name="resnet50",
     summary="ResNet-50 v1.5: 7x7 stem → [3, 4, 6, 3] bottlenecks (stride on the 3x3) → pool → Dense 1000; SGD",
     defaults=RESNET_TRAINING,
     optimizer=resnet_sgd,
-    **REFERENCE,
 )
 def resnet50(hyperparameters: Hyperparameters) -> nn.Module:
     _check_image_size(hyperparameters)
     return ResNet(RESNET50_BLOCKS)
 
 
-@workload(
+@imagenet_workload(
     name="resnet152",
     summary="ResNet-152 v1.5: 7x7 stem → [3, 8, 36, 3] bottlenecks (stride on the 3x3) → pool → Dense 1000; SGD",
     defaults=RESNET_TRAINING,
     optimizer=resnet_sgd,
-    **REFERENCE,
 )
 def resnet152(hyperparameters: Hyperparameters) -> nn.Module:
     _check_image_size(hyperparameters)
@@ -248,7 +249,7 @@ class VGG(nn.Module):
         return self.classifier(self.features(images))
 
 
-@workload(
+@imagenet_workload(
     name="vgg16",
     summary="VGG-16 (configuration D): 13 Conv 3x3 in 5 pooled blocks → Dense 4096 → 4096 → 1000, dropout; SGD",
     defaults={
@@ -260,7 +261,6 @@ class VGG(nn.Module):
         "image_size": IMAGE_SIZE,  # pixels per side of the model's input; smaller for a laptop or a test
     },
     optimizer=vgg_sgd,
-    **REFERENCE,
 )
 def vgg16(hyperparameters: Hyperparameters) -> nn.Module:
     _check_image_size(hyperparameters)

@@ -38,6 +38,8 @@ only when named: hours a CPU epoch.
 from __future__ import annotations
 
 import math
+from functools import partial
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -45,7 +47,7 @@ from torch import nn
 
 from devicebench.data.augmentation import Unchanged
 from devicebench.data.sequences import check_sequence_request
-from devicebench.workloads import Hyperparameters, workload
+from devicebench.workloads import DataOptions, Hyperparameters, workload
 from devicebench.workloads.outputs import SequenceCrossEntropy
 
 INIT_STD = 0.02  # BERT's and GPT-2's initializer_range
@@ -156,7 +158,9 @@ class TransformerBlock(nn.Module):
     @property
     def residual_projections(self) -> tuple[nn.Linear, nn.Linear]:
         """The layers whose outputs are added to the residual stream (GPT-2 starts them smaller)."""
-        return self.attention.output, self.feed_forward[2]
+        contract = self.feed_forward[2]
+        assert isinstance(contract, nn.Linear)  # the feed-forward's last layer, as __init__ builds it
+        return self.attention.output, contract
 
 
 class BertForQuestionAnswering(nn.Module):
@@ -194,15 +198,16 @@ class GPT2(nn.Module):
         self.tokens = nn.Embedding(vocab_size, width)
         self.positions = nn.Embedding(GPT2_CONTEXT, width)
         self.dropout = nn.Dropout(dropout)
-        self.blocks = nn.ModuleList(
+        blocks = [
             TransformerBlock(width, heads, dropout, causal=True, pre_norm=True, epsilon=1e-5, gelu="tanh")
             for _ in range(layers)
-        )
+        ]
+        self.blocks = nn.ModuleList(blocks)
         self.final_norm = nn.LayerNorm(width, eps=1e-5)
         self.head = nn.Linear(width, vocab_size, bias=False)
         _initialised(self)
         self.head.weight = self.tokens.weight  # tied: one matrix reads tokens in and scores them out
-        for block in self.blocks:  # each block adds two branches to the residual stream: keep its sum's variance
+        for block in blocks:  # each block adds two branches to the residual stream: keep its sum's variance
             for projection in block.residual_projections:
                 nn.init.normal_(projection.weight, mean=0.0, std=INIT_STD / math.sqrt(2 * layers))
 
@@ -214,7 +219,7 @@ class GPT2(nn.Module):
         return self.head(self.final_norm(x))
 
 
-def _sizes(hyperparameters: Hyperparameters, task: str) -> dict:
+def _sizes(hyperparameters: Hyperparameters, task: str) -> dict[str, Any]:
     """The model's sizes, refused with a clear ValueError when they cannot make a model or its data."""
     check_sequence_request(hyperparameters["vocab_size"], hyperparameters["sequence_length"], task)
     width, heads, layers = hyperparameters["width"], hyperparameters["heads"], hyperparameters["layers"]
@@ -232,39 +237,38 @@ def _sizes(hyperparameters: Hyperparameters, task: str) -> dict:
     }
 
 
-def _sequence_data(task: str):
+def _sequence_data(task: str) -> DataOptions:
     return lambda h: {"vocab_size": h["vocab_size"], "sequence_length": h["sequence_length"], "task": task}
 
 
-BERT_WORKLOAD = {
-    "dataset": "squad",
-    "loss": SequenceCrossEntropy,
-    "optimizer": adamw,
-    "output": "token_logits",
-    "preprocessing": lambda hyperparameters: Unchanged(),  # token ids go to the model as they are
-    "data_options": _sequence_data("spans"),
-    "size_bounds": {**SIZE_BOUNDS, "sequence_length": BERT_POSITIONS},
-    "in_suites": False,
-    "tokens_per_sample": lambda hyperparameters: hyperparameters["sequence_length"],
-    "budget_lengths": ("sequence_length",),  # a laptop's time budget may shorten the sequence
-}
+bert_workload = partial(  # what both BERTs share: SQuAD spans, the loss, AdamW, the bounds
+    workload,
+    dataset="squad",
+    loss=SequenceCrossEntropy,
+    optimizer=adamw,
+    output="token_logits",
+    preprocessing=lambda hyperparameters: Unchanged(),  # token ids go to the model as they are
+    data_options=_sequence_data("spans"),
+    size_bounds={**SIZE_BOUNDS, "sequence_length": BERT_POSITIONS},
+    in_suites=False,
+    tokens_per_sample=lambda hyperparameters: hyperparameters["sequence_length"],
+    budget_lengths=("sequence_length",),  # a laptop's time budget may shorten the sequence
+)
 
 
-@workload(
+@bert_workload(
     name="bert-base",
     summary="BERT-base (12 layers, 768 wide, 12 heads, 110M) + span head: SQuAD v1.1 fine-tuning, 384 tokens; AdamW",
     defaults={"layers": 12, "width": 768, "heads": 12, **BERT_SQUAD, "batch_size": 12},
-    **BERT_WORKLOAD,
 )
 def bert_base(hyperparameters: Hyperparameters) -> nn.Module:
     return BertForQuestionAnswering(**_sizes(hyperparameters, "spans"))
 
 
-@workload(
+@bert_workload(
     name="bert-large",
     summary="BERT-large (24 layers, 1024 wide, 16 heads, 340M) + span head: SQuAD v1.1 fine-tuning, 384 tokens; AdamW",
     defaults={"layers": 24, "width": 1_024, "heads": 16, **BERT_SQUAD, "batch_size": 4},
-    **BERT_WORKLOAD,
 )
 def bert_large(hyperparameters: Hyperparameters) -> nn.Module:
     return BertForQuestionAnswering(**_sizes(hyperparameters, "spans"))

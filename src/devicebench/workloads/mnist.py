@@ -13,6 +13,8 @@ ran 20,000 steps of 50, which over our 60,000 training digits is 17 epochs. 'SAM
 
 from __future__ import annotations
 
+from functools import partial
+
 from torch import nn
 
 from devicebench.workloads import Hyperparameters, Published, workload
@@ -32,20 +34,21 @@ TRAINING = {
     "adam_epsilon": 1e-8,  # TensorFlow 1's AdamOptimizer default
 }
 
-S1 = {  # what both networks share: the seed, the data, the training and the published figures
-    "seed": "S1",
-    "dataset": "mnist",
-    "image_shape": (1, IMAGE_SIZE, IMAGE_SIZE),
-    "loss": nn.CrossEntropyLoss,
-    "optimizer": adam,
-    "defaults": TRAINING,
-    "published": Published(
+mnist_workload = partial(  # what both networks share: the seed, the data, the training and the published figures
+    workload,
+    seed="S1",
+    dataset="mnist",
+    image_shape=(1, IMAGE_SIZE, IMAGE_SIZE),
+    loss=nn.CrossEntropyLoss,
+    optimizer=adam,
+    defaults=TRAINING,
+    published=Published(
         speedup=8.0,
         basis="training time, GPU vs CPU, for both networks",
         hardware="GeForce GTX 860M (laptop) vs an 8-thread laptop CPU, TensorFlow",
         accuracy=0.993,
     ),
-}
+)
 
 
 class MnistCNN(nn.Module):
@@ -73,19 +76,20 @@ class MnistCNN(nn.Module):
         for module in self.modules():
             if isinstance(module, (nn.Conv2d, nn.Linear)):
                 nn.init.trunc_normal_(module.weight, std=INIT_STDDEV, a=-2 * INIT_STDDEV, b=2 * INIT_STDDEV)
+                assert module.bias is not None  # every layer above is built with one
                 nn.init.constant_(module.bias, INIT_BIAS)
 
     def forward(self, images):
         return self.classifier(self.features(images))
 
 
-@workload(name="mnist-cnn2", summary="2 x (Conv 5x5 + MaxPool) 32, 64 → Dense 1024 → Dropout 0.5 → Dense 10", **S1)
+@mnist_workload(name="mnist-cnn2", summary="2 x (Conv 5x5 + MaxPool) 32, 64 → Dense 1024 → Dropout 0.5 → Dense 10")
 def mnist_cnn2(hyperparameters: Hyperparameters) -> nn.Module:
     return MnistCNN(filters=(32, 64))
 
 
-@workload(
-    name="mnist-cnn4", summary="4 x (Conv 5x5 + MaxPool) 32, 64, 128, 256 → Dense 1024 → Dropout 0.5 → Dense 10", **S1
+@mnist_workload(
+    name="mnist-cnn4", summary="4 x (Conv 5x5 + MaxPool) 32, 64, 128, 256 → Dense 1024 → Dropout 0.5 → Dense 10"
 )
 def mnist_cnn4(hyperparameters: Hyperparameters) -> nn.Module:
     return MnistCNN(filters=(32, 64, 128, 256))  # our reading of "four stages"

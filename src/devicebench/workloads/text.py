@@ -20,6 +20,8 @@ key size of 32 per head (64 for two heads) and projects back to 32, which PyTorc
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -45,21 +47,22 @@ TEXT = {
 # `sequence_length` multiplies the LSTM's steps (each a handful of kernels) and the tensors a step unbinds into, so
 # a larger value, from `--set`, a checkpoint or a stored run, is refused before anything is built, even on meta.
 MOST_TOKENS = 4_096
-S5_TEXT = {
-    "size_bounds": {"sequence_length": MOST_TOKENS},
-    "seed": "S5",
-    "dataset": "imdb",
-    "optimizer": adam,
-    "preprocessing": lambda hyperparameters: Unchanged(),  # token ids go to the model as they are
-    "data_options": lambda h: {"vocab_size": h["vocab_size"], "sequence_length": h["sequence_length"]},
-    "published": Published(
+imdb_workload = partial(  # what both classifiers share: the seed, the data, the optimizer, the figures
+    workload,
+    size_bounds={"sequence_length": MOST_TOKENS},
+    seed="S5",
+    dataset="imdb",
+    optimizer=adam,
+    preprocessing=lambda hyperparameters: Unchanged(),  # token ids go to the model as they are
+    data_options=lambda h: {"vocab_size": h["vocab_size"], "sequence_length": h["sequence_length"]},
+    published=Published(
         speedup=13.76,
         basis="a text classifier on Google Colab, 198.2 s without a GPU, 14.4 s with one (model not named)",
         hardware="Google Colab CPU vs its GPU (then a Tesla K80 or T4)",
         end_to_end_s={"cpu": 198.2, "gpu": 14.4},
     ),
-    "quick": QuickSettings(max_steps=30, max_eval_steps=5),
-}
+    quick=QuickSettings(max_steps=30, max_eval_steps=5),
+)
 
 
 def _keras_embedding(vocab_size: int, width: int) -> nn.Embedding:
@@ -156,24 +159,22 @@ class TransformerClassifier(nn.Module):
         return self.head(x.mean(dim=1))  # logits: the softmax lives in the loss
 
 
-@workload(
+@imdb_workload(
     name="imdb-bilstm",
     summary="IMDB: Embedding 128 → BiLSTM 64 → BiLSTM 64 → Dense 1 sigmoid; 20k words, 200 tokens; Adam",
     loss=BinaryCrossEntropy,
     output="binary_logit",
     defaults=TEXT,
-    **S5_TEXT,
 )
 def imdb_bilstm(hyperparameters: Hyperparameters) -> nn.Module:
     return BiLSTMClassifier(_checked(hyperparameters)["vocab_size"])
 
 
-@workload(
+@imdb_workload(
     name="imdb-transformer",
     summary="IMDB: token + position embedding 32 → Transformer block (2 heads) → mean → Dense 20 → Dense 2; Adam",
     loss=nn.CrossEntropyLoss,
     defaults=TEXT,
-    **S5_TEXT,
 )
 def imdb_transformer(hyperparameters: Hyperparameters) -> nn.Module:
     sizes = _checked(hyperparameters)
