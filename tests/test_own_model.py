@@ -50,6 +50,13 @@ class TinyNet(nn.Module):
 TINY_NET_FLOPS = 3 * 2 * (FEATURES * 32 + 32 * CLASSES) - 2 * FEATURES * 32
 
 
+class PlainLoss:
+    """A loss written as a plain class (not a torch.nn.Module), whose instances are called with (outputs, targets)."""
+
+    def __call__(self, outputs, targets):
+        return nn.functional.cross_entropy(outputs, targets)
+
+
 def loss_only_step(model, batch, optimizer):
     """The usual step written as a user's own, handing back only the loss."""
     loss = nn.functional.cross_entropy(model(batch[0]), batch[1])
@@ -309,6 +316,11 @@ def test_your_model_is_found_by_name_but_never_joins_a_suite():
             "the optimizer function returned a NoneType; it must return a torch.optim.Optimizer",
         ),
         (dict(model=TinyNet, data=tensors(), loss=None), OwnModelError, "loss=None needs a train_step of your own"),
+        (  # the class itself, called with (outputs, targets), would make a PlainLoss mid-run, not a loss
+            dict(model=TinyNet, data=tensors(), loss=PlainLoss),
+            OwnModelError,
+            r"loss is the class PlainLoss, not a torch.nn.Module: give an instance of it \(loss=PlainLoss\(\)\)",
+        ),
         (
             dict(model=TinyNet, data=tensors(), name="mnist-cnn2"),
             ValueError,

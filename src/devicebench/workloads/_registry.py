@@ -35,7 +35,7 @@ from devicebench.data.sequences import target_shape
 
 Hyperparameters = Mapping[str, Any]
 ModelBuilder = Callable[[Hyperparameters], Any]  # a torch model; for a workload with its own trainer, what it trains
-LossBuilder = Callable[[], nn.Module]
+LossBuilder = Callable[[], nn.Module | None]  # None: the workload's own train_step computes the loss (a user's model)
 OptimizerBuilder = Callable[[nn.Module, Hyperparameters], torch.optim.Optimizer]  # given the model being trained
 PreprocessingBuilder = Callable[[Hyperparameters], Preprocessing]
 DataOptions = Callable[[Hyperparameters], dict[str, Any]]  # what load_dataset needs beyond the dataset's name

@@ -26,6 +26,7 @@ from devicebench.data.augmentation import Unchanged
 from devicebench.data.own import as_own_data
 from devicebench.workloads import (
     Hyperparameters,
+    LossBuilder,
     OutputKind,
     TrainStep,
     Workload,
@@ -40,7 +41,9 @@ LOSSES: dict[str, tuple[Callable[[], nn.Module], OutputKind]] = {
     "mse": (nn.MSELoss, "values"),  # a regression: no accuracy
     "l1": (nn.L1Loss, "values"),
 }
-OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
+# Optimizers by name: each class is called with (the model's parameters, lr=the learning rate); typed as a
+# callable because torch.optim.Optimizer's own constructor takes no lr
+OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
     "adam": torch.optim.Adam,
     "adamw": torch.optim.AdamW,
     "sgd": torch.optim.SGD,
@@ -234,7 +237,7 @@ class _LossFunction(nn.Module):
         return self.function(outputs, targets)
 
 
-def _loss_builder(loss: LossSource, train_step: TrainStep | None) -> tuple[Callable[[], nn.Module | None], OutputKind]:
+def _loss_builder(loss: LossSource, train_step: TrainStep | None) -> tuple[LossBuilder, OutputKind]:
     if loss is None:
         if train_step is None:
             raise OwnModelError("loss=None needs a train_step of your own that computes the loss")
@@ -246,8 +249,13 @@ def _loss_builder(loss: LossSource, train_step: TrainStep | None) -> tuple[Calla
                 "(outputs, targets) → loss"
             )
         return LOSSES[loss]
-    if isinstance(loss, type) and issubclass(loss, nn.Module):  # a loss class, such as nn.SmoothL1Loss
-        return loss, _output_of(loss)
+    if isinstance(loss, type):
+        if issubclass(loss, nn.Module):  # a loss class, such as nn.SmoothL1Loss
+            return loss, _output_of(loss)
+        raise OwnModelError(  # called with (outputs, targets), it would make an instance of itself, not a loss
+            f"loss is the class {loss.__name__}, not a torch.nn.Module: give an instance of it "
+            f"(loss={loss.__name__}()), a torch loss module or a function (outputs, targets) → loss"
+        )
     if isinstance(loss, nn.Module):
         return (lambda: copy.deepcopy(loss)), _output_of(type(loss))
     if callable(loss):
