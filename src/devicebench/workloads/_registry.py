@@ -23,6 +23,7 @@ import logging
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from importlib.metadata import entry_points
 from types import MappingProxyType
 from typing import Any, Literal
@@ -272,6 +273,49 @@ def workload(
     `seed` is the SEEDS.md experiment it reproduces (S1…S5), or None; `published` the figures that experiment
     published. `dataset` names one devicebench knows (`devicebench.data.known_datasets()`).
     """
+    _check_declaration(name, seed, defaults, trainer, loss, optimizer, budget_lengths, size_bounds or {})
+    declared = partial(
+        Workload,
+        name=name,
+        seed=seed,
+        dataset=dataset,
+        summary=summary,
+        build_loss=loss,
+        build_optimizer=optimizer,
+        defaults=MappingProxyType(dict(defaults)),
+        published=published,
+        image_shape=image_shape,
+        output=output,
+        build_preprocessing=preprocessing or (lambda hyperparameters: Rescale()),
+        data_options=data_options,
+        trainer=trainer,
+        requires=requires or (lambda: None),
+        quick=quick,
+        size_bounds=MappingProxyType(dict(size_bounds or {})),
+        in_suites=in_suites,
+        tokens_per_sample=tokens_per_sample,
+        budget_lengths=budget_lengths,
+    )
+
+    def register(build_model: ModelBuilder) -> ModelBuilder:
+        _add(declared(build_model=build_model, origin=_registering_for))
+        return build_model
+
+    return register
+
+
+def _check_declaration(
+    name: str,
+    seed: str | None,
+    defaults: Hyperparameters,
+    trainer: Trainer | None,
+    loss: LossBuilder | None,
+    optimizer: OptimizerBuilder | None,
+    budget_lengths: tuple[str, ...],
+    size_bounds: Mapping[str, int],
+) -> None:
+    """Refuse a workload declared with what the engine could not run or the command line could not find, before
+    anything is registered: a ValueError naming the workload and what is wrong."""
     if name != name.lower() or not name:
         raise ValueError(f"workload {name!r}: names are lower case, as the command line finds them")
     if seed is not None and seed not in SEED_EXPERIMENTS:
@@ -283,41 +327,18 @@ def workload(
         raise ValueError(f"workload {name!r}: defaults lack {', '.join(sorted(missing))}")
     if set(budget_lengths) - set(defaults):
         raise ValueError(f"workload {name!r}: budget_lengths names a parameter not in its defaults")
-    unbounded = set(size_bounds or {}) - set(defaults)
+    unbounded = set(size_bounds) - set(defaults)
     if unbounded:
         raise ValueError(f"workload {name!r}: size_bounds names {', '.join(sorted(unbounded))}, not in its defaults")
 
-    def register(build_model: ModelBuilder) -> ModelBuilder:
-        if name in _REGISTRY:
-            raise ValueError(
-                f"workload {name!r} is registered twice (by {_REGISTRY[name].origin} and {_registering_for})"
-            )
-        _REGISTRY[name] = Workload(
-            name=name,
-            seed=seed,
-            dataset=dataset,
-            summary=summary,
-            build_model=build_model,
-            build_loss=loss,
-            build_optimizer=optimizer,
-            defaults=MappingProxyType(dict(defaults)),
-            published=published,
-            image_shape=image_shape,
-            output=output,
-            build_preprocessing=preprocessing or (lambda hyperparameters: Rescale()),
-            data_options=data_options,
-            trainer=trainer,
-            requires=requires or (lambda: None),
-            quick=quick,
-            origin=_registering_for,
-            size_bounds=MappingProxyType(dict(size_bounds or {})),
-            in_suites=in_suites,
-            tokens_per_sample=tokens_per_sample,
-            budget_lengths=budget_lengths,
-        )
-        return build_model
 
-    return register
+def _add(entry: Workload) -> None:
+    """Put a declared workload in the registry; its name must be new (results are kept by name)."""
+    if entry.name in _REGISTRY:
+        raise ValueError(
+            f"workload {entry.name!r} is registered twice (by {_REGISTRY[entry.name].origin} and {entry.origin})"
+        )
+    _REGISTRY[entry.name] = entry
 
 
 def _load_families() -> None:
