@@ -244,6 +244,27 @@ def test_save_needs_exactly_one_workload(tmp_path):
     assert result.exit_code == EXIT_USAGE and "one model" in result.output
 
 
+def test_save_refuses_a_model_of_token_ids_before_training(tmp_path):
+    """`predict` classifies image files: a text model's checkpoint could never be used, so --save says so first."""
+    path = tmp_path / "m.pt"
+    result = cli.invoke(app, ["run", "imdb-bilstm", "--data", "synthetic", "--save", str(path), *SHORT])
+    assert result.exit_code == EXIT_USAGE, result.output
+    assert "--save keeps image models for `devicebench predict`; imdb-bilstm takes no images" in result.output
+    assert "Epoch" not in result.output and not path.exists()
+
+
+def test_a_run_asked_to_save_a_model_of_token_ids_stays_ok_and_writes_nothing(tmp_path, caplog):
+    """Past the command line (runner.run with save_to), the save is refused on its own: the run is kept."""
+    path = tmp_path / "m.pt"
+    config = RunConfig(
+        workloads=("imdb-bilstm",), devices="cpu", data="synthetic", epochs=1, max_steps=2, max_eval_steps=1
+    )
+    [record] = runner.run(planning.plan(config), save_to=path).runs
+    assert record.status == "ok", record.error
+    assert not path.exists()
+    assert "imdb-bilstm is not an image model" in caplog.text
+
+
 def test_files_left_out_and_empty_classes_are_shown_before_training(tmp_path):
     rng = np.random.default_rng(0)
     for name, brightness in BRIGHTNESS.items():

@@ -54,7 +54,16 @@ class CheckpointError(DevicebenchError, ValueError):
 
 
 class CheckpointNotSaved(OSError):
-    """`save_checkpoint` could not write the file (a full disk, a read-only folder); nothing partial is left."""
+    """`save_checkpoint` could not write the file (a full disk, a read-only folder), or the model is not one
+    `predict` can use; nothing partial is left."""
+
+
+def saved_image_shape(workload: Workload) -> tuple[int, int, int] | None:
+    """The (channels, height, width) `predict` decodes image files to for `workload`'s model; None for a model a
+    checkpoint cannot serve: not a torch model, a model of token ids, or a user's own model on their own data."""
+    if workload.trainer is not None or workload.load_data is not None:
+        return None
+    return workload.image_shape
 
 
 @dataclass
@@ -63,7 +72,7 @@ class Checkpoint:
     workload: str
     image_shape: tuple[int, int, int]  # (channels, height, width) every image is resized to
     preprocessing: Preprocessing  # its `test` half is applied; training's random half never is
-    output: str
+    output: OutputKind
     class_names: tuple[str, ...]
     trained: dict[str, Any]  # where and how: device, epochs, test accuracy, data source, run id
 
@@ -88,6 +97,12 @@ def save_checkpoint(
     path: Path, model: nn.Module, workload: Workload, record: RunRecord, dataset: ArrayDataset | ImageFolderDataset
 ) -> None:
     """Write `model`, trained as `record` says, with everything `predict` needs; atomically."""
+    image_shape = saved_image_shape(workload)
+    if image_shape is None:  # `run --save` refuses it before training; this is for any other caller
+        raise CheckpointNotSaved(
+            f"could not save the model to {path}: {workload.name} is not an image model, and `devicebench predict` "
+            "classifies images; the run itself finished and is kept"
+        )
     hyperparameters = record.settings.hyperparameters
     payload = {
         "format": CHECKPOINT_FORMAT,
@@ -95,8 +110,8 @@ def save_checkpoint(
         "workload": workload.name,
         "hyperparameters": dict(hyperparameters),
         "state_dict": {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()},
-        "image_shape": list(workload.image_shape),
-        "channel_order": "L" if workload.image_shape[0] == 1 else "RGB",  # what Pillow converts images to
+        "image_shape": list(image_shape),
+        "channel_order": "L" if image_shape[0] == 1 else "RGB",  # what Pillow converts images to
         "preprocessing": describe(workload.build_preprocessing(hyperparameters)),
         "output": workload.output,
         "class_names": list(class_names_of(dataset)),
@@ -129,6 +144,23 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     """The model in `path`, built and checked field by field: a file from someone else may hold anything, so every
     field is checked (a CheckpointError naming it) and the model's size is bounded before anything is built."""
     path = Path(path)
+    payload = _read_payload(path)
+    workload, image_shape = _image_workload(path, payload)
+    model, preprocessing = _built_model(path, workload, payload)
+    return Checkpoint(
+        model=model.eval(),
+        workload=workload.name,
+        image_shape=image_shape,
+        preprocessing=preprocessing,
+        output=workload.output,  # the payload's, checked equal to it
+        class_names=tuple(payload["class_names"]),
+        trained=payload["trained"],
+    )
+
+
+def _read_payload(path: Path) -> dict[str, Any]:
+    """The plain data in `path`, read without running any code from it: a devicebench checkpoint of this version
+    with every field of its type (PAYLOAD_TYPES), or a CheckpointError saying what it is instead."""
     try:
         require_regular_file(path, "the checkpoint")
     except FileNotFoundError:
@@ -165,16 +197,23 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     ]
     if wrong:
         raise CheckpointError(f"{path}: missing or malformed {', '.join(wrong)}; {SAVE_AGAIN}")
+    return payload
+
+
+def _image_workload(path: Path, payload: dict[str, Any]) -> tuple[Workload, tuple[int, int, int]]:
+    """The image workload the payload names and the image shape its model takes, once the payload's shape, output
+    kind and class names are checked against it."""
     try:
         workload = get_workload(payload["workload"])
     except KeyError as error:
         raise CheckpointError(f"{path}: {error.args[0]}") from None
-    if workload.trainer is not None or workload.image_shape is None or workload.load_data is not None:
+    image_shape = saved_image_shape(workload)
+    if image_shape is None:
         raise CheckpointError(f"{path}: workload {workload.name} is not an image model devicebench saves; {SAVE_AGAIN}")
-    image_shape = tuple(payload["image_shape"])
-    if image_shape != workload.image_shape:  # images are resized to it: a made-up size could be any size at all
+    if tuple(payload["image_shape"]) != image_shape:  # images are resized to it: a made-up size could be any size
         raise CheckpointError(
-            f"{path}: images of shape {image_shape}, but {workload.name} takes {workload.image_shape}; {SAVE_AGAIN}"
+            f"{path}: images of shape {tuple(payload['image_shape'])}, but {workload.name} takes {image_shape}; "
+            f"{SAVE_AGAIN}"
         )
     if payload["output"] not in get_args(OutputKind) or payload["output"] != workload.output:
         raise CheckpointError(
@@ -186,6 +225,12 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         raise CheckpointError(
             f"{path}: class_names holds {type(bad_names[0]).__name__} {bad_names[0]!r}, not text; {SAVE_AGAIN}"
         )
+    return workload, image_shape
+
+
+def _built_model(path: Path, workload: Workload, payload: dict[str, Any]) -> tuple[nn.Module, Preprocessing]:
+    """The payload's model with its weights, and its preprocessing: the hyperparameters checked and the size
+    bounded before anything is built, the weights checked against a model built on the meta device."""
     try:
         hyperparameters = workload.typed_hyperparameters(payload["hyperparameters"])
     except ValueError as error:
@@ -206,15 +251,7 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
             f"{path}: its settings or weights do not fit {workload.name} as this devicebench "
             f"builds it ({_first_line(error)}); {SAVE_AGAIN}"
         ) from None
-    return Checkpoint(
-        model=model.eval(),
-        workload=workload.name,
-        image_shape=image_shape,
-        preprocessing=preprocessing,
-        output=payload["output"],
-        class_names=tuple(payload["class_names"]),
-        trained=payload["trained"],
-    )
+    return model, preprocessing
 
 
 def _check_weights(path: Path, workload: Workload, weights: dict, expected: dict[str, torch.Tensor]) -> None:

@@ -301,6 +301,8 @@ def run(
             raise fail(f"--save keeps torch models; {selected[0].name} is not one")
         if model is not None:
             raise fail("--save keeps a workload's model for `devicebench predict`; your own model you save yourself")
+        if selected[0].image_shape is None:  # `predict` classifies image files: a model of token ids has no use for one
+            raise fail(f"--save keeps image models for `devicebench predict`; {selected[0].name} takes no images")
         check_output_file("--save", save)
     if nproc * nnodes > 1:
         if save is not None or tensorboard is not None:
