@@ -17,13 +17,13 @@ few synthetic samples shaped like the workload's dataset (or the first samples o
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
 from typing import Any
 
 import torch
 
 from devicebench.data import known_datasets
-from devicebench.data.augmentation import Preprocessing
+from devicebench.data.augmentation import CifarDistortion, KerasAugmentation, Preprocessing, Rescale
 from devicebench.data.pipeline import batches_for
 from devicebench.data.sequences import synthetic_sequences
 from devicebench.data.sources import dataset_spec
@@ -62,7 +62,7 @@ def check_workload(workload: Workload, hyperparameters: dict[str, Any] | None = 
         f"parameters, for real {real_count:,}; build every layer inside the builder"
     )
     dataset = _tiny_dataset(workload, hyperparameters)
-    unaugmented = _Unaugmented(workload.build_preprocessing(hyperparameters))  # one fixed batch to learn
+    unaugmented = _unaugmented(workload.build_preprocessing(hyperparameters))  # one fixed batch to learn
     train, test = batches_for(
         dataset, workload.image_shape, unaugmented, SAMPLES, torch.device("cpu"), workers=0, seed=0
     )
@@ -76,18 +76,15 @@ def check_workload(workload: Workload, hyperparameters: dict[str, Any] | None = 
     )
 
 
-@dataclass(frozen=True)
-class _Unaugmented:
-    """A workload's preprocessing without its random distortions: the batch to learn stays the same."""
-
-    preprocessing: Preprocessing
-    augments = False
-
-    def test(self, images: torch.Tensor) -> torch.Tensor:
-        return self.preprocessing.test(images)
-
-    def output_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
-        return self.preprocessing.output_shape(shape)
+def _unaugmented(preprocessing: Preprocessing) -> Preprocessing:
+    """A workload's preprocessing without its random distortions, so that the batch to learn stays the same: the
+    same kind that makes its test inputs, with nothing random to draw."""
+    if isinstance(preprocessing, KerasAugmentation):
+        return Rescale()  # Keras' test images are only rescaled (KerasAugmentation.test is Rescale's)
+    if isinstance(preprocessing, CifarDistortion):
+        return dataclasses.replace(preprocessing, augment=False)  # training gets the centre crop of evaluation
+    assert not preprocessing.augments, f"{preprocessing} distorts: say here what it does without distortions"
+    return preprocessing
 
 
 def _check_declaration(workload: Workload) -> None:
@@ -144,6 +141,9 @@ def _check_learns(
     inputs: torch.Tensor,
     targets: torch.Tensor,
 ) -> None:
+    assert workload.build_loss is not None and workload.build_optimizer is not None, (
+        f"{workload.name}: a torch model needs a loss and an optimizer"
+    )
     loss_function = workload.build_loss()
     optimizer = workload.build_optimizer(model, hyperparameters)
     losses = []
@@ -152,6 +152,7 @@ def _check_learns(
             returned = workload.train_step(model, (inputs, targets), optimizer)
             loss = returned[0] if isinstance(returned, tuple) else returned
         else:
+            assert loss_function is not None, f"{workload.name}: without a train_step of its own it needs a loss"
             loss = loss_function(model(inputs), targets)
             optimizer.zero_grad()
             loss.backward()
