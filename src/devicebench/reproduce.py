@@ -85,33 +85,38 @@ class Reproduction:
 
 def reproductions(rows_by_workload: dict[str, list[Row]]) -> list[Reproduction]:
     """The seeds' workloads among `rows_by_workload`: those with a post of their own (`published`)."""
+    found = ((get_workload(name), rows) for name, rows in rows_by_workload.items())
     return [
-        _reproduction(workload, rows)
-        for name, rows in rows_by_workload.items()
-        if (workload := get_workload(name)).published is not None
+        _reproduction(workload, workload.published, rows) for workload, rows in found if workload.published is not None
     ]
 
 
-def _reproduction(workload: Workload, rows: list[Row]) -> Reproduction:
+def _reproduction(workload: Workload, published: Published, rows: list[Row]) -> Reproduction:
     cpu = next((row for row in rows if row.device == "cpu" and row.samples_per_s), None)
     accelerators = [row for row in rows if row.device != "cpu" and row.samples_per_s]
-    fastest = max(accelerators, key=lambda row: row.samples_per_s.median, default=None)
-    speedup = fastest.samples_per_s.median / cpu.samples_per_s.median if cpu and fastest else None
+    fastest = max(accelerators, key=_steady_rate, default=None)
+    speedup = _steady_rate(fastest) / _steady_rate(cpu) if cpu and fastest else None
     end_to_end = None
-    if cpu and fastest and cpu.end_to_end_s and fastest.end_to_end_s:
-        end_to_end = cpu.end_to_end_s.median / fastest.end_to_end_s.median
+    if cpu and fastest and (cpu_end_to_end := cpu.end_to_end_s) and (fastest_end_to_end := fastest.end_to_end_s):
+        end_to_end = cpu_end_to_end.median / fastest_end_to_end.median
     return Reproduction(
         workload=workload,
-        published=workload.published,
+        published=published,
         measured_hardware=" vs ".join(dict.fromkeys(f"{row.device_name} ({row.device})" for row in rows)),
-        measured_cpu_samples_per_s=cpu.samples_per_s.median if cpu else None,
-        measured_gpu_samples_per_s=fastest.samples_per_s.median if fastest else None,
+        measured_cpu_samples_per_s=_steady_rate(cpu) if cpu else None,
+        measured_gpu_samples_per_s=_steady_rate(fastest) if fastest else None,
         measured_speedup=speedup,
         measured_end_to_end_ratio=end_to_end,
-        measured_accuracy=_accuracy(rows, workload.published.accuracy_kind),
+        measured_accuracy=_accuracy(rows, published.accuracy_kind),
         data_sources=", ".join(sorted({row.settings["data_source"] for row in rows})),
         outlook=rows_outlook(workload, rows),
     )
+
+
+def _steady_rate(row: Row) -> float:
+    """A row's median steady samples/s, asked only of rows that have steady epochs."""
+    assert row.samples_per_s is not None  # every caller picks its rows for their samples/s first
+    return row.samples_per_s.median
 
 
 def _accuracy(rows: list[Row], kind: str) -> float | None:
@@ -122,8 +127,7 @@ def _accuracy(rows: list[Row], kind: str) -> float | None:
             if run.epochs:
                 last = run.epochs[-1]
                 finals.append(last.train_accuracy if kind == "train" else last.test_accuracy)
-    finals = [value for value in finals if value is not None]
-    return max(finals, default=None)
+    return max((value for value in finals if value is not None), default=None)
 
 
 # --- what the post's figures say about this CPU ------------------------------------------------------------
@@ -144,7 +148,7 @@ def outlook_row(rows: list[Row]) -> Row | None:
 def rows_outlook(workload: Workload, rows: list[Row]) -> str | None:
     """`published_outlook` for the CPU row among `rows` (`outlook_row`); None without one."""
     cpu = outlook_row(rows)
-    if cpu is None:
+    if cpu is None or cpu.samples_per_s is None:  # outlook_row picks a row with steady samples/s, or none
         return None
     return published_outlook(
         workload,
@@ -159,7 +163,9 @@ def post_figures(workload: Workload) -> tuple[float, float] | None:
     """The post's (CPU, GPU) samples/s, the GPU's from the CPU's and the speedup where the post gave no GPU figure;
     None where the post gave no CPU throughput, or nothing to find its GPU's with."""
     published = workload.published
-    post_cpu = None if published is None else published.samples_per_s.get("cpu")
+    if published is None:
+        return None
+    post_cpu = published.samples_per_s.get("cpu")
     if post_cpu is None:
         return None
     post_gpu = published.samples_per_s.get("gpu")
@@ -216,7 +222,7 @@ def published_outlook(
         f"{here}, {factor_text(measured_cpu_samples_per_s / post_cpu)} the post's CPU "
         f"({_samples_text(post_cpu)} samples/s)"
     )
-    caveats = _caveats(workload, measured_batch_size, data_source, max_steps)
+    caveats = _caveats(workload, published, measured_batch_size, data_source, max_steps)
     if post_gpu is not None:
         sentence += (
             f"; the post's GPU was {factor_text(post_gpu / post_cpu)} its CPU, so about "
@@ -226,8 +232,9 @@ def published_outlook(
     return f"{sentence}. A rough guide: {'; '.join(caveats)}."
 
 
-def _caveats(workload: Workload, measured_batch_size: int | None, data_source: str, max_steps: int | None) -> list[str]:
-    published = workload.published
+def _caveats(
+    workload: Workload, published: Published, measured_batch_size: int | None, data_source: str, max_steps: int | None
+) -> list[str]:
     framework = next((name for name in FRAMEWORKS if name in published.hardware), None)
     devices = published.hardware.removesuffix(f", {framework}") if framework else published.hardware
     caveats = [f"{framework or 'another framework'}, not PyTorch, on hardware of its day ({devices})"]
@@ -324,6 +331,8 @@ def _sequence_length(workload: Workload, rows: list[Row]) -> int | None:
 def in_unit(workload: Workload, row: Row, unit: str) -> float | None:
     """`row`'s median steady throughput in `unit` (images/s and sequences/s are samples/s; tokens/s counts each
     sample's tokens, `tokens_per_sample`); None where this workload's samples are not counted in that unit."""
+    if row.samples_per_s is None:  # no steady epochs: no throughput in any unit
+        return None
     samples = row.samples_per_s.median
     if unit != "tokens/s":
         return samples
