@@ -212,7 +212,8 @@ def module_sources(spec: str) -> list[Path]:
     module, colon, _ = spec.partition(":")
     if not colon or not module:
         return []
-    sources, search = [], [os.getcwd(), *sys.path]
+    sources: list[Path] = []
+    search = [os.getcwd(), *sys.path]
     for part in module.split("."):
         try:
             found = importlib.machinery.PathFinder.find_spec(part, search)

@@ -58,7 +58,7 @@ from devicebench.engine.distributed import (
 )
 from devicebench.planning import Plan
 from devicebench.report.progress import RichReporter
-from devicebench.results.schema import Result
+from devicebench.results.schema import Result, RunStatus
 
 INTERRUPT_GRACE_S = 60  # after Ctrl-C, how long the ranks get to hand in what they finished (torchrun kills at 30)
 POLL_S = 1.0  # how often the launcher looks for newly merged epochs, and a rank for its launcher
@@ -235,7 +235,7 @@ def _final_result(output_file: Path) -> Result | None:
     return Result.read_json(output_file) if output_file.exists() else None
 
 
-def _partial_result(output_file: Path, message: str, status: str = "failed") -> Result | None:
+def _partial_result(output_file: Path, message: str, status: RunStatus = "failed") -> Result | None:
     """What rank 0 kept of a run that ended early: every epoch merged before it ended, the unfinished runs given
     `status` and `message`."""
     partial_file = partial_path(output_file)
@@ -248,7 +248,7 @@ def _partial_result(output_file: Path, message: str, status: str = "failed") -> 
     return result
 
 
-def _why_the_ranks_ended(output_file: Path, stderr: str, code: int) -> tuple[str, str]:
+def _why_the_ranks_ended(output_file: Path, stderr: str, code: int) -> tuple[RunStatus, str]:
     """(status, message) of ranks that ended early: the reason a rank gave for its own failure, unless torchrun
     saw a rank killed by a signal, which gives none; then the others' reasons are only its echo (a broken
     connection), and torchrun's report names it."""
@@ -256,7 +256,7 @@ def _why_the_ranks_ended(output_file: Path, stderr: str, code: int) -> tuple[str
     return own_reason or ("failed", _failure_text(stderr, code))
 
 
-def _rank_reason(output_file: Path) -> tuple[str, str] | None:
+def _rank_reason(output_file: Path) -> tuple[RunStatus, str] | None:
     """(status, message) of the rank that failed on its own and said why (RankReporter.run_finished); None when
     no rank did (it was killed, or failed outside a run)."""
     reason_file = reason_path(output_file)

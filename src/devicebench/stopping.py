@@ -131,12 +131,13 @@ if hasattr(os, "register_at_fork"):
 
 def _watch(reader: socket.socket) -> None:
     """Read the signal numbers the C-level handler writes; exit the process on the second stop signal."""
-    first = None
+    first: int | None = None  # the first stop signal's number
     with reader:
         while True:
             try:
                 data = reader.recv(64)
             except TimeoutError:  # still working a while after the first: say how to stop at once
+                assert first is not None  # the timeout is set only once the first stop signal came
                 _say(
                     f"devicebench: {named(first)} received; stopping after the current step. Send it again to stop "
                     "at once."

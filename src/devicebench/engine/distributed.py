@@ -32,7 +32,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from devicebench.data.pipeline import Shard, usable_cores
 from devicebench.engine.loop import TrainingSetup, total_energy_j
-from devicebench.events import Divergence, Reporter
+from devicebench.events import Divergence, Reporter, RunReporter
 from devicebench.results.plausibility import flag_run
 from devicebench.results.schema import EpochRecord, Result, RunRecord
 
@@ -130,7 +130,7 @@ def merge_rank_runs(runs_by_rank: list[list[RunRecord]]) -> list[RunRecord]:
     return merged
 
 
-class RankReporter(Reporter):
+class RankReporter(RunReporter):
     """Every rank hands each finished epoch to rank 0, which merges them (merge_rank_epochs: the slowest rank's
     time), shows the merged epoch, and keeps the merged runs in a file, so that a rank dying later loses nothing
     that finished. The hand-over comes after the epoch's clock has stopped, at the same epoch on every rank.
