@@ -13,7 +13,8 @@ import math
 import numpy as np
 import pytest
 
-from devicebench.engine.opcount import Kernel, StepProfile
+from devicebench.engine.kernel_recorder import Kernel
+from devicebench.engine.opcount import StepProfile
 from devicebench.estimate.roofline import (
     AMP_BYTES,
     AMP_CAST_BYTES,

@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from devicebench.engine.opcount import ProfileError, profile_training_step
+from devicebench.engine.kernel_recorder import ProfileError
+from devicebench.engine.opcount import profile_training_step
 from devicebench.errors import DevicebenchError
 from devicebench.estimate.roofline import (
     Efficiency,
