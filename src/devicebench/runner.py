@@ -54,13 +54,9 @@ from devicebench.engine.loop import (
     train,
 )
 from devicebench.engine.timing import Budget, Stopwatch, wall_clock_utc
-from devicebench.engine.tuning import (
-    Tuning,
+from devicebench.engine.tuning import Tuning, base_tuning, candidates, choose_batch_size, choose_tuning
+from devicebench.engine.tuning_applied import (
     add_tuning_note,
-    base_tuning,
-    candidates,
-    choose_batch_size,
-    choose_tuning,
     dynamo_counts,
     note_compilation,
     process_settings,
