@@ -23,19 +23,21 @@ from devicebench.estimate.roofline import (
     PEAKS,
     Efficiency,
     Fitter,
-    Interval,
     Point,
     PrecisionError,
     PredictedStep,
     Resolved,
     StepShape,
+    kernel_class,
+    predict,
+)
+from devicebench.estimate.validation import (
+    Interval,
     Validation,
     conformal,
     coverage,
     held_out,
-    kernel_class,
     median_absolute_error,
-    predict,
     validate,
 )
 from devicebench.results.datasheets import catalog_entry
