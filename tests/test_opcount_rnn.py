@@ -247,9 +247,8 @@ class Packing(nn.Module):
 
 
 def test_fused_kernels_count_toward_the_most_a_step_may_launch(monkeypatch):
-    monkeypatch.setattr(
-        kernel_recorder, "MOST_KERNELS_PER_STEP", 4
-    )  # the Linear, h0 and c0, then the first fused kernel
+    # the Linear, h0 and c0, then the first fused kernel
+    monkeypatch.setattr(kernel_recorder, "MOST_KERNELS_PER_STEP", 4)
     with pytest.raises(kernel_recorder.ProfileError, match="more than 4 kernels"):
         profile_training_step(sequences(Recurrent), SGD)
     monkeypatch.setattr(kernel_recorder, "MOST_KERNELS_PER_STEP", 40)
