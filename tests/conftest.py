@@ -37,7 +37,7 @@ from devicebench.data.formats import (
     read_idx,
 )
 from devicebench.data.sources import DATA_DIR_ENVIRONMENT_VARIABLE
-from devicebench.engine.calibrate import CALIBRATION_DIR_VARIABLE
+from devicebench.engine.calibration_files import CALIBRATION_DIR_VARIABLE
 from devicebench.environment import machine_id
 from devicebench.results.schema import EpochRecord, Result, RunRecord, RunSettings
 from devicebench.results.store import DB_ENVIRONMENT_VARIABLE

@@ -21,22 +21,18 @@ from typer.testing import CliRunner
 from devicebench import planning
 from devicebench.cli import EXIT_USAGE, app
 from devicebench.cli import calibrate as calibrate_command
-from devicebench.engine import calibrate
+from devicebench.engine import calibrate, calibration_store
 from devicebench.engine.calibrate import (
-    CALIBRATION_DIR_VARIABLE,
     CPU_PLAN,
     GPU_PLAN,
-    CalibrationError,
     CalibrationPlan,
     DeviceCeilings,
     Measurement,
-    calibration_path,
     default_plan,
-    load_calibration,
     measure_ceilings,
-    peak_tflops,
-    save_calibration,
 )
+from devicebench.engine.calibration_files import CALIBRATION_DIR_VARIABLE, calibration_path
+from devicebench.engine.calibration_store import CalibrationError, load_calibration, peak_tflops, save_calibration
 from devicebench.engine.timing import Stopwatch
 from devicebench.environment import machine_fingerprint
 from devicebench.results.datasheets import datasheet_for
@@ -357,7 +353,7 @@ def test_a_corrupt_old_or_foreign_file_names_itself_and_the_fix(content, reason,
     message = str(raised.value)
     assert str(path) in message and reason in message
     assert "Run `devicebench calibrate` again: it will overwrite the file" in message
-    with caplog.at_level(logging.WARNING, logger=calibrate.__name__):
+    with caplog.at_level(logging.WARNING, logger=calibration_store.__name__):
         assert peak_tflops(MACHINE, "cpu", "fp32") is None  # a run goes on without its calibration
     assert str(path) in caplog.text
     save_calibration(MACHINE, "laptop", [ceilings("cpu", fp32=0.5)])  # calibrating again replaces the file

@@ -46,11 +46,8 @@ from devicebench.check import (
 from devicebench.cli import EXIT_USAGE, app
 from devicebench.cli import check as check_command
 from devicebench.engine import monitor as monitor_module
-from devicebench.engine.calibrate import (
-    CALIBRATION_DIR_VARIABLE,
-    DeviceCeilings,
-    Measurement,
-)
+from devicebench.engine.calibrate import DeviceCeilings, Measurement
+from devicebench.engine.calibration_files import CALIBRATION_DIR_VARIABLE
 from devicebench.engine.timing import Stopwatch
 
 cli = CliRunner()

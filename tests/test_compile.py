@@ -16,15 +16,15 @@ from torch import nn
 from devicebench import RunConfig, planning, runner
 from devicebench.data import ArrayDataset
 from devicebench.data.text import TokenDataset
-from devicebench.engine import tuning
+from devicebench.engine import tuning_applied
 from devicebench.engine.loop import TrainingSetup
-from devicebench.engine.tuning import (
+from devicebench.engine.tuning_applied import (
     TunedForward,
-    Tuning,
     dynamo_counts,
     note_compilation,
     tuned_setup,
 )
+from devicebench.engine.tuning_choices import Tuning
 from devicebench.results.schema import RunRecord, RunSettings
 from devicebench.runner import new_record, train_record
 
@@ -51,7 +51,7 @@ class CountingBackend:
 @pytest.fixture
 def backend(monkeypatch) -> CountingBackend:
     counting = CountingBackend()
-    monkeypatch.setattr(tuning, "COMPILE_BACKEND", counting)
+    monkeypatch.setattr(tuning_applied, "COMPILE_BACKEND", counting)
     return counting
 
 

@@ -29,21 +29,14 @@ from devicebench.estimate.points import (
     seed_points,
     shape_of,
 )
-from devicebench.estimate.roofline import (
-    Efficiency,
-    Interval,
-    Point,
-    PredictedStep,
-    Resolved,
-    StepShape,
-    predict,
-)
+from devicebench.estimate.roofline import Efficiency, Point, PredictedStep, Resolved, StepShape, predict
 from devicebench.estimate.targets import (
     Baseline,
     Estimate,
     precisions_for,
     scaled_input_s,
 )
+from devicebench.estimate.validation import Interval
 from devicebench.report.estimates import BOUNDS
 from devicebench.results.datasheets import DATASHEETS, RENTED_HOSTS, catalog_entry
 from devicebench.results.record import published_figures

@@ -17,7 +17,7 @@ import torch
 from typer.testing import CliRunner
 
 from devicebench.cli import app
-from devicebench.engine import opcount
+from devicebench.engine import kernel_recorder, opcount
 from devicebench.estimate.points import fit_roofline, measured_points, shape_of
 from devicebench.results.datasheets import catalog_entry
 from devicebench.results.transfer import export_document
@@ -185,7 +185,8 @@ def test_imported_forgeries_leave_the_fit_as_it_was_and_validate_lists_them(tmp_
 
 
 def test_a_step_of_too_many_kernels_is_no_point_and_is_never_retried_on_the_cpu(monkeypatch):
-    monkeypatch.setattr(opcount, "MOST_KERNELS_PER_STEP", 1_000)  # the MLP's step launches fewer; the deepest net more
+    # the MLP's step launches fewer; the deepest net more
+    monkeypatch.setattr(kernel_recorder, "MOST_KERNELS_PER_STEP", 1_000)
     assert len(opcount.profile_training_step(MLP, dict(MLP.defaults)).kernels) < 1_000
     deep = get_workload("catdog-deep")
     run = gpu_run(0.04, workload=deep)

@@ -24,14 +24,8 @@ from rich.text import Text
 from devicebench.cli.run import run_tables
 from devicebench.estimate import against_measured as estimated
 from devicebench.estimate.points import shape_of
-from devicebench.estimate.roofline import (
-    PRIOR,
-    Efficiency,
-    Interval,
-    Point,
-    Resolved,
-    predict,
-)
+from devicebench.estimate.roofline import PRIOR, Efficiency, Point, Resolved, predict
+from devicebench.estimate.validation import Interval
 from devicebench.report.html import write_report
 from devicebench.report.plots import EstimatedAgainstMeasured, estimate_figure
 from devicebench.results.datasheets import catalog_entry

@@ -21,7 +21,7 @@ import pytest
 from typer.testing import CliRunner
 
 from devicebench.cli import EXIT_USAGE, app
-from devicebench.engine.calibrate import calibration_path
+from devicebench.engine.calibration_files import calibration_path
 from devicebench.environment import machine_fingerprint
 from devicebench.results.store import Store, StoreError
 from devicebench.results.transfer import export_document
@@ -206,12 +206,8 @@ def test_2_a_session_id_already_stored_with_other_content_is_refused_on_import(t
     ],
 )
 def test_3_a_calibration_with_a_rate_that_is_no_rate_is_not_used(tmp_path, db, caplog, rate, problem):
-    from devicebench.engine.calibrate import (
-        CPU_PLAN,
-        DeviceCeilings,
-        Measurement,
-        save_calibration,
-    )
+    from devicebench.engine.calibrate import CPU_PLAN, DeviceCeilings, Measurement
+    from devicebench.engine.calibration_store import save_calibration
 
     fingerprint = machine_fingerprint()
     figure = Measurement(rate=0.5, size=64, stretch_s=(1.0,), stretch_rates=(0.5,))

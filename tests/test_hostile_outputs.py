@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 from devicebench import files
 from devicebench.cli import EXIT_FAILED_RUN, EXIT_USAGE, app
 from devicebench.cli import run as run_command
-from devicebench.engine.calibrate import calibration_path
+from devicebench.engine.calibration_files import calibration_path
 from devicebench.results.store import Store
 
 cli = CliRunner()

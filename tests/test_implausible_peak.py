@@ -18,8 +18,8 @@ from test_calibrate import MACHINE, ceilings
 from typer.testing import CliRunner
 
 from devicebench.cli import app
-from devicebench.engine import calibrate
-from devicebench.engine.calibrate import CalibrationError, load_calibration, peak_tflops, save_calibration
+from devicebench.engine import calibration_store
+from devicebench.engine.calibration_store import CalibrationError, load_calibration, peak_tflops, save_calibration
 from devicebench.report.text import tflops_text
 from devicebench.results.compare import compare
 from devicebench.results.plausibility import (
@@ -79,7 +79,7 @@ def test_a_calibration_file_with_an_impossible_peak_is_not_read(device, device_n
         load_calibration(MACHINE)
     assert str(path) in str(raised.value) and said in str(raised.value)
     assert "Run `devicebench calibrate` again: it will overwrite the file" in str(raised.value)
-    with caplog.at_level(logging.WARNING, logger=calibrate.__name__):
+    with caplog.at_level(logging.WARNING, logger=calibration_store.__name__):
         assert peak_tflops(MACHINE, device, "fp32") is None  # no MFU rather than 0%
     assert said in caplog.text
     save_calibration(MACHINE, "laptop", [ceilings(device, fp32=50.0, device_name=device_name)])  # measured again

@@ -15,9 +15,10 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from devicebench.data.own import TensorData
-from devicebench.engine import opcount
+from devicebench.engine import kernel_recorder
 from devicebench.engine.flops import training_flops_per_sample
-from devicebench.engine.opcount import ProfileError, StepProfile, profile_training_step
+from devicebench.engine.kernel_recorder import ProfileError
+from devicebench.engine.opcount import StepProfile, profile_training_step
 from devicebench.workloads import Workload, list_workloads
 from devicebench.workloads.optimizers import adam, sgd
 
@@ -61,7 +62,7 @@ def test_a_linear_step_is_its_kernels_with_the_flops_and_bytes_done_by_hand():
         "aten._foreach_add_.List",  # SGD without momentum: parameters += -lr * gradients, all in one launch
     ]
     forward, _, loss, _, _, _, weight_gradient, bias_gradient, update = profile.kernels
-    assert forward == opcount.Kernel(
+    assert forward == kernel_recorder.Kernel(
         "aten.addmm.default",
         flops=2 * 2 * 4 * 3,  # 2 x batch x in x out = 48
         bytes_read=2 * 4 * 4 + 3 * 4 * 4 + 3 * 4,  # input, weight, bias: 92
@@ -152,7 +153,7 @@ def test_views_are_not_kernels(monkeypatch):
     names = operators(profile_training_step(tiny(Folded), SGD))
     assert names[0] == "aten.mm.default"  # the product, on the inputs viewed as 2x4
     assert "aten.view.default" not in names and "aten._unsafe_view.default" not in names
-    monkeypatch.setattr(opcount, "UNDECLARED_VIEWS", frozenset())  # without the exception it would count
+    monkeypatch.setattr(kernel_recorder, "UNDECLARED_VIEWS", frozenset())  # without the exception it would count
     assert "aten._unsafe_view.default" in operators(profile_training_step(tiny(Folded), SGD))
 
 

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from devicebench.data.own import TensorData
-from devicebench.engine import opcount
+from devicebench.engine import fused_recurrence, kernel_recorder
 from devicebench.engine.opcount import StepProfile, profile_training_step
 from devicebench.workloads import Workload, get_workload
 from devicebench.workloads.optimizers import sgd
@@ -81,7 +81,7 @@ def sequences(build_model, **fields) -> Workload:
     )
 
 
-def fused(profile: StepProfile) -> list[opcount.Kernel]:
+def fused(profile: StepProfile) -> list[kernel_recorder.Kernel]:
     return [kernel for kernel in profile.kernels if kernel.operator in FUSED]
 
 
@@ -247,15 +247,16 @@ class Packing(nn.Module):
 
 
 def test_fused_kernels_count_toward_the_most_a_step_may_launch(monkeypatch):
-    monkeypatch.setattr(opcount, "MOST_KERNELS_PER_STEP", 4)  # the Linear, h0 and c0, then the first fused kernel
-    with pytest.raises(opcount.ProfileError, match="more than 4 kernels"):
+    # the Linear, h0 and c0, then the first fused kernel
+    monkeypatch.setattr(kernel_recorder, "MOST_KERNELS_PER_STEP", 4)
+    with pytest.raises(kernel_recorder.ProfileError, match="more than 4 kernels"):
         profile_training_step(sequences(Recurrent), SGD)
-    monkeypatch.setattr(opcount, "MOST_KERNELS_PER_STEP", 40)
+    monkeypatch.setattr(kernel_recorder, "MOST_KERNELS_PER_STEP", 40)
     assert profile_training_step(sequences(Recurrent), SGD).kernel_count <= 40
 
 
 def test_a_gru_in_evaluation_keeps_no_reserve_space_and_counts_its_own_dtype():
-    call = opcount.RecurrentCall(
+    call = fused_recurrence.RecurrentCall(
         gates=3,
         layers=1,
         directions=1,
@@ -267,7 +268,7 @@ def test_a_gru_in_evaluation_keeps_no_reserve_space_and_counts_its_own_dtype():
         training=False,
         dtype=torch.bfloat16,
     )
-    forward, data, weight = opcount.fused_recurrent_kernels(call)
+    forward, data, weight = fused_recurrence.fused_recurrent_kernels(call)
     gates, positions, state = 3 * 4, 10 * 2, 2 * 4  # G = 12, T x B = 20, one state of B x H
     projection, recurrence = forward
     assert projection.bytes_read == 2 * (positions * 5 + gates * 5)  # no biases; bfloat16: 2 bytes an element

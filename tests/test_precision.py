@@ -15,7 +15,8 @@ from torch import nn
 
 from devicebench import RunConfig, planning, runner
 from devicebench.data import load_dataset
-from devicebench.engine.tuning import Tuning, base_tuning, process_settings
+from devicebench.engine.tuning import Tuning, base_tuning
+from devicebench.engine.tuning_applied import process_settings
 from devicebench.results.plausibility import peak_precision
 from devicebench.results.schema import RunSettings
 from devicebench.runner import new_record, train_record

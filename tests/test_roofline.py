@@ -13,7 +13,8 @@ import math
 import numpy as np
 import pytest
 
-from devicebench.engine.opcount import Kernel, StepProfile
+from devicebench.engine.kernel_recorder import Kernel
+from devicebench.engine.opcount import StepProfile
 from devicebench.estimate.roofline import (
     AMP_BYTES,
     AMP_CAST_BYTES,
@@ -22,19 +23,21 @@ from devicebench.estimate.roofline import (
     PEAKS,
     Efficiency,
     Fitter,
-    Interval,
     Point,
     PrecisionError,
     PredictedStep,
     Resolved,
     StepShape,
+    kernel_class,
+    predict,
+)
+from devicebench.estimate.validation import (
+    Interval,
     Validation,
     conformal,
     coverage,
     held_out,
-    kernel_class,
     median_absolute_error,
-    predict,
     validate,
 )
 from devicebench.results.datasheets import catalog_entry

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from devicebench.data.pipeline import HostBatches
-from devicebench.engine import tuning
+from devicebench.engine import tuning, tuning_applied
 from devicebench.engine.loop import TrainingSetup
 from devicebench.engine.timing import Stopwatch
 from devicebench.engine.tuning import Tuning, choose_batch_size, choose_tuning
@@ -267,9 +267,9 @@ def test_a_trial_goes_on_into_the_next_epochs_and_draws_full_batches_only():
 
 
 def test_compiled_options_are_each_compiled_once_before_their_timed_blocks(monkeypatch):
-    """Compiling one option resets Dynamo (engine/tuning.py `compiled_afresh`): were one built after another had
+    """Compiling one option resets Dynamo (engine/tuning_applied.py `compiled_afresh`): were one built after another had
     compiled, the other would compile again inside a timed block."""
-    monkeypatch.setattr(tuning, "COMPILE_BACKEND", "eager")  # compiles in milliseconds
+    monkeypatch.setattr(tuning_applied, "COMPILE_BACKEND", "eager")  # compiles in milliseconds
     frames = torch._dynamo.utils.counters["frames"]
     compiled_before = frames["ok"]
 
@@ -278,7 +278,7 @@ def test_compiled_options_are_each_compiled_once_before_their_timed_blocks(monke
         setup = TrainingSetup(
             model=model, loss_function=nn.CrossEntropyLoss(), optimizer=torch.optim.SGD(model.parameters(), lr=0.1)
         )
-        return tuning.tuned_setup(setup, option, CPU)[0]
+        return tuning_applied.tuned_setup(setup, option, CPU)[0]
 
     readings = itertools.count(step=0.25)  # each block lasts 0.25 s, however many steps
     watch = Stopwatch(CPU, clock=lambda: next(readings), synchronize=lambda device: None)

@@ -20,15 +20,11 @@ from devicebench import RunConfig, planning, runner
 from devicebench.cli import app
 from devicebench.config import ConfigError
 from devicebench.data import ArrayDataset
-from devicebench.engine import tuning
+from devicebench.engine import tuning, tuning_applied
 from devicebench.engine.loop import TrainingSetup
 from devicebench.engine.timing import Stopwatch
-from devicebench.engine.tuning import (
-    Tuning,
-    candidates,
-    process_settings,
-    tuned_setup,
-)
+from devicebench.engine.tuning import Tuning, candidates
+from devicebench.engine.tuning_applied import process_settings, tuned_setup
 from devicebench.runner import new_record, train_record
 
 CPU = torch.device("cpu")
@@ -77,6 +73,9 @@ def test_bf16_is_tried_only_where_the_cpu_computes_it_natively(force_cpu_isa):
     force_cpu_isa("avx2,avx512f,avx512_bf16")
     assert [option.precision for option in candidates(Tuning(), CPU, "auto", "auto")] == ["fp32", "bf16"]
     assert [option.precision for option in candidates(Tuning(), CPU, "fp32", "auto")] == ["fp32"]  # asked for
+    assert [option.precision for option in candidates(Tuning(), CPU, "bf16", "auto")] == ["bf16"]
+    with pytest.raises(ValueError, match="tuned mode runs fp32 or bf16, not 'fp16'"):  # never recorded as it
+        candidates(Tuning(), CPU, "fp16", "auto")
 
 
 def test_compile_is_tried_on_gpus_and_on_cpus_only_when_asked():
@@ -121,13 +120,13 @@ def test_an_optimizer_without_a_fused_step_is_kept_and_recorded_so():
 
 def test_process_settings_are_restored_after_the_run(monkeypatch):
     thresholds = []
-    monkeypatch.setattr(tuning, "_set_glibc_thresholds", thresholds.append)
+    monkeypatch.setattr(tuning_applied, "_set_glibc_thresholds", thresholds.append)
     before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.benchmark)
     with process_settings(Tuning(tf32_matmul=True, cudnn_benchmark=True, allocator_keeps_memory=True)):
         assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.benchmark
-        assert thresholds == [tuning.KEPT_FREED_BYTES]
+        assert thresholds == [tuning_applied.KEPT_FREED_BYTES]
     assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.benchmark) == before
-    assert thresholds == [tuning.KEPT_FREED_BYTES, tuning.GLIBC_SETTLED_MMAP_BYTES]
+    assert thresholds == [tuning_applied.KEPT_FREED_BYTES, tuning_applied.GLIBC_SETTLED_MMAP_BYTES]
 
 
 # --- the run -----------------------------------------------------------------------------------------------------

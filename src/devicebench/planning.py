@@ -23,7 +23,7 @@ import torch
 
 from devicebench.config import ConfigError, RunConfig, own_from_specs, registered
 from devicebench.devices import resolve_devices
-from devicebench.engine.calibrate import peak_tflops
+from devicebench.engine.calibration_store import peak_tflops
 from devicebench.engine.flops import training_flops_per_sample
 from devicebench.engine.loop import TrainingPlan
 from devicebench.engine.tuning import tuned_threads

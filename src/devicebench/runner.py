@@ -40,7 +40,7 @@ from devicebench.data.pipeline import batches_for, default_workers, usable_cores
 from devicebench.devices import device_name, out_of_memory
 from devicebench.engine.boosting import train_boosted_trees
 from devicebench.engine.budget import FINISHING_SHARE, MEASURABLE_EPOCHS, Pacer
-from devicebench.engine.calibrate import peak_tflops
+from devicebench.engine.calibration_store import peak_tflops
 from devicebench.engine.distributed import current_shard, data_parallel, world_size
 from devicebench.engine.flops import training_flops_per_sample
 from devicebench.engine.loop import (
@@ -54,13 +54,9 @@ from devicebench.engine.loop import (
     train,
 )
 from devicebench.engine.timing import Budget, Stopwatch, wall_clock_utc
-from devicebench.engine.tuning import (
-    Tuning,
+from devicebench.engine.tuning import Tuning, base_tuning, candidates, choose_batch_size, choose_tuning
+from devicebench.engine.tuning_applied import (
     add_tuning_note,
-    base_tuning,
-    candidates,
-    choose_batch_size,
-    choose_tuning,
     dynamo_counts,
     note_compilation,
     process_settings,

@@ -31,8 +31,8 @@ from devicebench.engine.calibrate import (
     Measurement,
     default_plan,
     measure_ceilings,
-    save_calibration,
 )
+from devicebench.engine.calibration_store import save_calibration
 from devicebench.environment import machine_fingerprint
 from devicebench.host import BYTES_PER_MIB
 from devicebench.report.fitting import FittedTable, fitted

@@ -27,17 +27,16 @@ from devicebench.cli import (
 from devicebench.cli.session import DataOption, exit_for, plan_or_fail, train_and_show
 from devicebench.config import RunConfig
 from devicebench.estimate.points import EstimateError, RooflineFit, fit_roofline
-from devicebench.estimate.roofline import (
+from devicebench.estimate.roofline import PARAMETERS, PRECISIONS
+from devicebench.estimate.targets import Estimate, estimates_for
+from devicebench.estimate.validation import (
     DEFAULT_LEVEL,
-    PARAMETERS,
-    PRECISIONS,
     SCHEMES,
     Validation,
     coverage,
     median_absolute_error,
     validate,
 )
-from devicebench.estimate.targets import Estimate, estimates_for
 from devicebench.report.estimates import (
     estimate_notes,
     estimate_table,

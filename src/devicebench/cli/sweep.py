@@ -120,7 +120,7 @@ def sweep(
     modes = list(dict.fromkeys(part.strip() for part in mode.split(",")))
     if any(part not in MODES for part in modes):  # '' and 'seed,,tuned' too
         raise fail(f"--mode {mode!r}: write seed, tuned, or seed,tuned")
-    # Every seed point before any tuned one: tuned mode's allocator setting outlives its runs (engine/tuning.py)
+    # Every seed point before any tuned one: tuned mode's allocator setting outlives its runs (engine/tuning_applied.py)
     grid = [
         (size, loaders, settings, point_mode)
         for point_mode, size, loaders, settings in itertools.product(

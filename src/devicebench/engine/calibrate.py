@@ -7,9 +7,8 @@ the figure is the median stretch's rate. A precision the device only emulates (b
 or AMX, on a GPU before Ampere) is recorded as not native and never run: its rate would describe the emulation,
 and it takes minutes. Each measurement keeps within its plan's `cap_s` whatever the device's speed, because an
 operation too long for a stretch is measured at a smaller size (halving down a ladder), and no stretch starts that
-would end past the cap. The ceilings are kept in one JSON file per machine (`calibration_path`), merged device by
-device, so calibrating cuda:1 later keeps the CPU's figures. Every clock reading goes through engine.timing's
-Stopwatch: synchronized, and replaceable by a fake clock in tests.
+would end past the cap. engine/calibration_store.py keeps the ceilings, one JSON file per machine. Every clock
+reading goes through engine.timing's Stopwatch: synchronized, and replaceable by a fake clock in tests.
 
     devicebench calibrate --devices cpu
 """
@@ -18,30 +17,18 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
-import logging
 import math
 import statistics
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from devicebench.devices import device_name, native_bf16
-from devicebench.engine.calibration_files import (  # noqa: F401 (re-exported)
-    CALIBRATION_DIR_VARIABLE,
-    calibration_path,
-)
-from devicebench.engine.timing import Stopwatch, wall_clock_utc
-from devicebench.files import UnusableFile, require_regular_file
+from devicebench.engine.timing import Stopwatch
 from devicebench.host import BYTES_PER_MIB
-from devicebench.results.plausibility import peak_doubt
-from devicebench.results.schema import write_atomically
-from devicebench.version import __version__
 
-CALIBRATION_SCHEMA = 2  # the version of the stored file's layout; 2: sustained stretches, precisions not native
 PRECISIONS = ("fp32", "tf32", "bf16")  # tf32: fp32 tensors, multiplied on TF32 tensor cores (CUDA only)
 HOST_MEMORY_KINDS = ("pinned", "pageable")
 
@@ -51,13 +38,8 @@ SMALLEST_MATMUL_SIZE = 128  # the size ladder's lowest rung: 4 MFLOPs a product,
 SMALLEST_COPY_BYTES = BYTES_PER_MIB
 CLOCK_READINGS_PER_STRETCH = 8  # synchronizing this rarely keeps a GPU's queue full; a stretch overshoots by 1/8
 
-logger = logging.getLogger(__name__)
 Operation = Callable[[], object]  # one product or copy, on tensors made beforehand
 OperationOfSize = Callable[[int], Operation]  # makes the operation of a size: n of a product, bytes of a copy
-
-
-class CalibrationError(ValueError):
-    """A stored calibration that cannot be read; the message names the file and how to replace it."""
 
 
 @dataclass(frozen=True)
@@ -333,7 +315,8 @@ def _sustained(
     operation_s = _warm_up(operation, plan.warmup_s, watch)
     batch = max(1, math.floor(plan.stretch_s / CLOCK_READINGS_PER_STRETCH / operation_s))  # operations per reading
     expected_stretch_s = math.ceil(plan.stretch_s / (batch * operation_s)) * batch * operation_s
-    stretch_s, stretch_rates = [], []
+    stretch_s: list[float] = []
+    stretch_rates: list[float] = []
     while len(stretch_s) < plan.stretches and (not stretch_s or watch.now() + expected_stretch_s <= deadline):
         operations, seconds = _timed_stretch(operation, batch, plan.stretch_s, watch)
         stretch_s.append(seconds)
@@ -400,109 +383,3 @@ def _cuda_tf32_matmuls(enabled: bool) -> Iterator[None]:
         yield
     finally:
         torch.backends.cuda.matmul.allow_tf32 = before
-
-
-# --- the stored calibration ------------------------------------------------------------------------------------
-
-
-def save_calibration(
-    machine_id: str, machine_name: str, ceilings: Iterable[DeviceCeilings], folder: str | Path | None = None
-) -> Path:
-    """Store `ceilings` for this machine, keeping the devices stored before that were not measured again; return
-    the file's path. An unreadable file is replaced, with a warning."""
-    path = calibration_path(machine_id, folder)
-    try:
-        stored = load_calibration(machine_id, folder)
-    except CalibrationError as error:
-        logger.warning("%s Replacing it.", error)
-        stored = None
-    devices = dict(stored["devices"]) if stored else {}
-    devices.update({entry.device: entry.to_dict() for entry in ceilings})
-    document = {
-        "schema": CALIBRATION_SCHEMA,
-        "machine_id": machine_id,
-        "machine_name": machine_name,
-        "created_utc": wall_clock_utc(),
-        "devicebench_version": __version__,
-        "torch_version": torch.__version__,
-        "devices": devices,
-    }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(path, json.dumps(document, indent=2) + "\n")
-    return path
-
-
-def load_calibration(machine_id: str, folder: str | Path | None = None) -> dict | None:
-    """The stored calibration of this machine (see save_calibration), or None when it was never calibrated.
-
-    Raises CalibrationError for a file that is not JSON, not a calibration, or another machine's.
-    """
-    path = calibration_path(machine_id, folder)
-    try:
-        require_regular_file(path, "the calibration file")
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, UnusableFile) as error:
-        raise _unreadable(path, str(error)) from None
-    except RecursionError:
-        raise _unreadable(path, "its JSON is nested too deeply to be one") from None
-    if not isinstance(document, dict) or document.get("schema") != CALIBRATION_SCHEMA:
-        # schema 1 timed bursts of a few milliseconds and emulated bf16: its figures are not worth converting
-        found = document.get("schema") if isinstance(document, dict) else None
-        raise _unreadable(path, f"not a devicebench calibration of schema {CALIBRATION_SCHEMA} (schema {found!r})")
-    if document.get("machine_id") != machine_id:
-        raise _unreadable(path, f"it belongs to machine {document.get('machine_id')!r}, not {machine_id!r}")
-    devices = document.get("devices")
-    if not isinstance(devices, dict):
-        raise _unreadable(path, "it has no 'devices' table")
-    checked = {}
-    for device, entry in devices.items():
-        try:
-            ceilings = DeviceCeilings.from_dict(entry)
-        except (AttributeError, KeyError, TypeError, ValueError) as error:
-            raise _unreadable(path, f"its entry for {device!r} is not a device's ceilings: {error}") from None
-        if ceilings.device != device:
-            raise _unreadable(path, f"its entry for {device!r} holds the ceilings of {ceilings.device!r}")
-        for precision, measured in ceilings.matmul.items():  # a hand-edited figure would make every MFU read 0%
-            doubt = peak_doubt(ceilings.device_name, precision, measured.rate)
-            if doubt:
-                raise _unreadable(path, f"its {precision} matmul peak of {device} cannot have been measured: {doubt}")
-        checked[device] = json.loads(json.dumps(ceilings.to_dict()))  # the checked figures (as JSON has them: lists),
-        # never the file's raw values
-    return {**document, "devices": checked}
-
-
-def peak_tflops(machine_id: str, device: str, precision: str, folder: str | Path | None = None) -> float | None:
-    """The matmul TFLOP/s stored for `device` ("cpu", "cuda:0") of this machine at `precision` ("fp32", "tf32",
-    "bf16"); None when it was not calibrated or not measured (a precision the device does not compute natively),
-    when it was measured by a quick calibration (whose small sizes understate it), or when the file cannot be read
-    (a warning says so: a run must never fail because of its calibration)."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"unknown precision {precision!r}; calibrated precisions are {', '.join(PRECISIONS)}")
-    try:
-        stored = load_calibration(machine_id, folder)
-    except CalibrationError as error:
-        logger.warning("%s Going on without it.", error)
-        return None
-    entry = stored["devices"].get(device) if stored else None
-    if entry is None:
-        return None
-    ceilings = DeviceCeilings.from_dict(entry)
-    if ceilings.plan == QUICK_PLAN:  # stored by an older devicebench: its small sizes understate the ceiling
-        logger.warning(
-            "The calibration of %s was taken with --quick, which understates its ceilings: MFU is left "
-            "out. Run `devicebench calibrate --devices %s` to measure it.",
-            device,
-            device,
-        )
-        return None
-    measured = ceilings.matmul.get(precision)
-    return None if measured is None else measured.rate
-
-
-def _unreadable(path: Path, reason: str) -> CalibrationError:
-    return CalibrationError(
-        f"{path} is not a readable devicebench calibration ({reason}). Run `devicebench calibrate` again: "
-        "it will overwrite the file."
-    )

@@ -39,17 +39,22 @@ def training_flops_per_sample(workload: Workload, hyperparameters: dict[str, Any
 @functools.lru_cache(maxsize=64)  # the LSTM takes seconds to count: once per process, workload and setting
 def _counted(workload: Workload, hyperparameters_json: str) -> float | None:
     hyperparameters = json.loads(hyperparameters_json)
+    # a torch model (training_flops_per_sample returned None for the others) has an example batch, an optimizer and,
+    # without a step of its own, a loss: register() and own() refuse it without
+    build_optimizer, build_loss = workload.build_optimizer, workload.build_loss
     try:
-        inputs, labels = (
-            part.to("meta").expand(COUNTED_BATCH, *part.shape[1:]) for part in workload.example_batch(hyperparameters)
-        )
+        example = workload.example_batch(hyperparameters)
+        assert example is not None
+        inputs, labels = (part.to("meta").expand(COUNTED_BATCH, *part.shape[1:]) for part in example)
         with torch.device("meta"):
             model = workload.build_model(hyperparameters).to("meta")  # a user's model instance is copied for real
         with FlopCounterMode(display=False) as counter:
             if workload.train_step is not None:  # a step of the user's own: whatever it computes is counted
-                workload.train_step(model, (inputs, labels), workload.build_optimizer(model, hyperparameters))
+                assert build_optimizer is not None
+                workload.train_step(model, (inputs, labels), build_optimizer(model, hyperparameters))
             else:
-                workload.build_loss()(model(inputs), labels).backward()
+                assert build_loss is not None
+                build_loss()(model(inputs), labels).backward()
     except Exception as error:  # an op the meta device cannot run, or a user's step that needs real numbers
         # no count on random numbers instead: a model whose branches follow its data would get a figure that its
         # real data may not take, stored beside measured throughput as if it were as sure

@@ -17,13 +17,14 @@ bf16 autocast, offered only where the device computes bf16 natively (AVX-512 BF1
 supports it), and `torch.compile` (offered on CUDA; on a CPU only when asked for, because on the CPUs we
 measured inductor was slower for every seed model and takes 10-30 s to compile).
 
+This module makes the choices; engine/tuning_applied.py applies the one chosen to a run.
+
     devicebench run mnist-cnn2 --mode tuned --devices cpu --max-steps 100
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
 import functools
 import itertools
@@ -31,23 +32,20 @@ import math
 import platform
 import statistics
 import textwrap
-from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Generator, Iterable, Iterator
 
 import psutil
 import torch
 from torch import nn
-from torch.nn.utils.rnn import PackedSequence
 
 from devicebench.data.pipeline import Batch, Batches, usable_cores
 from devicebench.devices import is_out_of_memory, native_bf16
 from devicebench.engine.loop import TrainingSetup
 from devicebench.engine.timing import Stopwatch
-from devicebench.engine.tuning_choices import (
-    Tuning,  # the choices as data: torch-free, for the tables
+from devicebench.engine.tuning_choices import (  # the choices as data: torch-free, for the tables
+    Precision,
+    Tuning,
 )
-from devicebench.results.schema import RunRecord
 
 TRIAL_WARMUP_STEPS = 3  # untimed, per candidate: allocation, kernel selection, compilation
 TRIAL_ROUNDS = 5  # timed blocks per candidate, at least: the spread of their rates is the trial's noise
@@ -55,10 +53,6 @@ TRIAL_SECONDS = 1.0  # each candidate is timed for at least this long in all ...
 TRIAL_MIN_STEPS = 20  # ... and over at least this many steps
 SLOWEST_AUTO_STEP_S = 1.0  # --batch-size auto stops before a size whose step takes longer: 20 of them take 20 s
 FAILURE_MESSAGE_CHARS = 100  # of a failed candidate's error message, what its note quotes
-KEPT_FREED_BYTES = 1 << 29  # glibc's mmap threshold while tuned: freed blocks up to 512 MiB are reused
-
-
-# --- choosing ------------------------------------------------------------------------------------------------
 
 
 def tuned_threads() -> int:
@@ -86,12 +80,24 @@ def base_tuning(device: torch.device, model: nn.Module, *, resident_possible: bo
 
 def candidates(base: Tuning, device: torch.device, precision: str, compile_choice: str) -> list[Tuning]:
     """The tunings worth a trial: the plainest first, so that it wins ties."""
-    precisions = [precision] if precision != "auto" else ["fp32"] + (["bf16"] if native_bf16(device) else [])
+    if precision == "auto":
+        precisions: list[Precision] = ["fp32", "bf16"] if native_bf16(device) else ["fp32"]
+    else:
+        precisions = [_precision(precision)]
     compiles = {"on": [True], "off": [False], "auto": [False, True] if device.type == "cuda" else [False]}
     return [
         dataclasses.replace(base, precision=p, compiled=c)
         for p, c in itertools.product(precisions, compiles[compile_choice])
     ]
+
+
+def _precision(name: str) -> Precision:
+    """`name` as a tuning's precision; ValueError for one tuned mode does not run (the request allows none)."""
+    if name == "fp32":
+        return "fp32"
+    if name == "bf16":
+        return "bf16"
+    raise ValueError(f"tuned mode runs fp32 or bf16, not {name!r}")
 
 
 def choose_tuning(
@@ -185,7 +191,8 @@ def _time_batch_size(
     size: int, build: Callable[[], TrainingSetup], batches: Batches, watch: Stopwatch, *, fatal: bool
 ) -> tuple[list[float], str | None]:
     """The samples/s of each timed block of batch size `size`, or why the growing stops at it instead."""
-    trials, failures = {size: _Trial(build)}, {}
+    trials = {size: _Trial(build)}
+    failures: dict[int, str] = {}
     with contextlib.closing(_full_batches(batches)) as stream:
         _warm_up(trials, stream, watch, failures, fatal=fatal)
         if size in trials and trials[size].step_s > SLOWEST_AUTO_STEP_S:
@@ -272,6 +279,7 @@ class _Trial:
         samples = 0
         for _ in range(steps):
             inputs, labels = next(stream)
+            assert self.setup is not None  # set_up() ran first: a trial whose building failed was dropped
             self.setup.train_step(inputs, labels)
             samples += len(labels)
         return samples
@@ -331,7 +339,7 @@ def _failure(error: Exception) -> str:
     return f"failed ({type(error).__name__}{': ' + message if message else ''})"
 
 
-def _full_batches(batches: Batches) -> Iterator[Batch]:
+def _full_batches(batches: Batches) -> Generator[Batch, None, None]:
     """The training batches, pass after pass for as long as a trial draws (a small training set holds fewer than a
     trial needs), each pass without its short last batch: a new shape would make a compiled model compile again
     inside a timed block."""
@@ -341,186 +349,3 @@ def _full_batches(batches: Batches) -> Iterator[Batch]:
     full_steps = sizes.count(batches.batch_size) or len(sizes)  # a training set smaller than a batch: its one batch
     for epoch in itertools.count(1):
         yield from batches.epoch(epoch, full_steps)
-
-
-# --- applying ------------------------------------------------------------------------------------------------
-
-
-def tuned_setup(setup: TrainingSetup, tuning: Tuning, device: torch.device) -> tuple[TrainingSetup, Tuning]:
-    """`setup` run the way `tuning` says, and the tuning as it could really be applied."""
-    model = setup.model
-    if tuning.channels_last:
-        model = model.to(memory_format=torch.channels_last)
-    optimizer = setup.optimizer
-    if tuning.fused_optimizer:
-        optimizer = _fused(optimizer)
-        tuning = dataclasses.replace(tuning, fused_optimizer=optimizer is not setup.optimizer)
-    forward: Callable[[torch.Tensor], torch.Tensor] = TunedForward(model, tuning, device.type)
-    if tuning.compiled:
-        forward = compiled_afresh(forward)
-    return dataclasses.replace(setup, model=model, optimizer=optimizer, forward=forward), tuning
-
-
-class TunedForward(nn.Module):
-    """The model's forward pass with its inputs in the tuned layout and its arithmetic in the tuned precision.
-
-    Outputs come back in fp32, so the loss and the accuracy are computed exactly as in seed mode. In bf16, the
-    model's recurrent layers stay out of autocast and compute in fp32: CUDA autocast runs cuDNN's RNN kernel
-    in fp16 whatever dtype it was asked for, so a "bf16" LSTM would be unscaled fp16.
-    """
-
-    def __init__(self, model: nn.Module, tuning: Tuning, device_type: str) -> None:
-        super().__init__()
-        self.model = model
-        self.channels_last = tuning.channels_last
-        self.bf16 = tuning.precision == "bf16"
-        self.device_type = device_type
-        if self.bf16:
-            for layer in recurrent_layers(model):
-                _outside_autocast(layer, device_type)
-
-    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        if self.channels_last and inputs.dim() == 4:
-            inputs = inputs.contiguous(memory_format=torch.channels_last)
-        with torch.autocast(self.device_type, dtype=torch.bfloat16, enabled=self.bf16):
-            return self.model(inputs).float()
-
-
-def recurrent_layers(model: nn.Module) -> list[nn.RNNBase]:
-    """The model's LSTM, GRU and RNN layers."""
-    return [module for module in model.modules() if isinstance(module, nn.RNNBase)]
-
-
-def _outside_autocast(layer: nn.Module, device_type: str) -> None:
-    """Make `layer` compute in fp32 with autocast off, whatever precision the layers around it compute in."""
-    forward = layer.forward
-
-    def float32_forward(*args, **kwargs):
-        with torch.autocast(device_type, enabled=False):
-            return forward(*_float32(args), **{name: _float32(value) for name, value in kwargs.items()})
-
-    layer.forward = float32_forward
-
-
-def _float32(value):
-    """`value` (a layer's argument: a tensor, a packed sequence, or a tuple or list of them) in fp32 where floating."""
-    if isinstance(value, (torch.Tensor, PackedSequence)):
-        return value.float() if value.data.is_floating_point() else value
-    if isinstance(value, (tuple, list)):
-        return type(value)(_float32(item) for item in value)
-    return value
-
-
-COMPILE_BACKEND = "inductor"  # torch.compile's own default; tests put "eager" here to compile in milliseconds
-
-
-def compiled_afresh(forward: TunedForward) -> Callable[[torch.Tensor], torch.Tensor]:
-    """`forward` under torch.compile, compiled for this run alone.
-
-    Dynamo keeps its compiled graphs, its recompile count and what it gave up on per code object, and every
-    run's forward is TunedForward.forward: without the reset, a process's first few (model, precision) pairs
-    use up its recompile limit and every later run runs eagerly while recorded as compiled; and a function it
-    gave up on in one run (an LSTM's) would run eagerly in every later one without being tried, so unseen by
-    `note_compilation`.
-
-    Static shapes: the partial last batch gets a graph of its own instead of switching every later step to a
-    slower dynamic-shape graph (dropping the batch instead would change what the run trains on), so a run
-    compiles at most 4 graphs (training and evaluation, full and partial batch), within the limit of 8.
-    """
-    torch.compiler.reset()  # all of Dynamo's in-memory state, so other compiled code in the process recompiles too
-    return torch.compile(forward, backend=COMPILE_BACKEND, dynamic=False)
-
-
-@dataclass(frozen=True)
-class DynamoCounts:
-    """Dynamo's running totals in this process (torch.compiler.reset leaves them alone)."""
-
-    frames_tried: int
-    frames_compiled: int  # the others Dynamo gave up on: they ran eagerly
-    graph_breaks: int
-    gave_up: Counter[str]  # why it gave up on a frame: the first line of the reason, by frames
-
-
-def dynamo_counts() -> DynamoCounts:
-    """Dynamo's totals now (importing Dynamo takes seconds: only for compiled runs)."""
-    counters = torch._dynamo.utils.counters  # the counters PyTorch's own compile tests read
-    reasons = Counter()
-    for reason, frames in counters["unimplemented"].items():
-        reasons[reason.splitlines()[0]] += frames
-    return DynamoCounts(
-        counters["frames"]["total"], counters["frames"]["ok"], sum(counters["graph_break"].values()), reasons
-    )
-
-
-def note_compilation(record: RunRecord, before: DynamoCounts) -> None:
-    """Record what torch.compile did in the run that started at `before`; a run in which Dynamo gave up on any
-    function is recorded as not compiled, and the note says why (an LSTM, which Dynamo cannot trace, is one)."""
-    after = dynamo_counts()
-    # the graphs Dynamo holds for the forward pass since `compiled_afresh` reset it (a debugging hook, since 2.1)
-    forward_graphs = len(torch._C._dynamo.eval_frame._debug_get_cache_entry_list(TunedForward.forward.__code__))
-    record.compile_recompiles = max(forward_graphs - 1, 0)  # new shapes, evaluation: each a graph of its own
-    # as Dynamo counts them: a break counts in each frame it sits in, each time that frame compiles
-    record.compile_graph_breaks = after.graph_breaks - before.graph_breaks
-    eager_frames = (after.frames_tried - after.frames_compiled) - (before.frames_tried - before.frames_compiled)
-    if eager_frames:
-        reasons = ", ".join(after.gave_up - before.gave_up) or "reason not given"
-        record.settings = dataclasses.replace(record.settings, compiled=False)
-        add_tuning_note(
-            record,
-            f"torch.compile left {eager_frames} function(s) to run eagerly ({reasons}): recorded as not compiled",
-        )
-
-
-def add_tuning_note(record: RunRecord, note: str) -> None:
-    record.tuning_note = "; ".join(filter(None, [record.tuning_note, note]))
-
-
-def _fused(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
-    """The same optimizer with a fused step, or `optimizer` itself when its class or device has none."""
-    groups = [{**group, "fused": True, "foreach": None} for group in optimizer.param_groups]
-    try:
-        fused = type(optimizer)(groups, **{**optimizer.defaults, "fused": True, "foreach": None})
-    except (TypeError, RuntimeError, ValueError):  # no `fused` argument, or not for these tensors
-        return optimizer
-    return fused
-
-
-@contextlib.contextmanager
-def process_settings(tuning: Tuning) -> Iterator[None]:
-    """Set the process-wide switches exactly as `tuning` says for the duration of a run, and restore them after.
-
-    Exactly, not "at least": seed mode is strict fp32 on every GPU even where the user's process (or PyTorch's own
-    default, for cuDNN) allows TF32. cuDNN runs fp32 convolutions and RNNs on TF32 tensor cores by default, whatever
-    the matmul switch says, so a seed-mode conv net would otherwise be TF32 while recorded as fp32.
-    """
-    switches = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark)
-    torch.backends.cuda.matmul.allow_tf32 = tuning.tf32_matmul
-    torch.backends.cudnn.allow_tf32 = tuning.tf32_cudnn
-    torch.backends.cudnn.benchmark = tuning.cudnn_benchmark
-    if tuning.allocator_keeps_memory:
-        _set_glibc_thresholds(KEPT_FREED_BYTES)
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = (
-            switches
-        )
-        if tuning.allocator_keeps_memory:
-            _set_glibc_thresholds(GLIBC_SETTLED_MMAP_BYTES)
-
-
-# glibc starts at 128 KiB and raises the threshold to the largest block freed so far, up to 32 MiB on 64-bit
-# systems (trim: twice that). Once set, it no longer moves, so it is put back where it settles in a training
-# process. That is as close as a process can come to undoing it: the freed blocks the heap kept while tuned are
-# still there to be reused, so a seed-mode run later in the same process can run faster than in a fresh one.
-# `sweep --mode seed,tuned` therefore runs every seed point first, and benchmarks/ runs tuned mode in its own process.
-GLIBC_SETTLED_MMAP_BYTES = 32 * 2**20
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameter numbers (malloc.h)
-
-
-def _set_glibc_thresholds(mmap_bytes: int) -> None:
-    libc = ctypes.CDLL(None)  # the C library the interpreter already uses
-    libc.mallopt(_M_MMAP_THRESHOLD, ctypes.c_int(mmap_bytes))
-    libc.mallopt(_M_TRIM_THRESHOLD, ctypes.c_int(2 * mmap_bytes))
-    if mmap_bytes == GLIBC_SETTLED_MMAP_BYTES:
-        libc.malloc_trim(0)  # give the memory kept while tuned back to the system

@@ -19,15 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from devicebench.estimate.points import RooflineFit, fit_roofline, registered, shape_of, steady_steps_s
-from devicebench.estimate.roofline import (
-    KERNEL_CLASSES,
-    PRECISIONS,
-    Precision,
-    Resolved,
-    StepShape,
-    conformal,
-    predict,
-)
+from devicebench.estimate.roofline import KERNEL_CLASSES, PRECISIONS, Precision, Resolved, StepShape, predict
+from devicebench.estimate.validation import conformal
 from devicebench.report.plots import EstimatedAgainstMeasured, EstimatedPoint
 from devicebench.report.text import rate_text
 from devicebench.results.datasheets import Datasheet, datasheet_for
@@ -142,7 +135,7 @@ def run_estimate(run: RunRecord, level: float = LEVEL) -> RunEstimate | str:
 
 def run_precision(settings: RunSettings) -> Precision | str:
     """The precision `settings` ran its matrix kernels at, as the roofline names it (one of PRECISIONS), or why it
-    cannot be told: seed mode is strict fp32 (engine/tuning.process_settings turns TF32 off); tuned mode records its
+    cannot be told: seed mode is strict fp32 (engine/tuning_applied.process_settings turns TF32 off); tuned mode records its
     choice."""
     if settings.mode == "seed":
         return "fp32"
@@ -171,7 +164,7 @@ def _step_shape(workload: Workload, hyperparameters: dict[str, Any], precision: 
     """The step as `run_estimate` resolves it, or why its precision cannot be one: a profile at the run's batch."""
     shape = shape_of(workload, hyperparameters)
     if precision == "amp-bf16" and (shape.classes == KERNEL_CLASSES.index("recurrent")).any():
-        # engine/tuning.TunedForward keeps recurrent layers in fp32 under bf16 autocast: two precisions at once
+        # engine/tuning_applied.TunedForward keeps recurrent layers in fp32 under bf16 autocast: two precisions at once
         return (
             "bf16 autocast with recurrent layers kept in fp32: the roofline runs every matrix kernel at one precision"
         )

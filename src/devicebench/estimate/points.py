@@ -17,21 +17,20 @@ from typing import Any
 
 import numpy as np
 
-from devicebench.engine.opcount import ProfileError, profile_training_step
+from devicebench.engine.kernel_recorder import ProfileError
+from devicebench.engine.opcount import profile_training_step
 from devicebench.errors import DevicebenchError
 from devicebench.estimate.roofline import (
     Efficiency,
     Fitter,
-    Interval,
     Point,
     Precision,
     PrecisionError,
     Resolved,
     StepShape,
     Unscored,
-    conformal,
-    held_out,
 )
+from devicebench.estimate.validation import Interval, conformal, held_out
 from devicebench.results.datasheets import Datasheet, catalog_entry, datasheet_for
 from devicebench.results.plausibility import run_flags
 from devicebench.results.record import PublishedFigure as RecordFigure

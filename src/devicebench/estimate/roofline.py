@@ -17,10 +17,7 @@ time is linear in the inverse shares, so they are fitted by bounded linear least
 share above the datasheet's peak), the bounds re-decided and the fit repeated until they hold still. A share no point
 depends on stays at its prior (PRIOR), and `pinned` says how many points each one rests on.
 
-The interval is split-conformal: the absolute log errors of points predicted by fits made without them (leaving out
-one point, one GPU or one model, as `held_out` does) are sorted, and the error of rank ceil((n + 1) x level) is the
-interval's half-width on a log scale. A new point exchangeable with the held-out ones falls inside with a chance of at
-least the level.
+How sure an estimate is, from the errors of points predicted by fits made without them, is estimate/validation.py's.
 
     python -m devicebench estimate resnet50 --on v100-sxm2,h100-sxm
     python -m devicebench estimate --validate
@@ -29,7 +26,7 @@ least the level.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -67,7 +64,6 @@ MOST_REFITS = 12  # a fit whose kernels still change bound after this many refit
 AMP_BYTES = 0.5  # under mixed precision the forward and backward kernels read and write fp16/bf16 activations
 AMP_CAST_BYTES = 1.5  # and the fp32 weights are cast to half once a step: 4 bytes read, 2 written a weight
 PINNED_SHARE = 0.1  # a point rests on a parameter whose term is at least a tenth of its predicted step
-DEFAULT_LEVEL = 0.8  # the interval's stated level unless asked for another
 
 _FP32, _TF32, _HALF = range(3)
 _OPTIMIZER = KERNEL_CLASSES.index("optimizer")
@@ -398,116 +394,3 @@ class Fitter:
     def predicted_s(self, efficiency: Efficiency) -> np.ndarray:
         """Every point's predicted seconds under `efficiency`."""
         return (self._terms(efficiency.inverse) * efficiency.inverse).sum(axis=1) + self._copy_s
-
-
-SCHEMES: dict[str, Callable[[Point], Hashable]] = {  # what each validation leaves out together
-    "leave one out": id,
-    "leave one GPU out": lambda point: point.sheet.key,
-    "leave one model out": lambda point: point.workload,
-}
-
-
-def held_out(fitter: Fitter, scheme: str) -> np.ndarray:
-    """Each point's seconds as predicted by a fit made without its group under `scheme` (a key of SCHEMES)."""
-    group_of = SCHEMES[scheme]
-    groups: dict[Hashable, list[int]] = {}
-    for index, point in enumerate(fitter.points):
-        groups.setdefault(group_of(point), []).append(index)
-    everything = fitter.fit()
-    predicted = np.full(len(fitter.points), math.nan)
-    for members in groups.values():
-        if len(members) == len(fitter.points):
-            continue  # nothing left to fit on
-        efficiency = fitter.fit(members, start=everything)
-        predicted[members] = [fitter.points[index].predicted_s(efficiency) for index in members]
-    return predicted
-
-
-@dataclass(frozen=True)
-class Interval:
-    """How far off an estimate may be, from held-out errors: a split-conformal interval at `level`."""
-
-    level: float  # the stated chance that a new point like the held-out ones falls inside: 0.8
-    half_width: float  # on a log scale: the interval is the estimate times and divided by exp(half_width)
-    points: int  # the held-out errors it rests on
-    scheme: str  # how they were held out: a key of SCHEMES
-
-    @property
-    def low_ratio(self) -> float:
-        return math.exp(-self.half_width)
-
-    @property
-    def high_ratio(self) -> float:
-        return math.exp(self.half_width)
-
-    def seconds(self, predicted_s: float) -> tuple[float, float]:
-        return predicted_s * self.low_ratio, predicted_s * self.high_ratio
-
-    @property
-    def note(self) -> str:
-        return (
-            f"split-conformal at {self.level:.0%}, from the errors of {self.points} published and measured "
-            f"figures each predicted by a fit made without {SCHEME_WORDS[self.scheme]}: the estimate times or "
-            f"divided by {self.high_ratio:.2f}"
-        )
-
-
-SCHEME_WORDS = {"leave one out": "it", "leave one GPU out": "its GPU", "leave one model out": "its model"}
-
-
-def conformal(log_errors: Sequence[float] | np.ndarray, level: float, scheme: str) -> Interval | None:
-    """The interval the absolute `log_errors` (log of measured over predicted seconds) give at `level`; None where
-    they are too few for it: the error of rank ceil((n + 1) x level) must exist."""
-    if not 0 < level < 1:
-        raise ValueError(f"a level is a share between 0 and 1, not {level}")
-    errors = np.sort(np.abs(np.asarray(log_errors, dtype=float)))
-    errors = errors[np.isfinite(errors)]
-    rank = math.ceil((len(errors) + 1) * level)
-    if rank > len(errors):
-        return None
-    return Interval(level, float(errors[rank - 1]), len(errors), scheme)
-
-
-@dataclass(frozen=True)
-class Validation:
-    """One point predicted by a fit made without its group, with the interval the other groups' errors give."""
-
-    point: Point
-    predicted_s: float
-    interval: Interval | None
-
-    @property
-    def error(self) -> float:
-        """Relative error of the predicted rate: predicted samples/s over measured, minus one."""
-        return self.point.observed_s / self.predicted_s - 1.0
-
-    @property
-    def inside(self) -> bool | None:
-        if self.interval is None:
-            return None
-        low, high = self.interval.seconds(self.predicted_s)
-        return low <= self.point.observed_s <= high
-
-
-def validate(fitter: Fitter, scheme: str, level: float = DEFAULT_LEVEL) -> list[Validation]:
-    """Every point predicted without its group, and checked against the interval the held-out errors of the points
-    outside its group state."""
-    predicted = held_out(fitter, scheme)
-    log_errors = np.log(np.array([point.observed_s for point in fitter.points]) / predicted)
-    group_of = SCHEMES[scheme]
-    groups = np.array([hash(group_of(point)) for point in fitter.points])
-    return [
-        Validation(point, float(predicted[index]), conformal(log_errors[groups != groups[index]], level, scheme))
-        for index, point in enumerate(fitter.points)
-    ]
-
-
-def median_absolute_error(validations: Sequence[Validation]) -> float | None:
-    errors = [abs(validation.error) for validation in validations if math.isfinite(validation.predicted_s)]
-    return float(np.median(errors)) if errors else None
-
-
-def coverage(validations: Sequence[Validation]) -> tuple[int, int]:
-    """(points inside their interval, points that had one)."""
-    judged = [validation.inside for validation in validations if validation.inside is not None]
-    return sum(judged), len(judged)

@@ -19,14 +19,8 @@ import torch
 from devicebench.data.pipeline import batches_for
 from devicebench.engine.timing import Stopwatch
 from devicebench.estimate.points import EstimateError, RooflineFit, shape_of
-from devicebench.estimate.roofline import (
-    Interval,
-    Precision,
-    PrecisionError,
-    PredictedStep,
-    Resolved,
-    predict,
-)
+from devicebench.estimate.roofline import Precision, PrecisionError, PredictedStep, Resolved, predict
+from devicebench.estimate.validation import Interval
 from devicebench.planning import Job
 from devicebench.results.datasheets import Datasheet
 from devicebench.results.schema import RunRecord
@@ -187,8 +181,8 @@ def input_seconds_per_batch(job: Job, run: RunRecord) -> tuple[float, int]:
             pass
         return (watch.now() - started) / timed, len(train)
     finally:
-        for batches in (train, test):
-            close = getattr(batches, "close", None)
+        for pipeline in (train, test):
+            close = getattr(pipeline, "close", None)
             if close is not None:
                 close()
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from rich.table import Table
 
-from devicebench.estimate.roofline import Validation, coverage, median_absolute_error
+from devicebench.estimate.validation import Validation, coverage, median_absolute_error
 from devicebench.report.fitting import FittedTable, fitted
 from devicebench.report.text import duration_text, rate_text
 from devicebench.results.datasheets import RENTED_HOSTS
