@@ -54,7 +54,9 @@ def _counted(workload: Workload, hyperparameters_json: str) -> float | None:
                 workload.train_step(model, (inputs, labels), build_optimizer(model, hyperparameters))
             else:
                 assert build_loss is not None
-                build_loss()(model(inputs), labels).backward()
+                loss_function = build_loss()
+                assert loss_function is not None  # only a model with a train_step of its own builds no loss: own()
+                loss_function(model(inputs), labels).backward()
     except Exception as error:  # an op the meta device cannot run, or a user's step that needs real numbers
         # no count on random numbers instead: a model whose branches follow its data would get a figure that its
         # real data may not take, stored beside measured throughput as if it were as sure

@@ -183,6 +183,7 @@ def _plain_step(
     """Forward, loss, backward, optimizer step and zero_grad, as engine/loop.py trains."""
     assert workload.build_loss is not None  # a torch model without a step of its own has a loss: register(), own()
     loss_function = workload.build_loss()
+    assert loss_function is not None  # only a model with a train_step of its own builds no loss: own() refuses it
     loss_function(model(inputs), labels).backward()
     if optimizer is None:
         return
