@@ -59,12 +59,12 @@ def machine(**changes: object) -> Machine:
         mps_available=False,
         xpu_devices=0,
     )
-    return dataclasses.replace(cpu_only, **changes)  # type: ignore[arg-type]
+    return dataclasses.replace(cpu_only, **changes)
 
 
 def this_machine(**changes: object) -> Machine:
     """This machine as its torch reports it, with `changes` made (any Machine field)."""
-    return dataclasses.replace(machine_module.snapshot(), **changes)  # type: ignore[arg-type]
+    return dataclasses.replace(machine_module.snapshot(), **changes)
 
 
 def cuda_build(devices: int = 0, **changes: object) -> Machine:

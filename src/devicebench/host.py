@@ -41,6 +41,7 @@ def unavailable_reason(kind: str) -> str | None:
 
 def device_hiding_settings(kind: str) -> str:
     """The environment variables set now that hide devices of this kind from PyTorch, as "NAME='value'" text."""
+    variables: tuple[str, ...]
     if kind == "cuda":
         variables = _ROCM_HIDING_VARIABLES if machine.snapshot().hip_build else _NVIDIA_HIDING_VARIABLES
     else:

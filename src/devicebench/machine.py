@@ -108,12 +108,12 @@ def _read_accelerator(device: torch.device) -> Accelerator:
             uuid=None if uuid is None else str(uuid),
         )
     if device.type == "xpu":
-        properties = torch.xpu.get_device_properties(device)
+        xpu_properties = torch.xpu.get_device_properties(device)
         return Accelerator(
             device=device,
-            name=properties.name,
-            memory_total_bytes=properties.total_memory,
-            driver=getattr(properties, "driver_version", None),
+            name=xpu_properties.name,
+            memory_total_bytes=xpu_properties.total_memory,
+            driver=getattr(xpu_properties, "driver_version", None),
         )
     if device.type == "mps":
         # Apple GPUs share the machine's memory; this is how much of it Metal lets the GPU use

@@ -48,9 +48,9 @@ def run_checks(chosen: Iterable[torch.device], *, progress: Callable[[str], None
             (TIMING, lambda device=device: work.timing_check(device)),
             (CEILINGS, lambda device=device: ceilings.ceiling_checks(device, progress=announce_step)),
         )
-        for group, check in per_device:  # each runs within this iteration, so `device` is this one
+        for group, measure in per_device:  # each runs within this iteration, so `device` is this one
             announce_step(group)
-            checks += _guarded(str(device), group, group, FAIL, check)  # a device that cannot do the work fails
+            checks += _guarded(str(device), group, group, FAIL, measure)  # a device that cannot do the work fails
     return checks
 
 
