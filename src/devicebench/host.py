@@ -1,8 +1,8 @@
 """This machine as the operating system and the PyTorch build see it, before any device is opened: the CPU's name and
 instruction sets, and why a GPU that is not usable is not.
 
-The bottom of devicebench: `devices` names the CPU and explains a missing GPU with it, and the machine
-fingerprint records it, so it imports neither.
+Near the bottom of devicebench: `devices` names the CPU and explains a missing GPU with it, and the machine
+fingerprint records it, so it imports neither; what the PyTorch build is, it asks devicebench.machine.
 
     python -c "from devicebench import host; print(host.cpu_model(), host.cpu_isa(), host.unavailable_reason('cuda'))"
 """
