@@ -12,6 +12,7 @@ import logging
 import statistics
 from collections.abc import Callable
 
+import fakes
 import psutil
 import pytest
 import torch
@@ -118,10 +119,10 @@ def fake_cuda(monkeypatch) -> Callable[[tuple[int, int], str], torch.device]:
     FakeDevice for its tensors)."""
 
     def install(capability: tuple[int, int], name: str) -> torch.device:
-        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+        gpu = dataclasses.replace(fakes.H100, name=name, compute_capability=capability)
+        fakes.install_machine(monkeypatch, fakes.cuda_build(devices=1), [gpu])
         monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: capability >= (8, 0))
         monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())  # no current device here
-        monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
         cpu_generator = torch.Generator
         monkeypatch.setattr(torch, "Generator", lambda device=None: cpu_generator())  # a CUDA one needs CUDA
         return torch.device("cuda", 0)

@@ -11,50 +11,39 @@ import json
 import os
 import platform
 import re
-import shutil
 import sys
 import threading
 import types
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
+import fakes
 import psutil
 import pytest
 import torch
-from nvml_fixtures import FakeNotFound, FakeNotSupported, FakeNvmlError
+from fakes import H100_NAME as H100
+from fakes import FakeGpu, FakeNotSupported, FakeNvmlError
 from typer.testing import CliRunner
 
-from devicebench import check, host, nvml
-from devicebench.check import (
-    ACCELERATOR_CHECK_PLAN,
-    CEILINGS,
-    CPU,
-    CPU_CHECK_PLAN,
-    FAIL,
-    GROUPS,
-    PASS,
-    SOFTWARE,
-    STATUSES,
-    TIMING,
-    TIMING_PRODUCTS,
-    TIMING_SIZE_ACCELERATOR,
-    WARN,
-    WORK,
-    Check,
-    TrainingRun,
-)
+from devicebench import check, nvml
+from devicebench.check import ceilings as check_ceilings
+from devicebench.check import cpu as check_cpu
+from devicebench.check import software as check_software
+from devicebench.check import work as check_work
+from devicebench.check.ceilings import ACCELERATOR_CHECK_PLAN, CPU_CHECK_PLAN
+from devicebench.check.findings import CEILINGS, CPU, FAIL, GROUPS, PASS, SOFTWARE, STATUSES, TIMING, WARN, WORK, Check
+from devicebench.check.work import TIMING_PRODUCTS, TIMING_SIZE_ACCELERATOR, TrainingRun
 from devicebench.cli import EXIT_USAGE, app
 from devicebench.cli import check as check_command
 from devicebench.engine import monitor as monitor_module
 from devicebench.engine.calibrate import DeviceCeilings, Measurement
 from devicebench.engine.calibration_files import CALIBRATION_DIR_VARIABLE
 from devicebench.engine.timing import Stopwatch
+from devicebench.machine import Accelerator
 
 cli = CliRunner()
 CPU_DEVICE = torch.device("cpu")
 CUDA0 = torch.device("cuda", 0)
-H100 = "NVIDIA H100 80GB HBM3"  # the H100 SXM's datasheet: fp32 67, tf32 494.7, bf16 989.4 TFLOP/s, 3,350 GB/s
-UUID = "8f3a1c2e-0000-4000-8000-00000000000a"  # as torch prints a CUDA device's UUID: no "GPU-" prefix
 OTHER_PID = 999_999_999  # a process ID no test process has
 HIDING_VARIABLES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "ZE_AFFINITY_MASK")
 CHECK_KEYS = {"device", "group", "name", "status", "measured", "advice"}
@@ -73,116 +62,44 @@ def fresh_driver_version():
     nvml.driver_version.cache_clear()
 
 
-def fake_driver(monkeypatch, paths: frozenset[str] = frozenset(), tools: frozenset[str] = frozenset()) -> None:
-    """Exactly these driver paths exist and these tools are on PATH, among those host.GPU_DRIVERS names."""
-    looked_for = {path for paths_of_vendor, _ in host.GPU_DRIVERS.values() for path in paths_of_vendor}
-    real_exists = os.path.exists
-    monkeypatch.setattr(os.path, "exists", lambda path: path in paths if path in looked_for else real_exists(path))
-    monkeypatch.setattr(shutil, "which", lambda tool: f"/usr/bin/{tool}" if tool in tools else None)
-
-
 @pytest.fixture
-def cpu_machine(monkeypatch):
-    """A Linux machine with a CPU-only PyTorch, no GPU, no driver, nothing hidden."""
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
-    monkeypatch.setattr(torch.backends.mps, "is_built", lambda: False)
-    monkeypatch.setattr(torch.xpu, "is_available", lambda: False)
-    monkeypatch.setattr(torch.version, "cuda", None)
-    monkeypatch.setattr(torch.version, "hip", None)
-    monkeypatch.setattr(torch.version, "xpu", None, raising=False)
+def cpu_machine(monkeypatch) -> Callable[..., None]:
+    """A Linux machine with a CPU-only PyTorch, no GPU, no driver, nothing hidden; calling it changes the build
+    (any devicebench.machine.Machine field)."""
     monkeypatch.setattr(platform, "system", lambda: "Linux")
     for variable in HIDING_VARIABLES:
         monkeypatch.delenv(variable, raising=False)
-    fake_driver(monkeypatch)
+    fakes.install_driver(monkeypatch)
+
+    def build(**changes: object) -> None:
+        fakes.install_machine(monkeypatch, fakes.machine(**changes))
+
+    build()
+    return build
+
+
+def install_h100(monkeypatch, visible: bool = True) -> None:
+    """cuda:0 an H100 behind a CUDA 12.4 build with cuDNN 9.1.0; `visible` False: the build sees no GPU."""
+    fakes.install_machine(monkeypatch, fakes.cuda_build(devices=1 if visible else 0), fakes.h100s(1))
 
 
 @pytest.fixture
 def h100_machine(cpu_machine, monkeypatch):
     """cuda:0 is an H100 behind a CUDA 12.4 build with cuDNN 9.1.0, and its NVIDIA driver is installed."""
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: H100)
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: types.SimpleNamespace(name=H100, uuid=UUID))
-    monkeypatch.setattr(torch.version, "cuda", "12.4")
-    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 90100)
-    fake_driver(monkeypatch, paths=frozenset({"/proc/driver/nvidia"}), tools=frozenset({"nvidia-smi"}))
+    install_h100(monkeypatch)
+    fakes.install_driver(monkeypatch, paths=frozenset({"/proc/driver/nvidia"}), tools=frozenset({"nvidia-smi"}))
 
 
 # --- a fake nvidia-ml-py ---------------------------------------------------------------------------------------
 
 
-@dataclass
-class FakeGpu:
-    """What NVML says of one GPU. Successive nvmlDeviceGetClockInfo calls read `sm_clocks_mhz` in turn."""
-
-    utilization_percent: int = 80
-    pids: tuple[int, ...] = ()
-    sm_clocks_mhz: list[int] = field(default_factory=lambda: [345, 1980, 1950])
-    max_sm_clock_mhz: int = 1980
-    temperature_c: int = 62
-    slowdown_c: int = 90
-    power_limit_mw: int = 700_000
-    default_power_limit_mw: int = 700_000
-    pcie_generation: int = 5
-    max_pcie_generation: int = 5
-    pcie_width: int = 16
-    max_pcie_width: int = 16
-    failing: frozenset[str] = frozenset()  # NVML functions that answer Not Supported
-
-
-def fake_pynvml(gpu: FakeGpu) -> types.ModuleType:
-    """nvidia-ml-py over one GPU, with the calls the monitor and the checks make."""
-    clocks = iter(gpu.sm_clocks_mhz)
-    last_clock = [gpu.sm_clocks_mhz[-1]]
-
-    def next_clock() -> int:
-        last_clock[0] = next(clocks, last_clock[0])
-        return last_clock[0]
-
-    answers: dict[str, Callable[..., object]] = {
-        "nvmlDeviceGetTotalEnergyConsumption": lambda: (_ for _ in ()).throw(FakeNotSupported()),
-        "nvmlDeviceGetSamples": lambda *arguments: (_ for _ in ()).throw(FakeNotSupported()),
-        "nvmlDeviceGetPowerUsage": lambda: 300_000,  # milliwatts
-        "nvmlDeviceGetMemoryInfo": lambda: types.SimpleNamespace(used=2 * 2**30, total=80 * 2**30),
-        "nvmlDeviceGetUtilizationRates": lambda: types.SimpleNamespace(gpu=gpu.utilization_percent, memory=10),
-        "nvmlDeviceGetComputeRunningProcesses": lambda: [types.SimpleNamespace(pid=pid) for pid in gpu.pids],
-        "nvmlDeviceGetClockInfo": lambda kind: next_clock(),
-        "nvmlDeviceGetMaxClockInfo": lambda kind: gpu.max_sm_clock_mhz,
-        "nvmlDeviceGetTemperature": lambda sensor: gpu.temperature_c,
-        "nvmlDeviceGetTemperatureThreshold": lambda threshold: gpu.slowdown_c,
-        "nvmlDeviceGetEnforcedPowerLimit": lambda: gpu.power_limit_mw,
-        "nvmlDeviceGetPowerManagementDefaultLimit": lambda: gpu.default_power_limit_mw,
-        "nvmlDeviceGetCurrPcieLinkGeneration": lambda: gpu.pcie_generation,
-        "nvmlDeviceGetMaxPcieLinkGeneration": lambda: gpu.max_pcie_generation,
-        "nvmlDeviceGetCurrPcieLinkWidth": lambda: gpu.pcie_width,
-        "nvmlDeviceGetMaxPcieLinkWidth": lambda: gpu.max_pcie_width,
-    }
-
-    def device_call(name: str, answer: Callable[..., object]) -> Callable[..., object]:
-        def call(handle: str, *arguments: object) -> object:
-            assert handle == f"handle GPU-{UUID}"
-            if name in gpu.failing:
-                raise FakeNotSupported()
-            return answer(*arguments)
-
-        return call
-
-    def handle_by_uuid(uuid: str) -> str:
-        if uuid != f"GPU-{UUID}":
-            raise FakeNotFound()
-        return f"handle {uuid}"
-
-    module = types.ModuleType("pynvml")
-    module.NVMLError, module.NVMLError_NotFound = FakeNvmlError, FakeNotFound
-    module.NVML_GPU_UTILIZATION_SAMPLES, module.NVML_CLOCK_SM = 1, 1
-    module.NVML_TEMPERATURE_GPU, module.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN = 0, 1
-    module.nvmlInit = module.nvmlShutdown = lambda: None
-    module.nvmlSystemGetDriverVersion = lambda: "550.54.15"
-    module.nvmlDeviceGetHandleByUUID = handle_by_uuid
-    for name, answer in answers.items():
-        setattr(module, name, device_call(name, answer))
-    return module
+def h100_gpu(failing: Iterable[str] = (), **figures: object) -> FakeGpu:
+    """The H100 as NVML sees it while training: 80 % busy at 300 W, with neither an energy counter nor a utilisation
+    buffer (the monitor polls); `failing` NVML functions answer Not Supported."""
+    unsupported = ("nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetSamples", *failing)
+    return FakeGpu(
+        **{"utilization_percent": 80, "power_w": 300, **figures}, failing=dict.fromkeys(unsupported, FakeNotSupported)
+    )
 
 
 @pytest.fixture
@@ -192,7 +109,7 @@ def nvidia(h100_machine, monkeypatch) -> Callable[[FakeGpu], None]:
     monkeypatch.setattr(monitor_module, "host_seconds", lambda: monitor_clock[0])
 
     def install(gpu: FakeGpu) -> list[float]:
-        monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(gpu))
+        fakes.install_nvml(monkeypatch, [gpu], monitor_clock)
         return monitor_clock
 
     return install
@@ -202,31 +119,31 @@ def nvidia(h100_machine, monkeypatch) -> Callable[[FakeGpu], None]:
 
 
 def test_a_cpu_only_build_beside_an_nvidia_driver_fails(cpu_machine, monkeypatch):
-    fake_driver(monkeypatch, paths=frozenset({"/proc/driver/nvidia"}))
-    found = check.pytorch_build_check()
+    fakes.install_driver(monkeypatch, paths=frozenset({"/proc/driver/nvidia"}))
+    found = check_software.pytorch_build_check()
     assert found.status == FAIL
     assert "CPU-only build" in found.measured and "NVIDIA GPU driver is present (/proc/driver/nvidia)" in found.measured
     assert "Install a CUDA build" in found.advice and "pytorch.org" in found.advice
 
 
 def test_a_cpu_only_build_beside_an_amd_driver_fails_asking_for_rocm(cpu_machine, monkeypatch):
-    fake_driver(monkeypatch, tools=frozenset({"rocm-smi"}))
-    found = check.pytorch_build_check()
+    fakes.install_driver(monkeypatch, tools=frozenset({"rocm-smi"}))
+    found = check_software.pytorch_build_check()
     assert found.status == FAIL and "AMD GPU driver is present (/usr/bin/rocm-smi)" in found.measured
     assert "Install a ROCm build" in found.advice
 
 
 def test_a_cuda_build_that_sees_no_gpu_beside_its_driver_fails_saying_why(cpu_machine, monkeypatch):
-    monkeypatch.setattr(torch.version, "cuda", "12.4")
+    cpu_machine(cuda_build="12.4")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    fake_driver(monkeypatch, paths=frozenset({"/proc/driver/nvidia"}))
-    found = check.pytorch_build_check()
+    fakes.install_driver(monkeypatch, paths=frozenset({"/proc/driver/nvidia"}))
+    found = check_software.pytorch_build_check()
     assert found.status == FAIL and "a CUDA 12.4 build" in found.measured and "sees no GPU" in found.measured
     assert "no GPU is visible (CUDA_VISIBLE_DEVICES='')" in found.advice
 
 
 def test_a_cpu_machine_passes_and_says_why_there_is_no_gpu(cpu_machine):
-    found = check.pytorch_build_check()
+    found = check_software.pytorch_build_check()
     assert found.status == PASS and found.advice is None
     assert "a CPU-only build; no GPU driver either (looked for /proc/driver/nvidia, nvidia-smi" in found.measured
 
@@ -237,7 +154,7 @@ def installed(monkeypatch, *distributions: tuple[str, int]) -> None:
         types.SimpleNamespace(metadata={"Name": name}, files=[types.SimpleNamespace(size=size)])
         for name, size in distributions
     ]
-    monkeypatch.setattr(check.importlib.metadata, "distributions", lambda: listed)
+    monkeypatch.setattr(check_software.importlib.metadata, "distributions", lambda: listed)
 
 
 @pytest.mark.parametrize(
@@ -246,7 +163,7 @@ def installed(monkeypatch, *distributions: tuple[str, int]) -> None:
 def test_a_gpu_build_on_a_machine_without_a_driver_warns_that_it_is_gigabytes_for_nothing(
     cpu_machine, monkeypatch, build, library, name
 ):
-    monkeypatch.setattr(torch.version, build, name.split()[1])
+    cpu_machine(**{f"{build}_build": name.split()[1]})
     installed(
         monkeypatch,
         ("torch", 1_200_000_000),
@@ -255,7 +172,7 @@ def test_a_gpu_build_on_a_machine_without_a_driver_warns_that_it_is_gigabytes_fo
         ("numpy", 10**12),
         ("torch", 10**12),
     )  # numpy is no GPU library; the second torch is shadowed
-    found = check.pytorch_build_check()
+    found = check_software.pytorch_build_check()
     assert found.status == WARN
     assert found.measured.startswith(
         f"torch {torch.__version__}, a {name} build, 4.1 GB on disk with its GPU "
@@ -266,35 +183,35 @@ def test_a_gpu_build_on_a_machine_without_a_driver_warns_that_it_is_gigabytes_fo
 
 
 def test_a_build_that_sees_its_gpu_passes_and_names_it(h100_machine):
-    found = check.pytorch_build_check()
+    found = check_software.pytorch_build_check()
     assert found.status == PASS and f"a CUDA 12.4 build; it sees cuda:0 ({H100})" in found.measured
 
 
 def test_driver_and_toolkit_versions_are_shown(h100_machine, nvidia):
-    nvidia(FakeGpu())
-    found = check.driver_check()
+    nvidia(h100_gpu())
+    found = check_software.driver_check()
     assert (found.status, found.measured) == (PASS, "NVIDIA driver 550.54.15, PyTorch's CUDA 12.4, cuDNN 9.1.0")
 
 
 def test_hidden_devices_warn_and_none_hidden_pass(h100_machine, monkeypatch):
-    assert check.visible_devices_check().status == PASS
+    assert check_software.visible_devices_check().status == PASS
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
-    found = check.visible_devices_check()
+    found = check_software.visible_devices_check()
     assert found.status == WARN and found.measured == "CUDA_VISIBLE_DEVICES='1' is set; PyTorch sees cuda:0"
     assert "Unset it" in found.advice
 
 
 def test_nvidia_ml_py_is_needed_only_beside_an_nvidia_gpu(cpu_machine, h100_machine, nvidia, monkeypatch):
-    nvidia(FakeGpu())
-    assert check.nvml_module_check().measured == "installed; NVML answers (driver 550.54.15)"
+    nvidia(h100_gpu())
+    assert check_software.nvml_module_check().measured == "installed; NVML answers (driver 550.54.15)"
     nvml.driver_version.cache_clear()
     monkeypatch.setattr(sys.modules["pynvml"], "nvmlInit", lambda: (_ for _ in ()).throw(FakeNvmlError()))
-    assert check.nvml_module_check().status == WARN  # installed, but NVML does not start
+    assert check_software.nvml_module_check().status == WARN  # installed, but NVML does not start
     monkeypatch.setitem(sys.modules, "pynvml", None)  # what `import pynvml` makes an ImportError
-    missing = check.nvml_module_check()
+    missing = check_software.nvml_module_check()
     assert missing.status == WARN and "pip install nvidia-ml-py" in missing.advice
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert check.nvml_module_check().status == PASS  # no NVIDIA GPU: nothing to sample
+    install_h100(monkeypatch, visible=False)
+    assert check_software.nvml_module_check().status == PASS  # no NVIDIA GPU: nothing to sample
 
 
 def fake_xgboost(with_cuda: bool | None) -> types.ModuleType:
@@ -319,9 +236,9 @@ def fake_xgboost(with_cuda: bool | None) -> types.ModuleType:
     ],
 )
 def test_xgboost_needs_cuda_only_beside_a_gpu(h100_machine, monkeypatch, xgboost, gpu, status):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+    install_h100(monkeypatch, visible=gpu)
     monkeypatch.setitem(sys.modules, "xgboost", xgboost)
-    assert check.xgboost_check().status == status
+    assert check_software.xgboost_check().status == status
 
 
 # --- the CPU ---------------------------------------------------------------------------------------------------
@@ -337,17 +254,17 @@ def cores(monkeypatch, physical: int, logical: int, allowed: int | None = None) 
 def test_more_threads_than_physical_cores_warn(monkeypatch):
     cores(monkeypatch, physical=8, logical=16)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 16)
-    found = check.threads_check()
+    found = check_cpu.threads_check()
     assert found.status == WARN and found.measured == "torch uses 16 threads; 8 physical cores (16 logical)"
     assert "--threads 8" in found.advice
     monkeypatch.setattr(torch, "get_num_threads", lambda: 8)
-    assert check.threads_check().status == PASS
+    assert check_cpu.threads_check().status == PASS
 
 
 def test_threads_count_against_the_cores_this_process_may_use(monkeypatch):
     cores(monkeypatch, physical=8, logical=16, allowed=4)  # taskset, or a container's cpuset
     monkeypatch.setattr(torch, "get_num_threads", lambda: 8)
-    found = check.threads_check()
+    found = check_cpu.threads_check()
     assert found.status == WARN and "4 of them allowed to this process" in found.measured
     assert "--threads 4" in found.advice
 
@@ -364,23 +281,23 @@ def test_threads_count_against_the_cores_this_process_may_use(monkeypatch):
 )
 def test_torch_kernels_narrower_than_the_cpu_warn(force_cpu_isa, monkeypatch, cpu_flags, capability, status):
     force_cpu_isa(cpu_flags)
-    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    fakes.install_machine(monkeypatch, fakes.machine(cpu_capability=capability))
     monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
-    found = check.isa_check()
+    found = check_cpu.isa_check()
     assert found.status == status and f"torch's kernels use {capability}" in found.measured
 
 
 def test_a_lowered_aten_cpu_capability_is_named_as_the_cause(force_cpu_isa, monkeypatch):
     force_cpu_isa("avx2,avx512f")
-    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    fakes.install_machine(monkeypatch, fakes.machine(cpu_capability="AVX2"))
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
-    assert check.isa_check().advice == "ATEN_CPU_CAPABILITY=avx2 lowers it: unset it."
+    assert check_cpu.isa_check().advice == "ATEN_CPU_CAPABILITY=avx2 lowers it: unset it."
 
 
 @pytest.mark.parametrize("cpu_flags, says", [("avx2", "not native"), ("avx2,avx512f,amx_bf16,amx_tile", "native")])
 def test_bf16_is_information_that_passes_either_way(force_cpu_isa, cpu_flags, says):
     force_cpu_isa(cpu_flags)
-    found = check.bf16_check()
+    found = check_cpu.bf16_check()
     assert found.status == PASS and found.measured.startswith(f"{says} (")
 
 
@@ -388,7 +305,7 @@ def test_bf16_is_information_that_passes_either_way(force_cpu_isa, cpu_flags, sa
 def test_other_processes_keeping_half_the_cores_busy_warn(monkeypatch, load, status):
     cores(monkeypatch, physical=4, logical=8)
     monkeypatch.setattr(psutil, "getloadavg", lambda: (load, 1.0, 1.0))
-    found = check.load_check()
+    found = check_cpu.load_check()
     assert found.status == status and f"1-minute load average {load:.2f} on 8 logical cores" in found.measured
     if status == WARN:
         assert "other processes keep about 6 of them busy" in found.measured
@@ -408,8 +325,8 @@ def gpu_training(monitor_clock: list[float], parameter_device: torch.device = CU
 
 
 def test_a_gpu_that_stayed_idle_and_lacks_the_process_fails(nvidia):
-    clock = nvidia(FakeGpu(utilization_percent=1, pids=(OTHER_PID,)))
-    checks = check.work_checks(CUDA0, train=gpu_training(clock))
+    clock = nvidia(h100_gpu(utilization_percent=1, pids=(OTHER_PID,)))
+    checks = check_work.work_checks(CUDA0, train=gpu_training(clock))
     assert [(entry.name, entry.status) for entry in checks] == [
         ("model on the device", PASS),
         ("device busy", FAIL),
@@ -420,8 +337,8 @@ def test_a_gpu_that_stayed_idle_and_lacks_the_process_fails(nvidia):
 
 
 def test_a_busy_gpu_listing_this_process_alone_passes(nvidia):
-    clock = nvidia(FakeGpu(utilization_percent=80, pids=(os.getpid(),)))
-    checks = check.work_checks(CUDA0, train=gpu_training(clock))
+    clock = nvidia(h100_gpu(utilization_percent=80, pids=(os.getpid(),)))
+    checks = check_work.work_checks(CUDA0, train=gpu_training(clock))
     assert [entry.status for entry in checks] == [PASS, PASS, PASS]
     assert find(checks, "device busy").measured == "80% busy while training"
 
@@ -435,28 +352,28 @@ def test_a_busy_gpu_listing_this_process_alone_passes(nvidia):
     ],
 )
 def test_a_busy_gpu_whose_list_hides_this_process_or_shares_it_warns(nvidia, pids, says):
-    clock = nvidia(FakeGpu(utilization_percent=80, pids=pids))
-    found = find(check.work_checks(CUDA0, train=gpu_training(clock)), "process on the device")
+    clock = nvidia(h100_gpu(utilization_percent=80, pids=pids))
+    found = find(check_work.work_checks(CUDA0, train=gpu_training(clock)), "process on the device")
     assert found.status == WARN and says in found.measured
 
 
 def test_without_nvml_the_gpu_checks_warn_that_they_cannot_tell(nvidia, monkeypatch):
-    clock = nvidia(FakeGpu())
+    clock = nvidia(h100_gpu())
     monkeypatch.setitem(sys.modules, "pynvml", None)
-    checks = check.work_checks(CUDA0, train=gpu_training(clock))
+    checks = check_work.work_checks(CUDA0, train=gpu_training(clock))
     assert [entry.status for entry in checks] == [PASS, WARN, WARN]
     assert find(checks, "device busy").measured == f"cannot tell: {nvml.NVML_MISSING_NOTE}"
 
 
 def test_an_nvml_error_listing_processes_warns(nvidia):
-    clock = nvidia(FakeGpu(failing=frozenset({"nvmlDeviceGetComputeRunningProcesses"})))
-    found = find(check.work_checks(CUDA0, train=gpu_training(clock)), "process on the device")
+    clock = nvidia(h100_gpu(failing={"nvmlDeviceGetComputeRunningProcesses"}))
+    found = find(check_work.work_checks(CUDA0, train=gpu_training(clock)), "process on the device")
     assert found.status == WARN and found.measured == "cannot tell: NVML cannot list its processes: Not Supported"
 
 
 def test_parameters_left_off_the_device_fail(nvidia):
-    clock = nvidia(FakeGpu(pids=(os.getpid(),)))
-    found = find(check.work_checks(CUDA0, train=gpu_training(clock, CPU_DEVICE)), "model on the device")
+    clock = nvidia(h100_gpu(pids=(os.getpid(),)))
+    found = find(check_work.work_checks(CUDA0, train=gpu_training(clock, CPU_DEVICE)), "model on the device")
     assert found.status == FAIL and found.measured.startswith("the parameters are on cpu")
 
 
@@ -465,7 +382,7 @@ def test_a_cpu_that_stayed_idle_fails():
         threading.Event().wait(0.3)  # seconds: three times the shortest window the monitor can tell
         return TrainingRun(device, steps=0, seconds=0.3)
 
-    found = find(check.work_checks(CPU_DEVICE, train=idle), "CPU busy")
+    found = find(check_work.work_checks(CPU_DEVICE, train=idle), "CPU busy")
     assert found.status == FAIL and "the CPU stayed idle" in found.measured
 
 
@@ -507,13 +424,14 @@ def product_seconds(tflops: float) -> float:
 
 
 def timed(device: torch.device, accelerator: FakeAccelerator) -> Check:
-    return check.timing_check(device, watch=accelerator.watch(device), product=accelerator.product)
+    return check_work.timing_check(device, watch=accelerator.watch(device), product=accelerator.product)
 
 
 @pytest.fixture(params=[torch.device("mps"), torch.device("xpu", 0)], ids=str)
 def accelerator(request, monkeypatch) -> torch.device:
     """An Apple or an Intel GPU, neither of which has a datasheet here."""
-    monkeypatch.setattr(torch.xpu, "get_device_name", lambda device=None: "Intel(R) Data Center GPU Max 1100")
+    intel = Accelerator(torch.device("xpu", 0), "Intel(R) Data Center GPU Max 1100", 64 * 2**30)
+    fakes.install_machine(monkeypatch, fakes.machine(mps_available=True, xpu_devices=1), [intel])
     return request.param
 
 
@@ -600,8 +518,8 @@ def h100_ceilings(fp32: float = 55.0, pinned: float = 25.0, pageable: float = 10
     ],
 )
 def test_ceilings_are_judged_against_the_datasheet(h100_machine, nvidia, fp32, status, says):
-    nvidia(FakeGpu())
-    checks = check.ceiling_checks(CUDA0, measure=h100_ceilings(fp32=fp32))
+    nvidia(h100_gpu())
+    checks = check_ceilings.ceiling_checks(CUDA0, measure=h100_ceilings(fp32=fp32))
     fp32_row = find(checks, "matmul fp32")
     assert fp32_row.status == status and fp32_row.measured == f"{fp32:,.2f} TFLOP/s (8192x8192), {says}"
     others = [entry.status for entry in checks if entry.name != "matmul fp32"]
@@ -609,7 +527,9 @@ def test_ceilings_are_judged_against_the_datasheet(h100_machine, nvidia, fp32, s
 
 
 def test_the_cpu_has_no_datasheet_and_no_host_to_device_copy():
-    checks = check.ceiling_checks(CPU_DEVICE, measure=fake_calibration("AMD EPYC 7B13", {"fp32": 0.1}, 12.5, {}))
+    checks = check_ceilings.ceiling_checks(
+        CPU_DEVICE, measure=fake_calibration("AMD EPYC 7B13", {"fp32": 0.1}, 12.5, {})
+    )
     assert [(entry.name, entry.status, entry.measured) for entry in checks] == [
         ("matmul fp32", PASS, "0.10 TFLOP/s (8192x8192); no datasheet to compare"),
         ("memory copy", PASS, "12.50 GB/s (1,024 MiB); no datasheet to compare"),
@@ -617,14 +537,14 @@ def test_the_cpu_has_no_datasheet_and_no_host_to_device_copy():
 
 
 def test_pinned_copies_no_faster_than_pageable_warn(h100_machine, nvidia):
-    nvidia(FakeGpu())
-    found = find(check.ceiling_checks(CUDA0, measure=h100_ceilings(pinned=9.0)), "host to device")
+    nvidia(h100_gpu())
+    found = find(check_ceilings.ceiling_checks(CUDA0, measure=h100_ceilings(pinned=9.0)), "host to device")
     assert found.status == WARN and found.measured == "pinned 9.0 GB/s, pageable 10.0 GB/s: pinned memory is no faster"
 
 
 def test_nvml_figures_of_a_healthy_gpu_pass_with_the_highest_readings_under_load(h100_machine, nvidia):
-    nvidia(FakeGpu(sm_clocks_mhz=[345, 1980, 1950, 1200]))  # idle before the first measurement, busy after
-    checks = check.ceiling_checks(CUDA0, measure=h100_ceilings())
+    nvidia(h100_gpu(sm_clocks_mhz=[345, 1980, 1950, 1200]))  # idle before the first measurement, busy after
+    checks = check_ceilings.ceiling_checks(CUDA0, measure=h100_ceilings())
     assert [(entry.name, entry.status, entry.measured) for entry in checks[-4:]] == [
         ("SM clock", PASS, "1980 MHz under load, of 1980 MHz at most"),
         ("temperature", PASS, "62 °C under load, slowdown at 90 °C"),
@@ -634,8 +554,8 @@ def test_nvml_figures_of_a_healthy_gpu_pass_with_the_highest_readings_under_load
 
 
 def test_throttled_clocks_heat_a_lowered_power_cap_and_a_narrow_link_warn(h100_machine, nvidia):
-    nvidia(FakeGpu(sm_clocks_mhz=[345, 1100, 1000], temperature_c=87, power_limit_mw=450_000, pcie_width=8))
-    checks = check.ceiling_checks(CUDA0, measure=h100_ceilings())
+    nvidia(h100_gpu(sm_clocks_mhz=[345, 1100, 1000], temperature_c=87, power_limit_mw=450_000, pcie_width=8))
+    checks = check_ceilings.ceiling_checks(CUDA0, measure=h100_ceilings())
     assert [(entry.name, entry.status) for entry in checks[-4:]] == [
         ("SM clock", WARN),
         ("temperature", WARN),
@@ -648,8 +568,8 @@ def test_throttled_clocks_heat_a_lowered_power_cap_and_a_narrow_link_warn(h100_m
 
 
 def test_each_nvml_figure_is_read_on_its_own_and_a_missing_one_is_left_out(h100_machine, nvidia):
-    nvidia(FakeGpu(failing=frozenset({"nvmlDeviceGetClockInfo", "nvmlDeviceGetTemperatureThreshold"})))
-    checks = check.ceiling_checks(CUDA0, measure=h100_ceilings())
+    nvidia(h100_gpu(failing={"nvmlDeviceGetClockInfo", "nvmlDeviceGetTemperatureThreshold"}))
+    checks = check_ceilings.ceiling_checks(CUDA0, measure=h100_ceilings())
     assert [entry.name for entry in checks[-3:]] == ["temperature", "power limit", "PCIe link"]
     assert find(checks, "temperature").measured == "62 °C under load"
 
@@ -659,13 +579,15 @@ def test_each_nvml_figure_is_read_on_its_own_and_a_missing_one_is_left_out(h100_
 
 def test_a_check_that_raises_becomes_a_row_and_the_others_still_run(monkeypatch):
     monkeypatch.setitem(sys.modules, "xgboost", fake_xgboost(with_cuda=None))  # its build_info raises OSError
-    monkeypatch.setattr(check, "work_checks", lambda device: [])
+    monkeypatch.setattr(check_work, "work_checks", lambda device: [])
     monkeypatch.setattr(
-        check,
+        check_work,
         "timing_check",
         lambda device: (_ for _ in ()).throw(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 MiB")),
     )
-    monkeypatch.setattr(check, "ceiling_checks", lambda device, progress: (_ for _ in ()).throw(RuntimeError("boom")))
+    monkeypatch.setattr(
+        check_ceilings, "ceiling_checks", lambda device, progress: (_ for _ in ()).throw(RuntimeError("boom"))
+    )
     checks = check.run_checks([CPU_DEVICE])
     failures = [
         (entry.device, entry.group, entry.status, entry.measured) for entry in checks if entry.name == "could not run"
@@ -743,7 +665,7 @@ def test_the_real_cpu_check_measures_work_timing_and_ceilings(real_cpu_check):
     assert trained_s >= monitor_module.UTILIZATION_RATES_PERIOD_S  # long enough for NVML to tell how busy a GPU was
     busy = rows["cpu", "CPU busy"]  # warns, not fails, when a loaded machine starves the run
     percent = float(busy["measured"].split("this process used ")[1].split("%")[0])
-    assert busy["status"] in (PASS, WARN) and percent >= check.CPU_IDLE_MAX_PERCENT
+    assert busy["status"] in (PASS, WARN) and percent >= check_work.CPU_IDLE_MAX_PERCENT
     timing = rows["cpu", "synchronized clock"]
     synchronized, unsynchronized = (
         float(timing["measured"].split(f"{word} ")[1].split(" ms")[0]) for word in ("synchronized", "unsynchronized")

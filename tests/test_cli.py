@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import fakes
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -24,8 +25,7 @@ def test_version():
 def test_devices_describes_the_cpu_and_says_why_there_is_no_gpu(monkeypatch):
     gpu_here = torch.cuda.is_available()
     if not gpu_here:  # a CPU-only build, whichever build runs the test (a CUDA one gives its own reason)
-        monkeypatch.setattr(torch.version, "cuda", None)
-        monkeypatch.setattr(torch.version, "hip", None)
+        fakes.install_machine(monkeypatch, fakes.this_machine(cuda_build=None, hip_build=None))
     result = cli.invoke(app, ["devices"])
     assert result.exit_code == 0, result.output
     assert "CPU" in result.stdout and "Torch threads" in result.stdout

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import subprocess
 import sys
 
+import fakes
 import pytest
 import torch
 
 from devicebench import devices, environment, host
 from devicebench.devices import DeviceError, resolve_devices
+from devicebench.machine import Accelerator
 
 CPU = torch.device("cpu")
 CUDA0, CUDA1 = torch.device("cuda", 0), torch.device("cuda", 1)
@@ -19,14 +22,13 @@ HIDING_VARIABLES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE
 
 @pytest.fixture
 def fake_machine(monkeypatch):
-    """Make PyTorch report the given numbers of CUDA and XPU devices and whether MPS is there."""
+    """A machine whose PyTorch sees the given numbers of CUDA and XPU devices and MPS or not; `changes` to its build
+    (any devicebench.machine.Machine field) go with them."""
 
-    def install(cuda: int = 0, mps: bool = False, xpu: int = 0) -> None:
-        monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda > 0)
-        monkeypatch.setattr(torch.cuda, "device_count", lambda: cuda)
-        monkeypatch.setattr(torch.backends.mps, "is_available", lambda: mps)
-        monkeypatch.setattr(torch.xpu, "is_available", lambda: xpu > 0)
-        monkeypatch.setattr(torch.xpu, "device_count", lambda: xpu)
+    def install(cuda: int = 0, mps: bool = False, xpu: int = 0, **changes: object) -> None:
+        fakes.install_machine(
+            monkeypatch, fakes.machine(cuda_devices=cuda, mps_available=mps, xpu_devices=xpu, **changes)
+        )
         for variable in HIDING_VARIABLES:
             monkeypatch.delenv(variable, raising=False)
 
@@ -118,9 +120,7 @@ def test_empty_names_are_refused(fake_machine, spec):
 
 
 def test_cuda_on_a_cpu_only_build_says_the_build_has_no_cuda(fake_machine, monkeypatch):
-    fake_machine(cuda=0)
-    monkeypatch.setattr(torch.version, "cuda", None)
-    monkeypatch.setattr(torch.version, "hip", None)
+    fake_machine(cuda=0)  # a CPU-only build
     monkeypatch.setattr(host.platform, "system", lambda: "Linux")
     with pytest.raises(DeviceError) as error:
         resolve_devices("cpu,cuda")
@@ -133,12 +133,8 @@ def test_cuda_on_a_cpu_only_build_says_the_build_has_no_cuda(fake_machine, monke
 
 
 def test_cuda_on_a_cuda_build_without_driver_says_no_driver(fake_machine, monkeypatch):
-    fake_machine(cuda=0)
-    monkeypatch.setattr(torch.version, "cuda", "12.4")
-    monkeypatch.setattr(torch.version, "hip", None)
-    monkeypatch.setattr(host.shutil, "which", lambda tool: None)
-    real_exists = host.os.path.exists
-    monkeypatch.setattr(host.os.path, "exists", lambda path: path != "/proc/driver/nvidia" and real_exists(path))
+    fake_machine(cuda=0, cuda_build="12.4")
+    fakes.install_driver(monkeypatch)  # none
     with pytest.raises(DeviceError) as error:
         resolve_devices("cuda:0")
     assert "device 'cuda:0' is not available on this machine. Devices present: cpu." in str(error.value)
@@ -186,8 +182,7 @@ def test_a_second_cpu_is_refused(fake_machine):
 
 
 def test_xpu_on_a_build_without_xpu_says_so(fake_machine, monkeypatch):
-    fake_machine(cuda=0)
-    monkeypatch.setattr(torch.version, "xpu", None, raising=False)
+    fake_machine(cuda=0, xpu_build=None)
     with pytest.raises(DeviceError, match=r"has no Intel XPU support\. Install an XPU build"):
         resolve_devices("xpu")
 
@@ -231,15 +226,19 @@ def test_synchronize_on_another_kind_without_torch_accelerator_is_an_error(monke
         devices.synchronize(torch.device("hpu", 0))
 
 
-def test_device_names(calls, monkeypatch):
+def test_device_names(monkeypatch):
     monkeypatch.setattr(host, "cpu_model", lambda: "Apple M2 Pro")
-    calls.record(torch.cuda, "get_device_name", returns="NVIDIA H100 80GB HBM3")
-    calls.record(torch.xpu, "get_device_name", returns="Intel(R) Data Center GPU Max 1550")
+    intel = Accelerator(torch.device("xpu", 0), "Intel(R) Data Center GPU Max 1550", 64 * 2**30)
+    asked = fakes.install_machine(
+        monkeypatch,
+        fakes.machine(cuda_devices=2, xpu_devices=1, mps_available=True),
+        [*fakes.h100s(1), dataclasses.replace(fakes.H100, device=CUDA1, name="NVIDIA H100 PCIe"), intel],
+    )
     assert devices.device_name(CPU) == "Apple M2 Pro"
     assert devices.device_name(torch.device("mps")) == "Apple M2 Pro GPU"
-    assert devices.device_name(CUDA1) == "NVIDIA H100 80GB HBM3"
+    assert devices.device_name(CUDA1) == "NVIDIA H100 PCIe"
     assert devices.device_name(torch.device("xpu", 0)) == "Intel(R) Data Center GPU Max 1550"
-    assert calls.log == [("get_device_name", (CUDA1,)), ("get_device_name", (torch.device("xpu", 0),))]
+    assert asked == [CUDA1, torch.device("xpu", 0)]
 
 
 def test_cpu_name_is_the_cpu_model():

@@ -11,6 +11,7 @@ import sys
 import types
 from pathlib import Path
 
+import fakes
 import numpy
 import psutil
 import pytest
@@ -25,6 +26,7 @@ from devicebench.environment import (
     no_accelerator_reason,
 )
 from devicebench.host import isa_from_cpuinfo, isa_from_torch_capability
+from devicebench.machine import Accelerator
 
 FINGERPRINT_KEYS = [
     "hostname", "machine_name", "os", "python", "torch", "torch_cuda_build", "torch_hip_build", "cudnn", "numpy", "devicebench",
@@ -81,61 +83,27 @@ def fresh_caches():
 
 @pytest.fixture
 def no_accelerator_visible(monkeypatch):
-    """A Linux machine on which PyTorch sees no GPU; tests then choose the build, the driver and the variables."""
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
-    monkeypatch.setattr(torch.xpu, "is_available", lambda: False)
-    monkeypatch.setattr(torch.version, "hip", None)
-    monkeypatch.setattr(torch.version, "xpu", None, raising=False)
+    """A Linux machine on which PyTorch sees no GPU; `build(...)` then chooses the build (any Machine field), and
+    tests choose the driver and the variables."""
     monkeypatch.setattr(platform, "system", lambda: "Linux")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
 
+    def build(**changes: object) -> None:
+        fakes.install_machine(monkeypatch, fakes.machine(**changes))
 
-def fake_driver(monkeypatch, paths: set[str] = frozenset(), tools: set[str] = frozenset()) -> None:
-    """Make exactly these driver paths exist and these tools be on PATH, among the ones environment looks for."""
-    looked_for = {"/proc/driver/nvidia", "/dev/kfd"}
-    real_exists = host.os.path.exists
-    monkeypatch.setattr(host.os.path, "exists", lambda path: path in paths if path in looked_for else real_exists(path))
-    monkeypatch.setattr(host.shutil, "which", lambda tool: f"/usr/bin/{tool}" if tool in tools else None)
+    build()
+    return build
+
+
+class NvmlLibraryMissing(fakes.FakeNvmlError):
+    text = "NVML Shared Library Not Found"
 
 
 @pytest.fixture
 def fake_h100s(monkeypatch):
     """Two H100s behind a CUDA 12.4 build with cuDNN 9.1.0 and NVML reporting driver 550.54.15 (as bytes)."""
-    properties = types.SimpleNamespace(
-        name="NVIDIA H100 80GB HBM3",
-        total_memory=81559 * 2**20,
-        major=9,
-        minor=0,
-        multi_processor_count=132,
-        uuid="8f3a1c2e-0000-4000-8000-00000000000a",  # str() of torch's uuid: the bare UUID, no "GPU-" prefix
-    )
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: properties)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: properties.name)
-    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
-    monkeypatch.setattr(torch.xpu, "is_available", lambda: False)
-    monkeypatch.setattr(torch.version, "cuda", "12.4")
-    monkeypatch.setattr(torch.version, "hip", None)
-    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 90100)
-    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(driver=b"550.54.15"))
-
-
-def fake_pynvml(driver: bytes | str, init_fails: bool = False) -> types.ModuleType:
-    pynvml = types.ModuleType("pynvml")
-    pynvml.NVMLError = type("NVMLError", (Exception,), {})
-
-    def nvml_init() -> None:
-        if init_fails:
-            raise pynvml.NVMLError("NVML Shared Library Not Found")
-
-    pynvml.nvmlInit = nvml_init
-    pynvml.nvmlShutdown = lambda: None
-    pynvml.nvmlSystemGetDriverVersion = lambda: driver
-    pynvml.nvmlDeviceGetHandleByUUID = lambda uuid: f"handle {uuid}"
-    pynvml.nvmlDeviceGetEnforcedPowerLimit = lambda handle: 700_000  # milliwatts: an H100 SXM's 700 W
-    return pynvml
+    fakes.install_machine(monkeypatch, fakes.cuda_build(devices=2), fakes.h100s(2))
+    fakes.install_nvml(monkeypatch, [fakes.FakeGpu()], driver=b"550.54.15")
 
 
 def test_fingerprint_has_exactly_the_documented_keys_and_types():
@@ -235,14 +203,14 @@ def test_isa_from_torch_capability_implies_only_what_it_names(capability, presen
 
 def test_fingerprint_isa_comes_from_proc_cpuinfo_on_linux(monkeypatch):
     monkeypatch.setattr(host, "_cpuinfo_text", lambda: HASWELL_CPUINFO)
-    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")  # must not be consulted
+    fakes.install_machine(monkeypatch, fakes.machine(cpu_capability="AVX512"))  # must not be consulted
     isa = machine_fingerprint()["cpu"]["isa"]
     assert isa == {"avx2": True, "avx512f": False, "avx512_bf16": False, "amx_bf16": False, "amx_tile": False}
 
 
 def test_fingerprint_isa_comes_from_torch_without_proc_cpuinfo(monkeypatch):
     monkeypatch.setattr(host, "_cpuinfo_text", lambda: "")
-    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    fakes.install_machine(monkeypatch, fakes.machine(cpu_capability="AVX2"))
     isa = machine_fingerprint()["cpu"]["isa"]
     assert isa == {"avx2": True, "avx512f": False, "avx512_bf16": False, "amx_bf16": False, "amx_tile": False}
 
@@ -316,22 +284,19 @@ def test_changing_a_returned_fingerprint_leaves_the_next_one_intact(fake_h100s):
     assert machine_fingerprint()["accelerators"][0]["name"] == "NVIDIA H100 80GB HBM3"
 
 
-@pytest.mark.parametrize("pynvml", [None, fake_pynvml(driver="", init_fails=True)], ids=["absent", "no-driver"])
+@pytest.mark.parametrize(
+    "pynvml", [None, fakes.fake_pynvml([], driver="", init_error=NvmlLibraryMissing())[0]], ids=["absent", "no-driver"]
+)
 def test_driver_is_none_without_working_nvml(fake_h100s, monkeypatch, pynvml):
     monkeypatch.setitem(sys.modules, "pynvml", pynvml)  # None in sys.modules makes `import pynvml` fail
     assert [entry["driver"] for entry in machine_fingerprint()["accelerators"]] == [None, None]
 
 
 def test_fingerprint_describes_apple_and_intel_gpus(monkeypatch):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
-    monkeypatch.setattr(torch.mps, "recommended_max_memory", lambda: 21 * 2**30)
     monkeypatch.setattr(host, "cpu_model", lambda: "Apple M2 Pro")
-    xpu_properties = types.SimpleNamespace(total_memory=64 * 2**30, driver_version="1.3.27642")
-    monkeypatch.setattr(torch.xpu, "is_available", lambda: True)
-    monkeypatch.setattr(torch.xpu, "device_count", lambda: 1)
-    monkeypatch.setattr(torch.xpu, "get_device_properties", lambda device: xpu_properties)
-    monkeypatch.setattr(torch.xpu, "get_device_name", lambda device: "Intel(R) Data Center GPU Max 1100")
+    apple = Accelerator(torch.device("mps"), None, 21 * 2**30)
+    intel = Accelerator(torch.device("xpu", 0), "Intel(R) Data Center GPU Max 1100", 64 * 2**30, driver="1.3.27642")
+    fakes.install_machine(monkeypatch, fakes.machine(mps_available=True, xpu_devices=1), [apple, intel])
     assert machine_fingerprint()["accelerators"] == [
         {"device": "mps", "kind": "mps", "name": "Apple M2 Pro GPU", "memory_total_mib": 21 * 1024},
         {
@@ -357,9 +322,8 @@ def test_reason_is_none_when_a_gpu_is_usable(fake_h100s):
     assert no_accelerator_reason() is None
 
 
-def test_reason_for_a_cpu_only_build(no_accelerator_visible, monkeypatch):
-    monkeypatch.setattr(torch.version, "cuda", None)
-    monkeypatch.setattr(torch, "__version__", "2.13.0+cpu")
+def test_reason_for_a_cpu_only_build(no_accelerator_visible):
+    no_accelerator_visible(cuda_build=None, torch_version="2.13.0+cpu")
     assert no_accelerator_reason() == (
         "this PyTorch (2.13.0+cpu) is a CPU-only build: it cannot use a GPU even if one is present. "
         "Install a CUDA build from https://pytorch.org/get-started/locally/"
@@ -367,8 +331,8 @@ def test_reason_for_a_cpu_only_build(no_accelerator_visible, monkeypatch):
 
 
 def test_reason_for_a_cuda_build_without_a_driver(no_accelerator_visible, monkeypatch):
-    monkeypatch.setattr(torch.version, "cuda", "12.4")
-    fake_driver(monkeypatch)
+    no_accelerator_visible(cuda_build="12.4")
+    fakes.install_driver(monkeypatch)
     assert no_accelerator_reason() == (
         "this PyTorch has CUDA 12.4 but no NVIDIA driver was found (no /proc/driver/nvidia, no nvidia-smi)"
     )
@@ -379,8 +343,8 @@ def test_reason_for_a_cuda_build_without_a_driver(no_accelerator_visible, monkey
 )
 @pytest.mark.parametrize("visible", ["", "-1", "GPU-deadbeef"])
 def test_reason_for_gpus_hidden_by_cuda_visible_devices(no_accelerator_visible, monkeypatch, paths, tools, visible):
-    monkeypatch.setattr(torch.version, "cuda", "12.4")
-    fake_driver(monkeypatch, paths=paths, tools=tools)
+    no_accelerator_visible(cuda_build="12.4")
+    fakes.install_driver(monkeypatch, paths=paths, tools=tools)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     assert no_accelerator_reason() == (
         f"this PyTorch has CUDA 12.4 and a driver is present, but no GPU is visible (CUDA_VISIBLE_DEVICES={visible!r})"
@@ -388,8 +352,8 @@ def test_reason_for_gpus_hidden_by_cuda_visible_devices(no_accelerator_visible, 
 
 
 def test_reason_for_a_driver_that_finds_no_gpu(no_accelerator_visible, monkeypatch):
-    monkeypatch.setattr(torch.version, "cuda", "12.4")
-    fake_driver(monkeypatch, paths={"/proc/driver/nvidia"}, tools={"nvidia-smi"})
+    no_accelerator_visible(cuda_build="12.4")
+    fakes.install_driver(monkeypatch, paths={"/proc/driver/nvidia"}, tools={"nvidia-smi"})
     reason = no_accelerator_reason()
     assert reason.startswith("this PyTorch has CUDA 12.4 and a driver is present, but it finds no usable GPU: ")
     assert "too old for CUDA 12.4" in reason
@@ -397,17 +361,16 @@ def test_reason_for_a_driver_that_finds_no_gpu(no_accelerator_visible, monkeypat
 
 
 def test_reason_for_a_rocm_build_without_a_driver(no_accelerator_visible, monkeypatch):
-    monkeypatch.setattr(torch.version, "cuda", None)
-    monkeypatch.setattr(torch.version, "hip", "6.1.40091")
-    fake_driver(monkeypatch)
+    no_accelerator_visible(hip_build="6.1.40091")
+    fakes.install_driver(monkeypatch)
     assert no_accelerator_reason() == (
         "this PyTorch has ROCm 6.1.40091 but no AMD GPU driver was found (no /dev/kfd, no rocm-smi, no amd-smi)"
     )
 
 
 def test_reason_for_a_rocm_build_with_hidden_gpus(no_accelerator_visible, monkeypatch):
-    monkeypatch.setattr(torch.version, "hip", "6.1.40091")
-    fake_driver(monkeypatch, paths={"/dev/kfd"})
+    no_accelerator_visible(hip_build="6.1.40091")
+    fakes.install_driver(monkeypatch, paths={"/dev/kfd"})
     monkeypatch.setenv("HIP_VISIBLE_DEVICES", "")
     assert no_accelerator_reason() == (
         "this PyTorch has ROCm 6.1.40091 and a driver is present, but no GPU is visible (HIP_VISIBLE_DEVICES='')"
@@ -424,16 +387,13 @@ def test_reason_for_a_rocm_build_with_hidden_gpus(no_accelerator_visible, monkey
 )  # fmt: skip
 def test_reason_on_macos_is_about_mps(no_accelerator_visible, monkeypatch, mps_built, expected):
     monkeypatch.setattr(platform, "system", lambda: "Darwin")
-    monkeypatch.setattr(torch.version, "cuda", None)  # PyTorch's macOS builds have no CUDA, whichever runs the test
-    monkeypatch.setattr(torch.backends.mps, "is_built", lambda: mps_built)
-    monkeypatch.setattr(torch, "__version__", "2.13.0")
+    no_accelerator_visible(mps_built=mps_built, torch_version="2.13.0")  # PyTorch's macOS builds have no CUDA
     assert no_accelerator_reason() == expected
     assert host.unavailable_reason("cuda") == "PyTorch has no CUDA on macOS: the Apple GPU is the device 'mps'."
 
 
 def test_reason_for_an_xpu_build_without_an_intel_gpu(no_accelerator_visible, monkeypatch):
-    monkeypatch.setattr(torch.version, "cuda", None)
-    monkeypatch.setattr(torch.version, "xpu", "20250101", raising=False)
+    no_accelerator_visible(xpu_build="20250101")
     assert no_accelerator_reason() == (
         "this PyTorch has XPU (20250101) but finds no Intel GPU: check the Intel GPU driver "
         "and that ZE_AFFINITY_MASK does not hide the devices"
@@ -450,9 +410,9 @@ def test_hiding_settings_name_only_the_variables_this_build_obeys(monkeypatch):
     monkeypatch.setenv("HIP_VISIBLE_DEVICES", "1")
     monkeypatch.delenv("ROCR_VISIBLE_DEVICES", raising=False)
     monkeypatch.setenv("ZE_AFFINITY_MASK", "0.0")
-    monkeypatch.setattr(torch.version, "hip", None)
+    fakes.install_machine(monkeypatch, fakes.machine(hip_build=None))
     assert host.device_hiding_settings("cuda") == "CUDA_VISIBLE_DEVICES='0'"
-    monkeypatch.setattr(torch.version, "hip", "6.1.40091")
+    fakes.install_machine(monkeypatch, fakes.machine(hip_build="6.1.40091"))
     assert host.device_hiding_settings("cuda") == "CUDA_VISIBLE_DEVICES='0', HIP_VISIBLE_DEVICES='1'"
     assert host.device_hiding_settings("xpu") == "ZE_AFFINITY_MASK='0.0'"
     assert host.device_hiding_settings("mps") == ""

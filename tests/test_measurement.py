@@ -17,6 +17,7 @@ import resource
 import time
 from pathlib import Path
 
+import fakes
 import psutil
 import pytest
 import torch
@@ -432,8 +433,8 @@ def test_peak_rss_is_recorded_in_mebibytes():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: nothing to refuse")
 def test_cuda_asked_on_a_machine_without_it_fails_before_training_and_says_why(monkeypatch):
-    monkeypatch.setattr(torch.version, "cuda", None)  # a CPU-only build, whichever build runs the test
-    monkeypatch.setattr(torch.version, "hip", None)
+    # a CPU-only build, whichever build runs the test
+    fakes.install_machine(monkeypatch, fakes.this_machine(cuda_build=None, hip_build=None))
     trained = []
     with pytest.raises(DeviceError, match="'cuda' is not available on this machine. Devices present: cpu") as caught:
         runner.run(

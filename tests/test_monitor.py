@@ -7,15 +7,16 @@ microsecond timestamps, an energy counter in millijoules. The fallbacks must nev
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
-import types
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
+import fakes
 import pytest
 import torch
-from nvml_fixtures import FakeNotFound, FakeNotSupported, FakeNvmlError
+from fakes import UUID as UUID_A
+from fakes import FakeGpu, FakeNotSupported, FakeNvmlError, fake_pynvml
 
 from devicebench.engine import monitor as monitor_module
 from devicebench.engine.monitor import (
@@ -33,10 +34,7 @@ CPU = torch.device("cpu")
 CUDA0 = torch.device("cuda:0")
 NEVER_S = 3600.0  # an interval the test never reaches: only start/window/stop take samples
 GIB = 1024**3  # bytes
-UUID_A = "8f3a1c2e-0000-4000-8000-00000000000a"  # as torch prints it: no "GPU-" or "MIG-" prefix
 UUID_B = "5d7e9b41-0000-4000-8000-00000000000b"
-NVML_EPOCH_US = 1_700_000_000_000_000  # the fake clock's 0 s on NVML's clock
-NVML_VALUE_TYPE_UNSIGNED_INT = 1  # as in nvml.h: samples come as the union's uiVal
 
 
 class FakeGpuIsLost(FakeNvmlError):
@@ -47,97 +45,10 @@ class FakeDriverNotLoaded(FakeNvmlError):
     text = "Driver Not Loaded"
 
 
-@dataclass
-class FakeGpu:
-    """One NVML device. Power is constant, so the energy counter reads power x the fake clock."""
-
-    nvml_uuid: str  # with its prefix, as NVML names it
-    memory_used_gib: float = 2
-    power_w: float = 100
-    utilization_rate: int = 73  # what nvmlDeviceGetUtilizationRates says, at any time
-    # the driver's utilisation buffer: (seconds on the fake clock, percent); None: the GPU keeps no buffer
-    utilization_samples: list[tuple[float, int]] | None = None
-    failing: dict[str, type[FakeNvmlError]] = field(default_factory=dict)  # NVML function -> the error it raises
-
-
-class TorchCudaUuid:
-    """What torch's `get_device_properties(i).uuid` is: a `_CUuuid`, not a str, whose str() is the bare UUID."""
-
-    def __init__(self, text: str) -> None:
-        self._text = text
-
-    def __str__(self) -> str:
-        return self._text
-
-
-def nvml_timestamp_us(clock_s: float) -> int:
-    """NVML stamps samples in microseconds since the Unix epoch, a clock of its own beside the monitor's."""
-    return NVML_EPOCH_US + round(clock_s * 1e6)
-
-
-def fake_pynvml(
-    clock: list[float], gpus: list[FakeGpu], init: Callable[[], None] = lambda: None
-) -> tuple[types.ModuleType, list[str]]:
-    """A stand-in for nvidia-ml-py over `gpus`, in NVML's (PCI bus) order, reading the fake clock `clock`.
-
-    Returns the module and a log of the UUIDs and indices it was asked for and whether it was shut down.
-    """
-    calls: list[str] = []
-    by_uuid = {gpu.nvml_uuid: gpu for gpu in gpus}
-
-    def device_call(name: str, answer: Callable[[FakeGpu], object]) -> Callable[[FakeGpu], object]:
-        def call(gpu: FakeGpu, *arguments: object) -> object:
-            if name in gpu.failing:
-                raise gpu.failing[name]()
-            return answer(gpu, *arguments)
-
-        return call
-
-    def handle_by_uuid(uuid: str) -> FakeGpu:
-        calls.append(f"uuid {uuid}")
-        if uuid not in by_uuid:
-            raise FakeNotFound()
-        return by_uuid[uuid]
-
-    def handle_by_index(index: int) -> FakeGpu:
-        calls.append(f"index {index}")
-        return gpus[index]
-
-    def samples(gpu: FakeGpu, sampling_type: int, last_seen_us: int) -> tuple[int, list[types.SimpleNamespace]]:
-        if gpu.utilization_samples is None or sampling_type != nvml.NVML_GPU_UTILIZATION_SAMPLES:
-            raise FakeNotSupported()
-        taken = [
-            types.SimpleNamespace(timeStamp=nvml_timestamp_us(at_s), sampleValue=types.SimpleNamespace(uiVal=percent))
-            for at_s, percent in gpu.utilization_samples
-            if last_seen_us < nvml_timestamp_us(at_s) <= nvml_timestamp_us(clock[0])
-        ]
-        if not taken:
-            raise FakeNotFound()  # what NVML answers when no sample is newer than last_seen_us
-        return NVML_VALUE_TYPE_UNSIGNED_INT, taken
-
-    nvml = types.ModuleType("pynvml")
-    nvml.NVMLError = FakeNvmlError
-    nvml.NVMLError_NotSupported = FakeNotSupported
-    nvml.NVMLError_NotFound = FakeNotFound
-    nvml.NVML_TOTAL_POWER_SAMPLES = 0
-    nvml.NVML_GPU_UTILIZATION_SAMPLES = 1
-    nvml.nvmlInit = init
-    nvml.nvmlShutdown = lambda: calls.append("shutdown")
-    nvml.nvmlDeviceGetHandleByUUID = handle_by_uuid
-    nvml.nvmlDeviceGetHandleByIndex = handle_by_index
-    nvml.nvmlDeviceGetMemoryInfo = device_call(
-        "memory", lambda gpu: types.SimpleNamespace(used=round(gpu.memory_used_gib * GIB), total=80 * GIB)
-    )
-    nvml.nvmlDeviceGetPowerUsage = device_call("power", lambda gpu: round(gpu.power_w * 1000))  # milliwatts
-    nvml.nvmlDeviceGetTotalEnergyConsumption = device_call(
-        "energy", lambda gpu: round(gpu.power_w * clock[0] * 1000)
-    )  # millijoules
-    nvml.nvmlDeviceGetUtilizationRates = device_call(
-        "utilization", lambda gpu: types.SimpleNamespace(gpu=gpu.utilization_rate, memory=10)
-    )
-    nvml.nvmlDeviceGetSamples = device_call("samples", samples)
-    nvml.nvmlDeviceGetEnforcedPowerLimit = device_call("power limit", lambda gpu: 700_000)  # milliwatts
-    return nvml, calls
+# The monitor's figures, as the NVML functions it reads them through
+MEMORY, POWER, ENERGY = "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetPowerUsage", "nvmlDeviceGetTotalEnergyConsumption"
+UTILIZATION_RATES, SAMPLES = "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetSamples"
+POWER_LIMIT = "nvmlDeviceGetEnforcedPowerLimit"
 
 
 @pytest.fixture
@@ -150,16 +61,17 @@ def fake_clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 
 @pytest.fixture
 def machine(monkeypatch: pytest.MonkeyPatch, fake_clock: list[float]) -> Callable[..., list[str]]:
-    """Installs a fake NVML over the given GPUs and makes torch's cuda:i report `cuda_uuids[i]`; returns NVML's log."""
+    """Installs a fake NVML over the given GPUs and makes torch's cuda:i report `cuda_uuids[i]` (None: no UUID);
+    returns NVML's log."""
 
-    def install(gpus: list[FakeGpu], cuda_uuids: tuple[str, ...] = (UUID_A,)) -> list[str]:
-        nvml, calls = fake_pynvml(fake_clock, gpus)
+    def install(gpus: list[FakeGpu], cuda_uuids: tuple[str | None, ...] = (UUID_A,)) -> list[str]:
+        nvml, calls = fake_pynvml(gpus, fake_clock)
         monkeypatch.setitem(sys.modules, "pynvml", nvml)
-        monkeypatch.setattr(
-            torch.cuda,
-            "get_device_properties",
-            lambda device: types.SimpleNamespace(uuid=TorchCudaUuid(cuda_uuids[torch.device(device).index or 0])),
-        )
+        described = [
+            dataclasses.replace(fakes.H100, device=torch.device("cuda", index), uuid=uuid)
+            for index, uuid in enumerate(cuda_uuids)
+        ]
+        fakes.install_machine(monkeypatch, fakes.cuda_build(devices=len(cuda_uuids)), described)
         return calls
 
     return install
@@ -217,7 +129,7 @@ def test_nvml_figures_and_energy_from_counter(machine, fake_clock: list[float]) 
 
 
 def test_energy_integrates_power_without_counter(machine, fake_clock: list[float]) -> None:
-    machine([FakeGpu(f"GPU-{UUID_A}", failing={"energy": FakeNotSupported})])
+    machine([FakeGpu(f"GPU-{UUID_A}", failing={ENERGY: FakeNotSupported})])
     with Monitor(CUDA0, interval_s=NEVER_S) as monitor:
         fake_clock[0] = 2.5
         usage = monitor.window()
@@ -232,8 +144,8 @@ def test_the_gpu_is_found_by_uuid_when_cuda_and_nvml_number_gpus_differently(
     machine, monkeypatch: pytest.MonkeyPatch, fake_clock: list[float]
 ) -> None:
     # NVML numbers by PCI bus (B first); CUDA puts the faster A first, so CUDA's cuda:0 is NVML's index 1
-    gpu_b = FakeGpu(f"GPU-{UUID_B}", memory_used_gib=70, power_w=300, utilization_rate=5)
-    gpu_a = FakeGpu(f"GPU-{UUID_A}", memory_used_gib=2, power_w=100, utilization_rate=73)
+    gpu_b = FakeGpu(f"GPU-{UUID_B}", memory_used_gib=70, power_w=300, utilization_percent=5)
+    gpu_a = FakeGpu(f"GPU-{UUID_A}", memory_used_gib=2, power_w=100, utilization_percent=73)
     calls = machine([gpu_b, gpu_a], cuda_uuids=(UUID_A, UUID_B))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     seen = {}
@@ -251,7 +163,7 @@ def test_a_mig_slice_is_found_by_its_own_uuid_and_its_unsupported_figures_are_na
     machine, fake_clock: list[float]
 ) -> None:
     # on a MIG slice NVML gives memory but neither utilisation nor power nor energy
-    unsupported = {name: FakeNotSupported for name in ("utilization", "samples", "power", "energy")}
+    unsupported = {name: FakeNotSupported for name in (UTILIZATION_RATES, SAMPLES, POWER, ENERGY)}
     parent = FakeGpu(f"GPU-{UUID_B}", memory_used_gib=40)
     calls = machine([parent, FakeGpu(f"MIG-{UUID_A}", memory_used_gib=3, failing=unsupported)])
     with Monitor(CUDA0, interval_s=NEVER_S) as monitor:
@@ -267,7 +179,7 @@ def test_a_mig_slice_is_found_by_its_own_uuid_and_its_unsupported_figures_are_na
 
 
 def test_unsupported_utilisation_still_gives_power_and_energy(machine, fake_clock: list[float]) -> None:
-    machine([FakeGpu(f"GPU-{UUID_A}", failing={"utilization": FakeNotSupported, "samples": FakeNotSupported})])
+    machine([FakeGpu(f"GPU-{UUID_A}", failing={UTILIZATION_RATES: FakeNotSupported, SAMPLES: FakeNotSupported})])
     with Monitor(CUDA0, interval_s=NEVER_S) as monitor:
         fake_clock[0] = 2.0
         usage = monitor.window()
@@ -283,10 +195,10 @@ def test_a_figure_that_fails_mid_run_drops_alone_from_then_on(machine, fake_cloc
     with Monitor(CUDA0, interval_s=NEVER_S) as monitor:
         fake_clock[0] = 2.0
         before = monitor.window()
-        gpu.failing["memory"] = FakeGpuIsLost
+        gpu.failing[MEMORY] = FakeGpuIsLost
         fake_clock[0] = 4.0
         after = monitor.window()
-        del gpu.failing["memory"]  # a dropped figure stays dropped: a half-watched window would mislead
+        del gpu.failing[MEMORY]  # a dropped figure stays dropped: a half-watched window would mislead
         fake_clock[0] = 6.0
         later = monitor.window()
     assert before.device_memory_peak_mib == 2048 and before.device_note is None
@@ -299,7 +211,7 @@ def test_a_figure_that_fails_mid_run_drops_alone_from_then_on(machine, fake_cloc
 def test_buffered_utilisation_is_averaged_over_exactly_the_window(machine, fake_clock: list[float]) -> None:
     samples = [(-0.2, 0), (-0.1, 0), (0.0, 0)]  # taken before the monitor started: never counted
     samples += [(0.1, 10), (0.2, 20), (0.3, 30), (0.4, 40), (0.5, 50), (0.6, 60), (0.7, 70), (0.8, 80)]
-    gpu = FakeGpu(f"GPU-{UUID_A}", utilization_rate=99, utilization_samples=samples)
+    gpu = FakeGpu(f"GPU-{UUID_A}", utilization_percent=99, utilization_samples=samples)
     machine([gpu])
     with Monitor(CUDA0, interval_s=NEVER_S) as monitor:
         fake_clock[0] = 0.35
@@ -322,10 +234,10 @@ def buffered(period_s: float) -> list[tuple[float, int]]:
     ("gpu", "figure", "shortest_s"),
     [
         (FakeGpu(f"GPU-{UUID_A}", utilization_samples=buffered(0.2)), UTILIZATION, 0.2),
-        (FakeGpu(f"GPU-{UUID_A}", failing={"samples": FakeNotSupported}), UTILIZATION, UTILIZATION_RATES_PERIOD_S),
+        (FakeGpu(f"GPU-{UUID_A}", failing={SAMPLES: FakeNotSupported}), UTILIZATION, UTILIZATION_RATES_PERIOD_S),
         (FakeGpu(f"GPU-{UUID_A}", utilization_samples=buffered(0.05)), POWER_AND_ENERGY, ENERGY_COUNTER_STEP_S),
         (
-            FakeGpu(f"GPU-{UUID_A}", utilization_samples=buffered(0.05), failing={"energy": FakeNotSupported}),
+            FakeGpu(f"GPU-{UUID_A}", utilization_samples=buffered(0.05), failing={ENERGY: FakeNotSupported}),
             POWER_AND_ENERGY,
             POWER_AVERAGING_S,
         ),
@@ -367,10 +279,7 @@ def test_missing_pynvml_explains_itself(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_nvml_init_failure_explains_itself(monkeypatch: pytest.MonkeyPatch, fake_clock: list[float]) -> None:
-    def driver_not_loaded() -> None:
-        raise FakeDriverNotLoaded()
-
-    nvml, calls = fake_pynvml(fake_clock, [], init=driver_not_loaded)
+    nvml, calls = fake_pynvml([], fake_clock, init_error=FakeDriverNotLoaded())
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
     with Monitor(CUDA0, interval_s=NEVER_S) as monitor:
         usage = monitor.window()
@@ -391,8 +300,7 @@ def test_a_uuid_nvml_does_not_know_gives_note_not_exception(machine) -> None:
 
 
 def test_a_torch_without_device_uuids_gives_note_not_exception(machine, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = machine([FakeGpu(f"GPU-{UUID_A}")])
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: types.SimpleNamespace(name="H100"))
+    calls = machine([FakeGpu(f"GPU-{UUID_A}")], cuda_uuids=(None,))
     with Monitor(CUDA0, interval_s=NEVER_S) as monitor:
         assert "no UUID" in monitor.window().device_note
     assert power_limit_w(CUDA0) is None
@@ -400,7 +308,7 @@ def test_a_torch_without_device_uuids_gives_note_not_exception(machine, monkeypa
 
 
 def test_power_limit_is_read_from_the_gpu_with_cudas_uuid(machine) -> None:
-    machine([FakeGpu(f"GPU-{UUID_B}", failing={"power limit": FakeNotSupported}), FakeGpu(f"GPU-{UUID_A}")])
+    machine([FakeGpu(f"GPU-{UUID_B}", failing={POWER_LIMIT: FakeNotSupported}), FakeGpu(f"GPU-{UUID_A}")])
     assert power_limit_w(CUDA0) == 700
 
 

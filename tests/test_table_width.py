@@ -357,7 +357,8 @@ def test_list_keeps_names_settings_and_published_numbers_whole():
 
 
 def test_check_table_keeps_device_names_and_figures_whole():
-    from devicebench.check import FAIL, PASS, WARN, Check, document
+    from devicebench.check import document
+    from devicebench.check.findings import FAIL, PASS, WARN, Check
     from devicebench.cli.check import checks_table
 
     checks = [

@@ -14,7 +14,7 @@ from types import ModuleType
 
 import torch
 
-from devicebench import host
+from devicebench import host, machine
 from devicebench.errors import DevicebenchError
 
 SPEC_HELP = (
@@ -31,15 +31,7 @@ class DeviceError(DevicebenchError, ValueError):
 
 def local_devices() -> list[torch.device]:
     """Every device usable now: cpu first, then cuda:0..n-1, then mps, then xpu:0..n-1."""
-    found = [torch.device("cpu")]
-    if torch.cuda.is_available():
-        found += [torch.device("cuda", index) for index in range(torch.cuda.device_count())]
-    if torch.backends.mps.is_available():
-        found.append(torch.device("mps"))
-    xpu = getattr(torch, "xpu", None)  # torch.xpu is missing from some older builds
-    if xpu is not None and xpu.is_available():
-        found += [torch.device("xpu", index) for index in range(xpu.device_count())]
-    return found
+    return machine.snapshot().devices()
 
 
 def resolve_devices(spec: str) -> list[torch.device]:
@@ -124,12 +116,10 @@ def device_name(device: torch.device) -> str:
     kind = device.type
     if kind == "cpu":
         return host.cpu_model()
-    if kind == "cuda":
-        return torch.cuda.get_device_name(device)
     if kind == "mps":
         return f"{host.cpu_model()} GPU"  # Apple's GPU is part of the chip, so the chip names it
-    if kind == "xpu":
-        return torch.xpu.get_device_name(device)
+    if kind in ("cuda", "xpu"):
+        return machine.accelerator(device).name or str(device)  # torch names every CUDA and XPU device
     return str(device)
 
 
@@ -178,7 +168,7 @@ def _synchronize_other_kind(device: torch.device) -> None:
     accelerator = _generic_accelerator(device)
     if accelerator is None:
         raise DeviceError(
-            f"devicebench cannot synchronize a {device.type!r} device: this PyTorch ({torch.__version__}) offers no "
+            f"devicebench cannot synchronize a {device.type!r} device: this PyTorch ({machine.snapshot().torch_version}) offers no "
             f"torch.accelerator for it. Devices present: {_listing(local_devices())}."
         )
     accelerator.synchronize(device)

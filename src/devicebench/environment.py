@@ -20,7 +20,7 @@ import numpy
 import psutil
 import torch
 
-from devicebench import devices, host, nvml
+from devicebench import devices, host, machine, nvml
 from devicebench.version import __version__
 
 
@@ -79,12 +79,13 @@ def format_cudnn_version(raw: int, rocm: bool = False) -> str:
 
 @functools.cache
 def _software_versions() -> dict:
+    build = machine.snapshot()
     return {
         "os": platform.platform(),
         "python": platform.python_version(),
-        "torch": torch.__version__,
-        "torch_cuda_build": torch.version.cuda,
-        "torch_hip_build": torch.version.hip,
+        "torch": build.torch_version,
+        "torch_cuda_build": build.cuda_build,
+        "torch_hip_build": build.hip_build,
         "cudnn": _cudnn_version(),
         "numpy": numpy.__version__,
         "devicebench": __version__,
@@ -100,14 +101,15 @@ def _cpu_description() -> dict:
         "torch_threads": torch.get_num_threads(),  # read on every call: torch.set_num_threads() changes it
         "torch_interop_threads": torch.get_num_interop_threads(),
         "isa": dict(host.cpu_isa()),
-        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "torch_cpu_capability": machine.snapshot().cpu_capability,
     }
 
 
 @functools.cache
 def _cudnn_version() -> str | None:
-    raw = torch.backends.cudnn.version()  # None on a build without cuDNN or MIOpen
-    return None if raw is None else format_cudnn_version(raw, rocm=bool(torch.version.hip))
+    build = machine.snapshot()
+    raw = build.cudnn_version  # None on a build without cuDNN or MIOpen
+    return None if raw is None else format_cudnn_version(raw, rocm=bool(build.hip_build))
 
 
 @functools.cache
@@ -117,30 +119,26 @@ def _accelerator_descriptions() -> tuple[dict, ...]:
 
 
 def _describe_cuda(device: torch.device) -> dict:
-    properties = torch.cuda.get_device_properties(device)
+    described = machine.accelerator(device)
+    major, minor = described.compute_capability or (None, None)  # every CUDA device has one
     return {
-        **_describe_common(device, properties.total_memory),
-        "compute_capability": f"{properties.major}.{properties.minor}",
-        "multiprocessors": properties.multi_processor_count,
+        **_describe_common(device, described.memory_total_bytes),
+        "compute_capability": f"{major}.{minor}",
+        "multiprocessors": described.multiprocessors,
         "driver": nvml.driver_version(),
-        "cuda_runtime": torch.version.cuda,  # None on ROCm, whose version is torch_hip_build
+        "cuda_runtime": machine.snapshot().cuda_build,  # None on ROCm, whose version is torch_hip_build
         "cudnn": _cudnn_version(),
         "power_limit_w": nvml.power_limit_w(device),  # a cap set below the default slows the GPU
     }
 
 
 def _describe_mps(device: torch.device) -> dict:
-    # Apple GPUs share the machine's memory; this is how much of it Metal lets the GPU use
-    recommended_max_memory = getattr(torch.mps, "recommended_max_memory", None)  # missing from older PyTorch
-    return _describe_common(device, recommended_max_memory() if recommended_max_memory else None)
+    return _describe_common(device, machine.accelerator(device).memory_total_bytes)  # what Metal lets the GPU use
 
 
 def _describe_xpu(device: torch.device) -> dict:
-    properties = torch.xpu.get_device_properties(device)
-    return {
-        **_describe_common(device, properties.total_memory),
-        "driver": getattr(properties, "driver_version", None),
-    }
+    described = machine.accelerator(device)
+    return {**_describe_common(device, described.memory_total_bytes), "driver": described.driver}
 
 
 def _describe_common(device: torch.device, memory_total_bytes: int | None) -> dict:

@@ -1,8 +1,8 @@
 """This machine as the operating system and the PyTorch build see it, before any device is opened: the CPU's name and
 instruction sets, and why a GPU that is not usable is not.
 
-The bottom of devicebench: `devices` names the CPU and explains a missing GPU with it, and the machine
-fingerprint records it, so it imports neither.
+Near the bottom of devicebench: `devices` names the CPU and explains a missing GPU with it, and the machine
+fingerprint records it, so it imports neither; what the PyTorch build is, it asks devicebench.machine.
 
     python -c "from devicebench import host; print(host.cpu_model(), host.cpu_isa(), host.unavailable_reason('cuda'))"
 """
@@ -16,7 +16,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import torch
+from devicebench import machine
 
 BYTES_PER_MIB = 2**20
 INSTALL_URL = "https://pytorch.org/get-started/locally/"
@@ -41,8 +41,9 @@ def unavailable_reason(kind: str) -> str | None:
 
 def device_hiding_settings(kind: str) -> str:
     """The environment variables set now that hide devices of this kind from PyTorch, as "NAME='value'" text."""
+    variables: tuple[str, ...]
     if kind == "cuda":
-        variables = _ROCM_HIDING_VARIABLES if torch.version.hip else _NVIDIA_HIDING_VARIABLES
+        variables = _ROCM_HIDING_VARIABLES if machine.snapshot().hip_build else _NVIDIA_HIDING_VARIABLES
     else:
         variables = _XPU_HIDING_VARIABLES if kind == "xpu" else ()
     return ", ".join(f"{name}={os.environ[name]!r}" for name in variables if name in os.environ)
@@ -99,7 +100,7 @@ def cpu_isa() -> dict[str, bool]:
     cpuinfo = _cpuinfo_text()
     if cpuinfo:
         return isa_from_cpuinfo(cpuinfo)
-    return isa_from_torch_capability(torch.backends.cpu.get_cpu_capability())  # no /proc/cpuinfo off Linux
+    return isa_from_torch_capability(machine.snapshot().cpu_capability)  # no /proc/cpuinfo off Linux
 
 
 @functools.cache
@@ -152,22 +153,23 @@ def expected_accelerator_kind() -> str:
     """The accelerator this machine and this PyTorch build would have, to explain its absence."""
     if platform.system() == "Darwin":
         return "mps"
-    if getattr(torch.version, "xpu", None):
+    if machine.snapshot().xpu_build:
         return "xpu"
     return "cuda"
 
 
 def _cuda_unavailable_reason() -> str | None:
-    if torch.cuda.is_available():
+    build = machine.snapshot()
+    if build.cuda_devices:
         return None
-    if torch.version.hip:  # ROCm builds drive AMD GPUs through torch.cuda
-        return _gpu_stack_reason(f"ROCm {torch.version.hip}", "AMD", "AMD GPU")
-    if torch.version.cuda:
-        return _gpu_stack_reason(f"CUDA {torch.version.cuda}", "NVIDIA", "NVIDIA")
+    if build.hip_build:  # ROCm builds drive AMD GPUs through torch.cuda
+        return _gpu_stack_reason(f"ROCm {build.hip_build}", "AMD", "AMD GPU")
+    if build.cuda_build:
+        return _gpu_stack_reason(f"CUDA {build.cuda_build}", "NVIDIA", "NVIDIA")
     if platform.system() == "Darwin":
         return "PyTorch has no CUDA on macOS: the Apple GPU is the device 'mps'."
     return (
-        f"this PyTorch ({torch.__version__}) is a CPU-only build: it cannot use a GPU even if one is present. "
+        f"this PyTorch ({build.torch_version}) is a CPU-only build: it cannot use a GPU even if one is present. "
         f"Install a CUDA build from {INSTALL_URL}"
     )
 
@@ -188,22 +190,23 @@ def _gpu_stack_reason(toolkit: str, vendor: str, vendor_words: str) -> str:
 
 
 def _mps_unavailable_reason() -> str | None:
-    if torch.backends.mps.is_available():
+    build = machine.snapshot()
+    if build.mps_available:
         return None
     if platform.system() != "Darwin":
         return f"MPS is the GPU backend of Apple's macOS; this machine runs {platform.system()}."
-    if not torch.backends.mps.is_built():
-        return f"this PyTorch ({torch.__version__}) was built without MPS. Install a macOS build from {INSTALL_URL}"
+    if not build.mps_built:
+        return f"this PyTorch ({build.torch_version}) was built without MPS. Install a macOS build from {INSTALL_URL}"
     return "this PyTorch has MPS, but macOS offers it no GPU: MPS needs macOS 12.3 or later on Apple silicon"
 
 
 def _xpu_unavailable_reason() -> str | None:
-    xpu = getattr(torch, "xpu", None)
-    if xpu is not None and xpu.is_available():
+    build = machine.snapshot()
+    if build.xpu_devices:
         return None
-    xpu_build = getattr(torch.version, "xpu", None)
+    xpu_build = build.xpu_build
     if not xpu_build:
-        return f"this PyTorch ({torch.__version__}) has no Intel XPU support. Install an XPU build from {INSTALL_URL}"
+        return f"this PyTorch ({build.torch_version}) has no Intel XPU support. Install an XPU build from {INSTALL_URL}"
     return (
         f"this PyTorch has XPU ({xpu_build}) but finds no Intel GPU: check the Intel GPU driver "
         f"and that ZE_AFFINITY_MASK does not hide the devices"

@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from devicebench import machine
+
 NVML_MISSING_NOTE = "install nvidia-ml-py for GPU utilisation and energy"
 
 
@@ -43,10 +45,10 @@ def open_nvml(device: torch.device) -> tuple[ModuleType, Any]:
 def _cuda_uuid(device: torch.device) -> str:
     """The UUID CUDA gives `device`: NVML numbers GPUs by PCI bus, CUDA fastest first and through
     CUDA_VISIBLE_DEVICES, so the UUID is all the two share."""
-    uuid = getattr(torch.cuda.get_device_properties(device), "uuid", None)  # absent from some builds (fbcode's)
+    uuid = machine.accelerator(device).uuid  # absent from some builds (fbcode's)
     if uuid is None:
         raise NvmlUnavailable("this PyTorch build gives CUDA devices no UUID, which NVML needs to find the GPU")
-    return str(uuid)  # a _CUuuid, whose str() is the bare UUID
+    return uuid
 
 
 def _handle_by_uuid(nvml: ModuleType, cuda_uuid: str) -> Any:

@@ -21,6 +21,7 @@ from typing import Any
 import psutil
 import torch
 
+from devicebench import machine
 from devicebench.config import ConfigError, RunConfig, own_from_specs, registered
 from devicebench.devices import resolve_devices
 from devicebench.engine.calibration_store import peak_tflops
@@ -209,7 +210,7 @@ def free_memory_bytes(device: torch.device) -> int | None:
     for a kind that cannot tell."""
     if device.type == "cpu":
         return psutil.virtual_memory().available
-    if device.type == "cuda" and torch.cuda.is_available():
+    if device.type == "cuda" and machine.snapshot().cuda_devices:
         return torch.cuda.mem_get_info(device)[0]
     return None
 

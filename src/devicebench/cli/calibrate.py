@@ -13,7 +13,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from devicebench.check import busy_warning
+from devicebench.check.cpu import busy_warning
 from devicebench.cli import (
     EXIT_FAILED_RUN,
     LocalDevicesOption,

@@ -12,7 +12,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from devicebench.check import FAIL, PASS, WARN, Check, document, run_checks
+from devicebench.check import document, run_checks
+from devicebench.check.findings import FAIL, PASS, WARN, Check
 from devicebench.cli import (
     EXIT_FAILED_RUN,
     LocalDevicesOption,

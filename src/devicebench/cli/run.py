@@ -229,14 +229,13 @@ def run(
     Exit status: 0 done, 1 a run failed or ran out of memory, 2 a bad request, 130 interrupted (Ctrl-C), 143
     stopped by SIGTERM, 129 by SIGHUP (the finished epochs are kept, as on Ctrl-C; a second signal stops at once).
     """
-    import torch  # here, not above: `run --help` answers without importing torch
-
+    from devicebench import machine  # here, not above: `run --help` answers without importing torch
     from devicebench.config import RunConfig
 
     if devices == "all-gpus":  # every local GPU, one process each
-        if not torch.cuda.is_available():
+        if not machine.snapshot().cuda_devices:
             raise fail("--devices all-gpus: this machine has no GPU that torch can use (see `devicebench devices`)")
-        nproc = torch.cuda.device_count() if nproc == 1 else nproc
+        nproc = machine.snapshot().cuda_devices if nproc == 1 else nproc
         devices = "cuda"
     given = (
         ("--node-rank", node_rank != 0),
@@ -443,9 +442,10 @@ class RankResultKeeper:
 
 def _one_device_kind(devices: str, nproc: int) -> str:
     """cpu or cuda: every rank gets one device of one kind (cuda: rank i on cuda:i)."""
-    import torch
+    from devicebench import machine
 
-    kind = {"cpu": "cpu", "cuda": "cuda", "auto": "cuda" if torch.cuda.is_available() else "cpu"}
+    gpus = machine.snapshot().cuda_devices
+    kind = {"cpu": "cpu", "cuda": "cuda", "auto": "cuda" if gpus else "cpu"}
     if devices not in kind:
         raise fail(f"--nproc needs one kind of device for every process: --devices cpu or cuda, not {devices!r}")
     cores = os.cpu_count() or 1
@@ -454,10 +454,10 @@ def _one_device_kind(devices: str, nproc: int) -> str:
             f"--nproc {nproc} on the CPU needs a core per process, but this machine has {cores}; use --nproc "
             f"{cores} or less"
         )
-    if kind[devices] == "cuda" and nproc > torch.cuda.device_count():
+    if kind[devices] == "cuda" and nproc > gpus:
         raise fail(
-            f"--nproc {nproc} needs {nproc} GPUs, but this machine has {torch.cuda.device_count()}; use "
-            f"--nproc {torch.cuda.device_count() or 1}" + ("" if torch.cuda.device_count() else " with --devices cpu")
+            f"--nproc {nproc} needs {nproc} GPUs, but this machine has {gpus}; use "
+            f"--nproc {gpus or 1}" + ("" if gpus else " with --devices cpu")
         )
     return kind[devices]
 

@@ -219,7 +219,7 @@ def train_and_show(
 def warn_if_busy() -> None:
     """Before training, one line when other processes keep the cores busy, by `devicebench check`'s rule and with
     its numbers: every CPU figure of the run will be low and vary."""
-    from devicebench.check import busy_warning
+    from devicebench.check.cpu import busy_warning
 
     warning = busy_warning()
     if warning is not None:

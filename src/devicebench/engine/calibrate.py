@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from devicebench import machine
 from devicebench.devices import device_name, native_bf16
 from devicebench.engine.timing import Stopwatch
 from devicebench.host import BYTES_PER_MIB
@@ -242,7 +243,7 @@ def _native(device: torch.device, precision: str) -> bool:
         return native_bf16(device)
     if precision == "tf32":
         # TF32 tensor cores came with Ampere (8.0): before it the TF32 flag does nothing and fp32 runs
-        return torch.cuda.get_device_capability(device) >= (8, 0)
+        return (machine.accelerator(device).compute_capability or (0, 0)) >= (8, 0)
     return True
 
 

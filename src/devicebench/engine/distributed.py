@@ -32,7 +32,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from devicebench.data.pipeline import Shard, usable_cores
 from devicebench.engine.loop import TrainingSetup, total_energy_j
-from devicebench.events import Divergence, Reporter, RunReporter
+from devicebench.events import Divergence, RunReporter
 from devicebench.results.plausibility import flag_run
 from devicebench.results.schema import EpochRecord, Result, RunRecord
 
@@ -108,7 +108,8 @@ def merge_rank_epochs(epochs_by_rank: list[list[EpochRecord]]) -> list[EpochReco
 def _of_every_rank(values: list[float | None], combine: Callable[[list[float]], float]) -> float | None:
     """`combine(values)`, or None when any rank's value is unknown: a sum or mean that left out a rank would pass
     for the figure of them all."""
-    return None if None in values else combine(values)
+    known = [value for value in values if value is not None]
+    return None if len(known) < len(values) else combine(known)
 
 
 def merge_rank_runs(runs_by_rank: list[list[RunRecord]]) -> list[RunRecord]:
@@ -138,7 +139,7 @@ class RankReporter(RunReporter):
     It also keeps the ranks in step: they start each epoch's clock together, stop together when any one's loss
     is no longer finite, and a rank whose run fails ends (see `run_finished`)."""
 
-    def __init__(self, output_file: Path, screen: Reporter) -> None:
+    def __init__(self, output_file: Path, screen: RunReporter) -> None:
         self.partial_file, self.reason_file = partial_path(output_file), reason_path(output_file)
         self.screen = screen
         self.leader = dist.get_rank() == 0
@@ -147,12 +148,17 @@ class RankReporter(RunReporter):
     def session_started(self, result: Result) -> None:
         self.result = dataclasses.replace(result, runs=[])
 
+    @property
+    def _session(self) -> Result:
+        assert self.result is not None  # the runner starts the session before any of its runs
+        return self.result
+
     def dataset_loaded(self, workload, dataset) -> None:
         if self.leader:
             self.screen.dataset_loaded(workload, dataset)
 
     def run_started(self, record: RunRecord) -> None:
-        self.result.runs.append(dataclasses.replace(record, epochs=[]))
+        self._session.runs.append(dataclasses.replace(record, epochs=[]))
         if self.leader:
             self.screen.run_started(record)
 
@@ -171,10 +177,10 @@ class RankReporter(RunReporter):
         epochs: list = [None] * dist.get_world_size()
         dist.all_gather_object(epochs, epoch)
         if self.leader:
-            merged_run = self.result.runs[-1]
+            merged_run = self._session.runs[-1]
             (merged,) = merge_rank_epochs([[rank_epoch] for rank_epoch in epochs])
             merged_run.epochs.append(merged)
-            self.result.write_json(self.partial_file)
+            self._session.write_json(self.partial_file)
             self.screen.epoch_finished(merged_run, merged)
 
     def divergence(self, own: Divergence | None) -> Divergence | None:
@@ -194,8 +200,8 @@ class RankReporter(RunReporter):
         if record.status in ENDS_A_RANK:
             self._end_rank(record)  # its run stays "running" in the partial file: run_distributed gives it the reason
         elif self.leader:  # it ended alike on every rank: a later run's failure must not take it along
-            self.result.runs[-1].status, self.result.runs[-1].error = record.status, record.error
-            self.result.write_json(self.partial_file)
+            self._session.runs[-1].status, self._session.runs[-1].error = record.status, record.error
+            self._session.write_json(self.partial_file)
 
     def _end_rank(self, record: RunRecord) -> None:
         """A run that failed on this rank may have failed on it alone, mid-epoch, while the other ranks wait for it

@@ -337,7 +337,7 @@ def _device_figures(
     reader: _NvmlReader, edges: list[_Sample], start_energy_j: float | None, end_energy_j: float | None
 ) -> _DeviceFigures:
     """The NVML figures of one window: `edges` are its left edge and then its samples, the last taken as it closed."""
-    window_polls = [sample.device for sample in edges[1:]]
+    window_polls = _device_polls(edges[1:])
     window_s = edges[-1].host_s - edges[0].host_s
     unknown = dict(reader.missing)  # figure -> why it is None in this window
     for figure, (period_s, period_name) in reader.update_periods_s().items():
@@ -350,16 +350,36 @@ def _device_figures(
     energy_j = None
     if POWER_AND_ENERGY not in unknown:
         if reader.has_energy_counter:
+            # both counter reads gave a figure: a read that fails puts POWER_AND_ENERGY in `missing` for good
+            assert start_energy_j is not None and end_energy_j is not None
             energy_j = end_energy_j - start_energy_j
         else:  # integrate power over time (trapezoid rule)
+            powers_w = _known([poll.power_w for poll in _device_polls(edges)])
             energy_j = sum(
-                (earlier.device.power_w + later.device.power_w) / 2 * (later.host_s - earlier.host_s)
-                for earlier, later in pairwise(edges)
+                (earlier_w + later_w) / 2 * (later.host_s - earlier.host_s)
+                for (earlier_w, later_w), (earlier, later) in zip(pairwise(powers_w), pairwise(edges))
             )
     return _DeviceFigures(
         utilization_percent=None if UTILIZATION in unknown else statistics.fmean(utilization_percents),
-        memory_peak_mib=None if MEMORY in unknown else max(poll.memory_used_mib for poll in window_polls),
+        memory_peak_mib=None if MEMORY in unknown else max(_known([poll.memory_used_mib for poll in window_polls])),
         power_mean_w=None if energy_j is None else energy_j / window_s,
         energy_j=energy_j,
         note="; ".join(f"{figure} unknown: {unknown[figure]}" for figure in FIGURES if figure in unknown) or None,
     )
+
+
+def _device_polls(samples: list[_Sample]) -> list[_DevicePoll]:
+    """Each sample's NVML reading: a monitor with an NVML reader polls it in every sample it takes."""
+    polls = []
+    for sample in samples:
+        assert sample.device is not None  # _device_figures is asked only of a monitor that has a reader
+        polls.append(sample.device)
+    return polls
+
+
+def _known(values: list[float | None]) -> list[float]:
+    """A figure's readings over a window NVML gave it in: None is a failed read, which puts the figure in
+    `missing` for the rest of the run, so a figure read in the window has no None."""
+    known = [value for value in values if value is not None]
+    assert len(known) == len(values)
+    return known
