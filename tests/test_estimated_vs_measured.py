@@ -32,8 +32,8 @@ from devicebench.estimate.roofline import (
     Resolved,
     predict,
 )
+from devicebench.report.estimate_plots import EstimatedAgainstMeasured, estimate_figure
 from devicebench.report.html import write_report
-from devicebench.report.plots import EstimatedAgainstMeasured, estimate_figure
 from devicebench.results.datasheets import catalog_entry
 from devicebench.workloads import get_workload
 

@@ -28,7 +28,7 @@ from devicebench.estimate.roofline import (
     conformal,
     predict,
 )
-from devicebench.report.plots import EstimatedAgainstMeasured, EstimatedPoint
+from devicebench.report.estimate_plots import EstimatedAgainstMeasured, EstimatedPoint
 from devicebench.report.text import rate_text
 from devicebench.results.datasheets import Datasheet, datasheet_for
 from devicebench.results.schema import Result, RunRecord, RunSettings

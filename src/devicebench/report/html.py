@@ -20,16 +20,9 @@ from typing import Any
 from devicebench import files
 from devicebench.engine.timing import wall_clock_utc
 from devicebench.errors import DevicebenchError
-from devicebench.report.plots import (
-    Chart,
-    EstimatedAgainstMeasured,
-    estimate_chart,
-    file_stem,
-    keep_matplotlib_out_of_a_guessed_home,
-    summary_chart,
-    sweep_charts,
-    workload_charts,
-)
+from devicebench.report.charts import Chart, file_stem, keep_matplotlib_out_of_a_guessed_home
+from devicebench.report.estimate_plots import EstimatedAgainstMeasured, estimate_chart
+from devicebench.report.sweep_plots import sweep_charts
 from devicebench.report.text import (
     batch_text,
     busy_text,
@@ -47,6 +40,7 @@ from devicebench.report.text import (
     target_text,
     tflops_text,
 )
+from devicebench.report.workload_plots import summary_chart, workload_charts
 from devicebench.results.compare import DEFAULT_BASELINE, Row, compare, tuned_gains
 from devicebench.results.prices import Prices
 from devicebench.results.record import published_figures
