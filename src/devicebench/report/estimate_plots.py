@@ -8,6 +8,7 @@ estimate/against_measured.py fills its EstimatedAgainstMeasured; this module onl
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -23,7 +24,9 @@ from devicebench.report.charts import (
 )
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
 
 ESTIMATE_PLOT_HEIGHT_IN = 7.2  # the square plot (as wide as the chart, less its tick labels), title and axis labels
 ESTIMATE_LEGEND_COLUMNS = 3
@@ -82,14 +85,37 @@ def estimate_figure(comparison: EstimatedAgainstMeasured) -> Figure | None:
     if not comparison.runs and not comparison.published:
         return None
     from matplotlib.figure import Figure
-    from matplotlib.lines import Line2D
-    from matplotlib.ticker import FuncFormatter
 
     gpus = comparison.gpus
     colour_of = dict(zip(gpus, _gpu_palette(len(gpus))))
     ratio = comparison.published_ratio if comparison.published else None
+    handles = _estimate_legend_handles(comparison, colour_of, ratio)
+    legend_lines = math.ceil(len(handles) / ESTIMATE_LEGEND_COLUMNS)
+    figure = Figure(
+        figsize=(CHART_WIDTH_IN, ESTIMATE_PLOT_HEIGHT_IN + LEGEND_LINE_HEIGHT_IN * legend_lines),
+        dpi=DPI,
+        layout="constrained",
+    )
+    axes = figure.add_subplot()
+    for gpu in gpus:
+        _draw_points_of_one_gpu(axes, comparison, gpu, colour_of[gpu])
+    _draw_diagonal_and_band(axes, comparison, ratio)
+    _label_estimate_axes(axes)
+    figure.legend(
+        handles=handles, fontsize="small", loc="outside lower center", ncols=ESTIMATE_LEGEND_COLUMNS, frameon=False
+    )
+    return figure
+
+
+def _estimate_legend_handles(
+    comparison: EstimatedAgainstMeasured, colour_of: Mapping[str, Colour], ratio: float | None
+) -> list[Line2D]:
+    """The legend's entries: a dot per GPU's colour, then what a diamond, a dot, the diagonal and (where the published
+    figures have an interval) the dashed lines mean."""
+    from matplotlib.lines import Line2D
+
     level = f"{comparison.level:.0%}"
-    handles = [Line2D([], [], linestyle="", marker="o", color=colour_of[gpu], label=gpu) for gpu in gpus]
+    handles = [Line2D([], [], linestyle="", marker="o", color=colour_of[gpu], label=gpu) for gpu in comparison.gpus]
     handles += (
         [
             Line2D(
@@ -127,46 +153,49 @@ def estimate_figure(comparison: EstimatedAgainstMeasured) -> Figure | None:
         if ratio is not None
         else []
     )
-    legend_lines = math.ceil(len(handles) / ESTIMATE_LEGEND_COLUMNS)
-    figure = Figure(
-        figsize=(CHART_WIDTH_IN, ESTIMATE_PLOT_HEIGHT_IN + LEGEND_LINE_HEIGHT_IN * legend_lines),
-        dpi=DPI,
-        layout="constrained",
-    )
-    axes = figure.add_subplot()
-    for gpu in gpus:
-        published = [point for point in comparison.published if point.gpu == gpu]
-        if published:
-            axes.scatter(
-                [point.estimated for point in published],
-                [point.measured for point in published],
-                s=14,
-                color=colour_of[gpu],
-                alpha=0.6,
-                linewidths=0,
-                gid=gpu,
-                zorder=2,
-            )
-        for point in (point for point in comparison.runs if point.gpu == gpu):
-            bar = (
-                None
-                if point.interval is None
-                else [[point.estimated - point.interval[0]], [point.interval[1] - point.estimated]]
-            )
-            drawn = axes.errorbar(
-                [point.estimated],
-                [point.measured],
-                xerr=bar,
-                fmt=RUN_MARKER,
-                color=colour_of[gpu],
-                markeredgecolor="black",
-                markersize=8,
-                capsize=4,
-                elinewidth=1.6,
-                zorder=4,
-            )
-            drawn.set_label(point.label)
-            drawn.lines[0].set_gid(gpu)
+    return handles
+
+
+def _draw_points_of_one_gpu(axes: Axes, comparison: EstimatedAgainstMeasured, gpu: str, colour: Colour) -> None:
+    """`gpu`'s published figures as dots, then its runs as diamonds with their interval as a horizontal bar; each
+    drawn with the GPU's name as its gid, so a test finds them."""
+    published = [point for point in comparison.published if point.gpu == gpu]
+    if published:
+        axes.scatter(
+            [point.estimated for point in published],
+            [point.measured for point in published],
+            s=14,
+            color=colour,
+            alpha=0.6,
+            linewidths=0,
+            gid=gpu,
+            zorder=2,
+        )
+    for point in (point for point in comparison.runs if point.gpu == gpu):
+        bar = (
+            None
+            if point.interval is None
+            else [[point.estimated - point.interval[0]], [point.interval[1] - point.estimated]]
+        )
+        drawn = axes.errorbar(
+            [point.estimated],
+            [point.measured],
+            xerr=bar,
+            fmt=RUN_MARKER,
+            color=colour,
+            markeredgecolor="black",
+            markersize=8,
+            capsize=4,
+            elinewidth=1.6,
+            zorder=4,
+        )
+        drawn.set_label(point.label)
+        drawn.lines[0].set_gid(gpu)
+
+
+def _draw_diagonal_and_band(axes: Axes, comparison: EstimatedAgainstMeasured, ratio: float | None) -> None:
+    """The diagonal where measured equals estimated, the dashed lines of the published figures' interval (`ratio`
+    either side, where there is one), and square log axes reaching ESTIMATE_ROOM past every figure drawn."""
     figures = [
         value
         for point in (*comparison.runs, *comparison.published)
@@ -182,16 +211,18 @@ def estimate_figure(comparison: EstimatedAgainstMeasured) -> Figure | None:
     axes.set_xlim(low, high)
     axes.set_ylim(low, high)
     axes.set_box_aspect(1)  # square: equal decades on both axes, the diagonal at 45 degrees
+
+
+def _label_estimate_axes(axes: Axes) -> None:
+    """Plain numbers on the ticks, a grid, the axis labels and the title."""
+    from matplotlib.ticker import FuncFormatter
+
     for axis in (axes.xaxis, axes.yaxis):
         axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:,g}"))  # 1,000 rather than 10³
     axes.grid(alpha=0.3, which="major")
     axes.set_xlabel("estimated beforehand, samples/s (log scale)")
     axes.set_ylabel("measured, samples/s (log scale; above the diagonal: faster)")
     axes.set_title(wrapped_title("Training throughput, estimated against measured"))
-    figure.legend(
-        handles=handles, fontsize="small", loc="outside lower center", ncols=ESTIMATE_LEGEND_COLUMNS, frameon=False
-    )
-    return figure
 
 
 def _estimate_caption(comparison: EstimatedAgainstMeasured) -> str:
