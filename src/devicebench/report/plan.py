@@ -6,7 +6,7 @@ notes under it (how a time budget sizes the epochs, which workloads will train o
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeGuard, get_args
 
 from rich.markup import escape
 from rich.table import Table
@@ -15,7 +15,8 @@ from rich.text import Text
 from devicebench.report.fitting import FittedTable, fitted
 from devicebench.report.text import duration_text
 
-if TYPE_CHECKING:  # it imports torch: the report's other modules must load without it
+if TYPE_CHECKING:  # planning imports torch: the report's other modules must load without it
+    from devicebench.data.arrays import DataChoice
     from devicebench.planning import Job, Plan
 
 
@@ -86,9 +87,19 @@ def _expected_source(job: Job) -> tuple[str, str | None]:
     )
 
     data = job.data
+    if not _is_data_choice(data.source):  # --data MODULE:FUNCTION: your own data, whatever name it gives itself
+        return "yours", None
     return expected_source(
         data.dataset, data.source, data_dir=data.data_dir, largest_download_bytes=data.largest_download_bytes
     )
+
+
+def _is_data_choice(source: str) -> TypeGuard[DataChoice]:
+    """Whether `source` is one of --data's choices for devicebench's datasets (auto, real, synthetic), rather than
+    the MODULE:FUNCTION of data of your own."""
+    from devicebench.data.arrays import DataChoice  # numpy: only the dry run needs it
+
+    return source in get_args(DataChoice)
 
 
 def plan_notes(plan: Plan) -> list[Text]:
