@@ -291,10 +291,11 @@ def comparison_tables(rows_by_workload: dict[str, list[Row]], *, wide: bool = Fa
         parts.append(_workload_table(name, rows, columns))
         parts += [Text(note, style="yellow") for note in row_notes(rows)]
     all_rows = [row for rows in rows_by_workload.values() for row in rows]
+    known = {name: known_workload(name) for name in rows_by_workload} if wide else {}  # the registry imports torch
     published = [
-        f"{name} published: {published_text(known_workload(name))}".replace("\n", "; ")
-        for name in rows_by_workload
-        if wide and known_workload(name) is not None and known_workload(name).published is not None
+        f"{name} published: {published_text(workload)}".replace("\n", "; ")
+        for name, workload in known.items()
+        if workload is not None and workload.published is not None
     ]
     return parts + legend(list(shown), all_rows, published)
 
