@@ -22,7 +22,7 @@ import tempfile
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from devicebench.results.compare import Row
 
@@ -90,10 +90,19 @@ def has_speedup(row: Row) -> bool:
 
 def palette(count: int) -> list[Colour]:
     """One colour per row, the same across a workload's charts, so a row is found by colour as well as name."""
-    from matplotlib import colormaps
-
-    colours = colormaps["tab10"].colors
+    colours = listed_colours("tab10")
     return [colours[index % len(colours)] for index in range(count)]
+
+
+def listed_colours(name: str) -> tuple[Colour, ...]:
+    """The colours of matplotlib's listed colormap `name` (tab10, tab20), in its order."""
+    from matplotlib import colormaps
+    from matplotlib.colors import ListedColormap
+
+    colormap = colormaps[name]
+    assert isinstance(colormap, ListedColormap)  # the tab palettes are lists of colours, not gradients
+    # matplotlib's stubs type `colors` as any array-like; a tab palette's is a tuple of (red, green, blue) tuples
+    return cast("tuple[Colour, ...]", colormap.colors)
 
 
 def wrapped_label(label: str) -> str:

@@ -18,6 +18,7 @@ from devicebench.report.charts import (
     LEGEND_LINE_HEIGHT_IN,
     Chart,
     Colour,
+    listed_colours,
     png,
     text_as_given,
     wrapped_title,
@@ -273,9 +274,9 @@ def _gpu_palette(count: int) -> list[Colour]:
     """A colour per GPU, all different: tab20's darker ten first, then its lighter ten, then a sampled rainbow."""
     from matplotlib import colormaps
 
-    paired = colormaps["tab20"].colors
+    paired = listed_colours("tab20")
     colours = list(paired[0::2]) + list(paired[1::2])
     if count <= len(colours):
         return colours[:count]
     rainbow = colormaps["turbo"]
-    return [tuple(rainbow(index / (count - 1))[:3]) for index in range(count)]
+    return [rainbow(index / (count - 1))[:3] for index in range(count)]  # (red, green, blue, alpha): alpha left out

@@ -343,7 +343,7 @@ def _cells(row: Row, priced: bool, energy: bool, targeted: bool = False) -> list
 
 
 def _target_cell(row: Row) -> Cell:
-    targets = sorted({run.target_accuracy for run in row.targeted_runs})
+    targets = sorted({run.target_accuracy for run in row.targeted_runs if run.target_accuracy is not None})
     return Cell(
         target_text(row),
         note=("to " + ", ".join(percent_text(target) for target in targets)) if targets else "no target set",
@@ -360,7 +360,8 @@ def _speedup_cell(row: Row) -> Cell:
     text = speedup_text(row)
     if row.baseline is row:
         return Cell(text, css_class="baseline")
-    note = row.speedup_note if row.speedup is None else f"vs {row.baseline.label}; {row.speedup_note}"
+    baseline = row.baseline  # there is one wherever there is a speedup
+    note = row.speedup_note if row.speedup is None or baseline is None else f"vs {baseline.label}; {row.speedup_note}"
     return Cell(text, note=note, css_class="" if row.speedup else "missing")
 
 

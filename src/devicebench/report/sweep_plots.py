@@ -38,6 +38,7 @@ MOST_SWEEP_LINES = 8  # more lines than this on one panel is a tangle: then the 
 LOG_SCALE_SPAN = 10  # a sweep panel whose values span more than this factor gets a log axis, so slow lines show
 SWEPT_EVERYWHERE = ("batch_size", "workers")  # every workload's sweepable settings; the rest come from --set
 OTHER_SPEED_SETTINGS = tuple(name for name in SPEED_SETTINGS if name not in (*SWEPT_EVERYWHERE, "overrides"))
+SweepPoint = tuple[str, float, float, float | None, float | None]  # line label, x, y, error bar low, high
 
 
 @dataclass(frozen=True)
@@ -139,40 +140,52 @@ def _line_labels(rows: Sequence[Row], setting: str) -> list[str]:
 
 def _sweep(rows: Sequence[Row], setting: str, held: tuple[tuple[str, str], ...]) -> Sweep:
     labelled = list(zip(_line_labels(rows, setting), rows))
-    with_ratio = [row for row in rows if has_speedup(row)]
-    kinds = {(device_kind(row.device).upper(), device_kind(row.baseline.device).upper()) for row in with_ratio}
+    kinds = {
+        (device_kind(row.device).upper(), device_kind(row.baseline.device).upper())
+        for row in rows
+        if has_speedup(row) and row.baseline is not None  # a row with a speedup always has its baseline
+    }
     return Sweep(
         setting=setting,
-        throughput=_sweep_lines(
-            [
-                (
-                    label,
-                    _swept_number(row, setting),
-                    row.samples_per_s.median,
-                    row.samples_per_s.low,
-                    row.samples_per_s.high,
-                )
-                for label, row in labelled
-                if row.samples_per_s is not None
-            ]
-        ),
-        ratios=_sweep_lines(
-            [
-                (label, _swept_number(row, setting), row.speedup.ratio, row.speedup.low, row.speedup.high)
-                for label, row in labelled
-                if has_speedup(row)
-            ]
-        ),
+        throughput=_sweep_lines(_throughput_points(labelled, setting)),
+        ratios=_sweep_lines(_ratio_points(labelled, setting)),
         ratio_name="/".join(kinds.pop()) if len(kinds) == 1 else ("row/baseline" if kinds else ""),
         held=held,
     )
 
 
-def _sweep_lines(points: Sequence[tuple[str, float, float, float | None, float | None]]) -> tuple[SweepLine, ...]:
+def _throughput_points(labelled: Sequence[tuple[str, Row]], setting: str) -> list[SweepPoint]:
+    """Each (line label, row) with steady epochs as a point: its median samples/s, min–max as the error bar."""
+    return [
+        (label, _swept_point(row, setting), row.samples_per_s.median, row.samples_per_s.low, row.samples_per_s.high)
+        for label, row in labelled
+        if row.samples_per_s is not None
+    ]
+
+
+def _ratio_points(labelled: Sequence[tuple[str, Row]], setting: str) -> list[SweepPoint]:
+    """Each (line label, row) with a speedup as a point: its ratio to the baseline, its 95% interval as the error
+    bar (none from one sample)."""
+    points: list[SweepPoint] = []
+    for label, row in labelled:
+        speedup = row.speedup
+        if speedup is not None and has_speedup(row):
+            points.append((label, _swept_point(row, setting), speedup.ratio, speedup.low, speedup.high))
+    return points
+
+
+def _swept_point(row: Row, setting: str) -> float:
+    """`row`'s value of `setting`, where the x axis has it."""
+    number = _swept_number(row, setting)
+    assert number is not None  # sweep_series sweeps only settings whose every row has a number (_is_numeric_sweep)
+    return number
+
+
+def _sweep_lines(points: Sequence[SweepPoint]) -> tuple[SweepLine, ...]:
     """(label, x, y, low, high) points as lines, in the order their labels first come, each sorted by x."""
     by_label: dict[str, list[tuple[float, float, float | None, float | None]]] = {}
-    for label, *point in points:
-        by_label.setdefault(label, []).append(tuple(point))
+    for label, x, y, low, high in points:
+        by_label.setdefault(label, []).append((x, y, low, high))
     return tuple(
         SweepLine(label, *(tuple(values) for values in zip(*sorted(line, key=lambda point: point[0]))))
         for label, line in by_label.items()

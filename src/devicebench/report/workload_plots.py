@@ -31,7 +31,7 @@ from devicebench.report.charts import (
 )
 from devicebench.report.text import device_kind, span_text, steps_label
 from devicebench.results.compare import SPEED_SETTINGS, Row
-from devicebench.results.stats import Spread
+from devicebench.results.stats import Speedup, Spread
 from devicebench.workloads import Published
 
 if TYPE_CHECKING:
@@ -318,7 +318,7 @@ def _draw_speedups(axes: Axes, rows: Sequence[Row], colours: Sequence[Colour]) -
     extremes = [1.0]
     for index, (row, colour) in enumerate(zip(rows, colours)):
         value = row.speedup
-        if not has_speedup(row):
+        if value is None or not has_speedup(row):
             text = (
                 "baseline (1x)"
                 if row.baseline is row
@@ -328,30 +328,7 @@ def _draw_speedups(axes: Axes, rows: Sequence[Row], colours: Sequence[Colour]) -
             )
             axes.text(1, index, f"  {text}", va="center", fontsize="small", color="dimgray")
             continue
-        has_interval = value.low is not None and value.high is not None
-        axes.barh(
-            index,
-            value.ratio - 1,
-            left=1,
-            color=colour,
-            alpha=0.85,
-            edgecolor="white",
-            hatch=SYNTHETIC_HATCH if _is_synthetic(row) else None,
-        )
-        if has_interval:
-            axes.errorbar(
-                value.ratio,
-                index,
-                xerr=[[value.ratio - value.low], [value.high - value.ratio]],
-                fmt="none",
-                ecolor="black",
-                capsize=3,
-                elinewidth=1,
-            )
-        right = max(value.ratio, value.high if has_interval else value.ratio, 1.0)
-        interval = f" [{value.low:.2f}–{value.high:.2f}]" if has_interval else ""
-        axes.text(right * 1.04, index, f"{value.ratio:.2f}x{interval}", va="center", fontsize="small")
-        extremes += [value.ratio, *((value.low, value.high) if has_interval else ())]
+        extremes += _draw_speedup_bar(axes, index, row, value, colour)
     low = min(extremes) / 1.25
     decades = max(math.log10(max(extremes) / low), 0.5)
     high = max(extremes) * 10 ** (decades * ANNOTATION_ROOM)  # the value labels take about 40% of the width
@@ -362,6 +339,35 @@ def _draw_speedups(axes: Axes, rows: Sequence[Row], colours: Sequence[Colour]) -
     axes.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}x"))
     axes.axvline(1, color="black", linewidth=1)
     axes.set_xlabel("speedup, times (log scale; error bars: 95% interval)")
+
+
+def _draw_speedup_bar(axes: Axes, index: int, row: Row, value: Speedup, colour: Colour) -> list[float]:
+    """Row `index`'s bar from 1x to its ratio, its 95% interval as an error bar where it has one, and the ratio
+    written past both; returns the ratio and the interval's ends, which the axis must reach."""
+    interval = (value.low, value.high) if value.low is not None and value.high is not None else None
+    axes.barh(
+        index,
+        value.ratio - 1,
+        left=1,
+        color=colour,
+        alpha=0.85,
+        edgecolor="white",
+        hatch=SYNTHETIC_HATCH if _is_synthetic(row) else None,
+    )
+    if interval is not None:
+        axes.errorbar(
+            value.ratio,
+            index,
+            xerr=[[value.ratio - interval[0]], [interval[1] - value.ratio]],
+            fmt="none",
+            ecolor="black",
+            capsize=3,
+            elinewidth=1,
+        )
+    right = max(value.ratio, interval[1] if interval else value.ratio, 1.0)
+    interval_text = f" [{interval[0]:.2f}–{interval[1]:.2f}]" if interval else ""
+    axes.text(right * 1.04, index, f"{value.ratio:.2f}x{interval_text}", va="center", fontsize="small")
+    return [value.ratio, *(interval or ())]
 
 
 def _legend(figure: Figure, axes: Axes, rows: Sequence[Row]) -> None:
