@@ -90,8 +90,8 @@ def write_report(
     estimated: EstimatedAgainstMeasured | None = None,
 ) -> Path:
     """Write the HTML report of `results` to `out` (and every chart to `png_dir` as PNG); returns `out`.
-    `estimated`: the GPU runs of `results` beside what the roofline estimated for them (devicebench.estimate.against_measured,
-    a layer above this one, makes it), drawn in a section of their own."""
+    `estimated`: the GPU runs of `results` beside what the roofline estimated for them
+    (devicebench.estimate.against_measured, a layer above this one, makes it), drawn in a section of their own."""
     environment = _template_environment()
     rows_by_workload = compare(results, baseline=baseline, prices=prices)
     # `devicebench sweep` stores its grid as one session whose config lists every point (planning.plan)
@@ -187,7 +187,8 @@ def _workload_section(name: str, rows: list[Row], grid_runs: set[str]) -> Worklo
         else (
             "A reference model, on which the field's GPU tables are measured"
             if entry and not entry.in_suites
-            else f"Not a seed experiment: {entry.origin if entry and entry.origin != 'devicebench' else 'your own model'}"
+            else "Not a seed experiment: "
+            + (entry.origin if entry and entry.origin != "devicebench" else "your own model")
         ),
         summary=entry.summary if entry else "",
         published=(

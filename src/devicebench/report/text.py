@@ -2,7 +2,7 @@
 (speedup, TFLOP/s, how busy, waiting), its length and steps, and the notes under its table. The terminal's tables,
 the HTML report, the charts and the progress lines all write a figure through here.
 
-    python -c "from devicebench.report.text import duration_text, rate_text; print(rate_text(0.213), duration_text(125))"
+    python -c "from devicebench.report import text; print(text.rate_text(0.213), text.duration_text(125))"
 """
 
 from __future__ import annotations
