@@ -556,7 +556,7 @@ def test_a_rank_killed_by_a_signal_is_named_and_another_rank_s_reason_is_only_it
 
 
 def test_the_report_draws_throughput_against_the_number_of_processes():
-    from devicebench.report.plots import scaling_series, workload_charts
+    from devicebench.report.workload_plots import scaling_series, workload_charts
 
     one, two = run("cpu", [2.0, 1.0, 1.0], threads=2), run("cpu", [2.0, 0.8, 0.8], threads=1)
     two.settings.world_size = 2

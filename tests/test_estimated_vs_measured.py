@@ -26,8 +26,8 @@ from devicebench.estimate import against_measured as estimated
 from devicebench.estimate.points import shape_of
 from devicebench.estimate.roofline import PRIOR, Efficiency, Point, Resolved, predict
 from devicebench.estimate.validation import Interval
+from devicebench.report.estimate_plots import EstimatedAgainstMeasured, estimate_figure
 from devicebench.report.html import write_report
-from devicebench.report.plots import EstimatedAgainstMeasured, estimate_figure
 from devicebench.results.datasheets import catalog_entry
 from devicebench.workloads import get_workload
 

@@ -21,10 +21,11 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from devicebench.cli import EXIT_USAGE, app
-from devicebench.report import plots
+from devicebench.report import workload_plots
+from devicebench.report.charts import file_stem
 from devicebench.report.html import ReportDependencyError, write_report
-from devicebench.report.plots import file_stem, steady_epoch_lengths, workload_charts
 from devicebench.report.progress import RichReporter
+from devicebench.report.workload_plots import steady_epoch_lengths, workload_charts
 from devicebench.results.compare import Row, compare
 from devicebench.results.prices import parse_prices
 from devicebench.results.schema import Result
@@ -278,13 +279,13 @@ def test_a_report_of_runs_that_ended_in_their_warm_up_epoch_is_written_and_says_
 def figures(monkeypatch) -> list:
     """Every matplotlib figure a chart is made from, kept as it is turned into PNG."""
     kept = []
-    to_png = plots._png
+    to_png = workload_plots.png
 
     def keep(figure):
         kept.append(figure)
         return to_png(figure)
 
-    monkeypatch.setattr(plots, "_png", keep)
+    monkeypatch.setattr(workload_plots, "png", keep)
     return kept
 
 

@@ -12,7 +12,7 @@ from result_fixtures import SAMPLES_PER_EPOCH, machine, run, session
 from test_report import assert_valid_png, images, parse
 
 from devicebench.report.html import write_report
-from devicebench.report.plots import (
+from devicebench.report.sweep_plots import (
     MOST_SWEEP_LINES,
     Sweep,
     SweepLine,

@@ -54,7 +54,8 @@ from devicebench.cli.session import (
     write_json_first,
 )
 from devicebench.recording import StoreReporter
-from devicebench.report.tables import comparison_tables, plan_notes, plan_table
+from devicebench.report.plan import plan_notes, plan_table
+from devicebench.report.tables import comparison_tables
 from devicebench.results.compare import compare
 from devicebench.results.schema import Result, write_atomically
 from devicebench.results.store import Store

@@ -21,7 +21,7 @@ from typing import Any
 from devicebench.estimate.points import RooflineFit, fit_roofline, registered, shape_of, steady_steps_s
 from devicebench.estimate.roofline import KERNEL_CLASSES, PRECISIONS, Precision, Resolved, StepShape, predict
 from devicebench.estimate.validation import conformal
-from devicebench.report.plots import EstimatedAgainstMeasured, EstimatedPoint
+from devicebench.report.estimate_plots import EstimatedAgainstMeasured, EstimatedPoint
 from devicebench.report.text import rate_text
 from devicebench.results.datasheets import Datasheet, datasheet_for
 from devicebench.results.schema import Result, RunRecord, RunSettings

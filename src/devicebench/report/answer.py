@@ -83,7 +83,7 @@ def answer_for(workload: Workload | None, name: str, rows: list[Row]) -> Answer:
     if measured:
         return Answer(name, cpu, measured, None, "measured here")
     published = workload.published if workload is not None else None
-    carried = carried_speedup(workload, cpu) if published is not None else None
+    carried = carried_speedup(workload, cpu) if workload is not None and published is not None else None
     seed = f"{workload.seed}'s" if workload is not None and workload.seed else "the post's"
     recorded = _recorded(workload, cpu, rows) if published is None and workload is not None else None
     if recorded is not None:
@@ -159,7 +159,10 @@ def answer_parts(rows_by_workload: dict[str, list[Row]]) -> list[RenderableType]
     if not found:
         return []
     cpu_rows = [answer.cpu for answer in found if answer.cpu is not None]
-    cpu_rates = [rate_text(answer.cpu.samples_per_s.median) if answer.cpu else "—" for answer in found]
+    cpu_rates = [  # outlook_row picks a CPU row with steady epochs: its samples/s is there
+        rate_text(answer.cpu.samples_per_s.median) if answer.cpu and answer.cpu.samples_per_s else "—"
+        for answer in found
+    ]
     here = f" (this CPU: {escape(cpu_rows[0].device_name)})" if cpu_rows else ""
     columns = [
         ("CPU samples/s", cpu_rates, {"justify": "right"}),

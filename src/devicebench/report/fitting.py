@@ -8,7 +8,7 @@ table, the row labels repeated. Every table devicebench prints goes through here
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
@@ -21,7 +21,7 @@ class FittedColumn:
     """A column of a `FittedTable`: its heading, its cells, and the narrowest it may be without cutting a word."""
 
     heading: str
-    cells: list[RenderableType]
+    cells: Sequence[RenderableType]  # a Sequence: a list of str is one too
     min_width: int | None = None  # None: its longest word, heading included (no_wrap: its widest cell)
     options: dict[str, Any] = dataclasses.field(default_factory=dict)  # for Table.add_column: justify, style
 
@@ -94,7 +94,7 @@ class FittedTable:
         rules = 0 if self.table_options.get("box", True) is None else count + (1 if self.edges else -1)
         return count * self.padding + rules
 
-    def widths(self, columns: list[FittedColumn], width: int) -> list[int | None]:
+    def widths(self, columns: list[FittedColumn], width: int) -> Sequence[int | None]:
         """Each column's width: its widest cell while all fit, else narrowed, the column with the most room to spare
         first, never below its narrowest (rich's own narrowing cuts words, and can leave a table wider than the
         screen), its heading kept on one line while others can give; below its narrowest only when even the
@@ -118,7 +118,7 @@ class FittedTable:
         self,
         columns: list[FittedColumn],
         *,
-        widths: list[int | None] | None = None,
+        widths: Sequence[int | None] | None = None,
         options: dict[str, Any] | None = None,
     ) -> Table:
         table = Table(padding=(0, self.padding // 2), **(options or {}))
@@ -182,7 +182,7 @@ def plain_text(text: str | RenderableType) -> Text:
     return text if isinstance(text, Text) else Text.from_markup(str(text))
 
 
-def longest_word(texts: Iterable[str | Text]) -> int:
+def longest_word(texts: Iterable[RenderableType]) -> int:
     """The widest word (run of characters without a space) of `texts`, markup left out: the narrowest a column of
     them can be without cutting one."""
     return max((len(word) for text in texts for word in plain_text(text).plain.split()), default=1)

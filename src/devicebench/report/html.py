@@ -20,16 +20,9 @@ from typing import Any
 from devicebench import files
 from devicebench.engine.timing import wall_clock_utc
 from devicebench.errors import DevicebenchError
-from devicebench.report.plots import (
-    Chart,
-    EstimatedAgainstMeasured,
-    estimate_chart,
-    file_stem,
-    keep_matplotlib_out_of_a_guessed_home,
-    summary_chart,
-    sweep_charts,
-    workload_charts,
-)
+from devicebench.report.charts import Chart, file_stem, keep_matplotlib_out_of_a_guessed_home
+from devicebench.report.estimate_plots import EstimatedAgainstMeasured, estimate_chart
+from devicebench.report.sweep_plots import sweep_charts
 from devicebench.report.text import (
     batch_text,
     busy_text,
@@ -47,6 +40,7 @@ from devicebench.report.text import (
     target_text,
     tflops_text,
 )
+from devicebench.report.workload_plots import summary_chart, workload_charts
 from devicebench.results.compare import DEFAULT_BASELINE, Row, compare, tuned_gains
 from devicebench.results.prices import Prices
 from devicebench.results.record import published_figures
@@ -96,8 +90,8 @@ def write_report(
     estimated: EstimatedAgainstMeasured | None = None,
 ) -> Path:
     """Write the HTML report of `results` to `out` (and every chart to `png_dir` as PNG); returns `out`.
-    `estimated`: the GPU runs of `results` beside what the roofline estimated for them (devicebench.estimate.against_measured,
-    a layer above this one, makes it), drawn in a section of their own."""
+    `estimated`: the GPU runs of `results` beside what the roofline estimated for them
+    (devicebench.estimate.against_measured, a layer above this one, makes it), drawn in a section of their own."""
     environment = _template_environment()
     rows_by_workload = compare(results, baseline=baseline, prices=prices)
     # `devicebench sweep` stores its grid as one session whose config lists every point (planning.plan)
@@ -193,7 +187,8 @@ def _workload_section(name: str, rows: list[Row], grid_runs: set[str]) -> Worklo
         else (
             "A reference model, on which the field's GPU tables are measured"
             if entry and not entry.in_suites
-            else f"Not a seed experiment: {entry.origin if entry and entry.origin != 'devicebench' else 'your own model'}"
+            else "Not a seed experiment: "
+            + (entry.origin if entry and entry.origin != "devicebench" else "your own model")
         ),
         summary=entry.summary if entry else "",
         published=(
@@ -349,7 +344,7 @@ def _cells(row: Row, priced: bool, energy: bool, targeted: bool = False) -> list
 
 
 def _target_cell(row: Row) -> Cell:
-    targets = sorted({run.target_accuracy for run in row.targeted_runs})
+    targets = sorted({run.target_accuracy for run in row.targeted_runs if run.target_accuracy is not None})
     return Cell(
         target_text(row),
         note=("to " + ", ".join(percent_text(target) for target in targets)) if targets else "no target set",
@@ -366,7 +361,8 @@ def _speedup_cell(row: Row) -> Cell:
     text = speedup_text(row)
     if row.baseline is row:
         return Cell(text, css_class="baseline")
-    note = row.speedup_note if row.speedup is None else f"vs {row.baseline.label}; {row.speedup_note}"
+    baseline = row.baseline  # there is one wherever there is a speedup
+    note = row.speedup_note if row.speedup is None or baseline is None else f"vs {baseline.label}; {row.speedup_note}"
     return Cell(text, note=note, css_class="" if row.speedup else "missing")
 
 

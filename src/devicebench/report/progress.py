@@ -13,13 +13,14 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
 from rich.text import Text
 
-from devicebench.data import ArrayDataset, ImageFolderDataset
+from devicebench.data import Dataset
 from devicebench.events import BudgetAccount, RunReporter
 from devicebench.report.text import batch_text, duration_text, rate_text
 from devicebench.results.schema import EpochRecord, RunRecord
@@ -100,11 +101,11 @@ class RichReporter(RunReporter):
         self.console = console or Console(stderr=True)
         self.quiet = quiet
         self.progress: Progress | None = None
-        self.task = None
+        self.task: TaskID | None = None  # the bar's one task, added with the bar
         self.announced: set[str] = set()  # datasets whose synthetic stand-in was already announced
         self.record: RunRecord | None = None  # the run whose header waits for its first epoch
 
-    def dataset_loaded(self, workload: Workload, dataset: ArrayDataset | ImageFolderDataset) -> None:
+    def dataset_loaded(self, workload: Workload, dataset: Dataset) -> None:
         notes = getattr(dataset, "notes", ())  # an image folder's: files left out, empty classes
         if notes and dataset.origin not in self.announced:
             self.announced.add(dataset.origin)
@@ -146,7 +147,7 @@ class RichReporter(RunReporter):
         self.task = self.progress.add_task("train", total=steps)
 
     def steps_finished(self, steps_done: int) -> None:
-        if self.progress is not None:
+        if self.progress is not None and self.task is not None:
             self.progress.update(self.task, completed=steps_done)
 
     def epoch_finished(self, record: RunRecord, epoch: EpochRecord) -> None:

@@ -64,11 +64,20 @@ def batch_and_length(batch: int, length: int | None) -> str:
 def record_table(comparison: RecordComparison) -> Group:
     """A reference model's published figures (the record) beside what each device measured here, each in the unit
     it was published in; the sources numbered beneath, and what was measured here."""
+    units = sorted({figure.unit for figure in comparison.figures})
+    table, sources = _figures_table(comparison, units)
+    lines: list[RenderableType] = [fitted(table), *_measured_lines(comparison, units), *_record_notes(comparison)]
+    lines += [Text(f"[{number}] {source}") for source, number in sources.items()]
+    return Group(*lines)
+
+
+def _figures_table(comparison: RecordComparison, units: list[str]) -> tuple[Table, dict[str, int]]:
+    """A row per published figure, with how many times faster it ran than each device here; and the number each
+    source is given, in the order the figures cite them."""
     from devicebench.reproduce import factor_text, in_unit  # imports torch: only where a reproduction is shown
 
     workload, measured = comparison.workload, comparison.measured
     table = Table(title=f"{workload.name}: the public record beside this machine", title_justify="left")
-    units = sorted({figure.unit for figure in comparison.figures})
     one_unit = units[0] if len(units) == 1 else None  # then said once, in the heading
     for column in ("GPU", "Precision", "Batch", "Software, data", f"Published {one_unit or ''}".strip()):
         table.add_column(column, justify="right" if column.startswith(("Batch", "Published")) else "left")
@@ -90,10 +99,19 @@ def record_table(comparison: RecordComparison) -> Group:
             f"{figure.throughput:,.0f}" + ("" if one_unit else f" {figure.unit}"),
             *ratios,
         )
-    lines: list[RenderableType] = [fitted(table)]
-    for row in measured:
+    return table, sources
+
+
+def _measured_lines(comparison: RecordComparison, units: list[str]) -> list[Text]:
+    """What each device here measured, in every unit the record uses, and how."""
+    from devicebench.reproduce import in_unit  # imports torch: only where a reproduction is shown
+
+    lines = []
+    for row in comparison.measured:
         settings = row.runs[0].settings if row.runs else None
-        shown = [f"{value:,.1f} {unit}" for unit in units if (value := in_unit(workload, row, unit)) is not None]
+        shown = [
+            f"{value:,.1f} {unit}" for unit in units if (value := in_unit(comparison.workload, row, unit)) is not None
+        ]
         batch = f" at batch {batch_and_length(settings.batch_size, comparison.length)}" if settings else ""
         lines.append(
             Text(
@@ -102,8 +120,17 @@ def record_table(comparison: RecordComparison) -> Group:
                 style="bold",
             )
         )
+    return lines
+
+
+def _record_notes(comparison: RecordComparison) -> list[Text]:
+    """What the table leaves out or sets apart (no figures, other sequence lengths, rows not shown), and what its
+    figures are."""
+    lines = []
     if not comparison.figures:
-        lines.append(Text(f"The record has no figures of {workload.name} at the sequence length trained here."))
+        lines.append(
+            Text(f"The record has no figures of {comparison.workload.name} at the sequence length trained here.")
+        )
     lengths = sorted(
         {
             figure.sequence_length
@@ -140,5 +167,4 @@ def record_table(comparison: RecordComparison) -> Group:
             "how much faster that GPU ran this model (per GPU) than this device, at the batch each used."
         )
     )
-    lines += [Text(f"[{number}] {source}") for source, number in sources.items()]
-    return Group(*lines)
+    return lines

@@ -1,6 +1,6 @@
-"""Rich tables for the terminal: the plan, the machine, the workloads, a run's results with the speedup, the sweeps
-and the history. Each fits the screen through fitting.py and writes its figures through text.py; the tables of
-`devicebench reproduce` are reproduction.py's.
+"""Rich tables for the terminal: the machine, the workloads, a run's results with the speedup, the sweeps and the
+history. Each fits the screen through fitting.py and writes its figures through text.py; the plan a dry run shows
+is plan.py's, and the tables of `devicebench reproduce` are reproduction.py's.
 
     devicebench run mnist-cnn2 --devices cpu --data synthetic --epochs 3 --max-steps 30
 """
@@ -25,7 +25,6 @@ from devicebench.report.text import (
     busy_text,
     cost_vs_baseline_text,
     device_kind,
-    duration_text,
     epoch_time_text,
     flagged_text,
     known_workload,
@@ -45,123 +44,10 @@ from devicebench.report.text import (
 from devicebench.results.compare import Row, compare
 from devicebench.results.schema import Result, RunRecord
 
-if TYPE_CHECKING:  # each imports torch: history and compare's tables must load without it
-    from devicebench.planning import Job, Plan
+if TYPE_CHECKING:  # it imports torch: history and compare's tables must load without it
     from devicebench.workloads import Workload
 
 BASELINE_DEVICE = "cpu"
-
-
-# --- a plan ------------------------------------------------------------------------------------------------
-
-
-def plan_table(plan: Plan) -> FittedTable:
-    """What `devicebench run --dry-run` shows: every job, resolved, before anything is loaded or trained. Runs and
-    Settings come only when some job repeats, or is tuned or changed with --set."""
-    runs = sum(job.repeats for job in plan.jobs)
-    table = Table(title=f"The plan: {runs} run{'' if runs == 1 else 's'}; nothing is loaded or trained")
-    repeated = any(job.repeats > 1 for job in plan.jobs)
-    changed = any(job.mode != "seed" or job.overrides for job in plan.jobs)
-    for column, shown in (
-        ("Workload", True),
-        ("Device", True),
-        ("Runs", repeated),
-        ("Batch", True),
-        ("Epochs", True),
-        ("Steps", True),
-        ("Eval", True),
-        ("Data", True),
-        ("Settings", changed),
-    ):
-        if shown:
-            table.add_column(
-                column, justify="right" if column in ("Runs", "Batch", "Epochs", "Steps", "Eval") else "left"
-            )
-    for job in plan.jobs:
-        if job.batch_size_auto:
-            batch = "auto"
-        else:
-            batch = f"{job.batch_size:,}" if job.batch_size else "every row"  # 0: boosted trees read every row
-        source, _ = _expected_source(job)
-        settings = [job.mode, *(f"{name}={value}" for name, value in job.overrides.items())]
-        table.add_row(
-            escape(job.workload.name),
-            str(job.device),
-            *([str(job.repeats)] if repeated else []),
-            batch,
-            str(job.training.epochs),
-            _steps_text(plan, job),
-            _cap_text(job.training.max_eval_steps),
-            escape(job.data.dataset) + " " + (f"[bold yellow]{source.upper()}[/]" if source == "synthetic" else source),
-            *([escape(", ".join(settings))] if changed else []),
-        )
-    return fitted(table)
-
-
-def _sized(plan: Plan, job: Job) -> bool:
-    """Whether the runner sizes `job`'s epochs to the plan's time budget (its own trainer's runs are not)."""
-    return plan.budget_s is not None and job.workload.trainer is None
-
-
-def _steps_text(plan: Plan, job: Job) -> str:
-    """Steps an epoch: `40`, `all`, `sized` to the budget (`sized ≤ 40` under a cap), `2 rounds` for trees."""
-    cap = job.training.max_steps
-    if _sized(plan, job):
-        return "sized" + ("" if cap is None else f" ≤ {cap:,}")
-    return _cap_text(cap) + (" rounds" if job.batch_size == 0 and cap is not None else "")
-
-
-def _cap_text(cap: int | None) -> str:
-    """A per-epoch cap on steps or evaluation batches; "all" when there is none."""
-    return "all" if cap is None else f"{cap:,}"
-
-
-def _expected_source(job: Job) -> tuple[str, str | None]:
-    from devicebench.data import (
-        expected_source,  # imports numpy and the readers: only the dry run needs it
-    )
-
-    data = job.data
-    return expected_source(
-        data.dataset, data.source, data_dir=data.data_dir, largest_download_bytes=data.largest_download_bytes
-    )
-
-
-def plan_notes(plan: Plan) -> list[Text]:
-    """Under the plan: how a budget sizes the epochs, and which workloads will train on synthetic data and why,
-    with how to get the real data."""
-    from devicebench.engine.loop import (
-        FEWEST_BUDGETED_STEPS,  # torch: the dry run has it already
-    )
-
-    notes = [Text("Steps: training steps an epoch; eval: evaluation batches after each epoch; all: the whole set.")]
-    if plan.budget_s is not None and any(_sized(plan, job) for job in plan.jobs):
-        notes.append(
-            Text(
-                f"Sized: a time budget of {duration_text(plan.budget_s)}, start-up included: each run times its first "
-                f"steps and an evaluation batch on a throwaway model, and its epochs get the steps that fit its share, "
-                f"at least {FEWEST_BUDGETED_STEPS} an epoch (--budget changes it; --max-steps alone runs fixed steps)."
-            )
-        )
-    by_source: dict[tuple[str, str | None, str], list[str]] = {}
-    for job in plan.jobs:
-        source, why = _expected_source(job)
-        if why is not None and source != "real":
-            by_source.setdefault((source, why, job.data.dataset), []).append(job.workload.name)
-    for (source, why, dataset), names in by_source.items():
-        listed = ", ".join(dict.fromkeys(names))
-        if source == "synthetic":
-            notes.append(Text(f"{listed} will train on SYNTHETIC data: {why}.", style="yellow"))
-        else:
-            notes.append(Text(f"{listed}: {dataset} {why}."))
-    if any(source == "synthetic" for source, _, _ in by_source):
-        notes.append(
-            Text(
-                "On synthetic data speeds are real; accuracies cannot be compared with the published ones.",
-                style="yellow",
-            )
-        )
-    return notes
 
 
 # --- the machine -------------------------------------------------------------------------------------------
@@ -405,10 +291,11 @@ def comparison_tables(rows_by_workload: dict[str, list[Row]], *, wide: bool = Fa
         parts.append(_workload_table(name, rows, columns))
         parts += [Text(note, style="yellow") for note in row_notes(rows)]
     all_rows = [row for rows in rows_by_workload.values() for row in rows]
+    known = {name: known_workload(name) for name in rows_by_workload} if wide else {}  # the registry imports torch
     published = [
-        f"{name} published: {published_text(known_workload(name))}".replace("\n", "; ")
-        for name in rows_by_workload
-        if wide and known_workload(name) is not None and known_workload(name).published is not None
+        f"{name} published: {published_text(workload)}".replace("\n", "; ")
+        for name, workload in known.items()
+        if workload is not None and workload.published is not None
     ]
     return parts + legend(list(shown), all_rows, published)
 

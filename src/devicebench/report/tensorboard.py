@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from devicebench.errors import DevicebenchError
 from devicebench.events import RunReporter
 from devicebench.results.schema import EpochRecord, RunRecord
 from devicebench.workloads import get_workload
+
+if TYPE_CHECKING:  # the optional extra: imported when a reporter is made
+    from torch.utils.tensorboard import SummaryWriter
 
 
 class TensorBoardUnavailable(DevicebenchError, RuntimeError):
@@ -32,18 +36,20 @@ class TensorBoardReporter(RunReporter):
             ) from None
         self.writer_class = SummaryWriter
         self.log_dir = Path(log_dir)
-        self.writer = None
+        self.writer: SummaryWriter | None = None  # the run's, from run_started to run_finished
 
     def run_started(self, record: RunRecord) -> None:
         device = record.device.replace(":", "")
-        self.writer = self.writer_class(
+        writer = self.writer_class(
             str(self.log_dir / record.workload / f"{device}-repeat{record.repeat + 1}-{record.run_id[:8]}")
         )
+        self.writer = writer
         settings = ", ".join(f"{key}={value}" for key, value in vars(record.settings).items())
-        self.writer.add_text("settings", f"{record.device} ({record.device_name}): {settings}")
-        self._add_graph(record)
+        writer.add_text("settings", f"{record.device} ({record.device_name}): {settings}")
+        self._add_graph(writer, record)
 
     def epoch_finished(self, record: RunRecord, epoch: EpochRecord) -> None:
+        assert self.writer is not None  # a run's epochs finish between its run_started and its run_finished
         scalars = {
             "loss/train": epoch.train_loss,
             "accuracy/train": epoch.train_accuracy,
@@ -63,7 +69,7 @@ class TensorBoardReporter(RunReporter):
             self.writer.close()
             self.writer = None
 
-    def _add_graph(self, record: RunRecord) -> None:
+    def _add_graph(self, writer: SummaryWriter, record: RunRecord) -> None:
         """The graph of a CPU copy of the model, traced on one blank input: the run's own model stays untouched."""
         workload = get_workload(record.workload)
         example = workload.example_batch(record.settings.hyperparameters)
@@ -72,4 +78,4 @@ class TensorBoardReporter(RunReporter):
         model = workload.build_model(record.settings.hyperparameters).cpu().eval()
         with warnings.catch_warnings():  # add_graph traces with torch.jit, which warns of its own deprecation
             warnings.simplefilter("ignore", DeprecationWarning)
-            self.writer.add_graph(model, example[0])
+            writer.add_graph(model, example[0])

@@ -2,7 +2,7 @@
 (speedup, TFLOP/s, how busy, waiting), its length and steps, and the notes under its table. The terminal's tables,
 the HTML report, the charts and the progress lines all write a figure through here.
 
-    python -c "from devicebench.report.text import duration_text, rate_text; print(rate_text(0.213), duration_text(125))"
+    python -c "from devicebench.report import text; print(text.rate_text(0.213), text.duration_text(125))"
 """
 
 from __future__ import annotations
@@ -62,9 +62,10 @@ def target_text(row: Row) -> str:
     if not targeted:
         return "—"
     reached = [run for run in targeted if run.time_to_target_train_s is not None]
-    if not reached:
+    time_to_target = row.time_to_target_s  # the spread of `reached`: None exactly when it is empty
+    if time_to_target is None:
         return "not reached"
-    return number_text(row.time_to_target_s.median, 1) + (
+    return number_text(time_to_target.median, 1) + (
         "" if len(reached) == len(targeted) else f" ({len(reached)} of {len(targeted)})"
     )
 
@@ -117,8 +118,9 @@ def length_text(rows: list[Row]) -> str:
     if steps:
         length = f"{span_text(steps)} {unit}"
     else:  # no epoch finished: what was asked for
-        caps = {run.settings.max_steps for run in runs}
-        length = f"at most {span_text(caps)} {unit} (none finished)" if None not in caps else "full length"
+        caps = [run.settings.max_steps for run in runs]
+        capped = [cap for cap in caps if cap is not None]
+        length = f"at most {span_text(capped)} {unit} (none finished)" if len(capped) == len(caps) else "full length"
     return f"{span_text(run.settings.epochs for run in runs)} epochs of {length}"
 
 
@@ -205,7 +207,7 @@ def row_notes(rows: list[Row]) -> list[str]:
                 f"(more than {NOISY_EPOCH_TIME_CV:.0%}): close other programs or use more repeats before "
                 f"trusting this row"
             )
-        if row.scaling_efficiency is not None:
+        if row.scaling_efficiency is not None and row.speedup is not None:  # an efficiency is a speedup's share
             world = row.settings["world_size"]
             notes.append(
                 f"{row.label}: scaling efficiency {row.scaling_efficiency:.0%}: {world} processes gave "
