@@ -31,7 +31,8 @@ from devicebench.errors import DevicebenchError
 from devicebench.files import check_outputs, database_files, module_sources
 from devicebench.results.prices import Prices, parse_prices
 from devicebench.results.schema import LARGEST_WHOLE_NUMBER
-from devicebench.results.store import Store, StoreError, default_db_path
+from devicebench.results.store import Store, default_db_path
+from devicebench.results.store_errors import StoreError
 from devicebench.version import __version__
 
 if TYPE_CHECKING:
