@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from devicebench.report.text import device_kind, span_text, steps_label, swept_value
-from devicebench.results.compare import SPEED_SETTINGS, Row
+from devicebench.results.compare import Row
+from devicebench.results.speed_settings import SPEED_SETTINGS
 from devicebench.results.stats import Spread
 from devicebench.workloads import Published
 

@@ -24,7 +24,19 @@ import psutil
 
 from devicebench.files import DB_VARIABLE, user_folder
 from devicebench.results import migrations, store_errors
-from devicebench.results.rows import (
+from devicebench.results.schema import EpochRecord, Result, RunRecord
+from devicebench.results.store_errors import (
+    DAMAGED,
+    WHAT_TO_DO,
+    StoreError,
+    UnreadableRun,
+    cannot_be_written,
+    explain,
+    file_identity,
+    refuse_if_not_a_file,
+    refuse_if_not_sqlite,
+)
+from devicebench.results.store_rows import (
     EPOCH_COLUMNS,
     INSERT_EPOCH,
     INSERT_RUN,
@@ -37,18 +49,6 @@ from devicebench.results.rows import (
     run_row,
     same_value,
     session_row,
-)
-from devicebench.results.schema import EpochRecord, Result, RunRecord
-from devicebench.results.store_errors import (
-    DAMAGED,
-    WHAT_TO_DO,
-    StoreError,
-    UnreadableRun,
-    cannot_be_written,
-    explain,
-    file_identity,
-    refuse_if_not_a_file,
-    refuse_if_not_sqlite,
 )
 
 DB_ENVIRONMENT_VARIABLE = DB_VARIABLE

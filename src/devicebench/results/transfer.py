@@ -20,7 +20,6 @@ from typing import IO, Any
 
 from devicebench.errors import DevicebenchError
 from devicebench.files import UnusableFile, require_regular_file
-from devicebench.results.rows import EPOCH_COLUMNS, LIST_EPOCH_COLUMNS, json_or_none
 from devicebench.results.schema import (
     READABLE_SCHEMA_VERSIONS,
     SCHEMA_VERSION,
@@ -32,6 +31,7 @@ from devicebench.results.schema import (
     finite_or_none,
     write_atomically,
 )
+from devicebench.results.store_rows import EPOCH_COLUMNS, LIST_EPOCH_COLUMNS, json_or_none
 
 EXPORT_KIND = "devicebench-export"
 FINISHED_STATUSES = tuple(status for status in typing.get_args(RunStatus) if status != "running")

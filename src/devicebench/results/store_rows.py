@@ -1,7 +1,7 @@
 """How the results database's rows are made from a `Result` and read back into one: the columns, the statements
 that insert them, and the assembly that checks every field of what was read.
 
-    python -c "from devicebench.results.rows import RUN_COLUMNS; print(len(RUN_COLUMNS))"
+    python -c "from devicebench.results.store_rows import RUN_COLUMNS; print(len(RUN_COLUMNS))"
 """
 
 from __future__ import annotations
