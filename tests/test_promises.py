@@ -32,8 +32,9 @@ from http_fixtures import serving
 from typer.testing import CliRunner
 
 from devicebench.cli import EXIT_USAGE, app
-from devicebench.data import download
-from devicebench.data.download import DataUnavailable, HttpsOnlyRedirects, InsecureRedirect, RemoteFile
+from devicebench.data import connection, download
+from devicebench.data.connection import HttpsOnlyRedirects, InsecureRedirect
+from devicebench.data.download import DataUnavailable, RemoteFile
 from devicebench.results import migrations, schema, store_errors
 from devicebench.results import store as store_module
 from devicebench.results.store import Store
@@ -418,7 +419,7 @@ def test_6_a_download_redirected_from_https_to_http_is_refused(tmp_path, monkeyp
     import hashlib
 
     _Redirecting.requested = []
-    monkeypatch.setattr(download, "_OPENER", urllib.request.build_opener(HttpsOnlyRedirects, _PlainHttps))
+    monkeypatch.setattr(connection, "OPENER", urllib.request.build_opener(HttpsOnlyRedirects, _PlainHttps))
     with serving(_Redirecting) as base_url:
         url = base_url.replace("http://", "https://", 1) + "start"
         remote = RemoteFile("data.bin", urls=(url,), checksum=f"sha256:{hashlib.sha256(_Redirecting.body).hexdigest()}")

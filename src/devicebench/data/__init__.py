@@ -25,6 +25,7 @@ from devicebench.data.images import (
     read_image_folder,
     read_pet_images,
 )
+from devicebench.data.imdb import read_imdb
 from devicebench.data.sequences import synthetic_sequences
 from devicebench.data.sources import (
     DatasetSpec,
@@ -41,7 +42,6 @@ from devicebench.data.tables import TableDataset, read_covertype, synthetic_tabl
 from devicebench.data.text import (
     TokenDataset,
     is_text_folder,
-    read_imdb,
     read_text_folder,
     synthetic_text,
 )
