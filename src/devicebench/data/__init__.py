@@ -38,7 +38,7 @@ from devicebench.data.sources import (
     megabytes,
 )
 from devicebench.data.synthetic import synthetic_dataset
-from devicebench.data.tables import TableDataset, read_covertype, synthetic_table
+from devicebench.data.tabular import TableDataset, read_covertype, synthetic_table
 from devicebench.data.text import (
     TokenDataset,
     is_text_folder,

@@ -276,7 +276,7 @@ DATASETS: dict[str, DatasetSpec] = {
         ),
         image_shape=None,
         num_classes=7,  # cover types 1-7, stored as 0-6
-        train_size=464_809,  # 80% of the 581,012 rows, chosen by a fixed hash of the line number (data/tables.py)
+        train_size=464_809,  # 80% of the 581,012 rows, chosen by a fixed hash of the line number (data/tabular.py)
         test_size=116_203,
         kind="table",
         features=54,  # 10 measurements, 4 wilderness areas and 40 soil types (one-hot)
