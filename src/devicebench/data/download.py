@@ -52,6 +52,8 @@ T = TypeVar("T")
 class DataUnavailable(RuntimeError):
     """No URL gave a file that verifies; the message says what each URL answered and where to put the file."""
 
+    folder: Path | None  # where the file was looked for; None where no file was (RealDataUnreadable)
+
     def __init__(self, filename: str, folder: Path, failures: list[tuple[str, str]], checksum: str) -> None:
         self.filename = filename
         self.folder = folder
@@ -64,7 +66,7 @@ class DataUnavailable(RuntimeError):
             f"(that is, {folder / filename}); it must match {checksum}."
         )
 
-    def __reduce__(self) -> tuple[type[DataUnavailable], tuple[str, Path, list[tuple[str, str]], str]]:
+    def __reduce__(self) -> tuple[type[DataUnavailable], tuple[Any, ...]]:
         # rebuilt from our own arguments, so the error survives crossing a process boundary (DataLoader workers, DDP)
         return (DataUnavailable, (self.filename, self.folder, list(self.failures), self.checksum))
 

@@ -45,7 +45,7 @@ class RealDataUnreadable(DataUnavailable):
             f"synthetic data of the same shapes: use --data synthetic (or auto)",
         )
 
-    def __reduce__(self) -> tuple[type[RealDataUnreadable], tuple[str, str]]:  # type: ignore[override]
+    def __reduce__(self) -> tuple[type[RealDataUnreadable], tuple[str, str]]:
         return (RealDataUnreadable, (self.title, self.needs))
 
     @property
@@ -62,7 +62,9 @@ class NotDownloadable(DataUnavailable):
         self.title, self.how = title, how
         self.filename, self.folder, self.failures, self.checksum = title, folder, (), ""
 
-    def __reduce__(self) -> tuple[type[NotDownloadable], tuple[str, Path, str]]:  # see DataUnavailable.__reduce__
+    def __reduce__(
+        self,
+    ) -> tuple[type[NotDownloadable], tuple[str, Path | None, str]]:  # see DataUnavailable.__reduce__
         return (NotDownloadable, (self.title, self.folder, self.how))
 
 

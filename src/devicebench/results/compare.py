@@ -139,7 +139,7 @@ class Row:
         known: a mean of 70% may be one idle GPU among busy ones."""
         return _spread_or_none(
             [
-                min(e.rank_device_utilization_percent)
+                min(value for value in e.rank_device_utilization_percent if value is not None)
                 for e in self.steady_epochs
                 if e.rank_device_utilization_percent and None not in e.rank_device_utilization_percent
             ]
@@ -163,6 +163,7 @@ class Row:
         where there is none, or where `scaling_note` says why it would not be a fair one."""
         if not self._scales_against_one_process or self.scaling_note:
             return None
+        assert self.speedup is not None  # _scales_against_one_process holds only for a row with a speedup
         return self.speedup.ratio / self.settings["world_size"]
 
     @property
@@ -171,6 +172,7 @@ class Row:
         of different lengths, or an interrupted run on either side (taken in other conditions, cut short)."""
         if not self._scales_against_one_process:
             return ""
+        assert self.baseline is not None  # _scales_against_one_process holds only for a row with a baseline
         reasons = []
         own_steps, baseline_steps = self.settings["max_steps"], self.baseline.settings["max_steps"]
         if own_steps != baseline_steps:
@@ -224,10 +226,10 @@ class Row:
         global rate, so it is taken against one peak per process."""
         return _spread_or_none(
             [
-                run.flops_per_sample * epoch.samples_per_s / TERA / (calibrated_peak(run) * run.settings.world_size)
+                run.flops_per_sample * epoch.samples_per_s / TERA / (peak * run.settings.world_size)
                 for run in self.runs
                 for epoch in run.steady_epochs
-                if run.flops_per_sample is not None and calibrated_peak(run)
+                if run.flops_per_sample is not None and (peak := calibrated_peak(run))
             ]
         )  # a peak no device
         # reaches would read 0% (results/plausibility: implausible-peak)
