@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import subprocess
+import sys
 
 import fakes
 import pytest
@@ -207,3 +210,27 @@ def test_a_nan_loss_marks_the_row_diverged_at_its_step_and_exits_0(tmp_path, mon
     assert "repeat 1: diverged: loss became nan at step 5 (epoch 2)" in " ".join(result.stdout.split())
     run = json.loads(output.read_text())["runs"][0]
     assert run["status"] == "diverged" and run["diverged_at_step"] == 5 and len(run["epochs"]) == 2
+
+
+def test_the_command_needs_no_click_package_beside_a_typer_that_carries_its_own(tmp_path):
+    """typer 0.29 carries its own click (typer._click) and installs no click package: with none to import, the
+    listing, a command and a refused value answer as always."""
+    if importlib.util.find_spec("typer._click") is None:
+        pytest.skip("this typer runs on the click package")
+    script = (
+        "import sys; sys.modules['click'] = None  # from now on `import click` raises ImportError\n"
+        "from devicebench.__main__ import main; main()"
+    )
+
+    def devicebench(*arguments: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", script, *arguments], capture_output=True, text=True, timeout=120)
+
+    listed = devicebench("--help")
+    assert listed.returncode == 0, listed.stderr
+    assert "history" in listed.stdout and "Delete stored runs by id" in listed.stdout
+    database = tmp_path / "results.sqlite"
+    history = devicebench("history", "--db", str(database))
+    assert history.returncode == 0, history.stderr
+    refused = devicebench("history", "--db", str(database), "--last", "0")
+    assert refused.returncode == EXIT_USAGE, refused.stderr
+    assert "0 is no count of runs" in refused.stderr

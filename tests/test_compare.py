@@ -10,8 +10,9 @@ from result_fixtures import machine, run, session, tuned
 from devicebench.engine.tuning_choices import Tuning
 from devicebench.report.tables import comparison_text
 from devicebench.report.text import row_notes, speedup_text
-from devicebench.results.compare import TUNED_CHOICES, Row, compare, setting_text, tuned_gains
+from devicebench.results.compare import Row, compare, tuned_gains
 from devicebench.results.prices import Prices
+from devicebench.results.speed_settings import TUNED_CHOICES, setting_text
 from devicebench.results.stats import speedup
 
 LAPTOP, SERVER = machine("laptop", "aaaa1111"), machine("server", "bbbb2222")

@@ -68,3 +68,9 @@ def test_nearest_class_mean_classifier_learns_it_far_above_chance(name):
     accuracy = (squared_distances.argmin(axis=1) == dataset.test_labels).mean()
     chance = 1 / dataset.num_classes
     assert accuracy > 0.9, f"{name}: accuracy {accuracy:.3f} vs chance {chance:.3f}"
+
+
+def test_synthetic_images_of_a_dataset_that_holds_none_are_refused_with_what_to_give():
+    with pytest.raises(ValueError, match=r"synthetic imdb: .* holds no images; give image_shape"):
+        synthetic_dataset("imdb")
+    assert synthetic_dataset("imdb", image_shape=(1, 4, 4), train_size=2, test_size=1).image_shape == (1, 4, 4)

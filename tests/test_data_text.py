@@ -20,12 +20,12 @@ import torch
 
 from devicebench.data.download import RemoteFile, fetch
 from devicebench.data.formats import DataFormatError
+from devicebench.data.imdb import read_imdb
 from devicebench.data.text import (
     TokenDataset,
     build_vocabulary,
     encode,
     is_text_folder,
-    read_imdb,
     read_text_folder,
     synthetic_text,
     tokenize,

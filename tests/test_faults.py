@@ -31,8 +31,9 @@ from devicebench.cli import EXIT_FAILED_RUN, app
 from devicebench.data import DataUnavailable, download
 from devicebench.data.download import RemoteFile, fetch
 from devicebench.recording import StoreReporter
-from devicebench.results import store as store_module
-from devicebench.results.store import Store, StoreError
+from devicebench.results import store_errors
+from devicebench.results.store import Store
+from devicebench.results.store_errors import StoreError
 
 BODY = np.random.default_rng(9).integers(0, 256, size=3 * 2**20 + 77, dtype=np.uint8).tobytes()  # 3 MiB: 4 reads
 NAME = "payload.bin"
@@ -456,7 +457,7 @@ def test_a_folder_given_as_the_database_is_named_as_a_folder(tmp_path):
 @pytest.fixture
 def locked(stored, monkeypatch) -> Iterator[sqlite3.Connection]:
     """The stored database with another process's write lock on it, and a busy timeout short enough for a test."""
-    monkeypatch.setattr(store_module, "BUSY_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(store_errors, "BUSY_TIMEOUT_S", 0.2)
     path, _ = stored
     holder = sqlite3.connect(path, isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")
@@ -491,7 +492,7 @@ def test_a_run_whose_database_is_locked_while_it_trains_trains_on_and_says_it_co
     process once training has begun stops the storing, never the training."""
     path, before = stored
     finished = make_result("laptop", [make_run(workload="cifar100-mlp")])
-    monkeypatch.setattr(store_module, "BUSY_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(store_errors, "BUSY_TIMEOUT_S", 0.2)
     locked = sqlite3.connect(path, isolation_level=None)
 
     def run(plan, reporter, *, save_to=None, spent_before_s=0.0):  # runner.run's events, without real training

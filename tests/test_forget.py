@@ -51,7 +51,7 @@ def stored(path: Path) -> tuple[list[str], list[str], int]:
 @pytest.fixture
 def terminal(monkeypatch):
     """Input from a terminal, whose answers the test types."""
-    monkeypatch.setattr("devicebench.cli.input_is_terminal", lambda: True)
+    monkeypatch.setattr("devicebench.cli.options.input_is_terminal", lambda: True)
 
 
 def test_yes_deletes_the_runs_their_epochs_and_the_session_left_empty(database, terminal, tmp_path):

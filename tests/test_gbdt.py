@@ -22,7 +22,7 @@ from devicebench import runner
 from devicebench.config import ConfigError, RunConfig
 from devicebench.data.formats import DataFormatError
 from devicebench.data.sources import dataset_spec
-from devicebench.data.tables import (
+from devicebench.data.tabular import (
     TableDataset,
     covertype_split,
     read_covertype,

@@ -38,7 +38,8 @@ from devicebench.report.tensorboard import TensorBoardUnavailable
 from devicebench.reproduce import ReproduceError
 from devicebench.results.datasheets import TargetError
 from devicebench.results.prices import PriceError
-from devicebench.results.store import Store, StoreError
+from devicebench.results.store import Store
+from devicebench.results.store_errors import StoreError
 from devicebench.results.transfer import ResultsFileError
 
 cli = CliRunner()

@@ -38,7 +38,7 @@ from devicebench.data.formats import (
     read_release,
 )
 from devicebench.data.images import decode_image, read_image_folder
-from devicebench.data.text import read_imdb
+from devicebench.data.imdb import read_imdb
 from devicebench.results.schema import Result
 
 cli = CliRunner()

@@ -23,7 +23,8 @@ from typer.testing import CliRunner
 from devicebench.cli import EXIT_USAGE, app
 from devicebench.engine.calibration_files import calibration_path
 from devicebench.environment import machine_fingerprint
-from devicebench.results.store import Store, StoreError
+from devicebench.results.store import Store
+from devicebench.results.store_errors import StoreError
 from devicebench.results.transfer import export_document
 
 cli = CliRunner()

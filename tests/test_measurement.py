@@ -38,8 +38,9 @@ from devicebench.engine.timing import Stopwatch
 from devicebench.events import RunReporter
 from devicebench.host import BYTES_PER_MIB
 from devicebench.report.tables import comparison_text
-from devicebench.results.compare import SPEED_SETTINGS, compare, setting_text
+from devicebench.results.compare import compare
 from devicebench.results.schema import EpochRecord, RunRecord, RunSettings, RunSummary
+from devicebench.results.speed_settings import SPEED_SETTINGS, setting_text
 
 CPU = torch.device("cpu")
 BOX = machine("box", "m1")

@@ -32,8 +32,10 @@ from http_fixtures import serving
 from typer.testing import CliRunner
 
 from devicebench.cli import EXIT_USAGE, app
-from devicebench.data import download
-from devicebench.data.download import DataUnavailable, HttpsOnlyRedirects, InsecureRedirect, RemoteFile
+from devicebench.data import connection, download
+from devicebench.data.connection import HttpsOnlyRedirects, InsecureRedirect
+from devicebench.data.download import DataUnavailable, RemoteFile
+from devicebench.results import migrations, schema, store_errors
 from devicebench.results import store as store_module
 from devicebench.results.store import Store
 from devicebench.results.transfer import printable
@@ -229,8 +231,8 @@ def test_3_commands_that_only_read_work_on_a_database_in_a_read_only_folder(shar
 def test_3_a_read_only_database_that_needs_an_upgrade_says_so(tmp_path, monkeypatch):
     path = tmp_path / "old.sqlite"
     database = sqlite3.connect(path)
-    store_module._create_tables(database)
-    database.execute(f"PRAGMA application_id = {store_module.APPLICATION_ID}")
+    migrations._create_tables(database)
+    database.execute(f"PRAGMA application_id = {migrations.APPLICATION_ID}")
     database.execute("PRAGMA user_version = 1")
     database.commit()
     database.close()
@@ -246,7 +248,7 @@ def test_3_a_read_only_database_that_needs_an_upgrade_says_so(tmp_path, monkeypa
     result = cli.invoke(app, ["history", "--db", str(path)])
     assert result.exit_code == EXIT_USAGE, result.output
     assert (
-        f"{path} holds schema 1 and must be upgraded to schema {len(store_module.MIGRATIONS)} before this "
+        f"{path} holds schema 1 and must be upgraded to schema {len(migrations.MIGRATIONS)} before this "
         "devicebench can read it, but it cannot be written (it or its folder is read-only). To go on, make them "
         "writable and run the command again"
     ) in unwrapped(result.output)
@@ -254,7 +256,7 @@ def test_3_a_read_only_database_that_needs_an_upgrade_says_so(tmp_path, monkeypa
 
 
 def test_3_a_run_whose_database_stays_locked_is_refused_before_training(two_machines, monkeypatch):
-    monkeypatch.setattr(store_module, "BUSY_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(store_errors, "BUSY_TIMEOUT_S", 0.2)
     monkeypatch.setattr("devicebench.runner.run", lambda *a, **k: pytest.fail("training started"))
     holder = sqlite3.connect(two_machines, isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")
@@ -306,7 +308,7 @@ def test_4_a_live_run_is_judged_only_from_its_own_pid_namespace(tmp_path, make_r
 
 
 def test_4_the_namespace_is_recorded_by_schema_10(tmp_path, make_result, make_run):
-    assert store_module.MIGRATIONS[9] is store_module._add_process_namespace
+    assert migrations.MIGRATIONS[9] is migrations._add_process_namespace
     path = tmp_path / "results.sqlite"
     session = make_result("laptop", [])
     with Store(path) as store:
@@ -338,7 +340,7 @@ def test_5_an_imported_machine_name_reaches_the_terminal_without_them(tmp_path, 
     exported = tmp_path / "laptop.json"
     exported.write_text(
         json.dumps(
-            {"schema_version": store_module.SCHEMA_VERSION, "kind": "devicebench-export", "results": [result.to_dict()]}
+            {"schema_version": schema.SCHEMA_VERSION, "kind": "devicebench-export", "results": [result.to_dict()]}
         )
     )
     database = tmp_path / "results.sqlite"
@@ -417,7 +419,7 @@ def test_6_a_download_redirected_from_https_to_http_is_refused(tmp_path, monkeyp
     import hashlib
 
     _Redirecting.requested = []
-    monkeypatch.setattr(download, "_OPENER", urllib.request.build_opener(HttpsOnlyRedirects, _PlainHttps))
+    monkeypatch.setattr(connection, "OPENER", urllib.request.build_opener(HttpsOnlyRedirects, _PlainHttps))
     with serving(_Redirecting) as base_url:
         url = base_url.replace("http://", "https://", 1) + "start"
         remote = RemoteFile("data.bin", urls=(url,), checksum=f"sha256:{hashlib.sha256(_Redirecting.body).hexdigest()}")

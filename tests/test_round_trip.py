@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from devicebench.results.schema import NO_BATCHES
-from devicebench.results.store import Store, UnreadableRun
+from devicebench.results.store import Store
+from devicebench.results.store_errors import UnreadableRun
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 BRIEFLY = ["--devices", "cpu", "--epochs", "2", "--max-steps", "2", "--max-eval-steps", "1", "--quiet"]

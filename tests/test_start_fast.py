@@ -1,5 +1,5 @@
 """The commands that train nothing start at once: each runs in a fresh process without importing torch, which takes
-seconds. `devicebench --help` lists every command without importing its module (devicebench.cli.COMMANDS), and the
+seconds. `devicebench --help` lists every command without importing its module (devicebench.cli.app.COMMANDS), and the
 line it lists each with is the first paragraph of the command's own help. (benchmarks/start_time.py times them.)
 
     python -m pytest tests/test_start_fast.py -q

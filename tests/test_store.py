@@ -23,14 +23,12 @@ import pytest
 from devicebench import planning, runner
 from devicebench.config import RunConfig
 from devicebench.recording import StoreReporter
+from devicebench.results import migrations
 from devicebench.results import store as store_module
+from devicebench.results.migrations import APPLICATION_ID
 from devicebench.results.schema import Result
-from devicebench.results.store import (
-    APPLICATION_ID,
-    Store,
-    StoreError,
-    default_db_path,
-)
+from devicebench.results.store import Store, default_db_path
+from devicebench.results.store_errors import StoreError
 from devicebench.results.transfer import read_results_file, write_json_export
 
 TINY = dict(devices="cpu", data="synthetic", epochs=2, max_steps=2, max_eval_steps=1)
@@ -251,7 +249,7 @@ def test_a_new_database_is_versioned_marked_as_ours_and_in_wal_mode(tmp_path):
     path = tmp_path / "deep" / "folder" / "results.sqlite"  # missing folders are made
     Store(path).close()
     database = sqlite3.connect(path)
-    assert database.execute("PRAGMA user_version").fetchone() == (len(store_module.MIGRATIONS),)
+    assert database.execute("PRAGMA user_version").fetchone() == (len(migrations.MIGRATIONS),)
     assert database.execute("PRAGMA application_id").fetchone() == (APPLICATION_ID,)
     assert database.execute("PRAGMA journal_mode").fetchone() == ("wal",)
 
@@ -273,11 +271,11 @@ def _broken_migration(connection: sqlite3.Connection) -> None:
 
 def test_a_new_migration_upgrades_the_file_and_keeps_the_data(tmp_path, make_result, make_run, monkeypatch):
     path = tmp_path / "results.sqlite"
-    current = len(store_module.MIGRATIONS)
+    current = len(migrations.MIGRATIONS)
     with Store(path) as store:
         store.import_result(make_result("laptop", [make_run(), make_run(device="cuda:0")]))
         before = [result.to_dict() for result in store.results()]
-    monkeypatch.setattr(store_module, "MIGRATIONS", [*store_module.MIGRATIONS, _add_note_column])
+    monkeypatch.setattr(migrations, "MIGRATIONS", [*migrations.MIGRATIONS, _add_note_column])
     with Store(path) as store:
         assert [result.to_dict() for result in store.results()] == before
     database = sqlite3.connect(path)
@@ -287,10 +285,10 @@ def test_a_new_migration_upgrades_the_file_and_keeps_the_data(tmp_path, make_res
 
 def test_a_failed_migration_rolls_back_every_step_of_it(tmp_path, make_result, make_run, monkeypatch):
     path = tmp_path / "results.sqlite"
-    current = len(store_module.MIGRATIONS)
+    current = len(migrations.MIGRATIONS)
     with Store(path) as store:
         store.import_result(make_result("laptop", [make_run()]))
-    monkeypatch.setattr(store_module, "MIGRATIONS", [*store_module.MIGRATIONS, _add_note_column, _broken_migration])
+    monkeypatch.setattr(migrations, "MIGRATIONS", [*migrations.MIGRATIONS, _add_note_column, _broken_migration])
     with pytest.raises(StoreError, match=f"could not upgrade .* to schema {current + 2} .*disk I/O error.* unchanged"):
         Store(path)
     database = sqlite3.connect(path)
@@ -303,7 +301,7 @@ def test_a_database_from_a_newer_devicebench_is_refused_untouched(tmp_path, make
     path = tmp_path / "results.sqlite"
     with Store(path) as store:
         store.import_result(make_result("laptop", [make_run()]))
-    newer = len(store_module.MIGRATIONS) + 1
+    newer = len(migrations.MIGRATIONS) + 1
     database = sqlite3.connect(path)
     database.execute(f"PRAGMA user_version = {newer}")
     database.close()  # the last connection out moves everything from the WAL into the file itself
@@ -466,7 +464,7 @@ def test_ctrl_c_during_a_real_run_keeps_every_finished_epoch_and_marks_the_run_i
 def _schema_1_file(path: Path) -> None:
     """A results file as devicebench's first schema wrote it: its tables, one session, one run, two epochs."""
     database = sqlite3.connect(path)
-    store_module._create_tables(database)
+    migrations._create_tables(database)
     database.execute(f"PRAGMA application_id = {APPLICATION_ID}")
     database.execute("PRAGMA user_version = 1")
     machine = {"machine_id": "aaaa1111", "machine_name": "laptop", "hostname": "laptop-host"}
@@ -511,7 +509,7 @@ def test_a_schema_1_file_upgrades_and_keeps_its_data(tmp_path):
     assert run.epochs[1].process_cpu_percent is None and run.monitor_note is None  # unknown before schema 3
     assert run.summary().steady_samples_per_s == 250.0
     database = sqlite3.connect(path)
-    assert database.execute("PRAGMA user_version").fetchone() == (len(store_module.MIGRATIONS),)
+    assert database.execute("PRAGMA user_version").fetchone() == (len(migrations.MIGRATIONS),)
     assert database.execute("SELECT COUNT(*) FROM live_runs").fetchone() == (0,)
 
 

@@ -13,7 +13,8 @@ from typing import Any
 
 from devicebench.events import RunReporter
 from devicebench.results.schema import EpochRecord, Result, RunRecord
-from devicebench.results.store import Store, StoreError
+from devicebench.results.store import Store
+from devicebench.results.store_errors import StoreError
 
 
 class StoreReporter(RunReporter):

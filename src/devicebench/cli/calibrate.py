@@ -6,10 +6,12 @@ devicebench calibrate --devices cpu
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.status import Status
 from rich.table import Table
 from rich.text import Text
 
@@ -92,7 +94,7 @@ def calibrate(
                     measure_ceilings(
                         device,
                         plan=QUICK_PLAN if quick else default_plan(device),
-                        progress=lambda step, device=device: status.update(f"Calibrating {device}: {step}"),
+                        progress=_shown_on(status, f"Calibrating {device}"),
                     )
                 )
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP (devicebench.stopping): the devices finished are kept
@@ -189,3 +191,8 @@ def _store(fingerprint: dict, measured: list[DeviceCeilings]) -> Path:
             f"could not store the calibration ({error}); set DEVICEBENCH_CALIBRATION_DIR to a writable folder",
             EXIT_FAILED_RUN,
         ) from None
+
+
+def _shown_on(status: Status, doing: str) -> Callable[[str], None]:
+    """What shows each step of `doing` on the status line."""
+    return lambda step: status.update(f"{doing}: {step}")

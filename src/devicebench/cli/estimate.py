@@ -206,7 +206,7 @@ def estimate(
                 fitted,
                 prices,
                 mode=mode,
-                precision=precision,
+                precision=next((known for known in PRECISIONS if known == precision), None),  # checked above
                 host_cores=_host_cores(estimable, host, host_cores),
                 level=level,
             )

@@ -34,7 +34,7 @@ def predict_command(
     Exit status: 0 every image classified, 1 some could not be read, 2 the model file is unusable.
     """
     checkpoint = load_checkpoint(model)
-    predictions = predict(checkpoint, images)
+    predictions = predict(checkpoint, [*images])  # a list of its own, typed as predict takes it
     if as_json:
         console.print_json(json.dumps([dataclasses.asdict(prediction) for prediction in predictions]))
     else:
@@ -50,7 +50,7 @@ def predict_command(
         for column in ("Image", "Class", "Probability"):
             table.add_column(column, justify="right" if column == "Probability" else "left")
         for prediction in predictions:
-            if prediction.error is None:
+            if prediction.error is None and prediction.class_name is not None:  # a prediction without error names one
                 table.add_row(escape(prediction.path), escape(prediction.class_name), f"{prediction.probability:.1%}")
         console.print(fitted(table))
     for prediction in predictions:

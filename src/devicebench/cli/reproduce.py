@@ -112,9 +112,9 @@ def reproduce(
     measured = reproductions(rows)
     if measured:
         console.print(reproduction_table(measured))
-    for entry in measured:
-        if entry.outlook is not None:
-            console.print(Text(entry.outlook))  # Text: a hardware name is no markup
+    for reproduction in measured:
+        if reproduction.outlook is not None:
+            console.print(Text(reproduction.outlook))  # Text: a hardware name is no markup
     for comparison in record_comparisons(rows, every_row=every_row):
         console.print(record_table(comparison))
     exit_for(outcome)

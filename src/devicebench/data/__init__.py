@@ -25,6 +25,7 @@ from devicebench.data.images import (
     read_image_folder,
     read_pet_images,
 )
+from devicebench.data.imdb import read_imdb
 from devicebench.data.sequences import synthetic_sequences
 from devicebench.data.sources import (
     DatasetSpec,
@@ -37,11 +38,10 @@ from devicebench.data.sources import (
     megabytes,
 )
 from devicebench.data.synthetic import synthetic_dataset
-from devicebench.data.tables import TableDataset, read_covertype, synthetic_table
+from devicebench.data.tabular import TableDataset, read_covertype, synthetic_table
 from devicebench.data.text import (
     TokenDataset,
     is_text_folder,
-    read_imdb,
     read_text_folder,
     synthetic_text,
 )
@@ -120,9 +120,9 @@ def load_dataset(
         )
         warnings.warn(reason, stacklevel=2)
         return dataclasses.replace(stand_in, fallback_reason=reason)
-    reason = _not_downloaded(spec, data_dir, largest_download_bytes)
-    if reason is not None:
-        return dataclasses.replace(_synthetic(spec, seed, shape), fallback_reason=reason)
+    missing = _not_downloaded(spec, data_dir, largest_download_bytes)
+    if missing is not None:
+        return dataclasses.replace(_synthetic(spec, seed, shape), fallback_reason=missing)
     try:
         return _load_real(spec.name, data_dir, shape, progress=progress, timeout_s=timeout_s)
     except DataUnavailable as error:
@@ -206,12 +206,13 @@ def real_data_missing(name: str, data_dir: str | Path | None) -> str | None:
     return str(NotDownloadable(spec.title, dataset_folder(name, data_dir), spec.not_downloadable))
 
 
-def _synthetic(spec: DatasetSpec, seed: int, shape: dict[str, Any]) -> Dataset:
+def _synthetic(spec: DatasetSpec, seed: int, shape: dict[str, Any]) -> ArrayDataset | TokenDataset | TableDataset:
     if spec.kind == "text":
         return synthetic_text(spec.name, seed=seed, **shape)
     if spec.kind == "sequences":
         return synthetic_sequences(spec.name, seed=seed, **shape)
     if spec.kind == "table":
+        assert spec.features is not None  # every table's spec names its features
         return synthetic_table(
             spec.name,
             seed=seed,
@@ -232,7 +233,7 @@ def _is_own_folder(spec: DatasetSpec, data_dir: str | Path | None) -> bool:
 
 def _own_folder(spec: DatasetSpec, data_dir: str | Path | None, shape: dict[str, Any]) -> Dataset | None:
     """The user's own images or texts in `data_dir`, when it is laid out as such a folder."""
-    if not _is_own_folder(spec, data_dir):
+    if data_dir is None or not _is_own_folder(spec, data_dir):
         return None
     return read_image_folder(data_dir) if spec.kind == "images" else read_text_folder(data_dir, **shape)
 

@@ -46,7 +46,7 @@ class ArrayDataset:
 
     @property
     def image_shape(self) -> tuple[int, int, int]:
-        return tuple(self.train_images.shape[1:])  # type: ignore[return-value]
+        return tuple(self.train_images.shape[1:])
 
     def __repr__(self) -> str:
         return (

@@ -18,16 +18,14 @@ import hashlib
 import http.client
 import math
 import os
-import socket
 import stat
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
@@ -36,6 +34,8 @@ from typing import Any, TypeVar
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
+from devicebench.data import connection
+from devicebench.data.connection import Deadline, InsecureRedirect, describe_network_error
 from devicebench.files import DATA_VARIABLE, UnusableFile, require_regular_file
 
 CHUNK_BYTES = 1 << 20  # 1 MiB per read: small enough for a smooth progress bar, large enough to be cheap
@@ -52,6 +52,8 @@ T = TypeVar("T")
 class DataUnavailable(RuntimeError):
     """No URL gave a file that verifies; the message says what each URL answered and where to put the file."""
 
+    folder: Path | None  # where the file was looked for; None where no file was (RealDataUnreadable)
+
     def __init__(self, filename: str, folder: Path, failures: list[tuple[str, str]], checksum: str) -> None:
         self.filename = filename
         self.folder = folder
@@ -64,7 +66,7 @@ class DataUnavailable(RuntimeError):
             f"(that is, {folder / filename}); it must match {checksum}."
         )
 
-    def __reduce__(self) -> tuple[type[DataUnavailable], tuple[str, Path, list[tuple[str, str]], str]]:
+    def __reduce__(self) -> tuple[type[DataUnavailable], tuple[Any, ...]]:
         # rebuilt from our own arguments, so the error survives crossing a process boundary (DataLoader workers, DDP)
         return (DataUnavailable, (self.filename, self.folder, list(self.failures), self.checksum))
 
@@ -300,7 +302,7 @@ def _download(
     partial = _PartialFile(target.parent, remote)
     interrupted = False
     try:
-        with _progress_bar(enabled=progress) as bar, _Deadline(deadline_s) as deadline:
+        with _progress_bar(enabled=progress) as bar, Deadline(deadline_s) as deadline:
             task = bar.add_task(remote.filename, total=remote.size_bytes, completed=partial.received_bytes)
 
             def show(received_bytes: int, expected_bytes: int | None) -> None:
@@ -329,22 +331,7 @@ def _download(
                 if partial.arrived_bytes == arrived_before or attempt == DOWNLOAD_ATTEMPTS:
                     return (reason if attempt == 1 else f"{reason} (gave up after {attempt} attempts)") + kept
                 time.sleep(RETRY_PAUSE_S)
-        deleted = "; the downloaded file was deleted"
-        if partial.resumed_bytes:
-            deleted += (
-                f" (it continued {partial.resumed_bytes:,} bytes an earlier, interrupted download kept; "
-                "the next fetch starts afresh)"
-            )
-        if remote.size_bytes is not None and partial.received_bytes != remote.size_bytes:
-            problem = f"size mismatch: expected {remote.size_bytes} bytes, received {partial.received_bytes}{deleted}"
-            partial.restart()
-            return problem
-        actual = partial.hasher.hexdigest()
-        if actual != remote.hex_digest:
-            partial.restart()
-            return f"checksum mismatch: expected {remote.checksum}, got {remote.algorithm}:{actual}{deleted}"
-        partial.move_to(target)
-        return None
+        return _verified_into_place(partial, remote, target)
     except KeyboardInterrupt:
         interrupted = True
         raise
@@ -352,8 +339,28 @@ def _download(
         partial.close(keep=interrupted or partial.resumed_bytes > 0)
 
 
+def _verified_into_place(partial: _PartialFile, remote: RemoteFile, target: Path) -> str | None:
+    """Move the downloaded file to `target` if its size and checksum are the release's; else delete it and say why."""
+    deleted = "; the downloaded file was deleted"
+    if partial.resumed_bytes:
+        deleted += (
+            f" (it continued {partial.resumed_bytes:,} bytes an earlier, interrupted download kept; "
+            "the next fetch starts afresh)"
+        )
+    if remote.size_bytes is not None and partial.received_bytes != remote.size_bytes:
+        problem = f"size mismatch: expected {remote.size_bytes} bytes, received {partial.received_bytes}{deleted}"
+        partial.restart()
+        return problem
+    actual = partial.hasher.hexdigest()
+    if actual != remote.hex_digest:
+        partial.restart()
+        return f"checksum mismatch: expected {remote.checksum}, got {remote.algorithm}:{actual}{deleted}"
+    partial.move_to(target)
+    return None
+
+
 def _request(
-    url: str, partial: _PartialFile, *, timeout_s: float, show: Callable[[int, int | None], None], deadline: _Deadline
+    url: str, partial: _PartialFile, *, timeout_s: float, show: Callable[[int, int | None], None], deadline: Deadline
 ) -> str | None:
     """One request for the bytes `partial` still lacks; None once it holds the whole file, else why not. Never more
     than the file's size is read: a server sending more is stopped there (`partial.oversized`)."""
@@ -362,7 +369,7 @@ def _request(
         headers["Range"] = f"bytes={partial.received_bytes}-"  # resume where the last attempt stopped
     expected_bytes = None
     try:
-        with _OPENER.open(urllib.request.Request(url, headers=headers), timeout=timeout_s) as response:
+        with connection.OPENER.open(urllib.request.Request(url, headers=headers), timeout=timeout_s) as response:
             if response.status == HTTPStatus.PARTIAL_CONTENT:
                 sent = response.headers.get("Content-Range", "")
                 if not sent.startswith(f"bytes {partial.received_bytes}-"):
@@ -391,88 +398,13 @@ def _request(
         error.close()  # the error page's body is of no use to us
         return f"HTTP {error.code} {error.reason}"
     except urllib.error.URLError as error:
-        return _describe_network_error(error.reason, timeout_s)
+        return describe_network_error(error.reason, timeout_s)
     except (OSError, http.client.HTTPException, ValueError) as error:  # reset, timeout mid-body, malformed URL
-        return _describe_network_error(error, timeout_s)
+        return describe_network_error(error, timeout_s)
     # http.client returns a short body silently when the server closes early, so count the bytes ourselves
     if expected_bytes is not None and partial.received_bytes < expected_bytes:
         return f"truncated: received {partial.received_bytes} of {expected_bytes} bytes"
     return None
-
-
-class _Deadline:
-    """The time a URL has to deliver a file, attempts included. When it passes, a timer thread (so that no clock is
-    read here: only engine/timing.py reads one) marks it passed and shuts down the connection being read, whose
-    read then ends at once: a server sending a byte now and then, never stalling, cannot outlive it."""
-
-    def __init__(self, seconds: float | None) -> None:
-        self.passed = threading.Event()
-        self._response: Any = None  # the response being read, whose connection the timer shuts down
-        self._lock = threading.Lock()  # so the timer never shuts a connection down as it is closed (its fd reused)
-        self._timer = None if seconds is None else threading.Timer(seconds, self._pass)
-        if self._timer is not None:
-            self._timer.daemon = True
-
-    def __enter__(self) -> _Deadline:
-        if self._timer is not None:
-            self._timer.start()
-        return self
-
-    def __exit__(self, *exception: object) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-
-    @contextlib.contextmanager
-    def watching(self, response: Any) -> Iterator[None]:
-        """Shut `response`'s connection down if the deadline passes while it is read (or has passed already)."""
-        with self._lock:
-            self._response = response
-            if self.passed.is_set():
-                _shut_down(response)
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._response = None
-
-    def _pass(self) -> None:
-        with self._lock:
-            self.passed.set()
-            if self._response is not None:
-                _shut_down(self._response)
-
-
-def _shut_down(response: Any) -> None:
-    """End the connection under `response` both ways: a read blocked on it, in another thread, returns at once."""
-    # suppressed: closed already; the socket is a duplicate of the connection's file descriptor
-    with (
-        contextlib.suppress(OSError, ValueError),
-        socket.fromfd(response.fileno(), socket.AF_INET, socket.SOCK_STREAM) as connection,
-    ):
-        connection.shutdown(socket.SHUT_RDWR)
-
-
-class InsecureRedirect(urllib.error.URLError):
-    """A server sent an HTTPS download on to a URL that is not HTTPS."""
-
-
-class HttpsOnlyRedirects(urllib.request.HTTPRedirectHandler):
-    """Follows a redirect from HTTPS only to HTTPS: the rule is HTTPS only, so that what is downloaded, and whether
-    it is downloaded at all, cannot be changed on the way (the checksum guards the bytes, not the connection)."""
-
-    def redirect_request(
-        self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any, newurl: str
-    ) -> urllib.request.Request | None:
-        if urllib.parse.urlsplit(req.full_url).scheme == "https" and urllib.parse.urlsplit(newurl).scheme != "https":
-            fp.close()
-            raise InsecureRedirect(
-                f"redirected (HTTP {code}) to {newurl}, which is not HTTPS: refused, since "
-                "devicebench downloads over HTTPS only"
-            )
-        return super().redirect_request(req, fp, code, msg, headers, newurl)
-
-
-_OPENER = urllib.request.build_opener(HttpsOnlyRedirects)  # urlopen's opener, with redirects kept on HTTPS
 
 
 def _unwritable(folder: Path, error: OSError) -> str:
@@ -485,16 +417,6 @@ def _unwritable(folder: Path, error: OSError) -> str:
         f"the data folder {folder} cannot be written ({error.strerror or error}); "
         f"choose another with --data-dir or ${DATA_VARIABLE}"
     )
-
-
-def _describe_network_error(error: object, timeout_s: float) -> str:
-    if isinstance(error, TimeoutError):
-        return f"timed out after {timeout_s:g} s"
-    if isinstance(error, ConnectionRefusedError):
-        return "connection refused"
-    if isinstance(error, http.client.IncompleteRead):
-        return f"truncated: connection closed after {len(error.partial)} bytes"
-    return f"{type(error).__name__}: {error}"
 
 
 def _progress_bar(*, enabled: bool) -> Progress:

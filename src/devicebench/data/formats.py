@@ -37,7 +37,7 @@ class Splits(NamedTuple):
 # ---------------------------------------------------------------------------------------------------------------
 
 # The third byte of the magic number names the element type; all multi-byte types are big-endian.
-IDX_ELEMENT_TYPES = {
+IDX_ELEMENT_TYPES: dict[int, np.dtype] = {
     0x08: np.dtype(">u1"),
     0x09: np.dtype(">i1"),
     0x0B: np.dtype(">i2"),

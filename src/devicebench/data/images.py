@@ -305,7 +305,7 @@ def _index_split(
 
 def _image_paths(class_folder: Path) -> list[Path]:
     """Files with an image suffix at any depth under `class_folder`, hidden ones left out, sorted by path."""
-    found = []
+    found: list[Path] = []
     for folder, subfolders, filenames in os.walk(class_folder):
         subfolders[:] = [name for name in subfolders if not name.startswith(".")]  # prunes the walk
         found.extend(

@@ -10,8 +10,9 @@ yours); a Dataset's items are read by a DataLoader, in `workers` processes if as
 
 from __future__ import annotations
 
+from collections.abc import Sized
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -76,6 +77,7 @@ class TensorData:
 
     @property
     def test_size(self) -> int:
+        assert self.y_test is not None  # __post_init__ makes an empty test split where none was given
         return len(self.y_test)
 
     @property
@@ -83,6 +85,7 @@ class TensorData:
         """Classes the labels name, when they are class indices; None for other targets (regression)."""
         if self.y_train.dtype != torch.int64 or self.y_train.dim() != 1:
             return None
+        assert self.y_test is not None  # __post_init__ makes an empty test split where none was given
         return int(torch.cat([self.y_train, self.y_test]).max()) + 1
 
     @property
@@ -122,7 +125,7 @@ class TorchData:
                     f"the {split} Dataset must be map-style, with __len__ and __getitem__ (an "
                     f"IterableDataset cannot be shuffled the same way on every device)"
                 )
-        if len(self.train) == 0:
+        if length(self.train) == 0:
             raise ValueError("the training Dataset holds no samples: there is nothing to train on")
         if self.test is None:
             object.__setattr__(self, "test", Subset(self.train, []))
@@ -135,11 +138,12 @@ class TorchData:
 
     @property
     def train_size(self) -> int:
-        return len(self.train)
+        return length(self.train)
 
     @property
     def test_size(self) -> int:
-        return len(self.test)
+        assert self.test is not None  # __post_init__ makes an empty test split where none was given
+        return length(self.test)
 
     @property
     def origin(self) -> str:
@@ -169,3 +173,8 @@ def as_own_data(value: Any, source: str = "data is") -> OwnData:
             return TensorData(*value)
     kind = type(value).__name__ + (f" of {len(value)}" if isinstance(value, (tuple, list)) else "")
     raise TypeError(f"{source} a {kind}; give {ACCEPTED}")
+
+
+def length(dataset: Dataset) -> int:
+    """The samples in a map-style Dataset: torch's Dataset declares no __len__, which TorchData checks it has."""
+    return len(cast(Sized, dataset))

@@ -32,7 +32,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from devicebench.data.arrays import ArrayDataset
 from devicebench.data.augmentation import Preprocessing, Rescale
 from devicebench.data.images import ImageFiles, ImageFolderDataset, decode_image
-from devicebench.data.own import TensorData, TorchData
+from devicebench.data.own import TensorData, TorchData, length
 from devicebench.data.text import TokenDataset
 
 Batch = tuple[torch.Tensor, torch.Tensor]  # (model inputs, class indices or other targets), on the run's device
@@ -234,7 +234,7 @@ class _OwnItems(Dataset):
         self.dataset = dataset
 
     def __len__(self) -> int:
-        return len(self.dataset)
+        return length(self.dataset)
 
     def __getitem__(self, key: tuple[int, int]) -> Batch:
         return self.dataset[key[1]]
@@ -282,8 +282,8 @@ class LoaderBatches:
         self.batch_size = shard.batch_size if shard else batch_size
         self.workers = workers
         self.device = device
-        self._num_samples = len(items)
-        self._order = _EpochBatches(len(items), self.batch_size, seed, shuffle=training, shard=shard)
+        self._num_samples = length(items)
+        self._order = _EpochBatches(length(items), self.batch_size, seed, shuffle=training, shard=shard)
         self._loader: DataLoader | None = DataLoader(
             items,
             batch_sampler=self._order,
@@ -386,21 +386,38 @@ def batches_for(
     the whole test split.
     """
     if isinstance(dataset, TorchData):  # a user's Dataset: its own __getitem__ makes each sample
+        assert dataset.test is not None  # TorchData makes an empty test split where none was given
         return (
             LoaderBatches(_OwnItems(dataset.train), batch_size, device, workers=workers, seed=seed, shard=shard),
             LoaderBatches(_OwnItems(dataset.test), batch_size, device, workers=workers, training=False),
         )
     if isinstance(dataset, (TokenDataset, TensorData)):  # tensors in memory, nothing random: the fast path
+        train: tuple[np.ndarray | torch.Tensor, np.ndarray | torch.Tensor]
+        test: tuple[np.ndarray | torch.Tensor, np.ndarray | torch.Tensor]
         if isinstance(dataset, TensorData):
+            assert dataset.x_test is not None and dataset.y_test is not None  # made empty where none was given
             train, test = (dataset.x_train, dataset.y_train), (dataset.x_test, dataset.y_test)
         else:
             train, test = (dataset.train_tokens, dataset.train_labels), (dataset.test_tokens, dataset.test_labels)
         return (
             HostBatches(
-                *train, batch_size, device, preprocessing=preprocessing, seed=seed, resident=resident, shard=shard
+                train[0],
+                train[1],
+                batch_size,
+                device,
+                preprocessing=preprocessing,
+                seed=seed,
+                resident=resident,
+                shard=shard,
             ),
-            HostBatches(*test, batch_size, device, preprocessing=preprocessing, shuffle=False, resident=resident),
+            HostBatches(
+                test[0], test[1], batch_size, device, preprocessing=preprocessing, shuffle=False, resident=resident
+            ),
         )
+    # images go only to a model that takes images, which names their shape
+    assert image_shape is not None, f"{dataset.name} holds images but the model takes none"
+    train_images: ArrayImages | FileImages
+    test_images: ArrayImages | FileImages
     if isinstance(dataset, ArrayDataset):
         if dataset.image_shape != tuple(image_shape):
             raise ValueError(

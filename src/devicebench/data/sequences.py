@@ -54,7 +54,7 @@ def check_sequence_request(vocab_size: int, sequence_length: int, task: str, tar
     check_sequence_length(sequence_length)
     if (task == "translation") != (target_length is not None):
         raise ValueError("target_length goes with the translation task, and only with it")
-    if task == "translation" and not 1 <= target_length < sequence_length:
+    if task == "translation" and target_length is not None and not 1 <= target_length < sequence_length:
         raise ValueError(
             f"target_length must leave the source at least one of the {sequence_length} tokens, got {target_length}"
         )
@@ -171,6 +171,7 @@ def _translations(
     sequence_length: int,
     target_length: int | None,
 ) -> tuple[np.ndarray, np.ndarray]:
+    assert target_length is not None  # the translation task always has one (synthetic_sequences checks)
     source_length = sequence_length - target_length
     source = _words(rng, (count, source_length), vocab_size)
     target = dictionary[source[:, np.arange(target_length) % source_length]]  # word by word, the source repeated

@@ -45,7 +45,7 @@ class RealDataUnreadable(DataUnavailable):
             f"synthetic data of the same shapes: use --data synthetic (or auto)",
         )
 
-    def __reduce__(self) -> tuple[type[RealDataUnreadable], tuple[str, str]]:  # type: ignore[override]
+    def __reduce__(self) -> tuple[type[RealDataUnreadable], tuple[str, str]]:
         return (RealDataUnreadable, (self.title, self.needs))
 
     @property
@@ -62,7 +62,9 @@ class NotDownloadable(DataUnavailable):
         self.title, self.how = title, how
         self.filename, self.folder, self.failures, self.checksum = title, folder, (), ""
 
-    def __reduce__(self) -> tuple[type[NotDownloadable], tuple[str, Path, str]]:  # see DataUnavailable.__reduce__
+    def __reduce__(
+        self,
+    ) -> tuple[type[NotDownloadable], tuple[str, Path | None, str]]:  # see DataUnavailable.__reduce__
         return (NotDownloadable, (self.title, self.folder, self.how))
 
 
@@ -276,7 +278,7 @@ DATASETS: dict[str, DatasetSpec] = {
         ),
         image_shape=None,
         num_classes=7,  # cover types 1-7, stored as 0-6
-        train_size=464_809,  # 80% of the 581,012 rows, chosen by a fixed hash of the line number (data/tables.py)
+        train_size=464_809,  # 80% of the 581,012 rows, chosen by a fixed hash of the line number (data/tabular.py)
         test_size=116_203,
         kind="table",
         features=54,  # 10 measurements, 4 wilderness areas and 40 soil types (one-hot)

@@ -44,7 +44,10 @@ def synthetic_dataset(
     # Independent streams, so the test split does not change when only train_size does.
     seeds = np.random.SeedSequence(seed).spawn(3)
     prototype_rng, train_rng, test_rng = (np.random.default_rng(child_seed) for child_seed in seeds)
-    channels, height, width = image_shape or spec.image_shape
+    shape = image_shape or spec.image_shape
+    if shape is None:  # a text, sequence or table dataset
+        raise ValueError(f"synthetic {name}: {spec.title} holds no images; give image_shape")
+    channels, height, width = shape
     blocks_high, blocks_wide = -(-height // PROTOTYPE_BLOCK_PIXELS), -(-width // PROTOTYPE_BLOCK_PIXELS)
     # 0..127; the offset comes with the noise
     coarse = prototype_rng.integers(0, 128, size=(spec.num_classes, channels, blocks_high, blocks_wide), dtype=np.uint8)

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from devicebench.data.tables import TableDataset
+from devicebench.data.tabular import TableDataset
 from devicebench.engine.loop import (
     PROGRESS_UPDATES_PER_EPOCH,
     Reporter,

@@ -28,7 +28,8 @@ from devicebench.report.charts import (
     wrapped_title,
 )
 from devicebench.report.text import device_kind, swept_value
-from devicebench.results.compare import SPEED_SETTINGS, Row
+from devicebench.results.compare import Row
+from devicebench.results.speed_settings import SPEED_SETTINGS
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

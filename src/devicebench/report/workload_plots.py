@@ -30,7 +30,8 @@ from devicebench.report.charts import (
     wrapped_title,
 )
 from devicebench.report.text import device_kind, span_text, steps_label
-from devicebench.results.compare import SPEED_SETTINGS, Row
+from devicebench.results.compare import Row
+from devicebench.results.speed_settings import SPEED_SETTINGS
 from devicebench.results.stats import Speedup, Spread
 from devicebench.workloads import Published
 

@@ -24,49 +24,9 @@ from devicebench.results.plausibility import (
 )
 from devicebench.results.prices import Prices
 from devicebench.results.schema import EpochRecord, Result, RunRecord
+from devicebench.results.speed_settings import SAME_WORK_SETTINGS, SPEED_SETTINGS, TUNED_CHOICES, setting_text
 from devicebench.results.stats import Speedup, Spread, speedup, spread
 
-# Settings that change speed. Runs that differ in any of them form separate rows. max_steps too: a 20-step epoch
-# spends a larger share of its time starting up than a 60-step one, so their rates are not the same measurement.
-# So does every choice tuned mode makes (engine/tuning.py's Tuning): tuned runs that chose differently ran
-# differently, and pooling them would hide which choice gave which speed.
-SPEED_SETTINGS = (
-    "mode",
-    "precision",
-    "batch_size",
-    "batch_size_auto",
-    "data_source",
-    "workers",
-    "overrides",
-    "threads",
-    "tf32_matmul",
-    "tf32_cudnn",
-    "compiled",
-    "channels_last",
-    "fused_optimizer",
-    "cudnn_benchmark",
-    "device_resident",
-    "allocator_keeps_memory",
-    "world_size",
-    "max_steps",
-)
-# Of those, the ones a baseline must share: the work itself. Threads, TF32 and compiling describe how a device ran
-# it. Two exceptions (`_same_work`): in tuned mode each device picks its own precision, and with --batch-size auto
-# its own batch size: the comparison is then each device at its best.
-SAME_WORK_SETTINGS = ("mode", "precision", "batch_size", "batch_size_auto", "data_source", "workers", "overrides")
-# What tuned mode chooses for each run (engine/tuning_choices.Tuning's fields; a test keeps the two the same). They
-# follow from the mode, so a row's label names them only where rows of the same mode chose differently.
-TUNED_CHOICES = (
-    "precision",
-    "channels_last",
-    "fused_optimizer",
-    "compiled",
-    "tf32_matmul",
-    "tf32_cudnn",
-    "cudnn_benchmark",
-    "device_resident",
-    "allocator_keeps_memory",
-)
 DEFAULT_BASELINE = "cpu"
 NOISY_EPOCH_TIME_CV = 0.05  # above this, steady epoch time varies too much across repeats to trust the row
 SECONDS_PER_HOUR = 3600.0
@@ -179,7 +139,7 @@ class Row:
         known: a mean of 70% may be one idle GPU among busy ones."""
         return _spread_or_none(
             [
-                min(e.rank_device_utilization_percent)
+                min(value for value in e.rank_device_utilization_percent if value is not None)
                 for e in self.steady_epochs
                 if e.rank_device_utilization_percent and None not in e.rank_device_utilization_percent
             ]
@@ -203,6 +163,7 @@ class Row:
         where there is none, or where `scaling_note` says why it would not be a fair one."""
         if not self._scales_against_one_process or self.scaling_note:
             return None
+        assert self.speedup is not None  # _scales_against_one_process holds only for a row with a speedup
         return self.speedup.ratio / self.settings["world_size"]
 
     @property
@@ -211,6 +172,7 @@ class Row:
         of different lengths, or an interrupted run on either side (taken in other conditions, cut short)."""
         if not self._scales_against_one_process:
             return ""
+        assert self.baseline is not None  # _scales_against_one_process holds only for a row with a baseline
         reasons = []
         own_steps, baseline_steps = self.settings["max_steps"], self.baseline.settings["max_steps"]
         if own_steps != baseline_steps:
@@ -264,10 +226,10 @@ class Row:
         global rate, so it is taken against one peak per process."""
         return _spread_or_none(
             [
-                run.flops_per_sample * epoch.samples_per_s / TERA / (calibrated_peak(run) * run.settings.world_size)
+                run.flops_per_sample * epoch.samples_per_s / TERA / (peak * run.settings.world_size)
                 for run in self.runs
                 for epoch in run.steady_epochs
-                if run.flops_per_sample is not None and calibrated_peak(run)
+                if run.flops_per_sample is not None and (peak := calibrated_peak(run))
             ]
         )  # a peak no device
         # reaches would read 0% (results/plausibility: implausible-peak)
@@ -411,28 +373,6 @@ def _name_differences(rows: list[Row]) -> None:
 
 def _varies(name: str, rows: list[Row]) -> bool:
     return len({json.dumps(row.settings[name], sort_keys=True) for row in rows}) > 1
-
-
-SWITCH_WORDS = {"batch_size_auto": "auto batch"}  # other switches read as their names, `channels last`
-COUNTED = {"threads": "thread", "workers": "worker", "world_size": "process"}  # `4 threads`, `1 process`
-
-
-def setting_text(name: str, value: Any) -> str:
-    """A setting's value as a row's label gives it: `tuned`, `bf16`, `synthetic`, `batch 64`, `4 threads`,
-    `2 processes`, `25 steps`, `full epochs`, `channels last`, the --set that made it (`learning_rate=0.1`); ""
-    for a switch that is off and for no --set."""
-    if isinstance(value, bool):
-        return SWITCH_WORDS.get(name, name.replace("_", " ")) if value else ""
-    if name == "overrides":
-        return ", ".join(f"{key}={item}" for key, item in value.items())
-    if name == "batch_size":
-        return f"batch {value:,}"
-    if name == "max_steps":
-        return "full epochs" if value is None else f"{value:,} step{'s' if value != 1 else ''}"
-    if name in COUNTED:
-        noun = COUNTED[name]
-        return f"{value:,} {noun}" + ("" if value == 1 else "es" if noun.endswith("s") else "s")
-    return str(value)
 
 
 def _same_work(first: Row, second: Row, apart_from: frozenset[str] = frozenset()) -> bool:

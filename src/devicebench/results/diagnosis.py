@@ -38,7 +38,7 @@ def diagnose(record: RunRecord, cores: int) -> Diagnosis | None:
     epochs = [e for e in (record.steady_epochs or record.epochs) if e.input_wait_s is not None and e.train_time_s > 0]
     if not epochs:
         return None
-    waited = sum(epoch.input_wait_s for epoch in epochs)
+    waited = sum(epoch.input_wait_s for epoch in epochs if epoch.input_wait_s is not None)  # none is, as chosen
     trained = sum(epoch.train_time_s for epoch in epochs)
     share = waited / trained
     busy = [e.device_utilization_percent for e in epochs if e.device_utilization_percent is not None]

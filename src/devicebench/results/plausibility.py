@@ -76,7 +76,7 @@ def peak_doubt(device_name: str, precision: str | None, tflops: float) -> str | 
         return f"{tflops!r} TFLOP/s is not a rate"
     datasheet = datasheet_for(device_name)
     promised = None if datasheet is None or precision is None else datasheet.tflops(precision)
-    if promised is not None and tflops > MOST_OVER_DATASHEET * promised:
+    if datasheet is not None and promised is not None and tflops > MOST_OVER_DATASHEET * promised:
         return (
             f"{tflops:.3g} TFLOP/s is {tflops / promised:,.3g}x the {datasheet.product} datasheet's {precision} "
             f"peak ({promised:.3g} TFLOP/s)"
@@ -105,7 +105,7 @@ def device_peak(record: RunRecord) -> tuple[float, str] | None:
     precision = peak_precision(record.device, record.settings)
     datasheet = datasheet_for(record.device_name)
     promised = None if datasheet is None or precision is None else datasheet.tflops(precision)
-    return None if promised is None else (promised, f"{datasheet.product} datasheet's")
+    return None if datasheet is None or promised is None else (promised, f"{datasheet.product} datasheet's")
 
 
 def flag_run(record: RunRecord) -> None:
@@ -269,6 +269,7 @@ def _step_compute_at_peak_s(record: RunRecord) -> float | None:
 
 
 def _step_text(record: RunRecord, step_s: float) -> str:
+    assert record.flops_per_sample is not None  # step_s, which the callers have, is computed from it
     gflop = record.flops_per_sample * record.settings.batch_size / record.settings.world_size / 1e9
     amount = f"{gflop:,.0f}" if gflop >= 100 else f"{gflop:.3g}"  # 1,000 GFLOP, not 1e+03
     return f"a step's {amount} GFLOP take it {step_s * 1e6:,.0f} us at its peak"

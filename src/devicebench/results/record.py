@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from devicebench.results.datasheets import UnknownTarget, catalog_entry
 
@@ -110,7 +110,8 @@ def published_figures(workload: str | None = None) -> tuple[PublishedFigure, ...
 
 
 def _read_file(entry: Traversable | Path) -> list[PublishedFigure]:
-    with entry.open("r", encoding="utf-8", newline="") as stream:
+    # Traversable.open passes newline on to the text wrapper, as Path.open does; typeshed's overloads leave it out
+    with entry.open("r", encoding="utf-8", newline="") as stream:  # type: ignore[call-overload]
         reader = csv.reader(stream)
         header = next(reader, None)
         if header is None or tuple(header) != COLUMNS:
@@ -161,7 +162,8 @@ def _figure(cells: list[str]) -> PublishedFigure:
     sequence_length = _number(row, "sequence_length", int) if row["sequence_length"] else None
     if sequence_length is not None and sequence_length < 1:
         raise ValueError(f"sequence_length {sequence_length} must be 1 or more, or empty")
-    return PublishedFigure(**{**row, **counts, "throughput": throughput, "sequence_length": sequence_length})
+    fields: dict[str, Any] = {**row, **counts, "throughput": throughput, "sequence_length": sequence_length}
+    return PublishedFigure(**fields)
 
 
 def _number(row: dict[str, str], column: str, kind: type[int] | type[float]) -> int | float:

@@ -315,7 +315,9 @@ def _checked(value: Any, hint: Any, where: str, name: str) -> Any:
             return None
         (hint,) = [argument for argument in arguments if argument is not type(None)]
         return _checked(value, hint, where, name)
-    if dataclasses.is_dataclass(hint):  # its own from_dict adds its checks across fields (RunRecord's epochs)
+    if isinstance(hint, type) and dataclasses.is_dataclass(
+        hint
+    ):  # its own from_dict adds its checks across fields (RunRecord's epochs)
         return (
             hint.from_dict(value, where) if hasattr(hint, "from_dict") else hint(**_checked_fields(hint, value, where))
         )

@@ -31,7 +31,7 @@ from devicebench.results.schema import (
     finite_or_none,
     write_atomically,
 )
-from devicebench.results.store import EPOCH_COLUMNS, LIST_EPOCH_COLUMNS, json_or_none
+from devicebench.results.store_rows import EPOCH_COLUMNS, LIST_EPOCH_COLUMNS, json_or_none
 
 EXPORT_KIND = "devicebench-export"
 FINISHED_STATUSES = tuple(status for status in typing.get_args(RunStatus) if status != "running")
@@ -262,7 +262,8 @@ class _JsonReader:
     def peek(self) -> str:
         """The next character that is not white space, left unconsumed; "" at the end of the file."""
         while True:
-            self._position = json.decoder.WHITESPACE.match(self._text, self._position).end()
+            # the pattern json's own decoder skips white space with; typeshed leaves it out
+            self._position = json.decoder.WHITESPACE.match(self._text, self._position).end()  # type: ignore[attr-defined]
             if self._position < len(self._text) or self._ended:
                 return self._text[self._position : self._position + 1]
             self._read_more()

@@ -4,7 +4,7 @@ The overview quotes the figure without a model or data set. Our reading (SEEDS.m
 method on the CPU against the same booster with `device="cuda"`, on a real table and on a synthetic one of
 chosen size:
 - `gbdt-covertype`: UCI Covertype, 464,809 train / 116,203 test rows of 54 features, 7 cover types
-  (multi:softprob), split by a fixed hash (data/tables.py).
+  (multi:softprob), split by a fixed hash (data/tabular.py).
 - `gbdt-synthetic`: a seeded binary-classification table of `rows` x `features` (binary:logistic); the size is
   what `--set rows=... features=...` sweeps. The default, 1,000,000 rows (800,000 of them for training) x 50
   features, is large enough for a GPU to have work to do and still takes only about 1.5 s an epoch of 10 rounds

@@ -13,7 +13,7 @@ hash is plain integer arithmetic, so every run, machine and numpy version gets t
 `synthetic_table` makes a seeded table of any size whose labels follow a hidden rule (linear scores plus
 axis-aligned steps, plus noise), so boosted trees learn it well above chance.
 
-    python -c "from devicebench.data.tables import synthetic_table as t; print(t('table', rows=1000, features=9))"
+    python -c "from devicebench.data.tabular import synthetic_table as t; print(t('table', rows=1000, features=9))"
 """
 
 from __future__ import annotations
