@@ -66,7 +66,7 @@ class BudgetAccount:
     start_up_s: float
     runs: tuple[RunSpent, ...]
     workloads: int  # how many workloads ran: naming fewer is a lever only when there were several
-    fewest_steps: int  # an epoch's fewest steps under a budget (engine/loop.py's FEWEST_BUDGETED_STEPS)
+    fewest_steps: int  # an epoch's fewest steps under a budget (budget.py's FEWEST_BUDGETED_STEPS)
 
     @property
     def over(self) -> bool:

@@ -15,7 +15,6 @@ the diagnosis (results/diagnosis.py) reads it together with the device's own uti
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import math
 from collections.abc import Callable
@@ -88,9 +87,7 @@ def capped(available: int, cap: int | None) -> int:
     return available if cap is None else min(available, cap)
 
 
-# --- sizing a run to a time budget ----------------------------------------------------------------------------
-
-FEWEST_BUDGETED_STEPS = 3  # a budget never cuts an epoch shorter: with fewer, one slow step would be the epoch
+# --- timing a run's first steps: for its time budget (devicebench/budget.py), or to foretell a long run ---
 
 
 @dataclass(frozen=True)
@@ -131,20 +128,8 @@ def time_first_steps(
     return StepTimes(first_step_s=seconds[0], step_s=seconds[-1], eval_step_s=eval_step_s)
 
 
-def steps_within(seconds: float, times: StepTimes, epochs: int, most: int, eval_most: int) -> int:
-    """The most training steps an epoch may have for `epochs` epochs, each evaluating up to as many batches as it
-    trains (at most `eval_most`), to end within `seconds`: at least FEWEST_BUDGETED_STEPS (a run that cannot fit
-    still measures something), at most `most` (the epoch's length, or its cap)."""
-    fewest = min(FEWEST_BUDGETED_STEPS, most)
-    # the time grows with the steps: a bisection, since the loop asks every few steps of an epoch of thousands
-    fitting = bisect.bisect_right(
-        range(fewest, most + 1), seconds, key=lambda steps: times.run_s(epochs, steps, min(steps, eval_most))
-    )
-    return max(fewest, fewest + fitting - 1)
-
-
 class Pace(Protocol):
-    """Sizes a run's epochs as it goes (engine/budget.py's Pacer, for a time budget)."""
+    """Sizes a run's epochs as it goes (devicebench/budget.py's Pacer, for a time budget)."""
 
     def epoch_steps(self, record: RunRecord, steps_done: int, steps: int, eval_steps: int) -> int:
         """The steps the epoch under way may have: within it, at least `steps_done` and at most its `steps`; about

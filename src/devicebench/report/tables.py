@@ -130,7 +130,7 @@ def _expected_source(job: Job) -> tuple[str, str | None]:
 def plan_notes(plan: Plan) -> list[Text]:
     """Under the plan: how a budget sizes the epochs, and which workloads will train on synthetic data and why,
     with how to get the real data."""
-    from devicebench.engine.loop import (
+    from devicebench.budget import (
         FEWEST_BUDGETED_STEPS,  # torch: the dry run has it already
     )
 
