@@ -13,16 +13,13 @@ runner knows nothing of flags: the plan says it all.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import signal
 import sys
 import warnings
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TypeVar, cast
+from typing import cast
 
 import torch
 
@@ -42,15 +39,10 @@ from devicebench.engine.loop import StepTimes, TrainingSetup, train
 from devicebench.engine.timing import Stopwatch, wall_clock_utc
 from devicebench.engine.tuning import (
     Tuning,
-    add_tuning_note,
     base_tuning,
-    candidates,
-    choose_batch_size,
-    choose_tuning,
     dynamo_counts,
     note_compilation,
     process_settings,
-    recurrent_layers,
     tuned_setup,
 )
 from devicebench.environment import machine_fingerprint
@@ -59,8 +51,9 @@ from devicebench.planning import Job, Plan
 from devicebench.results.diagnosis import diagnose
 from devicebench.results.plausibility import flag_run, peak_precision
 from devicebench.results.schema import Result, RunRecord, RunSettings
+from devicebench.session_choices import SessionChoices, choose, grow_batch_size, layers_of, note_tuning
 from devicebench.version import __version__
-from devicebench.workloads import Workload
+from devicebench.workloads import Hyperparameters, Workload
 from devicebench.workloads.outputs import predicted_classes
 
 TRAINERS = {"boosted-trees": train_boosted_trees}  # the engine's trainers of models that are not torch's
@@ -68,22 +61,6 @@ Dataset = (
     data.Dataset | OwnData
 )  # what a job trains on: a dataset devicebench reads, or the data a model of yours brings
 DataProblem = DataUnavailable | DataFormatError  # why a workload got no data: every run of it fails with this
-AUTO_BATCH_FEWEST_STEPS = 7  # the largest batch --batch-size auto tries still makes this many steps an epoch
-
-# The tuned choices a session makes once, so that every repeat of a run trains the same way, by what they depend on
-BatchSizeAsked = tuple[str, str, int, str]  # (workload, device, the batch size asked, mode)
-TuningAsked = tuple[str, str, str, str, str]  # (workload, device, hyperparameters as JSON, precision, compile)
-Asked = TypeVar("Asked")
-Choice = TypeVar("Choice")
-
-
-@dataclass
-class SessionChoices:
-    """What a session's trials chose, each the first time a run needed it: `--batch-size auto`'s batch sizes and
-    tuned mode's tunings (as they could be applied), each with the note that says what its trial measured."""
-
-    batch_sizes: dict[BatchSizeAsked, tuple[int, str]] = field(default_factory=dict)
-    tunings: dict[TuningAsked, tuple[Tuning, str]] = field(default_factory=dict)
 
 
 def run(
@@ -332,7 +309,7 @@ def _train_model(
     its share of a time budget, and return it. The batches it draws from land in `opened`, for the caller to close
     however training ends."""
     preprocessing = job.workload.build_preprocessing(record.settings.hyperparameters)
-    layers = _layers(job.workload, record.settings.hyperparameters) if job.mode == "tuned" else None
+    layers = layers_of(job.workload, record.settings.hyperparameters) if job.mode == "tuned" else None
     base = Tuning() if layers is None else base_tuning(job.device, layers, resident_possible=True)
 
     def batches_of(batch_size: int) -> tuple[Batches, Batches]:
@@ -350,15 +327,15 @@ def _train_model(
 
     with process_settings(base):
         if job.batch_size_auto:
-            _grow_batch_size(record, job, dataset, base, batches_of, choices)
+            grow_batch_size(record, job, _training_samples(dataset), base, build_setup, batches_of, choices)
         hyperparameters = record.settings.hyperparameters
         batches = batches_of(record.settings.batch_size)
         opened += batches
         base = dataclasses.replace(base, device_resident=batches[0].resident)
         tuning = None
         if layers is not None:  # tuned mode
-            tuning = _choose(base, batches[0], job, record, choices)
-            _note_tuning(record, tuning, layers)
+            tuning = choose(base, batches[0], job, record, build_setup, choices)
+            note_tuning(record, tuning, layers)
         compiled_from = dynamo_counts() if tuning is not None and tuning.compiled else None  # Dynamo's counts
 
         def build() -> TrainingSetup:  # the run's model: as the seed builds it, run the tuned way in tuned mode
@@ -374,7 +351,7 @@ def _train_model(
     return model
 
 
-def build_setup(job: Job, hyperparameters: dict, tuning: Tuning | None = None) -> TrainingSetup:
+def build_setup(job: Job, hyperparameters: Hyperparameters, tuning: Tuning | None = None) -> TrainingSetup:
     """A fresh model of `job`'s workload with `hyperparameters`, its loss and its optimizer, on its device, seeded so
     that every device and repeat starts from the same weights: wrapped for data-parallel training when several
     processes train together, and run the way `tuning` says in tuned mode."""
@@ -394,103 +371,6 @@ def build_setup(job: Job, hyperparameters: dict, tuning: Tuning | None = None) -
     if world_size() > 1:
         setup = data_parallel(setup, device)
     return setup if tuning is None else tuned_setup(setup, tuning, device)[0]
-
-
-def _layers(workload: Workload, hyperparameters: dict) -> torch.nn.Module:
-    """The model's layers, for tuned mode to look at: built on the meta device, so no memory, no time."""
-    with torch.device("meta"):
-        return workload.build_model(hyperparameters)
-
-
-def _grow_batch_size(
-    record: RunRecord,
-    job: Job,
-    dataset: Data,
-    base: Tuning,
-    batches_of: Callable[[int], tuple[Batches, Batches]],
-    choices: SessionChoices,
-) -> None:
-    """`--batch-size auto`: the fastest batch size on this device, found once per session, into the record."""
-    settings = record.settings
-    asked: BatchSizeAsked = (record.workload, record.device, settings.batch_size, settings.mode)
-
-    def single(size: int) -> Batches:
-        train_batches, test_batches = batches_of(size)
-        test_batches.close()
-        return train_batches
-
-    def setup() -> TrainingSetup:  # at the batch size asked: the trial feeds it batches of every size it tries
-        return build_setup(job, settings.hyperparameters, base if settings.mode == "tuned" else None)
-
-    largest = max(settings.batch_size, _training_samples(dataset) // AUTO_BATCH_FEWEST_STEPS)
-    batch_size, note = _chosen(
-        record,
-        choices.batch_sizes,
-        asked,
-        job.device,
-        lambda watch: choose_batch_size(settings.batch_size, largest, setup, single, watch),
-    )
-    record.settings = dataclasses.replace(
-        settings,
-        batch_size=batch_size,
-        batch_size_auto=True,
-        hyperparameters={**settings.hyperparameters, "batch_size": batch_size},
-    )
-    record.tuning_note = note
-
-
-def _choose(base: Tuning, batches: Batches, job: Job, record: RunRecord, choices: SessionChoices) -> Tuning:
-    """Tuned mode's choice for this run, as it can be applied to its model: measured on a trial the first time,
-    the same for every repeat after."""
-    device, hyperparameters = job.device, record.settings.hyperparameters
-    asked: TuningAsked = (
-        record.workload,
-        record.device,
-        json.dumps(hyperparameters, sort_keys=True, default=str),
-        job.precision,
-        job.compile,
-    )
-    options = candidates(base, device, job.precision, job.compile)
-
-    def choose(watch: Stopwatch) -> tuple[Tuning, str]:
-        kept, note = choose_tuning(options, lambda option: build_setup(job, hyperparameters, option), batches, watch)
-        # a fused optimizer only where its class and device have one: a model built for that alone tells
-        return tuned_setup(build_setup(job, hyperparameters), kept, device)[1], note
-
-    tuning, note = _chosen(record, choices.tunings, asked, device, choose)
-    record.tuning_note = "; ".join(filter(None, [record.tuning_note, note])) or None
-    return tuning
-
-
-def _note_tuning(record: RunRecord, tuning: Tuning, layers: torch.nn.Module) -> None:
-    """The settings say what of the tuning was applied, and the note which of the model's `layers` bf16 left in
-    fp32."""
-    record.settings = dataclasses.replace(record.settings, **dataclasses.asdict(tuning))
-    recurrent = recurrent_layers(layers)
-    if tuning.precision == "bf16" and recurrent:
-        names = ", ".join(sorted({type(layer).__name__ for layer in recurrent}))
-        add_tuning_note(
-            record, f"bf16 autocast left out the recurrent layers ({len(recurrent)} {names}): they ran in fp32"
-        )
-
-
-def _chosen(
-    record: RunRecord,
-    made: dict[Asked, Choice],
-    asked: Asked,
-    device: torch.device,
-    choose: Callable[[Stopwatch], Choice],
-) -> Choice:
-    """`made[asked]`, made by `choose(watch)` the first time this session needs it. The seconds that took are
-    added to the record's `tuning_s` (0 when an earlier run made the choice): time no other figure holds."""
-    seconds = 0.0
-    if asked not in made:
-        watch = Stopwatch(device)
-        started = watch.now()
-        made[asked] = choose(watch)
-        seconds = watch.now() - started
-    record.tuning_s = (record.tuning_s or 0.0) + seconds
-    return made[asked]
 
 
 def _record_failure(record: RunRecord, error: Exception, device: torch.device) -> None:
