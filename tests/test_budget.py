@@ -12,7 +12,6 @@ from rich.console import Console
 
 from devicebench import RunConfig, budget, planning, runner, workloads
 from devicebench.budget import FEWEST_BUDGETED_STEPS, MEASURABLE_EPOCHS, next_epoch_steps, steps_within
-from devicebench.config import QUICK_BUDGET_S, ConfigError
 from devicebench.engine import loop
 from devicebench.engine.loop import StepTimes
 from devicebench.engine.timing import Budget, Stopwatch
@@ -47,45 +46,6 @@ def test_a_budget_counts_down_on_its_clock():
     assert half_a_minute.spent() == 12.5 and half_a_minute.left() == 17.5
     now[0] = 140.0
     assert half_a_minute.left() == -10.0
-
-
-@pytest.mark.slow
-def test_the_quick_suite_has_a_budget_unless_its_steps_are_given():
-    quick = RunConfig(devices="cpu")
-    assert quick.effective_budget_s == QUICK_BUDGET_S
-    plan = planning.plan(quick)
-    assert plan.budget_s == QUICK_BUDGET_S
-    sized = {job.workload.name: job.training for job in plan.jobs}
-    assert sized["mnist-cnn2"].max_steps is None  # the runner sizes it
-    assert sized["mnist-cnn2"].max_eval_steps == 10  # the quick suite's evaluation cap stays
-    if "gbdt-synthetic" in sized:  # a trainer of its own keeps the quick suite's rounds: it is not sized
-        assert sized["gbdt-synthetic"].max_steps is not None
-    assert RunConfig(devices="cpu", max_steps=5).effective_budget_s is None
-    assert RunConfig(workloads=("mnist-cnn2",), devices="cpu").effective_budget_s is None
-    assert RunConfig(workloads=("mnist-cnn2",), devices="cpu", budget_s=300).effective_budget_s == 300
-    assert (
-        planning.Plan.from_dict(
-            planning.plan(RunConfig(workloads=("mnist-cnn2",), devices="cpu", budget_s=300)).to_dict()
-        ).budget_s
-        == 300
-    )
-
-
-def test_max_steps_caps_evaluation_unless_max_eval_steps_is_given():
-    assert RunConfig(devices="cpu", workloads=("mnist-cnn2",), max_steps=7).plan_for("mnist-cnn2").max_eval_steps == 7
-    given = RunConfig(devices="cpu", workloads=("mnist-cnn2",), max_steps=7, max_eval_steps=50)
-    assert given.plan_for("mnist-cnn2").max_eval_steps == 50
-
-
-@pytest.mark.parametrize("seconds", [0.0, -5.0, float("nan"), float("inf")])
-def test_an_impossible_budget_is_refused(seconds):
-    with pytest.raises(ConfigError, match="--budget"):
-        RunConfig(devices="cpu", budget_s=seconds)
-
-
-def test_a_budget_is_refused_with_several_processes():
-    with pytest.raises(ConfigError, match="--budget.*--nproc"):
-        RunConfig(workloads=("mnist-cnn2",), devices="cpu", budget_s=60, nproc=2)
 
 
 class Heard(RunReporter):
@@ -518,17 +478,3 @@ def test_a_step_is_estimated_as_a_fixed_cost_and_a_cost_per_flop_through_the_two
     assert noisy(probe_job(160)).step_s == pytest.approx(5.6)
     # one size timed: in proportion to the FLOPs
     assert budget._step_times_model([(10, StepTimes(1.0, 1.0, 0.5))])(probe_job(30)).step_s == pytest.approx(3.0)
-
-
-def test_a_reference_model_named_alone_gets_a_budget_unless_its_length_is_given():
-    from devicebench.config import REFERENCE_BUDGET_S
-
-    assert RunConfig(workloads=("resnet50",), devices="cpu").effective_budget_s == REFERENCE_BUDGET_S
-    assert (
-        RunConfig(workloads=("resnet50", "gpt2-small", "mnist-cnn2"), devices="cpu").effective_budget_s
-        == 2 * REFERENCE_BUDGET_S
-    )  # each reference model its own; a seed's workload named runs as published
-    assert RunConfig(workloads=("resnet50",), devices="cpu", epochs=2).effective_budget_s is None
-    assert RunConfig(workloads=("resnet50",), devices="cpu", max_steps=5).effective_budget_s is None
-    assert RunConfig(workloads=("resnet50",), devices="cpu", budget_s=30).effective_budget_s == 30
-    assert RunConfig(workloads=("mnist-cnn2",), devices="cpu").effective_budget_s is None
