@@ -312,8 +312,9 @@ def _train_epoch(
     steps_for: Callable[..., int] | None = None,
 ) -> tuple[torch.Tensor, float | None, float, float]:
     """One epoch of `steps` training steps: (per-step losses on the device, one per step taken, the share of correct
-    predictions or None when they cannot be told, seconds, seconds of those spent waiting for batches). `steps_for(steps_done,
-    steps)`, asked as often as the reporter hears of steps, may end the epoch sooner (Pace.epoch_steps)."""
+    predictions or None when they cannot be told, seconds, seconds of those spent waiting for batches).
+    `steps_for(steps_done, steps)`, asked as often as the reporter hears of steps, may end the epoch sooner
+    (Pace.epoch_steps)."""
     setup.model.train()
     step_losses = torch.zeros(steps, device=watch.device)
     correct = torch.zeros((), dtype=torch.int64, device=watch.device)
