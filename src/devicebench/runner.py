@@ -17,6 +17,7 @@ import logging
 import signal
 import sys
 import warnings
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import cast
@@ -57,9 +58,8 @@ from devicebench.workloads import Hyperparameters, Workload
 from devicebench.workloads.outputs import predicted_classes
 
 TRAINERS = {"boosted-trees": train_boosted_trees}  # the engine's trainers of models that are not torch's
-Dataset = (
-    data.Dataset | OwnData
-)  # what a job trains on: a dataset devicebench reads, or the data a model of yours brings
+# What a job trains on: a dataset devicebench reads, or the data a model of yours brings
+Dataset = data.Dataset | OwnData
 DataProblem = DataUnavailable | DataFormatError  # why a workload got no data: every run of it fails with this
 
 
@@ -308,23 +308,9 @@ def _train_model(
     """Train a torch model into `record`, tuned and with its batch size grown where `job` asks, its epochs sized to
     its share of a time budget, and return it. The batches it draws from land in `opened`, for the caller to close
     however training ends."""
-    preprocessing = job.workload.build_preprocessing(record.settings.hyperparameters)
     layers = layers_of(job.workload, record.settings.hyperparameters) if job.mode == "tuned" else None
     base = Tuning() if layers is None else base_tuning(job.device, layers, resident_possible=True)
-
-    def batches_of(batch_size: int) -> tuple[Batches, Batches]:
-        return batches_for(
-            dataset,
-            job.workload.image_shape,
-            preprocessing,
-            batch_size,
-            job.device,
-            workers=record.settings.workers,
-            seed=job.seed,
-            resident=base.device_resident,
-            shard=current_shard(batch_size),
-        )
-
+    batches_of = _batches_of(job, dataset, record.settings, base.device_resident)
     with process_settings(base):
         if job.batch_size_auto:
             grow_batch_size(record, job, _training_samples(dataset), base, build_setup, batches_of, choices)
@@ -336,19 +322,52 @@ def _train_model(
         if layers is not None:  # tuned mode
             tuning = choose(base, batches[0], job, record, build_setup, choices)
             note_tuning(record, tuning, layers)
-        compiled_from = dynamo_counts() if tuning is not None and tuning.compiled else None  # Dynamo's counts
+        # Dynamo's counts before a compiled run (importing Dynamo takes seconds: only then)
+        compiled_from = dynamo_counts() if tuning is not None and tuning.compiled else None
 
         def build() -> TrainingSetup:  # the run's model: as the seed builds it, run the tuned way in tuned mode
             return build_setup(job, hyperparameters, tuning)
 
         training = sized_plan(job, record, build, batches, reporter, shares)
         pacer = None if shares is None else shares.pacer
-        model = train(record, build, batches[0], batches[1], training, Stopwatch(job.device), reporter, pacer)
+        model = train(
+            record,
+            build=build,
+            train_batches=batches[0],
+            test_batches=batches[1],
+            plan=training,
+            watch=Stopwatch(job.device),
+            reporter=reporter,
+            pace=pacer,
+        )
         if pacer is not None:
             note_pacing(record, job, pacer, reporter)
-        if compiled_from is not None:  # before a compiled run (importing Dynamo takes seconds: only then)
+        if compiled_from is not None:
             note_compilation(record, compiled_from)
     return model
+
+
+def _batches_of(
+    job: Job, dataset: Data, settings: RunSettings, resident: bool
+) -> Callable[[int], tuple[Batches, Batches]]:
+    """The run's (training, test) batches at any batch size, preprocessed as its `settings` say: this process's
+    shard of each, on the device when `resident` asks it."""
+    preprocessing = job.workload.build_preprocessing(settings.hyperparameters)
+
+    def batches_of(batch_size: int) -> tuple[Batches, Batches]:
+        return batches_for(
+            dataset,
+            job.workload.image_shape,
+            preprocessing,
+            batch_size,
+            job.device,
+            workers=settings.workers,
+            seed=job.seed,
+            resident=resident,
+            shard=current_shard(batch_size),
+        )
+
+    return batches_of
 
 
 def build_setup(job: Job, hyperparameters: Hyperparameters, tuning: Tuning | None = None) -> TrainingSetup:
