@@ -10,7 +10,7 @@ import types
 import pytest
 from rich.console import Console
 
-from devicebench import RunConfig, budget, planning, runner, workloads
+from devicebench import RunConfig, budget, planning, runner, session_choices, workloads
 from devicebench.budget import FEWEST_BUDGETED_STEPS, MEASURABLE_EPOCHS, next_epoch_steps, steps_within
 from devicebench.engine import loop
 from devicebench.engine.loop import StepTimes
@@ -434,6 +434,20 @@ def test_a_light_model_is_not_probed(monkeypatch):
     monkeypatch.setattr(budget, "Budget", functools.partial(Budget, clock=lambda: 0.0))
     budgeted_run(30)
     assert probed == [32]  # only the sizing's own first steps, at the planned batch
+
+
+def test_a_batch_size_auto_grows_from_the_planned_batch_however_small_the_budget(monkeypatch):
+    """--batch-size auto searches from the batch planned: a budget that could not fit it does not halve it first."""
+    searched_from = []
+
+    def stand_in_search(start, largest, setup, batches, watch):
+        searched_from.append(start)
+        return start, "batch sizes tried: stand-in"
+
+    monkeypatch.setattr(session_choices, "choose_batch_size", stand_in_search)
+    (run,) = budgeted_run(1e-3, batch_size_auto=True).runs
+    assert run.status == "ok", run.error
+    assert searched_from == [32] and run.settings.batch_size == 32 and run.settings.batch_size_auto
 
 
 def test_a_sequence_is_halved_once_the_smallest_batch_cannot_fit(monkeypatch):
