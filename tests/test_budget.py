@@ -10,11 +10,10 @@ import types
 import pytest
 from rich.console import Console
 
-from devicebench import RunConfig, planning, runner, workloads
-from devicebench.config import QUICK_BUDGET_S, ConfigError
+from devicebench import RunConfig, budget, planning, runner, session_choices, workloads
+from devicebench.budget import FEWEST_BUDGETED_STEPS, MEASURABLE_EPOCHS, next_epoch_steps, steps_within
 from devicebench.engine import loop
-from devicebench.engine.budget import MEASURABLE_EPOCHS, next_epoch_steps
-from devicebench.engine.loop import FEWEST_BUDGETED_STEPS, StepTimes, steps_within
+from devicebench.engine.loop import StepTimes
 from devicebench.engine.timing import Budget, Stopwatch
 from devicebench.events import BudgetAccount, RunReporter, RunSpent
 from devicebench.report.progress import RichReporter
@@ -42,50 +41,11 @@ def test_a_run_that_cannot_fit_still_trains_the_fewest_steps():
 
 def test_a_budget_counts_down_on_its_clock():
     now = [100.0]
-    budget = Budget(30.0, clock=lambda: now[0])
+    half_a_minute = Budget(30.0, clock=lambda: now[0])
     now[0] = 112.5
-    assert budget.spent() == 12.5 and budget.left() == 17.5
+    assert half_a_minute.spent() == 12.5 and half_a_minute.left() == 17.5
     now[0] = 140.0
-    assert budget.left() == -10.0
-
-
-@pytest.mark.slow
-def test_the_quick_suite_has_a_budget_unless_its_steps_are_given():
-    quick = RunConfig(devices="cpu")
-    assert quick.effective_budget_s == QUICK_BUDGET_S
-    plan = planning.plan(quick)
-    assert plan.budget_s == QUICK_BUDGET_S
-    sized = {job.workload.name: job.training for job in plan.jobs}
-    assert sized["mnist-cnn2"].max_steps is None  # the runner sizes it
-    assert sized["mnist-cnn2"].max_eval_steps == 10  # the quick suite's evaluation cap stays
-    if "gbdt-synthetic" in sized:  # a trainer of its own keeps the quick suite's rounds: it is not sized
-        assert sized["gbdt-synthetic"].max_steps is not None
-    assert RunConfig(devices="cpu", max_steps=5).effective_budget_s is None
-    assert RunConfig(workloads=("mnist-cnn2",), devices="cpu").effective_budget_s is None
-    assert RunConfig(workloads=("mnist-cnn2",), devices="cpu", budget_s=300).effective_budget_s == 300
-    assert (
-        planning.Plan.from_dict(
-            planning.plan(RunConfig(workloads=("mnist-cnn2",), devices="cpu", budget_s=300)).to_dict()
-        ).budget_s
-        == 300
-    )
-
-
-def test_max_steps_caps_evaluation_unless_max_eval_steps_is_given():
-    assert RunConfig(devices="cpu", workloads=("mnist-cnn2",), max_steps=7).plan_for("mnist-cnn2").max_eval_steps == 7
-    given = RunConfig(devices="cpu", workloads=("mnist-cnn2",), max_steps=7, max_eval_steps=50)
-    assert given.plan_for("mnist-cnn2").max_eval_steps == 50
-
-
-@pytest.mark.parametrize("seconds", [0.0, -5.0, float("nan"), float("inf")])
-def test_an_impossible_budget_is_refused(seconds):
-    with pytest.raises(ConfigError, match="--budget"):
-        RunConfig(devices="cpu", budget_s=seconds)
-
-
-def test_a_budget_is_refused_with_several_processes():
-    with pytest.raises(ConfigError, match="--budget.*--nproc"):
-        RunConfig(workloads=("mnist-cnn2",), devices="cpu", budget_s=60, nproc=2)
+    assert half_a_minute.left() == -10.0
 
 
 class Heard(RunReporter):
@@ -101,8 +61,8 @@ class Heard(RunReporter):
 
 
 def test_each_run_gets_its_share_of_what_is_left_and_trains_the_steps_that_fit(monkeypatch):
-    monkeypatch.setattr(runner, "time_first_steps", lambda *arguments: ONE_SECOND_STEPS)
-    monkeypatch.setattr(runner, "Budget", functools.partial(Budget, clock=lambda: 0.0))  # the runs take no time
+    monkeypatch.setattr(budget, "time_first_steps", lambda *arguments: ONE_SECOND_STEPS)
+    monkeypatch.setattr(budget, "Budget", functools.partial(Budget, clock=lambda: 0.0))  # the runs take no time
     heard = Heard()
     config = RunConfig(workloads=("cifar100-mlp",), devices="cpu", data="synthetic", epochs=3, repeats=2, budget_s=30)
     result = runner.run(planning.plan(config), heard)
@@ -115,12 +75,12 @@ def test_each_run_gets_its_share_of_what_is_left_and_trains_the_steps_that_fit(m
     assert second.settings.max_eval_steps == 6  # evaluation never exceeds training's steps
     assert {epoch.eval_samples for epoch in second.epochs} == {6 * 32}
     assert heard.estimates == [("cifar100-mlp", 13.5), ("cifar100-mlp", 27.0)]
-    ((spent, budget),) = heard.spent
-    assert (spent, budget) == (0.0, 30)  # the fake clock stood still
+    ((spent, budget_s),) = heard.spent
+    assert (spent, budget_s) == (0.0, 30)  # the fake clock stood still
 
 
 def test_a_long_run_is_foretold_with_how_to_shorten_it(monkeypatch):
-    monkeypatch.setattr(runner, "time_first_steps", lambda *arguments: ONE_SECOND_STEPS)
+    monkeypatch.setattr(budget, "time_first_steps", lambda *arguments: ONE_SECOND_STEPS)
     screen = io.StringIO()
     reporter = RichReporter(Console(file=screen, width=80))
     config = RunConfig(
@@ -137,7 +97,7 @@ def test_a_short_run_is_not_timed_first(monkeypatch):
     def refuse(*arguments):
         raise AssertionError("a run of a few steps needs no estimate")
 
-    monkeypatch.setattr(runner, "time_first_steps", refuse)
+    monkeypatch.setattr(budget, "time_first_steps", refuse)
     result = runner.run(
         planning.plan(
             RunConfig(
@@ -154,7 +114,7 @@ def test_the_first_steps_are_timed_on_a_model_of_their_own():
     tiny = {"workloads": ("cifar100-mlp",), "devices": "cpu", "data": "synthetic", "epochs": 3}
     budgeted = runner.run(planning.plan(RunConfig(**tiny, budget_s=1e-3)))  # sized to the fewest steps
     kept = budgeted.runs[0].settings.batch_size  # no batch fits 1 ms: the smallest a budget trains, 2
-    assert kept == runner.PROBE_BATCH
+    assert kept == budget.PROBE_BATCH
     plain = runner.run(planning.plan(RunConfig(**tiny, batch_size=kept, max_steps=FEWEST_BUDGETED_STEPS)))
     assert budgeted.runs[0].settings.max_steps == FEWEST_BUDGETED_STEPS
     assert [e.train_loss for e in budgeted.runs[0].epochs] == [e.train_loss for e in plain.runs[0].epochs]
@@ -170,8 +130,8 @@ def test_a_heavy_run_still_to_come_keeps_its_fewest_steps_from_the_light_ones_be
         RunConfig(workloads=("cifar100-mlp", "catdog-deep"), devices="cpu", data="synthetic", epochs=3, budget_s=60)
     )
     light, heavy = plan.jobs
-    shares = runner.BudgetShares(Budget(60.0, clock=lambda: 0.0), list(plan.jobs))
-    light_flops, heavy_flops = runner._flops_per_step(light), runner._flops_per_step(heavy)
+    shares = budget.BudgetShares(Budget(60.0, clock=lambda: 0.0), list(plan.jobs))
+    light_flops, heavy_flops = budget._flops_per_step(light), budget._flops_per_step(heavy)
     assert heavy_flops > 100 * light_flops
     steps = StepTimes(first_step_s=1.0, step_s=1.0, eval_step_s=0.0)
     # the light run is sure of 3 epochs x 3 steps (9 s); the heavy one's 9 steps are estimated at the light one's
@@ -242,14 +202,14 @@ class SlowingMachine:
 
         monkeypatch.setattr(loop.TrainingSetup, "train_step", train_step)
         monkeypatch.setattr(loop.TrainingSetup, "outputs", outputs)
-        monkeypatch.setattr(runner, "Budget", functools.partial(Budget, clock=self.clock))
+        monkeypatch.setattr(budget, "Budget", functools.partial(Budget, clock=self.clock))
         monkeypatch.setattr(
             runner,
             "Stopwatch",
             lambda device: Stopwatch(device, clock=self.clock, synchronize=lambda device: None, host_clock=self.clock),
         )
         # what the first steps said: the machine before it slowed
-        monkeypatch.setattr(runner, "time_first_steps", lambda *arguments: StepTimes(step_s, step_s, eval_step_s))
+        monkeypatch.setattr(budget, "time_first_steps", lambda *arguments: StepTimes(step_s, step_s, eval_step_s))
 
     def clock(self) -> float:
         return self.now
@@ -442,9 +402,9 @@ def steps_growing_with_the_batch(build, train_batches, test_batches, watch):
 
 
 def test_a_batch_whose_fewest_steps_cannot_fit_the_budget_is_halved_until_they_do(monkeypatch):
-    monkeypatch.setattr(runner, "time_first_steps", steps_growing_with_the_batch)
-    monkeypatch.setattr(runner, "Budget", functools.partial(Budget, clock=lambda: 0.0))
-    monkeypatch.setattr(runner, "ASSUMED_SLOW_FLOP_S", 1.0)  # any step may be slow: the probe decides
+    monkeypatch.setattr(budget, "time_first_steps", steps_growing_with_the_batch)
+    monkeypatch.setattr(budget, "Budget", functools.partial(Budget, clock=lambda: 0.0))
+    monkeypatch.setattr(budget, "ASSUMED_SLOW_FLOP_S", 1.0)  # any step may be slow: the probe decides
     screen = io.StringIO()
     (run,) = budgeted_run(30, RichReporter(Console(file=screen, width=80))).runs
     # 28.5 s of the 30 are the run's. At batch b the steps timed first (a step, another, an evaluation batch) and
@@ -457,9 +417,9 @@ def test_a_batch_whose_fewest_steps_cannot_fit_the_budget_is_halved_until_they_d
 
 
 def test_a_batch_whose_steps_fit_the_budget_is_kept(monkeypatch):
-    monkeypatch.setattr(runner, "time_first_steps", steps_growing_with_the_batch)
-    monkeypatch.setattr(runner, "Budget", functools.partial(Budget, clock=lambda: 0.0))
-    monkeypatch.setattr(runner, "ASSUMED_SLOW_FLOP_S", 1.0)
+    monkeypatch.setattr(budget, "time_first_steps", steps_growing_with_the_batch)
+    monkeypatch.setattr(budget, "Budget", functools.partial(Budget, clock=lambda: 0.0))
+    monkeypatch.setattr(budget, "ASSUMED_SLOW_FLOP_S", 1.0)
     (run,) = budgeted_run(60).runs  # 46.4 s of 57 s
     assert run.settings.batch_size == 32
 
@@ -467,13 +427,27 @@ def test_a_batch_whose_steps_fit_the_budget_is_kept(monkeypatch):
 def test_a_light_model_is_not_probed(monkeypatch):
     probed = []
     monkeypatch.setattr(
-        runner,
+        budget,
         "time_first_steps",
         lambda build, train, *rest: probed.append(train.batch_sizes(1)[0]) or ONE_SECOND_STEPS,
     )
-    monkeypatch.setattr(runner, "Budget", functools.partial(Budget, clock=lambda: 0.0))
+    monkeypatch.setattr(budget, "Budget", functools.partial(Budget, clock=lambda: 0.0))
     budgeted_run(30)
     assert probed == [32]  # only the sizing's own first steps, at the planned batch
+
+
+def test_a_batch_size_auto_grows_from_the_planned_batch_however_small_the_budget(monkeypatch):
+    """--batch-size auto searches from the batch planned: a budget that could not fit it does not halve it first."""
+    searched_from = []
+
+    def stand_in_search(start, largest, setup, batches, watch):
+        searched_from.append(start)
+        return start, "batch sizes tried: stand-in"
+
+    monkeypatch.setattr(session_choices, "choose_batch_size", stand_in_search)
+    (run,) = budgeted_run(1e-3, batch_size_auto=True).runs
+    assert run.status == "ok", run.error
+    assert searched_from == [32] and run.settings.batch_size == 32 and run.settings.batch_size_auto
 
 
 def test_a_sequence_is_halved_once_the_smallest_batch_cannot_fit(monkeypatch):
@@ -484,9 +458,9 @@ def test_a_sequence_is_halved_once_the_smallest_batch_cannot_fit(monkeypatch):
 
     transformer = dataclasses.replace(workloads.get_workload("imdb-transformer"), budget_lengths=("sequence_length",))
     monkeypatch.setitem(_registry._REGISTRY, "imdb-transformer", transformer)
-    monkeypatch.setattr(runner, "time_first_steps", steps_growing_with_the_tokens)
-    monkeypatch.setattr(runner, "Budget", functools.partial(Budget, clock=lambda: 0.0))
-    monkeypatch.setattr(runner, "ASSUMED_SLOW_FLOP_S", 1.0)
+    monkeypatch.setattr(budget, "time_first_steps", steps_growing_with_the_tokens)
+    monkeypatch.setattr(budget, "Budget", functools.partial(Budget, clock=lambda: 0.0))
+    monkeypatch.setattr(budget, "ASSUMED_SLOW_FLOP_S", 1.0)
     screen = io.StringIO()
     config = RunConfig(
         workloads=("imdb-transformer",), devices="cpu", data="synthetic", max_eval_steps=2, epochs=3, budget_s=30
@@ -507,28 +481,14 @@ def probe_job(flops_per_step):
 
 
 def test_a_step_is_estimated_as_a_fixed_cost_and_a_cost_per_flop_through_the_two_sizes_timed(monkeypatch):
-    monkeypatch.setattr(runner, "_flops_per_step", lambda job: job.flops)
+    monkeypatch.setattr(budget, "_flops_per_step", lambda job: job.flops)
     # 2.1 s at 10 FLOPs, 2.8 s at 80: 2 s a step whatever its size (the optimizer's) and 0.01 s a FLOP
-    at = runner._step_times_model([(10, StepTimes(2.5, 2.1, 0.1)), (80, StepTimes(3.2, 2.8, 0.4))])
+    at = budget._step_times_model([(10, StepTimes(2.5, 2.1, 0.1)), (80, StepTimes(3.2, 2.8, 0.4))])
     estimate = at(probe_job(1_000))
     assert estimate.step_s == pytest.approx(12.0) and estimate.first_step_s == pytest.approx(12.4)
     assert estimate.eval_step_s == pytest.approx(5.0)  # no optimizer: in proportion to the larger size's
     # a larger size timed faster than the smaller (noise): no fixed cost, the larger one's rate
-    noisy = runner._step_times_model([(10, StepTimes(3.0, 3.0, 0.1)), (80, StepTimes(2.8, 2.8, 0.4))])
+    noisy = budget._step_times_model([(10, StepTimes(3.0, 3.0, 0.1)), (80, StepTimes(2.8, 2.8, 0.4))])
     assert noisy(probe_job(160)).step_s == pytest.approx(5.6)
     # one size timed: in proportion to the FLOPs
-    assert runner._step_times_model([(10, StepTimes(1.0, 1.0, 0.5))])(probe_job(30)).step_s == pytest.approx(3.0)
-
-
-def test_a_reference_model_named_alone_gets_a_budget_unless_its_length_is_given():
-    from devicebench.config import REFERENCE_BUDGET_S
-
-    assert RunConfig(workloads=("resnet50",), devices="cpu").effective_budget_s == REFERENCE_BUDGET_S
-    assert (
-        RunConfig(workloads=("resnet50", "gpt2-small", "mnist-cnn2"), devices="cpu").effective_budget_s
-        == 2 * REFERENCE_BUDGET_S
-    )  # each reference model its own; a seed's workload named runs as published
-    assert RunConfig(workloads=("resnet50",), devices="cpu", epochs=2).effective_budget_s is None
-    assert RunConfig(workloads=("resnet50",), devices="cpu", max_steps=5).effective_budget_s is None
-    assert RunConfig(workloads=("resnet50",), devices="cpu", budget_s=30).effective_budget_s == 30
-    assert RunConfig(workloads=("mnist-cnn2",), devices="cpu").effective_budget_s is None
+    assert budget._step_times_model([(10, StepTimes(1.0, 1.0, 0.5))])(probe_job(30)).step_s == pytest.approx(3.0)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from devicebench.config import ConfigError, RunConfig
+from devicebench import planning
+from devicebench.config import QUICK_BUDGET_S, REFERENCE_BUDGET_S, ConfigError, RunConfig
 from devicebench.workloads import get_workload, list_workloads
 
 
@@ -120,3 +121,57 @@ def test_numbers_a_run_cannot_hold_are_refused_and_the_largest_storable_passes(m
         RunConfig(workloads=("mnist-cnn2",), threads=5)
     with pytest.raises(ConfigError, match="--workers 5 is more than this machine's 4 logical cores"):
         RunConfig(workloads=("mnist-cnn2",), workers=5)
+
+
+# --- the time budget asked for: how many seconds (devicebench/budget.py spends them) ------------------------------
+
+
+@pytest.mark.slow
+def test_the_quick_suite_has_a_budget_unless_its_steps_are_given():
+    quick = RunConfig(devices="cpu")
+    assert quick.effective_budget_s == QUICK_BUDGET_S
+    plan = planning.plan(quick)
+    assert plan.budget_s == QUICK_BUDGET_S
+    sized = {job.workload.name: job.training for job in plan.jobs}
+    assert sized["mnist-cnn2"].max_steps is None  # the runner sizes it
+    assert sized["mnist-cnn2"].max_eval_steps == 10  # the quick suite's evaluation cap stays
+    if "gbdt-synthetic" in sized:  # a trainer of its own keeps the quick suite's rounds: it is not sized
+        assert sized["gbdt-synthetic"].max_steps is not None
+    assert RunConfig(devices="cpu", max_steps=5).effective_budget_s is None
+    assert RunConfig(workloads=("mnist-cnn2",), devices="cpu").effective_budget_s is None
+    assert RunConfig(workloads=("mnist-cnn2",), devices="cpu", budget_s=300).effective_budget_s == 300
+    assert (
+        planning.Plan.from_dict(
+            planning.plan(RunConfig(workloads=("mnist-cnn2",), devices="cpu", budget_s=300)).to_dict()
+        ).budget_s
+        == 300
+    )
+
+
+def test_max_steps_caps_evaluation_unless_max_eval_steps_is_given():
+    assert RunConfig(devices="cpu", workloads=("mnist-cnn2",), max_steps=7).plan_for("mnist-cnn2").max_eval_steps == 7
+    given = RunConfig(devices="cpu", workloads=("mnist-cnn2",), max_steps=7, max_eval_steps=50)
+    assert given.plan_for("mnist-cnn2").max_eval_steps == 50
+
+
+@pytest.mark.parametrize("seconds", [0.0, -5.0, float("nan"), float("inf")])
+def test_an_impossible_budget_is_refused(seconds):
+    with pytest.raises(ConfigError, match="--budget"):
+        RunConfig(devices="cpu", budget_s=seconds)
+
+
+def test_a_budget_is_refused_with_several_processes():
+    with pytest.raises(ConfigError, match="--budget.*--nproc"):
+        RunConfig(workloads=("mnist-cnn2",), devices="cpu", budget_s=60, nproc=2)
+
+
+def test_a_reference_model_named_alone_gets_a_budget_unless_its_length_is_given():
+    assert RunConfig(workloads=("resnet50",), devices="cpu").effective_budget_s == REFERENCE_BUDGET_S
+    assert (
+        RunConfig(workloads=("resnet50", "gpt2-small", "mnist-cnn2"), devices="cpu").effective_budget_s
+        == 2 * REFERENCE_BUDGET_S
+    )  # each reference model its own; a seed's workload named runs as published
+    assert RunConfig(workloads=("resnet50",), devices="cpu", epochs=2).effective_budget_s is None
+    assert RunConfig(workloads=("resnet50",), devices="cpu", max_steps=5).effective_budget_s is None
+    assert RunConfig(workloads=("resnet50",), devices="cpu", budget_s=30).effective_budget_s == 30
+    assert RunConfig(workloads=("mnist-cnn2",), devices="cpu").effective_budget_s is None

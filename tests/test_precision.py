@@ -76,7 +76,7 @@ def test_tuned_mode_turns_on_tf32_for_matmuls_and_cudnn_on_a_gpu_and_neither_on_
     on_cpu = base_tuning(CPU, conv_net, resident_possible=True)
     assert (on_gpu.tf32_matmul, on_gpu.tf32_cudnn) == (True, True)
     assert (on_cpu.tf32_matmul, on_cpu.tf32_cudnn) == (False, False)
-    # every Tuning field lands in the record's settings under the same name (runner._build_tuned)
+    # every Tuning field lands in the record's settings under the same name (runner._note_tuning)
     assert {field.name for field in dataclasses.fields(Tuning)} <= {
         field.name for field in dataclasses.fields(RunSettings)
     }

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from typer.testing import CliRunner
 
-from devicebench import RunConfig, planning, runner
+from devicebench import RunConfig, planning, runner, session_choices
 from devicebench.cli import app
 from devicebench.config import ConfigError
 from devicebench.data import ArrayDataset
@@ -143,13 +143,13 @@ def test_seed_mode_refuses_tuned_only_choices():
 def test_repeats_share_one_trial_and_record_every_choice(monkeypatch, force_cpu_isa):
     force_cpu_isa("avx2,avx512f,avx512_bf16")  # bf16 is offered, so there are two options to try on any CPU
     trials = []
-    real_choose = runner.choose_tuning
+    real_choose = session_choices.choose_tuning
 
     def counted(*arguments):
         trials.append(arguments[0])
         return real_choose(*arguments)
 
-    monkeypatch.setattr(runner, "choose_tuning", counted)
+    monkeypatch.setattr(session_choices, "choose_tuning", counted)
     config = RunConfig(
         workloads=("mnist-cnn2",),
         devices="cpu",
@@ -217,8 +217,8 @@ def test_the_seconds_spent_choosing_are_recorded_on_the_run_that_chose_and_in_no
         shift[0] += 30.0
         return options[0], "trial samples/s: stand-in"
 
-    monkeypatch.setattr(runner, "Stopwatch", ShiftedStopwatch)
-    monkeypatch.setattr(runner, "choose_tuning", thirty_second_trial)
+    monkeypatch.setattr(session_choices, "Stopwatch", ShiftedStopwatch)
+    monkeypatch.setattr(session_choices, "choose_tuning", thirty_second_trial)
     config = RunConfig(
         workloads=("cifar10-mlp",),
         devices="cpu",

@@ -261,9 +261,8 @@ class RunConfig:
         """The suite's workloads this installation cannot run, each with what it needs."""
         if self.workloads or self.model:
             return []
-        return [
-            (entry, entry.requires()) for entry in list_workloads() if entry.in_suites and entry.requires() is not None
-        ]
+        needs = ((entry, entry.requires()) for entry in list_workloads() if entry.in_suites)
+        return [(entry, need) for entry, need in needs if need is not None]
 
     def overrides_for(self, workload: Workload) -> dict[str, Any]:
         """The `--set` values for `workload`, each converted to the type of the parameter's default."""

@@ -66,7 +66,7 @@ class BudgetAccount:
     start_up_s: float
     runs: tuple[RunSpent, ...]
     workloads: int  # how many workloads ran: naming fewer is a lever only when there were several
-    fewest_steps: int  # an epoch's fewest steps under a budget (engine/loop.py's FEWEST_BUDGETED_STEPS)
+    fewest_steps: int  # an epoch's fewest steps under a budget (budget.py's FEWEST_BUDGETED_STEPS)
 
     @property
     def over(self) -> bool:
@@ -93,59 +93,76 @@ class BudgetAccount:
             )
             if runs
         }
-        cause = max(taken, key=taken.get)
+        cause = max(taken, key=lambda name: taken[name])
         if cause == "unsized":
-            what = (
-                f"{unsized[0].label} trains on a trainer of its own, which no budget sizes, and took "
-                f"{_seconds(unsized[0].spent_s)}"
-                if len(unsized) == 1
-                else f"{len(unsized)} runs on trainers of their own, which no budget sizes, took "
-                f"{_seconds(taken['unsized'])} ({_listed(unsized)})"
-            )
-            return what, "--max-steps caps their rounds; " + larger
+            return _unsized_overrun(unsized, taken["unsized"], larger)
         if cause == "fewest":
-            at_least = (
-                f"On this machine as loaded now, a --budget of at least {5 * math.ceil(self.spent_s / 5)} s"
-                f"{fewer} fits it"
-            )
-            if len(fewest) > 1:
-                return (
-                    f"{len(fewest)} runs already at their fewest epochs ({self.fewest_steps} steps each) took "
-                    f"{_seconds(taken['fewest'])} ({_listed(fewest)})",
-                    at_least,
-                )
-            run = fewest[0]
+            return self._fewest_overrun(fewest, taken["fewest"], fewer)
+        assert worst is not None  # its cause is taken only when some run was sized
+        return _worst_overrun(worst, larger)
+
+    def _fewest_overrun(self, fewest: list[RunSpent], seconds: float, fewer: str) -> tuple[str, str]:
+        """The runs already at their fewest epochs took the most (`seconds`), longest first in `fewest`."""
+        at_least = (
+            f"On this machine as loaded now, a --budget of at least {5 * math.ceil(self.spent_s / 5)} s{fewer} fits it"
+        )
+        if len(fewest) > 1:
             return (
-                f"{run.label} took {_seconds(run.set_up_s)} for its data and first steps, then "
-                f"{_seconds(run.spent_s - run.set_up_s)} for its fewest epochs ({run.fewest_epochs} of "
-                f"{self.fewest_steps} steps): its share was {_seconds(run.share_s)} after "
-                f"{_seconds(self.start_up_s)} of start-up",
+                f"{len(fewest)} runs already at their fewest epochs ({self.fewest_steps} steps each) took "
+                f"{_seconds(seconds)} ({_listed(fewest)})",
                 at_least,
             )
-        share = f"its share was {_seconds(worst.share_s)}"
-        trained = f"{_seconds(worst.spent_s - worst.set_up_s)} for"
-        if worst.evaluation_s - worst.evaluation_share_s > worst.over_s / 2:
-            return (
-                f"{worst.label}'s evaluation took {_seconds(worst.evaluation_s)}, its share was "
-                f"{_seconds(worst.evaluation_share_s)}",
-                "--max-eval-steps caps it; " + larger,
-            )
-        if worst.set_up_s > worst.share_s:
-            return (
-                f"{worst.label} took {_seconds(worst.set_up_s)} for its data, tuning and first steps before "
-                f"it trained, then {trained} training: {share}",
-                larger.capitalize(),
-            )
-        if worst.slowdown >= SLOWER_WORTH_SAYING:
-            return (
-                f"the machine ran {worst.slowdown:.1f}x slower than {worst.label}'s first steps said: it took "
-                f"{trained} training, {share}",
-                f"Fewer programs running beside it, or {larger}",
-            )
+        run = fewest[0]
+        assert run.share_s is not None  # only a sized run is at its fewest epochs
         return (
-            f"{worst.label} took {trained} training and evaluation ({_seconds(worst.evaluation_s)}), {share}",
+            f"{run.label} took {_seconds(run.set_up_s)} for its data and first steps, then "
+            f"{_seconds(run.spent_s - run.set_up_s)} for its fewest epochs ({run.fewest_epochs} of "
+            f"{self.fewest_steps} steps): its share was {_seconds(run.share_s)} after "
+            f"{_seconds(self.start_up_s)} of start-up",
+            at_least,
+        )
+
+
+def _unsized_overrun(unsized: list[RunSpent], seconds: float, larger: str) -> tuple[str, str]:
+    """The runs no budget sizes (trainers of their own) took the most (`seconds`), longest first in `unsized`."""
+    what = (
+        f"{unsized[0].label} trains on a trainer of its own, which no budget sizes, and took "
+        f"{_seconds(unsized[0].spent_s)}"
+        if len(unsized) == 1
+        else f"{len(unsized)} runs on trainers of their own, which no budget sizes, took "
+        f"{_seconds(seconds)} ({_listed(unsized)})"
+    )
+    return what, "--max-steps caps their rounds; " + larger
+
+
+def _worst_overrun(worst: RunSpent, larger: str) -> tuple[str, str]:
+    """The sized run furthest over its share took the most: whether its evaluation, its set-up or a machine slower
+    than its first steps said took the time."""
+    assert worst.share_s is not None  # a sized run's
+    share = f"its share was {_seconds(worst.share_s)}"
+    trained = f"{_seconds(worst.spent_s - worst.set_up_s)} for"
+    if worst.evaluation_s - worst.evaluation_share_s > worst.over_s / 2:
+        return (
+            f"{worst.label}'s evaluation took {_seconds(worst.evaluation_s)}, its share was "
+            f"{_seconds(worst.evaluation_share_s)}",
+            "--max-eval-steps caps it; " + larger,
+        )
+    if worst.set_up_s > worst.share_s:
+        return (
+            f"{worst.label} took {_seconds(worst.set_up_s)} for its data, tuning and first steps before "
+            f"it trained, then {trained} training: {share}",
             larger.capitalize(),
         )
+    if worst.slowdown >= SLOWER_WORTH_SAYING:
+        return (
+            f"the machine ran {worst.slowdown:.1f}x slower than {worst.label}'s first steps said: it took "
+            f"{trained} training, {share}",
+            f"Fewer programs running beside it, or {larger}",
+        )
+    return (
+        f"{worst.label} took {trained} training and evaluation ({_seconds(worst.evaluation_s)}), {share}",
+        larger.capitalize(),
+    )
 
 
 def _longest_first(runs: list[RunSpent]) -> list[RunSpent]:

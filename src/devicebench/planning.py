@@ -189,6 +189,7 @@ def _check_sizes(jobs: Sequence[Job], step_estimates: bool = True) -> None:
             parameters = job.workload.parameter_count(job.hyperparameters)
         except Exception:  # too large (ModelTooLarge), or a model that cannot be built: the run says so in its record
             continue
+        assert parameters is not None  # None only for a workload with a trainer of its own, skipped above
         _check_memory(job, parameters)
         if step_estimates:
             _check_step_time(job)
@@ -197,6 +198,8 @@ def _check_sizes(jobs: Sequence[Job], step_estimates: bool = True) -> None:
 def training_state_bytes(workload: Workload, hyperparameters: dict[str, Any], parameters: int) -> tuple[int, int]:
     """(bytes, optimizer state copies): what training holds whatever the batch: weights, gradients and the
     optimizer's state, in fp32. Activations come on top and are left out: they depend on the batch."""
+    if workload.build_optimizer is None:  # as calling the None would, in words
+        raise TypeError(f"{workload.name} is not a torch model: it has no optimizer")
     with torch.device("meta"):
         model = workload.build_model(hyperparameters).to("meta")
         optimizer = workload.build_optimizer(model, hyperparameters)

@@ -10,7 +10,7 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional, cast
 
 import typer
 from rich.console import RenderableType
@@ -61,7 +61,7 @@ from devicebench.results.schema import Result, write_atomically
 from devicebench.results.store import Store
 
 if TYPE_CHECKING:  # only named in annotations; what imports torch is imported where it runs, so `run --help` need not
-    from devicebench.config import RunConfig
+    from devicebench.config import RunConfig, SuiteName
     from devicebench.planning import Plan
 
 # Options only `run` takes; the others it shares with the other training commands (devicebench.cli.session).
@@ -253,7 +253,7 @@ def run(
     auto = batch_size is not None and batch_size.strip().lower() == "auto"
     config = RunConfig(
         workloads=tuple(workloads or ()),
-        suite=suite,
+        suite=cast("SuiteName | None", suite),  # any text: RunConfig refuses one that names no suite, with the choices
         devices=devices,
         epochs=epochs,
         batch_size=None if auto else whole_number("--batch-size", batch_size),

@@ -34,7 +34,7 @@ from devicebench.engine.loop import (
 )
 from devicebench.engine.monitor import Monitor
 from devicebench.engine.timing import Stopwatch
-from devicebench.results.schema import RunRecord
+from devicebench.results.schema import EpochRecord, RunRecord
 from devicebench.workloads import Hyperparameters
 from devicebench.workloads.gbdt import booster_parameters
 
@@ -78,16 +78,7 @@ def train_boosted_trees(
     samples = len(dataset.train_labels) * rounds  # every round reads every training row
     with Monitor(watch.device) as monitor, _xgboost_errors_in_one_line(xgboost):
         started = watch.now()
-        train_matrix = xgboost.QuantileDMatrix(
-            dataset.train_features, dataset.train_labels, max_bin=parameters["max_bin"], nthread=parameters["nthread"]
-        )
-        test_matrix = xgboost.QuantileDMatrix(  # the booster's max_bin too: XGBoost refuses matrices that differ
-            dataset.test_features,
-            dataset.test_labels,
-            ref=train_matrix,
-            max_bin=parameters["max_bin"],
-            nthread=parameters["nthread"],
-        )
+        train_matrix, test_matrix = _matrices(xgboost, dataset, parameters)
         booster = xgboost.Booster(parameters, cache=[train_matrix])
         record.model_build_s = watch.now() - started
         for epoch in range(1, plan.epochs + 1):
@@ -108,12 +99,7 @@ def train_boosted_trees(
             )
             finite = math.isfinite(train_loss)
             if finite:  # evaluating a diverged model would only time arithmetic on NaNs
-                evaluation_started = watch.now()
-                entry.test_loss, entry.test_accuracy = log_loss_and_accuracy(
-                    booster.predict(test_matrix), dataset.test_labels
-                )
-                entry.eval_time_s = watch.now() - evaluation_started
-                entry.eval_samples = len(dataset.test_labels)
+                _evaluate(entry, booster, test_matrix, dataset.test_labels, watch)
             record.epochs.append(entry)
             reporter.epoch_finished(record, entry)
             if not finite:
@@ -124,6 +110,29 @@ def train_boosted_trees(
             note_time_to_target(record, plan.target_accuracy, watch.now() - started)
         record.end_to_end_s = watch.now() - started
     record.energy_j = total_energy_j(record)
+
+
+def _matrices(xgboost: Any, dataset: TableDataset, parameters: dict[str, Any]) -> tuple[Any, Any]:
+    """(train, test) quantised matrices of `dataset`, both at the booster's `max_bin`."""
+    train_matrix = xgboost.QuantileDMatrix(
+        dataset.train_features, dataset.train_labels, max_bin=parameters["max_bin"], nthread=parameters["nthread"]
+    )
+    test_matrix = xgboost.QuantileDMatrix(  # the booster's max_bin too: XGBoost refuses matrices that differ
+        dataset.test_features,
+        dataset.test_labels,
+        ref=train_matrix,
+        max_bin=parameters["max_bin"],
+        nthread=parameters["nthread"],
+    )
+    return train_matrix, test_matrix
+
+
+def _evaluate(entry: EpochRecord, booster: Any, test_matrix: Any, labels: np.ndarray, watch: Stopwatch) -> None:
+    """`entry`'s test loss and accuracy, timed apart as its eval_time_s."""
+    evaluation_started = watch.now()
+    entry.test_loss, entry.test_accuracy = log_loss_and_accuracy(booster.predict(test_matrix), labels)
+    entry.eval_time_s = watch.now() - evaluation_started
+    entry.eval_samples = len(labels)
 
 
 @contextlib.contextmanager

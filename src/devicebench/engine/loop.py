@@ -15,13 +15,12 @@ the diagnosis (results/diagnosis.py) reads it together with the device's own uti
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Protocol
+from typing import Protocol, cast
 
 import torch
 from torch import nn
@@ -60,7 +59,9 @@ class TrainingSetup:
     def train_step(self, inputs: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """One training step: (the loss on the device, the outputs or None when a user's step gave none)."""
         if self.step is not None:
-            returned = self.step(self.forward_pass, (inputs, labels), self.optimizer)
+            # the forward pass is the model or a module around it (TunedForward, torch.compile's, DDP's): a Module,
+            # which TrainStep (workloads) names, though `forward`'s annotation only says callable
+            returned = self.step(cast(nn.Module, self.forward_pass), (inputs, labels), self.optimizer)
             loss, outputs = returned if isinstance(returned, tuple) else (returned, None)
             if not isinstance(loss, (torch.Tensor, float, int)):
                 raise TypeError(
@@ -68,6 +69,7 @@ class TrainingSetup:
                     f"{type(returned).__name__}"
                 )
             return loss, outputs
+        assert self.loss_function is not None  # None only beside a `step` of the user's own (the field says)
         outputs = self.outputs(inputs)
         loss = self.loss_function(outputs, labels)
         self.optimizer.zero_grad(set_to_none=True)
@@ -88,9 +90,7 @@ def capped(available: int, cap: int | None) -> int:
     return available if cap is None else min(available, cap)
 
 
-# --- sizing a run to a time budget ----------------------------------------------------------------------------
-
-FEWEST_BUDGETED_STEPS = 3  # a budget never cuts an epoch shorter: with fewer, one slow step would be the epoch
+# --- timing a run's first steps: for its time budget (devicebench/budget.py), or to foretell a long run ---
 
 
 @dataclass(frozen=True)
@@ -131,20 +131,8 @@ def time_first_steps(
     return StepTimes(first_step_s=seconds[0], step_s=seconds[-1], eval_step_s=eval_step_s)
 
 
-def steps_within(seconds: float, times: StepTimes, epochs: int, most: int, eval_most: int) -> int:
-    """The most training steps an epoch may have for `epochs` epochs, each evaluating up to as many batches as it
-    trains (at most `eval_most`), to end within `seconds`: at least FEWEST_BUDGETED_STEPS (a run that cannot fit
-    still measures something), at most `most` (the epoch's length, or its cap)."""
-    fewest = min(FEWEST_BUDGETED_STEPS, most)
-    # the time grows with the steps: a bisection, since the loop asks every few steps of an epoch of thousands
-    fitting = bisect.bisect_right(
-        range(fewest, most + 1), seconds, key=lambda steps: times.run_s(epochs, steps, min(steps, eval_most))
-    )
-    return max(fewest, fewest + fitting - 1)
-
-
 class Pace(Protocol):
-    """Sizes a run's epochs as it goes (engine/budget.py's Pacer, for a time budget)."""
+    """Sizes a run's epochs as it goes (devicebench/budget.py's Pacer, for a time budget)."""
 
     def epoch_steps(self, record: RunRecord, steps_done: int, steps: int, eval_steps: int) -> int:
         """The steps the epoch under way may have: within it, at least `steps_done` and at most its `steps`; about
@@ -185,38 +173,18 @@ def train(
             reporter.epoch_started(epoch, steps)  # processes training together wait here for each other: nothing
             # slow may come between it and the clock's start in _train_epoch
             monitor.window()  # closes the window of model building or the last evaluation: not this epoch's
+            steps_for = None if pace is None else partial(pace.epoch_steps, record, eval_steps=evaluation_steps)
             step_losses, train_accuracy, train_time_s, wait_s = _train_epoch(
-                setup,
-                train_batches,
-                epoch,
-                steps,
-                watch,
-                reporter,
-                None if pace is None else partial(pace.epoch_steps, record, eval_steps=evaluation_steps),
+                setup, train_batches, epoch, steps, watch, reporter, steps_for
             )
             usage = monitor.window()  # exactly this epoch's training, outside its timed region
             steps = len(step_losses)  # a pace may have ended the epoch early: the epochs after it are as long
-            batch_sizes = train_batches.batch_sizes(steps)  # every epoch draws the same sizes, in a new order
-            samples = sum(batch_sizes)
-            losses = step_losses.tolist()  # the epoch's one read-back, after its clock stopped
-            divergence = reporter.divergence(_first_divergence(losses, epoch, steps))
-            entry = timed_epoch(
-                record,
-                epoch,
-                steps,
-                samples,
-                train_time_s,
-                usage,
-                train_loss=sum(loss * size for loss, size in zip(losses, batch_sizes)) / samples,
-                train_accuracy=train_accuracy,
-                input_wait_s=wait_s,
+            entry, divergence = _trained_epoch(
+                record, epoch, step_losses, train_batches, train_accuracy, train_time_s, wait_s, usage, reporter
             )
             evaluation_steps = min(evaluation_steps, steps) if pace is not None else evaluation_steps
-            evaluates = evaluation_steps > 0 and (setup.loss_function is not None or setup.predict is not None)
-            if divergence is None and evaluates:  # evaluating a diverged model would only time arithmetic on NaNs
-                entry.test_loss, entry.test_accuracy, entry.eval_samples, entry.eval_time_s = _evaluate(
-                    setup, test_batches, evaluation_steps, watch
-                )
+            if divergence is None:  # evaluating a diverged model would only time arithmetic on NaNs
+                _evaluate_into(entry, setup, test_batches, evaluation_steps, watch)
             record.epochs.append(entry)
             reporter.epoch_finished(record, entry)
             if divergence is not None:
@@ -227,6 +195,47 @@ def train(
         record.peak_device_memory_mib = peak_memory_mib(watch.device)
     record.energy_j = total_energy_j(record)
     return setup.model
+
+
+def _trained_epoch(
+    record: RunRecord,
+    epoch: int,
+    step_losses: torch.Tensor,
+    batches: Batches,
+    train_accuracy: float | None,
+    train_time_s: float,
+    wait_s: float,
+    usage: Usage,
+    reporter: Reporter,
+) -> tuple[EpochRecord, Divergence | None]:
+    """The record of an epoch just trained (its evaluation still to come), and the step its loss diverged at, if
+    it did, as the reporter takes it."""
+    steps = len(step_losses)
+    batch_sizes = batches.batch_sizes(steps)  # every epoch draws the same sizes, in a new order
+    samples = sum(batch_sizes)
+    losses = step_losses.tolist()  # the epoch's one read-back, after its clock stopped
+    divergence = reporter.divergence(_first_divergence(losses, epoch, steps))
+    entry = timed_epoch(
+        record,
+        epoch,
+        steps,
+        samples,
+        train_time_s,
+        usage,
+        train_loss=sum(loss * size for loss, size in zip(losses, batch_sizes)) / samples,
+        train_accuracy=train_accuracy,
+        input_wait_s=wait_s,
+    )
+    return entry, divergence
+
+
+def _evaluate_into(entry: EpochRecord, setup: TrainingSetup, batches: Batches, steps: int, watch: Stopwatch) -> None:
+    """`entry`'s test loss, test accuracy, samples evaluated and seconds, over the first `steps` test batches; left
+    empty when there is nothing to evaluate (no steps, or neither a loss nor classes)."""
+    if steps > 0 and (setup.loss_function is not None or setup.predict is not None):
+        entry.test_loss, entry.test_accuracy, entry.eval_samples, entry.eval_time_s = _evaluate(
+            setup, batches, steps, watch
+        )
 
 
 # Shared with the trainers of models that are not torch models (engine/boosting.py), so every epoch reads the same.
@@ -289,7 +298,8 @@ def _first_divergence(losses: list[float], epoch: int, steps: int) -> Divergence
 def total_energy_j(record: RunRecord) -> float | None:
     """Energy over every epoch's training, or None when any epoch's is unknown."""
     energies = [epoch.device_energy_j for epoch in record.epochs]
-    return sum(energies) if energies and None not in energies else None
+    known = [energy for energy in energies if energy is not None]
+    return sum(known) if energies and len(known) == len(energies) else None
 
 
 def _train_epoch(
@@ -300,15 +310,17 @@ def _train_epoch(
     watch: Stopwatch,
     reporter: Reporter,
     steps_for: Callable[..., int] | None = None,
-) -> tuple[torch.Tensor, int | None, float, float]:
+) -> tuple[torch.Tensor, float | None, float, float]:
     """One epoch of `steps` training steps: (per-step losses on the device, one per step taken, the share of correct
-    predictions or None when they cannot be told, seconds, seconds of those spent waiting for batches). `steps_for(steps_done,
-    steps)`, asked as often as the reporter hears of steps, may end the epoch sooner (Pace.epoch_steps)."""
+    predictions or None when they cannot be told, seconds, seconds of those spent waiting for batches).
+    `steps_for(steps_done, steps)`, asked as often as the reporter hears of steps, may end the epoch sooner
+    (Pace.epoch_steps)."""
     setup.model.train()
     step_losses = torch.zeros(steps, device=watch.device)
     correct = torch.zeros((), dtype=torch.int64, device=watch.device)
     predictions = 0  # a sample's label may be a sequence (a class at each position): each position is a prediction
-    counted = setup.predict is not None  # and, with a user's own step, only if it hands back its outputs
+    predict = setup.predict
+    counted = predict is not None  # and, with a user's own step, only if it hands back its outputs
     report_every = max(1, steps // PROGRESS_UPDATES_PER_EPOCH)
     waited = 0.0
     start = watch.now()
@@ -320,8 +332,8 @@ def _train_epoch(
         waited += watch.host_now() - asked
         loss, outputs = setup.train_step(images, labels)
         step_losses[done] = loss.detach() if isinstance(loss, torch.Tensor) else loss
-        if counted and outputs is not None:
-            correct += (setup.predict(outputs.detach()) == labels).sum()
+        if predict is not None and counted and outputs is not None:
+            correct += (predict(outputs.detach()) == labels).sum()
             predictions += labels.numel()  # its shape: known on the host, nothing is read back
         else:
             counted = False
@@ -331,7 +343,9 @@ def _train_epoch(
             if steps_for is not None:  # reads the host's clock without synchronizing: bookkeeping only
                 steps = steps_for(done, steps)
     seconds = watch.now() - start
-    batch_stream.close()  # an epoch ended early leaves no batch in flight
+    # an epoch ended early leaves no batch in flight; every Batches.epoch is a generator, though its protocol
+    # (data/pipeline.py) says only Iterator
+    batch_stream.close()  # type: ignore[attr-defined]
     return step_losses[:steps], int(correct) / max(predictions, 1) if counted else None, seconds, waited
 
 

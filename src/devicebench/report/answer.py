@@ -22,7 +22,7 @@ from rich.console import RenderableType
 from rich.markup import escape
 from rich.text import Text
 
-from devicebench.engine.loop import FEWEST_BUDGETED_STEPS
+from devicebench.budget import FEWEST_BUDGETED_STEPS
 from devicebench.report.fitting import FittedColumn, FittedTable, label_column, longest_word
 from devicebench.report.text import rate_text, speedup_text
 from devicebench.reproduce import (

@@ -105,9 +105,7 @@ def _is_data_choice(source: str) -> TypeGuard[DataChoice]:
 def plan_notes(plan: Plan) -> list[Text]:
     """Under the plan: how a budget sizes the epochs, and which workloads will train on synthetic data and why,
     with how to get the real data."""
-    from devicebench.engine.loop import (
-        FEWEST_BUDGETED_STEPS,  # torch: the dry run has it already
-    )
+    from devicebench.budget import FEWEST_BUDGETED_STEPS  # torch: the dry run has it already
 
     notes = [Text("Steps: training steps an epoch; eval: evaluation batches after each epoch; all: the whole set.")]
     if plan.budget_s is not None and any(_sized(plan, job) for job in plan.jobs):

@@ -118,7 +118,7 @@ class Row:
         if len(medians) >= 2:
             return medians, f"{len(medians)} repeats"
         # per step: the same variation as the epochs' times when they are equally long, and a fair one when a time
-        # budget shortened some of them (engine/budget.py)
+        # budget shortened some of them (devicebench/budget.py)
         times = [epoch.step_time_ms for epoch in self.steady_epochs]
         return times, f"{len(times)} steady epochs of one repeat"
 

@@ -132,7 +132,7 @@ class Workload:
     in_suites: bool = True
     tokens_per_sample: TokensPerSample | None = None  # None: its samples are not counted in tokens
     # The lengths (hyperparameters: tokens of a sequence) a time budget may halve when even the smallest batch
-    # cannot fit its share (runner._fit_to_share): a reference language model on a laptop
+    # cannot fit its share (budget.fit_to_share): a reference language model on a laptop
     budget_lengths: tuple[str, ...] = ()
 
     def example_batch(self, hyperparameters: Hyperparameters) -> tuple[torch.Tensor, torch.Tensor] | None:
