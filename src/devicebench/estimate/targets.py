@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from devicebench.data import TableDataset
 from devicebench.data.pipeline import batches_for
 from devicebench.engine.timing import Stopwatch
 from devicebench.estimate.points import EstimateError, RooflineFit, shape_of
@@ -157,6 +158,8 @@ def input_seconds_per_batch(job: Job, run: RunRecord) -> tuple[float, int]:
     dataset = load_data(job)
     if isinstance(dataset, Exception):
         raise EstimateError(f"{job.workload.name}: {dataset}")
+    if isinstance(dataset, TableDataset):  # shape_of refused a model that is not torch's before it came to this
+        raise EstimateError(f"{job.workload.name}: boosted trees have no mini-batches to time")
     settings = run.settings
     preprocessing = job.workload.build_preprocessing(settings.hyperparameters)
     device = torch.device("cpu")
