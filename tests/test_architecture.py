@@ -97,3 +97,56 @@ def test_lint_imports_fails_when_a_lower_layer_imports_a_higher_one(tmp_path):
     )
     assert outcome.returncode == 1, outcome.stdout + outcome.stderr
     assert "devicebench.host is not allowed to import devicebench.runner" in outcome.stdout
+
+
+# --- the house's size rules: the machines keep them, not goodwill -------------------------------------------------
+
+SOURCE = ROOT / "src" / "devicebench"
+DATA_TABLES = {"results/datasheets.py"}  # a catalog of published figures: its length is its rows, not its logic
+MOST_LINES = 500
+MOST_FUNCTION_LINES = 60
+# Where the function limit holds: the code a newcomer reads first to follow a run (CLI commands, whose length is
+# their typer option declarations, are not in it)
+SHORT_FUNCTIONS = ("runner.py", "planning.py", "budget.py", "session_choices.py", "engine/")
+
+
+def modules() -> list[str]:
+    return sorted(str(path.relative_to(SOURCE)) for path in SOURCE.rglob("*.py"))
+
+
+def test_no_source_file_is_over_500_lines_but_the_data_tables():
+    long = {name: len((SOURCE / name).read_text().splitlines()) for name in modules()}
+    assert {name: lines for name, lines in long.items() if lines > MOST_LINES and name not in DATA_TABLES} == {}
+
+
+def test_no_function_of_the_run_s_story_is_over_60_lines():
+    import ast
+
+    long = []
+    for name in modules():
+        if not name.startswith(SHORT_FUNCTIONS):
+            continue
+        for node in ast.walk(ast.parse((SOURCE / name).read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MOST_FUNCTION_LINES:
+                    long.append(f"{name}: {node.name} ({lines} lines)")
+    assert long == []
+
+
+def test_every_module_is_named_in_the_architecture_map():
+    """docs/architecture.md's "Each module's one job" names each module in its package's paragraph."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    section = text.split("## Each module's one job", 1)[1]
+    paragraphs = {}
+    for paragraph in section.split("\n\n"):
+        if paragraph.startswith("**Top level.**"):
+            paragraphs[""] = paragraph
+        elif paragraph.startswith("**`"):
+            paragraphs[paragraph[3 : paragraph.index("`", 3)]] = paragraph
+    missing = []
+    for name in modules():
+        package, _, file = name.rpartition("/")
+        if f"`{file}`" not in paragraphs.get(f"{package}/" if package else "", ""):
+            missing.append(name)
+    assert missing == []
