@@ -81,6 +81,7 @@ def test_the_smoke_run_passes_and_writes_its_json_and_its_summary_named_after_th
     assert f"written to {json_file}" in completed.stdout
 
 
+@pytest.mark.slow  # shares the smoke run's 35 s with the slow test above: one suite pays for it, once
 def test_every_part_of_the_plan_has_a_status_in_the_plan_s_order(smoke):
     assert list(smoke["parts"]) == [part.name for part in PARTS]
     for part in smoke["parts"].values():
@@ -88,6 +89,7 @@ def test_every_part_of_the_plan_has_a_status_in_the_plan_s_order(smoke):
         assert part["status"] in ("pass", "skipped"), (part["name"], part["reason"], part["output_tail"])
 
 
+@pytest.mark.slow  # shares the smoke run's 35 s with the slow test above: one suite pays for it, once
 def test_each_run_part_trained_its_workloads_on_the_cpu_with_steady_throughput(smoke):
     for name, workloads in SMOKE_RUNS.items():
         part = smoke["parts"][name]
@@ -104,6 +106,7 @@ def test_each_run_part_trained_its_workloads_on_the_cpu_with_steady_throughput(s
         assert re.search(r"[\d,]+ samples/s, epoch [\d.]+ s", part["key_figures"])
 
 
+@pytest.mark.slow  # shares the smoke run's 35 s with the slow test above: one suite pays for it, once
 def test_the_fingerprint_the_calibration_and_the_gpu_tests_are_recorded(smoke):
     document, parts = smoke["document"], smoke["parts"]
     assert document["machine"] == parts["devices"]["result"] and document["machine"]["cpu"]["logical_cores"] >= 1
@@ -119,6 +122,7 @@ def test_the_fingerprint_the_calibration_and_the_gpu_tests_are_recorded(smoke):
         assert "passed" not in counts  # every GPU test skips without a GPU
 
 
+@pytest.mark.slow  # shares the smoke run's 35 s with the slow test above: one suite pays for it, once
 def test_the_machine_s_own_check_ran_on_the_cpu_and_found_no_failure(smoke):
     part = smoke["parts"]["check"]
     assert part["status"] == "pass", (part["reason"], part["output_tail"])
@@ -127,6 +131,7 @@ def test_the_machine_s_own_check_ran_on_the_cpu_and_found_no_failure(smoke):
     assert len(check["checks"]) == check["failed"] + check["warned"] + check["passed"]
 
 
+@pytest.mark.slow  # shares the smoke run's 35 s with the slow test above: one suite pays for it, once
 def test_the_parts_that_make_no_sense_on_a_cpu_are_skipped_with_their_reason(smoke):
     skipped = {name: reason for name, reason in SMOKE.items() if isinstance(reason, str)}
     assert {"compile", "gbdt", "nproc", "wall-clock", "engine-vs-plain"} <= set(skipped)
@@ -136,6 +141,7 @@ def test_the_parts_that_make_no_sense_on_a_cpu_are_skipped_with_their_reason(smo
     assert sorted(smoke["document"]["skipped"]) == sorted(skipped)
 
 
+@pytest.mark.slow  # shares the smoke run's 35 s with the slow test above: one suite pays for it, once
 def test_the_summary_has_a_row_for_every_part_with_its_status_and_figures(smoke):
     text = smoke["markdown_files"][0].read_text()
     assert "| part | status | seconds (budget) | key figures |" in text

@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from devicebench.results.schema import NO_BATCHES
 from devicebench.results.store import Store
 from devicebench.results.store_errors import UnreadableRun
 
+SIDE_BY_SIDE = 3
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 BRIEFLY = ["--devices", "cpu", "--epochs", "2", "--max-steps", "2", "--max-eval-steps", "1", "--quiet"]
 # The reference models, by family, at sizes that train in seconds (their own: a step of minutes on 2 cores)
@@ -46,6 +48,14 @@ def devicebench(*arguments: str, env: dict[str, str], cwd: Path | None = None) -
     )
 
 
+def side_by_side(commands: dict[str, list[str]], env: dict[str, str]) -> dict[str, subprocess.CompletedProcess]:
+    """Each of `commands` run, SIDE_BY_SIDE at a time (a few interpreters with torch fit any CI machine's memory),
+    waited for: name -> its completed process."""
+    with ThreadPoolExecutor(SIDE_BY_SIDE) as pool:
+        running = {name: pool.submit(devicebench, *arguments, env=env) for name, arguments in commands.items()}
+        return {name: future.result() for name, future in running.items()}
+
+
 @pytest.fixture(scope="module")
 def every_kind_stored(plugin_environment, tmp_path_factory) -> tuple[dict[str, str], list[str]]:
     """A database holding a short run of every registered workload and of examples/own_model.py's MyNet."""
@@ -60,8 +70,11 @@ def every_kind_stored(plugin_environment, tmp_path_factory) -> tuple[dict[str, s
         "run", *[name for name in names if name not in REFERENCE_MODELS], "--data", "synthetic", *BRIEFLY, env=env
     )
     assert trained.returncode == 0, trained.stdout[-2000:] + trained.stderr[-2000:]
-    for family, sizes in REFERENCE_MODELS_SMALL.items():  # each family at a tiny size of its own
-        small = devicebench(
+    # each family at a tiny size of its own, and the model of examples/own_model.py, side by side: several
+    # sessions writing one database at once, as a user's terminals may
+    own = ["run", "--model", "own_model:MyNet", "--data", "own_model:make_data", *BRIEFLY]
+    families = {
+        ", ".join(family): [
             "run",
             *family,
             *(f"--set={size}" for size in sizes),
@@ -70,19 +83,12 @@ def every_kind_stored(plugin_environment, tmp_path_factory) -> tuple[dict[str, s
             "--data",
             "synthetic",
             *BRIEFLY,
-            env=env,
-        )
-        assert small.returncode == 0, small.stdout[-2000:] + small.stderr[-2000:]
-    own = devicebench(
-        "run",
-        "--model",
-        "own_model:MyNet",
-        "--data",
-        "own_model:make_data",
-        *BRIEFLY,
-        env={**env, "PYTHONPATH": os.pathsep.join([str(EXAMPLES), env["PYTHONPATH"]])},
-    )
-    assert own.returncode == 0, own.stdout[-2000:] + own.stderr[-2000:]
+        ]
+        for family, sizes in REFERENCE_MODELS_SMALL.items()
+    }
+    own_env = {**env, "PYTHONPATH": os.pathsep.join([str(EXAMPLES), env["PYTHONPATH"]])}
+    for name, completed in side_by_side({**families, "own_model:MyNet": own}, env=own_env).items():
+        assert completed.returncode == 0, name + ": " + completed.stdout[-2000:] + completed.stderr[-2000:]
     return env, names
 
 
@@ -94,15 +100,23 @@ def test_every_reading_command_reads_what_every_kind_of_workload_stored(every_ki
     stored = [run["workload"] for result in json.loads(history.stdout)["results"] for run in result["runs"]]
     assert sorted(stored) == sorted([*names, "own_model:MyNet"])  # every run, once
     assert all(run["status"] == "ok" for result in json.loads(history.stdout)["results"] for run in result["runs"])
-    for command in (["history"], ["compare"], ["compare", "--wide"]):
-        shown = devicebench(*command, env=env)
-        assert shown.returncode == 0, f"{command}: {shown.stderr}"
-        assert "gbdt-synthetic" in shown.stdout and "MyNet" in shown.stdout, command
-
-    exported, table = tmp_path / "runs.json", tmp_path / "runs.csv"
-    for out in (exported, table):
-        export = devicebench("export", str(out), env=env)
-        assert export.returncode == 0, export.stderr
+    exported, table, page = tmp_path / "runs.json", tmp_path / "runs.csv", tmp_path / "report.html"
+    # The commands that only read the database run side by side, as two terminals would: SQLite serves readers at
+    # once, and two cores start their interpreters (seconds each, importing torch) side by side
+    readers = {
+        "history": ["history"],
+        "compare": ["compare"],
+        "compare --wide": ["compare", "--wide"],
+        "export json": ["export", str(exported)],
+        "export csv": ["export", str(table)],
+        "report": ["report", "--out", str(page)],
+        "estimate --validate": ["estimate", "--validate"],
+    }
+    done = side_by_side(readers, env=env)
+    for name, completed in done.items():
+        assert completed.returncode == 0, f"{name}: {completed.stderr}"
+    for name in ("history", "compare", "compare --wide"):
+        assert "gbdt-synthetic" in done[name].stdout and "MyNet" in done[name].stdout, name
     with table.open(newline="") as rows:
         assert len({row["run_id"] for row in csv.DictReader(rows)}) == len(stored)  # a line per epoch of every run
     other = {**env, "DEVICEBENCH_DB": str(tmp_path / "other.sqlite")}
@@ -110,12 +124,7 @@ def test_every_reading_command_reads_what_every_kind_of_workload_stored(every_ki
     assert imported.returncode == 0, imported.stderr
     again = devicebench("history", "--json", env=other)
     assert json.loads(again.stdout) == json.loads(history.stdout)  # nothing lost or changed on the way
-
-    report = devicebench("report", "--out", str(tmp_path / "report.html"), env=env)
-    assert report.returncode == 0, report.stderr
-    assert "gbdt-synthetic" in (tmp_path / "report.html").read_text()
-    validate = devicebench("estimate", "--validate", env=env)
-    assert validate.returncode == 0, validate.stderr
+    assert "gbdt-synthetic" in page.read_text()
     reproduce = devicebench("reproduce", "S4", "--quick", "--devices", "cpu", "--data", "synthetic", "--quiet", env=env)
     assert reproduce.returncode == 0, reproduce.stderr
     after = devicebench("history", "--json", env=env)
