@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from devicebench.choices import KernelPrecision
 from devicebench.engine.kernel_recorder import ProfileError
 from devicebench.engine.opcount import profile_training_step
 from devicebench.errors import DevicebenchError
@@ -24,7 +25,6 @@ from devicebench.estimate.roofline import (
     Efficiency,
     Fitter,
     Point,
-    Precision,
     PrecisionError,
     Resolved,
     StepShape,
@@ -139,7 +139,7 @@ def shape_at(workload: Workload, hyperparameters: dict[str, Any]) -> StepShape:
     return small.at_batch(large, int(hyperparameters["batch_size"]))
 
 
-def record_precision(figure: RecordFigure, sheet: Datasheet) -> Precision:
+def record_precision(figure: RecordFigure, sheet: Datasheet) -> KernelPrecision:
     """The precision a record row ran its matrix kernels at. "fp32" with TF32 not stated on a GPU that has TF32 is
     taken as TF32: PyTorch runs convolutions in TF32 unless told not to, and NVIDIA's containers, which the
     record's PyTorch figures come from, turn it on for matrix products as well."""
