@@ -286,8 +286,7 @@ def _torch_data(dataset: Dataset) -> Data:
 
 def _save(path: Path, model: torch.nn.Module, workload: Workload, record: RunRecord, dataset: Dataset) -> None:
     try:
-        # save_checkpoint names two of the datasets it reads (their name and classes): a text one saves the same way
-        save_checkpoint(path, model, workload, record, dataset)  # type: ignore[arg-type]
+        save_checkpoint(path, model, workload, record, dataset)
     except CheckpointNotSaved as error:  # the run itself finished well: it stays ok and is kept;
         # the save fails on its own, said once on stderr, and leaves no file behind
         logging.getLogger(__name__).error("error: %s", error)

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from devicebench.choices import KernelPrecision
+from devicebench.choices import KERNEL_PRECISIONS, KernelPrecision, narrowed
 from devicebench.engine.kernel_recorder import ProfileError
 from devicebench.engine.opcount import profile_training_step
 from devicebench.errors import DevicebenchError
@@ -125,10 +125,8 @@ def shape_of(workload: Workload, hyperparameters: dict[str, Any]) -> StepShape:
 def _profiled_pair(name: str, settings: tuple[tuple[str, Any], ...]) -> tuple[StepShape, StepShape]:
     workload = get_workload(name)
     hyperparameters = dict(settings)
-    return tuple(
-        shape_of(workload, {**hyperparameters, "batch_size": batch})  # type: ignore[return-value]
-        for batch in PROFILED_BATCHES
-    )
+    small, large = (shape_of(workload, {**hyperparameters, "batch_size": batch}) for batch in PROFILED_BATCHES)
+    return small, large
 
 
 def shape_at(workload: Workload, hyperparameters: dict[str, Any]) -> StepShape:
@@ -144,7 +142,7 @@ def record_precision(figure: RecordFigure, sheet: Datasheet) -> KernelPrecision:
     taken as TF32: PyTorch runs convolutions in TF32 unless told not to, and NVIDIA's containers, which the
     record's PyTorch figures come from, turn it on for matrix products as well."""
     if figure.precision.startswith("amp"):
-        return figure.precision  # type: ignore[return-value]
+        return narrowed(figure.precision, KERNEL_PRECISIONS)  # the record's reader checked it is one
     if figure.precision == "tf32" or figure.tf32 == "on":
         return "tf32"
     if figure.tf32 == "n/a" and sheet.tf32_tflops is not None:
