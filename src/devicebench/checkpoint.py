@@ -23,6 +23,7 @@ from torch import nn
 from devicebench.data import ArrayDataset, DataFormatError, Dataset, ImageFolderDataset
 from devicebench.data.augmentation import Preprocessing, describe, rebuild
 from devicebench.data.images import decode_image
+from devicebench.data.own import OwnData
 from devicebench.data.sources import dataset_spec
 from devicebench.errors import DevicebenchError
 from devicebench.files import UnusableFile, require_regular_file
