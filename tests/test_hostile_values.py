@@ -246,9 +246,19 @@ TEXT_FIELDS = [
     ("run", "device_name"),
     ("run", "error"),
     ("settings", "data_source"),
-    ("settings", "precision"),
-    ("settings", "mode"),
 ]
+
+
+@pytest.mark.parametrize("name, choices", [("mode", "'seed', 'tuned'"), ("precision", "'fp32', 'bf16'")])
+def test_a_mode_or_precision_devicebench_never_trains_with_is_refused_naming_the_choices(
+    tmp_path, make_result, make_run, name, choices
+):
+    """A run's mode and precision are choices (devicebench.choices), read back as such: a formula, or a word no
+    release wrote, is refused with the words it may be and nothing is imported."""
+    data = make_result("elsewhere", [make_run(run_id="first")]).to_dict()
+    data["runs"][0]["settings"][name] = "=cmd|' /C calc'!A0"
+    _refused(_import(tmp_path, tmp_path / "db.sqlite", data), f"runs[0].settings.{name}", f"expected one of {choices}")
+    assert stored_runs(tmp_path / "db.sqlite") == 0
 
 
 def _is_number(cell: str) -> bool:

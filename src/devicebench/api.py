@@ -21,6 +21,7 @@ from typing import Any, Literal
 from rich.console import Console
 
 from devicebench import planning, runner
+from devicebench.choices import CompileChoice, Mode, PrecisionChoice
 from devicebench.config import RunConfig
 from devicebench.planning import Plan
 from devicebench.report.html import comparison_html
@@ -89,9 +90,9 @@ def run(
     seed: int = 0,
     threads: int | None = None,
     workers: int | None = None,
-    mode: str = "seed",
-    precision: str = "auto",
-    compile: str = "auto",
+    mode: Mode = "seed",
+    precision: PrecisionChoice = "auto",
+    compile: CompileChoice = "auto",
     target_accuracy: float | None = None,
     progress: bool = True,
 ) -> Result:

@@ -20,9 +20,10 @@ from typing import Any, get_args
 import torch
 from torch import nn
 
-from devicebench.data import ArrayDataset, DataFormatError, ImageFolderDataset
+from devicebench.data import ArrayDataset, DataFormatError, Dataset, ImageFolderDataset
 from devicebench.data.augmentation import Preprocessing, describe, rebuild
 from devicebench.data.images import decode_image
+from devicebench.data.own import OwnData
 from devicebench.data.sources import dataset_spec
 from devicebench.errors import DevicebenchError
 from devicebench.files import UnusableFile, require_regular_file
@@ -94,11 +95,12 @@ def class_names_of(dataset: ArrayDataset | ImageFolderDataset) -> tuple[str, ...
 
 
 def save_checkpoint(
-    path: Path, model: nn.Module, workload: Workload, record: RunRecord, dataset: ArrayDataset | ImageFolderDataset
+    path: Path, model: nn.Module, workload: Workload, record: RunRecord, dataset: Dataset | OwnData
 ) -> None:
     """Write `model`, trained as `record` says, with everything `predict` needs; atomically."""
     image_shape = saved_image_shape(workload)
-    if image_shape is None:  # `run --save` refuses it before training; this is for any other caller
+    # `run --save` refuses these before training; this is for any other caller
+    if image_shape is None or not isinstance(dataset, ArrayDataset | ImageFolderDataset):
         raise CheckpointNotSaved(
             f"could not save the model to {path}: {workload.name} is not an image model, and `devicebench predict` "
             "classifies images; the run itself finished and is kept"

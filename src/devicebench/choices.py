@@ -8,7 +8,7 @@ module that takes one of these takes the type; one that checks a user's word che
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Literal, TypeVar, get_args
 
 Mode = Literal["seed", "tuned"]  # seed: the published settings; tuned: each device at its best (engine/tuning.py)
 MODES: tuple[Mode, ...] = get_args(Mode)
@@ -30,3 +30,15 @@ MATMUL_PRECISIONS: tuple[MatmulPrecision, ...] = get_args(MatmulPrecision)
 
 KernelPrecision = Literal["fp32", "tf32", "amp-fp16", "amp-bf16"]  # the record's and the estimate's; amp-*: autocast
 KERNEL_PRECISIONS: tuple[KernelPrecision, ...] = get_args(KernelPrecision)
+
+
+Choice = TypeVar("Choice", bound=str)
+
+
+def narrowed(value: str, values: tuple[Choice, ...]) -> Choice:
+    """`value` as the type of `values`, where the edge (config.RunConfig, a command's checks) has already refused
+    any other word; a ValueError here is devicebench's mistake, not the user's."""
+    for known in values:
+        if known == value:
+            return known
+    raise ValueError(f"{value!r} is not one of: {', '.join(values)}")

@@ -17,6 +17,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from devicebench.choices import COMPILE_CHOICES, DATA_CHOICES, MODES, PRECISION_CHOICES
 from devicebench.data import real_data_missing
 from devicebench.data.sources import QUICK_SUITE_DOWNLOAD_LIMIT_BYTES
 from devicebench.engine.loop import TrainingPlan
@@ -31,13 +32,6 @@ SUITES: dict[str, str] = {
     "quick": "every workload but the reference models, a few reduced epochs each: the default main job",
     "seeds": "every workload but the reference models at the settings its seed experiment published (hours on a CPU)",
 }
-DATA_CHOICES = ("auto", "real", "synthetic")
-MODES = {
-    "seed": "the published settings: fp32, eager, host-side data loading, the seed's batch size",
-    "tuned": "each device at its best for the same model, data and samples (engine/tuning.py)",
-}
-PRECISIONS = ("auto", "fp32", "bf16")  # auto: tuned mode tries bf16 where the device computes it natively
-COMPILE_CHOICES = ("auto", "on", "off")  # auto: tuned mode tries torch.compile on GPUs
 # The quick suite's time budget: each run is sized to its share of it (runner.py), so the main job answers in about
 # two minutes on two cores of any x86-64 CPU, however fast each workload is there.
 QUICK_BUDGET_S = 120.0
@@ -68,6 +62,7 @@ class RunConfig:
     target_accuracy: float | None = None
     budget_s: float | None = None  # seconds the whole run may take; None: the quick suite's QUICK_BUDGET_S, else none
     overrides: tuple[str, ...] = ()  # `--set key=value`: workload parameters other than the seed's
+    # the words a user gave, checked below against choices.py's values; a Job carries them as those types
     mode: str = "seed"
     precision: str = "auto"
     compile: str = "auto"
@@ -84,7 +79,7 @@ class RunConfig:
         self._check_own_model()
         for flag, value, choices in (
             ("--mode", self.mode, MODES),
-            ("--precision", self.precision, PRECISIONS),
+            ("--precision", self.precision, PRECISION_CHOICES),
             ("--compile", self.compile, COMPILE_CHOICES),
         ):
             if value not in choices:

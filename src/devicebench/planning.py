@@ -22,6 +22,15 @@ import psutil
 import torch
 
 from devicebench import machine
+from devicebench.choices import (
+    COMPILE_CHOICES,
+    MODES,
+    PRECISION_CHOICES,
+    CompileChoice,
+    Mode,
+    PrecisionChoice,
+    narrowed,
+)
 from devicebench.config import ConfigError, RunConfig, own_from_specs, registered
 from devicebench.devices import resolve_devices
 from devicebench.engine.calibration_store import peak_tflops
@@ -74,9 +83,9 @@ class Job:
     data: DataRequest
     workers: int | None  # loader processes; None: chosen from the data once it is loaded
     seed: int
-    mode: str  # "seed" or "tuned"
-    precision: str  # tuned mode's: "auto", "fp32" or "bf16"
-    compile: str  # tuned mode's: "auto", "on" or "off"
+    mode: Mode
+    precision: PrecisionChoice  # tuned mode's
+    compile: CompileChoice  # tuned mode's
     batch_size_auto: bool  # grow the batch for throughput before training
     per_device_batch: bool  # the batch was given per process (the global one is world size times it)
 
@@ -303,9 +312,9 @@ def _job(config: RunConfig, workload: Workload, device: torch.device) -> Job:
         ),
         workers=config.workers,
         seed=config.seed,
-        mode=config.mode,
-        precision=config.precision,
-        compile=config.compile,
+        mode=narrowed(config.mode, MODES),
+        precision=narrowed(config.precision, PRECISION_CHOICES),
+        compile=narrowed(config.compile, COMPILE_CHOICES),
         batch_size_auto=config.batch_size_auto,
         per_device_batch=config.per_device_batch,
     )

@@ -20,15 +20,14 @@ import warnings
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import cast
 
 import torch
 
 from devicebench import data, stopping
 from devicebench.budget import BudgetShares, fit_to_share, note_pacing, sized_plan, time_probe
 from devicebench.checkpoint import CheckpointNotSaved, save_checkpoint
+from devicebench.choices import DATA_CHOICES, narrowed
 from devicebench.data import DataFormatError, DataUnavailable, ImageFolderDataset, TableDataset, load_dataset
-from devicebench.data.arrays import DataChoice
 from devicebench.data.own import OwnData, TensorData, TorchData
 from devicebench.data.pipeline import Batches, Data, batches_for, default_workers, usable_cores
 from devicebench.devices import device_name, out_of_memory
@@ -149,7 +148,7 @@ def load_data(job: Job) -> Dataset | DataProblem:
             warnings.filterwarnings("ignore", message="real .* could not be had", category=UserWarning)
             return load_dataset(
                 request.dataset,
-                cast(DataChoice, request.source),  # one of them: the request was checked (config.RunConfig)
+                narrowed(request.source, DATA_CHOICES),  # one of them: the request was checked (config.RunConfig)
                 data_dir=request.data_dir,
                 seed=request.seed,
                 largest_download_bytes=request.largest_download_bytes,
@@ -287,8 +286,7 @@ def _torch_data(dataset: Dataset) -> Data:
 
 def _save(path: Path, model: torch.nn.Module, workload: Workload, record: RunRecord, dataset: Dataset) -> None:
     try:
-        # save_checkpoint names two of the datasets it reads (their name and classes): a text one saves the same way
-        save_checkpoint(path, model, workload, record, dataset)  # type: ignore[arg-type]
+        save_checkpoint(path, model, workload, record, dataset)
     except CheckpointNotSaved as error:  # the run itself finished well: it stays ok and is kept;
         # the save fails on its own, said once on stderr, and leaves no file behind
         logging.getLogger(__name__).error("error: %s", error)

@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from devicebench.check.cpu import busy_warning
+from devicebench.choices import MATMUL_PRECISIONS
 from devicebench.cli import (
     EXIT_FAILED_RUN,
     LocalDevicesOption,
@@ -27,7 +28,6 @@ from devicebench.cli import (
     stopped,
 )
 from devicebench.engine.calibrate import (
-    PRECISIONS,
     QUICK_PLAN,
     DeviceCeilings,
     Measurement,
@@ -151,7 +151,7 @@ def ceilings_table(ceilings: DeviceCeilings) -> FittedTable:
     )
     for column in ("Quantity", "Measured", "Datasheet", "Of datasheet"):
         table.add_column(column, justify="left" if column == "Quantity" else "right")
-    for precision in PRECISIONS:
+    for precision in MATMUL_PRECISIONS:
         promised = datasheet.tflops(precision) if datasheet else None
         if precision in ceilings.matmul:
             product = ceilings.matmul[precision]

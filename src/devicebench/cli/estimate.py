@@ -14,6 +14,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from devicebench.choices import KERNEL_PRECISIONS, MODES, narrowed
 from devicebench.cli import (
     DatabaseOption,
     app,
@@ -27,7 +28,7 @@ from devicebench.cli import (
 from devicebench.cli.session import DataOption, exit_for, plan_or_fail, train_and_show
 from devicebench.config import RunConfig
 from devicebench.estimate.points import EstimateError, RooflineFit, fit_roofline
-from devicebench.estimate.roofline import PARAMETERS, PRECISIONS
+from devicebench.estimate.roofline import PARAMETERS
 from devicebench.estimate.targets import Estimate, estimates_for
 from devicebench.estimate.validation import (
     DEFAULT_LEVEL,
@@ -101,7 +102,8 @@ def estimate(
     precision: Annotated[
         Optional[str],
         typer.Option(
-            help="Estimate at this precision instead of the mode's: " + ", ".join(PRECISIONS) + ".", show_default=False
+            help="Estimate at this precision instead of the mode's: " + ", ".join(KERNEL_PRECISIONS) + ".",
+            show_default=False,
         ),
     ] = None,
     level: Annotated[
@@ -205,8 +207,8 @@ def estimate(
                 estimable,
                 fitted,
                 prices,
-                mode=mode,
-                precision=next((known for known in PRECISIONS if known == precision), None),  # checked above
+                mode=narrowed(mode, MODES),  # checked above, as the precision is
+                precision=None if precision is None else narrowed(precision, KERNEL_PRECISIONS),
                 host_cores=_host_cores(estimable, host, host_cores),
                 level=level,
             )
@@ -224,10 +226,10 @@ def estimate(
 
 
 def _check_choices(mode: str, precision: str | None, level: float, host: str, host_cores: int | None) -> None:
-    if mode not in ("seed", "tuned"):
+    if mode not in MODES:
         raise fail(f"--mode {mode!r} is neither seed nor tuned")
-    if precision is not None and precision not in PRECISIONS:
-        raise fail(f"--precision {precision!r} is not one of {', '.join(PRECISIONS)}")
+    if precision is not None and precision not in KERNEL_PRECISIONS:
+        raise fail(f"--precision {precision!r} is not one of {', '.join(KERNEL_PRECISIONS)}")
     if not 0.5 <= level < 1:
         raise fail(f"--level {level:g} is not a chance from 0.5 up to (not including) 1, e.g. 0.8 or 0.9")
     if host not in ("rented", "here"):

@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from devicebench.choices import MODES
 from devicebench.cli import DatabaseOption, app, fail
 from devicebench.cli.compare import WideOption
 from devicebench.cli.session import (
@@ -25,7 +26,7 @@ from devicebench.cli.session import (
     plan_or_fail,
     train_and_show,
 )
-from devicebench.config import MODES, RunConfig
+from devicebench.config import RunConfig
 from devicebench.report.tables import sweep_tables
 from devicebench.results.compare import compare
 

@@ -16,7 +16,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from devicebench.data.arrays import ArrayDataset, DataChoice, DataSource
+from devicebench.choices import DataChoice
+from devicebench.data.arrays import ArrayDataset, DataSource
 from devicebench.data.download import DataUnavailable, fetch
 from devicebench.data.formats import DataFormatError, read_release
 from devicebench.data.images import (

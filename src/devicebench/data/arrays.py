@@ -12,7 +12,6 @@ from typing import Literal
 import numpy as np
 
 DataSource = Literal["real", "synthetic"]
-DataChoice = Literal["auto", "real", "synthetic"]
 
 
 @dataclass(frozen=True, eq=False)

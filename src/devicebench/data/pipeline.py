@@ -21,7 +21,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -51,7 +51,7 @@ class Batches(Protocol):
 
     def batch_sizes(self, steps: int) -> list[int]: ...
 
-    def epoch(self, epoch: int, steps: int | None = None) -> Iterator[Batch]: ...
+    def epoch(self, epoch: int, steps: int | None = None) -> Generator[Batch, None, None]: ...
 
     def close(self) -> None: ...
 
@@ -144,7 +144,7 @@ class HostBatches:
             return [self.batch_size] * steps
         return _batch_sizes(len(self.labels), self.batch_size, steps)
 
-    def epoch(self, epoch: int, steps: int | None = None) -> Iterator[Batch]:
+    def epoch(self, epoch: int, steps: int | None = None) -> Generator[Batch, None, None]:
         order = epoch_order(len(self.labels), epoch, self.seed, self.shuffle).to(self.inputs.device)
         for step in range(len(self) if steps is None else steps):
             index = _step_indices(order, step, self.batch_size, self.shard)
@@ -303,7 +303,7 @@ class LoaderBatches:
             return [self.batch_size] * steps
         return _batch_sizes(self._num_samples, self.batch_size, steps)
 
-    def epoch(self, epoch: int, steps: int | None = None) -> Iterator[Batch]:
+    def epoch(self, epoch: int, steps: int | None = None) -> Generator[Batch, None, None]:
         if self._loader is None:
             raise RuntimeError("these batches are closed")
         self._order.epoch, self._order.steps = epoch, len(self) if steps is None else steps

@@ -26,11 +26,11 @@ from typing import Any
 import torch
 
 from devicebench import machine
+from devicebench.choices import MATMUL_PRECISIONS
 from devicebench.devices import device_name, native_bf16
 from devicebench.engine.timing import Stopwatch
 from devicebench.host import BYTES_PER_MIB
 
-PRECISIONS = ("fp32", "tf32", "bf16")  # tf32: fp32 tensors, multiplied on TF32 tensor cores (CUDA only)
 HOST_MEMORY_KINDS = ("pinned", "pageable")
 
 BYTES_PER_GB = 1e9  # GB/s as datasheets count it: decimal gigabytes
@@ -184,7 +184,7 @@ class DeviceCeilings:
 
 
 def _precision(value: Any) -> str:
-    if value not in PRECISIONS:
+    if value not in MATMUL_PRECISIONS:
         raise ValueError(f"unknown precision {value!r:.60}")
     return value
 
@@ -235,7 +235,9 @@ def measure_ceilings(
 
 
 def _precisions(device: torch.device) -> tuple[str, ...]:
-    return PRECISIONS if device.type == "cuda" else tuple(p for p in PRECISIONS if p != "tf32")  # NVIDIA's alone
+    return (
+        MATMUL_PRECISIONS if device.type == "cuda" else tuple(p for p in MATMUL_PRECISIONS if p != "tf32")
+    )  # NVIDIA's alone
 
 
 def _native(device: torch.device, precision: str) -> bool:

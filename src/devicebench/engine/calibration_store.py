@@ -14,7 +14,8 @@ from pathlib import Path
 
 import torch
 
-from devicebench.engine.calibrate import PRECISIONS, QUICK_PLAN, DeviceCeilings
+from devicebench.choices import MATMUL_PRECISIONS
+from devicebench.engine.calibrate import QUICK_PLAN, DeviceCeilings
 from devicebench.engine.calibration_files import calibration_path
 from devicebench.engine.timing import wall_clock_utc
 from devicebench.files import UnusableFile, require_regular_file
@@ -104,8 +105,8 @@ def peak_tflops(machine_id: str, device: str, precision: str, folder: str | Path
     "bf16"); None when it was not calibrated or not measured (a precision the device does not compute natively),
     when it was measured by a quick calibration (whose small sizes understate it), or when the file cannot be read
     (a warning says so: a run must never fail because of its calibration)."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"unknown precision {precision!r}; calibrated precisions are {', '.join(PRECISIONS)}")
+    if precision not in MATMUL_PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; calibrated precisions are {', '.join(MATMUL_PRECISIONS)}")
     try:
         stored = load_calibration(machine_id, folder)
     except CalibrationError as error:

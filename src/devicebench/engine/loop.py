@@ -343,9 +343,7 @@ def _train_epoch(
             if steps_for is not None:  # reads the host's clock without synchronizing: bookkeeping only
                 steps = steps_for(done, steps)
     seconds = watch.now() - start
-    # an epoch ended early leaves no batch in flight; every Batches.epoch is a generator, though its protocol
-    # (data/pipeline.py) says only Iterator
-    batch_stream.close()  # type: ignore[attr-defined]
+    batch_stream.close()  # an epoch ended early leaves no batch in flight
     return step_losses[:steps], int(correct) / max(predictions, 1) if counted else None, seconds, waited
 
 

@@ -38,12 +38,12 @@ import psutil
 import torch
 from torch import nn
 
+from devicebench.choices import TrainingPrecision
 from devicebench.data.pipeline import Batch, Batches, usable_cores
 from devicebench.devices import is_out_of_memory, native_bf16
 from devicebench.engine.loop import TrainingSetup
 from devicebench.engine.timing import Stopwatch
 from devicebench.engine.tuning_choices import (  # the choices as data: torch-free, for the tables
-    Precision,
     Tuning,
 )
 
@@ -81,7 +81,7 @@ def base_tuning(device: torch.device, model: nn.Module, *, resident_possible: bo
 def candidates(base: Tuning, device: torch.device, precision: str, compile_choice: str) -> list[Tuning]:
     """The tunings worth a trial: the plainest first, so that it wins ties."""
     if precision == "auto":
-        precisions: list[Precision] = ["fp32", "bf16"] if native_bf16(device) else ["fp32"]
+        precisions: list[TrainingPrecision] = ["fp32", "bf16"] if native_bf16(device) else ["fp32"]
     else:
         precisions = [_precision(precision)]
     compiles = {"on": [True], "off": [False], "auto": [False, True] if device.type == "cuda" else [False]}
@@ -91,7 +91,7 @@ def candidates(base: Tuning, device: torch.device, precision: str, compile_choic
     ]
 
 
-def _precision(name: str) -> Precision:
+def _precision(name: str) -> TrainingPrecision:
     """`name` as a tuning's precision; ValueError for one tuned mode does not run (the request allows none)."""
     if name == "fp32":
         return "fp32"

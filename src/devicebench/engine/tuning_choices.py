@@ -7,16 +7,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
-Precision = Literal["fp32", "bf16"]
+from devicebench.choices import TrainingPrecision
 
 
 @dataclass(frozen=True)
 class Tuning:
     """How a model runs on its device. The defaults are seed mode: nothing changed."""
 
-    precision: Precision = "fp32"  # bf16: autocast; weights, gradients and optimizer state stay fp32
+    precision: TrainingPrecision = "fp32"  # bf16: autocast; weights, gradients and optimizer state stay fp32
     channels_last: bool = False
     fused_optimizer: bool = False
     compiled: bool = False  # torch.compile; its compile time lands in the warm-up epoch

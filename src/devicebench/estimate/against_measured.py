@@ -18,8 +18,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from devicebench.choices import KERNEL_PRECISIONS, KernelPrecision
 from devicebench.estimate.points import RooflineFit, fit_roofline, registered, shape_of, steady_steps_s
-from devicebench.estimate.roofline import KERNEL_CLASSES, PRECISIONS, Precision, Resolved, StepShape, predict
+from devicebench.estimate.roofline import KERNEL_CLASSES, Resolved, StepShape, predict
 from devicebench.estimate.validation import conformal
 from devicebench.report.estimate_plots import EstimatedAgainstMeasured, EstimatedPoint
 from devicebench.report.text import rate_text
@@ -37,7 +38,7 @@ class RunEstimate:
 
     run: RunRecord
     sheet: Datasheet  # the catalog's entry for the run's GPU
-    precision: Precision  # what its matrix kernels were estimated at: what the run recorded
+    precision: KernelPrecision  # what its matrix kernels were estimated at: what the run recorded
     compiled: bool  # torch.compile fused its kernels; the roofline counts them as eager mode launches them
     estimated: float  # samples/s
     interval: tuple[float, float] | None  # samples/s at `level`; None where the held-out errors are too few
@@ -98,7 +99,7 @@ def run_estimate(run: RunRecord, level: float = LEVEL) -> RunEstimate | str:
     if run.settings.world_size != 1:
         return f"trained in {run.settings.world_size} processes: their communication is not modelled"
     precision = run_precision(run.settings)
-    if precision not in PRECISIONS:
+    if precision not in KERNEL_PRECISIONS:
         return precision  # why it cannot be told
     measured_s = median_step_s(run)
     if isinstance(measured_s, str):
@@ -133,8 +134,8 @@ def run_estimate(run: RunRecord, level: float = LEVEL) -> RunEstimate | str:
     )
 
 
-def run_precision(settings: RunSettings) -> Precision | str:
-    """The precision `settings` ran its matrix kernels at, as the roofline names it (one of PRECISIONS), or why it
+def run_precision(settings: RunSettings) -> KernelPrecision | str:
+    """The precision `settings` ran its matrix kernels at, as the roofline names it (one of KERNEL_PRECISIONS), or why it
     cannot be told: seed mode is strict fp32 (engine/tuning_applied.process_settings turns TF32 off); tuned mode records its
     choice."""
     if settings.mode == "seed":
@@ -160,7 +161,7 @@ def median_step_s(run: RunRecord) -> float | str:
     return steps if isinstance(steps, str) else statistics.median(steps)
 
 
-def _step_shape(workload: Workload, hyperparameters: dict[str, Any], precision: Precision) -> StepShape | str:
+def _step_shape(workload: Workload, hyperparameters: dict[str, Any], precision: KernelPrecision) -> StepShape | str:
     """The step as `run_estimate` resolves it, or why its precision cannot be one: a profile at the run's batch."""
     shape = shape_of(workload, hyperparameters)
     if precision == "amp-bf16" and (shape.classes == KERNEL_CLASSES.index("recurrent")).any():

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from devicebench.choices import KERNEL_PRECISIONS, KernelPrecision, narrowed
 from devicebench.engine.kernel_recorder import ProfileError
 from devicebench.engine.opcount import profile_training_step
 from devicebench.errors import DevicebenchError
@@ -24,7 +25,6 @@ from devicebench.estimate.roofline import (
     Efficiency,
     Fitter,
     Point,
-    Precision,
     PrecisionError,
     Resolved,
     StepShape,
@@ -125,10 +125,8 @@ def shape_of(workload: Workload, hyperparameters: dict[str, Any]) -> StepShape:
 def _profiled_pair(name: str, settings: tuple[tuple[str, Any], ...]) -> tuple[StepShape, StepShape]:
     workload = get_workload(name)
     hyperparameters = dict(settings)
-    return tuple(
-        shape_of(workload, {**hyperparameters, "batch_size": batch})  # type: ignore[return-value]
-        for batch in PROFILED_BATCHES
-    )
+    small, large = (shape_of(workload, {**hyperparameters, "batch_size": batch}) for batch in PROFILED_BATCHES)
+    return small, large
 
 
 def shape_at(workload: Workload, hyperparameters: dict[str, Any]) -> StepShape:
@@ -139,12 +137,12 @@ def shape_at(workload: Workload, hyperparameters: dict[str, Any]) -> StepShape:
     return small.at_batch(large, int(hyperparameters["batch_size"]))
 
 
-def record_precision(figure: RecordFigure, sheet: Datasheet) -> Precision:
+def record_precision(figure: RecordFigure, sheet: Datasheet) -> KernelPrecision:
     """The precision a record row ran its matrix kernels at. "fp32" with TF32 not stated on a GPU that has TF32 is
     taken as TF32: PyTorch runs convolutions in TF32 unless told not to, and NVIDIA's containers, which the
     record's PyTorch figures come from, turn it on for matrix products as well."""
     if figure.precision.startswith("amp"):
-        return figure.precision  # type: ignore[return-value]
+        return narrowed(figure.precision, KERNEL_PRECISIONS)  # the record's reader checked it is one
     if figure.precision == "tf32" or figure.tf32 == "on":
         return "tf32"
     if figure.tf32 == "n/a" and sheet.tf32_tflops is not None:

@@ -33,13 +33,12 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 from scipy.optimize import lsq_linear
 
+from devicebench.choices import KernelPrecision
 from devicebench.results.datasheets import Datasheet
 
 if TYPE_CHECKING:
     from devicebench.engine.opcount import StepProfile
 
-Precision = Literal["fp32", "tf32", "amp-fp16", "amp-bf16"]
-PRECISIONS: tuple[Precision, ...] = ("fp32", "tf32", "amp-fp16", "amp-bf16")
 ObservedKind = Literal["step", "busy"]
 
 PEAKS = ("fp32", "tf32", "half")  # the datasheet peak a matrix kernel runs at
@@ -156,7 +155,7 @@ class PrecisionError(ValueError):
     """A precision the GPU cannot run (bf16 on a GPU without bf16); the message says which runs instead."""
 
 
-def half_peak_tflops(sheet: Datasheet, precision: Precision) -> float | None:
+def half_peak_tflops(sheet: Datasheet, precision: KernelPrecision) -> float | None:
     """The peak a matrix kernel reaches under mixed precision: fp16 tensor cores (with fp32 accumulation) for fp16,
     bf16 ones for bf16; None where the datasheet gives none."""
     if precision == "amp-bf16":
@@ -164,7 +163,7 @@ def half_peak_tflops(sheet: Datasheet, precision: Precision) -> float | None:
     return sheet.fp16_tflops or sheet.bf16_tflops  # from Ampere on, fp16 and bf16 tensor cores run at one rate
 
 
-def check_precision(sheet: Datasheet, precision: Precision) -> None:
+def check_precision(sheet: Datasheet, precision: KernelPrecision) -> None:
     if precision == "amp-bf16" and sheet.bf16_tflops is None:
         raise PrecisionError(f"the {sheet.product} has no bf16 arithmetic in its datasheet: estimate amp-fp16 or fp32")
 
@@ -182,7 +181,7 @@ class Resolved:
     copy_s: float  # the batch over the host link
 
     @classmethod
-    def of(cls, shape: StepShape, sheet: Datasheet, precision: Precision) -> Resolved:
+    def of(cls, shape: StepShape, sheet: Datasheet, precision: KernelPrecision) -> Resolved:
         if sheet.fp32_tflops is None:
             raise PrecisionError(f"no citable source gives the {sheet.product}'s compute peaks ({sheet.source})")
         check_precision(sheet, precision)
@@ -301,7 +300,7 @@ class Point:
     source: str  # where the figure comes from
     workload: str  # what leave-one-model-out leaves out together
     sheet: Datasheet
-    precision: Precision
+    precision: KernelPrecision
     resolved: Resolved
     batch_size: int
     observed_s: float  # seconds per step, of the kind below

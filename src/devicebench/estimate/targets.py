@@ -16,11 +16,12 @@ from typing import Any
 
 import torch
 
+from devicebench.choices import KernelPrecision, Mode
 from devicebench.data import TableDataset
 from devicebench.data.pipeline import batches_for
 from devicebench.engine.timing import Stopwatch
 from devicebench.estimate.points import EstimateError, RooflineFit, shape_of
-from devicebench.estimate.roofline import Precision, PrecisionError, PredictedStep, Resolved, predict
+from devicebench.estimate.roofline import PrecisionError, PredictedStep, Resolved, predict
 from devicebench.estimate.validation import Interval
 from devicebench.planning import Job
 from devicebench.results.datasheets import Datasheet
@@ -52,7 +53,7 @@ class Estimate:
     steps_per_epoch: int
     epochs: int
     baseline: Baseline | None
-    precision: Precision = "fp32"  # what its matrix kernels were estimated at
+    precision: KernelPrecision = "fp32"  # what its matrix kernels were estimated at
     host_cores: int | None = None  # the target host's cores the input pipeline was scaled to; None: this machine's
     price_per_hour: float | None = None
     profile_notes: tuple[str, ...] = ()  # how its step was profiled, when not as planned (random inputs on the CPU)
@@ -212,12 +213,12 @@ def scaled_input_s(input_s: float, workers: int, cores_here: int, host_cores: in
     return input_s * min(workers, cores_here) / host_cores
 
 
-def precisions_for(mode: str, sheet: Datasheet) -> list[Precision]:
+def precisions_for(mode: Mode, sheet: Datasheet) -> list[KernelPrecision]:
     """What `mode` runs its matrix kernels at on `sheet`: seed mode fp32 on the CUDA cores; tuned mode TF32 where
     the GPU has it, and bf16 autocast where the GPU computes bf16, whichever its trial finds faster."""
     if mode == "seed":
         return ["fp32"]
-    fast: list[Precision] = ["tf32" if sheet.tf32_tflops is not None else "fp32"]
+    fast: list[KernelPrecision] = ["tf32" if sheet.tf32_tflops is not None else "fp32"]
     return fast + (["amp-bf16"] if sheet.bf16_tflops is not None else [])
 
 
@@ -228,8 +229,8 @@ def estimates_for(
     fitted: RooflineFit,
     prices: dict[str, float],
     *,
-    mode: str = "seed",
-    precision: Precision | None = None,
+    mode: Mode = "seed",
+    precision: KernelPrecision | None = None,
     host_cores: dict[str, int | None] | None = None,
     level: float = 0.8,
 ) -> list[Estimate]:

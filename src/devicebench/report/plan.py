@@ -6,17 +6,17 @@ notes under it (how a time budget sizes the epochs, which workloads will train o
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypeGuard, get_args
+from typing import TYPE_CHECKING, TypeGuard
 
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from devicebench.choices import DATA_CHOICES, DataChoice
 from devicebench.report.fitting import FittedTable, fitted
 from devicebench.report.text import duration_text
 
 if TYPE_CHECKING:  # planning imports torch: the report's other modules must load without it
-    from devicebench.data.arrays import DataChoice
     from devicebench.planning import Job, Plan
 
 
@@ -97,9 +97,7 @@ def _expected_source(job: Job) -> tuple[str, str | None]:
 def _is_data_choice(source: str) -> TypeGuard[DataChoice]:
     """Whether `source` is one of --data's choices for devicebench's datasets (auto, real, synthetic), rather than
     the MODULE:FUNCTION of data of your own."""
-    from devicebench.data.arrays import DataChoice  # numpy: only the dry run needs it
-
-    return source in get_args(DataChoice)
+    return source in DATA_CHOICES
 
 
 def plan_notes(plan: Plan) -> list[Text]:

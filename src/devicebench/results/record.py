@@ -20,6 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from devicebench.choices import KERNEL_PRECISIONS
 from devicebench.results.datasheets import UnknownTarget, catalog_entry
 
 if TYPE_CHECKING:
@@ -41,7 +42,6 @@ COLUMNS = (
     "source",
     "notes",
 )
-PRECISIONS = frozenset({"fp32", "tf32", "amp-fp16", "amp-bf16"})  # amp-*: mixed precision with that half type
 TF32_STATES = frozenset({"on", "off", "n/a"})  # n/a: a GPU before Ampere, or a source that does not say
 UNITS = frozenset({"images/s", "sequences/s", "tokens/s"})
 DATA_KINDS = frozenset({"synthetic", "real"})
@@ -134,7 +134,7 @@ def _figure(cells: list[str]) -> PublishedFigure:
         raise ValueError(f"{len(cells)} cells, the header has {len(COLUMNS)}")
     row = dict(zip(COLUMNS, cells, strict=True))
     for column, allowed in (
-        ("precision", PRECISIONS),
+        ("precision", KERNEL_PRECISIONS),
         ("tf32", TF32_STATES),
         ("unit", UNITS),
         ("data", DATA_KINDS),

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from devicebench import files
+from devicebench.choices import Mode, TrainingPrecision
 
 SCHEMA_VERSION = 3  # 2: plausibility flags; 3: tuning_s
 READABLE_SCHEMA_VERSIONS = (1, 2, 3)  # 1 and 2 lack only fields that have defaults
@@ -74,8 +75,8 @@ class RunSettings:
     seed: int
     threads: int  # torch intra-op threads during the run
     data_source: str  # "real" or "synthetic"
-    precision: str = "fp32"  # "bf16": autocast (weights and optimizer stay fp32)
-    mode: str = "seed"  # "seed": the published settings; "tuned": each device at its best (engine/tuning.py)
+    precision: TrainingPrecision = "fp32"  # "bf16": autocast (weights and optimizer stay fp32)
+    mode: Mode = "seed"  # "seed": the published settings; "tuned": each device at its best (engine/tuning.py)
     workers: int = 0  # host loader processes; 0 = the training process loads
     tf32_matmul: bool = False  # CUDA fp32 matmuls on TF32 tensor cores (torch.backends.cuda.matmul.allow_tf32)
     tf32_cudnn: bool = False  # CUDA fp32 convolutions and RNNs on TF32 tensor cores (torch.backends.cudnn.allow_tf32)
