@@ -534,6 +534,21 @@ def make_result() -> Callable[..., Result]:
 
 
 @pytest.fixture
+def switches_untried(monkeypatch) -> None:
+    """Tuned mode's options with the layout and the fused step as the base tuning has them (a CPU's trial of them
+    left out), for a test about another choice: compile, bf16, what the run records of them."""
+    from devicebench import session_choices
+
+    every = session_choices.candidates
+
+    def as_base(base, *rest):
+        kept = (base.channels_last, base.fused_optimizer)
+        return [option for option in every(base, *rest) if (option.channels_last, option.fused_optimizer) == kept]
+
+    monkeypatch.setattr(session_choices, "candidates", as_base)
+
+
+@pytest.fixture
 def force_cpu_isa(monkeypatch) -> Callable[[str], None]:
     """Make devicebench take this CPU to have exactly the named ISA flags (`force_cpu_isa("avx2")`), whatever it
     really has: the CI machine may be an AVX2-only EPYC or an AMX Xeon."""

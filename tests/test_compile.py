@@ -222,7 +222,7 @@ def test_a_forward_pass_is_never_truth_tested():
     assert handed == [setup.forward]  # a user's own step gets the tuned forward pass
 
 
-def test_tuned_mode_with_compilation_trains_through_the_runner(backend):
+def test_tuned_mode_with_compilation_trains_through_the_runner(backend, switches_untried):
     """`devicebench run cifar10-mlp --mode tuned --compile on` failed every run with `TypeError: TunedForward does
     not support len()`."""
     generator = np.random.default_rng(0)
@@ -313,7 +313,7 @@ def test_on_cuda_recurrent_layers_run_with_cuda_autocast_off(monkeypatch):
     assert [(name, autocast) for name, autocast, *_ in seen] == [("Linear", True), ("LSTM", False), ("Linear", True)]
 
 
-def test_a_bf16_run_of_a_recurrent_workload_says_its_recurrent_layers_ran_in_fp32():
+def test_a_bf16_run_of_a_recurrent_workload_says_its_recurrent_layers_ran_in_fp32(switches_untried):
     generator = np.random.default_rng(0)
     tokens = generator.integers(2, 500, (40, 12)).astype(np.int64)
     labels = generator.integers(0, 2, 40).astype(np.int64)

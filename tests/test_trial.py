@@ -113,6 +113,16 @@ def builder(
     return build
 
 
+def test_an_option_s_label_names_the_switches_the_trial_varies_and_not_those_every_option_has():
+    cpu = [Tuning(), Tuning(fused_optimizer=True), Tuning(channels_last=True, fused_optimizer=True)]
+    assert [tuning._label(option, cpu) for option in cpu] == ["fp32", "fp32+fused", "fp32+channels_last+fused"]
+    gpu = [
+        Tuning(channels_last=True, fused_optimizer=True),
+        Tuning(channels_last=True, fused_optimizer=True, compiled=True),
+    ]
+    assert [tuning._label(option, gpu) for option in gpu] == ["fp32", "fp32+compiled"]
+
+
 def test_a_single_option_needs_no_trial():
     def build(option: Tuning) -> TrainingSetup:
         raise AssertionError("no trial should run")

@@ -79,15 +79,25 @@ def base_tuning(device: torch.device, model: nn.Module, *, resident_possible: bo
 
 
 def candidates(base: Tuning, device: torch.device, precision: str, compile_choice: str) -> list[Tuning]:
-    """The tunings worth a trial: the plainest first, so that it wins ties."""
+    """The tunings worth a trial: the plainest first, so that it wins ties.
+
+    On a CPU the channels_last layout (for a model with convolutions) and the fused optimizer step are tried too,
+    off and on: measured on a 2-core AVX2 EPYC they made catdog-original slower (408-433 samples/s plain, 345-369
+    with channels_last, 313-391 with the fused Adam; issue 33), so a CPU keeps them only where its own trial shows
+    a gain beyond the spread. On a GPU `base`'s are kept as they are, untried: the layout of tensor cores and one
+    kernel for the whole optimizer step; devicebench has not measured them there yet (benchmarks/gpu_validation.py).
+    """
     if precision == "auto":
         precisions: list[TrainingPrecision] = ["fp32", "bf16"] if native_bf16(device) else ["fp32"]
     else:
         precisions = [_precision(precision)]
     compiles = {"on": [True], "off": [False], "auto": [False, True] if device.type == "cuda" else [False]}
+    on_cpu = device.type == "cpu"
+    layouts = [False, True] if on_cpu and base.channels_last else [base.channels_last]
+    fused_steps = [False, True] if on_cpu and base.fused_optimizer else [base.fused_optimizer]
     return [
-        dataclasses.replace(base, precision=p, compiled=c)
-        for p, c in itertools.product(precisions, compiles[compile_choice])
+        dataclasses.replace(base, precision=p, compiled=c, channels_last=layout, fused_optimizer=fused)
+        for p, c, layout, fused in itertools.product(precisions, compiles[compile_choice], layouts, fused_steps)
     ]
 
 
@@ -125,7 +135,7 @@ def choose_tuning(
     with contextlib.closing(_full_batches(batches)) as stream:
         _warm_up(trials, stream, watch, failures)
         _time_in_turns(trials, stream, watch, failures)
-    failed = [f"{_label(option)} {failures[option]}" for option in options if option in failures]
+    failed = [f"{_label(option, options)} {failures[option]}" for option in options if option in failures]
     if not trials:
         raise RuntimeError(f"every tuned option failed in the trial: {'; '.join(failed)}")
     rates = {option: trial.block_rates for option, trial in trials.items()}
@@ -134,12 +144,15 @@ def choose_tuning(
     kept = max(gaining, key=lambda option: statistics.median(rates[option]), default=plainest)
     fastest = max(rates, key=lambda option: statistics.median(rates[option]))
     within_spread = kept == plainest and fastest != plainest
-    measured = ", ".join(f"{_label(option)} {_spread_text(option_rates)}" for option, option_rates in rates.items())
+    measured = ", ".join(
+        f"{_label(option, options)} {_spread_text(option_rates)}" for option, option_rates in rates.items()
+    )
     return kept, "; ".join(
         [
             f"trial samples/s: {measured}, median (range) of {len(rates[plainest])} rounds",
             *failed,
-            f"kept {_label(kept)}" + (f": {_label(fastest)}'s gain is within the spread" if within_spread else ""),
+            f"kept {_label(kept, options)}"
+            + (f": {_label(fastest, options)}'s gain is within the spread" if within_spread else ""),
         ]
     )
 
@@ -219,8 +232,15 @@ def _release_cached_memory(device: torch.device) -> None:
         torch.cuda.empty_cache()  # a failed or finished trial's blocks, so the next size starts clean
 
 
-def _label(option: Tuning) -> str:
-    return option.precision + ("+compiled" if option.compiled else "")
+TRIED_SWITCHES = {"channels_last": "channels_last", "fused_optimizer": "fused"}  # a CPU's trial tries them
+
+
+def _label(option: Tuning, options: Iterable[Tuning] = ()) -> str:
+    """`fp32`, `bf16+channels_last+fused+compiled`: an option's precision, each switch it has on that some of
+    `options` have off (one every option has on alike, a GPU's layout, says nothing of the trial), and compile."""
+    alike = {name for name in TRIED_SWITCHES if all(getattr(other, name) for other in options)} if options else set()
+    switched = [word for name, word in TRIED_SWITCHES.items() if getattr(option, name) and name not in alike]
+    return "+".join([option.precision, *switched, *(["compiled"] if option.compiled else [])])
 
 
 class _Trial:
