@@ -339,7 +339,7 @@ def _draw_speedups(axes: Axes, rows: Sequence[Row], colours: Sequence[Colour]) -
     axes.xaxis.set_minor_formatter(FuncFormatter(lambda value, _: ""))
     axes.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}x"))
     axes.axvline(1, color="black", linewidth=1)
-    axes.set_xlabel(f"speedup, times (log scale; error bars: rank interval, its level in the table)")
+    axes.set_xlabel("speedup, times (log scale; error bars: rank interval, its level in the table)")
 
 
 def _draw_speedup_bar(axes: Axes, index: int, row: Row, value: Speedup, colour: Colour) -> list[float]:

@@ -29,7 +29,7 @@ from functools import cache
 import numpy as np
 
 CONFIDENCE = 0.95  # the level an interval is given at wherever its sample can hold it
-EXACT_COUNT_LIMIT = 40  # samples on both sides together up to which the rank count's distribution is worked out
+EXACT_COUNT_LIMIT = 60  # samples on both sides together up to which the rank count's distribution is worked out
 
 
 @dataclass(frozen=True)
