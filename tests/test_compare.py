@@ -42,7 +42,7 @@ def test_repeats_pool_into_one_row_and_the_interval_comes_from_them():
     assert len(cpu.runs) == len(gpu.runs) == 3
     assert gpu.speedup.ratio == pytest.approx((1000 / 2) / (1000 / 10))
     assert gpu.speedup.low < gpu.speedup.ratio <= gpu.speedup.high
-    assert gpu.speedup_note == "95% interval from repeats"
+    assert gpu.speedup_note == "90% interval from repeats"  # three repeats a side hold no more
 
 
 def test_runs_with_different_speed_settings_are_never_pooled_and_the_difference_is_named():
@@ -229,7 +229,7 @@ def test_a_tuned_row_shows_its_gain_over_seed_mode_on_its_own_device():
     assert tuned_row.baseline is seed_row and tuned_row.against_seed_mode
     expected = speedup([1000 / 2.0, 1000 / 2.2, 1000 / 1.8], [1000 / 1.4, 1000 / 1.5, 1000 / 1.3])
     assert tuned_row.speedup == expected and expected.ratio == pytest.approx(2.0 / 1.4)
-    assert speedup_text(tuned_row) == f"1.43x vs seed [{expected.low:.2f}–{expected.high:.2f}]"
+    assert speedup_text(tuned_row) == f"1.43x vs seed [{expected.low:.2f}–{expected.high:.2f}] 90%"
     assert gpu_row.baseline is tuned_row and not gpu_row.against_seed_mode
     assert speedup_text(gpu_row).startswith("7.00x [")  # 1.4 s against 0.2 s, no "vs seed"
 

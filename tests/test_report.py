@@ -160,7 +160,11 @@ def test_table_numbers_are_the_comparison_rows(results, tmp_path):
     assert gpu.speedup.ratio == pytest.approx(10.0)  # per-repeat medians: 1000 and 909.1 over 100 and 90.9
     speedup_cell = table["laptop/cuda:0"][10]
     assert speedup_cell.startswith(f"10.00x [{gpu.speedup.low:.2f}–{gpu.speedup.high:.2f}]")
-    assert "vs laptop/cpu (batch 50)" in speedup_cell and "95% interval from repeats" in speedup_cell
+    assert (
+        "vs laptop/cpu (batch 50)" in speedup_cell
+        and "[9.09–11.00] 67% vs" in speedup_cell
+        and "67% interval from repeats" in speedup_cell
+    )
 
     cpu = table["laptop/cpu (batch 50)"]
     assert cpu[0] == "laptop/cpu (batch 50) seed mode, batch 50, 2 threads"
@@ -258,7 +262,7 @@ def test_a_cpu_only_report_says_why_there_is_no_speedup_and_what_tuned_mode_gain
     assert "devicebench estimate mnist-cnn2 predicts the samples/s, speedup and cost of named GPUs" in text
     assert "No row has a speedup" not in text
     assert (
-        "mnist-cnn2: vm/cpu (tuned, 25 steps) trained 2.50x [2.50–2.50] the samples/s of vm/cpu (seed, 3 steps): "
+        "mnist-cnn2: vm/cpu (tuned, 25 steps) trained 2.50x [2.50–2.50] 67% the samples/s of vm/cpu (seed, 3 steps): "
         "500 against 200."
     ) in text
 

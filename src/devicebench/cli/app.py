@@ -73,7 +73,7 @@ COMMANDS = {
     "history": ("history", "The stored runs, oldest first: when, where, what, how fast and how accurate."),
     "compare": (
         "compare",
-        "Compare stored runs across devices and machines: medians with spread, speedups with 95% intervals.",
+        "Compare stored runs across devices and machines: medians with spread, speedups with rank intervals of stated level.",
     ),
     "export": ("transfer", "Write stored runs to a JSON file for `devicebench import` on another machine, or to CSV."),
     "import": (

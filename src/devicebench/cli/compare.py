@@ -44,7 +44,7 @@ def compare_command(
     db: DatabaseOption = None,
     wide: WideOption = False,
 ) -> None:
-    """Compare stored runs across devices and machines: medians with spread, speedups with 95% intervals.
+    """Compare stored runs across devices and machines: medians with spread, speedups with rank intervals of stated level.
 
     Runs whose settings change speed (batch size, data source, threads…) are never pooled: they get rows of
     their own, and the table names what sets them apart.

@@ -1,7 +1,7 @@
 """What `run` leads its end with: per workload, how much faster a GPU would train it here, what that rests on, and
 whether this machine's own figure is steady enough to carry it.
 
-A GPU measured here answers with its speedup over this CPU and the 95% bootstrap interval. Without one, where the
+A GPU measured here answers with its speedup over this CPU and its rank interval (results/stats.py). Without one, where the
 post published its CPU's and its GPU's samples/s, the post's GPU is carried to this CPU (reproduce.carried_speedup):
 its samples/s over this CPU's, with the range this CPU's fastest and slowest steady epochs give (the post's figures
 are single numbers). A reference model has no post: the slowest and the fastest GPU of the public record's
@@ -35,6 +35,7 @@ from devicebench.reproduce import (
     rows_outlook,
 )
 from devicebench.results.compare import NOISY_EPOCH_TIME_CV, Row
+from devicebench.results.stats import INTERVAL_NOTE
 from devicebench.workloads import Workload, get_workload
 from devicebench.workloads.own import ORIGIN as OWN_MODEL
 
@@ -185,7 +186,7 @@ def answer_notes(found: list[Answer]) -> list[str]:
     """What the table's figures rest on, and what to do where this machine's own figures cannot carry them."""
     notes = []
     if any(answer.measured for answer in found):
-        notes.append("Measured here: the ratio of median steady samples/s [95% bootstrap interval].")
+        notes.append(f"Measured here: the ratio of median steady samples/s [{INTERVAL_NOTE}].")
     if any(answer.carried for answer in found):
         notes.append(
             "About: the post's GPU samples/s over this CPU's median; in brackets, over its fastest and its "

@@ -45,7 +45,7 @@ from devicebench.results.compare import DEFAULT_BASELINE, Row, compare, tuned_ga
 from devicebench.results.prices import Prices
 from devicebench.results.record import published_figures
 from devicebench.results.schema import Result, write_atomically
-from devicebench.results.stats import Spread
+from devicebench.results.stats import INTERVAL_NAME, INTERVAL_NOTE, Spread
 from devicebench.workloads import SEED_EXPERIMENTS, Published
 
 INSTALL_HINT = "pip install 'devicebench[report]'"
@@ -126,6 +126,8 @@ def write_report(
         estimated=against,
         estimated_lines=estimated.lines if estimated is not None else (),
         data_uri=_data_uri,
+        interval_name=INTERVAL_NAME,
+        interval_note=INTERVAL_NOTE,
     )
     write_atomically(out, page)  # a crash mid-write leaves the previous report, not half a page
     return out
@@ -264,7 +266,7 @@ def _columns(priced: bool, energy: bool, targeted: bool = False) -> list[tuple[s
         ("End\u2011to\u2011end s", "median"),
         ("Test acc", "final, median"),
         *([("To target s", "training, median")] if targeted else []),
-        ("Speedup", "[95% interval]"),
+        ("Speedup", f"[{INTERVAL_NAME}]"),
         ("Data", ""),
         ("Runs", "statuses"),
     ]

@@ -30,6 +30,7 @@ from devicebench.report.charts import (
 from devicebench.report.text import device_kind, swept_value
 from devicebench.results.compare import Row
 from devicebench.results.speed_settings import SPEED_SETTINGS
+from devicebench.results.stats import INTERVAL_NAME
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -60,7 +61,7 @@ class Sweep:
 
     setting: str  # the x axis: "batch_size", "workers" or a --set parameter ("depth")
     throughput: tuple[SweepLine, ...]  # median steady samples/s, error bars min–max over the steady epochs
-    ratios: tuple[SweepLine, ...]  # Row.speedup, error bars its 95% interval
+    ratios: tuple[SweepLine, ...]  # Row.speedup, error bars its interval (results/stats.py)
     ratio_name: str  # "GPU/CPU" when every ratio is a GPU's over a CPU's; empty when there are no ratios
     held: tuple[tuple[str, str], ...]  # other swept settings held at their first value, when every line is too many
 
@@ -165,7 +166,7 @@ def _throughput_points(labelled: Sequence[tuple[str, Row]], setting: str) -> lis
 
 
 def _ratio_points(labelled: Sequence[tuple[str, Row]], setting: str) -> list[SweepPoint]:
-    """Each (line label, row) with a speedup as a point: its ratio to the baseline, its 95% interval as the error
+    """Each (line label, row) with a speedup as a point: its ratio to the baseline, its interval as the error
     bar (none from one sample)."""
     points: list[SweepPoint] = []
     for label, row in labelled:
@@ -213,7 +214,7 @@ def _sweep_figure(workload: str, sweep: Sweep) -> Figure:
     if sweep.ratios:
         scale = _draw_sweep_lines(axes[1], sweep.ratios, styles)
         axes[1].axhline(1, color="black", linewidth=1)  # as fast as the baseline
-        axes[1].set_ylabel(f"{sweep.ratio_name} throughput ratio (x){scale}\n(error bars: 95% interval)")
+        axes[1].set_ylabel(f"{sweep.ratio_name} throughput ratio (x){scale}\n(error bars: {INTERVAL_NAME} or lower)")
         axes[1].set_title(wrapped_title(f"{workload}: {sweep.ratio_name} throughput ratio against {sweep.setting}"))
     values = sorted({x for line in sweep.throughput for x in line.x})
     if sweep.setting == "batch_size":
@@ -277,7 +278,7 @@ def _sweep_caption(sweep: Sweep) -> str:
     if sweep.ratios:
         sentences.append(
             f"Lower panel: the {sweep.ratio_name} throughput ratio at the same point (error bars: "
-            "95% interval, where there is more than one sample)."
+            f"{INTERVAL_NAME} or the lower level its samples hold, where there is more than one sample)."
         )
     if sweep.ratios and sweep.setting == "depth":
         ends = "; ".join(

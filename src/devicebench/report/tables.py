@@ -43,6 +43,7 @@ from devicebench.report.text import (
 )
 from devicebench.results.compare import Row, compare
 from devicebench.results.schema import Result, RunRecord
+from devicebench.results.stats import INTERVAL_NOTE
 
 if TYPE_CHECKING:  # it imports torch: history and compare's tables must load without it
     from devicebench.workloads import Workload
@@ -195,7 +196,7 @@ RESULT_COLUMNS = (
     ),
     Column(
         "Speedup",
-        "speedup: ratio of median samples/s against the baseline [95% bootstrap interval]",
+        f"speedup: ratio of median samples/s against the baseline [{INTERVAL_NOTE}]",
         lambda row: speedup_text(row),
     ),
     Column(

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from devicebench.engine.tuning_choices import Tuning
 from devicebench.results.compare import NOISY_EPOCH_TIME_CV, Row
 from devicebench.results.schema import RunRecord
-from devicebench.results.stats import Speedup, Spread
+from devicebench.results.stats import CONFIDENCE, Speedup, Spread, level_text
 
 if TYPE_CHECKING:  # it imports torch: the tables of history and compare must load without it
     from devicebench.workloads import Workload
@@ -176,12 +176,14 @@ def speedup_text(row: Row) -> str:
 
 
 def ratio_text(value: Speedup, after: str = "") -> str:
-    """`2.10x [1.90–2.31]`: a ratio of samples/s with its 95% interval, or `2.10x` where one sample gave none;
-    `after` follows the ratio (` vs seed`)."""
+    """`2.10x [1.90–2.31]`: a ratio of samples/s with its interval at CONFIDENCE (95%), `2.10x [1.90–2.31] 67%`
+    with the lower level its few samples hold, or `2.10x` where one sample gave none; `after` follows the ratio
+    (` vs seed`)."""
     text = f"{value.ratio:.2f}x{after}"
     if value.low is None or value.high is None:
         return text
-    return f"{text} [{value.low:.2f}–{value.high:.2f}]"
+    below = f" {level_text(value.level)}" if value.level is not None and value.level < CONFIDENCE else ""
+    return f"{text} [{value.low:.2f}–{value.high:.2f}]{below}"
 
 
 def row_notes(rows: list[Row]) -> list[str]:

@@ -313,7 +313,7 @@ def _draw_spread_bars(
 
 
 def _draw_speedups(axes: Axes, rows: Sequence[Row], colours: Sequence[Colour]) -> None:
-    """Bars from 1x to each ratio on a log axis (slower rows point left), 95% intervals as error bars."""
+    """Bars from 1x to each ratio on a log axis (slower rows point left), its interval (results/stats.py) as error bars."""
     from matplotlib.ticker import FixedLocator, FuncFormatter
 
     extremes = [1.0]
@@ -339,11 +339,11 @@ def _draw_speedups(axes: Axes, rows: Sequence[Row], colours: Sequence[Colour]) -
     axes.xaxis.set_minor_formatter(FuncFormatter(lambda value, _: ""))
     axes.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}x"))
     axes.axvline(1, color="black", linewidth=1)
-    axes.set_xlabel("speedup, times (log scale; error bars: 95% interval)")
+    axes.set_xlabel("speedup, times (log scale; error bars: rank interval, its level in the table)")
 
 
 def _draw_speedup_bar(axes: Axes, index: int, row: Row, value: Speedup, colour: Colour) -> list[float]:
-    """Row `index`'s bar from 1x to its ratio, its 95% interval as an error bar where it has one, and the ratio
+    """Row `index`'s bar from 1x to its ratio, its interval as an error bar where it has one, and the ratio
     written past both; returns the ratio and the interval's ends, which the axis must reach."""
     interval = (value.low, value.high) if value.low is not None and value.high is not None else None
     axes.barh(
@@ -359,7 +359,8 @@ def _draw_speedup_bar(axes: Axes, index: int, row: Row, value: Speedup, colour: 
         axes.errorbar(
             value.ratio,
             index,
-            xerr=[[value.ratio - interval[0]], [interval[1] - value.ratio]],
+            # a rank interval need not hold the ratio of medians (results/stats.py): no bar then on that side
+            xerr=[[max(value.ratio - interval[0], 0.0)], [max(interval[1] - value.ratio, 0.0)]],
             fmt="none",
             ecolor="black",
             capsize=3,
