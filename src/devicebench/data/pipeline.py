@@ -21,7 +21,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -387,33 +387,13 @@ def batches_for(
     """
     if isinstance(dataset, TorchData):  # a user's Dataset: its own __getitem__ makes each sample
         assert dataset.test is not None  # TorchData makes an empty test split where none was given
-        return (
-            LoaderBatches(_OwnItems(dataset.train), batch_size, device, workers=workers, seed=seed, shard=shard),
-            LoaderBatches(_OwnItems(dataset.test), batch_size, device, workers=workers, training=False),
-        )
-    if isinstance(dataset, (TokenDataset, TensorData)):  # tensors in memory, nothing random: the fast path
-        train: tuple[np.ndarray | torch.Tensor, np.ndarray | torch.Tensor]
-        test: tuple[np.ndarray | torch.Tensor, np.ndarray | torch.Tensor]
-        if isinstance(dataset, TensorData):
-            assert dataset.x_test is not None and dataset.y_test is not None  # made empty where none was given
-            train, test = (dataset.x_train, dataset.y_train), (dataset.x_test, dataset.y_test)
-        else:
-            train, test = (dataset.train_tokens, dataset.train_labels), (dataset.test_tokens, dataset.test_labels)
-        return (
-            HostBatches(
-                train[0],
-                train[1],
-                batch_size,
-                device,
-                preprocessing=preprocessing,
-                seed=seed,
-                resident=resident,
-                shard=shard,
-            ),
-            HostBatches(
-                test[0], test[1], batch_size, device, preprocessing=preprocessing, shuffle=False, resident=resident
-            ),
-        )
+        return _loaded(_OwnItems(dataset.train), _OwnItems(dataset.test), batch_size, device, workers, seed, shard)
+    in_memory = _host_batches(batch_size, device, preprocessing, seed, resident, shard)
+    if isinstance(dataset, TensorData):  # tensors in memory, nothing random: the fast path
+        assert dataset.x_test is not None and dataset.y_test is not None  # made empty where none was given
+        return in_memory((dataset.x_train, dataset.y_train), (dataset.x_test, dataset.y_test))
+    if isinstance(dataset, TokenDataset):
+        return in_memory((dataset.train_tokens, dataset.train_labels), (dataset.test_tokens, dataset.test_labels))
     # images go only to a model that takes images, which names their shape
     assert image_shape is not None, f"{dataset.name} holds images but the model takes none"
     train_images: ArrayImages | FileImages
@@ -425,48 +405,60 @@ def batches_for(
                 f"{_shape_text(dataset.image_shape)}; give --data-dir a folder of images to resize"
             )
         if workers == 0 and not preprocessing.augments:
-            return (
-                HostBatches(
-                    dataset.train_images,
-                    dataset.train_labels,
-                    batch_size,
-                    device,
-                    preprocessing=preprocessing,
-                    seed=seed,
-                    resident=resident,
-                    shard=shard,
-                ),
-                HostBatches(
-                    dataset.test_images,
-                    dataset.test_labels,
-                    batch_size,
-                    device,
-                    preprocessing=preprocessing,
-                    shuffle=False,
-                    resident=resident,
-                ),
-            )
+            return in_memory((dataset.train_images, dataset.train_labels), (dataset.test_images, dataset.test_labels))
         train_images, test_images = ArrayImages(dataset.train_images), ArrayImages(dataset.test_images)
         train_labels, test_labels = dataset.train_labels, dataset.test_labels
     else:
         train_images, test_images = FileImages(dataset.train, image_shape), FileImages(dataset.test, image_shape)
         train_labels, test_labels = dataset.train.labels, dataset.test.labels
+    return _loaded(
+        PreprocessedImages(train_images, train_labels, preprocessing, True, seed),
+        PreprocessedImages(test_images, test_labels, preprocessing, False, seed),
+        batch_size,
+        device,
+        workers,
+        seed,
+        shard,
+    )
+
+
+Arrays = tuple["np.ndarray | torch.Tensor", "np.ndarray | torch.Tensor"]  # (inputs, labels) of one split
+
+
+def _host_batches(
+    batch_size: int,
+    device: torch.device,
+    preprocessing: Preprocessing,
+    seed: int,
+    resident: bool,
+    shard: Shard | None,
+) -> Callable[[Arrays, Arrays], tuple[Batches, Batches]]:
+    """How in-memory splits become batches: the training split shuffled and sharded, the test split in order."""
+
+    def batches(train: Arrays, test: Arrays) -> tuple[Batches, Batches]:
+        return (
+            HostBatches(
+                *train, batch_size, device, preprocessing=preprocessing, seed=seed, resident=resident, shard=shard
+            ),
+            HostBatches(*test, batch_size, device, preprocessing=preprocessing, shuffle=False, resident=resident),
+        )
+
+    return batches
+
+
+def _loaded(
+    train: Dataset,
+    test: Dataset,
+    batch_size: int,
+    device: torch.device,
+    workers: int,
+    seed: int,
+    shard: Shard | None,
+) -> tuple[Batches, Batches]:
+    """Splits whose samples are made one by one, by loader workers: the training one shuffled and sharded."""
     return (
-        LoaderBatches(
-            PreprocessedImages(train_images, train_labels, preprocessing, True, seed),
-            batch_size,
-            device,
-            workers=workers,
-            seed=seed,
-            shard=shard,
-        ),
-        LoaderBatches(
-            PreprocessedImages(test_images, test_labels, preprocessing, False, seed),
-            batch_size,
-            device,
-            workers=workers,
-            training=False,
-        ),
+        LoaderBatches(train, batch_size, device, workers=workers, seed=seed, shard=shard),
+        LoaderBatches(test, batch_size, device, workers=workers, training=False),
     )
 
 
