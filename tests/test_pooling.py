@@ -250,3 +250,18 @@ def test_the_fingerprint_changes_when_the_definition_does(change, monkeypatch):
     expected = {"initialisation": {"model"}, "structure": {"model"}, "hyperparameters": {change, "optimizer"}}
     assert differing == expected.get(change, {change})  # a learning rate is the optimizer's too
     assert definition_fingerprint(changed) != definition_fingerprint(unchanged)
+
+
+def test_the_scaling_chart_draws_each_torch_version_as_a_series_of_its_own():
+    from devicebench.report.workload_plots import scaling_series
+
+    def processes(record, count):
+        record.settings.world_size = count
+        return record
+
+    old = session(OLD_TORCH, [run("cpu", [2.0, 1.0, 1.0]), processes(run("cpu", [2.0, 0.5, 0.5]), 2)])
+    new = session(LAPTOP, [run("cpu", [2.0, 0.5, 0.5]), processes(run("cpu", [2.0, 0.4, 0.4]), 2)])
+    assert scaling_series(compare([old, new])["mnist-cnn2"]) == {
+        "laptop/cpu (torch 2.11.0)": [(1, 1000.0), (2, 2000.0)],
+        "laptop/cpu (torch 2.13.0)": [(1, 2000.0), (2, 2500.0)],
+    }
