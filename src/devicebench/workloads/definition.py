@@ -44,7 +44,9 @@ def definition_fingerprint(workload: Workload) -> str | None:
     try:
         described = describe_definition(workload)
     except Exception as error:  # a fingerprint is a record, never a reason for a run to fail
-        logging.getLogger(__name__).warning("no definition fingerprint for %s: %s", workload.name, error)
+        logging.getLogger(__name__).info(
+            "no definition fingerprint for %s: %s", workload.name, error
+        )  # its run says why
         return None
     text = json.dumps(described, sort_keys=True, default=repr)
     return hashlib.sha256(text.encode()).hexdigest()[:FINGERPRINT_DIGITS]
