@@ -12,6 +12,7 @@ from devicebench import RunConfig, budget, planning, runner
 from devicebench.data.text import TokenDataset
 from devicebench.events import ReporterGroup, RunReporter
 from devicebench.workloads import _registry, get_workload
+from devicebench.workloads.definition import definition_fingerprint
 
 TINY = {"devices": "cpu", "data": "synthetic", "epochs": 2, "max_steps": 2, "max_eval_steps": 1}
 
@@ -31,6 +32,8 @@ def test_a_run_records_every_workload_device_and_repeat():
     assert first.parameter_count == get_workload("mnist-cnn2").parameter_count()
     assert first.end_to_end_s > sum(epoch.train_time_s for epoch in first.epochs)
     assert first.peak_rss_mib > 0 and first.peak_device_memory_mib is None  # no device counter on the CPU
+    cnn2, cnn4 = (definition_fingerprint(get_workload(name)) for name in ("mnist-cnn2", "mnist-cnn4"))
+    assert [run.definition for run in result.runs] == [cnn2, cnn2, cnn4, cnn4] and cnn2 != cnn4
 
 
 def test_repeats_start_from_the_same_weights_and_see_the_same_data():

@@ -53,6 +53,7 @@ from devicebench.results.schema import Result, RunRecord, RunSettings
 from devicebench.session_choices import SessionChoices, choose, grow_batch_size, layers_of, note_tuning
 from devicebench.version import __version__
 from devicebench.workloads import Hyperparameters, Workload
+from devicebench.workloads.definition import definition_fingerprint
 from devicebench.workloads.outputs import predicted_classes
 
 TRAINERS = {"boosted-trees": train_boosted_trees}  # the engine's trainers of models that are not torch's
@@ -172,6 +173,7 @@ def new_record(job: Job, dataset: Dataset | DataProblem, repeat: int) -> RunReco
         # a batch larger than the training set trains on the whole set at once: record the size that really ran
         batch_size = min(batch_size, _training_samples(dataset))
         hyperparameters = {**hyperparameters, "batch_size": batch_size}
+    definition = definition_fingerprint(job.workload)  # before the start time: a first build takes a moment
     return RunRecord(
         workload=job.workload.name,
         seed_experiment=job.workload.seed or "",  # empty: not a seed experiment
@@ -180,6 +182,7 @@ def new_record(job: Job, dataset: Dataset | DataProblem, repeat: int) -> RunReco
         repeat=repeat,
         started_utc=wall_clock_utc(),
         target_accuracy=job.training.target_accuracy,
+        definition=definition,
         settings=RunSettings(
             batch_size=batch_size,  # the global batch when several processes train together
             epochs=job.training.epochs,

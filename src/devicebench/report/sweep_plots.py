@@ -29,7 +29,7 @@ from devicebench.report.charts import (
 )
 from devicebench.report.text import device_kind, swept_value
 from devicebench.results.compare import Row
-from devicebench.results.speed_settings import SPEED_SETTINGS
+from devicebench.results.speed_settings import POOLED_APART, SPEED_SETTINGS
 from devicebench.results.stats import INTERVAL_NAME
 
 if TYPE_CHECKING:
@@ -39,7 +39,11 @@ if TYPE_CHECKING:
 MOST_SWEEP_LINES = 8  # more lines than this on one panel is a tangle: then the other swept settings are held
 LOG_SCALE_SPAN = 10  # a sweep panel whose values span more than this factor gets a log axis, so slow lines show
 SWEPT_EVERYWHERE = ("batch_size", "workers")  # every workload's sweepable settings; the rest come from --set
-OTHER_SPEED_SETTINGS = tuple(name for name in SPEED_SETTINGS if name not in (*SWEPT_EVERYWHERE, "overrides"))
+# and what else keeps rows apart (results/pooling.py): two torch versions are two lines, never one
+OTHER_SPEED_SETTINGS = (
+    *(name for name in SPEED_SETTINGS if name not in (*SWEPT_EVERYWHERE, "overrides")),
+    *POOLED_APART,
+)
 SweepPoint = tuple[str, float, float, float | None, float | None]  # line label, x, y, error bar low, high
 
 

@@ -195,6 +195,8 @@ def row_notes(rows: list[Row]) -> list[str]:
     for note in dict.fromkeys(run.monitor_note for row in rows for run in row.runs if run.monitor_note):
         notes.append(f"Device utilisation and energy unknown: {note}")
     for row in rows:
+        for note in row.pooling_notes:  # what the row pools or is set against that its figures do not show
+            notes.append(f"{row.label}: {note}")
         if row.speedup is None and row.baseline is not row and row.speedup_note:
             notes.append(f"{row.label}: no speedup: {row.speedup_note}")
         for run in row.runs:

@@ -31,7 +31,7 @@ from devicebench.report.charts import (
 )
 from devicebench.report.text import device_kind, span_text, steps_label
 from devicebench.results.compare import Row
-from devicebench.results.speed_settings import SPEED_SETTINGS
+from devicebench.results.speed_settings import POOLED_APART, SPEED_SETTINGS, setting_text
 from devicebench.results.stats import Speedup, Spread
 from devicebench.workloads import Published
 
@@ -198,13 +198,19 @@ def _accuracy_figure(
 
 def scaling_series(rows: Sequence[Row]) -> dict[str, list[tuple[int, float]]]:
     """Per machine and device that ran with more than one process count: (processes, median samples/s), in
-    increasing order of processes. Rows that differ in anything but the process count and threads are not mixed."""
+    increasing order of processes. Rows that differ in anything but the process count and threads are not mixed;
+    rows under other software or of another definition are series of their own, named by it."""
     groups: dict[tuple, dict[int, float]] = {}
     for row in rows:
         if row.samples_per_s is None:
             continue
-        same_work = tuple(str(row.settings[name]) for name in SPEED_SETTINGS if name not in ("world_size", "threads"))
-        key = (f"{row.machine_name}/{row.device}", same_work)
+        same_work = tuple(
+            str(row.settings[name])
+            for name in (*SPEED_SETTINGS, *POOLED_APART)
+            if name not in ("world_size", "threads")
+        )
+        apart = ", ".join(setting_text(name, row.settings[name]) for name in POOLED_APART if name in row.differs_in)
+        key = (f"{row.machine_name}/{row.device}" + (f" ({apart})" if apart else ""), same_work)
         groups.setdefault(key, {})[row.settings["world_size"]] = row.samples_per_s.median
     return {label: sorted(points.items()) for (label, _), points in groups.items() if len(points) > 1}
 

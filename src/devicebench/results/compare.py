@@ -1,7 +1,8 @@
 """Which runs may be pooled, and how much faster each row is than its baseline.
 
-Runs are grouped per workload into rows of (machine, device, speed settings). Runs whose speed settings differ
-are never pooled: each setting gets its own row, and the row names what sets it apart from its neighbours. A
+Runs are grouped per workload into rows of (machine, device, speed settings, software, definition). Runs whose
+speed settings, software or workload definition differ are never pooled (results/pooling.py): each gets its own
+row, and the row names what sets it apart from its neighbours. A
 speedup is measured against a baseline row with the same workload settings (by default the CPU of the same
 machine); a row with no such baseline says why instead of showing a number.
 
@@ -22,9 +23,16 @@ from devicebench.results.plausibility import (
     run_flags,
     slower_than_baseline,
 )
+from devicebench.results.pooling import (
+    name_differences,
+    resolved_definitions,
+    run_settings,
+    software_difference,
+    unrecorded_note,
+)
 from devicebench.results.prices import Prices
 from devicebench.results.schema import EpochRecord, Result, RunRecord
-from devicebench.results.speed_settings import SAME_WORK_SETTINGS, SPEED_SETTINGS, TUNED_CHOICES, setting_text
+from devicebench.results.speed_settings import SAME_WORK_SETTINGS, setting_text
 from devicebench.results.stats import Speedup, Spread, coefficient_of_variation, level_text, speedup, spread
 
 DEFAULT_BASELINE = "cpu"
@@ -44,7 +52,7 @@ class Row:
     machine: dict[str, Any]  # the fingerprint of the machine the runs came from
     device: str
     device_name: str
-    settings: dict[str, Any]  # the speed settings every run here shares
+    settings: dict[str, Any]  # the speed settings, software and definition (POOLED_APART) every run here shares
     runs: list[RunRecord] = field(default_factory=list)
     differs_in: tuple[str, ...] = ()  # the settings that set this row apart from others on its machine and device
     baseline: Row | None = None
@@ -83,6 +91,16 @@ class Row:
             and baseline.settings["mode"] == "seed"
             and self.settings["mode"] == "tuned"
         )
+
+    @property
+    def pooling_notes(self) -> list[str]:
+        """What this row pools or is set against that a reader must know: runs whose definition was not recorded,
+        a baseline that ran under other software."""
+        notes = [unrecorded_note(self.settings["definition"], self.runs)]
+        if self.baseline is not None and self.baseline is not self:
+            difference = software_difference(self.settings, self.baseline.settings)
+            notes.append(f"its speedup is against {self.baseline.label}, under {difference}" if difference else "")
+        return [note for note in notes if note]
 
     @property
     def steady_epochs(self) -> list[EpochRecord]:
@@ -325,10 +343,12 @@ def compare(
 
     `baseline` is a device ("cpu", "cuda:0") on each row's own machine, or "MACHINE/DEVICE" for one fixed row.
     """
+    results = list(results)
     rows: dict[tuple, Row] = {}
+    definitions = iter(resolved_definitions(results))
     for result in results:
         for run in result.runs:
-            settings = {name: getattr(run.settings, name) for name in SPEED_SETTINGS}
+            settings = {**run_settings(result, run), "definition": next(definitions)}
             key = (run.workload, result.machine["machine_id"], run.device, json.dumps(settings, sort_keys=True))
             if key not in rows:
                 rows[key] = Row(run.workload, result.machine, run.device, run.device_name, settings)
@@ -337,7 +357,7 @@ def compare(
     for row in rows.values():
         by_workload.setdefault(row.workload, []).append(row)
     for workload_rows in by_workload.values():
-        _name_differences(workload_rows)
+        name_differences(workload_rows)
         for row in workload_rows:
             if prices is not None:
                 row.price_per_hour = prices.per_hour(row.machine, row.device)
@@ -349,36 +369,14 @@ def _spread_or_none(values: list[float]) -> Spread | None:
     return spread(values) if values else None
 
 
-def _name_differences(rows: list[Row]) -> None:
-    """Give each row that shares (machine, device) with another the settings in which they differ; a tuned-mode
-    choice only where rows of the same mode differ in it (between a seed and a tuned row, `tuned` says it)."""
-    siblings: dict[tuple[str, str], list[Row]] = {}
-    for row in rows:
-        siblings.setdefault((row.machine_id, row.device), []).append(row)
-    for group in siblings.values():
-        if len(group) < 2:
-            continue
-        by_mode: dict[str, list[Row]] = {}
-        for row in group:
-            by_mode.setdefault(row.settings["mode"], []).append(row)
-        named = tuple(
-            name
-            for name in SPEED_SETTINGS
-            if any(_varies(name, among) for among in (by_mode.values() if name in TUNED_CHOICES else [group]))
-        )
-        for row in group:
-            row.differs_in = named
-
-
-def _varies(name: str, rows: list[Row]) -> bool:
-    return len({json.dumps(row.settings[name], sort_keys=True) for row in rows}) > 1
-
-
 def _same_work(first: Row, second: Row, apart_from: frozenset[str] = frozenset()) -> bool:
     own_choice = {"precision", *apart_from} if first.settings["mode"] == "tuned" else set(apart_from)
     if first.settings["batch_size_auto"]:
         own_choice.add("batch_size")
-    return all(first.settings[name] == second.settings[name] for name in SAME_WORK_SETTINGS if name not in own_choice)
+    definitions = {first.settings["definition"], second.settings["definition"]} - {None}  # unknown: either
+    return len(definitions) < 2 and all(
+        first.settings[name] == second.settings[name] for name in SAME_WORK_SETTINGS if name not in own_choice
+    )
 
 
 def _find_baseline(row: Row, rows: list[Row], spec: str) -> Row | None:
@@ -395,7 +393,8 @@ def _find_baseline(row: Row, rows: list[Row], spec: str) -> Row | None:
 
 
 def _closest(row: Row, candidates: list[Row]) -> Row:
-    """Of rows doing `row`'s work, the one to set it against."""
+    """Of rows doing `row`'s work, the one to set it against: under the same software where there is one."""
+    candidates = [other for other in candidates if not software_difference(row.settings, other.settings)] or candidates
     for preferred in ("world_size", "max_steps", "threads"):  # one process (what scaling is measured against), then
         wanted = 1 if preferred == "world_size" else row.settings[preferred]  # the same length and threads
         candidates = [other for other in candidates if other.settings[preferred] == wanted] or candidates

@@ -152,6 +152,11 @@ def _add_tuning_time(connection: sqlite3.Connection) -> None:
     connection.execute("ALTER TABLE runs ADD COLUMN tuning_s REAL")
 
 
+def _add_definition(connection: sqlite3.Connection) -> None:
+    """Schema 12: the fingerprint of each run's workload definition; NULL for the runs stored before it."""
+    connection.execute("ALTER TABLE runs ADD COLUMN definition TEXT")
+
+
 # MIGRATIONS[n] takes a database from schema n to n + 1; the newest schema is len(MIGRATIONS). Append, never edit.
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _create_tables,
@@ -165,6 +170,7 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _add_plausibility,
     _add_process_namespace,
     _add_tuning_time,
+    _add_definition,
 ]
 TABLES = ("machines", "sessions", "runs", "epochs", "live_runs")  # schema 1's four, then schema 2's
 

@@ -26,8 +26,8 @@ from typing import Any, Literal
 from devicebench import files
 from devicebench.choices import Mode, TrainingPrecision
 
-SCHEMA_VERSION = 3  # 2: plausibility flags; 3: tuning_s
-READABLE_SCHEMA_VERSIONS = (1, 2, 3)  # 1 and 2 lack only fields that have defaults
+SCHEMA_VERSION = 4  # 2: plausibility flags; 3: tuning_s; 4: definition
+READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4)  # 1 to 3 lack only fields that have defaults
 
 RunStatus = Literal["running", "ok", "diverged", "failed", "oom", "interrupted"]
 EpochPhase = Literal["warmup", "steady"]
@@ -147,6 +147,10 @@ class RunRecord:
     # what in the figures breaks physics or needs explaining (results/plausibility.py); None when nothing does
     plausibility_flags: str | None = None  # comma list: "above-peak", "above-bandwidth", "device-idle"
     plausibility_note: str | None = None  # each flag's numbers and what to do, "; " between them
+    # The workload's definition (model, init, loss, optimizer, preprocessing) in 12 hex digits
+    # (workloads/definition.py): runs of different definitions are never pooled. None: not recorded (a run stored
+    # before schema 4, or a workload that could not be built to take it)
+    definition: str | None = None
 
     @property
     def steady_epochs(self) -> list[EpochRecord]:

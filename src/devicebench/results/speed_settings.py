@@ -50,14 +50,31 @@ TUNED_CHOICES = (
     "allocator_keeps_memory",
 )
 
+# What else keeps runs apart (results/pooling.py): the software that ran them, read from the session's machine
+# fingerprint (environment.py) and its devicebench version, and the workload's definition (workloads/definition.py).
+# A new torch or cuDNN can change a kernel's speed as much as a setting can; a changed model is another experiment.
+SOFTWARE_WORDS = {
+    "torch": "torch",
+    "torch_cuda_build": "CUDA",
+    "torch_hip_build": "ROCm",
+    "cudnn": "cuDNN",
+    "devicebench": "devicebench",
+}
+SOFTWARE = tuple(SOFTWARE_WORDS)
+POOLED_APART = (*SOFTWARE, "definition")
+
 SWITCH_WORDS = {"batch_size_auto": "auto batch"}  # other switches read as their names, `channels last`
 COUNTED = {"threads": "thread", "workers": "worker", "world_size": "process"}  # `4 threads`, `1 process`
 
 
 def setting_text(name: str, value: Any) -> str:
     """A setting's value as a row's label gives it: `tuned`, `bf16`, `synthetic`, `batch 64`, `4 threads`,
-    `2 processes`, `25 steps`, `full epochs`, `channels last`, the --set that made it (`learning_rate=0.1`); ""
-    for a switch that is off and for no --set."""
+    `2 processes`, `25 steps`, `full epochs`, `channels last`, the --set that made it (`learning_rate=0.1`),
+    `torch 2.13.0`, `definition 3fa2c19d0b7e`; "" for a switch that is off and for no --set."""
+    if name in SOFTWARE_WORDS:  # `torch 2.13.0`, `CUDA 12.4`; a torch built without CUDA: `no CUDA`
+        return f"{SOFTWARE_WORDS[name]} {value}" if value is not None else f"no {SOFTWARE_WORDS[name]}"
+    if name == "definition":
+        return f"definition {value}" if value is not None else "definition not recorded"
     if isinstance(value, bool):
         return SWITCH_WORDS.get(name, name.replace("_", " ")) if value else ""
     if name == "overrides":

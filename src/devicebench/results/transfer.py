@@ -63,6 +63,7 @@ CSV_RUN_FIELDS = (
     "started_utc",
     "status",
     "error",
+    "definition",  # the workload definition's fingerprint: rows of two definitions are two experiments
 )
 SETTINGS_COLUMNS = tuple(field.name for field in dataclasses.fields(RunSettings))
 CSV_COLUMNS = ("result_id", "machine_name", "machine_id", *CSV_RUN_FIELDS, *SETTINGS_COLUMNS, *EPOCH_COLUMNS)

@@ -1,0 +1,117 @@
+"""Which runs share a row: what keeps them apart (speed settings, the software that ran them, the workload's
+definition), the words a row's label gives what sets it apart from its neighbours, and what a row says when it
+pools runs whose definition was never recorded.
+
+The policy (docs/measurement.md, "Which runs share a row"): runs under different software (torch, its CUDA or
+ROCm build, cuDNN, devicebench) or of different workload definitions are never pooled. Each gets a row of its own,
+whose label names what sets it apart (`laptop/cpu (torch 2.11.0)`), as a setting does. A run stored before
+definitions were recorded has none; it is not kept apart from the recorded ones, which would split one experiment
+in two without a word, but joins the row of the same settings and software whose definition was recorded first
+(the closest to it in time), and that row says so in its notes.
+
+    python -c "from devicebench.results.pooling import software; print(software({'torch': '2.13.0'}, '0.4.0'))"
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from devicebench.results.schema import Result, RunRecord
+from devicebench.results.speed_settings import POOLED_APART, SOFTWARE, SPEED_SETTINGS, TUNED_CHOICES, setting_text
+
+
+class Pooled(Protocol):
+    """What `name_differences` reads and sets of a row (results/compare.py's Row)."""
+
+    device: str
+    settings: dict[str, Any]  # the speed settings, software and definition its runs share (POOLED_APART)
+    differs_in: tuple[str, ...]
+
+    @property
+    def machine_id(self) -> str: ...
+
+
+def software(machine: dict[str, Any], devicebench_version: str) -> dict[str, Any]:
+    """The versions that keep runs apart, from a session's machine fingerprint (None where it holds none: a
+    fingerprint from before a key was recorded, a torch without CUDA) and its devicebench version."""
+    found = {name: machine.get(name) for name in SOFTWARE}
+    found["devicebench"] = devicebench_version  # the session's own record; the fingerprint's copy may be absent
+    return found
+
+
+def run_settings(result: Result, run: RunRecord) -> dict[str, Any]:
+    """A run's speed settings and the software it ran under: what its row shares, but the definition."""
+    return {
+        **{name: getattr(run.settings, name) for name in SPEED_SETTINGS},
+        **software(result.machine, result.devicebench_version),
+    }
+
+
+def resolved_definitions(results: list[Result]) -> list[str | None]:
+    """Per run, in order, the definition its row is keyed by: its own, or for a run that recorded none, the one
+    first recorded by a run that shares all else (workload, machine, device, settings, software); None where none
+    did."""
+    pairs = [(run, _everything_but_the_definition(result, run)) for result in results for run in result.runs]
+    first_recorded: dict[str, str] = {}
+    for run, key in pairs:
+        if run.definition is not None:
+            first_recorded.setdefault(key, run.definition)
+    return [run.definition if run.definition is not None else first_recorded.get(key) for run, key in pairs]
+
+
+def _everything_but_the_definition(result: Result, run: RunRecord) -> str:
+    identity = [run.workload, result.machine["machine_id"], run.device, run_settings(result, run)]
+    return json.dumps(identity, sort_keys=True, default=repr)
+
+
+def name_differences(rows: Sequence[Pooled]) -> None:
+    """Give each row that shares (machine, device) with another the settings, software and definition in which
+    they differ; a tuned-mode choice only where rows of the same mode differ in it (between a seed and a tuned row,
+    `tuned` says it)."""
+    siblings: dict[tuple[str, str], list[Pooled]] = {}
+    for row in rows:
+        siblings.setdefault((row.machine_id, row.device), []).append(row)
+    for group in siblings.values():
+        if len(group) < 2:
+            continue
+        by_mode: dict[str, list[Pooled]] = {}
+        for row in group:
+            by_mode.setdefault(row.settings["mode"], []).append(row)
+        named = tuple(
+            name
+            for name in (*SPEED_SETTINGS, *POOLED_APART)
+            if any(_varies(name, among) for among in (by_mode.values() if name in TUNED_CHOICES else [group]))
+        )
+        for row in group:
+            row.differs_in = named
+
+
+def _varies(name: str, rows: list[Pooled]) -> bool:
+    return len({_text(row.settings[name]) for row in rows}) > 1
+
+
+def unrecorded_note(definition: str | None, runs: list[RunRecord]) -> str:
+    """For a row of a recorded definition that pools runs which recorded none, what it pools, in words; else ""."""
+    unrecorded = sum(run.definition is None for run in runs)
+    if definition is None or not unrecorded:
+        return ""
+    return (
+        f"pools {unrecorded} of its {len(runs)} runs whose workload definition was not recorded (stored before "
+        f"devicebench recorded definitions) with runs of {setting_text('definition', definition)}: they may have "
+        "trained another version of the model"
+    )
+
+
+def software_difference(settings: dict[str, Any], baseline_settings: dict[str, Any]) -> str:
+    """How a baseline's software differs from a row's: `torch 2.11.0 (this row's torch 2.13.0)`; "" when alike."""
+    differing = [name for name in SOFTWARE if _text(settings[name]) != _text(baseline_settings[name])]
+    return ", ".join(
+        f"{setting_text(name, baseline_settings[name])} (this row's {setting_text(name, settings[name])})"
+        for name in differing
+    )
+
+
+def _text(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=repr)
