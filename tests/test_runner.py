@@ -142,7 +142,7 @@ def test_every_listener_hears_every_event_including_an_interrupted_finish():
     )
 
 
-def test_a_tuned_run_timed_before_it_trains_says_once_what_bf16_left_in_fp32(monkeypatch):
+def test_a_tuned_run_timed_before_it_trains_says_once_what_bf16_left_in_fp32(monkeypatch, switches_untried):
     """A long run is timed first on a model of its own, then trains another: two builds, one run. What the tuning
     applied is said once (it was said on every build: the note twice)."""
     monkeypatch.setattr(budget, "ESTIMATED_FROM_STEPS", 0)  # every run is long: it is timed before it trains
