@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 from torch import nn
+from training_fixtures import bf16_bilstm_run
 
 from devicebench import RunConfig, planning, runner
 from devicebench.data import ArrayDataset
-from devicebench.data.text import TokenDataset
 from devicebench.engine import tuning_applied
 from devicebench.engine.loop import TrainingSetup
 from devicebench.engine.tuning_applied import (
@@ -314,27 +314,7 @@ def test_on_cuda_recurrent_layers_run_with_cuda_autocast_off(monkeypatch):
 
 
 def test_a_bf16_run_of_a_recurrent_workload_says_its_recurrent_layers_ran_in_fp32(switches_untried):
-    generator = np.random.default_rng(0)
-    tokens = generator.integers(2, 500, (40, 12)).astype(np.int64)
-    labels = generator.integers(0, 2, 40).astype(np.int64)
-    vocabulary = ("<pad>", "<unk>") + tuple(f"word{index}" for index in range(2, 500))
-    dataset = TokenDataset(
-        "imdb", "synthetic", tokens[:32], labels[:32], tokens[32:], labels[32:], 2, ("neg", "pos"), vocabulary
-    )
-    config = RunConfig(
-        workloads=("imdb-bilstm",),
-        devices="cpu",
-        data="synthetic",
-        epochs=1,
-        max_steps=2,
-        mode="tuned",
-        precision="bf16",
-        compile="off",
-        overrides=("vocab_size=500", "sequence_length=12", "batch_size=8"),
-    )
-    (job,) = planning.plan(config).jobs
-    record = new_record(job, dataset, 0)
-    train_record(record, job, dataset)
+    record = bf16_bilstm_run()
     assert record.status == "ok", record.error
     assert record.settings.precision == "bf16"
     assert record.tuning_note == "bf16 autocast left out the recurrent layers (2 LSTM): they ran in fp32"

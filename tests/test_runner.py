@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 import pytest
 import torch
+from training_fixtures import bf16_bilstm_run
 
 from devicebench import RunConfig, budget, planning, runner
-from devicebench.data.text import TokenDataset
 from devicebench.events import ReporterGroup, RunReporter
 from devicebench.workloads import _registry, get_workload
 from devicebench.workloads.definition import definition_fingerprint
@@ -146,27 +145,7 @@ def test_a_tuned_run_timed_before_it_trains_says_once_what_bf16_left_in_fp32(mon
     """A long run is timed first on a model of its own, then trains another: two builds, one run. What the tuning
     applied is said once (it was said on every build: the note twice)."""
     monkeypatch.setattr(budget, "ESTIMATED_FROM_STEPS", 0)  # every run is long: it is timed before it trains
-    generator = np.random.default_rng(0)
-    tokens = generator.integers(2, 500, (40, 12)).astype(np.int64)
-    labels = generator.integers(0, 2, 40).astype(np.int64)
-    vocabulary = ("<pad>", "<unk>") + tuple(f"word{index}" for index in range(2, 500))
-    dataset = TokenDataset(
-        "imdb", "synthetic", tokens[:32], labels[:32], tokens[32:], labels[32:], 2, ("neg", "pos"), vocabulary
-    )
-    config = RunConfig(
-        workloads=("imdb-bilstm",),
-        devices="cpu",
-        data="synthetic",
-        epochs=1,
-        max_steps=2,
-        mode="tuned",
-        precision="bf16",
-        compile="off",
-        overrides=("vocab_size=500", "sequence_length=12", "batch_size=8"),
-    )
-    (job,) = planning.plan(config).jobs
-    record = runner.new_record(job, dataset, 0)
-    runner.train_record(record, job, dataset)
+    record = bf16_bilstm_run()
     assert record.status == "ok", record.error
     assert len(record.epochs) == 1 and record.settings.precision == "bf16"
     assert record.tuning_note == "bf16 autocast left out the recurrent layers (2 LSTM): they ran in fp32"

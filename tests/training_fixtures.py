@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from devicebench.data import ArrayDataset
+from devicebench.data.text import TokenDataset
 from devicebench.engine.loop import TrainingSetup
 
 
@@ -54,3 +55,32 @@ class DelayedBatches:
 
     def close(self) -> None:
         self.batches.close()
+
+
+def bf16_bilstm_run():
+    """A tuned bf16 run of a tiny imdb-bilstm on 40 synthetic reviews (its LSTMs stay fp32 under autocast): the
+    record, trained through the runner as a session would."""
+    from devicebench import RunConfig, planning, runner  # the runner imports torch's heavier parts
+
+    generator = np.random.default_rng(0)
+    tokens = generator.integers(2, 500, (40, 12)).astype(np.int64)
+    labels = generator.integers(0, 2, 40).astype(np.int64)
+    vocabulary = ("<pad>", "<unk>") + tuple(f"word{index}" for index in range(2, 500))
+    dataset = TokenDataset(
+        "imdb", "synthetic", tokens[:32], labels[:32], tokens[32:], labels[32:], 2, ("neg", "pos"), vocabulary
+    )
+    config = RunConfig(
+        workloads=("imdb-bilstm",),
+        devices="cpu",
+        data="synthetic",
+        epochs=1,
+        max_steps=2,
+        mode="tuned",
+        precision="bf16",
+        compile="off",
+        overrides=("vocab_size=500", "sequence_length=12", "batch_size=8"),
+    )
+    (job,) = planning.plan(config).jobs
+    record = runner.new_record(job, dataset, 0)
+    runner.train_record(record, job, dataset)
+    return record
