@@ -1,4 +1,4 @@
-"""Validate a GPU machine in one command: every GPU path of devicebench, run for real, within nine minutes.
+"""Validate a GPU machine in one command: every GPU path of devicebench, run for real, within nine and a half minutes.
 
 GPU machines come to this project rarely and briefly (one H100, 16 cores, torch 2.11, no network, at most 10
 minutes a command). This script turns one such command into everything we need to know: the GPU tests, the
@@ -14,8 +14,8 @@ timed out (a skipped part is listed, and is no failure).
     python benchmarks/gpu_validation.py --cpu-smoke --out /tmp/smoke             # anywhere, in under a minute
     python benchmarks/gpu_validation.py --plan                                   # the plan, without running it
 
-The plan, in the order it runs (the most needed first), with each part's budget in seconds (530 in all, of a
-540 s limit: 10 s are left for starting this script and writing its files):
+The plan, in the order it runs (the most needed first), with each part's budget in seconds (555 in all, of a
+565 s limit: 10 s are left for starting this script and writing its files):
 
 | part | what | budget |
 |---|---|---|
@@ -36,6 +36,7 @@ The plan, in the order it runs (the most needed first), with each part's budget 
 | nproc | cifar10-mlp, `--devices all-gpus`: DDP over every GPU (skipped with fewer than 2) | 20 |
 | wall-clock | benchmarks/wall_clock_check.py on cuda: 2 and 6 epochs of 600 steps of mnist-cnn2, 1 round | 16 |
 | engine-vs-plain | benchmarks/engine_vs_plain.py on cuda: mnist-cnn2, plain, seed and tuned, 1 round of 2 x 300 | 16 |
+| switches | benchmarks/tuning_switches.py on cuda: tuned bf16 trial of channels_last and the fused step, off and on | 25 |
 
 Every training part runs 3 epochs (one warm-up, two steady) on `--data synthetic`, with at most 3 evaluation
 batches an epoch (evaluation is timed apart from training; it only has to run). The steps of an epoch are chosen
@@ -66,7 +67,7 @@ Calibration comes first, into `calibration/` of the output folder, and every lat
 read from, or written to, the calibration of whoever runs this. Every devicebench run writes its runs to a
 throwaway database in `work/` (`--db`), and its JSON to `parts/PART.json`; each part's output goes to `logs/`.
 
-Time: the script keeps a deadline (`--time-limit`, 540 s). A part runs only when its budget fits in the time left
+Time: the script keeps a deadline (`--time-limit`, 565 s). A part runs only when its budget fits in the time left
 (else it is "skipped: not enough time left"), and may run until only the budgets of the parts after it are left:
 its own budget, plus whatever the parts before it left unused. One that runs past that is stopped (SIGTERM to its
 process group, so that devicebench writes the epochs it finished; SIGKILL 5 s later) and recorded "timed out".
@@ -102,7 +103,7 @@ from engine_vs_plain import RESULTS, slug
 # RESULTS and slug come from the other benchmark, so that every benchmark names its results by hardware alike.
 REPOSITORY = Path(__file__).resolve().parents[1]
 BENCHMARKS = REPOSITORY / "benchmarks"
-TIME_LIMIT_S = 540  # nine minutes: a GPU command may run ten
+TIME_LIMIT_S = 565  # nine and a half minutes: a GPU command may run ten
 GRACE_S = 5.0  # between SIGTERM and SIGKILL: devicebench writes the epochs it finished
 TAIL_CHARS = 3000  # of each part's output, kept in the JSON
 EPOCHS = 3  # one warm-up epoch and two steady ones
@@ -117,7 +118,7 @@ IMDB = ("imdb-bilstm", "imdb-transformer")
 LEFT_OUT = {
     "gbdt-covertype": "the same booster as gbdt-synthetic on another table; one XGBoost workload suffices",
     **{
-        name: "a reference model, run only when named: the parts' budgets already sum to the nine minutes "
+        name: "a reference model, run only when named: the parts' budgets already sum to the nine and a half minutes "
         "less 10 s, so it gets a part only in place of another (issue 30's GPU runs are their own)"
         for name in ("resnet50", "resnet152", "vgg16", "bert-base", "bert-large", "gpt2-small", "gnmt")
     },
@@ -248,6 +249,17 @@ PARTS = (
         "--sides",
         "plain,seed,tuned",
     ),
+    benchmark(
+        "switches",
+        "tuning_switches.py",
+        25,
+        "catdog-original",
+        "cifar10-cnn",
+        "--device",
+        "cuda",
+        "--precisions",
+        "bf16",
+    ),
 )
 
 SMOKE_STEPS, SMOKE_EPOCHS = 3, 2
@@ -275,6 +287,7 @@ SMOKE: dict[str, Part | str] = {
     "nproc": "DDP over every GPU needs at least 2; tests/test_distributed.py trains 2 processes on the CPU",
     "wall-clock": "its 2% tolerance needs 20-40 s between the two run lengths: minutes, not a smoke run",
     "engine-vs-plain": "its plain loop, seed run and tuned process take 10 s on 2 cores even for 3 steps",
+    "switches": "a CPU's tuned trial offers the layout and the fused step already; tests/test_tuning.py shows it",
 }
 
 
@@ -502,7 +515,7 @@ def judge(kind: str, exit_code: int | None, result: Any, last_line: str = "") ->
     eagerly, two clocks that disagree."""
     problems = [f"exit code {exit_code}" + (f": {last_line}" if last_line else "")] if exit_code != 0 else []
     if (
-        kind in ("devices", "list", "calibrate", "check", "run", "compile", "wall-clock", "engine-vs-plain")
+        kind in ("devices", "list", "calibrate", "check", "run", "compile", "wall-clock", "engine-vs-plain", "switches")
         and result is None
     ):
         problems.append("no result JSON")
@@ -654,6 +667,14 @@ def _engine_vs_plain_figures(benchmark_result: dict) -> str:
     return "; ".join(shown)
 
 
+def _switches_figures(benchmark_result: dict) -> str:
+    shown = []
+    for result in benchmark_result["results"]:
+        kept = [switch for switch, on in result["kept"].items() if on]
+        shown.append(f"{result['workload']} {result['precision']}: kept {' + '.join(kept) or 'neither switch'}")
+    return "; ".join(shown)
+
+
 FIGURES: dict[str, Callable[[Any], str]] = {
     "devices": _devices_figures,
     "list": _list_figures,
@@ -664,6 +685,7 @@ FIGURES: dict[str, Callable[[Any], str]] = {
     "compile": run_figures,
     "wall-clock": _wall_clock_figures,
     "engine-vs-plain": _engine_vs_plain_figures,
+    "switches": _switches_figures,
 }
 
 

@@ -83,8 +83,8 @@ def test_a_cpu_tries_the_layout_and_the_fused_step_off_and_on_plainest_first_and
     them only where its own trial shows a gain; a GPU's stay on, untried (not measured there yet)."""
     force_cpu_isa("avx2")
     base = Tuning(channels_last=True, fused_optimizer=True)
-    tried = [(option.channels_last, option.fused_optimizer) for option in candidates(base, CPU, "auto", "auto")]
-    assert tried == [(False, False), (False, True), (True, False), (True, True)]
+    tried_on_cpu = [(option.channels_last, option.fused_optimizer) for option in candidates(base, CPU, "auto", "auto")]
+    assert tried_on_cpu == [(False, False), (False, True), (True, False), (True, True)]
     no_convolutions = Tuning(fused_optimizer=True)  # base_tuning turns channels_last on only for a model with convs
     tried = [
         (option.channels_last, option.fused_optimizer) for option in candidates(no_convolutions, CPU, "fp32", "auto")
@@ -95,6 +95,8 @@ def test_a_cpu_tries_the_layout_and_the_fused_step_off_and_on_plainest_first_and
         (True, True, False),
         (True, True, True),
     ]
+    measured_there = candidates(base, torch.device("cuda"), "fp32", "off", trial_switches=True)  # the benchmark's
+    assert [(option.channels_last, option.fused_optimizer) for option in measured_there] == tried_on_cpu
 
 
 def test_compile_is_tried_on_gpus_and_on_cpus_only_when_asked():

@@ -78,7 +78,9 @@ def base_tuning(device: torch.device, model: nn.Module, *, resident_possible: bo
     )
 
 
-def candidates(base: Tuning, device: torch.device, precision: str, compile_choice: str) -> list[Tuning]:
+def candidates(
+    base: Tuning, device: torch.device, precision: str, compile_choice: str, *, trial_switches: bool | None = None
+) -> list[Tuning]:
     """The tunings worth a trial: the plainest first, so that it wins ties.
 
     On a CPU the channels_last layout (for a model with convolutions) and the fused optimizer step are tried too,
@@ -86,15 +88,16 @@ def candidates(base: Tuning, device: torch.device, precision: str, compile_choic
     with channels_last, 313-391 with the fused Adam; issue 33), so a CPU keeps them only where its own trial shows
     a gain beyond the spread. On a GPU `base`'s are kept as they are, untried: the layout of tensor cores and one
     kernel for the whole optimizer step; devicebench has not measured them there yet (benchmarks/gpu_validation.py).
+    `trial_switches` True tries them on any device (benchmarks/tuning_switches.py measures a GPU so).
     """
     if precision == "auto":
         precisions: list[TrainingPrecision] = ["fp32", "bf16"] if native_bf16(device) else ["fp32"]
     else:
         precisions = [_precision(precision)]
     compiles = {"on": [True], "off": [False], "auto": [False, True] if device.type == "cuda" else [False]}
-    on_cpu = device.type == "cpu"
-    layouts = [False, True] if on_cpu and base.channels_last else [base.channels_last]
-    fused_steps = [False, True] if on_cpu and base.fused_optimizer else [base.fused_optimizer]
+    tried = device.type == "cpu" if trial_switches is None else trial_switches
+    layouts = [False, True] if tried and base.channels_last else [base.channels_last]
+    fused_steps = [False, True] if tried and base.fused_optimizer else [base.fused_optimizer]
     return [
         dataclasses.replace(base, precision=p, compiled=c, channels_last=layout, fused_optimizer=fused)
         for p, c, layout, fused in itertools.product(precisions, compiles[compile_choice], layouts, fused_steps)

@@ -1,0 +1,73 @@
+"""Each workload's definition fingerprint on this machine, and what it hashes: run it on two machines (or two torch
+versions) and compare, to see whether their runs would pool (results/pooling.py) or split on the definition.
+
+A run records its workload's definition fingerprint (workloads/definition.py): the module tree, each initial
+tensor's shape, mean and deviation to three significant digits, the loss, the optimizer and a preprocessing probe.
+Runs pool only where it matches. It should not depend on the torch version or the CPU's kernels, only on the
+workload's code; this script is how that is checked where two machines differ.
+
+    python benchmarks/definitions.py --output /tmp/here.json
+    python benchmarks/definitions.py --compare /tmp/here.json /tmp/there.json    # which differ, and in what
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from devicebench.workloads import get_workload, list_workloads
+from devicebench.workloads.definition import definition_fingerprint, describe_definition
+
+REFERENCE_MODELS = ("resnet50", "resnet152", "vgg16", "bert-base", "bert-large", "gpt2-small", "gnmt")
+
+
+def definitions(names: list[str]) -> dict[str, object]:
+    """Each workload's fingerprint and the data it hashes, and the torch they were made with."""
+    described = {}
+    for name in names:
+        workload = get_workload(name)
+        described[name] = {
+            "fingerprint": definition_fingerprint(workload),
+            "described": json.loads(json.dumps(describe_definition(workload), sort_keys=True, default=repr)),
+        }
+    return {"torch": torch.__version__, "workloads": described}
+
+
+def differences(here: dict, there: dict) -> list[str]:
+    """One line per workload whose fingerprint differs, naming the first parts of its definition that do."""
+    lines = []
+    for name in sorted(set(here["workloads"]) & set(there["workloads"])):
+        ours, theirs = here["workloads"][name], there["workloads"][name]
+        if ours["fingerprint"] != theirs["fingerprint"]:
+            parts = [key for key in ours["described"] if ours["described"][key] != theirs["described"].get(key)]
+            lines.append(f"{name}: {ours['fingerprint']} != {theirs['fingerprint']}; differs in {', '.join(parts)}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("workloads", nargs="*", help="default: every workload but the reference models")
+    parser.add_argument("--output", type=Path, help="write the fingerprints and what they hash here as JSON")
+    parser.add_argument("--compare", nargs=2, type=Path, metavar=("HERE", "THERE"), help="two files it wrote")
+    arguments = parser.parse_args(argv)
+    if arguments.compare:
+        here, there = (json.loads(path.read_text()) for path in arguments.compare)
+        lines = differences(here, there)
+        print(f"torch {here['torch']} against {there['torch']}: {len(lines)} definitions differ")
+        print("\n".join(lines))
+        return 1 if lines else 0
+    names = arguments.workloads or [entry.name for entry in list_workloads() if entry.name not in REFERENCE_MODELS]
+    made = definitions(names)
+    for name, entry in made["workloads"].items():  # type: ignore[attr-defined]
+        print(f"{name:20} {entry['fingerprint']}")
+    if arguments.output:
+        arguments.output.write_text(json.dumps(made, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
