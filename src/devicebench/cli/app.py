@@ -253,17 +253,20 @@ class _ErrorBoundary(TyperGroup):
                 raise fail(message, code) from None
 
 
-_typer_display_type = TyperOption.display_type_rich
+# typer 0.29 shows a value's type beside every option, `<bool>` beside a flag too; before 0.29 it has no such
+# method and shows none, so there is nothing to replace (the GPU machine's image has an older typer)
+_typer_display_type = getattr(TyperOption, "display_type_rich", None)
 
 
 def _flag_shows_no_type(option: TyperOption, ctx: click.Context) -> str | None:
     """What the help shows beside an option: its value's type (`<path>`), but nothing for a flag, which takes no
     value (typer shows `<bool>` beside --quiet, --dry-run and --help alike)."""
+    assert _typer_display_type is not None  # installed below only where typer has it
     return None if option.is_flag and option.metavar is None else _typer_display_type(option, ctx)
 
 
-# every command's help, the group's and --help's own; typer offers no hook for it, so its method is replaced
-TyperOption.display_type_rich = _flag_shows_no_type  # type: ignore[method-assign, assignment]
+if _typer_display_type is not None:  # every command's help, the group's and --help's own: typer offers no hook
+    TyperOption.display_type_rich = _flag_shows_no_type  # type: ignore[method-assign, assignment]
 
 
 app = typer.Typer(
