@@ -157,6 +157,13 @@ def _add_definition(connection: sqlite3.Connection) -> None:
     connection.execute("ALTER TABLE runs ADD COLUMN definition TEXT")
 
 
+def _forget_first_definitions(connection: sqlite3.Connection) -> None:
+    """Schema 13: the definitions schema 12 recorded are forgotten (NULL, as if never recorded): they hashed the
+    initial weights' statistics, which torch 2.11 and 2.13 draw differently for one seed, so one model's runs under
+    the two were kept apart. A definition now reads how the weights were initialised (workloads/definition.py)."""
+    connection.execute("UPDATE runs SET definition = NULL")
+
+
 # MIGRATIONS[n] takes a database from schema n to n + 1; the newest schema is len(MIGRATIONS). Append, never edit.
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _create_tables,
@@ -171,6 +178,7 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _add_process_namespace,
     _add_tuning_time,
     _add_definition,
+    _forget_first_definitions,
 ]
 TABLES = ("machines", "sessions", "runs", "epochs", "live_runs")  # schema 1's four, then schema 2's
 

@@ -26,8 +26,9 @@ from typing import Any, Literal
 from devicebench import files
 from devicebench.choices import Mode, TrainingPrecision
 
-SCHEMA_VERSION = 4  # 2: plausibility flags; 3: tuning_s; 4: definition
-READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4)  # 1 to 3 lack only fields that have defaults
+SCHEMA_VERSION = 5  # 2: plausibility flags; 3: tuning_s; 4: definition; 5: definitions that torch leaves alone
+READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4, 5)  # 1 to 3 lack only fields that have defaults
+FIRST_DEFINITIONS = 4  # whose definitions hashed the initial weights torch drew: read as not recorded
 
 RunStatus = Literal["running", "ok", "diverged", "failed", "oom", "interrupted"]
 EpochPhase = Literal["warmup", "steady"]
@@ -227,6 +228,9 @@ class Result:
                 f"(schema version {SCHEMA_VERSION}); upgrade devicebench or re-export them"
             )
         result = cls(**_checked_fields(cls, data, where, derived=("schema_version",)))
+        if version == FIRST_DEFINITIONS:  # another torch drew other weights: the same model had two (migrations.py)
+            for run in result.runs:
+                run.definition = None
         seen: dict[str, int] = {}
         for index, run in enumerate(result.runs):
             if run.run_id in seen:
