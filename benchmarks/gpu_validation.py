@@ -15,59 +15,63 @@ timed out (a skipped part is listed, and is no failure).
     python benchmarks/gpu_validation.py --plan                                   # the plan, without running it
 
 The plan, in the order it runs (the most needed first), with each part's budget in seconds (555 in all, of a
-565 s limit: 10 s are left for starting this script and writing its files):
+570 s limit: 10 s are left for starting this script and writing its files). The budgets are the first GPU run's
+measured times (an H200, 2026-11-27, `results/gpu-validation-h200/`) for the steps below:
 
 | part | what | budget |
 |---|---|---|
 | devices | `devicebench devices --json`: the machine's fingerprint, and how many GPUs it has | 8 |
-| list | `devicebench list --json`: the workloads, and which of them cannot run here (and why) | 9 |
-| calibrate | `devicebench calibrate --json`: every device's ceilings (GPU ~45 s, CPU ~12 s), for the MFU of every run | 60 |
-| check | `devicebench check --json`: the machine's own doctor (drivers, a short run, timing, short ceilings) | 30 |
-| pytest-gpu | `python -m pytest -m gpu`: tests/test_gpu.py, the GPU tests of test_compile.py and test_calibrate.py | 145 |
-| seed-small | seed mode on cuda: mnist-cnn2, mnist-cnn4, cifar10-mlp, cifar100-mlp, cifar10-cnn (1,500 steps) | 27 |
-| seed-catdog | seed mode on cuda: the four catdog networks (250 steps: whole epochs) | 26 |
-| seed-imdb | seed mode on cuda: imdb-bilstm, imdb-transformer (500 steps) | 17 |
-| tuned-small | tuned mode on cuda (`--compile off`), the workloads of seed-small | 33 |
-| tuned-catdog | tuned mode on cuda (`--compile off`), the catdog networks | 32 |
-| tuned-imdb | tuned mode on cuda (`--compile off`), the imdb models | 22 |
-| compile | imdb-transformer, tuned, `--compile on --precision bf16`: recompiles and graph breaks recorded | 40 |
-| seed-cpu | seed mode on the CPU: mnist-cnn2 and cifar10-mlp (150 steps), the other side of the speedup | 16 |
-| gbdt | gbdt-synthetic on cuda, 200 boosting rounds an epoch: XGBoost's `device="cuda"` | 13 |
-| nproc | cifar10-mlp, `--devices all-gpus`: DDP over every GPU (skipped with fewer than 2) | 20 |
-| wall-clock | benchmarks/wall_clock_check.py on cuda: 2 and 6 epochs of 600 steps of mnist-cnn2, 1 round | 16 |
-| engine-vs-plain | benchmarks/engine_vs_plain.py on cuda: mnist-cnn2, plain, seed and tuned, 1 round of 2 x 300 | 16 |
-| switches | benchmarks/tuning_switches.py on cuda: tuned bf16 trial of channels_last and the fused step, off and on | 25 |
+| list | `devicebench list --json`: the workloads, and which of them cannot run here (and why) | 12 |
+| calibrate | `devicebench calibrate --json`: every device's ceilings (the H200's took 55 s), for every run's MFU | 55 |
+| check | `devicebench check --json`: the machine's own doctor (drivers, a short run, timing, short ceilings) | 25 |
+| seed-small | seed mode on cuda: mnist-cnn2, mnist-cnn4, cifar10-mlp, cifar100-mlp, cifar10-cnn (400 steps) | 50 |
+| engine-vs-plain | benchmarks/engine_vs_plain.py on cuda: mnist-cnn2, plain, seed and tuned, 1 round of 2 x 300 | 25 |
+| pytest-gpu | `python -m pytest -m gpu`: tests/test_gpu.py, the GPU tests of test_compile.py and test_calibrate.py | 110 |
+| seed-catdog | seed mode on cuda: the four catdog networks (100 steps) | 35 |
+| seed-imdb | seed mode on cuda: imdb-bilstm, imdb-transformer (200 steps) | 20 |
+| tuned-small | tuned mode on cuda (`--compile off`): mnist-cnn2, cifar10-mlp, cifar10-cnn (400 steps) | 40 |
+| tuned-catdog | tuned mode on cuda (`--compile off`): catdog-original and catdog-deep (100 steps) | 30 |
+| tuned-imdb | tuned mode on cuda (`--compile off`), the imdb models (200 steps) | 28 |
+| compile | imdb-transformer, tuned, `--compile on --precision bf16`: recompiles and graph breaks recorded | 30 |
+| seed-cpu | seed mode on the CPU: mnist-cnn2 and cifar10-mlp (100 steps), the other side of the speedup | 20 |
+| gbdt | gbdt-synthetic on cuda, 200 boosting rounds an epoch: XGBoost's `device="cuda"` | 12 |
+| switches | benchmarks/tuning_switches.py on cuda: tuned bf16 trials of channels_last and the fused step, off and on | 20 |
+| wall-clock | benchmarks/wall_clock_check.py on cuda: 2 and 6 epochs of 600 steps of mnist-cnn2, 1 round | 20 |
+| nproc | cifar10-mlp, `--devices all-gpus`: DDP over every GPU (skipped with fewer than 2) | 15 |
 
 Every training part runs 3 epochs (one warm-up, two steady) on `--data synthetic`, with at most 3 evaluation
-batches an epoch (evaluation is timed apart from training; it only has to run). The steps of an epoch are chosen
-so that a steady epoch lasts at least a second on an H100 where the data allows it. These step times are estimates
-(a small network's eager step on an H100 is bound by kernel launches, about 1 ms), not measurements: each run's
-JSON has its epoch times, and the summary marks a steady epoch under a second, so the first GPU run corrects them.
+batches an epoch (evaluation is timed apart from training; it only has to run). What a part costs is mostly not its
+epochs: each workload's run took about 5 s besides them on the H200 (the synthetic set, the model, the evaluation,
+the definition), and each process about 3 s to start. The first run's budgets (1,500 steps of the small seeds, whole
+catdog epochs) assumed a 1 ms step and fitted nothing: seed-small took 68 s of its 27, and six parts were stopped.
+The steps now keep the whole plan within the limit, and a steady epoch lasts under a second for most workloads
+(the summary marks each): enough to see that every path runs and what it measures, not a benchmark.
 
-| workload | batch | batches in an epoch | seed step on an H100, estimated | steps | epoch |
-|---|---|---|---|---|---|
-| mnist-cnn2, mnist-cnn4 | 50 | 1,200 | ~1 ms | 1,200 (all) | ~1.2 s |
-| cifar10-mlp, cifar100-mlp | 32 | 1,562 | ~0.8 ms | 1,500 | ~1.2 s |
-| cifar10-cnn | 128 | 390 | ~2.5 ms | 390 (all) | ~1 s |
-| catdog-original, -improved | 32 | 250 | ~1.5 ms; 64x64 augmentation ~6,000 images/s a loader worker | 250 (all) | ~0.4 s |
-| catdog-hires | 32 | 250 | input-bound: 128x128 augmentation ~1,100 images/s a worker | 250 (all) | ~1.8 s |
-| catdog-deep | 32 | 250 | ~10 ms: ~7 GFLOP a training image in strict fp32 | 250 (all) | ~2.5 s |
-| imdb-bilstm | 32 | 781 | ~4 ms: two bidirectional cuDNN LSTMs over 200 tokens | 500 | ~2 s |
-| imdb-transformer | 32 | 781 | ~2 ms | 500 | ~1 s |
+| workload | batch | seed step on the H200, measured | steps | steady epoch |
+|---|---|---|---|---|
+| mnist-cnn2, mnist-cnn4 | 50 | 2.1 ms, 2.5 ms | 400 | ~0.9 s |
+| cifar10-mlp, cifar100-mlp | 32 | 1.7 ms | 400 | ~0.7 s |
+| cifar10-cnn | 128 | 9.0 ms | 390 (all) | ~3.5 s |
+| catdog-original, -improved | 32 | 4.1 ms | 100 | ~0.4 s |
+| catdog-hires | 32 | 7.5 ms: input-bound, 128x128 augmentation | 100 | ~0.75 s |
+| catdog-deep | 32 | 18 ms: ~7 GFLOP a training image in strict fp32 | 100 | ~1.8 s |
+| imdb-bilstm, imdb-transformer | 32 | 4.4 ms, 4.3 ms | 200 | ~0.9 s |
 
-The catdog sets hold 8,000 training images: an epoch of the 64x64 networks cannot last a second on an H100. Runs
-with the same steps share a part (one process: its start, ~3 s, is paid once). Tuned mode runs with `--compile
-off` because its default on a GPU, auto, compiles every candidate precision with inductor (20-40 s each); the
-compile part compiles one workload in the one precision that an H100 would keep. The CPU is slow: it trains two
-cheap workloads only, at 150 steps (a 16-core CPU manages a few thousand mnist-cnn2 samples/s). gbdt-covertype is
-left out: the same booster on another table; gbdt-synthetic validates XGBoost on CUDA.
+A 2 ms step for a network as small as mnist-cnn2 on an H200 is slow: it is about what the host takes to launch
+its kernels (the steps of the tuned trial varied ±15% from round to round). engine-vs-plain now runs early, so that
+the next GPU run says whether devicebench's loop adds to it. Runs with the same steps share a part (one process: its
+start is paid once). Tuned mode runs with `--compile off` because its default on a GPU, auto, compiles every
+candidate precision with inductor (20-40 s each); the compile part compiles one workload in the one precision that
+an H100 would keep. The CPU is slow: it trains two cheap workloads only, at 100 steps (the H200 machine's 16 cores
+trained mnist-cnn2 at 3,700 samples/s). gbdt-covertype is left out: the same booster on another table;
+gbdt-synthetic validates XGBoost on CUDA.
 
 Calibration comes first, into `calibration/` of the output folder, and every later part gets
 `DEVICEBENCH_CALIBRATION_DIR` pointing there: runs take their MFU against the ceilings just measured, and nothing is
 read from, or written to, the calibration of whoever runs this. Every devicebench run writes its runs to a
 throwaway database in `work/` (`--db`), and its JSON to `parts/PART.json`; each part's output goes to `logs/`.
 
-Time: the script keeps a deadline (`--time-limit`, 565 s). A part runs only when its budget fits in the time left
+Time: the script keeps a deadline (`--time-limit`, 570 s). A part runs only when its budget fits in the time left
 (else it is "skipped: not enough time left"), and may run until only the budgets of the parts after it are left:
 its own budget, plus whatever the parts before it left unused. One that runs past that is stopped (SIGTERM to its
 process group, so that devicebench writes the epochs it finished; SIGKILL 5 s later) and recorded "timed out".
@@ -103,7 +107,7 @@ from engine_vs_plain import RESULTS, slug
 # RESULTS and slug come from the other benchmark, so that every benchmark names its results by hardware alike.
 REPOSITORY = Path(__file__).resolve().parents[1]
 BENCHMARKS = REPOSITORY / "benchmarks"
-TIME_LIMIT_S = 565  # nine and a half minutes: a GPU command may run ten
+TIME_LIMIT_S = 570  # nine and a half minutes: a GPU command may run ten
 GRACE_S = 5.0  # between SIGTERM and SIGKILL: devicebench writes the epochs it finished
 TAIL_CHARS = 3000  # of each part's output, kept in the JSON
 EPOCHS = 3  # one warm-up epoch and two steady ones
@@ -115,6 +119,8 @@ WORKLOADS = "{workloads}"  # in a command: the part's workloads that this machin
 SMALL = ("mnist-cnn2", "mnist-cnn4", "cifar10-mlp", "cifar100-mlp", "cifar10-cnn")
 CATDOG = ("catdog-original", "catdog-improved", "catdog-hires", "catdog-deep")
 IMDB = ("imdb-bilstm", "imdb-transformer")
+TUNED_SMALL = ("mnist-cnn2", "cifar10-mlp", "cifar10-cnn")  # mnist-cnn4 and cifar100-mlp: the same code, bigger
+TUNED_CATDOG = ("catdog-original", "catdog-deep")  # the smallest and the largest network; the others in seed mode
 LEFT_OUT = {
     "gbdt-covertype": "the same booster as gbdt-synthetic on another table; one XGBoost workload suffices",
     **{
@@ -192,32 +198,58 @@ TUNED = ("--compile", "off")  # tuned mode on a GPU would otherwise compile ever
 
 PARTS = (
     Part("devices", "devices", devicebench("devices", "--json"), 8),
-    Part("list", "list", devicebench("list", "--json"), 9),
-    Part("calibrate", "calibrate", devicebench("calibrate", "--json"), 60),
-    Part("check", "check", devicebench("check", "--json"), 30),
-    Part("pytest-gpu", "pytest", (*PYTEST_GPU, "--durations=10"), 145),
-    training("seed-small", SMALL, 27, steps=1500),
-    training("seed-catdog", CATDOG, 26, steps=250),
-    training("seed-imdb", IMDB, 17, steps=500),
-    training("tuned-small", SMALL, 33, mode="tuned", steps=1500, flags=TUNED),
-    training("tuned-catdog", CATDOG, 32, mode="tuned", steps=250, flags=TUNED),
-    training("tuned-imdb", IMDB, 22, mode="tuned", steps=500, flags=TUNED),
+    Part("list", "list", devicebench("list", "--json"), 12),
+    Part("calibrate", "calibrate", devicebench("calibrate", "--json"), 55),
+    Part("check", "check", devicebench("check", "--json"), 25),
+    training("seed-small", SMALL, 50, steps=400),
+    benchmark(
+        "engine-vs-plain",
+        "engine_vs_plain.py",
+        25,
+        "mnist-cnn2",
+        "--device",
+        "cuda",
+        "--rounds",
+        "1",
+        "--steps",
+        "300",
+        "--epochs",
+        "2",
+        "--sides",
+        "plain,seed,tuned",
+    ),
+    Part("pytest-gpu", "pytest", (*PYTEST_GPU, "--durations=10"), 110),
+    training("seed-catdog", CATDOG, 35, steps=100),
+    training("seed-imdb", IMDB, 20, steps=200),
+    training("tuned-small", TUNED_SMALL, 40, mode="tuned", steps=400, flags=TUNED),
+    training("tuned-catdog", TUNED_CATDOG, 30, mode="tuned", steps=100, flags=TUNED),
+    training("tuned-imdb", IMDB, 28, mode="tuned", steps=200, flags=TUNED),
     training(
         "compile",
         ("imdb-transformer",),
-        40,
+        30,
         mode="tuned",
-        steps=500,
+        steps=200,
         kind="compile",
         flags=("--compile", "on", "--precision", "bf16"),
     ),
-    training("seed-cpu", ("mnist-cnn2", "cifar10-mlp"), 16, devices="cpu", steps=150, gpus=0),
-    training("gbdt", ("gbdt-synthetic",), 13, flags=("--set", "rounds_per_epoch=200")),
-    training("nproc", ("cifar10-mlp",), 20, devices="all-gpus", steps=1500, gpus=2),
+    training("seed-cpu", ("mnist-cnn2", "cifar10-mlp"), 20, devices="cpu", steps=100, gpus=0),
+    training("gbdt", ("gbdt-synthetic",), 12, flags=("--set", "rounds_per_epoch=200")),
+    benchmark(
+        "switches",
+        "tuning_switches.py",
+        20,
+        "catdog-original",
+        "cifar10-cnn",
+        "--device",
+        "cuda",
+        "--precisions",
+        "bf16",
+    ),
     benchmark(
         "wall-clock",
         "wall_clock_check.py",
-        16,
+        20,
         "--workload",
         "mnist-cnn2",
         "--device",
@@ -233,33 +265,7 @@ PARTS = (
         "--rounds",
         "1",
     ),
-    benchmark(
-        "engine-vs-plain",
-        "engine_vs_plain.py",
-        16,
-        "mnist-cnn2",
-        "--device",
-        "cuda",
-        "--rounds",
-        "1",
-        "--steps",
-        "300",
-        "--epochs",
-        "2",
-        "--sides",
-        "plain,seed,tuned",
-    ),
-    benchmark(
-        "switches",
-        "tuning_switches.py",
-        25,
-        "catdog-original",
-        "cifar10-cnn",
-        "--device",
-        "cuda",
-        "--precisions",
-        "bf16",
-    ),
+    training("nproc", ("cifar10-mlp",), 15, devices="all-gpus", steps=400, gpus=2),
 )
 
 SMOKE_STEPS, SMOKE_EPOCHS = 3, 2
@@ -270,10 +276,11 @@ SMOKE: dict[str, Part | str] = {
     "list": dataclasses.replace(PARTS[1], budget_s=30),
     "calibrate": Part("calibrate", "calibrate", devicebench("calibrate", "--devices", "cpu", "--quick", "--json"), 40),
     "check": Part("check", "check", devicebench("check", "--devices", "cpu", "--json"), 60),
-    "pytest-gpu": Part("pytest-gpu", "pytest", PYTEST_GPU, 90),
     "seed-small": training(
         "seed-small", ("mnist-cnn2",), 60, devices="cpu", steps=SMOKE_STEPS, epochs=SMOKE_EPOCHS, gpus=0
     ),
+    "engine-vs-plain": "its plain loop, seed run and tuned process take 10 s on 2 cores even for 3 steps",
+    "pytest-gpu": Part("pytest-gpu", "pytest", PYTEST_GPU, 90),
     "seed-catdog": LEFT_TO_THE_GPU,
     "seed-imdb": LEFT_TO_THE_GPU,
     "tuned-small": training(
@@ -284,10 +291,9 @@ SMOKE: dict[str, Part | str] = {
     "compile": "inductor takes 10-30 s to compile on a CPU, and tuned mode tries torch.compile on GPUs only",
     "seed-cpu": "the whole smoke run is on the CPU: seed-small trains there",
     "gbdt": "XGBoost on CUDA; tests/test_gbdt.py trains XGBoost on the CPU",
-    "nproc": "DDP over every GPU needs at least 2; tests/test_distributed.py trains 2 processes on the CPU",
-    "wall-clock": "its 2% tolerance needs 20-40 s between the two run lengths: minutes, not a smoke run",
-    "engine-vs-plain": "its plain loop, seed run and tuned process take 10 s on 2 cores even for 3 steps",
     "switches": "a CPU's tuned trial offers the layout and the fused step already; tests/test_tuning.py shows it",
+    "wall-clock": "its 2% tolerance needs 20-40 s between the two run lengths: minutes, not a smoke run",
+    "nproc": "DDP over every GPU needs at least 2; tests/test_distributed.py trains 2 processes on the CPU",
 }
 
 
