@@ -23,7 +23,7 @@ from devicebench.data import ArrayDataset
 from devicebench.engine import tuning, tuning_applied
 from devicebench.engine.loop import TrainingSetup
 from devicebench.engine.timing import Stopwatch
-from devicebench.engine.tuning import Tuning, candidates
+from devicebench.engine.tuning import Tuning, candidates, untried_switches
 from devicebench.engine.tuning_applied import process_settings, tuned_setup
 from devicebench.runner import new_record, train_record
 
@@ -97,6 +97,18 @@ def test_a_cpu_tries_the_layout_and_the_fused_step_off_and_on_plainest_first_and
     ]
     measured_there = candidates(base, torch.device("cuda"), "fp32", "off", trial_switches=True)  # the benchmark's
     assert [(option.channels_last, option.fused_optimizer) for option in measured_there] == tried_on_cpu
+
+
+def test_a_gpu_run_says_it_applied_the_layout_and_the_fused_step_without_a_trial_and_a_cpu_run_does_not():
+    both = Tuning(channels_last=True, fused_optimizer=True)
+    cuda = torch.device("cuda")
+    note = untried_switches(both, candidates(both, cuda, "fp32", "off"), cuda)
+    assert note.startswith("channels_last and the fused optimizer step applied without a trial: on an H200")
+    no_fused = Tuning(channels_last=True)  # an optimizer without a fused step on this device: not claimed
+    assert untried_switches(no_fused, candidates(both, cuda, "fp32", "off"), cuda).startswith("channels_last applied")
+    assert untried_switches(both, candidates(both, cuda, "fp32", "off", trial_switches=True), cuda) == ""  # trialled
+    assert untried_switches(both, candidates(both, CPU, "fp32", "off"), CPU) == ""
+    assert untried_switches(Tuning(), [Tuning()], cuda) == ""  # an MLP with a plain step: nothing applied
 
 
 def test_compile_is_tried_on_gpus_and_on_cpus_only_when_asked():

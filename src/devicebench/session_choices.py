@@ -19,7 +19,7 @@ import torch
 from devicebench.data.pipeline import Batches
 from devicebench.engine.loop import TrainingSetup
 from devicebench.engine.timing import Stopwatch
-from devicebench.engine.tuning import Tuning, candidates, choose_batch_size, choose_tuning
+from devicebench.engine.tuning import Tuning, candidates, choose_batch_size, choose_tuning, untried_switches
 from devicebench.engine.tuning_applied import add_tuning_note, recurrent_layers, tuned_setup
 from devicebench.results.schema import RunRecord
 from devicebench.workloads import Hyperparameters, Workload
@@ -108,7 +108,8 @@ def choose(
     def choose(watch: Stopwatch) -> tuple[Tuning, str]:
         kept, note = choose_tuning(options, lambda option: build(job, hyperparameters, option), batches, watch)
         # a fused optimizer only where its class and device have one: a model built for that alone tells
-        return tuned_setup(build(job, hyperparameters, None), kept, device)[1], note
+        tuning = tuned_setup(build(job, hyperparameters, None), kept, device)[1]
+        return tuning, "; ".join(filter(None, [note, untried_switches(tuning, options, device)]))
 
     tuning, note = chosen(record, choices.tunings, asked, device, choose)
     record.tuning_note = "; ".join(filter(None, [record.tuning_note, note])) or None

@@ -4,18 +4,21 @@ Seed mode trains as the seeds did (fp32, eager, default settings). Tuned mode ch
 never what it computes: the same model, initial weights, batches and optimizer, so accuracy must stay the same
 within noise (tests/test_tuning.py proves it on the real MNIST digits).
 
-Always on where they apply, because they never make a step slower:
-- a fused optimizer step (one kernel over all parameters instead of a loop over tensors);
-- `channels_last` activations for convolutional nets (the layout oneDNN and cuDNN convolutions prefer);
+Always on where they apply:
+- on a GPU, a fused optimizer step (one kernel over all parameters instead of a loop over tensors) and
+  `channels_last` activations for convolutional nets (the layout cuDNN's tensor-core convolutions prefer): on an
+  H200 neither made a step slower beyond the trial's spread (benchmarks/tuning_switches.py; a CPU trials both,
+  below, because there each made catdog-original slower);
 - on CUDA, TF32 matmuls for fp32 and cuDNN autotuning; the dataset held on the device as uint8 when it fits;
 - on Linux CPUs, a memory allocator that keeps freed memory: glibc returns every block above 128 KiB-32 MiB to
   the kernel when it is freed and page-faults it back in on the next step, which costs up to half of a step
   for a 12M-parameter MLP on 2 cores (jemalloc and tcmalloc, the usual advice, avoid it the same way).
 
 Measured and kept only when faster, on a short trial of the real batches before training (`choose_tuning`):
-bf16 autocast, offered only where the device computes bf16 natively (AVX-512 BF16 or AMX on a CPU, a GPU that
-supports it), and `torch.compile` (offered on CUDA; on a CPU only when asked for, because on the CPUs we
-measured inductor was slower for every seed model and takes 10-30 s to compile).
+on a CPU the fused optimizer step and `channels_last`, each off and on; bf16 autocast, offered only where the
+device computes bf16 natively (AVX-512 BF16 or AMX on a CPU, a GPU that supports it); and `torch.compile`
+(offered on CUDA; on a CPU only when asked for, because on the CPUs we measured inductor was slower for every
+seed model and takes 10-30 s to compile).
 
 This module makes the choices; engine/tuning_applied.py applies the one chosen to a run.
 
@@ -102,6 +105,22 @@ def candidates(
         dataclasses.replace(base, precision=p, compiled=c, channels_last=layout, fused_optimizer=fused)
         for p, c, layout, fused in itertools.product(precisions, compiles[compile_choice], layouts, fused_steps)
     ]
+
+
+def untried_switches(applied: Tuning, options: list[Tuning], device: torch.device) -> str:
+    """The run's note on the layout and the fused step where it applied them without a trial (on a GPU), and
+    the measurement that allows it; "" where it trialled them (a CPU) or applied neither."""
+    untried = [
+        words
+        for attribute, words in (("channels_last", "channels_last"), ("fused_optimizer", "the fused optimizer step"))
+        if getattr(applied, attribute) and all(getattr(option, attribute) for option in options)
+    ]
+    if not untried or device.type == "cpu":  # a CPU's options are only ever all on where asked so (tests)
+        return ""
+    return (
+        f"{' and '.join(untried)} applied without a trial: on an H200 neither made a step slower beyond the "
+        "trial's spread (benchmarks/tuning_switches.py, docs/measuring.md)"
+    )
 
 
 def _precision(name: str) -> TrainingPrecision:
