@@ -50,19 +50,33 @@ def differences(here: dict, there: dict) -> list[str]:
     return lines
 
 
+def _written(path: Path, parser: argparse.ArgumentParser) -> dict:
+    """A file this script wrote with --output; a usage error for one it cannot read."""
+    try:
+        made = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        parser.error(f"{path} cannot be read ({error}): give two files written with --output")
+    if not isinstance(made, dict) or "workloads" not in made or "torch" not in made:
+        parser.error(f"{path} is not a file written with --output")
+    return made
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("workloads", nargs="*", help="default: every workload but the reference models")
     parser.add_argument("--output", type=Path, help="write the fingerprints and what they hash here as JSON")
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("HERE", "THERE"), help="two files it wrote")
     arguments = parser.parse_args(argv)
+    known = [entry.name for entry in list_workloads()]
+    if unknown := [name for name in arguments.workloads if name not in known]:
+        parser.error(f"unknown workloads {', '.join(unknown)}; `devicebench list` names the {len(known)} there are")
     if arguments.compare:
-        here, there = (json.loads(path.read_text()) for path in arguments.compare)
+        here, there = (_written(path, parser) for path in arguments.compare)
         lines = differences(here, there)
         print(f"torch {here['torch']} against {there['torch']}: {len(lines)} definitions differ")
         print("\n".join(lines))
         return 1 if lines else 0
-    names = arguments.workloads or [entry.name for entry in list_workloads() if entry.name not in REFERENCE_MODELS]
+    names = arguments.workloads or [name for name in known if name not in REFERENCE_MODELS]
     made = definitions(names)
     for name, entry in made["workloads"].items():  # type: ignore[attr-defined]
         print(f"{name:20} {entry['fingerprint']}")

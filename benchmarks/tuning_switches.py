@@ -25,7 +25,7 @@ import devicebench
 from devicebench import session_choices
 from devicebench.engine.tuning import candidates
 from devicebench.environment import machine_fingerprint
-from devicebench.workloads import get_workload
+from devicebench.workloads import get_workload, list_workloads
 
 DEFAULT_WORKLOADS = ("catdog-original", "cifar10-cnn", "mnist-cnn2", "cifar10-mlp")
 
@@ -67,6 +67,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", type=Path, help="write the results here as JSON")
     arguments = parser.parse_args(argv)
+    known = {entry.name for entry in list_workloads()}
+    if unknown := [name for name in arguments.workloads if name not in known]:
+        parser.error(f"unknown workloads {', '.join(unknown)}; `devicebench list` names them")
+    if unknown := set(arguments.precisions.split(",")) - {"fp32", "bf16"}:
+        parser.error(f"tuned mode trains fp32 or bf16, not {', '.join(sorted(unknown))}")
     results = []
     for name in arguments.workloads:
         for precision in arguments.precisions.split(","):
