@@ -22,19 +22,17 @@ from pathlib import Path
 import torch
 
 from devicebench.workloads import get_workload, list_workloads
-from devicebench.workloads.definition import definition_fingerprint, describe_definition
-
-REFERENCE_MODELS = ("resnet50", "resnet152", "vgg16", "bert-base", "bert-large", "gpt2-small", "gnmt")
+from devicebench.workloads.definition import describe_definition, fingerprint_of
 
 
 def definitions(names: list[str]) -> dict[str, object]:
     """Each workload's fingerprint and the data it hashes, and the torch they were made with."""
     described = {}
     for name in names:
-        workload = get_workload(name)
+        made = describe_definition(get_workload(name))  # each model built once: bert-large takes seconds
         described[name] = {
-            "fingerprint": definition_fingerprint(workload),
-            "described": json.loads(json.dumps(describe_definition(workload), sort_keys=True, default=repr)),
+            "fingerprint": fingerprint_of(made),
+            "described": json.loads(json.dumps(made, sort_keys=True, default=repr)),
         }
     return {"torch": torch.__version__, "workloads": described}
 
@@ -63,20 +61,22 @@ def _written(path: Path, parser: argparse.ArgumentParser) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("workloads", nargs="*", help="default: every workload but the reference models")
+    parser.add_argument("workloads", nargs="*", help="default: every workload of the suites (no reference model)")
     parser.add_argument("--output", type=Path, help="write the fingerprints and what they hash here as JSON")
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("HERE", "THERE"), help="two files it wrote")
     arguments = parser.parse_args(argv)
-    known = [entry.name for entry in list_workloads()]
-    if unknown := [name for name in arguments.workloads if name not in known]:
-        parser.error(f"unknown workloads {', '.join(unknown)}; `devicebench list` names the {len(known)} there are")
+    for name in arguments.workloads:
+        try:
+            get_workload(name)
+        except KeyError as error:
+            parser.error(error.args[0])  # the registry's own words: the name, and the known ones
     if arguments.compare:
         here, there = (_written(path, parser) for path in arguments.compare)
         lines = differences(here, there)
         print(f"torch {here['torch']} against {there['torch']}: {len(lines)} definitions differ")
         print("\n".join(lines))
         return 1 if lines else 0
-    names = arguments.workloads or [name for name in known if name not in REFERENCE_MODELS]
+    names = arguments.workloads or [entry.name for entry in list_workloads() if entry.in_suites]
     made = definitions(names)
     for name, entry in made["workloads"].items():  # type: ignore[attr-defined]
         print(f"{name:20} {entry['fingerprint']}")

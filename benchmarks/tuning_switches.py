@@ -25,7 +25,7 @@ import devicebench
 from devicebench import session_choices
 from devicebench.engine.tuning import candidates
 from devicebench.environment import machine_fingerprint
-from devicebench.workloads import get_workload, list_workloads
+from devicebench.workloads import get_workload
 
 DEFAULT_WORKLOADS = ("catdog-original", "cifar10-cnn", "mnist-cnn2", "cifar10-mlp")
 
@@ -67,9 +67,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", type=Path, help="write the results here as JSON")
     arguments = parser.parse_args(argv)
-    known = {entry.name for entry in list_workloads()}
-    if unknown := [name for name in arguments.workloads if name not in known]:
-        parser.error(f"unknown workloads {', '.join(unknown)}; `devicebench list` names them")
+    for name in arguments.workloads:
+        try:
+            get_workload(name)
+        except KeyError as error:
+            parser.error(error.args[0])  # the registry's own words: the name, and the known ones
     if unknown := set(arguments.precisions.split(",")) - {"fp32", "bf16"}:
         parser.error(f"tuned mode trains fp32 or bf16, not {', '.join(sorted(unknown))}")
     results = []

@@ -7,9 +7,9 @@ the definition changes and not when a comment or a name inside it does:
   a kernel size or an epsilon, every parameter's and buffer's shape and dtype) and how its tensors were
   initialised: each `torch.nn.init` call (its name, the tensor's shape and its arguments: `trunc_normal_(std=0.1)`)
   and each in-place write outside one (`weight.data.normal_(0, 0.02)`, `running_var.fill_(1)`, `weight.mul_(2)`),
-  in the order the build made them. Not the initial values: torch 2.11 and 2.13 draw different numbers for the same seed
-  (`trunc_normal_` changed), so the values' statistics differed between the two for 5 of the 13 seed workloads,
-  and runs of one model under two torch versions could no longer be set against each other. A tensor no recorded
+  in the order the build made them. Not the initial values: torch 2.11 and 2.13 draw different numbers for the
+  same seed (`trunc_normal_` changed), so the values' statistics differed between the two for 5 of the 13 seed
+  workloads, and runs of one model under two torch versions could no longer be set against each other. A tensor no recorded
   call touched (made by `torch.randn` inside a constructor) is summarised by its mean and deviation under a fixed
   seed, to 3 significant digits, as every tensor was before;
 - the defaults themselves (hyperparameters), the output kind, the dataset and the image shape;
@@ -35,13 +35,14 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from devicebench.data.augmentation import describe
+from devicebench.data.augmentation import Preprocessing, describe
 from devicebench.workloads._registry import Workload
 
 FINGERPRINT_DIGITS = 12  # hex digits of the SHA-256 kept: enough that two definitions never share one by chance
 SIGNIFICANT_DIGITS = 3  # of each initial tensor's mean and deviation: coarse enough for every machine's kernels
 DEFINITION_SEED = 0  # the initial weights the fingerprint reads; the global random state is left as it was
 PROBE_IMAGES = 2  # images of the fixed batch the preprocessing is tried on
+PLAIN = (bool, int, float, str, type(None), tuple)  # the attribute values a definition records as they are
 INIT_FUNCTIONS = (  # torch.nn.init's public functions that fill a tensor
     "uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_", "eye_", "dirac_",
     "xavier_uniform_", "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "orthogonal_", "sparse_",
@@ -65,6 +66,11 @@ def definition_fingerprint(workload: Workload) -> str | None:
             "no definition fingerprint for %s: %s", workload.name, error
         )  # its run says why
         return None
+    return fingerprint_of(described)
+
+
+def fingerprint_of(described: dict[str, Any]) -> str:
+    """The fingerprint of what `describe_definition` made."""
     text = json.dumps(described, sort_keys=True, default=repr)
     return hashlib.sha256(text.encode()).hexdigest()[:FINGERPRINT_DIGITS]
 
@@ -92,7 +98,10 @@ def describe_definition(workload: Workload) -> dict[str, Any]:
             "initialisation": initialisations.calls,
             "loss": _settings_of(workload.build_loss()) if workload.build_loss is not None else None,
             "optimizer": _optimizer_settings(workload, model, defaults),
-            "preprocessing": {"described": describe(preprocessing), "makes": _preprocessing_output(workload)},
+            "preprocessing": {
+                "described": describe(preprocessing),
+                "makes": _preprocessing_output(workload, preprocessing),
+            },
         }
 
 
@@ -113,11 +122,15 @@ def _module_tree(model: nn.Module, touched: set[int]) -> list[list[Any]]:
 def _plain_settings(module: nn.Module) -> dict[str, Any]:
     """A module's public settings of plain types (a kernel size, an epsilon): read from its attributes, not from
     `extra_repr`, whose wording changes between torch versions (2.13's LayerNorm adds `bias=True`)."""
-    plain = (bool, int, float, str, type(None), tuple, list)
+    return _plain_attributes(module, (*PLAIN, list), leave_out="training")
+
+
+def _plain_attributes(thing: Any, kinds: tuple[type, ...], leave_out: str = "") -> dict[str, Any]:
+    """`thing`'s public attributes whose values are of `kinds`, by name."""
     return {
         key: value
-        for key, value in sorted(vars(module).items())
-        if not key.startswith("_") and key != "training" and isinstance(value, plain)
+        for key, value in sorted(vars(thing).items())
+        if not key.startswith("_") and key != leave_out and isinstance(value, kinds)
     }
 
 
@@ -214,15 +227,7 @@ def _settings_of(thing: Any) -> dict[str, Any] | None:
     """A loss's class and its plain settings (reduction, label smoothing, ignored index...)."""
     if thing is None:
         return None
-    plain = (bool, int, float, str, type(None), tuple)
-    return {
-        "class": _qualified_name(type(thing)),
-        **{
-            key: value
-            for key, value in sorted(vars(thing).items())
-            if not key.startswith("_") and isinstance(value, plain)
-        },
-    }
+    return {"class": _qualified_name(type(thing)), **_plain_attributes(thing, PLAIN)}
 
 
 def _optimizer_settings(workload: Workload, model: Any, defaults: dict[str, Any]) -> dict[str, Any] | None:
@@ -233,7 +238,7 @@ def _optimizer_settings(workload: Workload, model: Any, defaults: dict[str, Any]
     return {"class": _qualified_name(type(optimizer)), "groups": groups}
 
 
-def _preprocessing_output(workload: Workload) -> list[str] | None:
+def _preprocessing_output(workload: Workload, preprocessing: Preprocessing) -> list[str] | None:
     """The mean and deviation of what the preprocessing makes of a fixed batch of images for testing, to 3
     decimal places; None for a workload whose inputs are not images.
 
@@ -242,7 +247,6 @@ def _preprocessing_output(workload: Workload) -> list[str] | None:
     differ with the CPU's vector width."""
     if workload.image_shape is None or workload.load_data is not None:
         return None
-    preprocessing = workload.build_preprocessing(workload.defaults)
     pixels = PROBE_IMAGES * workload.image_shape[0] * workload.image_shape[1] * workload.image_shape[2]
     images = (torch.arange(pixels) * 7919 % 256).to(torch.uint8).reshape(PROBE_IMAGES, *workload.image_shape)
     made = preprocessing.test(images).float()
