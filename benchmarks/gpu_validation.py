@@ -1,4 +1,4 @@
-"""Validate a GPU machine in one command: every GPU path of devicebench, run for real, within nine and a half minutes.
+"""Validate a GPU machine in one command: every GPU path of devicebench, run for real, within 590 seconds.
 
 GPU machines come to this project rarely and briefly (one H100, 16 cores, torch 2.11, no network, at most 10
 minutes a command). This script turns one such command into everything we need to know: the GPU tests, the
@@ -62,9 +62,9 @@ its kernels (the steps of the tuned trial varied ±15% from round to round). eng
 the next GPU run says whether devicebench's loop adds to it. Runs with the same steps share a part (one process: its
 start is paid once). Tuned mode trains a subset on the GPU (the first run's tuned parts were stopped): the same
 code as the seeds it leaves out, and channels_last and the fused step were measured there on their own
-(benchmarks/tuning_switches.py, `results/gpu-validation-h200/`). Tuned mode runs with `--compile off` because its default on a GPU, auto, compiles every
-candidate precision with inductor (20-40 s each); the compile part compiles one workload in the one precision that
-an H100 would keep. The CPU is slow: it trains two cheap workloads only, at 100 steps (the H200 machine's 16 cores
+(benchmarks/tuning_switches.py, `results/gpu-validation-h200/`). Tuned mode runs with `--compile off` because its
+default on a GPU, auto, compiles every candidate precision with inductor (20-40 s each); the compile part compiles
+one workload in the one precision that an H100 would keep. The CPU is slow: it trains two cheap workloads only, at 100 steps (the H200 machine's 16 cores
 trained mnist-cnn2 at 3,700 samples/s). gbdt-covertype is left out: the same booster on another table;
 gbdt-synthetic validates XGBoost on CUDA.
 
@@ -73,7 +73,7 @@ Calibration comes first, into `calibration/` of the output folder, and every lat
 read from, or written to, the calibration of whoever runs this. Every devicebench run writes its runs to a
 throwaway database in `work/` (`--db`), and its JSON to `parts/PART.json`; each part's output goes to `logs/`.
 
-Time: the script keeps a deadline (`--time-limit`, 570 s). A part runs only when its budget fits in the time left
+Time: the script keeps a deadline (`--time-limit`, 590 s). A part runs only when its budget fits in the time left
 (else it is "skipped: not enough time left"), and may run until only the budgets of the parts after it are left:
 its own budget, plus whatever the parts before it left unused. One that runs past that is stopped (SIGTERM to its
 process group, so that devicebench writes the epochs it finished; SIGKILL 5 s later) and recorded "timed out".
@@ -125,7 +125,7 @@ TUNED_SMALL = ("mnist-cnn2", "cifar10-mlp", "cifar10-cnn")  # mnist-cnn4 and cif
 LEFT_OUT = {
     "gbdt-covertype": "the same booster as gbdt-synthetic on another table; one XGBoost workload suffices",
     **{
-        name: "a reference model, run only when named: the parts' budgets already sum to the nine and a half minutes "
+        name: "a reference model, run only when named: the parts' budgets already fill the time limit "
         "less 10 s, so it gets a part only in place of another (issue 30's GPU runs are their own)"
         for name in ("resnet50", "resnet152", "vgg16", "bert-base", "bert-large", "gpt2-small", "gnmt")
     },

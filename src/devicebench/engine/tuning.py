@@ -90,7 +90,7 @@ def candidates(
     off and on: measured on a 2-core AVX2 EPYC they made catdog-original slower (408-433 samples/s plain, 345-369
     with channels_last, 313-391 with the fused Adam; issue 33), so a CPU keeps them only where its own trial shows
     a gain beyond the spread. On a GPU `base`'s are kept as they are, untried: the layout of tensor cores and one
-    kernel for the whole optimizer step; devicebench has not measured them there yet (benchmarks/gpu_validation.py).
+    kernel for the whole optimizer step, neither slower beyond the trial's spread on an H200 (`untried_switches`).
     `trial_switches` True tries them on any device (benchmarks/tuning_switches.py measures a GPU so).
     """
     if precision == "auto":
