@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from devicebench.config import ConfigError, RunConfig
 from devicebench.workloads import get_workload, list_workloads
 from devicebench.workloads.definition import describe_definition, fingerprint_of
 
@@ -65,18 +66,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, help="write the fingerprints and what they hash here as JSON")
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("HERE", "THERE"), help="two files it wrote")
     arguments = parser.parse_args(argv)
-    for name in arguments.workloads:
-        try:
-            get_workload(name)
-        except KeyError as error:
-            parser.error(error.args[0])  # the registry's own words: the name, and the known ones
+    try:  # names or patterns, as `devicebench run` takes them, refused in its words
+        named = [entry.name for entry in RunConfig(workloads=tuple(arguments.workloads)).selected_workloads()]
+    except ConfigError as error:
+        parser.error(str(error))
     if arguments.compare:
         here, there = (_written(path, parser) for path in arguments.compare)
         lines = differences(here, there)
         print(f"torch {here['torch']} against {there['torch']}: {len(lines)} definitions differ")
         print("\n".join(lines))
         return 1 if lines else 0
-    names = arguments.workloads or [entry.name for entry in list_workloads() if entry.in_suites]
+    names = named if arguments.workloads else [entry.name for entry in list_workloads() if entry.in_suites]
     made = definitions(names)
     for name, entry in made["workloads"].items():  # type: ignore[attr-defined]
         print(f"{name:20} {entry['fingerprint']}")

@@ -23,6 +23,7 @@ from unittest import mock
 
 import devicebench
 from devicebench import session_choices
+from devicebench.config import ConfigError, RunConfig
 from devicebench.engine.tuning import candidates
 from devicebench.environment import machine_fingerprint
 from devicebench.workloads import get_workload
@@ -32,7 +33,7 @@ DEFAULT_WORKLOADS = ("catdog-original", "cifar10-cnn", "mnist-cnn2", "cifar10-ml
 
 def trial(name: str, device: str, precision: str, steps: int, seed: int) -> dict[str, object]:
     """One tuned run of `name` whose trial offers both switches off and on; what the trial measured and kept."""
-    config = devicebench.RunConfig(
+    config = RunConfig(
         workloads=(name,),
         devices=device,
         data="synthetic",
@@ -67,15 +68,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", type=Path, help="write the results here as JSON")
     arguments = parser.parse_args(argv)
-    for name in arguments.workloads:
-        try:
-            get_workload(name)
-        except KeyError as error:
-            parser.error(error.args[0])  # the registry's own words: the name, and the known ones
+    try:  # names or patterns, as `devicebench run` takes them, refused in its words
+        named = [entry.name for entry in RunConfig(workloads=tuple(arguments.workloads)).selected_workloads()]
+    except ConfigError as error:
+        parser.error(str(error))
     if unknown := set(arguments.precisions.split(",")) - {"fp32", "bf16"}:
         parser.error(f"tuned mode trains fp32 or bf16, not {', '.join(sorted(unknown))}")
     results = []
-    for name in arguments.workloads:
+    for name in named:
         for precision in arguments.precisions.split(","):
             result = trial(name, arguments.device, precision, arguments.steps, arguments.seed)
             results.append(result)
