@@ -555,6 +555,24 @@ def test_a_rank_killed_by_a_signal_is_named_and_another_rank_s_reason_is_only_it
     )
 
 
+def test_a_run_that_torchrun_stopped_for_another_rank_s_failure_is_that_failure_not_an_interruption(tmp_path):
+    """Rank 1 killed: torchrun stops rank 0, which may mark its run interrupted before it exits (between steps) or
+    not (inside a collective). Either way the run failed, for rank 1's reason; a finished run keeps its own end.
+    Seen in CI: the killed-rank test read "interrupted"."""
+    from devicebench.launch import _partial_result
+
+    output_file = tmp_path / "result.json"
+    finished, stopped = run("cpu", [2.0, 1.0]), run("cpu", [2.0], status="interrupted", workload="cifar10-mlp")
+    session(machine("box", "m1"), [finished, stopped]).write_json(distributed.partial_path(output_file))
+    reason = "rank 1 failed (exit code -9 (pid: 1) (SIGKILL)); the other ranks were stopped"
+    failed = _partial_result(output_file, reason, "failed")
+    assert failed is not None
+    assert [(record.status, record.error) for record in failed.runs] == [("ok", None), ("failed", reason)]
+    interrupted = _partial_result(output_file, "interrupted by the user", "interrupted")  # the user's Ctrl-C
+    assert interrupted is not None
+    assert [record.status for record in interrupted.runs] == ["ok", "interrupted"]
+
+
 def test_the_report_draws_throughput_against_the_number_of_processes():
     from devicebench.report.workload_plots import scaling_series, workload_charts
 

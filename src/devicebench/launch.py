@@ -237,13 +237,16 @@ def _final_result(output_file: Path) -> Result | None:
 
 def _partial_result(output_file: Path, message: str, status: RunStatus = "failed") -> Result | None:
     """What rank 0 kept of a run that ended early: every epoch merged before it ended, the unfinished runs given
-    `status` and `message`."""
+    `status` and `message`. When a rank failed (`status` is not "interrupted"), a run that rank 0 marked
+    interrupted was stopped by torchrun because of that failure, not by the user: it takes the failure's reason too
+    (whether rank 0 still marks it depends on where the stop finds it: inside a collective or between steps)."""
     partial_file = partial_path(output_file)
     if not partial_file.exists():
         return None
     result = Result.read_json(partial_file)
+    unfinished = ("running",) if status == "interrupted" else ("running", "interrupted")
     for record in result.runs:
-        if record.status == "running":
+        if record.status in unfinished:
             record.status, record.error = status, message
     return result
 
