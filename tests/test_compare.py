@@ -82,6 +82,25 @@ def test_a_fixed_baseline_on_another_machine():
     assert all(row.baseline is rows[0] for row in rows)
 
 
+def test_two_machines_of_one_name_are_told_apart_by_their_ids_and_either_can_be_the_baseline():
+    """Two cloud VMs both called `vm`: one with a GPU, one a laptop-like CPU. Seen: `vm/cuda:0` and `vm/cpu` read
+    as one machine's devices."""
+    gpu_vm, cpu_vm = machine("vm", "aaaaaa111111"), machine("vm", "bbbbbb222222")
+    gpu_side = session(gpu_vm, [run("cuda:0", [2, 1, 1])])
+    cpu_side = session(cpu_vm, [run("cpu", [12, 10, 10])])
+    rows = compare([gpu_side, cpu_side, session(LAPTOP, [run("cpu", [6, 5, 5])])], baseline="vm@bbbbbb/cpu")
+    labels = [row.label for row in rows["mnist-cnn2"]]
+    assert labels == ["vm@aaaaaa/cuda:0", "vm@bbbbbb/cpu", "laptop/cpu"]  # a name of its own keeps its plain label
+    assert [round(row.speedup.ratio, 2) for row in rows["mnist-cnn2"]] == [10.0, 1.0, 2.0]
+    by_id = compare([gpu_side, cpu_side], baseline="bbbbbb222222/cpu")["mnist-cnn2"]
+    assert by_id[0].baseline is by_id[1]
+    ambiguous = compare([gpu_side, cpu_side], baseline="vm/cpu")["mnist-cnn2"]  # which vm? none is picked unsaid
+    assert all(row.speedup is None for row in ambiguous)
+    assert "several machines are called vm: name one as the table does, vm@ID" in ambiguous[0].speedup_note
+    alone = compare([gpu_side, session(gpu_vm, [run("cpu", [12, 10, 10])])])["mnist-cnn2"]
+    assert [row.label for row in alone] == ["vm/cuda:0", "vm/cpu"]  # one machine: no id needed
+
+
 def test_prices_make_cost_per_job_and_the_cost_ratio():
     # S5: "30 units of CPU time vs 1 of GPU time": a GPU 30x faster at 3x the hourly price costs a tenth per job
     rows = compare(

@@ -64,7 +64,8 @@ BaselineOption = Annotated[
     str,
     typer.Option(
         help="What speedups are measured against: a device on each row's own machine (cpu, cuda:0), "
-        "or one fixed MACHINE/DEVICE such as laptop/cpu."
+        "or one fixed MACHINE/DEVICE such as laptop/cpu (two machines of one name are told apart by their ids, "
+        "vm@3f2a1b/cpu, as the tables label them)."
     ),
 ]
 LocalDevicesOption = Annotated[

@@ -42,6 +42,7 @@ NOISY_EPOCH_TIME_CV = 0.05
 SECONDS_PER_HOUR = 3600.0
 JOULES_PER_WATT_HOUR = 3600.0
 TERA = 1e12  # FLOP/s per TFLOP/s
+ID_DIGITS_SHOWN = 6  # of a machine id, after a name that two compared machines share
 
 
 @dataclass
@@ -59,14 +60,21 @@ class Row:
     speedup: Speedup | None = None
     speedup_note: str = ""  # why there is no speedup, or where its interval comes from
     price_per_hour: float | None = None
+    shared_name: bool = False  # another machine among the compared results has this one's name
 
     @property
     def machine_id(self) -> str:
         return self.machine["machine_id"]
 
     @property
-    def machine_name(self) -> str:
+    def plain_name(self) -> str:  # $DEVICEBENCH_MACHINE where it ran, else its hostname
         return self.machine.get("machine_name") or self.machine["hostname"]
+
+    @property
+    def machine_name(self) -> str:
+        """The machine's name, with the start of its id where another compared machine has the same name
+        (`vm@3f2a1b`): two cloud VMs both called `vm` must not read as one machine."""
+        return f"{self.plain_name}@{self.machine_id[:ID_DIGITS_SHOWN]}" if self.shared_name else self.plain_name
 
     @property
     def differs_by(self) -> str:
@@ -353,8 +361,12 @@ def compare(
             if key not in rows:
                 rows[key] = Row(run.workload, result.machine, run.device, run.device_name, settings)
             rows[key].runs.append(run)
+    ids_named: dict[str, set[str]] = {}
+    for row in rows.values():
+        ids_named.setdefault(row.plain_name, set()).add(row.machine_id)
     by_workload: dict[str, list[Row]] = {}
     for row in rows.values():
+        row.shared_name = len(ids_named[row.plain_name]) > 1
         by_workload.setdefault(row.workload, []).append(row)
     for workload_rows in by_workload.values():
         name_differences(workload_rows)
@@ -385,6 +397,7 @@ def _find_baseline(row: Row, rows: list[Row], spec: str) -> Row | None:
         other
         for other in rows
         if other.device == device
+        # a fixed machine by its name as tables show it (`vm@3f2a1b`: `vm` alone would pick one of two unsaid) or id
         and (other.machine_id == row.machine_id if not machine else machine in (other.machine_name, other.machine_id))
         and _same_work(row, other)
         and other.samples_per_s is not None
@@ -447,7 +460,10 @@ def _attach_speedup(row: Row, rows: list[Row], spec: str) -> None:
     if row.baseline is row:
         row.baseline = _own_seed_row(row, rows) or row
     if row.baseline is None:
-        where = f"on {spec.rpartition('/')[0]}" if "/" in spec else f"on {row.machine_name}"
+        machine = spec.rpartition("/")[0]
+        where = f"on {machine or row.machine_name}"
+        if any(other.shared_name and other.plain_name == machine for other in rows):
+            where += f" (several machines are called {machine}: name one as the table does, {machine}@ID)"
         work = ", ".join(f"{name}={row.settings[name]}" for name in SAME_WORK_SETTINGS[:4])
         row.speedup_note = f"no {spec.rpartition('/')[2]} run {where} with the same work ({work})"
         return
