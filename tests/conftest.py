@@ -10,6 +10,7 @@ import gzip
 import io
 import os
 import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -97,6 +98,15 @@ for _variable in (
 ):
     os.environ.pop(_variable, None)  # colour and encoding come from the test, never the shell that ran pytest
 (SANDBOX / "home").mkdir()
+
+# Ctrl-C and a closed terminal as a terminal's process has them, whatever started pytest: a shell's background job
+# starts with SIGINT ignored and `nohup` with SIGHUP ignored, every process a test starts would inherit that, and
+# devicebench rightly keeps ignoring a signal ignored when it started (tests/test_signals.py tests that case on
+# purpose). A handler of ours, unlike "ignored", is reset to the default when a child execs.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 # hypothesis: the same inputs on every run by default (CI); `--hypothesis-profile explore` searches afresh
 settings.register_profile(

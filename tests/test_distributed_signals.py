@@ -57,16 +57,8 @@ def start_cli(tmp_path: Path, *extra: str) -> subprocess.Popen:
         str(tmp_path / "db.sqlite"),
         *extra,
     ]
-    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
-    if ignored:
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # a handler of ours is reset to the default by exec
-    try:
-        return subprocess.Popen(
-            command, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-    finally:
-        if ignored:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # SIGINT arrives at its default whatever started pytest (conftest.py)
+    return subprocess.Popen(command, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def stored_runs(database: Path) -> list[tuple[str, int]]:

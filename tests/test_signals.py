@@ -162,6 +162,18 @@ def test_the_same_error_without_a_stop_signal_is_a_failure_and_the_suite_goes_on
     assert [(run.workload, run.status) for run in result.runs] == [("mnist-cnn2", "failed"), ("cifar10-mlp", "ok")]
 
 
+def test_a_signal_ignored_when_devicebench_started_stays_ignored_and_the_others_are_handled():
+    """`nohup devicebench run` must outlive its terminal: SIGHUP, ignored by nohup, is not taken over."""
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with stopping.handling():
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            assert callable(signal.getsignal(signal.SIGTERM)) and callable(signal.getsignal(signal.SIGINT))
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, before)
+
+
 class SignalsAsWorkerSees:
     """Items whose label says whether the loader worker that made them ignores SIGINT and SIGHUP and outlives a
     SIGTERM for a while."""

@@ -33,10 +33,6 @@ DRIVER = '''
 import importlib, signal, sys, time
 from pathlib import Path
 
-# SIGHUP as a terminal's process has it, whatever runs the tests: under `nohup` it arrives ignored, and devicebench
-# rightly keeps ignoring a signal ignored when it started
-signal.signal(signal.SIGHUP, signal.SIG_DFL)
-
 where, name = sys.argv[1].rsplit(":", 1)
 owner = importlib.import_module(where.split("/")[0])
 for part in where.split("/")[1:]:
