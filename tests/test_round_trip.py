@@ -125,7 +125,9 @@ def test_every_reading_command_reads_what_every_kind_of_workload_stored(every_ki
     again = devicebench("history", "--json", env=other)
     assert json.loads(again.stdout) == json.loads(history.stdout)  # nothing lost or changed on the way
     assert "gbdt-synthetic" in page.read_text()
-    reproduce = devicebench("reproduce", "S4", "--quick", "--devices", "cpu", "--data", "synthetic", "--quiet", env=env)
+    reproduce = devicebench(  # its epochs sized to a short budget: 9 s on 2 cores, where --quick alone took 54 s
+        "reproduce", "S4", "--quick", "--budget", "10s", "--devices", "cpu", "--data", "synthetic", "--quiet", env=env
+    )
     assert reproduce.returncode == 0, reproduce.stderr
     after = devicebench("history", "--json", env=env)
     assert after.returncode == 0, after.stderr  # what reproduce stored reads back too
