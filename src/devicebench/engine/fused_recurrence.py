@@ -206,7 +206,7 @@ class _FusedRecurrence(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         gates = next((count for function, count in RECURRENT_GATES if func is function), None)
-        call = _recurrent_call(gates, args) if gates is not None and not kwargs else None
+        call = recurrent_call(gates, args) if gates is not None and not kwargs else None
         if call is None:
             return func(*args, **kwargs)
         inputs, states, weights = args[:3]
@@ -218,7 +218,7 @@ def fused_recurrence(recorder: Recorder, fuse: bool) -> contextlib.AbstractConte
     return _FusedRecurrence(recorder) if fuse else contextlib.nullcontext()
 
 
-def _recurrent_call(gates: int, args: tuple) -> RecurrentCall | None:
+def recurrent_call(gates: int, args: tuple) -> RecurrentCall | None:
     """The call `args` of a recurrent function of `gates` gates, as (input, states, flat weights, biases, layers,
     dropout, training, bidirectional, batch_first); None for a call of another form: a packed sequence's
     (data, batch sizes, states, weights, ...) or an LSTM with projections (a third weight per layer and direction)."""
