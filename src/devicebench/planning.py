@@ -154,9 +154,10 @@ def plan(configs: RunConfig | Sequence[RunConfig], *, step_estimates: bool = Tru
     """The jobs of one configuration, or of the points of a sweep (one session: the devices, threads and mode of
     the first point). Raises ConfigError or DeviceError for what cannot run, before anything is loaded.
 
-    `step_estimates`: count each model's FLOPs to warn of a step estimated to take minutes. The count takes seconds
-    (the LSTM's 20 s on a 2-core machine, most of a dry run's time); a run needs the counts anyway (its records and
-    its budget), `run --dry-run` leaves them out, and with them only that warning."""
+    `step_estimates`: count each model's FLOPs to warn of a step estimated to take minutes. The first count takes a
+    second on a 2-core machine (torch imports its compiler's modules for the meta device), a big model's a third of
+    one; a run needs the counts anyway (its records and its budget), `run --dry-run` leaves them out, and with them
+    only that warning."""
     configs = [configs] if isinstance(configs, RunConfig) else list(configs)
     first = configs[0]
     devices = resolve_devices(first.devices)
