@@ -53,9 +53,10 @@ def decomposed(monkeypatch, count, *arguments):
     """`count(*arguments)` with every recurrent call run as torch breaks it into steps on the meta device (seconds
     for a long sequence), the way the formula's count is checked."""
     import devicebench.engine.flops as counting
+    import devicebench.engine.fused_recurrence as recurrence
 
     with monkeypatch.context() as patched:
-        patched.setattr(counting, "recurrent_call", lambda gates, args: None)
+        patched.setattr(recurrence, "recurrent_call", lambda gates, args: None)
         counting._counted.cache_clear()
         try:
             return count(*arguments)

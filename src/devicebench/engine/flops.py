@@ -19,10 +19,9 @@ import logging
 from typing import Any
 
 import torch
-from torch.overrides import TorchFunctionMode
 from torch.utils.flop_counter import FlopCounterMode
 
-from devicebench.engine.fused_recurrence import RECURRENT_GATES, RecurrentCall, recurrent_call
+from devicebench.engine.fused_recurrence import RecurrentCall, RecurrentCalls
 from devicebench.engine.opcount import READS_ITS_DATA
 from devicebench.workloads import Workload
 
@@ -73,27 +72,6 @@ def _counted(workload: Workload, hyperparameters_json: str) -> float | None:
         )
         return None
     return (counter.get_total_flops() + recurrent.flops) / COUNTED_BATCH
-
-
-class _CountedRecurrence(TorchFunctionMode):
-    """Counts each call of an nn.LSTM, nn.GRU or nn.RNN by formula (`_RecurrentLayers`) instead of running the
-    per-time-step ops torch breaks it into on the meta device: the same count, in milliseconds instead of the 6 s
-    that imdb-bilstm's 200 steps took on 2 cores (tests/test_flops.py holds the two equal). A packed sequence or an
-    LSTM with projections runs as torch runs it, and is counted as it runs."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.flops = 0
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        gates = next((count for function, count in RECURRENT_GATES if func is function), None)
-        call = recurrent_call(gates, args) if gates is not None and not kwargs else None
-        if call is None:
-            return func(*args, **kwargs)
-        inputs, states, weights = args[:3]
-        states = tuple(states) if isinstance(states, (tuple, list)) else (states,)
-        return _RecurrentLayers.apply(self, call, inputs, *states, *weights)
 
 
 class _RecurrentLayers(torch.autograd.Function):
@@ -147,6 +125,19 @@ class _RecurrentLayers(torch.autograd.Function):
             for (shape, dtype, device), wanted in zip(ctx.like, needed, strict=True)
         ]
         return None, None, *gradients
+
+
+class _CountedRecurrence(RecurrentCalls):
+    """Counts each call of an nn.LSTM, nn.GRU or nn.RNN by formula (`_RecurrentLayers`) instead of running the
+    per-time-step ops torch breaks it into on the meta device: the same count, in milliseconds instead of the 6 s
+    that imdb-bilstm's 200 steps took on 2 cores (tests/test_flops.py holds the two equal). A packed sequence or an
+    LSTM with projections runs as torch runs it, and is counted as it runs."""
+
+    layers = _RecurrentLayers
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flops = 0
 
 
 def _gate_width(call: RecurrentCall) -> int:

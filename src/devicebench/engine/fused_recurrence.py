@@ -165,9 +165,10 @@ class _FusedRecurrentLayers(torch.autograd.Function):
     cuDNN's kernels and hand back zeros of the shapes the real op returns; no values are computed."""
 
     @staticmethod
-    def forward(ctx, recorder: Recorder, call: RecurrentCall, inputs: torch.Tensor, *states_and_weights):
+    def forward(ctx, mode: _FusedRecurrence, call: RecurrentCall, inputs: torch.Tensor, *states_and_weights):
         ctx.set_materialize_grads(False)  # an unused output's gradient stays None: zeros for it would be kernels
-        ctx.recorder, ctx.call = recorder, call
+        recorder = ctx.recorder = mode.recorder
+        ctx.call = call
         ctx.like = [(tensor.shape, tensor.dtype, tensor.device) for tensor in (inputs, *states_and_weights)]
         forward, _, _ = fused_recurrent_kernels(call)
         for kernel in forward:
@@ -182,7 +183,7 @@ class _FusedRecurrentLayers(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *output_gradients):
         _, data, weight = fused_recurrent_kernels(ctx.call)
-        needed = ctx.needs_input_grad[2:]  # input, states, weights: none for the recorder and the call
+        needed = ctx.needs_input_grad[2:]  # input, states, weights: none for the mode and the call
         # cuDNN computes the data gradients whatever is needed (the weights' gradients read what they leave in the
         # reserve space), the weights' only when a weight needs one
         for kernel in data + (weight if any(needed[1 + ctx.call.states :]) else []):
@@ -195,13 +196,12 @@ class _FusedRecurrentLayers(torch.autograd.Function):
         return None, None, *gradients
 
 
-class _FusedRecurrence(TorchFunctionMode):
-    """Runs each call nn.LSTM, nn.GRU or nn.RNN makes as `_FusedRecurrentLayers`, recorded as cuDNN's kernels. A
-    packed sequence (whose batch shrinks step by step) or an LSTM with projections runs as torch runs it, per step."""
+class RecurrentCalls(TorchFunctionMode):
+    """Runs each call nn.LSTM, nn.GRU or nn.RNN makes as `layers`, an autograd function given this mode, the
+    `RecurrentCall` and then the call's input, states and flat weights. A packed sequence (whose batch shrinks step
+    by step) or an LSTM with projections runs as torch runs it, per step."""
 
-    def __init__(self, recorder: Recorder) -> None:
-        super().__init__()
-        self.recorder = recorder
+    layers: type[torch.autograd.Function]
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -211,7 +211,17 @@ class _FusedRecurrence(TorchFunctionMode):
             return func(*args, **kwargs)
         inputs, states, weights = args[:3]
         states = tuple(states) if isinstance(states, (tuple, list)) else (states,)
-        return _FusedRecurrentLayers.apply(self.recorder, call, inputs, *states, *weights)
+        return self.layers.apply(self, call, inputs, *states, *weights)
+
+
+class _FusedRecurrence(RecurrentCalls):
+    """Each recurrent call recorded as cuDNN's kernels (`_FusedRecurrentLayers`)."""
+
+    layers = _FusedRecurrentLayers
+
+    def __init__(self, recorder: Recorder) -> None:
+        super().__init__()
+        self.recorder = recorder
 
 
 def fused_recurrence(recorder: Recorder, fuse: bool) -> contextlib.AbstractContextManager:
