@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from devicebench.engine.fused_recurrence import RecurrentCall, RecurrentCalls
+from devicebench.engine.fused_recurrence import RecurrentCall, RecurrentCalls, stand_in_gradients, stand_in_outputs
 from devicebench.engine.opcount import READS_ITS_DATA
 from devicebench.workloads import Workload
 
@@ -93,11 +93,7 @@ class _RecurrentLayers(torch.autograd.Function):
         ctx.like = [(tensor.shape, tensor.dtype, tensor.device) for tensor in (inputs, *states_and_weights)]
         positions, gate_width = call.steps * call.batch, _gate_width(call)
         tally.flops += sum(2 * positions * gate_width * (width + call.hidden) for width in _widths(call))
-        outputs = (*inputs.shape[:2], call.directions * call.hidden)  # the input's layout, batch first or not
-        return tuple(
-            torch.zeros(shape, dtype=inputs.dtype, device=inputs.device)
-            for shape in (outputs, *(state.shape for state in states_and_weights[: call.states]))
-        )
+        return stand_in_outputs(call, inputs, states_and_weights)
 
     @staticmethod
     def backward(ctx, *output_gradients):
@@ -120,11 +116,7 @@ class _RecurrentLayers(torch.autograd.Function):
                 flops += 2 * call.batch * gate_width * hidden * states_need[0]
             flops += 2 * positions * gate_width * width * its_input_needs
         ctx.tally.flops += flops
-        gradients = [
-            torch.zeros(shape, dtype=dtype, device=device) if wanted else None
-            for (shape, dtype, device), wanted in zip(ctx.like, needed, strict=True)
-        ]
-        return None, None, *gradients
+        return None, None, *stand_in_gradients(ctx.like, needed)
 
 
 class _CountedRecurrence(RecurrentCalls):

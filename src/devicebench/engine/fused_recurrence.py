@@ -173,12 +173,8 @@ class _FusedRecurrentLayers(torch.autograd.Function):
         forward, _, _ = fused_recurrent_kernels(call)
         for kernel in forward:
             recorder.record(kernel)
-        outputs = (*inputs.shape[:2], call.directions * call.hidden)  # the input's layout, batch first or not
         with recorder.paused():  # zeros stand in for the results: on the CPU the step may read them
-            return tuple(
-                torch.zeros(shape, dtype=inputs.dtype, device=inputs.device)
-                for shape in (outputs, *(state.shape for state in states_and_weights[: call.states]))
-            )
+            return stand_in_outputs(call, inputs, states_and_weights)
 
     @staticmethod
     def backward(ctx, *output_gradients):
@@ -189,11 +185,26 @@ class _FusedRecurrentLayers(torch.autograd.Function):
         for kernel in data + (weight if any(needed[1 + ctx.call.states :]) else []):
             ctx.recorder.record(kernel)
         with ctx.recorder.paused():
-            gradients = [
-                torch.zeros(shape, dtype=dtype, device=device) if wanted else None
-                for (shape, dtype, device), wanted in zip(ctx.like, needed, strict=True)
-            ]
+            gradients = stand_in_gradients(ctx.like, needed)
         return None, None, *gradients
+
+
+def stand_in_outputs(call: RecurrentCall, inputs: torch.Tensor, states_and_weights: tuple) -> tuple[torch.Tensor, ...]:
+    """Zeros of the shapes a recurrent call returns: its output (in the input's layout, batch first or not), then
+    its final states."""
+    outputs = (*inputs.shape[:2], call.directions * call.hidden)
+    return tuple(
+        torch.zeros(shape, dtype=inputs.dtype, device=inputs.device)
+        for shape in (outputs, *(state.shape for state in states_and_weights[: call.states]))
+    )
+
+
+def stand_in_gradients(like: list[tuple], needed: tuple[bool, ...]) -> list[torch.Tensor | None]:
+    """Zeros for each input of a recurrent call that needs a gradient, of its (shape, dtype, device) in `like`."""
+    return [
+        torch.zeros(shape, dtype=dtype, device=device) if wanted else None
+        for (shape, dtype, device), wanted in zip(like, needed, strict=True)
+    ]
 
 
 class RecurrentCalls(TorchFunctionMode):
