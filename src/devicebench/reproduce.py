@@ -92,8 +92,9 @@ def reproductions(rows_by_workload: dict[str, list[Row]]) -> list[Reproduction]:
 
 
 def _reproduction(workload: Workload, published: Published, rows: list[Row]) -> Reproduction:
+    rows = finished_first(rows)
     cpu = next((row for row in rows if row.device == "cpu" and row.samples_per_s), None)
-    accelerators = [row for row in rows if row.device != "cpu" and row.samples_per_s]
+    accelerators = [row for row in rows if row.device != "cpu" and row.samples_per_s and not row.interrupted]
     fastest = max(accelerators, key=_steady_rate, default=None)
     speedup = _steady_rate(fastest) / _steady_rate(cpu) if cpu and fastest else None
     end_to_end = None
@@ -138,10 +139,15 @@ def _accuracy(rows: list[Row], kind: str) -> float | None:
 FRAMEWORKS = ("Keras on TensorFlow", "Keras", "TensorFlow")  # as the seeds' `hardware` names them, longest first
 
 
+def finished_first(rows: list[Row]) -> list[Row]:
+    """`rows` with those of interrupted runs last: a run cut short answers only where nothing finished."""
+    return sorted(rows, key=lambda row: row.interrupted)
+
+
 def outlook_row(rows: list[Row]) -> Row | None:
-    """The CPU row the post's figures are carried to: one with steady epochs, in seed mode (the post's settings)
-    where there is one; None without a CPU row."""
-    measured = [row for row in rows if row.device == "cpu" and row.samples_per_s]
+    """The CPU row the post's figures are carried to: one with steady epochs, of finished runs and in seed mode (the
+    post's settings) where there is one; None without a CPU row."""
+    measured = [row for row in finished_first(rows) if row.device == "cpu" and row.samples_per_s]
     return next((row for row in measured if row.settings["mode"] == "seed"), measured[0] if measured else None)
 
 

@@ -365,7 +365,7 @@ def row_label(row: Row, one_machine: bool) -> str:
         label += f" (batch {row.settings['batch_size']}, auto)"
     if row.settings["world_size"] > 1 and "world_size" not in row.differs_in:
         label += f" ({row.settings['world_size']} processes)"
-    problems = sorted(set(row.statuses) - {"ok"})
+    problems = sorted(set(row.statuses) - {"ok"} - ({"interrupted"} if row.interrupted else set()))  # said once
     if problems:
         label += " [red](" + ", ".join(problems) + ")[/]"
     if row.flags:

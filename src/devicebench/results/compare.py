@@ -61,6 +61,7 @@ class Row:
     speedup_note: str = ""  # why there is no speedup, or where its interval comes from
     price_per_hour: float | None = None
     shared_name: bool = False  # another machine among the compared results has this one's name
+    interrupted: bool = False  # a row of interrupted runs only, kept apart from the finished ones (`compare`)
 
     @property
     def machine_id(self) -> str:
@@ -80,7 +81,8 @@ class Row:
     def differs_by(self) -> str:
         """`tuned, 25 steps`: the values of `differs_in` in words, leaving out switches that are off (the rows with
         the switch on are the ones that say so)."""
-        return ", ".join(text for name in self.differs_in if (text := setting_text(name, self.settings[name])))
+        named = [text for name in self.differs_in if (text := setting_text(name, self.settings[name]))]
+        return ", ".join(["interrupted", *named] if self.interrupted else named)
 
     @property
     def label(self) -> str:
@@ -345,11 +347,17 @@ class Row:
 
 
 def compare(
-    results: Iterable[Result], *, baseline: str = DEFAULT_BASELINE, prices: Prices | None = None
+    results: Iterable[Result],
+    *,
+    baseline: str = DEFAULT_BASELINE,
+    prices: Prices | None = None,
+    pool_interrupted: bool = False,
 ) -> dict[str, list[Row]]:
     """Rows per workload, in the order first seen, each with its speedup against `baseline`.
 
     `baseline` is a device ("cpu", "cuda:0") on each row's own machine, or "MACHINE/DEVICE" for one fixed row.
+    An interrupted run (Ctrl-C, a stop) was cut short in conditions a finished one did not share: its runs get a row
+    of their own, labelled `interrupted`, and never a finished row's baseline, unless `pool_interrupted`.
     """
     results = list(results)
     rows: dict[tuple, Row] = {}
@@ -357,9 +365,10 @@ def compare(
     for result in results:
         for run in result.runs:
             settings = {**run_settings(result, run), "definition": next(definitions)}
-            key = (run.workload, result.machine["machine_id"], run.device, json.dumps(settings, sort_keys=True))
+            apart = run.status == "interrupted" and not pool_interrupted
+            key = (run.workload, result.machine["machine_id"], run.device, json.dumps(settings, sort_keys=True), apart)
             if key not in rows:
-                rows[key] = Row(run.workload, result.machine, run.device, run.device_name, settings)
+                rows[key] = Row(run.workload, result.machine, run.device, run.device_name, settings, interrupted=apart)
             rows[key].runs.append(run)
     ids_named: dict[str, set[str]] = {}
     for row in rows.values():
@@ -401,6 +410,7 @@ def _find_baseline(row: Row, rows: list[Row], spec: str) -> Row | None:
         and (other.machine_id == row.machine_id if not machine else machine in (other.machine_name, other.machine_id))
         and _same_work(row, other)
         and other.samples_per_s is not None
+        and (row.interrupted or not other.interrupted)  # a finished row is never set against a cut-short one
     ]
     return _closest(row, candidates) if candidates else None
 
@@ -408,6 +418,7 @@ def _find_baseline(row: Row, rows: list[Row], spec: str) -> Row | None:
 def _closest(row: Row, candidates: list[Row]) -> Row:
     """Of rows doing `row`'s work, the one to set it against: under the same software where there is one."""
     candidates = [other for other in candidates if not software_difference(row.settings, other.settings)] or candidates
+    candidates = [other for other in candidates if other.interrupted == row.interrupted] or candidates
     for preferred in ("world_size", "max_steps", "threads"):  # one process (what scaling is measured against), then
         wanted = 1 if preferred == "world_size" else row.settings[preferred]  # the same length and threads
         candidates = [other for other in candidates if other.settings[preferred] == wanted] or candidates
@@ -427,6 +438,7 @@ def _own_seed_row(row: Row, rows: list[Row]) -> Row | None:
         and other.device == row.device
         and other.samples_per_s is not None
         and _same_work(row, other, apart_from=frozenset({"mode"}))
+        and (row.interrupted or not other.interrupted)
     ]
     return _closest(row, seeds) if seeds else None
 
