@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 
 import pytest
+import typer
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -48,7 +49,7 @@ def sessions(make_run, make_result):
 def test_an_interrupted_run_gets_its_own_row_and_is_no_finished_rows_baseline(sessions):
     rows = compare(sessions)["cifar10-mlp"]
     cpu, gpu, cut_short = rows
-    assert (cpu.interrupted, gpu.interrupted, cut_short.interrupted) == (False, False, True)
+    assert [row.settings["interrupted"] for row in rows] == [False, False, True]
     assert cpu.samples_per_s.median == FINISHED_SAMPLES_PER_S and cpu.statuses == {"ok": 1}
     assert cut_short.label == "laptop/cpu (interrupted)" and cpu.label == "laptop/cpu"
     assert gpu.baseline is cpu and gpu.speedup.ratio == pytest.approx(10.0)
@@ -93,7 +94,30 @@ def test_runs_tables_and_answer_are_drawn_from_the_finished_rows(make_run, make_
     text = flat(console.file.getvalue())
     assert "│ cpu (interrupted) │ 250 │" in text and "│ cpu │ 1,000 │" in text
     (found,) = answers(rows)
-    assert found.cpu is not None and not found.cpu.interrupted
+    assert found.cpu is not None and not found.cpu.settings["interrupted"]
     assert found.cpu.samples_per_s.median == FINISHED_SAMPLES_PER_S
     (reproduced,) = reproductions(rows)
     assert reproduced.measured_cpu_samples_per_s == FINISHED_SAMPLES_PER_S
+
+
+def test_a_stopped_session_says_which_run_it_stored_as_interrupted_and_how_to_forget_it(
+    make_run, make_result, tmp_path, capsys
+):
+    from devicebench.cli.session import Outcome, exit_for
+
+    result = make_result(
+        runs=[
+            make_run("cifar10-mlp", "cpu", run_id="aaaa1111" * 4),
+            make_run("cifar10-mlp", "cuda:0", run_id="3f9c2a1b" * 4, status="interrupted"),
+        ]
+    )
+    result.interrupted = True
+    with pytest.raises(typer.Exit) as stopped:
+        exit_for(Outcome(result, None, tmp_path / "runs.sqlite", None))
+    assert stopped.value.exit_code == 130
+    said = flat(capsys.readouterr().err)
+    assert (
+        f"kept above, in {tmp_path / 'runs.sqlite'}. Stored as interrupted: run 3f9c2a1b (cifar10-mlp on cuda:0)"
+        in said
+    )
+    assert "`devicebench forget 3f9c2a1b` removes it" in said and "aaaa1111" not in said

@@ -87,9 +87,9 @@ def test_the_posts_gpu_is_carried_to_this_cpu_with_the_range_of_its_steady_epoch
         gpu_text(found)
         == (
             f"about {factor_text(post_gpu / 100)} ({factor_text(post_gpu * 9.8 / 1000)[:-1]}–"
-            f"{factor_text(post_gpu * 10.2 / 1000)})"
+            f"{factor_text(post_gpu * 10.2 / 1000)}) (real data there, synthetic here: not a speedup)"
         )
-        == "about 56x (54–57x)"
+        == "about 56x (54–57x) (real data there, synthetic here: not a speedup)"  # the post trained on CIFAR-10
     )
     assert found.basis == "S2's GPU over this CPU" and flags_text(found) == "—"
     flat = unwrapped(text)
@@ -110,7 +110,8 @@ def test_a_noisy_and_short_cpu_figure_is_flagged_with_what_to_do():
         "close other programs, or add --repeats 3, and run again."
     ) in flat
     assert "Short: steady epochs of 3 steps, the fewest a budget gives" in flat and "--budget 5m gives" in flat
-    assert gpu_text(found) == "about 5.6x (5.6–8.3x)"  # 1,000 samples/s at the median, 667 at the slowest
+    # 1,000 samples/s at the median, 667 at the slowest
+    assert gpu_text(found) == "about 5.6x (5.6–8.3x) (real data there, synthetic here: not a speedup)"
     assert max(len(line) for line in text.splitlines()) <= 80
 
 

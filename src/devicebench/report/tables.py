@@ -42,6 +42,7 @@ from devicebench.report.text import (
     waiting_text,
 )
 from devicebench.results.compare import Row, compare
+from devicebench.results.pooling import own_choices
 from devicebench.results.schema import Result, RunRecord
 from devicebench.results.stats import INTERVAL_NOTE
 
@@ -365,7 +366,10 @@ def row_label(row: Row, one_machine: bool) -> str:
         label += f" (batch {row.settings['batch_size']}, auto)"
     if row.settings["world_size"] > 1 and "world_size" not in row.differs_in:
         label += f" ({row.settings['world_size']} processes)"
-    problems = sorted(set(row.statuses) - {"ok"} - ({"interrupted"} if row.interrupted else set()))  # said once
+    choices = own_choices(row.settings, row.baseline.settings) if row.speedup and row.baseline else ""
+    if choices:  # beside the speedup: a ratio of two devices each at its own precision or batch
+        label += f" ({choices}: each at its best)"
+    problems = sorted(set(row.statuses) - {"ok"} - set(row.differs_in))  # an interrupted row apart says so once
     if problems:
         label += " [red](" + ", ".join(problems) + ")[/]"
     if row.flags:

@@ -24,9 +24,12 @@ from devicebench.results.plausibility import (
     slower_than_baseline,
 )
 from devicebench.results.pooling import (
+    closest,
     name_differences,
+    own_choices,
     resolved_definitions,
     run_settings,
+    same_work,
     software_difference,
     unrecorded_note,
 )
@@ -61,7 +64,6 @@ class Row:
     speedup_note: str = ""  # why there is no speedup, or where its interval comes from
     price_per_hour: float | None = None
     shared_name: bool = False  # another machine among the compared results has this one's name
-    interrupted: bool = False  # a row of interrupted runs only, kept apart from the finished ones (`compare`)
 
     @property
     def machine_id(self) -> str:
@@ -81,8 +83,7 @@ class Row:
     def differs_by(self) -> str:
         """`tuned, 25 steps`: the values of `differs_in` in words, leaving out switches that are off (the rows with
         the switch on are the ones that say so)."""
-        named = [text for name in self.differs_in if (text := setting_text(name, self.settings[name]))]
-        return ", ".join(["interrupted", *named] if self.interrupted else named)
+        return ", ".join(text for name in self.differs_in if (text := setting_text(name, self.settings[name])))
 
     @property
     def label(self) -> str:
@@ -353,22 +354,18 @@ def compare(
     prices: Prices | None = None,
     pool_interrupted: bool = False,
 ) -> dict[str, list[Row]]:
-    """Rows per workload, in the order first seen, each with its speedup against `baseline`.
-
-    `baseline` is a device ("cpu", "cuda:0") on each row's own machine, or "MACHINE/DEVICE" for one fixed row.
-    An interrupted run (Ctrl-C, a stop) was cut short in conditions a finished one did not share: its runs get a row
-    of their own, labelled `interrupted`, and never a finished row's baseline, unless `pool_interrupted`.
-    """
+    """Rows per workload, in the order first seen, each with its speedup against `baseline`: a device ("cpu",
+    "cuda:0") on each row's own machine, or "MACHINE/DEVICE" for one fixed row. Interrupted runs pool with finished
+    ones only with `pool_interrupted` (pooling.run_settings)."""
     results = list(results)
     rows: dict[tuple, Row] = {}
     definitions = iter(resolved_definitions(results))
     for result in results:
         for run in result.runs:
-            settings = {**run_settings(result, run), "definition": next(definitions)}
-            apart = run.status == "interrupted" and not pool_interrupted
-            key = (run.workload, result.machine["machine_id"], run.device, json.dumps(settings, sort_keys=True), apart)
+            settings = {**run_settings(result, run, pool_interrupted), "definition": next(definitions)}
+            key = (run.workload, result.machine["machine_id"], run.device, json.dumps(settings, sort_keys=True))
             if key not in rows:
-                rows[key] = Row(run.workload, result.machine, run.device, run.device_name, settings, interrupted=apart)
+                rows[key] = Row(run.workload, result.machine, run.device, run.device_name, settings)
             rows[key].runs.append(run)
     ids_named: dict[str, set[str]] = {}
     for row in rows.values():
@@ -390,16 +387,6 @@ def _spread_or_none(values: list[float]) -> Spread | None:
     return spread(values) if values else None
 
 
-def _same_work(first: Row, second: Row, apart_from: frozenset[str] = frozenset()) -> bool:
-    own_choice = {"precision", *apart_from} if first.settings["mode"] == "tuned" else set(apart_from)
-    if first.settings["batch_size_auto"]:
-        own_choice.add("batch_size")
-    definitions = {first.settings["definition"], second.settings["definition"]} - {None}  # unknown: either
-    return len(definitions) < 2 and all(
-        first.settings[name] == second.settings[name] for name in SAME_WORK_SETTINGS if name not in own_choice
-    )
-
-
 def _find_baseline(row: Row, rows: list[Row], spec: str) -> Row | None:
     machine, _, device = spec.rpartition("/")
     candidates = [
@@ -408,21 +395,10 @@ def _find_baseline(row: Row, rows: list[Row], spec: str) -> Row | None:
         if other.device == device
         # a fixed machine by its name as tables show it (`vm@3f2a1b`: `vm` alone would pick one of two unsaid) or id
         and (other.machine_id == row.machine_id if not machine else machine in (other.machine_name, other.machine_id))
-        and _same_work(row, other)
+        and same_work(row, other)
         and other.samples_per_s is not None
-        and (row.interrupted or not other.interrupted)  # a finished row is never set against a cut-short one
     ]
-    return _closest(row, candidates) if candidates else None
-
-
-def _closest(row: Row, candidates: list[Row]) -> Row:
-    """Of rows doing `row`'s work, the one to set it against: under the same software where there is one."""
-    candidates = [other for other in candidates if not software_difference(row.settings, other.settings)] or candidates
-    candidates = [other for other in candidates if other.interrupted == row.interrupted] or candidates
-    for preferred in ("world_size", "max_steps", "threads"):  # one process (what scaling is measured against), then
-        wanted = 1 if preferred == "world_size" else row.settings[preferred]  # the same length and threads
-        candidates = [other for other in candidates if other.settings[preferred] == wanted] or candidates
-    return candidates[0]
+    return closest(row, candidates) if candidates else None
 
 
 def _own_seed_row(row: Row, rows: list[Row]) -> Row | None:
@@ -437,10 +413,9 @@ def _own_seed_row(row: Row, rows: list[Row]) -> Row | None:
         and other.machine_id == row.machine_id
         and other.device == row.device
         and other.samples_per_s is not None
-        and _same_work(row, other, apart_from=frozenset({"mode"}))
-        and (row.interrupted or not other.interrupted)
+        and same_work(row, other, apart_from=frozenset({"mode"}))
     ]
-    return _closest(row, seeds) if seeds else None
+    return closest(row, seeds) if seeds else None
 
 
 @dataclass(frozen=True)
@@ -486,6 +461,8 @@ def _attach_speedup(row: Row, rows: list[Row], spec: str) -> None:
     row.speedup = speedup(baseline_rates, own_rates)
     level = row.speedup.level
     row.speedup_note = f"{level_text(level)} interval from {source}" if level is not None else "one sample: no interval"
+    if choices := own_choices(row.settings, row.baseline.settings):
+        row.speedup_note += f"; each device at its best ({choices}), not the same work"
     own_steps, baseline_steps = row.settings["max_steps"], row.baseline.settings["max_steps"]
     if own_steps != baseline_steps:
         row.speedup_note += (

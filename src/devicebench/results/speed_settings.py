@@ -61,7 +61,7 @@ SOFTWARE_WORDS = {
     "devicebench": "devicebench",
 }
 SOFTWARE = tuple(SOFTWARE_WORDS)
-POOLED_APART = (*SOFTWARE, "definition")
+POOLED_APART = (*SOFTWARE, "definition", "interrupted")  # interrupted: pooling.run_settings
 
 SWITCH_WORDS = {"batch_size_auto": "auto batch"}  # other switches read as their names, `channels last`
 COUNTED = {"threads": "thread", "workers": "worker", "world_size": "process"}  # `4 threads`, `1 process`
