@@ -171,3 +171,37 @@ def test_the_estimate_is_named_only_for_workloads_it_can_take_by_name():
     register_own(own)  # as `run --model` does, for the session
     found, text = answer_of(cpu_run("mypkg.models:build", [2.0, 1.0, 1.0]))
     assert found.basis == "nothing published to carry" and "devicebench estimate" not in unwrapped(text)
+
+
+def test_on_a_machine_with_only_a_cpu_run_ends_with_two_tables_and_no_one_row_baselines():
+    """The answer, then one table of every workload on the CPU: not a one-row table each reading 1.00x (baseline)."""
+    from rich.table import Table
+
+    from devicebench.cli.run import run_tables
+    from devicebench.report.fitting import FittedTable
+
+    records = [
+        cpu_run(name, [2.0, 1.0, seconds], batch_size=32)
+        for name, seconds in (("cifar10-mlp", 1.0), ("mnist-cnn2", 2.0), ("catdog-original", 4.0))
+    ]
+    parts = list(run_tables(session(machine("vm", "m1"), records), wide=False))
+    tables = [part for part in parts if isinstance(part, (Table, FittedTable))]
+    console = Console(width=200, record=True, file=io.StringIO(), color_system=None)
+    for part in parts:
+        console.print(part)
+    text = console.export_text()
+    assert len(tables) == 2 and "1.00x (baseline)" not in text and "Speedup" not in text
+    assert "Every workload on cpu (cpu model): the only device here, so no speedup is measured" in text
+    figures = text[text.index("Every workload on cpu") :]
+    for name, rate in (("cifar10-mlp", "1,000"), ("mnist-cnn2", "750"), ("catdog-original", "625")):
+        (line,) = [" ".join(line.split()) for line in figures.splitlines() if line.startswith(f"│ {name} ")]
+        assert line.startswith(f"│ {name} │ batch 32, 3 epochs of 10 steps, synthetic data │ {rate} │")
+    with_gpu = list(
+        run_tables(
+            session(
+                machine("vm", "m1"), [*records, cpu_run("mnist-cnn2", [1.0, 0.5, 0.5], device="cuda:0", batch_size=32)]
+            ),
+            wide=False,
+        )
+    )
+    assert len([part for part in with_gpu if isinstance(part, (Table, FittedTable))]) == 4  # the answer, a table each

@@ -487,3 +487,34 @@ def test_the_dry_run_names_every_workload_whole_and_says_budget_and_synthetic_da
     assert "mnist-cnn2, mnist-cnn4: mnist downloads 11.6 MB first" in flat  # small: downloaded when run
     rows = {line.split("│")[1].strip(): line for line in text.splitlines() if line.count("│") > 3}
     assert "sized" in rows["mnist-cnn2"] and "all" not in rows["mnist-cnn2"]  # 'all' when 3 steps will run
+
+
+def test_a_budgeted_run_shows_the_epochs_its_share_leaves_it_not_the_plans():
+    """`run resnet50` planned 90 epochs and its budget ended it after 3: the header and every epoch line say so."""
+    record = run("cpu", [2.0, 1.0, 1.0], steps=3)
+    record.settings = dataclasses.replace(record.settings, epochs=90)
+    screen = Console(file=io.StringIO(), width=80, color_system=None)
+    reporter = RichReporter(screen)
+    reporter.run_started(record)
+    reporter.run_budgeted(record, 3, 35.0)
+    reporter.epoch_started(1, 3)
+    reporter.epoch_finished(record, record.epochs[0])
+    shown = " ".join(screen.file.getvalue().split())
+    assert "about 3 of 90 epochs (its 35 s of the budget) of 3 steps" in shown and "Epoch 1/~3 " in shown
+    assert "90 epochs of" not in shown and "/90" not in shown
+
+
+def test_work_before_training_is_said_while_it_lasts_on_a_terminal_and_gone_after():
+    """Making 231 MB of synthetic ImageNet took 55 s with the screen still: a spinner says what is being done."""
+    screen = Console(file=io.StringIO(), width=80, force_terminal=True, color_system=None)
+    reporter = RichReporter(screen)
+    reporter.preparing("making synthetic imagenet data for resnet50")
+    assert reporter.status is not None and str(reporter.status.status) == "making synthetic imagenet data for resnet50…"
+    record = run("cpu", [2.0, 1.0], steps=3)
+    reporter.run_started(record)
+    reporter.epoch_started(1, 3)  # training begins: the spinner gives way to the bar
+    assert reporter.status is None and reporter.progress is not None
+    reporter.close()
+    quiet = RichReporter(Console(file=io.StringIO(), force_terminal=True), quiet=True)
+    quiet.preparing("loading mnist data for mnist-cnn2")
+    assert quiet.status is None

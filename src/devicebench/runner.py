@@ -103,6 +103,8 @@ def _execute(
         wanted = (job.workload.load_data, job.data)  # data of your own is its loader's
         if wanted != loaded[0]:
             loaded[:] = [None, None]  # let the last one go before the next one is read
+            made = "making synthetic" if job.data.source == "synthetic" else "loading"
+            reporter.preparing(f"{made} {job.data.dataset} data for {job.workload.name}")
             loaded[:] = [wanted, load_data(job)]
             if not isinstance(loaded[1], DataProblem):
                 reporter.dataset_loaded(job.workload, loaded[1])
@@ -112,6 +114,7 @@ def _execute(
         dataset = data_for(job)
         if isinstance(dataset, DataProblem):
             return None  # its runs fail with the problem, at whatever size
+        reporter.preparing(f"timing {job.workload.name}'s first steps on {job.device} to size it to the budget")
         return time_probe(job, _torch_data(dataset), lambda: build_setup(job, job.hyperparameters))
 
     try:
@@ -219,6 +222,7 @@ def train_record(
     """
     reporter = reporter or RunReporter()
     reporter.run_started(record)
+    reporter.preparing(f"building {record.workload} on {record.device} and timing its first steps")
     settings = record.settings
     if settings.batch_size < job.batch_size:  # new_record cut it to the training set
         logging.getLogger(__name__).warning(

@@ -302,6 +302,33 @@ def comparison_tables(rows_by_workload: dict[str, list[Row]], *, wide: bool = Fa
     return parts + legend(list(shown), all_rows, published)
 
 
+def one_device(rows_by_workload: dict[str, list[Row]]) -> bool:
+    """Whether every row is of one machine's one device (a session on a machine with only a CPU): then no row has a
+    speedup to show, and one table holds every workload (`one_device_tables`)."""
+    return len({(row.machine_id, row.device) for rows in rows_by_workload.values() for row in rows}) == 1
+
+
+def one_device_tables(rows_by_workload: dict[str, list[Row]], *, wide: bool = False) -> list[RenderableType]:
+    """Every workload of one device in one table, a row each (not a one-row table each reading `1.00x (baseline)`),
+    then the rows' notes and, once, the legend."""
+    rows = [row for workload_rows in rows_by_workload.values() for row in workload_rows]
+    columns = [column for column in shown_columns(rows, wide) if column.heading not in ("Speedup", "Cost vs baseline")]
+    labels = [escape(row.workload) + row_label(row, True).removeprefix(escape(row.device)) for row in rows]
+    # what each workload's own table would have had as its title: its batch, epochs and data
+    lengths = [_workload_title(row.workload, [row]).partition(": ")[2].partition("; seed")[0] for row in rows]
+    title = (
+        f"[bold]Every workload on {escape(rows[0].device)}[/] ({escape(rows[0].device_name)}): the only device "
+        "here, so no speedup is measured"
+    )
+    table = figure_table(title, {"Workload": labels, "Batch, epochs, data": lengths}, rows, columns)
+    notes = dict.fromkeys(  # a row's notes name its device: here, its workload too; a note of every one, once
+        f"{name}: {note}" if note.startswith(tuple(row.label for row in workload_rows)) else note
+        for name, workload_rows in rows_by_workload.items()
+        for note in row_notes(workload_rows)
+    )
+    return [table, *(Text(note, style="yellow") for note in notes), *legend(columns, rows)]
+
+
 def legend(columns: list[Column], rows: list[Row], extra: Iterable[str] = ()) -> list[RenderableType]:
     """What the shown columns hold, in one paragraph, and each device's name: printed once, after the tables."""
     clauses = [column.legend for column in RESULT_COLUMNS if column in columns and column.legend]
