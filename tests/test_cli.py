@@ -234,3 +234,13 @@ def test_the_command_needs_no_click_package_beside_a_typer_that_carries_its_own(
     refused = devicebench("history", "--db", str(database), "--last", "0")
     assert refused.returncode == EXIT_USAGE, refused.stderr
     assert "0 is no count of runs" in refused.stderr
+
+
+@pytest.mark.parametrize("command", ["run", "export", "forget", "compare"])
+def test_help_on_80_columns_names_no_python_types_and_breaks_no_sentence(command):
+    shown = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "80"})
+    assert shown.exit_code == 0, shown.output
+    assert "list[" not in shown.output and "<bool>" not in shown.output
+    if command == "run":  # the docstring's source lines ended after `143`: its paragraph is one, wrapped at 80
+        assert "<str>..." in shown.output
+        assert "143 stopped by SIGTERM" in shown.output  # at 80 columns the paragraph wraps elsewhere
