@@ -126,6 +126,9 @@ def test_a_post_without_a_cpu_figure_gives_no_number_and_names_the_estimate():
     assert found.basis == "S1's 8x: no CPU samples/s to carry it"  # the post's 8x is over its own CPU, not this one
     flat = unwrapped(text)
     assert "`devicebench estimate mnist-cnn2` predicts named GPUs (T4, L4, A100, H100) from this CPU" in flat
+    # the basis is a line beneath, not a fifth column of 80 wrapped over five lines
+    assert "mnist-cnn2 rests on S1's 8x: no CPU samples/s to carry it." in flat and "Rests on" not in text
+    assert len([line for line in text.splitlines() if line.startswith("│")]) == 1  # the workload's row: one line
     assert "About:" not in flat and "8x this" not in flat
 
 

@@ -518,3 +518,24 @@ def test_work_before_training_is_said_while_it_lasts_on_a_terminal_and_gone_afte
     quiet = RichReporter(Console(file=io.StringIO(), force_terminal=True), quiet=True)
     quiet.preparing("loading mnist data for mnist-cnn2")
     assert quiet.status is None
+
+
+def test_reproduces_speedup_cells_hold_a_ratio_and_its_basis_is_said_beneath():
+    """A post's basis in the Speedup cell wrapped over 11 lines of 80 columns: the cell holds the ratio alone."""
+    from devicebench.report.reproduction import reproduction_table
+    from devicebench.reproduce import reproductions
+
+    records = [
+        run("cpu", [2.0, 1.0, 1.0], workload="cifar10-cnn", batch_size=128),
+        run("cuda:0", [2.0, 0.1, 0.1], workload="cifar10-cnn", batch_size=128),
+    ]
+    found = reproductions(compare([session(machine("vm", "m1"), records)]))
+    screen = Console(file=io.StringIO(), width=80, color_system=None)
+    screen.print(reproduction_table(found))
+    lines = screen.file.getvalue().splitlines()
+    assert max(map(len, lines)) <= 80
+    published, measured = (next(line for line in lines if kind in line) for kind in ("│ published", "│ measured"))
+    assert published.rstrip("│ ").endswith("75x") and measured.rstrip("│ ").endswith("10.00x")
+    text = " ".join(screen.file.getvalue().split())
+    assert f"cifar10-cnn, published 75x: {found[0].published.basis}." in text
+    assert "cifar10-cnn, measured here 10.00x: steady samples/s, the fastest accelerator over the CPU" in text

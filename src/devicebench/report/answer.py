@@ -201,7 +201,6 @@ def answer_parts(rows_by_workload: dict[str, list[Row]]) -> list[RenderableType]
     columns = [
         ("CPU samples/s", cpu_rates, {"justify": "right"}),
         ("GPU over this CPU", [gpu_text(answer) for answer in found], {}),
-        ("Rests on", [answer.basis for answer in found], {}),
         ("Flags", [flags_text(answer) for answer in found], {}),
     ]
     table = FittedTable(
@@ -212,7 +211,9 @@ def answer_parts(rows_by_workload: dict[str, list[Row]]) -> list[RenderableType]
             for heading, cells, options in columns
         ],
     )
-    return [table, *(Text(line) for line in answer_notes(found))]
+    # what each rests on beneath, a line each: in a fifth column of 80 it wrapped over five lines a workload
+    rests_on = [f"{answer.workload} rests on {answer.basis}." for answer in found]
+    return [table, *(Text(line) for line in rests_on + answer_notes(found))]
 
 
 def answer_notes(found: list[Answer]) -> list[str]:

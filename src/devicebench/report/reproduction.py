@@ -12,7 +12,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from devicebench.report.fitting import FittedTable, fitted
+from devicebench.report.fitting import fitted
 from devicebench.report.text import number_text, percent_text, rate_text
 from devicebench.results.record import published_figures
 
@@ -20,30 +20,34 @@ if TYPE_CHECKING:  # it imports torch: only where a reproduction is shown
     from devicebench.reproduce import RecordComparison, Reproduction
 
 
-def reproduction_table(reproductions: list[Reproduction]) -> FittedTable:
-    """Published against measured here, a pair of lines per workload."""
+def reproduction_table(reproductions: list[Reproduction]) -> Group:
+    """Published against measured here, a pair of lines per workload; what each speedup is a ratio of, beneath (in
+    a cell, the post's long basis wrapped to one word a line on an 80-column screen)."""
     table = Table(title="Published vs measured here", title_justify="left", show_lines=True)
     for column in ("Workload", "", "Hardware", "CPU samples/s", "GPU samples/s", "Speedup", "Accuracy"):
         table.add_column(column, justify="left" if column in ("Workload", "", "Hardware") else "right", overflow="fold")
+    notes = []
     for entry in reproductions:
-        published = entry.published
+        published, name = entry.published, entry.workload.name
         table.add_row(
-            f"[bold]{entry.workload.name}[/] ({entry.workload.seed})",
+            f"[bold]{name}[/] ({entry.workload.seed})",
             "published",
             published.hardware,
             number_text(published.samples_per_s.get("cpu"), 0),
             number_text(published.samples_per_s.get("gpu"), 0),
-            "—" if published.speedup is None else f"{published.speedup:g}x ({published.basis})",
+            "—" if published.speedup is None else f"{published.speedup:g}x",
             percent_text(published.accuracy) + (f" {published.accuracy_kind}" if published.accuracy else ""),
         )
-        measured_speedup = (
-            "— (no GPU here)"
-            if entry.measured_speedup is None
-            else (
-                f"{entry.measured_speedup:.2f}x (steady samples/s)"
-                + (f"; end to end {entry.measured_end_to_end_ratio:.2f}x" if entry.measured_end_to_end_ratio else "")
+        if published.speedup is not None:
+            notes.append(f"{name}, published {published.speedup:g}x: {published.basis}.")
+        if entry.measured_speedup is None:
+            notes.append(f"{name}, measured here: no GPU here, so no speedup.")
+        else:
+            end_to_end = entry.measured_end_to_end_ratio
+            notes.append(
+                f"{name}, measured here {entry.measured_speedup:.2f}x: steady samples/s, the fastest accelerator "
+                "over the CPU" + (f"; end to end {end_to_end:.2f}x." if end_to_end else ".")
             )
-        )
         data = f"[bold yellow]{entry.data_sources} data[/]" if "synthetic" in entry.data_sources else "real data"
         table.add_row(
             "",
@@ -51,10 +55,10 @@ def reproduction_table(reproductions: list[Reproduction]) -> FittedTable:
             f"{entry.measured_hardware}; {data}",
             rate_text(entry.measured_cpu_samples_per_s),
             rate_text(entry.measured_gpu_samples_per_s),
-            measured_speedup,
+            "—" if entry.measured_speedup is None else f"{entry.measured_speedup:.2f}x",
             percent_text(entry.measured_accuracy) + (f" {published.accuracy_kind}" if entry.measured_accuracy else ""),
         )
-    return fitted(table)
+    return Group(fitted(table), *(Text(note) for note in notes))  # Text: a basis is no markup
 
 
 def batch_and_length(batch: int, length: int | None) -> str:
