@@ -539,3 +539,19 @@ def test_reproduces_speedup_cells_hold_a_ratio_and_its_basis_is_said_beneath():
     text = " ".join(screen.file.getvalue().split())
     assert f"cifar10-cnn, published 75x: {found[0].published.basis}." in text
     assert "cifar10-cnn, measured here 10.00x: steady samples/s, the fastest accelerator over the CPU" in text
+
+
+def test_history_keeps_one_line_a_run_on_80_columns_when_a_long_workload_name_is_stored():
+    """A model of your own (`mypkg.models:build`) took the columns the times had: each went under its date and
+    the table doubled in height. One machine's name is said once, in the title."""
+    from devicebench.report.tables import history_table
+
+    records = [run("cpu", [2.0, 1.0, 1.0]) for _ in range(3)]
+    records.append(run("cpu", [2.0, 1.0, 1.0], workload="mypackage.models:build"))
+    screen = Console(file=io.StringIO(), width=80, color_system=None)
+    screen.print(history_table([session(machine("laptop", "m1"), records)], Path("/tmp/results.sqlite")))
+    lines = screen.file.getvalue().splitlines()
+    assert lines[0] == "4 runs of laptop in /tmp/results.sqlite, started in 2026" and "Machine" not in lines[1]
+    assert "(continued)" not in screen.file.getvalue() and max(map(len, lines)) <= 80
+    rows = [line for line in lines if " 01-01 00:00 " in line and line.rstrip().endswith("80.0%")]
+    assert len(rows) == 4 and "mypackage.models:build" in rows[-1]

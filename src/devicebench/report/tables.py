@@ -444,12 +444,17 @@ def history_table(results: list[Result], path: Path, *, wide: bool = False) -> F
     """`devicebench history`: one line per stored run; epochs, epoch time, data and batch with --wide. Too wide for
     the terminal, the columns that do not fit follow under the run ids."""
     runs = [(result, run, run.summary()) for result in results for run in result.runs]
+    # one machine's runs: its name once, in the title, not on every line (eight columns a long workload name needs,
+    # or the times went under the dates and the table doubled in height)
+    machines = {result.machine["machine_name"] for result in results}
+    years = {run.started_utc[:4] for _, run, _ in runs}  # one year: said once, in the title; the times 5 columns less
+    start = slice(5 if len(years) == 1 else 0, 16)
     text = {"justify": "left", "no_wrap": True}
     number = {"justify": "right", "no_wrap": True}
     words = {"justify": "left"}  # names wrap at their spaces; in a narrow terminal the time goes under the date
     wanted: list[tuple[str, dict[str, Any], bool, Callable[[Result, RunRecord, Any], str | Text]]] = [
-        ("Started (UTC)", words, True, lambda result, run, summary: run.started_utc[:16].replace("T", " ")),
-        ("Machine", words, True, lambda result, run, summary: escape(result.machine["machine_name"])),
+        ("Started (UTC)", words, True, lambda result, run, summary: run.started_utc[start].replace("T", " ")),
+        ("Machine", words, len(machines) > 1, lambda result, run, summary: escape(result.machine["machine_name"])),
         ("Workload", words, True, lambda result, run, summary: escape(run.workload)),
         ("Device", words, True, lambda result, run, summary: escape(run.device)),
         (
@@ -473,7 +478,10 @@ def history_table(results: list[Result], path: Path, *, wide: bool = False) -> F
     run_ids = FittedColumn("Run id", [run.run_id[:8] for _, run, _ in runs], options=text)  # to the minute above: the
     count = len(runs)  # id tells runs apart
     return FittedTable(
-        f"{count} run{'' if count == 1 else 's'} in {escape(str(path))}",
+        f"{count} run{'' if count == 1 else 's'}"
+        + (f" of {escape(next(iter(machines)))}" if len(machines) == 1 else "")
+        + f" in {escape(str(path))}"
+        + (f", started in {next(iter(years))}" if len(years) == 1 else ""),
         [run_ids],
         columns,
         # a rule under the header and a single space between columns
