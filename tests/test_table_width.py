@@ -555,3 +555,30 @@ def test_history_keeps_one_line_a_run_on_80_columns_when_a_long_workload_name_is
     assert "(continued)" not in screen.file.getvalue() and max(map(len, lines)) <= 80
     rows = [line for line in lines if " 01-01 00:00 " in line and line.rstrip().endswith("80.0%")]
     assert len(rows) == 4 and "mypackage.models:build" in rows[-1]
+
+
+def test_a_throughput_axis_in_millions_reads_in_plain_numbers_not_a_bare_1e6():
+    from devicebench.report.charts import axis_number
+    from devicebench.report.workload_plots import _throughput_figure
+
+    # 1,000 samples in 0.4 ms: 2,500,000 samples/s, as boosted trees run on a GPU
+    rows = compare([session(machine("vm", "m1"), [run("cpu", [1.0, 0.0004, 0.0004])])])["mnist-cnn2"]
+    figure = _throughput_figure("mnist-cnn2", rows, None)
+    figure.canvas.draw()
+    axis = figure.axes[0].xaxis
+    labels = [label.get_text() for label in axis.get_ticklabels() if label.get_text()]
+    assert axis.get_offset_text().get_text() == "" and "2,000,000" in labels
+    assert not any("e" in label for label in labels)
+    assert (axis_number(2_500_000), axis_number(0.5), axis_number(10)) == ("2,500,000", "0.5", "10")
+
+
+def test_a_headings_unit_stays_beside_its_word():
+    """`compare --wide` on 80 columns wrapped a heading as `Warm-up` over `s`."""
+    from devicebench.report.fitting import FittedColumn, FittedTable
+
+    warm_up = FittedColumn("Warm-up s", ["0.52", "1.10"])
+    assert warm_up.narrowest() == len("Warm-up s") and FittedColumn("Samples", ["1"]).narrowest() == len("Samples")
+    figures = [FittedColumn(f"Figure {index}", ["1,234,567 a", "1 a"]) for index in range(6)]
+    screen = Console(file=io.StringIO(), width=80, color_system=None)
+    screen.print(FittedTable("t", [FittedColumn("Device", ["cpu", "cuda:0"])], [*figures, warm_up]))
+    assert "Warm-up s" in screen.file.getvalue()
