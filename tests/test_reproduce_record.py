@@ -187,3 +187,17 @@ def test_the_html_report_gives_a_reference_model_the_records_figures(make_run, m
     assert "Published figures (the public record, not measured here)" in page
     assert f"{len(figures)} figures on {len({figure.gpu for figure in figures})} GPUs" in page
     assert fastest.describe() in page and "your own model" not in page
+
+
+def test_a_records_source_is_printed_whole_on_its_line_at_80_columns(make_run, make_result):
+    """A URL broken mid-word cannot be copied or clicked: each source is one line, whatever its length."""
+    rows = rows_of(make_run, make_result, "resnet50")
+    comparison = record_comparison(get_workload("resnet50"), rows)
+    console = Console(file=io.StringIO(), width=80, color_system=None)
+    console.print(record_table(comparison), crop=False)  # as `reproduce` prints it
+    lines = console.file.getvalue().splitlines()
+    assert max(len(line) for line in lines if not line.startswith("[")) <= 80  # the tables still fit
+    sources = {figure.source for figure in comparison.figures}
+    assert any(len(source) > 76 for source in sources)  # longer than the screen: the case that broke
+    for source in sources:
+        assert any(line.endswith(f"] {source}") for line in lines), source

@@ -74,7 +74,9 @@ def record_table(comparison: RecordComparison) -> Group:
     table, sources = _figures_table(comparison, units)
     shown = [fitted(table)] if comparison.figures else []  # a table of headings alone says nothing
     lines: list[RenderableType] = [*shown, *_measured_lines(comparison, units), *_record_notes(comparison)]
-    lines += [Text(f"[{number}] {source}") for source, number in sources.items()]
+    # a source (a URL, a repository path) is one word: on a line of its own, never folded mid-word by the screen's
+    # width, so that it can be copied or clicked whole (the terminal wraps it where it must)
+    lines += [Text(f"[{number}] {source}", no_wrap=True, overflow="ignore") for source, number in sources.items()]
     return Group(*lines)
 
 
