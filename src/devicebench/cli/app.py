@@ -115,6 +115,8 @@ class _LazyCommands(MutableMapping[str, click.Command]):
 
     def __init__(self, made: Mapping[str, click.Command]) -> None:
         self._made = dict(made)  # those whose module was imported before the group was made (as tests do)
+        for command in self._made.values():
+            command.help = paragraphs(command.help)
 
     def __getitem__(self, name: str) -> click.Command:
         if name not in self._made:
@@ -171,7 +173,7 @@ def _command_from_module(name: str) -> click.Command:
             command = typer.main.get_command_from_info(
                 info, pretty_exceptions_short=app.pretty_exceptions_short, rich_markup_mode=app.rich_markup_mode
             )
-            command.help = paragraphs(command.help)
+            command.help = paragraphs(command.help)  # as __init__ does for those made before
             return command
     for group_info in app.registered_groups:
         group = typer.main.get_group_from_info(
