@@ -1,7 +1,7 @@
 """A ratio of two throughputs at different batches, precisions or data is no speedup, and a figure of the published
 model says nothing of a changed one: in every command that prints a speedup (`run`'s answer and tables, `compare`,
-`report`, `reproduce`), the ratio is set like against like or says in the same line why it is not a speedup.
-(`estimate` states its own batch and precision: tests/test_estimate.py.)
+`report`, `reproduce`, `estimate`), the ratio is set like against like or says in the same line why it is not a
+speedup.
 
     python -m pytest tests/test_like_for_like.py -q
 """
@@ -150,3 +150,28 @@ def test_a_speedup_between_devices_each_at_its_own_choice_says_so_beside_it(tmp_
     assert "bf16 vs fp32, batch 1024 vs 64: each at its best" in line and "4.00x" in line
     page = write_report(results, tmp_path / "report.html").read_text()
     assert "each device at its best (bf16 vs fp32, batch 1024 vs 64), not the same work" in page
+
+
+# --- estimate: a GPU estimated at its batch and precision over this CPU's --------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("trained_batch", "precision", "said"),
+    [
+        (None, "fp32", ""),  # the CPU trained at the batch estimated, in fp32: a speedup as it stands
+        (16, "fp32", " (batch 256 there, 16 here: not a speedup)"),  # a budget made the CPU's batch smaller
+        (None, "amp-bf16", " (amp-bf16 there, fp32 here: not a speedup)"),
+    ],
+)
+def test_the_estimates_speedup_says_in_its_cell_where_it_is_not_like_for_like(trained_batch, precision, said):
+    from types import SimpleNamespace
+
+    from devicebench.estimate.targets import Baseline, Estimate
+    from devicebench.report.estimates import estimate_table
+    from devicebench.results.datasheets import catalog_entry
+
+    baseline = Baseline("cpu (Test CPU)", (100.0, 90.0, 110.0), "synthetic", trained_batch)
+    step = SimpleNamespace(seconds=256 / 7_300.0, bound="GPU kernels", input_s=0.0)  # 7,300 samples/s: 73x
+    estimate = Estimate("resnet50", catalog_entry("h100-sxm"), 256, step, None, 10, 1, baseline, precision)
+    text = shown([estimate_table([estimate])])
+    assert f"73x{said}" in text and (said or "not a speedup" not in text)
