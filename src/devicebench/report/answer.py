@@ -5,8 +5,10 @@ A GPU measured here answers with its speedup over this CPU and its rank interval
 post published its CPU's and its GPU's samples/s, the post's GPU is carried to this CPU (reproduce.carried_speedup):
 its samples/s over this CPU's, with the range this CPU's fastest and slowest steady epochs give (the post's figures
 are single numbers). A reference model has no post: the slowest and the fastest GPU of the public record's
-single-GPU figures of it (results/record/) over this CPU bound the answer. Nothing is guessed where a post gave
-less: the row says so, and `devicebench estimate` is named.
+single-GPU figures of it (results/record/) over this CPU bound the answer, those at this CPU's precision and data
+where there are any. A ratio of figures at another batch, precision or data than this CPU's says so in its cell: not
+a speedup (reproduce.unlike); a model changed by --set is set beside no published figure. Nothing is guessed where a
+post gave less: the row says so, and `devicebench estimate` is named.
 The estimate is not run here: beyond a second of fitting, it profiles each workload and loads and times its data
 again, 15 s of CPU time for the quick suite's 11 torch workloads on the 2-core development VM, where the whole job
 has 2 minutes.
