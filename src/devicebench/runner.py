@@ -123,6 +123,7 @@ def _execute(
                 job = fit_to_share(job, shares, probe, reporter)
             dataset = data_for(job)
             for repeat in range(job.repeats):
+                reporter.preparing(f"building {job.workload.name} to record its definition")  # seconds, the first time
                 record = new_record(job, dataset, repeat)
                 result.runs.append(record)
                 if isinstance(dataset, DataProblem):  # no data: say so for every run it stops
