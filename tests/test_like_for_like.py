@@ -57,6 +57,7 @@ def test_the_posts_gpu_over_this_cpu_at_another_batch_says_it_is_no_speedup_in_t
         f"about {factor_text(post_gpu / CPU_SAMPLES_PER_S)} ({factor_text(post_gpu / CPU_SAMPLES_PER_S)[:-1]}–"
         f"{factor_text(post_gpu / CPU_SAMPLES_PER_S)}) (batch 512 there, 16 here: not a speedup)"
     )
+    assert found.gpu_rates == "16,000"  # the post's GPU figure, beside this CPU's in the answer's table
     outlook = rows_outlook(get_workload("cifar10-cnn"), rows["cifar10-cnn"])
     assert (
         f"so about {factor_text(post_gpu / CPU_SAMPLES_PER_S)} this one (batch 512 there, 16 here: not a speedup)"
@@ -76,6 +77,8 @@ def test_the_records_gpus_over_this_cpu_are_taken_at_its_precision_and_name_the_
     rows = cpu_rows("resnet50", batch_size=4, data_source="synthetic")
     (found,) = answers(rows)
     assert found.unlike.startswith("batch ") and found.unlike.endswith(", 4 here")  # fp32 and synthetic, as here
+    low, high = found.gpu_rates.split("–")  # the record's slowest and fastest GPU's images/s
+    assert float(low.replace(",", "")) < float(high.replace(",", ""))
     text = shown(answer_parts(rows))
     assert f"({found.unlike}: not a speedup)" in text and "GPU over this CPU" in text
     table = shown([record_table(record_comparison(get_workload("resnet50"), rows["resnet50"]))])

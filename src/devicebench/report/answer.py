@@ -36,6 +36,7 @@ from devicebench.reproduce import (
     in_unit,
     not_a_speedup,
     outlook_row,
+    post_figures,
     post_work,
     record_comparison,
     row_precision,
@@ -64,6 +65,7 @@ class Answer:
     # a reference model's: the slowest and the fastest of the record's GPUs over that CPU, (ratio, GPU) each
     recorded: tuple[tuple[float, str], tuple[float, str]] | None = None
     unlike: str = ""  # where the published figures did other work than this CPU (reproduce.unlike): no speedup
+    gpu_rates: str = "—"  # the GPU figures the answer sets beside this CPU's: published, or measured here
 
     @property
     def rows(self) -> list[Row]:
@@ -93,7 +95,8 @@ def answer_for(workload: Workload | None, name: str, rows: list[Row]) -> Answer:
         return Answer(name, None, [], None, "no CPU samples/s here")  # no CPU run, or none with steady epochs
     measured = [row for row in rows if row.device != "cpu" and row.baseline is cpu and row.speedup is not None]
     if measured:
-        return Answer(name, cpu, measured, None, "measured here")
+        rates = "; ".join(rate_text(row.samples_per_s.median) for row in measured if row.samples_per_s)
+        return Answer(name, cpu, measured, None, "measured here", gpu_rates=rates)
     published = workload.published if workload is not None else None
     changed = changed_model(workload, [cpu]) if workload is not None else []
     if changed:  # a figure of the published model says nothing of another one
@@ -113,11 +116,19 @@ def answer_for(workload: Workload | None, name: str, rows: list[Row]) -> Answer:
             unlike(
                 [(figure.batch_per_gpu, figure_precision(figure), figure.data) for figure in figures], row_work(cpu)
             ),
+            _published_rates(figures),
         )
     if carried is not None:
         assert workload is not None  # carried_speedup needs one
+        post_gpu = post_figures(workload)
         return Answer(
-            name, cpu, [], carried, f"{seed} GPU over this CPU", unlike=unlike([post_work(workload)], row_work(cpu))
+            name,
+            cpu,
+            [],
+            carried,
+            f"{seed} GPU over this CPU",
+            unlike=unlike([post_work(workload)], row_work(cpu)),
+            gpu_rates=rate_text(post_gpu[1]) if post_gpu else "—",
         )
     if published is not None and published.speedup is not None and "cpu" not in published.samples_per_s:
         basis = f"{seed} {published.speedup:g}x: no CPU samples/s to carry it"
@@ -141,6 +152,17 @@ def _recorded(
         assert here  # figures holds only those it gives
         ratios.append((figure.throughput / here, figure.gpu))
     return (figures, (min(ratios), max(ratios))) if ratios else None
+
+
+def _published_rates(figures: list[PublishedFigure]) -> str:
+    """`1,200–9,800` (images/s and sequences/s are samples/s), or `310,000–1,100,000 tokens/s`; `—` for figures in
+    several units."""
+    rates = sorted(figure.throughput for figure in figures)
+    units = {figure.unit for figure in figures}
+    if len(units) > 1:  # tokens/s beside sequences/s: no one range
+        return "—"
+    shown = rate_text(rates[0]) if rates[0] == rates[-1] else f"{rate_text(rates[0])}–{rate_text(rates[-1])}"
+    return shown + (" tokens/s" if units == {"tokens/s"} else "")
 
 
 def answers(rows_by_workload: dict[str, list[Row]]) -> list[Answer]:
@@ -202,6 +224,7 @@ def answer_parts(rows_by_workload: dict[str, list[Row]]) -> list[RenderableType]
     here = f" (this CPU: {escape(cpu_rows[0].device_name)})" if cpu_rows else ""
     columns = [
         ("CPU samples/s", cpu_rates, {"justify": "right"}),
+        ("GPU samples/s", [answer.gpu_rates for answer in found], {"justify": "right"}),
         ("GPU over this CPU", [gpu_text(answer) for answer in found], {}),
         ("Flags", [flags_text(answer) for answer in found], {}),
     ]
