@@ -314,13 +314,21 @@ def one_device_tables(rows_by_workload: dict[str, list[Row]], *, wide: bool = Fa
     rows = [row for workload_rows in rows_by_workload.values() for row in workload_rows]
     columns = [column for column in shown_columns(rows, wide) if column.heading not in ("Speedup", "Cost vs baseline")]
     labels = [escape(row.workload) + row_label(row, True).removeprefix(escape(row.device)) for row in rows]
-    # what each workload's own table would have had as its title: its batch, epochs and data
+    # what each workload's own table would have had as its title: its batch, epochs and data (the data once, in the
+    # title, where every workload had the same: a line less a row)
     lengths = [_workload_title(row.workload, [row]).partition(": ")[2].partition("; seed")[0] for row in rows]
+    one_source = len({row.settings["data_source"] for row in rows}) == 1
+    if one_source:
+        lengths = [length.rpartition(", ")[0] for length in lengths]
+    data = f" on {_workload_title(rows[0].workload, rows[:1]).partition('; seed')[0].rpartition(', ')[2]}"
     title = (
-        f"[bold]Every workload on {escape(rows[0].device)}[/] ({escape(rows[0].device_name)}): the only device "
-        "here, so no speedup is measured"
+        f"[bold]Every workload on {escape(rows[0].device)}[/] ({escape(rows[0].device_name)})"
+        + (data if one_source else "")
+        + ": the only device here, so no speedup is measured"
     )
-    table = figure_table(title, {"Workload": labels, "Batch, epochs, data": lengths}, rows, columns)
+    table = figure_table(
+        title, {"Workload": labels, "Batch, epochs" + ("" if one_source else ", data"): lengths}, rows, columns
+    )
     notes = dict.fromkeys(  # a row's notes name its device: here, its workload too; a note of every one, once
         f"{name}: {note}" if note.startswith(tuple(row.label for row in workload_rows)) else note
         for name, workload_rows in rows_by_workload.items()
