@@ -23,10 +23,10 @@ from typer.testing import CliRunner
 
 from devicebench.cli import app, console, errors
 from devicebench.report.fitting import fitted
+from devicebench.report.history import history_table
 from devicebench.report.progress import FIELD_GAP, RichReporter, epoch_fields, epoch_line
 from devicebench.report.tables import (
     comparison_tables,
-    history_table,
     published_text,
     row_label,
     sweep_tables,
@@ -544,7 +544,7 @@ def test_reproduces_speedup_cells_hold_a_ratio_and_its_basis_is_said_beneath():
 def test_history_keeps_one_line_a_run_on_80_columns_when_a_long_workload_name_is_stored():
     """A model of your own (`mypkg.models:build`) took the columns the times had: each went under its date and
     the table doubled in height. One machine's name is said once, in the title."""
-    from devicebench.report.tables import history_table
+    from devicebench.report.history import history_table
 
     records = [run("cpu", [2.0, 1.0, 1.0]) for _ in range(3)]
     records.append(run("cpu", [2.0, 1.0, 1.0], workload="mypackage.models:build"))
