@@ -91,12 +91,6 @@ def run(
     return result
 
 
-def _data_work(job: Job) -> str:
-    """What the screen says while `job`'s data is had: `making synthetic imagenet data for resnet50`."""
-    made = "making synthetic" if job.data.source == "synthetic" else "loading"
-    return f"{made} {job.data.dataset} data for {job.workload.name}"
-
-
 def _execute(
     jobs: tuple[Job, ...], result: Result, reporter: RunReporter, save_to: Path | None, shares: BudgetShares | None
 ) -> None:
@@ -109,7 +103,7 @@ def _execute(
         wanted = (job.workload.load_data, job.data)  # data of your own is its loader's
         if wanted != loaded[0]:
             loaded[:] = [None, None]  # let the last one go before the next one is read
-            reporter.preparing(_data_work(job))
+            reporter.preparing(f"getting {job.data.dataset} data ({job.data.source}) for {job.workload.name}")
             loaded[:] = [wanted, load_data(job)]
             if not isinstance(loaded[1], DataProblem):
                 reporter.dataset_loaded(job.workload, loaded[1])
