@@ -49,16 +49,12 @@ def batches(sizes: list[int], device: torch.device = CPU) -> list[tuple[torch.Te
 
 
 def losses_and_predictions(setup: TrainingSetup, stream: list[tuple[torch.Tensor, torch.Tensor]], seed: int = 2):
-    """Each step's loss as the step returned it, read only at the end (as the loop reads an epoch's), and each
-    step's predicted classes, read at once (as the loop counts them: before the next step)."""
+    """Each step's loss and predicted classes, from the tensors the step returned, all read at the end: as the loop
+    keeps an epoch's losses and outputs and reads them once its clock has stopped."""
     torch.manual_seed(seed)  # dropout's masks: the same for both runs
     setup.model.train()
-    losses, predictions = [], []
-    for inputs, labels in stream:
-        loss, outputs = setup.train_step(inputs, labels)
-        losses.append(loss.detach())
-        predictions.append(outputs.argmax(dim=1))
-    return [float(loss) for loss in losses], [prediction.tolist() for prediction in predictions]
+    kept = [setup.train_step(inputs, labels) for inputs, labels in stream]
+    return [float(loss.detach()) for loss, _ in kept], [outputs.detach().argmax(dim=1).tolist() for _, outputs in kept]
 
 
 def graphed(setup: TrainingSetup, events: list[str]) -> TrainingSetup:

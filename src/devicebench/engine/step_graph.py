@@ -69,10 +69,10 @@ class GraphedStep:
 
     `step(inputs, labels)` is the eager step (forward, loss, zero-grad as None, backward, optimizer step) returning
     (loss, outputs). Calls 1 to GRAPH_WARMUP_STEPS run it through `capture.warm_up`; the next call of the same shape
-    captures it on static buffers, then it and every later one copy their batch in and replay. What a call returns
-    is that step's loss, in a tensor of its own (the graph writes its loss into the same scalar every replay, and
-    a caller may keep the losses of a whole epoch), and the outputs, which the next step overwrites: read them (the
-    loop counts the correct predictions at once, on the same stream) before calling again.
+    captures it on static buffers, then it and every later one copy their batch in and replay. A call returns that
+    step's loss and outputs in tensors of their own: the graph writes into the same two every replay, and the loop
+    keeps an epoch's losses and outputs to read after its clock stops. Those two copies and the batch's two are
+    the four kernels a graphed step launches besides the graph.
     """
 
     def __init__(self, step: Step, capture: Capture) -> None:
@@ -101,7 +101,7 @@ class GraphedStep:
         self.static_labels.copy_(labels)
         self.graph.replay()
         loss, outputs = self.graph.outputs
-        return loss.clone(), outputs
+        return loss.clone(), outputs.clone()
 
     def _eager(self, inputs: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         loss, outputs = self.step(inputs, labels)
@@ -136,7 +136,9 @@ class CudaGraph:
 
     def __init__(self, step: Callable[[], tuple[torch.Tensor, torch.Tensor]]) -> None:
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
+        # thread_local: only this thread may not make a call a capture forbids; the monitor's and a loader's
+        # threads go on (the default, global, would fail theirs while the capture lasts)
+        with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
             self.outputs = step()
 
     def replay(self) -> None:
