@@ -136,10 +136,14 @@ class CudaGraph:
 
     def __init__(self, step: Callable[[], tuple[torch.Tensor, torch.Tensor]]) -> None:
         self.graph = torch.cuda.CUDAGraph()
-        # thread_local: only this thread may not make a call a capture forbids; the monitor's and a loader's
-        # threads go on (the default, global, would fail theirs while the capture lasts)
-        with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
-            self.outputs = step()
+        current = torch.cuda.current_stream()
+        try:
+            # thread_local: only this thread may not make a call a capture forbids; the monitor's and a loader's
+            # threads go on (the default, global, would fail theirs while the capture lasts)
+            with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
+                self.outputs = step()
+        finally:  # a capture that failed (the trial goes on without it) may leave its own stream the current one
+            torch.cuda.set_stream(current)
 
     def replay(self) -> None:
         self.graph.replay()
