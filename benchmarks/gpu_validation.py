@@ -319,12 +319,12 @@ PARTS = (
 SMOKE_STEPS, SMOKE_EPOCHS = 3, 2
 # --cpu-smoke: each part's tiny CPU version, or why it makes no sense on a CPU. Budgets are generous: CI is slow.
 SMOKE: dict[str, Part | str] = {
-    "devices": dataclasses.replace(PARTS[0], budget_s=30),
+    "devices": dataclasses.replace(PARTS[0], budget_s=30, costs=()),
     "engine-vs-plain": "its plain loops, seed run and tuned process take 10 s on 2 cores even for 3 steps",
     "resnet50": "a step at batch 256 takes minutes on 2 cores; tests/test_imagenet.py builds it at small sizes",
     "calibrate": Part("calibrate", "calibrate", devicebench("calibrate", "--devices", "cpu", "--quick", "--json"), 40),
     "pytest-gpu": Part("pytest-gpu", "pytest", (*PYTEST_GPU, *PYTEST_GPU_KEEP_GOING), 90),
-    "list": dataclasses.replace(PARTS[5], budget_s=30),
+    "list": dataclasses.replace(PARTS[5], budget_s=30, costs=()),
     "seed": training(
         "seed", ("mnist-cnn2",), devices="cpu", steps=SMOKE_STEPS, epochs=SMOKE_EPOCHS, gpus=0, budget_s=60
     ),
