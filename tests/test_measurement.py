@@ -527,6 +527,7 @@ CHANGED = {
     "tf32_matmul": True,
     "tf32_cudnn": True,
     "compiled": True,
+    "step_graph": True,
     "world_size": 2,
     "max_steps": 30,
     "channels_last": True,

@@ -47,6 +47,8 @@ class TrainingSetup:
     predict: Callable[[torch.Tensor], torch.Tensor] | None = lambda outputs: outputs.argmax(dim=1)
     forward: Callable[[torch.Tensor], torch.Tensor] | None = None  # the model's tuned forward pass, if not the model
     step: TrainStep | None = None  # a user's own training step, instead of forward, loss, backward, step
+    # tuned mode on CUDA: the eager step captured as one CUDA graph and replayed (engine/step_graph.GraphedStep)
+    graphed: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None
 
     @property
     def forward_pass(self) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -57,7 +59,14 @@ class TrainingSetup:
         return self.forward_pass(inputs)
 
     def train_step(self, inputs: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """One training step: (the loss on the device, the outputs or None when a user's step gave none)."""
+        """One training step: (the loss on the device, the outputs or None when a user's step gave none). The
+        outputs of a graphed step are overwritten by the next step: read them before calling again."""
+        if self.graphed is not None:
+            return self.graphed(inputs, labels)
+        return self.eager_step(inputs, labels)
+
+    def eager_step(self, inputs: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One training step as PyTorch runs it, op by op."""
         if self.step is not None:
             # the forward pass is the model or a module around it (TunedForward, torch.compile's, DDP's): a Module,
             # which TrainStep (workloads) names, though `forward`'s annotation only says callable

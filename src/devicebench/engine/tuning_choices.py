@@ -19,6 +19,7 @@ class Tuning:
     channels_last: bool = False
     fused_optimizer: bool = False
     compiled: bool = False  # torch.compile; its compile time lands in the warm-up epoch
+    step_graph: bool = False  # CUDA: the whole training step captured once as a CUDA graph and replayed
     tf32_matmul: bool = False  # CUDA fp32 matmuls on TF32 tensor cores
     tf32_cudnn: bool = False  # CUDA fp32 convolutions and RNNs on TF32 tensor cores (cuDNN's own switch)
     cudnn_benchmark: bool = False

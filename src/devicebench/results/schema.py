@@ -85,6 +85,7 @@ class RunSettings:
     channels_last: bool = False
     fused_optimizer: bool = False
     compiled: bool = False  # torch.compile
+    step_graph: bool = False  # the whole training step replayed as one CUDA graph (engine/step_graph.py)
     cudnn_benchmark: bool = False
     device_resident: bool = False  # the dataset held on the device
     allocator_keeps_memory: bool = False  # glibc keeps freed blocks for reuse
