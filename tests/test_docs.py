@@ -16,7 +16,7 @@ import pytest
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 README = REPOSITORY / "README.md"
-THREE_COMMANDS = ('pip install -e ".[dev]"', "devicebench run", "python -m pytest")
+THREE_COMMANDS = ('pip install -e ".[dev,gbdt-cpu]"', "devicebench run", "python -m pytest")
 
 
 def fenced_blocks(markdown: str) -> list[str]:
