@@ -142,3 +142,19 @@ def test_the_commands_on_the_front_page_fit_a_narrow_window_comments_included():
         if len(line) > NARROW_PAGE_COLUMNS
     ]
     assert not long_lines, f"docs/index.md: cut off at 800 px; give comments a line of their own: {long_lines}"
+
+
+def test_every_skip_message_names_only_files_in_the_repository():
+    """A skip reason is read where the tests ran, often a fresh clone: a page it names must be there, in the
+    repository, at the root or under docs/ (one named a design note kept outside it)."""
+    named = {
+        (test.name, name)
+        for test in (REPOSITORY / "tests").glob("*.py")
+        for line in test.read_text().splitlines()
+        if "skip" in line
+        for name in re.findall(r"[\w./-]+\.md\b", line)
+    }
+    missing = sorted(
+        (test, name) for test, name in named if not any((folder / name).is_file() for folder in (REPOSITORY, DOCS))
+    )
+    assert not missing, f"skip messages name files that are not in the repository: {missing}"
