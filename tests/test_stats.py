@@ -114,3 +114,22 @@ def test_a_row_of_known_noise_is_flagged_noisy_at_the_stated_rate(count, true_cv
     flagged = [(coefficient_of_variation(list(row)) or 0.0) > NOISY_EPOCH_TIME_CV for row in times]
     standard_error = math.sqrt(max(flag_rate * (1 - flag_rate), 1 / ROWS) / ROWS)
     assert abs(np.mean(flagged) - flag_rate) <= 3 * standard_error
+
+
+@pytest.mark.parametrize(("baseline_count", "candidate_count"), [(31, 31), (30, 31), (25, 40), (45, 45)])
+def test_beyond_the_exact_limit_the_normal_tail_is_within_a_tenth_of_a_point_of_the_exact_level(
+    baseline_count, candidate_count
+):
+    """Just past EXACT_COUNT_LIMIT the exact count is still cheap to work out here, so the normal tail, continuity
+    correction and all, is held to it where the interval's rank is chosen (levels of 90% to 99%): within 0.001 there,
+    while the correction's sign flipped is off by 0.0015 to 0.0027 (a shift of one rank)."""
+    from devicebench.results.stats import EXACT_COUNT_LIMIT, _rank_count_distribution
+
+    assert baseline_count + candidate_count > EXACT_COUNT_LIMIT  # rank_level takes the normal tail here
+    counts = _rank_count_distribution(baseline_count, candidate_count)
+    below = np.concatenate([[0.0], np.cumsum(counts)]) / counts.sum()  # below[rank]: P(U < rank), exactly
+    exact = {rank: 1 - 2 * below[rank] for rank in range(1, len(counts) // 2)}
+    ranks = [rank for rank, level in exact.items() if 0.90 < level < 0.99]
+    assert len(ranks) > 50
+    worst = max(abs(rank_level(baseline_count, candidate_count, rank) - exact[rank]) for rank in ranks)
+    assert worst < 0.001, worst

@@ -206,6 +206,19 @@ def test_an_option_is_kept_only_when_its_slowest_round_beats_the_plainest_option
     assert note == f"trial samples/s: fp32 64 (64-128), bf16 {bf16_text}, median (range) of 5 rounds; kept {kept}{why}"
 
 
+def test_a_candidate_faster_in_most_rounds_but_slower_in_one_is_not_kept():
+    """bf16 twice as fast as fp32 in four rounds and half as fast in one: its median beats fp32's every round, its
+    slowest does not, and only its slowest counts (a candidate perfectly steady cannot tell the two apart)."""
+    device = FakeDevice()
+    build = builder(device, {"fp32": steady(0.125), "bf16": per_round(0.0625, 0.0625, 0.25, 0.0625, 0.0625)})
+    chosen, note = choose_tuning([FP32, BF16], build, batches(), device.watch)
+    assert chosen.precision == "fp32"
+    assert note == (
+        "trial samples/s: fp32 64 (64-64), bf16 128 (32-128), median (range) of 5 rounds; "
+        "kept fp32: bf16's gain is within the spread"
+    )
+
+
 @pytest.mark.parametrize(
     ("failing_step", "error", "reason"),
     [
