@@ -1,8 +1,10 @@
-"""Mini-batches for the training loop, made on the host the way the seeds made them, and moved to the device.
+"""Mini-batches for the training loop, made the way the seeds made them, on the device where the data lives there.
 
 Two ways to make them, chosen by `batches_for`:
-- `HostBatches`: images (or token ids) already in memory and nothing random to do to them. A batch is gathered,
-  scaled and moved in one go in the training process: the fast path, Keras' `model.fit(x, y)`.
+- `HostBatches`: images (or token ids) already in memory and nothing random to do to them: held on the device
+  where they fit (every CPU run; a CUDA device with room for them, preprocessed once) and gathered there a chunk
+  of batches at a time, else gathered on one host thread and copied one batch ahead. The fast path, Keras'
+  `model.fit(x, y)`.
 - `LoaderBatches`: a PyTorch DataLoader whose workers read each image (decoding a JPEG with Pillow when it
   comes from a folder), resize it and augment it one by one, the seeds' `ImageDataGenerator` way. `workers=0`
   does all that in the training process, between steps, which is what the input-pipeline diagnosis catches.
@@ -93,6 +95,11 @@ class Shard:
         start = step * self.global_batch + self.rank * self.batch_size
         return order[start : start + self.batch_size]
 
+    def epoch_indices(self, order: torch.Tensor, steps: int) -> torch.Tensor:
+        """This rank's samples of the epoch's first `steps` steps, in the order drawn: `indices` of each in turn."""
+        per_step = order[: steps * self.global_batch].view(steps, self.world, self.batch_size)
+        return per_step[:, self.rank].reshape(-1)
+
 
 def _step_indices(order: torch.Tensor, step: int, batch_size: int, shard: Shard | None) -> torch.Tensor:
     if shard is not None:
@@ -101,8 +108,23 @@ def _step_indices(order: torch.Tensor, step: int, batch_size: int, shard: Shard 
 
 
 class HostBatches:
-    """Shuffled mini-batches of in-memory inputs (uint8 images, token ids), preprocessed a batch at a time and
-    moved to `device`."""
+    """Shuffled mini-batches of in-memory inputs (uint8 images, token ids), preprocessed as `preprocessing.test`
+    does, made one of two ways (`resident` says which):
+
+    - resident, the data in the device's memory: always on the CPU, where the arrays already are, and on a CUDA
+      device when the preprocessed split fits in RESIDENT_SHARE of its free memory. Each epoch gathers its samples
+      in its order a chunk of batches at a time (CHUNK_BYTES) and splits the chunk into batches, so a training step
+      costs no tensor operation of its own (a few per chunk). On a CUDA device the split is preprocessed once, on
+      the host (the very values a CPU run trains on), and moved; on the CPU it stays as it is and each chunk is
+      preprocessed: a float copy beside the uint8 arrays would more than double a big set's memory (CIFAR-10's
+      training images: 614 MB of floats beside 154 MB).
+    - staged, where the data does not fit (or `resident=False`): each batch is gathered by numpy's `take`, on one
+      thread, into page-locked memory, copied to the device asynchronously one batch ahead, and preprocessed
+      there. No torch operation runs on the host's cores per step: a multi-threaded one would leave OpenMP's
+      workers spinning between steps while a GPU trains.
+
+    Both ways draw the samples in `epoch_order`'s order, so every device sees the same batches.
+    """
 
     workers = 0  # the training process makes every batch
 
@@ -116,7 +138,7 @@ class HostBatches:
         preprocessing: Preprocessing = Rescale(),  # noqa: B008 (frozen, so one shared instance is safe)
         shuffle: bool = True,
         seed: int = 0,
-        resident: bool = False,
+        resident: bool = True,
         shard: Shard | None = None,
     ) -> None:
         if batch_size < 1:
@@ -124,15 +146,18 @@ class HostBatches:
         self.shard = shard
         self.inputs = torch.as_tensor(inputs)  # shares memory with the dataset: no copy
         self.labels = torch.as_tensor(labels)
-        # Tuned mode on an accelerator: the uint8 data moves once, and each batch is gathered and scaled there
-        self.resident = resident and device.type != "cpu" and _fits_on(device, self.inputs.nbytes)
-        if self.resident:
-            self.inputs, self.labels = self.inputs.to(device), self.labels.to(device)
         self.batch_size = shard.batch_size if shard else batch_size
         self.device = device
         self.preprocessing = preprocessing
         self.shuffle = shuffle
         self.seed = seed
+        # one sample's model input, in bytes: sizes the chunks and the resident copy
+        self.sample_bytes = preprocessing.test(self.inputs[:1]).nbytes if len(self.inputs) else 1
+        self.preprocessed = False  # whether `inputs` are the model's inputs already, not what preprocessing takes
+        self.resident = resident and _fits_on(device, len(self.inputs) * self.sample_bytes + self.labels.nbytes)
+        if self.resident and device.type != "cpu":
+            self.inputs, self.labels = _preprocessed_on(device, self.inputs, preprocessing), self.labels.to(device)
+            self.preprocessed = True
 
     def __len__(self) -> int:
         if self.shard is not None:
@@ -145,24 +170,118 @@ class HostBatches:
         return _batch_sizes(len(self.labels), self.batch_size, steps)
 
     def epoch(self, epoch: int, steps: int | None = None) -> Generator[Batch, None, None]:
-        order = epoch_order(len(self.labels), epoch, self.seed, self.shuffle).to(self.inputs.device)
-        for step in range(len(self) if steps is None else steps):
-            index = _step_indices(order, step, self.batch_size, self.shard)
-            inputs = self.preprocessing.test(self.inputs[index])  # test: nothing random, so a whole batch at once
-            yield inputs.to(self.device, non_blocking=True), self.labels[index].to(self.device, non_blocking=True)
+        sizes = self.batch_sizes(len(self) if steps is None else steps)
+        order = epoch_order(len(self.labels), epoch, self.seed, self.shuffle)
+        samples = order[: sum(sizes)] if self.shard is None else self.shard.epoch_indices(order, len(sizes))
+        yield from (self._resident_epoch if self.resident else self._staged_epoch)(samples, sizes)
+
+    def _resident_epoch(self, samples: torch.Tensor, sizes: list[int]) -> Iterator[Batch]:
+        samples = samples.to(self.inputs.device)
+        batches_per_chunk = max(1, CHUNK_BYTES // (self.batch_size * self.sample_bytes))
+        taken = 0
+        for first in range(0, len(sizes), batches_per_chunk):
+            chunk_sizes = sizes[first : first + batches_per_chunk]
+            chunk = samples[taken : taken + sum(chunk_sizes)]
+            taken += len(chunk)
+            inputs = self.inputs.index_select(0, chunk)
+            if not self.preprocessed:
+                inputs = self.preprocessing.test(inputs)  # test: nothing random, so a whole chunk at once
+            yield from zip(inputs.split(chunk_sizes), self.labels.index_select(0, chunk).split(chunk_sizes))
+
+    def _staged_epoch(self, samples: torch.Tensor, sizes: list[int]) -> Iterator[Batch]:
+        stage = _Stage(self.inputs, self.labels, self.batch_size, self.device)
+        order = samples.numpy()
+        ahead: Batch | None = None
+        taken = 0
+        for step, size in enumerate(sizes):
+            inputs, labels = stage.copied(order[taken : taken + size], step % STAGING_BUFFERS)
+            taken += size
+            batch = self.preprocessing.test(inputs), labels  # on the device: queued behind the copy
+            if ahead is not None:
+                yield ahead
+            ahead = batch  # copied while the step before it trains
+        if ahead is not None:
+            yield ahead
 
     def close(self) -> None:
         pass  # nothing runs in the background
 
 
 RESIDENT_SHARE = 0.5  # of the device's free memory, the most a resident dataset may take: the rest is training's
+CHUNK_BYTES = 32 * 2**20  # model inputs gathered at once: dozens of most models' batches; small beside any memory
+STAGING_BUFFERS = 2  # page-locked batches: one being copied while the next is gathered
 
 
 def _fits_on(device: torch.device, size_bytes: int) -> bool:
+    """Whether a dataset of `size_bytes` may live on `device`: always on the CPU (the arrays are in its memory)."""
+    if device.type == "cpu":
+        return True
     if device.type != "cuda":
         return False  # other accelerators report no free memory to check against
     free_bytes, _ = torch.cuda.mem_get_info(device)
     return size_bytes <= RESIDENT_SHARE * free_bytes
+
+
+def _preprocessed_on(device: torch.device, inputs: torch.Tensor, preprocessing: Preprocessing) -> torch.Tensor:
+    """`inputs` preprocessed on the host a chunk at a time (the host never holds a whole float copy) and gathered
+    into one tensor on `device`."""
+    if len(inputs) == 0:
+        return preprocessing.test(inputs).to(device)
+    rows = max(1, CHUNK_BYTES // preprocessing.test(inputs[:1]).nbytes)
+    chunks = [preprocessing.test(inputs[start : start + rows]) for start in range(0, len(inputs), rows)]
+    moved = torch.empty((len(inputs), *chunks[0].shape[1:]), dtype=chunks[0].dtype, device=device)
+    start = 0
+    for chunk in chunks:
+        moved[start : start + len(chunk)].copy_(chunk)
+        start += len(chunk)
+    return moved
+
+
+class _Stage:
+    """Batches gathered on the host by numpy (one thread) and copied to the device: through page-locked buffers,
+    asynchronously, on CUDA; into fresh arrays elsewhere (the CPU itself: the staged path as a test sees it)."""
+
+    def __init__(self, inputs: torch.Tensor, labels: torch.Tensor, batch_size: int, device: torch.device) -> None:
+        self.inputs, self.labels, self.device = _as_numpy(inputs), _as_numpy(labels), device
+        self.dtypes = inputs.dtype, labels.dtype
+        self.pinned = device.type == "cuda"
+        self.buffers = [
+            (
+                torch.empty((batch_size, *inputs.shape[1:]), dtype=inputs.dtype, pin_memory=True),
+                torch.empty((batch_size, *labels.shape[1:]), dtype=labels.dtype, pin_memory=True),
+            )
+            for _ in range(STAGING_BUFFERS if self.pinned else 0)
+        ]
+        self.copies: list[torch.cuda.Event | None] = [None] * len(self.buffers)
+
+    def copied(self, rows: np.ndarray, slot: int) -> Batch:
+        if not self.pinned:
+            gathered = (np.take(array, rows, axis=0) for array in (self.inputs, self.labels))
+            return tuple(  # type: ignore[return-value]  # two, as Batch says
+                _from_numpy(array, dtype).to(self.device) for array, dtype in zip(gathered, self.dtypes)
+            )
+        previous = self.copies[slot]
+        if previous is not None:
+            previous.synchronize()  # the buffer's last batch has reached the device: it may be overwritten
+        inputs, labels = (buffer[: len(rows)] for buffer in self.buffers[slot])
+        np.take(self.inputs, rows, axis=0, out=_as_numpy(inputs))
+        np.take(self.labels, rows, axis=0, out=_as_numpy(labels))
+        batch = inputs.to(self.device, non_blocking=True), labels.to(self.device, non_blocking=True)
+        copy = torch.cuda.Event()
+        copy.record(torch.cuda.current_stream(self.device))
+        self.copies[slot] = copy
+        return batch
+
+
+def _as_numpy(tensor: torch.Tensor) -> np.ndarray:
+    """A host tensor's memory as a numpy array (bfloat16, which numpy lacks, as the 16-bit integers it is in memory):
+    numpy's `take` copies rows on one thread, whatever torch's thread count."""
+    return (tensor.view(torch.int16) if tensor.dtype == torch.bfloat16 else tensor).numpy()
+
+
+def _from_numpy(array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+    tensor = torch.from_numpy(array)
+    return tensor.view(dtype) if dtype == torch.bfloat16 else tensor
 
 
 class ImageSource(Protocol):
@@ -376,12 +495,13 @@ def batches_for(
     *,
     workers: int,
     seed: int,
-    resident: bool = False,
+    resident: bool = True,
     shard: Shard | None = None,
 ) -> tuple[Batches, Batches]:
     """(training batches, test batches) of `dataset`, as a model taking `image_shape` images needs them.
 
-    `resident`: hold in-memory data on the device when it fits (tuned mode); see `HostBatches.resident`.
+    `resident`: hold in-memory data on the device where it fits (`HostBatches`); False gathers every batch on
+    the host and copies it, as data too big for the device is.
     `shard`: this process's slice of every training batch (data-parallel training); every process evaluates on
     the whole test split.
     """
