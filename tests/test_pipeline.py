@@ -434,3 +434,23 @@ def test_residency_is_judged_by_the_preprocessed_size(
     batches = host_batches(mnist_like)
     assert not batches.resident  # the device said no: staged
     assert asked == [TRAIN_SIZE * 28 * 28 * 4 + TRAIN_SIZE * 8]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device; this PyTorch sees none")
+def test_a_gpu_gets_the_cpus_batches_resident_or_staged(mnist_like: ArrayDataset) -> None:
+    """Resident on the GPU: preprocessed on the host, so bitwise the CPU's batches. Staged (forced here, as for data
+    too big for the device): the same samples, scaled on the device, equal to a rounding."""
+    cuda = torch.device("cuda")
+    on_cpu = list(host_batches(mnist_like).epoch(2))
+    resident = HostBatches(mnist_like.train_images, mnist_like.train_labels, BATCH_SIZE, cuda, seed=SEED)
+    staged = HostBatches(mnist_like.train_images, mnist_like.train_labels, BATCH_SIZE, cuda, seed=SEED, resident=False)
+    assert resident.resident and resident.preprocessed and resident.inputs.device.type == "cuda"
+    assert not staged.resident
+    drawn = zip(on_cpu, resident.epoch(2), staged.epoch(2), strict=True)
+    for (images, labels), (resident_images, resident_labels), (staged_images, staged_labels) in drawn:
+        assert resident_images.device.type == staged_images.device.type == "cuda"
+        assert torch.equal(resident_images.cpu(), images) and torch.equal(resident_labels.cpu(), labels)
+        assert torch.allclose(staged_images.cpu(), images, rtol=1e-6, atol=0) and torch.equal(
+            staged_labels.cpu(), labels
+        )
