@@ -406,6 +406,7 @@ def main() -> None:
     output = arguments.output or RESULTS / (
         f"engine-vs-plain-{slug(hardware)}-{arguments.device.replace(':', '')}-{isolation}.json"
     )
+    machine = machine_fingerprint()
     measured: dict[str, dict[str, list[float]]] = {}
     skipped: dict[str, str] = {}
     for name in arguments.workloads:
@@ -422,24 +423,27 @@ def main() -> None:
                     print(f"  {side} skipped: {reason}")
                     continue
                 rounds.setdefault(side, []).append(statistics.median(rates))
-                write(output, arguments, hardware, isolation, sides, measured, skipped)  # kept if the run stops
+                write(output, arguments, machine, hardware, isolation, sides, measured, skipped)  # kept if stopped
         print_workload(name, subject(name).batch_size, rounds)
-    write(output, arguments, hardware, isolation, sides, measured, skipped)
+    write(output, arguments, machine, hardware, isolation, sides, measured, skipped)
     print(f"written to {output}")
 
 
 def write(
     output: Path,
     arguments: argparse.Namespace,
+    machine: dict[str, Any],
     hardware: str,
     isolation: str,
     sides: list[str],
     measured: dict[str, dict[str, list[float]]],
     skipped: dict[str, str],
 ) -> None:
-    """The results so far, as JSON: written after every measurement."""
+    """The results so far, as JSON: written after every measurement, whole or not at all (a stop mid-write leaves
+    the last whole file)."""
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(
+    partial = output.with_name(output.name + ".partial")
+    partial.write_text(
         json.dumps(
             {
                 "benchmark": "engine_vs_plain",
@@ -447,7 +451,7 @@ def write(
                 "device": arguments.device,
                 "device_name": hardware,
                 "isolation": isolation,
-                "machine": machine_fingerprint(),
+                "machine": machine,
                 "threads": torch.get_num_threads(),
                 "steps": arguments.steps,
                 "epochs": arguments.epochs,
@@ -463,6 +467,7 @@ def write(
         )
         + "\n"
     )
+    partial.replace(output)
 
 
 def reference(rounds: dict[str, list[float]]) -> str | None:
