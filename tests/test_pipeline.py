@@ -24,7 +24,7 @@ import pytest
 import torch
 from PIL import Image
 
-from devicebench.data import ArrayDataset, ImageFolderDataset, pipeline
+from devicebench.data import ArrayDataset, ImageFolderDataset, pipeline, placement
 from devicebench.data.augmentation import (
     CifarDistortion,
     KerasAugmentation,
@@ -430,7 +430,7 @@ def test_residency_is_judged_by_the_preprocessed_size(
 ) -> None:
     """What a device would hold is the model's inputs, float32 (four bytes a pixel), and the labels."""
     asked: list[int] = []
-    monkeypatch.setattr(pipeline, "_fits_on", lambda device, size_bytes: asked.append(size_bytes) or False)
+    monkeypatch.setattr(placement, "fits_on", lambda device, size_bytes: asked.append(size_bytes) or False)
     batches = host_batches(mnist_like)
     assert not batches.resident  # the device said no: staged
     assert asked == [TRAIN_SIZE * 28 * 28 * 4 + TRAIN_SIZE * 8]

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from devicebench.data import placement
 from devicebench.data.arrays import ArrayDataset
 from devicebench.data.augmentation import Preprocessing, Rescale
 from devicebench.data.images import ImageFiles, ImageFolderDataset, decode_image
@@ -109,22 +110,9 @@ def _step_indices(order: torch.Tensor, step: int, batch_size: int, shard: Shard 
 
 class HostBatches:
     """Shuffled mini-batches of in-memory inputs (uint8 images, token ids), preprocessed as `preprocessing.test`
-    does, made one of two ways (`resident` says which):
-
-    - resident, the data in the device's memory: always on the CPU, where the arrays already are, and on a CUDA
-      device when the preprocessed split fits in RESIDENT_SHARE of its free memory. Each epoch gathers its samples
-      in its order a chunk of batches at a time (CHUNK_BYTES) and splits the chunk into batches, so a training step
-      costs no tensor operation of its own (a few per chunk). On a CUDA device the split is preprocessed once, on
-      the host (the very values a CPU run trains on), and moved; on the CPU it stays as it is and each chunk is
-      preprocessed: a float copy beside the uint8 arrays would more than double a big set's memory (CIFAR-10's
-      training images: 614 MB of floats beside 154 MB).
-    - staged, where the data does not fit (or `resident=False`): each batch is gathered by numpy's `take`, on one
-      thread, into page-locked memory, copied to the device asynchronously one batch ahead, and preprocessed
-      there. No torch operation runs on the host's cores per step: a multi-threaded one would leave OpenMP's
-      workers spinning between steps while a GPU trains.
-
-    Both ways draw the samples in `epoch_order`'s order, so every device sees the same batches.
-    """
+    does, in `epoch_order`'s order. `resident`: held on the device where they fit (data/placement.py says where and
+    why), each epoch gathering its samples a chunk of batches at a time (CHUNK_BYTES) and splitting the chunk, so
+    a step costs no tensor operation of its own; else staged: each batch gathered on one host thread and copied."""
 
     workers = 0  # the training process makes every batch
 
@@ -154,9 +142,14 @@ class HostBatches:
         # one sample's model input, in bytes: sizes the chunks and the resident copy
         self.sample_bytes = preprocessing.test(self.inputs[:1]).nbytes if len(self.inputs) else 1
         self.preprocessed = False  # whether `inputs` are the model's inputs already, not what preprocessing takes
-        self.resident = resident and _fits_on(device, len(self.inputs) * self.sample_bytes + self.labels.nbytes)
+        self.resident = resident and placement.fits_on(
+            device, len(self.inputs) * self.sample_bytes + self.labels.nbytes
+        )
         if self.resident and device.type != "cpu":
-            self.inputs, self.labels = _preprocessed_on(device, self.inputs, preprocessing), self.labels.to(device)
+            self.inputs, self.labels = (
+                placement.preprocessed_on(device, self.inputs, preprocessing),
+                self.labels.to(device),
+            )
             self.preprocessed = True
 
     def __len__(self) -> int:
@@ -189,99 +182,14 @@ class HostBatches:
             yield from zip(inputs.split(chunk_sizes), self.labels.index_select(0, chunk).split(chunk_sizes))
 
     def _staged_epoch(self, samples: torch.Tensor, sizes: list[int]) -> Iterator[Batch]:
-        stage = _Stage(self.inputs, self.labels, self.batch_size, self.device)
-        order = samples.numpy()
-        ahead: Batch | None = None
-        taken = 0
-        for step, size in enumerate(sizes):
-            inputs, labels = stage.copied(order[taken : taken + size], step % STAGING_BUFFERS)
-            taken += size
-            batch = self.preprocessing.test(inputs), labels  # on the device: queued behind the copy
-            if ahead is not None:
-                yield ahead
-            ahead = batch  # copied while the step before it trains
-        if ahead is not None:
-            yield ahead
+        stage = placement.Stage(self.inputs, self.labels, self.batch_size, self.device)
+        return stage.batches(samples.numpy(), sizes, self.preprocessing)
 
     def close(self) -> None:
         pass  # nothing runs in the background
 
 
-RESIDENT_SHARE = 0.5  # of the device's free memory, the most a resident dataset may take: the rest is training's
 CHUNK_BYTES = 32 * 2**20  # model inputs gathered at once: dozens of most models' batches; small beside any memory
-STAGING_BUFFERS = 2  # page-locked batches: one being copied while the next is gathered
-
-
-def _fits_on(device: torch.device, size_bytes: int) -> bool:
-    """Whether a dataset of `size_bytes` may live on `device`: always on the CPU (the arrays are in its memory)."""
-    if device.type == "cpu":
-        return True
-    if device.type != "cuda":
-        return False  # other accelerators report no free memory to check against
-    free_bytes, _ = torch.cuda.mem_get_info(device)
-    return size_bytes <= RESIDENT_SHARE * free_bytes
-
-
-def _preprocessed_on(device: torch.device, inputs: torch.Tensor, preprocessing: Preprocessing) -> torch.Tensor:
-    """`inputs` preprocessed on the host a chunk at a time (the host never holds a whole float copy) and gathered
-    into one tensor on `device`."""
-    if len(inputs) == 0:
-        return preprocessing.test(inputs).to(device)
-    rows = max(1, CHUNK_BYTES // preprocessing.test(inputs[:1]).nbytes)
-    chunks = [preprocessing.test(inputs[start : start + rows]) for start in range(0, len(inputs), rows)]
-    moved = torch.empty((len(inputs), *chunks[0].shape[1:]), dtype=chunks[0].dtype, device=device)
-    start = 0
-    for chunk in chunks:
-        moved[start : start + len(chunk)].copy_(chunk)
-        start += len(chunk)
-    return moved
-
-
-class _Stage:
-    """Batches gathered on the host by numpy (one thread) and copied to the device: through page-locked buffers,
-    asynchronously, on CUDA; into fresh arrays elsewhere (the CPU itself: the staged path as a test sees it)."""
-
-    def __init__(self, inputs: torch.Tensor, labels: torch.Tensor, batch_size: int, device: torch.device) -> None:
-        self.inputs, self.labels, self.device = _as_numpy(inputs), _as_numpy(labels), device
-        self.dtypes = inputs.dtype, labels.dtype
-        self.pinned = device.type == "cuda"
-        self.buffers = [
-            (
-                torch.empty((batch_size, *inputs.shape[1:]), dtype=inputs.dtype, pin_memory=True),
-                torch.empty((batch_size, *labels.shape[1:]), dtype=labels.dtype, pin_memory=True),
-            )
-            for _ in range(STAGING_BUFFERS if self.pinned else 0)
-        ]
-        self.copies: list[torch.cuda.Event | None] = [None] * len(self.buffers)
-
-    def copied(self, rows: np.ndarray, slot: int) -> Batch:
-        if not self.pinned:
-            gathered = (np.take(array, rows, axis=0) for array in (self.inputs, self.labels))
-            return tuple(  # type: ignore[return-value]  # two, as Batch says
-                _from_numpy(array, dtype).to(self.device) for array, dtype in zip(gathered, self.dtypes)
-            )
-        previous = self.copies[slot]
-        if previous is not None:
-            previous.synchronize()  # the buffer's last batch has reached the device: it may be overwritten
-        inputs, labels = (buffer[: len(rows)] for buffer in self.buffers[slot])
-        np.take(self.inputs, rows, axis=0, out=_as_numpy(inputs))
-        np.take(self.labels, rows, axis=0, out=_as_numpy(labels))
-        batch = inputs.to(self.device, non_blocking=True), labels.to(self.device, non_blocking=True)
-        copy = torch.cuda.Event()
-        copy.record(torch.cuda.current_stream(self.device))
-        self.copies[slot] = copy
-        return batch
-
-
-def _as_numpy(tensor: torch.Tensor) -> np.ndarray:
-    """A host tensor's memory as a numpy array (bfloat16, which numpy lacks, as the 16-bit integers it is in memory):
-    numpy's `take` copies rows on one thread, whatever torch's thread count."""
-    return (tensor.view(torch.int16) if tensor.dtype == torch.bfloat16 else tensor).numpy()
-
-
-def _from_numpy(array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
-    tensor = torch.from_numpy(array)
-    return tensor.view(dtype) if dtype == torch.bfloat16 else tensor
 
 
 class ImageSource(Protocol):
