@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))  # the benchmarks are scripts, not a package
@@ -55,3 +56,11 @@ def test_a_run_stopped_part_way_keeps_what_it_measured(monkeypatch: pytest.Monke
         run_benchmark(monkeypatch, output, "plain-resident,seed")
     written = json.loads(output.read_text())
     assert written["samples_per_s"] == {engine_vs_plain.LINEAR: {"plain-resident": [110.0]}}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device; this PyTorch sees none")
+def test_on_a_gpu_the_graph_side_captures_and_replays_the_step() -> None:
+    """Capture needs a capturable optimizer, a warm-up on a side stream and static buffers: any slip raises."""
+    rates = engine_vs_plain.plain_samples_per_s(engine_vs_plain.LINEAR, "plain-graph", torch.device("cuda"), 20, 2, 0)
+    assert len(rates) == 1 and rates[0] > 0  # the warm-up epoch left out

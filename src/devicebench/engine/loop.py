@@ -365,7 +365,7 @@ def _kept(value: torch.Tensor | float, previous: torch.Tensor | float | None, wh
 
 
 def _stacked(losses: list[torch.Tensor | float], device: torch.device) -> torch.Tensor:
-    """An epoch's step losses as one tensor, by one operation for them all (after the clock stopped)."""
+    """An epoch's step losses as one tensor, by a few operations for them all (after the clock stopped)."""
     if not losses:
         return torch.zeros(0, device=device)
     tensors = [loss if isinstance(loss, torch.Tensor) else torch.tensor(loss, device=device) for loss in losses]
