@@ -310,13 +310,15 @@ def _train_model(
     however training ends."""
     layers = layers_of(job.workload, record.settings.hyperparameters) if job.mode == "tuned" else None
     base = Tuning() if layers is None else base_tuning(job.device, layers, resident_possible=True)
-    batches_of = _batches_of(job, dataset, record.settings, base.device_resident)
+    batches_of = _batches_of(job, dataset, record.settings)
     with process_settings(base):
         if job.batch_size_auto:
             grow_batch_size(record, job, _training_samples(dataset), base, build_setup, batches_of, choices)
         hyperparameters = record.settings.hyperparameters
         batches = batches_of(record.settings.batch_size)
         opened += batches
+        # in seed mode too: where the data lived decides what a step waits for (the tuning, in tuned mode, says so again)
+        record.settings = dataclasses.replace(record.settings, device_resident=batches[0].resident)
         base = dataclasses.replace(base, device_resident=batches[0].resident)
         tuning = None
         if layers is not None:  # tuned mode
@@ -347,11 +349,9 @@ def _train_model(
     return model
 
 
-def _batches_of(
-    job: Job, dataset: Data, settings: RunSettings, resident: bool
-) -> Callable[[int], tuple[Batches, Batches]]:
+def _batches_of(job: Job, dataset: Data, settings: RunSettings) -> Callable[[int], tuple[Batches, Batches]]:
     """The run's (training, test) batches at any batch size, preprocessed as its `settings` say: this process's
-    shard of each, on the device when `resident` asks it."""
+    shard of each, held on the device where in-memory data fits there (`HostBatches`), in seed mode as in tuned."""
     preprocessing = job.workload.build_preprocessing(settings.hyperparameters)
 
     def batches_of(batch_size: int) -> tuple[Batches, Batches]:
@@ -363,7 +363,6 @@ def _batches_of(
             job.device,
             workers=settings.workers,
             seed=job.seed,
-            resident=resident,
             shard=current_shard(batch_size),
         )
 

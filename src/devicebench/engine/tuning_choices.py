@@ -23,5 +23,5 @@ class Tuning:
     tf32_matmul: bool = False  # CUDA fp32 matmuls on TF32 tensor cores
     tf32_cudnn: bool = False  # CUDA fp32 convolutions and RNNs on TF32 tensor cores (cuDNN's own switch)
     cudnn_benchmark: bool = False
-    device_resident: bool = False  # the dataset lives on the device as uint8; batches are gathered there
+    device_resident: bool = False  # the dataset lives on the device, preprocessed; batches are gathered there
     allocator_keeps_memory: bool = False

@@ -87,7 +87,7 @@ class RunSettings:
     compiled: bool = False  # torch.compile
     step_graph: bool = False  # the whole training step replayed as one CUDA graph (engine/step_graph.py)
     cudnn_benchmark: bool = False
-    device_resident: bool = False  # the dataset held on the device
+    device_resident: bool = False  # the dataset held on the device (in seed mode too: wherever it fits there)
     allocator_keeps_memory: bool = False  # glibc keeps freed blocks for reuse
     batch_size_auto: bool = False  # the batch size was grown for throughput (--batch-size auto), not the seed's
     world_size: int = 1  # processes training together (engine/distributed.py); batch_size is their global batch
