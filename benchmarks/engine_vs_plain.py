@@ -288,6 +288,9 @@ def devicebench_samples_per_s_in_new_process(
                 *what,
                 "--mode",
                 mode,
+                # tuned mode's default on a GPU compiles every candidate with inductor (20-40 s each): the graph and
+                # the precisions are what this benchmark asks of it
+                *(["--compile", "off"] if mode == "tuned" else []),
                 "--devices",
                 device,
                 "--epochs",
