@@ -18,6 +18,18 @@ experiments, benchmarks/interval_coverage.py): 66.6% at 2 a side, 89.8% at 3, 97
 lognormal noise; outlier blocks alike; a few points less where one side is six times noisier; far less on a
 drifting machine, which only repeats sample (docs/measurement.md, rule 4).
 
+Epochs of one process are not independent draws: each process has its own memory layout, allocator history,
+thread placement and clock state, and its epochs share that luck (3-18% between fresh processes on a 2-core VM,
+1-3% between the epochs of one). A rank interval over the steady epochs of one process a side therefore holds
+its level only for the ratio those two processes would show (`Speedup.within_one_process`). Where the machine's
+run-to-run variation was measured (`devicebench calibrate`: the coefficient of variation of the throughput of
+several fresh processes), `speedup_across_processes` takes it into account: in log throughput, the process term
+cv^2 (1/P + 1/Q), P and Q processes a side, is added to the epochs' own, s^2 (1/n + 1/m) with s^2 their pooled
+variance, and the interval is the ratio times exp(± t sqrt(sum)), t Student's at CONFIDENCE with the
+Welch-Satterthwaite degrees of freedom of the two estimated terms (the machine's from its processes - 1, the epochs'
+from n + m - 2). Measured coverage with 3% process-level and 2% epoch-level noise, two steady epochs a side and the
+machine term measured from 5 processes: benchmarks/interval_coverage.py, docs/measurement.md.
+
     python -c "from devicebench.results.stats import speedup; print(speedup([100, 102, 98], [800, 790, 810]))"
 """
 
@@ -30,6 +42,7 @@ from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
+from scipy.special import stdtrit
 
 CONFIDENCE = 0.95  # the level an interval is given at wherever its sample can hold it
 EXACT_COUNT_LIMIT = 60  # samples on both sides together up to which the rank count's distribution is worked out
@@ -49,6 +62,10 @@ class Speedup:
     low: float | None  # rank interval; None when either side has a single sample
     high: float | None
     level: float | None = None  # the interval's exact coverage (CONFIDENCE or above where the sample allows)
+    # True: the interval holds `level` only for the ratio of the processes measured, not of fresh ones (the
+    # epochs of one process a side, with the machine's run-to-run variation not measured)
+    within_one_process: bool = False
+    run_to_run_cv: float | None = None  # the machine's between-process CV the interval includes, where it does
 
 
 def spread(values: Sequence[float]) -> Spread:
@@ -79,6 +96,64 @@ def speedup(baseline_rates: Sequence[float], candidate_rates: Sequence[float]) -
     rank, level = interval_rank(len(baseline_rates), len(candidate_rates))
     ratios = np.sort(np.divide.outer(np.asarray(candidate_rates, float), np.asarray(baseline_rates, float)), axis=None)
     return Speedup(ratio=ratio, low=float(ratios[rank - 1]), high=float(ratios[-rank]), level=level)
+
+
+@dataclass(frozen=True)
+class RunToRun:
+    """A machine's measured run-to-run variation: the coefficient of variation (a fraction) between fresh processes
+    of one short workload's steady throughput, its epochs' own variation taken out (`between_process_cv`;
+    engine/run_to_run.py measures it)."""
+
+    cv: float
+    freedom: float  # its degrees of freedom: fewer than the processes it comes from (`between_process_cv`)
+
+
+def between_process_cv(process_epoch_rates: Sequence[Sequence[float]]) -> RunToRun:
+    """The CV of a process's level, from the steady throughputs of each of several processes (two or more epochs
+    each, as many in each): in log throughput, the variance of the processes' means less the share of it their
+    epochs' own variance explains (within / epochs; the one-way random-effects estimate), at least 0, with its
+    Welch-Satterthwaite degrees of freedom. Left in, the epochs' share would be counted twice by an interval that
+    also takes the epochs' variance."""
+    logs = np.log(np.asarray(process_epoch_rates, float))
+    processes, epochs = logs.shape
+    means = float(logs.mean(axis=1).var(ddof=1))
+    within = float(logs.var(axis=1, ddof=1).mean()) / epochs
+    between = max(means - within, 0.0)
+    spread_of_between = means**2 / (processes - 1) + within**2 / (processes * (epochs - 1))
+    freedom = between**2 / spread_of_between if between else processes - 1.0
+    return RunToRun(cv=math.sqrt(math.expm1(between)), freedom=max(freedom, 1.0))
+
+
+def speedup_across_processes(
+    baseline_rates: Sequence[float],
+    candidate_rates: Sequence[float],
+    run_to_run: RunToRun,
+    *,
+    baseline_processes: int = 1,
+    candidate_processes: int = 1,
+) -> Speedup:
+    """As `speedup`, from the steady epochs of a few processes a side, with the machine's run-to-run variation
+    added to the epochs' own (the module's docstring says how): a CONFIDENCE interval for the ratio fresh processes
+    would show. No interval with fewer than two samples on a side, as for `speedup`."""
+    ratio = statistics.median(candidate_rates) / statistics.median(baseline_rates)
+    if len(baseline_rates) < 2 or len(candidate_rates) < 2:
+        return Speedup(ratio=ratio, low=None, high=None, run_to_run_cv=run_to_run.cv)
+    epoch_freedom = len(baseline_rates) + len(candidate_rates) - 2
+    squares = sum(float(np.sum((logs - logs.mean()) ** 2)) for logs in map(np.log, (baseline_rates, candidate_rates)))
+    epoch_variance = squares / epoch_freedom * (1 / len(baseline_rates) + 1 / len(candidate_rates))
+    process_log_variance = math.log1p(run_to_run.cv**2)  # of a lognormal whose CV is run_to_run.cv
+    process_variance = process_log_variance * (1 / baseline_processes + 1 / candidate_processes)
+    total = epoch_variance + process_variance
+    spread_of_total = epoch_variance**2 / epoch_freedom + process_variance**2 / run_to_run.freedom
+    freedom = total**2 / spread_of_total if spread_of_total else math.inf  # Welch-Satterthwaite
+    half_width = float(stdtrit(freedom, (1 + CONFIDENCE) / 2)) * math.sqrt(total)
+    return Speedup(
+        ratio=ratio,
+        low=ratio * math.exp(-half_width),
+        high=ratio * math.exp(half_width),
+        level=CONFIDENCE,
+        run_to_run_cv=run_to_run.cv,
+    )
 
 
 @cache
