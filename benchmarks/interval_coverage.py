@@ -100,7 +100,8 @@ class Sessions:
     baseline: np.ndarray  # samples/s: (experiments, processes, steady epochs)
     candidate: np.ndarray
     process_ratio: np.ndarray  # (experiments,): the ratio the processes drawn would show over endless epochs
-    run_to_run: list[RunToRun]  # per experiment, the machine term a calibration under the same noise measured
+    # per experiment, each side's machine term as a calibration under the same noise measured it
+    run_to_run: list[tuple[RunToRun, RunToRun]]
 
 
 def simulate_sessions(
@@ -111,12 +112,18 @@ def simulate_sessions(
     rng = np.random.default_rng(seed)
     baseline, baseline_offsets = _side(rng, noise, experiments, processes, epochs, 0, process_cv)
     candidate, candidate_offsets = _side(rng, noise, experiments, processes, epochs, 1, process_cv)
-    calibration = _side(rng, noise, experiments, CALIBRATION_PROCESSES, CALIBRATION_EPOCHS, 0, process_cv)[0]
+    calibrations = [
+        _side(rng, noise, experiments, CALIBRATION_PROCESSES, CALIBRATION_EPOCHS, side, process_cv)[0]
+        for side in (0, 1)
+    ]
     return Sessions(
         baseline=baseline,
         candidate=candidate,
         process_ratio=TRUE_RATIO * np.exp(candidate_offsets.mean(axis=1) - baseline_offsets.mean(axis=1)),
-        run_to_run=[between_process_cv(rates) for rates in calibration],
+        run_to_run=[
+            (between_process_cv(baseline_rates), between_process_cv(candidate_rates))
+            for baseline_rates, candidate_rates in zip(*calibrations, strict=True)
+        ],
     )
 
 
@@ -160,11 +167,11 @@ def _held(
     candidate: np.ndarray,
     targets: np.ndarray,
     interval: Callable[..., Speedup],
-    run_to_run: Iterator[RunToRun] | None = None,
+    run_to_run: Iterator[tuple[RunToRun, RunToRun]] | None = None,
 ) -> tuple[float, float]:
     held, levels = [], []
     for base, cand, target in zip(baseline, candidate, targets, strict=True):
-        value = interval(list(base), list(cand), *([next(run_to_run)] if run_to_run else []))
+        value = interval(list(base), list(cand), *(next(run_to_run) if run_to_run else ()))
         if value.low is not None and value.high is not None:
             held.append(value.low <= target <= value.high)
             levels.append(value.level or 0.0)

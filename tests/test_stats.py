@@ -153,7 +153,7 @@ def test_repeats_in_fresh_processes_hold_their_level_under_process_noise():
 def test_the_machine_term_is_added_to_the_epochs_own_in_log_throughput():
     baseline, candidate = [100.0, 102.0], [800.0, 808.0]
     run_to_run = RunToRun(cv=0.03, freedom=math.inf)
-    result = speedup_across_processes(baseline, candidate, run_to_run)
+    result = speedup_across_processes(baseline, candidate, run_to_run, run_to_run)
     epoch_variance = (np.var(np.log(baseline), ddof=1) + np.var(np.log(candidate), ddof=1)) / 2 * (1 / 2 + 1 / 2)
     process_variance = 2 * math.log1p(0.03**2)  # one process a side
     total = epoch_variance + process_variance
@@ -164,10 +164,12 @@ def test_the_machine_term_is_added_to_the_epochs_own_in_log_throughput():
         pytest.approx(result.ratio * math.exp(-half_width)),
         pytest.approx(result.ratio * math.exp(half_width)),
     )
-    assert (result.level, result.run_to_run_cv, result.within_one_process) == (CONFIDENCE, 0.03, False)
-    more_processes = speedup_across_processes(baseline, candidate, run_to_run, baseline_processes=4)
+    assert (result.level, result.within_one_process) == (CONFIDENCE, False)
+    more_processes = speedup_across_processes(baseline, candidate, run_to_run, run_to_run, baseline_processes=4)
     assert more_processes.high - more_processes.low < result.high - result.low  # the process term shrinks as 1/P
-    assert speedup_across_processes([100.0], candidate, run_to_run).low is None
+    assert speedup_across_processes([100.0], candidate, run_to_run, run_to_run).low is None
+    steadier = speedup_across_processes(baseline, candidate, RunToRun(cv=0.01, freedom=math.inf), run_to_run)
+    assert steadier.high - steadier.low < result.high - result.low  # each side's machine term is its own
 
 
 def test_the_machine_term_leaves_the_epochs_own_variation_out_and_counts_its_degrees_of_freedom():

@@ -16,6 +16,7 @@ import dataclasses
 import logging
 import signal
 import sys
+import uuid
 import warnings
 from collections.abc import Callable
 from functools import partial
@@ -32,7 +33,7 @@ from devicebench.data.own import OwnData, TensorData, TorchData
 from devicebench.data.pipeline import Batches, Data, batches_for, default_workers, usable_cores
 from devicebench.devices import device_name, out_of_memory
 from devicebench.engine.boosting import train_boosted_trees
-from devicebench.engine.calibration_store import peak_tflops
+from devicebench.engine.calibration_store import peak_tflops, stored_run_to_run
 from devicebench.engine.distributed import current_shard, data_parallel, world_size
 from devicebench.engine.flops import training_flops_per_sample
 from devicebench.engine.loop import StepTimes, TrainingSetup, train
@@ -60,6 +61,7 @@ TRAINERS = {"boosted-trees": train_boosted_trees}  # the engine's trainers of mo
 # What a job trains on: a dataset devicebench reads, or the data a model of yours brings
 Dataset = data.Dataset | OwnData
 DataProblem = DataUnavailable | DataFormatError  # why a workload got no data: every run of it fails with this
+PROCESS_ID = uuid.uuid4().hex[:12]  # this process, in each run's record: the speedup interval's unit is the process
 
 
 def run(
@@ -174,6 +176,7 @@ def new_record(job: Job, dataset: Dataset | DataProblem, repeat: int) -> RunReco
         batch_size = min(batch_size, _training_samples(dataset))
         hyperparameters = {**hyperparameters, "batch_size": batch_size}
     definition = definition_fingerprint(job.workload)  # before the start time: a first build takes a moment
+    run_to_run = stored_run_to_run(machine_fingerprint()["machine_id"], str(job.device))
     return RunRecord(
         workload=job.workload.name,
         seed_experiment=job.workload.seed or "",  # empty: not a seed experiment
@@ -183,6 +186,9 @@ def new_record(job: Job, dataset: Dataset | DataProblem, repeat: int) -> RunReco
         started_utc=wall_clock_utc(),
         target_accuracy=job.training.target_accuracy,
         definition=definition,
+        process_id=PROCESS_ID,
+        run_to_run_cv=None if run_to_run is None else run_to_run.cv,
+        run_to_run_freedom=None if run_to_run is None else run_to_run.run_to_run.freedom,
         settings=RunSettings(
             batch_size=batch_size,  # the global batch when several processes train together
             epochs=job.training.epochs,

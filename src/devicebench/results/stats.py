@@ -4,7 +4,7 @@ A speedup is the ratio of two medians of steady-state throughput (samples/s). It
 log throughput (the Mann-Whitney, or Hodges-Lehmann, interval for a shift): of the n·m ratios candidate_i /
 baseline_j between every sample of one side and every sample of the other, it keeps the k-th smallest and the k-th
 largest. Nothing is resampled. The samples are the steady epochs of each side, or each repeat's median when both
-sides have two repeats or more (results/compare.py `_interval_samples`).
+sides have two repeats or more, each a fresh process (results/compare.py `_interval`).
 
 Why not a bootstrap: devicebench's default is one repeat of two steady epochs a side, and a percentile bootstrap of
 two samples is the span of the extreme ratios whatever level it is asked for. Its real coverage there is 2/3, not
@@ -24,10 +24,10 @@ thread placement and clock state, and its epochs share that luck (3-18% between 
 its level only for the ratio those two processes would show (`Speedup.within_one_process`). Where the machine's
 run-to-run variation was measured (`devicebench calibrate`: the coefficient of variation of the throughput of
 several fresh processes), `speedup_across_processes` takes it into account: in log throughput, the process term
-cv^2 (1/P + 1/Q), P and Q processes a side, is added to the epochs' own, s^2 (1/n + 1/m) with s^2 their pooled
+cv_b^2 / P + cv_c^2 / Q, P and Q processes a side, each side's machine's CV, is added to the epochs' own, s^2 (1/n + 1/m) with s^2 their pooled
 variance, and the interval is the ratio times exp(± t sqrt(sum)), t Student's at CONFIDENCE with the
-Welch-Satterthwaite degrees of freedom of the two estimated terms (the machine's from its processes - 1, the epochs'
-from n + m - 2). Measured coverage with 3% process-level and 2% epoch-level noise, two steady epochs a side and the
+Welch-Satterthwaite degrees of freedom of the estimated terms (each machine's as `between_process_cv` gives them,
+fewer than its processes; the epochs' n + m - 2). Measured coverage with 3% process-level and 2% epoch-level noise, two steady epochs a side and the
 machine term measured from 5 processes: benchmarks/interval_coverage.py, docs/measurement.md.
 
     python -c "from devicebench.results.stats import speedup; print(speedup([100, 102, 98], [800, 790, 810]))"
@@ -65,7 +65,6 @@ class Speedup:
     # True: the interval holds `level` only for the ratio of the processes measured, not of fresh ones (the
     # epochs of one process a side, with the machine's run-to-run variation not measured)
     within_one_process: bool = False
-    run_to_run_cv: float | None = None  # the machine's between-process CV the interval includes, where it does
 
 
 def spread(values: Sequence[float]) -> Spread:
@@ -127,24 +126,31 @@ def between_process_cv(process_epoch_rates: Sequence[Sequence[float]]) -> RunToR
 def speedup_across_processes(
     baseline_rates: Sequence[float],
     candidate_rates: Sequence[float],
-    run_to_run: RunToRun,
+    baseline_run_to_run: RunToRun,
+    candidate_run_to_run: RunToRun,
     *,
     baseline_processes: int = 1,
     candidate_processes: int = 1,
 ) -> Speedup:
-    """As `speedup`, from the steady epochs of a few processes a side, with the machine's run-to-run variation
-    added to the epochs' own (the module's docstring says how): a CONFIDENCE interval for the ratio fresh processes
-    would show. No interval with fewer than two samples on a side, as for `speedup`."""
+    """As `speedup`, from the steady epochs of a few processes a side, with each side's machine's run-to-run
+    variation added to the epochs' own (the module's docstring says how): a CONFIDENCE interval for the ratio fresh
+    processes would show. No interval with fewer than two samples on a side, as for `speedup`."""
     ratio = statistics.median(candidate_rates) / statistics.median(baseline_rates)
     if len(baseline_rates) < 2 or len(candidate_rates) < 2:
-        return Speedup(ratio=ratio, low=None, high=None, run_to_run_cv=run_to_run.cv)
+        return Speedup(ratio=ratio, low=None, high=None)
     epoch_freedom = len(baseline_rates) + len(candidate_rates) - 2
     squares = sum(float(np.sum((logs - logs.mean()) ** 2)) for logs in map(np.log, (baseline_rates, candidate_rates)))
     epoch_variance = squares / epoch_freedom * (1 / len(baseline_rates) + 1 / len(candidate_rates))
-    process_log_variance = math.log1p(run_to_run.cv**2)  # of a lognormal whose CV is run_to_run.cv
-    process_variance = process_log_variance * (1 / baseline_processes + 1 / candidate_processes)
-    total = epoch_variance + process_variance
-    spread_of_total = epoch_variance**2 / epoch_freedom + process_variance**2 / run_to_run.freedom
+    # of a lognormal whose CV is the measured one, each side's over its processes
+    process_variances = [
+        math.log1p(side.cv**2) / processes
+        for side, processes in ((baseline_run_to_run, baseline_processes), (candidate_run_to_run, candidate_processes))
+    ]
+    total = epoch_variance + sum(process_variances)
+    spread_of_total = epoch_variance**2 / epoch_freedom + sum(
+        variance**2 / side.freedom
+        for variance, side in zip(process_variances, (baseline_run_to_run, candidate_run_to_run), strict=True)
+    )
     freedom = total**2 / spread_of_total if spread_of_total else math.inf  # Welch-Satterthwaite
     half_width = float(stdtrit(freedom, (1 + CONFIDENCE) / 2)) * math.sqrt(total)
     return Speedup(
@@ -152,7 +158,6 @@ def speedup_across_processes(
         low=ratio * math.exp(-half_width),
         high=ratio * math.exp(half_width),
         level=CONFIDENCE,
-        run_to_run_cv=run_to_run.cv,
     )
 
 
