@@ -11,9 +11,7 @@ machine); a row with no such baseline says why instead of showing a number.
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,30 +30,16 @@ from devicebench.results.pooling import (
     unrecorded_note,
 )
 from devicebench.results.prices import Prices
+from devicebench.results.repetition import process_interval, process_medians, recorded_run_to_run
 from devicebench.results.schema import EpochRecord, Result, RunRecord
 from devicebench.results.speed_settings import SAME_WORK_SETTINGS, setting_text
-from devicebench.results.stats import (
-    RunToRun,
-    Speedup,
-    Spread,
-    coefficient_of_variation,
-    level_text,
-    speedup,
-    speedup_across_processes,
-    spread,
-)
+from devicebench.results.stats import RunToRun, Speedup, Spread, coefficient_of_variation, level_text, spread
 
 DEFAULT_BASELINE = "cpu"
 # Above this, steady epoch time varies too much across repeats to trust the row. It flags the sample's CV, not the
 # machine's: from 2 values a row of true CV 2% is flagged 1.2% of the time, 5% 32%, 10% 62% (tests/test_stats.py).
 # With one process, the sample's CV is its epochs' and the machine's run-to-run CV combined (Row.epoch_time_cv).
 NOISY_EPOCH_TIME_CV = 0.05
-# what an interval from one process a side leaves out, and what would put it in
-ONE_PROCESS_NOTE = (
-    "within one process a side: the variation between fresh processes is not in it (`devicebench calibrate` "
-    "measures this machine's, which every later run's interval includes; `--repeats 2` or more runs each repeat "
-    "in a fresh process)"
-)
 SECONDS_PER_HOUR = 3600.0
 JOULES_PER_WATT_HOUR = 3600.0
 TERA = 1e12  # FLOP/s per TFLOP/s
@@ -78,9 +62,7 @@ class Row:
     speedup_note: str = ""  # why there is no speedup, or where its interval comes from
     price_per_hour: float | None = None
     shared_name: bool = False  # another machine among the compared results has this one's name
-    # run id → the process it trained in: its process_id, or for a run stored before those were recorded its
-    # session's id (a session's repeats then shared its one process)
-    processes: dict[str, str] = field(default_factory=dict)
+    processes: dict[str, str] = field(default_factory=dict)  # run id → its process_id, or its session's id (before 6)
 
     @property
     def machine_id(self) -> str:
@@ -152,9 +134,7 @@ class Row:
         a fraction), across each process's median steady epoch time, or, with a single process, across its steady
         epochs, combined (root sum of squares) with the machine's run-to-run CV where it was measured: the figure
         the interval includes (`epoch_time_cv_basis` says which). None with fewer than two values."""
-        values, _ = self._repeatability_sample()
-        epochs_cv = coefficient_of_variation(values)
-        run_to_run = self.run_to_run
+        epochs_cv, run_to_run = coefficient_of_variation(self._repeatability_sample()[0]), self.run_to_run
         if epochs_cv is None or run_to_run is None or len(self.process_medians("train_time_s")) >= 2:
             return epochs_cv
         return (epochs_cv**2 + run_to_run.cv**2) ** 0.5
@@ -178,21 +158,11 @@ class Row:
         return times, f"{len(times)} steady epochs of one repeat and this machine's run-to-run {run_to_run.cv:.1%}"
 
     def process_medians(self, measure: str) -> list[float]:
-        """The median of `measure` (an EpochRecord field) over each process's steady epochs, one value a process."""
-        epochs: dict[str, list[float]] = {}
-        for run in self.runs:
-            for epoch in run.steady_epochs:
-                epochs.setdefault(self.processes.get(run.run_id, run.run_id), []).append(getattr(epoch, measure))
-        return [statistics.median(values) for values in epochs.values()]
+        return process_medians(self.runs, self.processes, measure)
 
     @property
-    def run_to_run(self) -> RunToRun | None:
-        """The machine's run-to-run variation on this device as the latest run that recorded it did, or None."""
-        recorded = [run for run in self.runs if run.run_to_run_cv is not None and run.run_to_run_freedom]
-        if not recorded:
-            return None
-        latest = recorded[-1]
-        return RunToRun(cv=latest.run_to_run_cv or 0.0, freedom=latest.run_to_run_freedom or 1.0)
+    def run_to_run(self) -> RunToRun | None:  # the machine's run-to-run variation on this device, where measured
+        return recorded_run_to_run(self.runs)
 
     @property
     def process_cpu_percent(self) -> Spread | None:
@@ -498,7 +468,7 @@ def tuned_gains(rows: list[Row]) -> list[TunedGain]:
             continue
         seed = _own_seed_row(tuned, rows)
         if seed is not None:
-            gains.append(TunedGain(tuned, seed, _interval(seed, tuned)[0]))
+            gains.append(TunedGain(tuned, seed, process_interval(seed, tuned)[0]))
     return gains
 
 
@@ -517,7 +487,7 @@ def _attach_speedup(row: Row, rows: list[Row], spec: str) -> None:
     if row.samples_per_s is None:
         row.speedup_note = "no steady-state epochs (epoch 1 is warm-up)"
         return
-    row.speedup, source = _interval(row.baseline, row)
+    row.speedup, source = process_interval(row.baseline, row)
     level = row.speedup.level
     row.speedup_note = f"{level_text(level)} interval from {source}" if level is not None else "one sample: no interval"
     own_steps, baseline_steps = row.settings["max_steps"], row.baseline.settings["max_steps"]
@@ -526,31 +496,3 @@ def _attach_speedup(row: Row, rows: list[Row], spec: str) -> None:
             f"; against {row.baseline.label}, whose epochs were capped at {baseline_steps or 'no'} "
             f"steps (this row's at {own_steps or 'no'})"
         )
-
-
-def _interval(baseline: Row, row: Row) -> tuple[Speedup, str]:
-    """The speedup of `row` over `baseline` and where its interval comes from. The process is the unit: with two
-    processes or more a side, the rank interval over each process's median; else over the steady epochs, with
-    both machines' run-to-run variation added where it was measured (stats.speedup_across_processes), and
-    otherwise an interval that holds within the processes measured only, which the note and the table say."""
-    baseline_processes = baseline.process_medians("samples_per_s")
-    own_processes = row.process_medians("samples_per_s")
-    if len(baseline_processes) >= 2 and len(own_processes) >= 2:
-        return speedup(baseline_processes, own_processes), "repeats"
-    baseline_rates = [epoch.samples_per_s for epoch in baseline.steady_epochs]
-    own_rates = [epoch.samples_per_s for epoch in row.steady_epochs]
-    if baseline.run_to_run is None or row.run_to_run is None:
-        found = speedup(baseline_rates, own_rates)
-        return dataclasses.replace(found, within_one_process=True), f"epochs, {ONE_PROCESS_NOTE}"
-    found = speedup_across_processes(
-        baseline_rates,
-        own_rates,
-        baseline.run_to_run,
-        row.run_to_run,
-        baseline_processes=len(baseline_processes),
-        candidate_processes=len(own_processes),
-    )
-    measured = ", ".join(
-        dict.fromkeys(f"{side.run_to_run.cv:.1%} on {side.label}" for side in (baseline, row) if side.run_to_run)
-    )
-    return found, f"epochs and this machine's run-to-run variation between processes ({measured})"
