@@ -31,8 +31,10 @@ ONE_PROCESS_NOTE = (
 class Repeated(Protocol):
     """What `process_interval` reads of a row (results/compare.py's Row)."""
 
-    label: str
     runs: list[RunRecord]
+
+    @property
+    def label(self) -> str: ...
 
     @property
     def steady_epochs(self) -> list[EpochRecord]: ...
