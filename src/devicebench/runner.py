@@ -64,13 +64,25 @@ DataProblem = DataUnavailable | DataFormatError  # why a workload got no data: e
 PROCESS_ID = uuid.uuid4().hex[:12]  # this process, in each run's record: the speedup interval's unit is the process
 
 
+# trains one repeat of a job in a fresh process and returns its record (launch.repeat_in_fresh_process, bound to
+# the plan and the signal that stops the session): given the job and the record that repeat would have started with
+FreshRepeat = Callable[[Job, RunRecord], RunRecord]
+
+
 def run(
-    plan: Plan, reporter: RunReporter | None = None, *, save_to: Path | None = None, spent_before_s: float = 0.0
+    plan: Plan,
+    reporter: RunReporter | None = None,
+    *,
+    save_to: Path | None = None,
+    spent_before_s: float = 0.0,
+    fresh_repeat: FreshRepeat | None = None,
 ) -> Result:
     """Execute every job of `plan` and return every measurement, finished or not.
 
     `save_to`: write the model of the last run that finishes well there, as a checkpoint for `predict`.
     `spent_before_s`: seconds of the plan's time budget already spent (a command's start-up).
+    `fresh_repeat`: how a repeat after a job's first runs in a fresh process (`repeats_apart` says which may);
+    None: every repeat in this one.
     """
     reporter = reporter or RunReporter()
     threads_before = torch.get_num_threads()
@@ -85,7 +97,7 @@ def run(
     reporter.session_started(result)
     shares = BudgetShares.for_plan(plan, spent_before_s)
     try:
-        _execute(plan.jobs, result, reporter, save_to, shares)
+        _execute(plan.jobs, result, reporter, save_to, shares, fresh_repeat)
         if shares is not None:
             reporter.budget_spent(shares.account(len({job.workload.name for job in plan.jobs})))
     finally:
@@ -94,7 +106,12 @@ def run(
 
 
 def _execute(
-    jobs: tuple[Job, ...], result: Result, reporter: RunReporter, save_to: Path | None, shares: BudgetShares | None
+    jobs: tuple[Job, ...],
+    result: Result,
+    reporter: RunReporter,
+    save_to: Path | None,
+    shares: BudgetShares | None,
+    fresh_repeat: FreshRepeat | None,
 ) -> None:
     # One dataset in memory at a time (the quick suite's together weigh about 1 GB), reused for as long as the
     # next job wants the same one.
@@ -128,6 +145,11 @@ def _execute(
                     reporter.run_started(record)
                     record.status, record.error = "failed", str(dataset)
                     reporter.run_finished(record)
+                elif fresh_repeat is not None and repeat > 0 and repeats_apart(job):
+                    record = result.runs[-1] = fresh_repeat(job, record)
+                    _told(record, reporter)
+                    if record.status == "interrupted":
+                        raise KeyboardInterrupt
                 else:
                     train_record(record, job, dataset, reporter, save_to=save_to, choices=choices, shares=shares)
                 if shares is not None:
@@ -139,6 +161,21 @@ def _execute(
                 record.status = "interrupted"
                 record.error = _stopped_reason()
                 reporter.run_finished(record)
+
+
+def repeats_apart(job: Job) -> bool:
+    """Whether `job`'s repeats may each run in a fresh process: not where the session chooses once for them all
+    (tuned mode's choices, --batch-size auto's batch), which a fresh process would choose again, maybe otherwise,
+    and its runs would no longer pool. Those repeats share this process, and their interval says so."""
+    return job.mode == "seed" and not job.batch_size_auto
+
+
+def _told(record: RunRecord, reporter: RunReporter) -> None:
+    """Tell `reporter` of a run another process trained, as if it had run here: it is stored and shown alike."""
+    reporter.run_started(record)
+    for epoch in record.epochs:
+        reporter.epoch_finished(record, epoch)
+    reporter.run_finished(record)
 
 
 def load_data(job: Job) -> Dataset | DataProblem:
