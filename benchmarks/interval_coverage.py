@@ -23,7 +23,7 @@ VM). It simulates devicebench's sessions: one process a side with 2 to 16 steady
 4 repeats a side, each a fresh process (its median is the sample). For one process a side it measures three
 intervals: the rank interval as printed without a measured machine term, against the true ratio and against the
 ratio of the two processes it holds for ("within one process"), and `speedup_across_processes` with the machine's
-run-to-run CV measured as `devicebench calibrate` measures it (CALIBRATION_PROCESSES fresh processes of
+run-to-run CV measured for each side as `devicebench calibrate` measures it (CALIBRATION_PROCESSES fresh processes of
 CALIBRATION_EPOCHS steady epochs each, under the same model), against the true ratio.
 
     python benchmarks/interval_coverage.py --experiments 4000

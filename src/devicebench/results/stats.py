@@ -201,4 +201,8 @@ def _rank_count_distribution(first_count: int, second_count: int) -> np.ndarray:
 
 # what every table, chart and note calls the interval; the level printed is the one `speedup` computed
 INTERVAL_NAME = f"{CONFIDENCE:.0%} rank interval"
-INTERVAL_NOTE = f"{INTERVAL_NAME}, or the lower level printed after it where too few samples hold {CONFIDENCE:.0%}"
+INTERVAL_NOTE = (
+    f"{INTERVAL_NAME}, or the lower level printed after it where too few samples hold {CONFIDENCE:.0%}; it holds for "
+    "fresh processes with 2 repeats or more a side (each a process) or with this machine's run-to-run variation "
+    "measured (devicebench calibrate), else only within the processes measured, marked 'in one process'"
+)
