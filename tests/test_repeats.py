@@ -50,13 +50,16 @@ def elsewhere(status: str = "ok"):
     """A stand-in for a fresh process: the record it was handed, trained elsewhere (two epochs, a process of its
     own), with `status`; and the (job, repeat) of each call."""
     calls: list[tuple[planning.Job, int]] = []
+    budgets: list[float | None] = []
 
-    def train(job: planning.Job, placeholder: RunRecord) -> RunRecord:
+    def train(job: planning.Job, placeholder: RunRecord, budget_s: float | None) -> RunRecord:
         calls.append((job, placeholder.repeat))
+        budgets.append(budget_s)
         first = EpochRecord(1, "warmup", 2, 100, 1.0, 100.0, 500.0, 1.0, 0.5)
         second = dataclasses.replace(first, epoch=2, phase="steady")
         return dataclasses.replace(placeholder, status=status, epochs=[first, second], process_id="elsewhere")
 
+    train.budgets = budgets  # type: ignore[attr-defined]
     return train, calls
 
 
@@ -75,6 +78,18 @@ def test_every_repeat_but_the_first_goes_to_a_fresh_process_and_is_told_as_if_it
         *[("started", 1, 2), ("epoch", 1, 1), ("epoch", 1, 2), ("finished", 1, 2)],
         *[("started", 2, 2), ("epoch", 2, 1), ("epoch", 2, 2), ("finished", 2, 2)],
     ]  # stored and shown as a run of this process is
+
+
+@pytest.mark.slow
+def test_a_repeat_in_its_process_gets_its_share_of_what_the_budget_has_left():
+    plan = planning.plan(RunConfig(**TINY, repeats=2, budget_s=60.0))
+    train, _ = elsewhere()
+    runner.run(plan, fresh_repeat=train)
+    (share_s,) = train.budgets
+    assert 0 < share_s < 60.0  # the first repeat spent some; the one still to come gets the rest, less finishing
+    train, _ = elsewhere()
+    runner.run(planning.plan(RunConfig(**TINY, repeats=2)), fresh_repeat=train)
+    assert train.budgets == [None]
 
 
 @pytest.mark.slow

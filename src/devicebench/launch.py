@@ -65,6 +65,7 @@ from devicebench.engine.distributed import (
     reason_path,
     take_rank_share,
 )
+from devicebench.engine.timing import process_age_s
 from devicebench.planning import Job, Plan
 from devicebench.report.progress import RichReporter
 from devicebench.results.schema import Result, RunRecord, RunStatus
@@ -366,13 +367,13 @@ def _failure_text(stderr: str, code: int) -> str:
     return f"{who} failed ({how}){cause}; the other ranks were stopped"
 
 
-def repeat_in_fresh_process(plan: Plan, job: Job, placeholder: RunRecord) -> RunRecord:
+def repeat_in_fresh_process(plan: Plan, job: Job, placeholder: RunRecord, budget_s: float | None) -> RunRecord:
     """Train one repeat of `job` (of `plan`, whose threads and model it shares) in a new interpreter and return its
-    record: `placeholder`'s repeat, failed with the reason where the process gave none. On a KeyboardInterrupt, the
-    signal that stopped this process (devicebench.stopping; Ctrl-C where none was caught) is forwarded, and the
-    record comes back marked interrupted with every epoch it finished. The job was sized to its share of a time
-    budget already."""
-    one = dataclasses.replace(plan, jobs=(dataclasses.replace(job, repeats=1),), budget_s=None)
+    record: `placeholder`'s repeat, failed with the reason where the process gave none. `budget_s`: the run's share
+    of the session's time budget, which the process's start counts against too (None: no budget). On a
+    KeyboardInterrupt, the signal that stopped this process (devicebench.stopping; Ctrl-C where none was caught)
+    is forwarded, and the record comes back marked interrupted with every epoch it finished."""
+    one = dataclasses.replace(plan, jobs=(dataclasses.replace(job, repeats=1),), budget_s=budget_s)
     with tempfile.TemporaryDirectory(prefix="devicebench-repeat-") as folder:
         plan_file, output_file = Path(folder) / "plan.json", Path(folder) / "result.json"
         plan_file.write_text(json.dumps({"plan": one.to_dict(), "quiet": True}))
@@ -407,7 +408,7 @@ def _repeat_main(plan_file: str, output_file: str) -> None:
     _stop_when_orphaned(launcher_pid, Path(output_file).parent)
     for number in STOPPING_SIGNALS:  # whichever signal the parent forwards, the run is kept as on Ctrl-C
         signal.signal(number, signal.default_int_handler)
-    result = runner.run(plan)
+    result = runner.run(plan, spent_before_s=process_age_s())  # a budget counts the interpreter's start too
     for number in STOPPING_SIGNALS:
         signal.signal(number, signal.SIG_IGN)
     result.write_json(Path(output_file))

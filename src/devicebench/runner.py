@@ -65,8 +65,9 @@ PROCESS_ID = uuid.uuid4().hex[:12]  # this process, in each run's record: the sp
 
 
 # trains one repeat of a job in a fresh process and returns its record (launch.repeat_in_fresh_process, bound to
-# the plan and the signal that stops the session): given the job and the record that repeat would have started with
-FreshRepeat = Callable[[Job, RunRecord], RunRecord]
+# the plan): given the job, the record that repeat would have started with, and its share of the session's time
+# budget in seconds (None: no budget)
+FreshRepeat = Callable[[Job, RunRecord, float | None], RunRecord]
 
 
 def run(
@@ -146,7 +147,8 @@ def _execute(
                     record.status, record.error = "failed", str(dataset)
                     reporter.run_finished(record)
                 elif fresh_repeat is not None and repeat > 0 and repeats_apart(job):
-                    record = result.runs[-1] = fresh_repeat(job, record)
+                    share_s = None if shares is None else shares.even_share_s()
+                    record = result.runs[-1] = fresh_repeat(job, record, share_s)
                     _told(record, reporter)
                     if record.status == "interrupted":
                         raise KeyboardInterrupt
