@@ -4,7 +4,7 @@ A speedup is the ratio of two medians of steady-state throughput (samples/s). It
 log throughput (the Mann-Whitney, or Hodges-Lehmann, interval for a shift): of the n·m ratios candidate_i /
 baseline_j between every sample of one side and every sample of the other, it keeps the k-th smallest and the k-th
 largest. Nothing is resampled. The samples are the steady epochs of each side, or each repeat's median when both
-sides have two repeats or more, each a fresh process (results/compare.py `_interval`).
+sides have two repeats or more, each a fresh process (results/repetition.py `process_interval`).
 
 Why not a bootstrap: devicebench's default is one repeat of two steady epochs a side, and a percentile bootstrap of
 two samples is the span of the extreme ratios whatever level it is asked for. Its real coverage there is 2/3, not
@@ -22,13 +22,14 @@ Epochs of one process are not independent draws: each process has its own memory
 thread placement and clock state, and its epochs share that luck (3-18% between fresh processes on a 2-core VM,
 1-3% between the epochs of one). A rank interval over the steady epochs of one process a side therefore holds
 its level only for the ratio those two processes would show (`Speedup.within_one_process`). Where the machine's
-run-to-run variation was measured (`devicebench calibrate`: the coefficient of variation of the throughput of
-several fresh processes), `speedup_across_processes` takes it into account: in log throughput, the process term
-cv_b^2 / P + cv_c^2 / Q, P and Q processes a side, each side's machine's CV, is added to the epochs' own, s^2 (1/n + 1/m) with s^2 their pooled
-variance, and the interval is the ratio times exp(± t sqrt(sum)), t Student's at CONFIDENCE with the
-Welch-Satterthwaite degrees of freedom of the estimated terms (each machine's as `between_process_cv` gives them,
-fewer than its processes; the epochs' n + m - 2). Measured coverage with 3% process-level and 2% epoch-level noise, two steady epochs a side and the
-machine term measured from 5 processes: benchmarks/interval_coverage.py, docs/measurement.md.
+run-to-run variation was measured (`devicebench calibrate`: the coefficient of variation between several fresh
+processes), `speedup_across_processes` takes it into account: in log throughput, the process term
+ln(1 + cv_b^2) / P + ln(1 + cv_c^2) / Q (P and Q processes a side, each side's machine's CV) is added to the
+epochs' own, s^2 (1/n + 1/m) with s^2 their pooled variance, and the interval is the ratio times
+exp(± t sqrt(sum)), t Student's at CONFIDENCE with the Welch-Satterthwaite degrees of freedom of the estimated
+terms (each machine's as `between_process_cv` gives them, fewer than its processes; the epochs' n + m - 2).
+Measured coverage with 3% process-level and 2% epoch-level noise, two steady epochs a side and each machine term
+measured from 5 processes: 96.7% for the 95% stated (benchmarks/interval_coverage.py, docs/measurement.md).
 
     python -c "from devicebench.results.stats import speedup; print(speedup([100, 102, 98], [800, 790, 810]))"
 """
@@ -42,7 +43,6 @@ from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
-from scipy.special import stdtrit
 
 CONFIDENCE = 0.95  # the level an interval is given at wherever its sample can hold it
 EXACT_COUNT_LIMIT = 60  # samples on both sides together up to which the rank count's distribution is worked out
@@ -152,6 +152,8 @@ def speedup_across_processes(
         for variance, side in zip(process_variances, (baseline_run_to_run, candidate_run_to_run), strict=True)
     )
     freedom = total**2 / spread_of_total if spread_of_total else math.inf  # Welch-Satterthwaite
+    from scipy.special import stdtrit  # here: every command that reads results would otherwise import scipy
+
     half_width = float(stdtrit(freedom, (1 + CONFIDENCE) / 2)) * math.sqrt(total)
     return Speedup(
         ratio=ratio,
