@@ -60,9 +60,11 @@ def calibrate(
     ] = False,
 ) -> None:
     """Measure each device's sustained ceilings (dense matmul TFLOP/s in each precision it computes natively,
-    memory and host-to-device GB/s) and its run-to-run variation (a short training workload in 5 fresh processes),
-    and store them for this machine, beside the datasheet's figures. A speedup interval from one process a side
-    includes the run-to-run variation of every run made after it.
+    memory and host-to-device GB/s) and its run-to-run variation, and store them for this machine, beside the
+    datasheet's figures.
+
+    The run-to-run variation: a short training workload in 5 fresh processes; a speedup interval from one process
+    a side includes it for every run made after it.
 
     [bold]devicebench calibrate[/]: every local device (about 70 s for the CPU on 2 cores, 75 s a GPU).
 
