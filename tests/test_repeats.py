@@ -17,6 +17,7 @@ import time
 
 import psutil
 import pytest
+import torch
 
 from devicebench import planning, runner
 from devicebench.cli import EXIT_TERMINATED
@@ -157,3 +158,14 @@ def _repeat_processes(pid: int) -> list[psutil.Process]:
         except psutil.NoSuchProcess:
             continue
     return found
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device; this PyTorch sees none")
+def test_on_a_gpu_a_repeat_in_a_fresh_process_trains_on_the_gpu():
+    config = dict(TINY, devices="cuda", max_steps=5)
+    plan = planning.plan(RunConfig(**config, repeats=2))
+    result = runner.run(plan, fresh_repeat=functools.partial(repeat_in_fresh_process, plan))
+    first, second = result.runs
+    assert (first.status, second.status, second.device) == ("ok", "ok", "cuda:0")
+    assert second.process_id != first.process_id and second.peak_device_memory_mib > 0

@@ -123,3 +123,11 @@ def test_each_process_is_a_fresh_interpreter_that_trains_and_reports_its_epochs(
     assert len(measured.process_epoch_rates) == 2
     assert all(len(process) == run_to_run.CALIBRATION_EPOCHS for process in measured.process_epoch_rates)
     assert all(rate > 0 for process in measured.process_epoch_rates for rate in process)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device; this PyTorch sees none")
+def test_on_a_gpu_each_fresh_process_trains_on_the_gpu():
+    measured = measure_run_to_run(torch.device("cuda", 0), processes=2)
+    assert measured.device == "cuda:0" and len(measured.process_epoch_rates) == 2
+    assert all(rate > 0 for process in measured.process_epoch_rates for rate in process)
