@@ -10,8 +10,8 @@ for an asynchronous device is caught by physics: work cannot finish faster than 
 as it is queued), and a short calibration against the datasheet with, on NVIDIA, clocks, temperature, power limit
 and PCIe link. The short calibration is shown, never stored; the run-to-run variation between fresh processes is
 measured as `calibrate` measures it, and stored. A check that itself fails (an NVML error, running out of memory)
-becomes a row saying so; nothing here raises. About a minute a device (about 35 s on a 2-core CPU, most of it the
-run-to-run processes).
+becomes a row saying so; nothing here raises. The ceilings take under a minute on any machine (about 10 s on a
+2-core CPU); the run-to-run variation adds 5 processes of about 2 s of training each, plus their start.
 
     devicebench check --devices cpu
 """

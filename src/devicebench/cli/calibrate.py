@@ -66,7 +66,8 @@ def calibrate(
     The run-to-run variation: a short training workload in 5 fresh processes; a speedup interval from one process
     a side includes it for every run made after it.
 
-    [bold]devicebench calibrate[/]: every local device (about 70 s for the CPU on 2 cores, 75 s a GPU).
+    [bold]devicebench calibrate[/]: every local device (the ceilings: under a minute for the CPU, about 45 s a
+    GPU; then 5 processes of about 2 s of training each, plus their start).
 
     [bold]devicebench calibrate --devices cuda:1[/]: one GPU; the devices stored before are kept.
 
