@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -46,6 +47,7 @@ import numpy as np
 
 CONFIDENCE = 0.95  # the level an interval is given at wherever its sample can hold it
 EXACT_COUNT_LIMIT = 60  # samples on both sides together up to which the rank count's distribution is worked out
+LARGEST_POWER = math.log(sys.float_info.max)  # of e, the largest a float holds
 
 
 @dataclass(frozen=True)
@@ -143,24 +145,28 @@ def speedup_across_processes(
     epoch_variance = squares / epoch_freedom * (1 / len(baseline_rates) + 1 / len(candidate_rates))
     # of a lognormal whose CV is the measured one, each side's over its processes
     process_variances = [
-        math.log1p(side.cv**2) / processes
+        2 * math.log(math.hypot(1.0, side.cv)) / processes  # ln(1 + cv^2), never overflowing
         for side, processes in ((baseline_run_to_run, baseline_processes), (candidate_run_to_run, candidate_processes))
     ]
     total = epoch_variance + sum(process_variances)
     spread_of_total = epoch_variance**2 / epoch_freedom + sum(
-        variance**2 / side.freedom
+        variance**2 / max(side.freedom, 1.0)  # at least one: as between_process_cv gives it, whatever a record says
         for variance, side in zip(process_variances, (baseline_run_to_run, candidate_run_to_run), strict=True)
     )
     freedom = total**2 / spread_of_total if spread_of_total else math.inf  # Welch-Satterthwaite
     from scipy.special import stdtrit  # here: every command that reads results would otherwise import scipy
 
     half_width = float(stdtrit(freedom, (1 + CONFIDENCE) / 2)) * math.sqrt(total)
+    centre = math.log(ratio)
     return Speedup(
-        ratio=ratio,
-        low=ratio * math.exp(-half_width),
-        high=ratio * math.exp(half_width),
-        level=CONFIDENCE,
+        ratio=ratio, low=_finite_exp(centre - half_width), high=_finite_exp(centre + half_width), level=CONFIDENCE
     )
+
+
+def _finite_exp(power: float) -> float:
+    """e to `power`, the largest float where that is larger: figures at the bounds of what a record holds must not
+    make an interval end infinite."""
+    return math.exp(min(power, LARGEST_POWER))
 
 
 @cache
