@@ -20,11 +20,12 @@ from typing import Protocol
 from devicebench.results.schema import EpochRecord, RunRecord
 from devicebench.results.stats import RunToRun, Speedup, speedup, speedup_across_processes
 
-# what an interval from one process a side leaves out, and what would put it in
+# what an interval from one process a side leaves out, and what would put it in; no "; " in it, which parts a
+# speedup note (report/text.py row_notes)
 ONE_PROCESS_NOTE = (
     "within one process a side: the variation between fresh processes is not in it (`devicebench calibrate` "
-    "measures this machine's, which every later run's interval includes; `--repeats 2` or more runs each repeat "
-    "in a fresh process)"
+    "measures this machine's, which every later run's interval then includes, and `--repeats 2` or more runs each "
+    "repeat in a fresh process)"
 )
 
 
