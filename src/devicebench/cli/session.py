@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import re
 import signal
 from collections.abc import Callable, Iterable
@@ -178,6 +179,7 @@ def train_and_show(
     `sweep` share. Every failure to start (a bad path, a foreign database, a missing device) comes before
     any training."""
     from devicebench import runner
+    from devicebench.launch import repeat_in_fresh_process
     from devicebench.report.progress import RichReporter
     from devicebench.report.tensorboard import TensorBoardReporter
 
@@ -202,6 +204,7 @@ def train_and_show(
                 ReporterGroup(recorder, *session_json, screen, *listeners),
                 save_to=save_to,
                 spent_before_s=process_age_s(),
+                fresh_repeat=functools.partial(repeat_in_fresh_process, job_plan),  # a repeat is a fresh process
             )  # a budget counts the command's start-up too
         finally:
             screen.close()
