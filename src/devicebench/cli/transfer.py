@@ -24,6 +24,7 @@ from devicebench.cli import (
     open_store,
 )
 from devicebench.engine.timing import wall_clock_utc
+from devicebench.environment import machine_fingerprint
 from devicebench.results.schema import Result
 from devicebench.results.store import Store
 from devicebench.results.transfer import (
@@ -102,11 +103,15 @@ def import_command(
     [bold]devicebench import server.json gpu-box.json[/]
     """
     failure: typer.Exit | None = None
+    fingerprint = machine_fingerprint()
+    this_machine = (fingerprint["machine_id"], fingerprint["machine_name"])
     with open_store(db) as store:
         for file in files:
             runs: list[int] = []  # each session's, as it is read
             try:  # read as it is stored, in one transaction: a wrong field anywhere rolls back the whole file
-                added = store.import_results(_counting_runs(stream_results_file(file, now_utc=wall_clock_utc()), runs))
+                added = store.import_results(
+                    _counting_runs(stream_results_file(file, now_utc=wall_clock_utc()), runs), this_machine=this_machine
+                )
             except ResultsFileError as error:
                 failure = fail(str(error))  # say so now, and go on with the other files
                 continue

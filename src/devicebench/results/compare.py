@@ -42,7 +42,8 @@ NOISY_EPOCH_TIME_CV = 0.05
 SECONDS_PER_HOUR = 3600.0
 JOULES_PER_WATT_HOUR = 3600.0
 TERA = 1e12  # FLOP/s per TFLOP/s
-ID_DIGITS_SHOWN = 6  # of a machine id, after a name that two compared machines share
+ID_DIGITS_SHOWN = 6  # of a machine id, at least, after a name that two compared machines share
+LABEL_MARKS = ("@", "/")  # what a label puts after a machine's name: a name holding one could pass for another label
 
 
 @dataclass
@@ -60,7 +61,7 @@ class Row:
     speedup: Speedup | None = None
     speedup_note: str = ""  # why there is no speedup, or where its interval comes from
     price_per_hour: float | None = None
-    shared_name: bool = False  # another machine among the compared results has this one's name
+    id_digits: int = 0  # of its machine id shown after its name: enough to tell the machines of one name apart
 
     @property
     def machine_id(self) -> str:
@@ -73,8 +74,27 @@ class Row:
     @property
     def machine_name(self) -> str:
         """The machine's name, with the start of its id where another compared machine has the same name
-        (`vm@3f2a1b`): two cloud VMs both called `vm` must not read as one machine."""
-        return f"{self.plain_name}@{self.machine_id[:ID_DIGITS_SHOWN]}" if self.shared_name else self.plain_name
+        (`vm@3f2a1b`, longer where two ids start alike): two cloud VMs both called `vm` must not read as one
+        machine. A name holding a LABEL_MARKS character always shows its id: `vm@3f2a1b` typed as a machine's name
+        must not pass for the label of another."""
+        return f"{self.plain_name}@{self.machine_id[: self.id_digits]}" if self.id_digits else self.plain_name
+
+    @property
+    def shared_name(self) -> bool:
+        """Whether another compared machine has this one's name."""
+        return self.id_digits > 0 and not any(mark in self.plain_name for mark in LABEL_MARKS)
+
+    def named_by(self, machine: str) -> bool:
+        """Whether `machine`, the MACHINE of `--baseline MACHINE/DEVICE`, names this row's machine: its label as
+        tables show it, its whole id, or its name and the start of its id (`vm@3f2a1b0e`, at least ID_DIGITS_SHOWN
+        digits)."""
+        name, at, digits = machine.rpartition("@")
+        return machine in (self.machine_name, self.machine_id) or (
+            bool(at)
+            and name == self.plain_name
+            and len(digits) >= ID_DIGITS_SHOWN
+            and self.machine_id.startswith(digits)
+        )
 
     @property
     def differs_by(self) -> str:
@@ -95,7 +115,7 @@ class Row:
             baseline is not None
             and baseline is not self
             and baseline.device == self.device
-            and baseline.machine_id == self.machine_id
+            and _same_machine(baseline, self)
             and baseline.settings["mode"] == "seed"
             and self.settings["mode"] == "tuned"
         )
@@ -357,7 +377,9 @@ def compare(
     for result in results:
         for run in result.runs:
             settings = {**run_settings(result, run), "definition": next(definitions)}
-            key = (run.workload, result.machine["machine_id"], run.device, json.dumps(settings, sort_keys=True))
+            # the name too: two machines that claim one id (a forged import) are never pooled
+            identity = (result.machine["machine_id"], result.machine.get("machine_name") or result.machine["hostname"])
+            key = (run.workload, *identity, run.device, json.dumps(settings, sort_keys=True))
             if key not in rows:
                 rows[key] = Row(run.workload, result.machine, run.device, run.device_name, settings)
             rows[key].runs.append(run)
@@ -366,7 +388,9 @@ def compare(
         ids_named.setdefault(row.plain_name, set()).add(row.machine_id)
     by_workload: dict[str, list[Row]] = {}
     for row in rows.values():
-        row.shared_name = len(ids_named[row.plain_name]) > 1
+        ids = ids_named[row.plain_name]
+        if len(ids) > 1 or any(mark in row.plain_name for mark in LABEL_MARKS):
+            row.id_digits = _digits_apart(ids)
         by_workload.setdefault(row.workload, []).append(row)
     for workload_rows in by_workload.values():
         name_differences(workload_rows)
@@ -375,6 +399,14 @@ def compare(
                 row.price_per_hour = prices.per_hour(row.machine, row.device)
             _attach_speedup(row, workload_rows, baseline)
     return by_workload
+
+
+def _digits_apart(ids: set[str]) -> int:
+    """The fewest digits, ID_DIGITS_SHOWN or more, whose starts of `ids` are all different."""
+    digits = ID_DIGITS_SHOWN
+    while len({machine_id[:digits] for machine_id in ids}) < len(ids) and digits < max(map(len, ids)):
+        digits += 1
+    return digits
 
 
 def _spread_or_none(values: list[float]) -> Spread | None:
@@ -391,17 +423,26 @@ def _same_work(first: Row, second: Row, apart_from: frozenset[str] = frozenset()
     )
 
 
+def _same_machine(first: Row, second: Row) -> bool:
+    """Whether two rows come from one machine: one id under one name (a forged import may claim another's id)."""
+    return (first.machine_id, first.plain_name) == (second.machine_id, second.plain_name)
+
+
 def _find_baseline(row: Row, rows: list[Row], spec: str) -> Row | None:
+    """The row `row`'s speedup is against, or None: none doing its work, or `spec` names several machines (the
+    start of an id two machines share) and picking one would be a guess."""
     machine, _, device = spec.rpartition("/")
     candidates = [
         other
         for other in rows
         if other.device == device
         # a fixed machine by its name as tables show it (`vm@3f2a1b`: `vm` alone would pick one of two unsaid) or id
-        and (other.machine_id == row.machine_id if not machine else machine in (other.machine_name, other.machine_id))
+        and (_same_machine(other, row) if not machine else other.named_by(machine))
         and _same_work(row, other)
         and other.samples_per_s is not None
     ]
+    if len({(other.machine_id, other.plain_name) for other in candidates}) > 1:
+        return None
     return _closest(row, candidates) if candidates else None
 
 
@@ -423,7 +464,7 @@ def _own_seed_row(row: Row, rows: list[Row]) -> Row | None:
         other
         for other in rows
         if other.settings["mode"] == "seed"
-        and other.machine_id == row.machine_id
+        and _same_machine(other, row)
         and other.device == row.device
         and other.samples_per_s is not None
         and _same_work(row, other, apart_from=frozenset({"mode"}))
@@ -461,6 +502,13 @@ def _attach_speedup(row: Row, rows: list[Row], spec: str) -> None:
         row.baseline = _own_seed_row(row, rows) or row
     if row.baseline is None:
         machine = spec.rpartition("/")[0]
+        named = sorted({other.machine_name for other in rows if machine and other.named_by(machine)})
+        if len(named) > 1:  # the start of an id that several machines share
+            row.speedup_note = (
+                f"no baseline: {machine} names {len(named)} machines ({', '.join(named)}); name one as the table "
+                "does, or by its whole id"
+            )
+            return
         where = f"on {machine or row.machine_name}"
         if any(other.shared_name and other.plain_name == machine for other in rows):
             where += f" (several machines are called {machine}: name one as the table does, {machine}@ID)"

@@ -200,11 +200,12 @@ class Store:
         self.close()
 
     @contextmanager
-    def _transaction(self, action: str, begin: str = "BEGIN IMMEDIATE") -> Iterator[None]:
+    def _transaction(self, action: str, begin: str = "BEGIN IMMEDIATE", *, kept: str | None = None) -> Iterator[None]:
         """Commit everything inside at once, or nothing. IMMEDIATE takes the write lock up front, so a writer
         waits its turn (up to BUSY_TIMEOUT_S) instead of failing when another process writes at the same time.
 
-        A failure (a full disk, a lock held too long) rolls it all back and is a StoreError naming `action`.
+        A failure (a full disk, a lock held too long) rolls it all back and is a StoreError naming `action` and,
+        given `kept`, what the file holds then (else: that it is unchanged).
         """
         try:
             self._connection.execute(begin)
@@ -215,7 +216,7 @@ class Store:
                 self._connection.rollback()
                 raise
         except sqlite3.Error as error:
-            explanation = explain(error, self.path, unchanged=True)
+            explanation = explain(error, self.path, unchanged=kept or True)
             raise StoreError(f"could not {action} in {self.path}: {explanation}") from None
         self.check_still_there(action)
 
@@ -255,7 +256,7 @@ class Store:
             self._refuse_unreadable([record.run_id])
 
     def add_epoch(self, run_id: str, epoch: EpochRecord) -> None:
-        with self._transaction(f"store epoch {epoch.epoch} of run {run_id}"):
+        with self._transaction(f"store epoch {epoch.epoch} of run {run_id}", kept=_cut_short(run_id)):
             self._connection.execute(INSERT_EPOCH, epoch_row(run_id, epoch))
             self._refuse_unreadable([run_id])
 
@@ -265,7 +266,7 @@ class Store:
         Its epochs are written again where missing, in case Ctrl-C struck while one was being stored. A session
         with an interrupted run was itself interrupted.
         """
-        with self._transaction(f"store the end of run {record.run_id}"):
+        with self._transaction(f"store the end of run {record.run_id}", kept=_cut_short(record.run_id)):
             if self._connection.execute(UPDATE_RUN, run_row(record)).rowcount == 0:
                 raise ValueError(f"run {record.run_id} was never started in {self.path}")
             self._insert_epochs(record)
@@ -284,19 +285,80 @@ class Store:
         """Add a session from elsewhere, keeping its ids and fingerprint; returns how many of its runs were new."""
         return self.import_results([result])
 
-    def import_results(self, results: Iterable[Result]) -> int:
-        """Add sessions in one transaction, all or nothing; returns how many runs were new."""
+    def import_results(self, results: Iterable[Result], *, this_machine: tuple[str, str] | None = None) -> int:
+        """Add sessions in one transaction, all or nothing; returns how many runs were new, or completed (a run stored
+        cut short, as by a disk that filled mid-run, that the file holds further). `this_machine`, the (id, name)
+        of the machine importing: a session claiming its id under another name is refused, as is one claiming the
+        id of a stored machine of another name."""
         added = 0
         with self._transaction("import the results"):
             for result in results:
                 self._refuse_another_session_of_the_same_id(result)
+                self._refuse_another_machine_of_the_same_id(result, this_machine)
                 self._insert_session(result)
-                new_runs = [record for record in result.runs if self._insert_run(result.result_id, record)]
+                new_runs = [record for record in result.runs if self._insert_new_run(result.result_id, record)]
                 for record in new_runs:
                     self._insert_epochs(record)
                 self._refuse_unreadable([record.run_id for record in new_runs])
                 added += len(new_runs)
         return added
+
+    def _insert_new_run(self, result_id: str, record: RunRecord) -> bool:
+        """Insert an imported run, or complete the stored one of its id that was cut short; returns whether either
+        happened (False: the run is stored already, as far as the file holds it)."""
+        stored = self._connection.execute(
+            "SELECT status, (SELECT count(*) FROM epochs WHERE epochs.run_id = runs.run_id) AS epochs FROM runs "
+            "WHERE run_id = ?",
+            (record.run_id,),
+        ).fetchone()
+        if stored is None:
+            self._refuse_a_prefix_of_another_id(record.run_id)
+            return self._insert_run(result_id, record)
+        # interrupted with fewer epochs than the file holds (its process died, or the disk filled, mid-run): the
+        # file holds more of the same run (_refuse_another_session_of_the_same_id checked it is the same session)
+        if stored["status"] != "interrupted" or (record.status == "interrupted" and len(record.epochs) <= stored[1]):
+            return False
+        self._connection.execute("DELETE FROM epochs WHERE run_id = ?", (record.run_id,))
+        self._connection.execute(UPDATE_RUN, run_row(record))
+        return True
+
+    def _refuse_a_prefix_of_another_id(self, run_id: str) -> None:
+        """StoreError when `run_id` starts a stored run's id or a stored id starts it: `forget` and `history` name
+        runs by the start of their ids, and a forged id equal to the start of a real one would make it ambiguous."""
+        # the ids that start with it sort between it and it followed by the last character there is: the primary
+        # key's order finds them without reading every run
+        longer = self._connection.execute(
+            "SELECT run_id FROM runs WHERE run_id > ? AND run_id < ? LIMIT 1", (run_id, run_id + "\U0010ffff")
+        ).fetchone()
+        starts = [run_id[:length] for length in range(1, len(run_id))]  # at most 63 (transfer.ID_PATTERN)
+        shorter = self._connection.execute(
+            f"SELECT run_id FROM runs WHERE run_id IN ({', '.join('?' * len(starts))}) LIMIT 1", starts
+        ).fetchone()
+        other = longer or shorter
+        if other is not None:
+            raise StoreError(
+                f"run {run_id} and the stored run {other[0]} start alike, one id the start of the other: `forget` "
+                f"and `history` could not tell them apart. Nothing was imported; {WHAT_TO_DO}"
+            )
+
+    def _refuse_another_machine_of_the_same_id(self, result: Result, this_machine: tuple[str, str] | None) -> None:
+        """StoreError when `result`'s machine id is this machine's or a stored machine's, under another name: one id
+        is one machine, and a session claiming another's would pool its runs into that machine's rows."""
+        machine_id, name = result.machine["machine_id"], result.machine["machine_name"]
+        stored = self._connection.execute(
+            "SELECT machine_name FROM machines WHERE machine_id = ?", (machine_id,)
+        ).fetchone()
+        known = [("a stored machine", stored[0])] if stored is not None else []
+        if this_machine is not None and this_machine[0] == machine_id:
+            known.append(("this machine", this_machine[1]))
+        for whose, known_name in known:
+            if known_name != name:
+                raise StoreError(
+                    f"session {result.result_id} comes from a machine called {name!r} with the id {machine_id}, "
+                    f"which is the id of {whose}, {known_name!r}: one id is one machine, and its runs would pool "
+                    f"into {known_name!r}'s. Nothing was imported; export the file again from the machine that ran "
+                    "it, or import it into another --db"
+                )
 
     def _refuse_unreadable(self, run_ids: list[str]) -> None:
         """Read the runs just written back, inside the writing transaction, as every reading command will: a run
@@ -459,6 +521,15 @@ class Store:
             machines = self._connection.execute("SELECT DISTINCT machine_name FROM machines ORDER BY 1").fetchall()
             workloads = self._connection.execute("SELECT DISTINCT workload FROM runs ORDER BY 1").fetchall()
         return [row[0] for row in machines], [row[0] for row in workloads]
+
+
+def _cut_short(run_id: str) -> str:
+    """What the file holds of a run whose epoch or end could not be stored, and how to mend it."""
+    return (
+        f"run {run_id} stays stored as started, with the epochs stored before, and reads as interrupted from the "
+        "next command on: `devicebench import` of the run's --json file completes it, or `devicebench forget "
+        f"{run_id[:8]}` removes it"
+    )
 
 
 def pid_namespace() -> str | None:

@@ -76,9 +76,9 @@ def refuse_if_not_sqlite(path: Path) -> None:
         )
 
 
-def explain(error: sqlite3.Error, path: Path, *, unchanged: bool = False) -> str:
+def explain(error: sqlite3.Error, path: Path, *, unchanged: bool | str = False) -> str:
     """What `error` means for the database at `path`, in words, and what to do about it. `unchanged`: say that the
-    failed transaction was rolled back, leaving the file as it was."""
+    failed transaction was rolled back, leaving the file as it was; as text, what the file holds then instead."""
     name = getattr(error, "sqlite_errorname", "")  # SQLITE_FULL, SQLITE_BUSY...: absent from errors made in Python
     message = str(error)
     if name == "SQLITE_FULL" or "disk is full" in message:
@@ -106,5 +106,7 @@ def explain(error: sqlite3.Error, path: Path, *, unchanged: bool = False) -> str
         problem, advice = "the disk failed to read or write it", "check the disk, or " + WHAT_TO_DO
     else:
         problem, advice = "SQLite failed", WHAT_TO_DO
-    kept = "; the file is unchanged, with everything stored in it before" if unchanged else ""
+    kept = "; the file is unchanged, with everything stored in it before" if unchanged is True else ""
+    if isinstance(unchanged, str):
+        kept = f"; {unchanged}"
     return f"{problem} ({message}){kept}. To go on, {advice}"

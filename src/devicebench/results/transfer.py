@@ -12,6 +12,7 @@ import datetime
 import io
 import itertools
 import json
+import re
 import typing
 import unicodedata
 from collections.abc import Iterable, Iterator
@@ -37,6 +38,12 @@ EXPORT_KIND = "devicebench-export"
 FINISHED_STATUSES = tuple(status for status in typing.get_args(RunStatus) if status != "running")
 MACHINE_IDENTITY_KEYS = ("machine_id", "machine_name", "hostname")  # the fingerprint keys the store indexes
 CLOCK_SKEW = datetime.timedelta(days=1)  # how far ahead of this machine's clock another machine's may be
+# What a label puts after a machine's name (results/compare.py: `vm@3f2a1b/cpu`): a name holding one could pass for
+# the label of another machine, and be picked as its baseline
+LABEL_MARKS = ("@", "/")
+# Run and session ids as devicebench writes them (32 hex digits) and tests name them: letters, digits, `-` and `_`.
+# No space or line break (`forget " "` could never name it) and no character `history` would not show as typed.
+ID_PATTERN = re.compile(r"[0-9A-Za-z_-]{1,64}")
 
 
 class ResultsFileError(DevicebenchError, ValueError):
@@ -301,6 +308,31 @@ def _check_finished_session(result: Result, where: str, now_utc: str | None) -> 
             raise InvalidResult(
                 f"{machine}.{key}: expected a non-empty string, got {json.dumps(result.machine.get(key))[:60]}"
             )
+    name = result.machine["machine_name"]
+    if any(mark in name for mark in LABEL_MARKS):
+        raise InvalidResult(
+            f"{machine}.machine_name: {name!r} holds {' or '.join(LABEL_MARKS)}, which tables put after a machine's "
+            "name (vm@3f2a1b/cpu): it could pass for another machine's label; rename the machine where it ran "
+            "(DEVICEBENCH_MACHINE) and export again"
+        )
+    ids = [(f"{where}.result_id" if where else "result_id", result.result_id)]
+    ids += [
+        (f"{where}.runs[{index}].run_id" if where else f"runs[{index}].run_id", run.run_id)
+        for index, run in enumerate(result.runs)
+    ]
+    for place, value in ids:
+        if not ID_PATTERN.fullmatch(value):
+            raise InvalidResult(
+                f"{place}: {json.dumps(value)[:80]} is not an id devicebench writes (up to 64 letters, digits, - and _)"
+            )
+    for index, run in enumerate(result.runs):
+        for number, epoch in enumerate(run.epochs):
+            if epoch.input_wait_s is not None and epoch.input_wait_s > epoch.train_time_s:
+                place = f"{where}.runs[{index}]" if where else f"runs[{index}]"
+                raise InvalidResult(
+                    f"{place}.epochs[{number}].input_wait_s: {epoch.input_wait_s:g} s is longer than the epoch's "
+                    f"training ({epoch.train_time_s:g} s), of which it is a part"
+                )
     latest = (
         None
         if now_utc is None
