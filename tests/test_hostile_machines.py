@@ -117,13 +117,13 @@ def test_1_compare_on_the_command_line_shows_both_labels_and_takes_the_whole_id(
 # --- 2. a name that could pass for a label -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", [f"vm@{LOCAL_ID}", "laptop/cpu"])
+@pytest.mark.parametrize("name", [f"vm@{LOCAL_ID}", "@"])
 def test_2_a_machine_named_like_a_label_is_refused_on_import(tmp_path, make_result, make_run, name):
     db, export = tmp_path / "runs.sqlite", tmp_path / "forged.json"
     write_export(export, session(make_result, make_run, name, IMPORTED_ID, 0.001))
     outcome = cli.invoke(app, ["import", str(export), "--db", str(db)])
     assert outcome.exit_code != 0
-    assert f"machine.machine_name: {name!r} holds @ or /" in unwrapped(outcome.output)
+    assert f"machine.machine_name: {name!r} holds @, which tables put between" in unwrapped(outcome.output)
     assert not db.exists() or stored_runs(db) == 0
 
 

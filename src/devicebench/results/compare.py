@@ -43,7 +43,7 @@ SECONDS_PER_HOUR = 3600.0
 JOULES_PER_WATT_HOUR = 3600.0
 TERA = 1e12  # FLOP/s per TFLOP/s
 ID_DIGITS_SHOWN = 6  # of a machine id, at least, after a name that two compared machines share
-LABEL_MARKS = ("@", "/")  # what a label puts after a machine's name: a name holding one could pass for another label
+ID_MARK = "@"  # what a label puts between a machine's name and its id: a name holding it could pass for another's label
 
 
 @dataclass
@@ -75,20 +75,20 @@ class Row:
     def machine_name(self) -> str:
         """The machine's name, with the start of its id where another compared machine has the same name
         (`vm@3f2a1b`, longer where two ids start alike): two cloud VMs both called `vm` must not read as one
-        machine. A name holding a LABEL_MARKS character always shows its id: `vm@3f2a1b` typed as a machine's name
+        machine. A name holding ID_MARK always shows its id: `vm@3f2a1b` typed as a machine's name
         must not pass for the label of another."""
-        return f"{self.plain_name}@{self.machine_id[: self.id_digits]}" if self.id_digits else self.plain_name
+        return f"{self.plain_name}{ID_MARK}{self.machine_id[: self.id_digits]}" if self.id_digits else self.plain_name
 
     @property
     def shared_name(self) -> bool:
         """Whether another compared machine has this one's name."""
-        return self.id_digits > 0 and not any(mark in self.plain_name for mark in LABEL_MARKS)
+        return self.id_digits > 0 and ID_MARK not in self.plain_name
 
     def named_by(self, machine: str) -> bool:
         """Whether `machine`, the MACHINE of `--baseline MACHINE/DEVICE`, names this row's machine: its label as
         tables show it, its whole id, or its name and the start of its id (`vm@3f2a1b0e`, at least ID_DIGITS_SHOWN
         digits)."""
-        name, at, digits = machine.rpartition("@")
+        name, at, digits = machine.rpartition(ID_MARK)
         return machine in (self.machine_name, self.machine_id) or (
             bool(at)
             and name == self.plain_name
@@ -389,7 +389,7 @@ def compare(
     by_workload: dict[str, list[Row]] = {}
     for row in rows.values():
         ids = ids_named[row.plain_name]
-        if len(ids) > 1 or any(mark in row.plain_name for mark in LABEL_MARKS):
+        if len(ids) > 1 or ID_MARK in row.plain_name:
             row.id_digits = _digits_apart(ids)
         by_workload.setdefault(row.workload, []).append(row)
     for workload_rows in by_workload.values():

@@ -314,13 +314,27 @@ class Store:
         if stored is None:
             self._refuse_a_prefix_of_another_id(record.run_id)
             return self._insert_run(result_id, record)
-        # interrupted with fewer epochs than the file holds (its process died, or the disk filled, mid-run): the
-        # file holds more of the same run (_refuse_another_session_of_the_same_id checked it is the same session)
-        if stored["status"] != "interrupted" or (record.status == "interrupted" and len(record.epochs) <= stored[1]):
+        # cut short (its process died, or the disk filled, mid-run) where the file holds more of the same run
+        # (_refuse_another_session_of_the_same_id checked it is the same session)
+        cut_short = stored["status"] == "interrupted" or (
+            stored["status"] == "running" and not self._still_written(record.run_id)
+        )
+        if not cut_short or (record.status == "interrupted" and len(record.epochs) <= stored["epochs"]):
             return False
-        self._connection.execute("DELETE FROM epochs WHERE run_id = ?", (record.run_id,))
+        for table in ("epochs", "live_runs"):
+            self._connection.execute(f"DELETE FROM {table} WHERE run_id = ?", (record.run_id,))
         self._connection.execute(UPDATE_RUN, run_row(record))
         return True
+
+    def _still_written(self, run_id: str) -> bool:
+        """Whether another live process on this host is writing the run `run_id` (_close_abandoned_runs closed
+        those of dead ones; this process's own run has ended once it imports)."""
+        live = self._connection.execute(
+            "SELECT process_id FROM live_runs WHERE run_id = ? AND hostname = ? "
+            "AND (process_namespace IS ? OR process_namespace IS NULL)",
+            (run_id, socket.gethostname(), pid_namespace()),
+        ).fetchone()
+        return live is None or (live[0] != os.getpid() and psutil.pid_exists(live[0]))
 
     def _refuse_a_prefix_of_another_id(self, run_id: str) -> None:
         """StoreError when `run_id` starts a stored run's id or a stored id starts it: `forget` and `history` name

@@ -21,6 +21,7 @@ from typing import IO, Any
 
 from devicebench.errors import DevicebenchError
 from devicebench.files import UnusableFile, require_regular_file
+from devicebench.results.compare import ID_MARK
 from devicebench.results.schema import (
     READABLE_SCHEMA_VERSIONS,
     SCHEMA_VERSION,
@@ -38,9 +39,6 @@ EXPORT_KIND = "devicebench-export"
 FINISHED_STATUSES = tuple(status for status in typing.get_args(RunStatus) if status != "running")
 MACHINE_IDENTITY_KEYS = ("machine_id", "machine_name", "hostname")  # the fingerprint keys the store indexes
 CLOCK_SKEW = datetime.timedelta(days=1)  # how far ahead of this machine's clock another machine's may be
-# What a label puts after a machine's name (results/compare.py: `vm@3f2a1b/cpu`): a name holding one could pass for
-# the label of another machine, and be picked as its baseline
-LABEL_MARKS = ("@", "/")
 # Run and session ids as devicebench writes them (32 hex digits) and tests name them: letters, digits, `-` and `_`.
 # No space or line break (`forget " "` could never name it) and no character `history` would not show as typed.
 ID_PATTERN = re.compile(r"[0-9A-Za-z_-]{1,64}")
@@ -309,10 +307,10 @@ def _check_finished_session(result: Result, where: str, now_utc: str | None) -> 
                 f"{machine}.{key}: expected a non-empty string, got {json.dumps(result.machine.get(key))[:60]}"
             )
     name = result.machine["machine_name"]
-    if any(mark in name for mark in LABEL_MARKS):
+    if ID_MARK in name:  # `vm@3f2a1b` could pass for the label of another machine, and be taken as its baseline
         raise InvalidResult(
-            f"{machine}.machine_name: {name!r} holds {' or '.join(LABEL_MARKS)}, which tables put after a machine's "
-            "name (vm@3f2a1b/cpu): it could pass for another machine's label; rename the machine where it ran "
+            f"{machine}.machine_name: {name!r} holds {ID_MARK}, which tables put between a machine's name and its id "
+            "(vm@3f2a1b/cpu): it could pass for another machine's label; rename the machine where it ran "
             "(DEVICEBENCH_MACHINE) and export again"
         )
     ids = [(f"{where}.result_id" if where else "result_id", result.result_id)]
