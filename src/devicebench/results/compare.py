@@ -24,10 +24,16 @@ from devicebench.results.plausibility import (
     slower_than_baseline,
 )
 from devicebench.results.pooling import (
+    machine_identity,
+    machine_label,
     name_differences,
+    names_machine,
+    no_baseline_note,
     resolved_definitions,
     run_settings,
+    same_machine,
     software_difference,
+    tell_machines_apart,
     unrecorded_note,
 )
 from devicebench.results.prices import Prices
@@ -42,8 +48,6 @@ NOISY_EPOCH_TIME_CV = 0.05
 SECONDS_PER_HOUR = 3600.0
 JOULES_PER_WATT_HOUR = 3600.0
 TERA = 1e12  # FLOP/s per TFLOP/s
-ID_DIGITS_SHOWN = 6  # of a machine id, at least, after a name that two compared machines share
-ID_MARK = "@"  # what a label puts between a machine's name and its id: a name holding it could pass for another's label
 
 
 @dataclass
@@ -73,28 +77,8 @@ class Row:
 
     @property
     def machine_name(self) -> str:
-        """The machine's name, with the start of its id where another compared machine has the same name
-        (`vm@3f2a1b`, longer where two ids start alike): two cloud VMs both called `vm` must not read as one
-        machine. A name holding ID_MARK always shows its id: `vm@3f2a1b` typed as a machine's name
-        must not pass for the label of another."""
-        return f"{self.plain_name}{ID_MARK}{self.machine_id[: self.id_digits]}" if self.id_digits else self.plain_name
-
-    @property
-    def shared_name(self) -> bool:
-        """Whether another compared machine has this one's name."""
-        return self.id_digits > 0 and ID_MARK not in self.plain_name
-
-    def named_by(self, machine: str) -> bool:
-        """Whether `machine`, the MACHINE of `--baseline MACHINE/DEVICE`, names this row's machine: its label as
-        tables show it, its whole id, or its name and the start of its id (`vm@3f2a1b0e`, at least ID_DIGITS_SHOWN
-        digits)."""
-        name, at, digits = machine.rpartition(ID_MARK)
-        return machine in (self.machine_name, self.machine_id) or (
-            bool(at)
-            and name == self.plain_name
-            and len(digits) >= ID_DIGITS_SHOWN
-            and self.machine_id.startswith(digits)
-        )
+        """The machine's name, with the start of its id where it must show (`vm@3f2a1b`: pooling.id_digits_shown)."""
+        return machine_label(self.machine, self.id_digits)
 
     @property
     def differs_by(self) -> str:
@@ -115,7 +99,7 @@ class Row:
             baseline is not None
             and baseline is not self
             and baseline.device == self.device
-            and _same_machine(baseline, self)
+            and same_machine(baseline, self)
             and baseline.settings["mode"] == "seed"
             and self.settings["mode"] == "tuned"
         )
@@ -377,20 +361,13 @@ def compare(
     for result in results:
         for run in result.runs:
             settings = {**run_settings(result, run), "definition": next(definitions)}
-            # the name too: two machines that claim one id (a forged import) are never pooled
-            identity = (result.machine["machine_id"], result.machine.get("machine_name") or result.machine["hostname"])
-            key = (run.workload, *identity, run.device, json.dumps(settings, sort_keys=True))
+            key = (run.workload, *machine_identity(result.machine), run.device, json.dumps(settings, sort_keys=True))
             if key not in rows:
                 rows[key] = Row(run.workload, result.machine, run.device, run.device_name, settings)
             rows[key].runs.append(run)
-    ids_named: dict[str, set[str]] = {}
-    for row in rows.values():
-        ids_named.setdefault(row.plain_name, set()).add(row.machine_id)
+    tell_machines_apart(list(rows.values()))
     by_workload: dict[str, list[Row]] = {}
     for row in rows.values():
-        ids = ids_named[row.plain_name]
-        if len(ids) > 1 or ID_MARK in row.plain_name:
-            row.id_digits = _digits_apart(ids)
         by_workload.setdefault(row.workload, []).append(row)
     for workload_rows in by_workload.values():
         name_differences(workload_rows)
@@ -399,14 +376,6 @@ def compare(
                 row.price_per_hour = prices.per_hour(row.machine, row.device)
             _attach_speedup(row, workload_rows, baseline)
     return by_workload
-
-
-def _digits_apart(ids: set[str]) -> int:
-    """The fewest digits, ID_DIGITS_SHOWN or more, whose starts of `ids` are all different."""
-    digits = ID_DIGITS_SHOWN
-    while len({machine_id[:digits] for machine_id in ids}) < len(ids) and digits < max(map(len, ids)):
-        digits += 1
-    return digits
 
 
 def _spread_or_none(values: list[float]) -> Spread | None:
@@ -423,27 +392,19 @@ def _same_work(first: Row, second: Row, apart_from: frozenset[str] = frozenset()
     )
 
 
-def _same_machine(first: Row, second: Row) -> bool:
-    """Whether two rows come from one machine: one id under one name (a forged import may claim another's id)."""
-    return (first.machine_id, first.plain_name) == (second.machine_id, second.plain_name)
-
-
 def _find_baseline(row: Row, rows: list[Row], spec: str) -> Row | None:
-    """The row `row`'s speedup is against, or None: none doing its work, or `spec` names several machines (the
-    start of an id two machines share) and picking one would be a guess."""
     machine, _, device = spec.rpartition("/")
     candidates = [
         other
         for other in rows
         if other.device == device
         # a fixed machine by its name as tables show it (`vm@3f2a1b`: `vm` alone would pick one of two unsaid) or id
-        and (_same_machine(other, row) if not machine else other.named_by(machine))
+        and (same_machine(other, row) if not machine else names_machine(machine, other))
         and _same_work(row, other)
         and other.samples_per_s is not None
     ]
-    if len({(other.machine_id, other.plain_name) for other in candidates}) > 1:
-        return None
-    return _closest(row, candidates) if candidates else None
+    one_machine = len({machine_identity(other.machine) for other in candidates}) == 1  # else picking one is a guess
+    return _closest(row, candidates) if one_machine else None
 
 
 def _closest(row: Row, candidates: list[Row]) -> Row:
@@ -464,7 +425,7 @@ def _own_seed_row(row: Row, rows: list[Row]) -> Row | None:
         other
         for other in rows
         if other.settings["mode"] == "seed"
-        and _same_machine(other, row)
+        and same_machine(other, row)
         and other.device == row.device
         and other.samples_per_s is not None
         and _same_work(row, other, apart_from=frozenset({"mode"}))
@@ -501,19 +462,8 @@ def _attach_speedup(row: Row, rows: list[Row], spec: str) -> None:
     if row.baseline is row:
         row.baseline = _own_seed_row(row, rows) or row
     if row.baseline is None:
-        machine = spec.rpartition("/")[0]
-        named = sorted({other.machine_name for other in rows if machine and other.named_by(machine)})
-        if len(named) > 1:  # the start of an id that several machines share
-            row.speedup_note = (
-                f"no baseline: {machine} names {len(named)} machines ({', '.join(named)}); name one as the table "
-                "does, or by its whole id"
-            )
-            return
-        where = f"on {machine or row.machine_name}"
-        if any(other.shared_name and other.plain_name == machine for other in rows):
-            where += f" (several machines are called {machine}: name one as the table does, {machine}@ID)"
         work = ", ".join(f"{name}={row.settings[name]}" for name in SAME_WORK_SETTINGS[:4])
-        row.speedup_note = f"no {spec.rpartition('/')[2]} run {where} with the same work ({work})"
+        row.speedup_note = no_baseline_note(spec, row, rows, work)
         return
     if row.samples_per_s is None:
         row.speedup_note = "no steady-state epochs (epoch 1 is warm-up)"

@@ -23,7 +23,7 @@ from typing import Any
 import psutil
 
 from devicebench.files import DB_VARIABLE, user_folder
-from devicebench.results import migrations, store_errors
+from devicebench.results import migrations, store_errors, store_imports
 from devicebench.results.schema import EpochRecord, Result, RunRecord
 from devicebench.results.store_errors import (
     DAMAGED,
@@ -47,7 +47,6 @@ from devicebench.results.store_rows import (
     assemble,
     epoch_row,
     run_row,
-    same_value,
     session_row,
 )
 
@@ -293,8 +292,8 @@ class Store:
         added = 0
         with self._transaction("import the results"):
             for result in results:
-                self._refuse_another_session_of_the_same_id(result)
-                self._refuse_another_machine_of_the_same_id(result, this_machine)
+                store_imports.refuse_another_session_of_the_same_id(self._connection, self.path, result)
+                store_imports.refuse_another_machine_of_the_same_id(self._connection, result, this_machine)
                 self._insert_session(result)
                 new_runs = [record for record in result.runs if self._insert_new_run(result.result_id, record)]
                 for record in new_runs:
@@ -312,10 +311,10 @@ class Store:
             (record.run_id,),
         ).fetchone()
         if stored is None:
-            self._refuse_a_prefix_of_another_id(record.run_id)
+            store_imports.refuse_a_prefix_of_another_id(self._connection, record.run_id)
             return self._insert_run(result_id, record)
         # cut short (its process died, or the disk filled, mid-run) where the file holds more of the same run
-        # (_refuse_another_session_of_the_same_id checked it is the same session)
+        # (store_imports checked it is the same session)
         cut_short = stored["status"] == "interrupted" or (
             stored["status"] == "running" and not self._still_written(record.run_id)
         )
@@ -336,44 +335,6 @@ class Store:
         ).fetchone()
         return live is None or (live[0] != os.getpid() and psutil.pid_exists(live[0]))
 
-    def _refuse_a_prefix_of_another_id(self, run_id: str) -> None:
-        """StoreError when `run_id` starts a stored run's id or a stored id starts it: `forget` and `history` name
-        runs by the start of their ids, and a forged id equal to the start of a real one would make it ambiguous."""
-        # the ids that start with it sort between it and it followed by the last character there is: the primary
-        # key's order finds them without reading every run
-        longer = self._connection.execute(
-            "SELECT run_id FROM runs WHERE run_id > ? AND run_id < ? LIMIT 1", (run_id, run_id + "\U0010ffff")
-        ).fetchone()
-        starts = [run_id[:length] for length in range(1, len(run_id))]  # at most 63 (transfer.ID_PATTERN)
-        shorter = self._connection.execute(
-            f"SELECT run_id FROM runs WHERE run_id IN ({', '.join('?' * len(starts))}) LIMIT 1", starts
-        ).fetchone()
-        other = longer or shorter
-        if other is not None:
-            raise StoreError(
-                f"run {run_id} and the stored run {other[0]} start alike, one id the start of the other: `forget` "
-                f"and `history` could not tell them apart. Nothing was imported; {WHAT_TO_DO}"
-            )
-
-    def _refuse_another_machine_of_the_same_id(self, result: Result, this_machine: tuple[str, str] | None) -> None:
-        """StoreError when `result`'s machine id is this machine's or a stored machine's, under another name: one id
-        is one machine, and a session claiming another's would pool its runs into that machine's rows."""
-        machine_id, name = result.machine["machine_id"], result.machine["machine_name"]
-        stored = self._connection.execute(
-            "SELECT machine_name FROM machines WHERE machine_id = ?", (machine_id,)
-        ).fetchone()
-        known = [("a stored machine", stored[0])] if stored is not None else []
-        if this_machine is not None and this_machine[0] == machine_id:
-            known.append(("this machine", this_machine[1]))
-        for whose, known_name in known:
-            if known_name != name:
-                raise StoreError(
-                    f"session {result.result_id} comes from a machine called {name!r} with the id {machine_id}, "
-                    f"which is the id of {whose}, {known_name!r}: one id is one machine, and its runs would pool "
-                    f"into {known_name!r}'s. Nothing was imported; export the file again from the machine that ran "
-                    "it, or import it into another --db"
-                )
-
     def _refuse_unreadable(self, run_ids: list[str]) -> None:
         """Read the runs just written back, inside the writing transaction, as every reading command will: a run
         the reader would refuse is refused now (the transaction rolls back), never after it was stored."""
@@ -387,46 +348,6 @@ class Store:
                     f"nothing was stored: devicebench could not read this run back ({error}). This is a bug in "
                     "devicebench or in the workload that made the run: please report it"
                 ) from None
-
-    def _refuse_another_session_of_the_same_id(self, result: Result) -> None:
-        """Raise StoreError when `result` is not the session stored under its id (another machine's, another
-        time's) or one of its runs is stored in another session: pooling those runs would mix different sessions.
-        The same session again (a re-import, or another export of some of its runs) passes."""
-        stored = self._connection.execute(
-            f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions WHERE result_id = ?", (result.result_id,)
-        ).fetchone()
-        if stored is not None:
-            incoming = session_row(result)
-            for column in (
-                "machine_id",
-                "hostname",
-                "created_utc",
-                "devicebench_version",
-                "machine_json",
-                "config_json",
-            ):
-                if not same_value(stored[column], incoming[column], column.endswith("_json")):
-                    raise StoreError(
-                        f"session {result.result_id} is already stored in {self.path} with another "
-                        f"{column.removesuffix('_json').replace('_', ' ')}: two different sessions carry the same "
-                        "id, and importing would pool the runs of one with the other's. Nothing was imported; "
-                        "export the file again from the machine that ran it, or import it into another --db"
-                    )
-        run_ids = [run.run_id for run in result.runs]
-        for start in range(0, len(run_ids), 500):  # SQLite's limit on parameters in one statement
-            chunk = run_ids[start : start + 500]
-            other = self._connection.execute(
-                f"SELECT run_id, result_id FROM runs WHERE run_id IN ({', '.join('?' * len(chunk))}) "
-                "AND result_id != ? LIMIT 1",
-                (*chunk, result.result_id),
-            ).fetchone()
-            if other is not None:
-                raise StoreError(
-                    f"run {other['run_id']} of session {result.result_id} is already stored in {self.path} as a run "
-                    f"of another session ({other['result_id']}): two different runs carry the same id. Nothing "
-                    "was imported; export the file again from the machine that ran it, or import it into another "
-                    "--db"
-                )
 
     def _insert_session(self, result: Result) -> None:
         machine = result.machine

@@ -21,7 +21,7 @@ from typing import IO, Any
 
 from devicebench.errors import DevicebenchError
 from devicebench.files import UnusableFile, require_regular_file
-from devicebench.results.compare import ID_MARK
+from devicebench.results.pooling import ID_MARK
 from devicebench.results.schema import (
     READABLE_SCHEMA_VERSIONS,
     SCHEMA_VERSION,
