@@ -399,6 +399,28 @@ def test_no_output_of_any_command_replaces_a_calibration_file(tmp_path, case):
     assert sha256(calibration) == kept
 
 
+@pytest.mark.parametrize("case", OUTPUTS.values(), ids=OUTPUTS.keys())
+def test_no_output_of_any_command_replaces_another_results_database(tmp_path, make_result, make_run, case):
+    """A database the command does not use is still one devicebench reads (`--db` names it another time)."""
+    other = tmp_path / "other.json"  # named as export wants its file: the refusal must be the database's
+    with Store(other) as store:
+        store.import_result(make_result(runs=[make_run()]))
+    kept = sha256(other)
+    result = invoke_output(case, other, tmp_path / "in-use.sqlite")
+    assert_refused(result, f"{other} is an SQLite database (a devicebench results database, which --db can name)")
+    assert sha256(other) == kept
+
+
+@pytest.mark.parametrize("case", OUTPUTS.values(), ids=OUTPUTS.keys())
+def test_no_output_of_any_command_writes_a_new_file_into_the_calibration_folder(tmp_path, case):
+    """Written there, a file named as a machine's calibration would be read as one by every later run."""
+    calibration = calibration_path("0123456789ab")
+    calibration.parent.mkdir(parents=True, exist_ok=True)
+    result = invoke_output(case, calibration, tmp_path / "db.sqlite")
+    assert_refused(result, "inside the calibration folder", "which devicebench keeps for itself")
+    assert not calibration.exists()
+
+
 @pytest.mark.parametrize("case", MODEL_OUTPUTS.values(), ids=MODEL_OUTPUTS.keys())
 def test_no_output_of_any_command_replaces_the_source_of_its_model(tmp_path, monkeypatch, case):
     module = f"own_{uuid.uuid4().hex[:12]}"  # a fresh name: an imported module stays in sys.modules

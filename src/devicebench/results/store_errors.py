@@ -11,10 +11,9 @@ import sqlite3
 from pathlib import Path
 
 from devicebench.errors import DevicebenchError
-from devicebench.files import DB_VARIABLE, UnusableFile, require_regular_file
+from devicebench.files import DB_VARIABLE, SQLITE_HEADER, UnusableFile, require_regular_file
 
 BUSY_TIMEOUT_S = 30.0  # how long a write waits for another process's write to finish before giving up
-SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
 WHAT_TO_DO = f"pass another --db (or set {DB_VARIABLE}) to keep results elsewhere"
 DAMAGED = (
     "restore it from a backup, or save what can still be read with `sqlite3 FILE .recover` into a new "
