@@ -17,6 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from devicebench.cli import EXIT_FAILED_RUN, app, check_folder, confirmed, console, errors, fail, stopped
+from devicebench.data.connection import LONGEST_DEADLINE_S
 from devicebench.data.download import DOWNLOAD_DEADLINE_S, STALL_TIMEOUT_S, DataUnavailable, fetch
 from devicebench.data.sources import (
     DATASETS,
@@ -116,6 +117,7 @@ def fetch_datasets(
         float,
         typer.Option(
             min=0.1,
+            max=LONGEST_DEADLINE_S,
             help=f"Seconds a URL has to deliver a file, retries included; "
             f"one that sends nothing for {STALL_TIMEOUT_S:g} s (or this, if less) is "
             "given up sooner.",
