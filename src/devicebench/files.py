@@ -57,6 +57,20 @@ def user_folder(kind: Literal["data", "cache"], what: str) -> Path:
     )
 
 
+def expanded(path: str | os.PathLike, what: str) -> Path:
+    """`path` with a leading `~` or `~user` made the home folder, or UnusableFile naming `what` ("--db", "$DEVICEBENCH_DATA")
+    where there is none to make it: `~nobody-here/x` names no folder, and Python's RuntimeError would end in a
+    traceback."""
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:  # "Could not determine home directory."
+        user = Path(path).parts[0]
+        raise UnusableFile(
+            f"{what} {path}: {user} names no home folder on this machine (no such user, or no HOME); name the folder "
+            "whole"
+        ) from None
+
+
 _KINDS = (
     (stat.S_ISDIR, "a folder"),
     (stat.S_ISFIFO, "a FIFO (named pipe)"),

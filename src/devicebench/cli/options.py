@@ -17,7 +17,7 @@ import typer
 
 from devicebench.cli.exits import fail
 from devicebench.engine.calibration_files import calibration_path
-from devicebench.files import check_outputs, database_files, module_sources
+from devicebench.files import check_outputs, database_files, expanded, module_sources
 from devicebench.results.prices import Prices, parse_prices
 from devicebench.results.schema import LARGEST_WHOLE_NUMBER
 from devicebench.results.store import Store, default_db_path
@@ -128,8 +128,9 @@ def open_store(db: Path | None, *, writes: bool = True) -> Store:
     read-only."""
     if db is not None:
         with _unusable_names("--db", db):
-            if not db.expanduser().parent.is_dir():
-                raise fail(f"cannot open --db {db}: folder {db.expanduser().parent} does not exist; create it first")
+            folder = expanded(db, "--db").parent
+            if not folder.is_dir():
+                raise fail(f"cannot open --db {db}: folder {folder} does not exist; create it first")
     store = Store(default_db_path(db), reading_only=not writes)
     if writes:
         try:

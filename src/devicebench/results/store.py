@@ -22,7 +22,7 @@ from typing import Any
 
 import psutil
 
-from devicebench.files import DB_VARIABLE, user_folder
+from devicebench.files import DB_VARIABLE, expanded, user_folder
 from devicebench.results import migrations, store_errors, store_imports
 from devicebench.results.schema import EpochRecord, Result, RunRecord
 from devicebench.results.store_errors import (
@@ -57,9 +57,11 @@ ABANDONED = "the process running it ended without finishing it (killed or crashe
 
 def default_db_path(db: str | Path | None = None) -> Path:
     """`db` when given, else $DEVICEBENCH_DB, else results.sqlite in the user's data folder."""
-    chosen = db or os.environ.get(DB_ENVIRONMENT_VARIABLE, "").strip()
+    if db:
+        return expanded(db, "--db")
+    chosen = os.environ.get(DB_ENVIRONMENT_VARIABLE, "").strip()
     if chosen:
-        return Path(chosen).expanduser()
+        return expanded(chosen, f"${DB_ENVIRONMENT_VARIABLE}")
     return user_folder("data", "the results database") / "results.sqlite"
 
 
