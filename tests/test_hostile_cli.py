@@ -479,3 +479,10 @@ def test_a_home_folder_of_a_user_who_does_not_exist_is_refused_in_words(monkeypa
     text = flat(outcome.output)
     assert f"{named}: ~nonexistentuser-of-devicebench names no home folder on this machine" in text
     assert "unexpected error" not in text and "bug" not in text
+
+
+@pytest.mark.parametrize("cores", ["99999999999999999999", "4097", "0"])
+def test_a_host_core_count_no_host_has_is_refused(cores):
+    outcome = cli.invoke(app, ["estimate", "cifar10-mlp", "--on", "t4", "--data", "synthetic", "--host-cores", cores])
+    assert outcome.exit_code == EXIT_USAGE, outcome.output
+    assert "--host-cores takes a whole number of cores from 1 up to 4096" in flat(outcome.output)
