@@ -114,3 +114,25 @@ def test_an_import_never_completes_a_run_another_live_process_is_writing(tmp_pat
     with Store(db) as store:
         assert store.import_results([finished]) == 0
     assert runs_and_epochs(db) == [("running", 0)]
+
+
+def test_an_export_while_a_run_is_live_leaves_it_out_and_imports_again(tmp_path, make_result, make_run):
+    db, exported, other = tmp_path / "runs.sqlite", tmp_path / "export.json", tmp_path / "other.sqlite"
+    finished = make_result("vm", [make_run()])
+    live = make_result("vm", [make_run(status="running", epoch_times_s=(2.0,), started_utc="2026-03-01T11:00:00Z")])
+    with Store(db) as store:
+        store.import_results([finished])
+        store.add_session(live)
+        store.start_run(live.result_id, live.runs[0])  # by this process, which is alive: the run is live
+        store.add_epoch(live.runs[0].run_id, live.runs[0].epochs[0])
+    outcome = cli.invoke(app, ["export", str(exported), "--db", str(db)])
+    assert outcome.exit_code == 0, outcome.output
+    assert "Wrote 1 run" in outcome.output and "left out 1 still running" in unwrapped(outcome.output)
+    imported = cli.invoke(app, ["import", str(exported), "--db", str(other)])
+    assert imported.exit_code == 0, imported.output
+    assert "1 run added" in imported.output and runs_and_epochs(other) == [("ok", 3)]
+
+    only_live = cli.invoke(app, ["export", str(exported), "--db", str(db), "--last", "1"])
+    assert only_live.exit_code != 0
+    assert "every matching run in" in unwrapped(only_live.output) and "is still running" in only_live.output
+    assert "1 run added" in cli.invoke(app, ["import", str(exported), "--db", str(tmp_path / "third.sqlite")]).output
