@@ -14,7 +14,7 @@ from collections.abc import Callable
 import pytest
 from typer.testing import CliRunner
 
-from devicebench.cli import EXIT_FAILED_RUN, app
+from devicebench.cli import EXIT_FAILED_RUN, EXIT_USAGE, app
 from devicebench.results import store as store_module
 from devicebench.results.store import Store
 from devicebench.results.store_errors import StoreError
@@ -136,3 +136,25 @@ def test_an_export_while_a_run_is_live_leaves_it_out_and_imports_again(tmp_path,
     assert only_live.exit_code != 0
     assert "every matching run in" in unwrapped(only_live.output) and "is still running" in only_live.output
     assert "1 run added" in cli.invoke(app, ["import", str(exported), "--db", str(tmp_path / "third.sqlite")]).output
+
+
+def test_tensorboard_naming_the_database_is_refused_before_anything_is_stored(tmp_path):
+    db = tmp_path / "runs.sqlite"
+    outcome = cli.invoke(
+        app, ["run", "mnist-cnn2", *TINY_RUN, "--epochs", "1", "--db", str(db), "--tensorboard", str(db)]
+    )
+    assert outcome.exit_code == EXIT_USAGE, outcome.output
+    assert f"--tensorboard {db} is the results database" in unwrapped(outcome.output)
+    assert not db.exists()
+
+
+def test_a_tensorboard_folder_that_cannot_be_made_is_refused_before_any_run_is_stored(tmp_path):
+    db, in_the_way = tmp_path / "runs.sqlite", tmp_path / "a-file"
+    in_the_way.write_text("")
+    logs = in_the_way / "logs"
+    outcome = cli.invoke(
+        app, ["run", "mnist-cnn2", *TINY_RUN, "--epochs", "1", "--db", str(db), "--tensorboard", str(logs)]
+    )
+    assert outcome.exit_code == EXIT_USAGE, outcome.output
+    assert f"cannot write TensorBoard logs into --tensorboard {logs}: Not a directory" in unwrapped(outcome.output)
+    assert not db.exists() or runs_and_epochs(db) == []  # no run cut short, interrupted 0/1

@@ -195,6 +195,7 @@ def check_outputs(
     *,
     input_folders: dict[str, str | os.PathLike | None] | None = None,
     kept_folders: dict[str, str | os.PathLike | None] | None = None,
+    output_folders: dict[str, str | os.PathLike | None] | None = None,
 ) -> None:
     """The one rule for every file a command writes: no output destroys an input, or another output.
 
@@ -202,8 +203,15 @@ def check_outputs(
     a file the command reads or keeps. `input_folders`: folders whose existing files are inputs (--data-dir);
     `kept_folders`: folders nothing may be written into (the calibration folder). Each output must also be
     writable (check_writable), and none may replace an SQLite file: a results database, even one this command does
-    not use, is a file devicebench reads. Raises UnusableFile naming both paths; None values are left out."""
+    not use, is a file devicebench reads. `output_folders`: folders the command writes into (--tensorboard), none of
+    which may be an input file. Raises UnusableFile naming both paths; None values are left out."""
     given = {flag: Path(path) for flag, path in outputs.items() if path is not None}
+    for flag, folder in (output_folders or {}).items():
+        for name, source in inputs.items():
+            if folder is not None and source is not None and _same_file(Path(folder), Path(source)):
+                raise UnusableFile(
+                    f"{flag} {folder} is {name}: it would be taken for a folder to write into; name another folder"
+                )
     for flag, path in given.items():
         check_writable(path, flag)
         for name, source in inputs.items():

@@ -148,11 +148,13 @@ def check_outputs_or_fail(
     reads: dict[str, Path | None] | None = None,
     data_dir: str | Path | None = None,
     modules: dict[str, str | None] | None = None,
+    folders: dict[str, Path | None] | None = None,
 ) -> None:
     """Refuse, before any work, an output that would destroy an input or another output (files.check_outputs): the
     results database `db` names (or the default one, with SQLite's files beside it), the calibration files, the
     files of `data_dir`, `reads`, the files the command reads besides, and the source files of `modules`, the
-    MODULE:FUNCTION specs it imports (--model, --data...). Every command that writes files asks."""
+    MODULE:FUNCTION specs it imports (--model, --data...); `folders`, the folders it writes into (--tensorboard),
+    which may be none of these files. Every command that writes files asks."""
     sources: dict[str, Path | None] = {}
     for flag, spec in (modules or {}).items():
         found = module_sources(spec) if spec else []
@@ -163,6 +165,7 @@ def check_outputs_or_fail(
         dict(outputs),  # typed as check_outputs takes them: any path-like
         {**database_files(default_db_path(db)), **(reads or {}), **sources},
         input_folders={"--data-dir": data_dir},
+        output_folders=dict(folders or {}),
         # a file written there, existing or not, would be read as a machine's calibration
         kept_folders={"the calibration folder": calibration_path("machine").parent},
     )
