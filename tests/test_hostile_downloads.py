@@ -243,3 +243,36 @@ def test_remove_deletes_a_link_inside_the_folder_and_never_what_it_points_to(tmp
     outcome = CliRunner().invoke(app, ["data", "remove", "imdb", "--yes", "--data-dir", str(tmp_path / "data")])
     assert outcome.exit_code == 0, outcome.output
     assert (mine / "review.txt").read_text() == "my own review" and not folder.exists()
+
+
+# --- a stop signal midway ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("after_bytes", [False, True], ids=["before-the-first-byte", "after-some-bytes"])
+def test_a_fetch_stopped_midway_says_truly_what_it_kept(tmp_path, server, monkeypatch, after_bytes):
+    """Stopped (SIGTERM and Ctrl-C end a command as KeyboardInterrupt) before the first byte, nothing is kept and it
+    says so; after some, it names the bytes kept, which the next fetch takes up."""
+    state, base_url = server
+    monkeypatch.setitem(sources.DATASETS, "tiny", _tiny(base_url))
+    request = download._request
+
+    def stopped_midway(url, partial, *, show, **rest):
+        def shown(received_bytes, expected_bytes):
+            show(received_bytes, expected_bytes)
+            raise KeyboardInterrupt  # as the first bytes are shown
+
+        if not after_bytes:
+            raise KeyboardInterrupt  # as the request is about to be sent
+        return request(url, partial, show=shown, **rest)
+
+    monkeypatch.setattr(download, "_request", stopped_midway)
+    outcome = CliRunner().invoke(app, ["data", "fetch", "tiny", "--data-dir", str(tmp_path)])
+    kept = partial_path(tmp_path / "tiny", remote(base_url))
+    assert outcome.exit_code == 130, outcome.output
+    if after_bytes:
+        assert kept.stat().st_size > 0
+        assert f"the {kept.stat().st_size:,} bytes of tiny downloaded so far are kept" in unwrapped(outcome.output)
+    else:
+        assert not kept.exists() and list((tmp_path / "tiny").iterdir()) == []
+        assert "no byte of tiny's download had arrived, so none was kept" in unwrapped(outcome.output)
+        assert "downloaded so far are kept" not in outcome.output
