@@ -240,10 +240,10 @@ def _built_model(path: Path, workload: Workload, payload: dict[str, Any]) -> tup
         raise CheckpointError(f"{path}: hyperparameters: {error}; {SAVE_AGAIN}") from None
     try:
         workload.parameter_count(hyperparameters)  # size bounds first, then the count, on the meta device only
-        with torch.device("meta"):
-            expected = workload.build_model(hyperparameters).state_dict()
-        with torch.device("meta"):
-            outputs = workload.build_model(hyperparameters).eval()(torch.empty(1, *payload["image_shape"]))
+        with torch.device("meta"):  # shapes only: the weights it should hold, and how many classes it answers
+            shapes = workload.build_model(hyperparameters).eval()
+            expected = shapes.state_dict()
+            outputs = shapes(torch.empty(1, *payload["image_shape"]))
     except (RuntimeError, TypeError, ValueError, KeyError) as error:
         raise CheckpointError(f"{path}: hyperparameters: {_first_line(error)}; {SAVE_AGAIN}") from None
     classes = 2 if workload.output == "binary_logit" else outputs.shape[1]  # a binary logit answers one of two
