@@ -225,6 +225,10 @@ def estimate(
         errors.print(f"Estimates written to {json_file}")
 
 
+# More cores than any one host has (two 192-core EPYCs have 384, eight 60-core Xeons 480): a count past it is a typo
+MOST_HOST_CORES = 4096
+
+
 def _check_choices(mode: str, precision: str | None, level: float, host: str, host_cores: int | None) -> None:
     if mode not in MODES:
         raise fail(f"--mode {mode!r} is neither seed nor tuned")
@@ -234,10 +238,10 @@ def _check_choices(mode: str, precision: str | None, level: float, host: str, ho
         raise fail(f"--level {level:g} is not a chance from 0.5 up to (not including) 1, e.g. 0.8 or 0.9")
     if host not in ("rented", "here"):
         raise fail(f"--host {host!r} is neither rented nor here")
-    if host_cores is not None and (host_cores < 1 or host == "here"):
+    if host_cores is not None and (not 1 <= host_cores <= MOST_HOST_CORES or host == "here"):
         raise fail(
-            "--host-cores takes a whole number of cores from 1 up, and goes with --host rented"
-            if host_cores < 1
+            f"--host-cores takes a whole number of cores from 1 up to {MOST_HOST_CORES}, and goes with --host rented"
+            if not 1 <= host_cores <= MOST_HOST_CORES
             else "--host-cores and --host here contradict each other: give one"
         )
 

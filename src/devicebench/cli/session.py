@@ -128,7 +128,9 @@ def check_paths(
         check_output_file("--json", json_file)
     check_folder("--tensorboard", tensorboard)
     check_folder("--data-dir", Path(data_dir) if data_dir else None, must_exist=True)
-    check_outputs_or_fail({"--json": json_file, "--save": save}, db=db, data_dir=data_dir)
+    check_outputs_or_fail(
+        {"--json": json_file, "--save": save}, db=db, data_dir=data_dir, folders={"--tensorboard": tensorboard}
+    )
 
 
 def plan_or_fail(configs: RunConfig | list[RunConfig], *, step_estimates: bool = True) -> Plan:

@@ -23,10 +23,16 @@ from devicebench.results.plausibility import (
     slower_than_baseline,
 )
 from devicebench.results.pooling import (
+    machine_identity,
+    machine_label,
     name_differences,
+    names_machine,
+    no_baseline_note,
     resolved_definitions,
     run_settings,
+    same_machine,
     software_difference,
+    tell_machines_apart,
     unrecorded_note,
 )
 from devicebench.results.prices import Prices
@@ -43,7 +49,6 @@ NOISY_EPOCH_TIME_CV = 0.05
 SECONDS_PER_HOUR = 3600.0
 JOULES_PER_WATT_HOUR = 3600.0
 TERA = 1e12  # FLOP/s per TFLOP/s
-ID_DIGITS_SHOWN = 6  # of a machine id, after a name that two compared machines share
 
 
 @dataclass
@@ -61,7 +66,7 @@ class Row:
     speedup: Speedup | None = None
     speedup_note: str = ""  # why there is no speedup, or where its interval comes from
     price_per_hour: float | None = None
-    shared_name: bool = False  # another machine among the compared results has this one's name
+    id_digits: int = 0  # of its machine id shown after its name: enough to tell the machines of one name apart
     processes: dict[str, str] = field(default_factory=dict)  # run id → its process_id, or its session's id (before 6)
 
     @property
@@ -74,9 +79,8 @@ class Row:
 
     @property
     def machine_name(self) -> str:
-        """The machine's name, with the start of its id where another compared machine has the same name
-        (`vm@3f2a1b`): two cloud VMs both called `vm` must not read as one machine."""
-        return f"{self.plain_name}@{self.machine_id[:ID_DIGITS_SHOWN]}" if self.shared_name else self.plain_name
+        """The machine's name, with the start of its id where it must show (`vm@3f2a1b`: pooling.id_digits_shown)."""
+        return machine_label(self.machine, self.id_digits)
 
     @property
     def differs_by(self) -> str:
@@ -97,7 +101,7 @@ class Row:
             baseline is not None
             and baseline is not self
             and baseline.device == self.device
-            and baseline.machine_id == self.machine_id
+            and same_machine(baseline, self)
             and baseline.settings["mode"] == "seed"
             and self.settings["mode"] == "tuned"
         )
@@ -374,17 +378,14 @@ def compare(
     for result in results:
         for run in result.runs:
             settings = {**run_settings(result, run), "definition": next(definitions)}
-            key = (run.workload, result.machine["machine_id"], run.device, json.dumps(settings, sort_keys=True))
+            key = (run.workload, *machine_identity(result.machine), run.device, json.dumps(settings, sort_keys=True))
             if key not in rows:
                 rows[key] = Row(run.workload, result.machine, run.device, run.device_name, settings)
             rows[key].runs.append(run)
             rows[key].processes[run.run_id] = run.process_id or result.result_id
-    ids_named: dict[str, set[str]] = {}
-    for row in rows.values():
-        ids_named.setdefault(row.plain_name, set()).add(row.machine_id)
+    tell_machines_apart(list(rows.values()))
     by_workload: dict[str, list[Row]] = {}
     for row in rows.values():
-        row.shared_name = len(ids_named[row.plain_name]) > 1
         by_workload.setdefault(row.workload, []).append(row)
     for workload_rows in by_workload.values():
         name_differences(workload_rows)
@@ -416,11 +417,12 @@ def _find_baseline(row: Row, rows: list[Row], spec: str) -> Row | None:
         for other in rows
         if other.device == device
         # a fixed machine by its name as tables show it (`vm@3f2a1b`: `vm` alone would pick one of two unsaid) or id
-        and (other.machine_id == row.machine_id if not machine else machine in (other.machine_name, other.machine_id))
+        and (same_machine(other, row) if not machine else names_machine(machine, other))
         and _same_work(row, other)
         and other.samples_per_s is not None
     ]
-    return _closest(row, candidates) if candidates else None
+    one_machine = len({machine_identity(other.machine) for other in candidates}) == 1  # else picking one is a guess
+    return _closest(row, candidates) if one_machine else None
 
 
 def _closest(row: Row, candidates: list[Row]) -> Row:
@@ -441,7 +443,7 @@ def _own_seed_row(row: Row, rows: list[Row]) -> Row | None:
         other
         for other in rows
         if other.settings["mode"] == "seed"
-        and other.machine_id == row.machine_id
+        and same_machine(other, row)
         and other.device == row.device
         and other.samples_per_s is not None
         and _same_work(row, other, apart_from=frozenset({"mode"}))
@@ -477,12 +479,8 @@ def _attach_speedup(row: Row, rows: list[Row], spec: str) -> None:
     if row.baseline is row:
         row.baseline = _own_seed_row(row, rows) or row
     if row.baseline is None:
-        machine = spec.rpartition("/")[0]
-        where = f"on {machine or row.machine_name}"
-        if any(other.shared_name and other.plain_name == machine for other in rows):
-            where += f" (several machines are called {machine}: name one as the table does, {machine}@ID)"
         work = ", ".join(f"{name}={row.settings[name]}" for name in SAME_WORK_SETTINGS[:4])
-        row.speedup_note = f"no {spec.rpartition('/')[2]} run {where} with the same work ({work})"
+        row.speedup_note = no_baseline_note(spec, row, rows, work)
         return
     if row.samples_per_s is None:
         row.speedup_note = "no steady-state epochs (epoch 1 is warm-up)"
