@@ -255,7 +255,7 @@ def _host_cores(targets: list[Datasheet], host: str, cores: int | None) -> dict[
 
 
 def _show_validation(fitted: RooflineFit, level: float, json_file: Path | None) -> None:
-    schemes = {scheme: validate(fitted.fitter, scheme, level) for scheme in SCHEMES}
+    schemes = {scheme: validate(fitted.fitter, scheme, level, fitted.held_out_s(scheme)) for scheme in SCHEMES}
     console.print(validation_table(schemes, level))
     console.print(
         group_table(

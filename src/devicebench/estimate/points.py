@@ -9,6 +9,8 @@ a known precision, with the step's kernels profiled on the meta device.
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -16,11 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from devicebench.choices import KERNEL_PRECISIONS, KernelPrecision, narrowed
 from devicebench.engine.kernel_recorder import ProfileError
 from devicebench.engine.opcount import profile_training_step
 from devicebench.errors import DevicebenchError
+from devicebench.estimate import fit_cache
 from devicebench.estimate.roofline import (
     Efficiency,
     Fitter,
@@ -30,8 +34,8 @@ from devicebench.estimate.roofline import (
     StepShape,
     Unscored,
 )
-from devicebench.estimate.validation import Interval, conformal, held_out
-from devicebench.results.datasheets import Datasheet, catalog_entry, datasheet_for
+from devicebench.estimate.validation import SCHEMES, Interval, conformal, held_out
+from devicebench.results.datasheets import DATASHEETS, Datasheet, catalog_entry, datasheet_for
 from devicebench.results.plausibility import run_flags
 from devicebench.results.record import PublishedFigure as RecordFigure
 from devicebench.results.record import published_figures
@@ -40,6 +44,11 @@ from devicebench.workloads import Workload, get_workload
 
 PROFILED_BATCHES = (2, 4)  # a record row's step comes from profiles at these two batch sizes (StepShape.at_batch)
 COMMITTED_RESULTS = Path(__file__).resolve().parents[3] / "results"  # devicebench's own runs, in a checkout
+_PACKAGE = Path(__file__).resolve().parents[1]
+FIT_CODE = (_PACKAGE / "estimate", _PACKAGE / "workloads")  # what a fit's points and shares are made by
+FIT_CODE_FILES = tuple(
+    _PACKAGE / "engine" / name for name in ("opcount.py", "kernel_recorder.py", "fused_recurrence.py", "flops.py")
+)
 
 
 @dataclass(frozen=True)
@@ -341,7 +350,7 @@ class RooflineFit:
     unscored: list[Unscored]
     fitter: Fitter
     efficiency: Efficiency
-    _log_errors: dict[str, np.ndarray] = field(default_factory=dict, init=False, repr=False)  # by scheme, once
+    _held_out_s: dict[str, np.ndarray] = field(default_factory=dict, repr=False)  # by scheme, made once
 
     @classmethod
     def of(cls, points: list[Point], unscored: list[Unscored]) -> RooflineFit:
@@ -350,16 +359,29 @@ class RooflineFit:
         fitter = Fitter(points)
         return cls(points, unscored, fitter, fitter.fit())
 
+    @classmethod
+    def kept(cls, cached: fit_cache.CachedFit) -> RooflineFit:
+        """The fit as the cache kept it: nothing is profiled or fitted again."""
+        return cls(cached.points, cached.unscored, Fitter(cached.points), cached.efficiency, dict(cached.held_out_s))
+
+    def to_cache(self) -> fit_cache.CachedFit:
+        """The fit with every scheme's held-out predictions made, as the cache keeps it."""
+        held_out = {scheme: self.held_out_s(scheme) for scheme in SCHEMES}
+        return fit_cache.CachedFit(self.points, self.unscored, self.efficiency, held_out)
+
     @functools.cached_property
     def pinned(self) -> dict[str, int]:
         return self.fitter.pinned(self.efficiency)
 
+    def held_out_s(self, scheme: str) -> np.ndarray:
+        """Every point's seconds, each predicted by a fit made without its group under `scheme`."""
+        if scheme not in self._held_out_s:
+            self._held_out_s[scheme] = held_out(self.fitter, scheme)
+        return self._held_out_s[scheme]
+
     def log_errors(self, scheme: str) -> np.ndarray:
         """log(measured / predicted) of every point, each predicted by a fit made without its group."""
-        if scheme not in self._log_errors:
-            predicted = held_out(self.fitter, scheme)
-            self._log_errors[scheme] = np.log(np.array([point.observed_s for point in self.points]) / predicted)
-        return self._log_errors[scheme]
+        return np.log(np.array([point.observed_s for point in self.points]) / self.held_out_s(scheme))
 
     def scheme_for(self, workload: str, sheet: Datasheet) -> str:
         """The held-out errors that answer like the question: a model no point is of is like a model left out; a
@@ -377,11 +399,39 @@ class RooflineFit:
 
 def fit_roofline(stored: Sequence[Result]) -> RooflineFit:
     """Fitted on the public record, the seeds' published figures, the committed runs and `stored` (the user's
-    database)."""
-    recorded, recorded_unscored = record_points()
-    committed, committed_unscored = measured_points(committed_results(), "committed under results/")
+    database); kept on disk (estimate/fit_cache.py) under a key of all of them, and read back from there while none
+    of them changes."""
+    figures = published_figures()
+    committed = committed_results()
+    key = fit_key(figures, [*committed, *stored])
+    cached = fit_cache.load(key)
+    if cached is not None:
+        return RooflineFit.kept(cached)
+    recorded, recorded_unscored = record_points(figures)
+    committed_points, committed_unscored = measured_points(committed, "committed under results/")
     yours, yours_unscored = measured_points(stored, "your database")
-    return RooflineFit.of(
-        recorded + seed_points() + committed + yours,
+    fitted = RooflineFit.of(
+        recorded + seed_points() + committed_points + yours,
         recorded_unscored + list(UNSCORED) + committed_unscored + yours_unscored,
     )
+    fit_cache.save(key, fitted.to_cache())
+    return fitted
+
+
+def fit_key(figures: Sequence[RecordFigure], results: Sequence[Result]) -> str:
+    """A SHA-256 of everything a fit is made of: the record's rows, the seeds' figures, the runs offered as points,
+    the datasheets, the code that profiles and fits (its source text: any change to it makes a new fit), and the
+    versions of torch (whose kernels and FLOP formulas the profile counts) and numpy."""
+    code = hashlib.sha256()
+    for path in sorted(path for folder in FIT_CODE for path in folder.glob("*.py")) + list(FIT_CODE_FILES):
+        code.update(path.read_bytes())
+    made_of = {
+        "code": code.hexdigest(),
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "record": [repr(figure) for figure in figures],
+        "seeds": [repr(figure) for figure in SEED_FIGURES],
+        "datasheets": [repr(sheet) for sheet in DATASHEETS],
+        "runs": [result.to_dict() for result in results],
+    }
+    return hashlib.sha256(json.dumps(made_of, sort_keys=True, default=repr).encode()).hexdigest()

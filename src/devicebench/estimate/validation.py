@@ -110,10 +110,12 @@ class Validation:
         return low <= self.point.observed_s <= high
 
 
-def validate(fitter: Fitter, scheme: str, level: float = DEFAULT_LEVEL) -> list[Validation]:
+def validate(
+    fitter: Fitter, scheme: str, level: float = DEFAULT_LEVEL, predicted: np.ndarray | None = None
+) -> list[Validation]:
     """Every point predicted without its group, and checked against the interval the held-out errors of the points
-    outside its group state."""
-    predicted = held_out(fitter, scheme)
+    outside its group state. `predicted`: held_out(fitter, scheme) when already made (a cached fit keeps it)."""
+    predicted = held_out(fitter, scheme) if predicted is None else predicted
     log_errors = np.log(np.array([point.observed_s for point in fitter.points]) / predicted)
     group_of = SCHEMES[scheme]
     groups = np.array([hash(group_of(point)) for point in fitter.points])
