@@ -11,22 +11,27 @@ once a run passes every check that needs no fit, never for a CPU-only session.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
-import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from devicebench.choices import KERNEL_PRECISIONS, KernelPrecision
-from devicebench.estimate.points import RooflineFit, fit_roofline, registered, shape_of, steady_steps_s
-from devicebench.estimate.roofline import KERNEL_CLASSES, Resolved, StepShape, predict
+from devicebench.estimate.points import (
+    RooflineFit,
+    fit_roofline,
+    median_step_s,
+    precise_shape,
+    registered,
+    run_precision,
+)
+from devicebench.estimate.roofline import Resolved, predict
 from devicebench.estimate.validation import conformal
 from devicebench.report.estimate_plots import EstimatedAgainstMeasured, EstimatedPoint
 from devicebench.report.text import rate_text
 from devicebench.results.datasheets import Datasheet, datasheet_for
-from devicebench.results.schema import Result, RunRecord, RunSettings
-from devicebench.workloads import Workload
+from devicebench.results.schema import Result, RunRecord
 
 LEVEL = 0.8  # the interval's stated level, as `devicebench estimate` states it by default
 RECORD_SCHEME = "leave one out"  # how each published figure is estimated for the chart: by a fit without it
@@ -107,16 +112,16 @@ def run_estimate(run: RunRecord, level: float = LEVEL) -> RunEstimate | str:
     try:
         hyperparameters = workload.typed_hyperparameters(run.settings.hyperparameters)
         workload.parameter_count(hyperparameters)  # its size bounds first: nothing is built past them
-        shape = _step_shape(workload, hyperparameters, precision)
+        shape = precise_shape(workload, hyperparameters, precision)
         if isinstance(shape, str):
             return shape
         resolved = Resolved.of(shape, sheet, precision)
         fitted = _fit()
     except (ValueError, TypeError, KeyError, RuntimeError) as error:  # EstimateError, PrecisionError, ModelTooLarge
         return f"{workload.name} cannot be estimated as it ran: {error}"
-    step = predict(resolved, fitted.efficiency)
-    # a dataset held on the GPU (tuned mode) copies no batch to it: the copy is no part of the run's step
-    device_s = step.device_s - (step.copy_s if run.settings.device_resident else 0.0)
+    if run.settings.device_resident:  # a dataset held on the GPU (tuned mode) copies no batch to it
+        resolved = dataclasses.replace(resolved, copy_s=0.0)
+    device_s = predict(resolved, fitted.efficiency).computing_s  # the GPU's time, or the host's launches
     interval = fitted.interval_for(workload.name, sheet, level)
     rates = None
     if interval is not None:
@@ -132,44 +137,6 @@ def run_estimate(run: RunRecord, level: float = LEVEL) -> RunEstimate | str:
         level=level,
         measured=shape.batch_size / measured_s,
     )
-
-
-def run_precision(settings: RunSettings) -> KernelPrecision | str:
-    """The precision `settings` ran its matrix kernels at, as the roofline names it (one of KERNEL_PRECISIONS), or why it
-    cannot be told: seed mode is strict fp32 (engine/tuning_applied.process_settings turns TF32 off); tuned mode records its
-    choice."""
-    if settings.mode == "seed":
-        return "fp32"
-    if settings.mode != "tuned":
-        return f"mode {settings.mode!r} is neither seed nor tuned: its precision is not known"
-    if settings.precision == "bf16":
-        return "amp-bf16"
-    if settings.precision != "fp32":
-        return f"precision {settings.precision!r} is not one the roofline estimates"
-    if settings.tf32_matmul != settings.tf32_cudnn:
-        return (
-            "TF32 was on for matrix products or for convolutions, not for both: the roofline runs every matrix "
-            "kernel at one precision"
-        )
-    return "tf32" if settings.tf32_matmul else "fp32"
-
-
-def median_step_s(run: RunRecord) -> float | str:
-    """The median steady step in seconds, waits for data left out, as a fitted point's step is measured; or why
-    an epoch cannot be timed per step."""
-    steps = steady_steps_s(run)
-    return steps if isinstance(steps, str) else statistics.median(steps)
-
-
-def _step_shape(workload: Workload, hyperparameters: dict[str, Any], precision: KernelPrecision) -> StepShape | str:
-    """The step as `run_estimate` resolves it, or why its precision cannot be one: a profile at the run's batch."""
-    shape = shape_of(workload, hyperparameters)
-    if precision == "amp-bf16" and (shape.classes == KERNEL_CLASSES.index("recurrent")).any():
-        # engine/tuning_applied.TunedForward keeps recurrent layers in fp32 under bf16 autocast: two precisions at once
-        return (
-            "bf16 autocast with recurrent layers kept in fp32: the roofline runs every matrix kernel at one precision"
-        )
-    return shape
 
 
 @functools.cache

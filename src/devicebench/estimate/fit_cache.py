@@ -144,7 +144,11 @@ def _read(arrays: dict[str, np.ndarray], key: str) -> CachedFit:
     fitted = {field.name: arrays[f"efficiency {field.name}"] for field in dataclasses.fields(Efficiency)}
     held_out = {scheme: arrays[f"held_out {scheme}"] for scheme in described["schemes"]}
     numbers = [*fitted.values(), arrays["copy_s"], arrays["compute_s"], arrays["memory_s"]]
-    if fitted["inverse"].shape != (len(PARAMETERS),) or not all(np.isfinite(part).all() for part in numbers):
+    if (
+        fitted["inverse"].shape != (len(PARAMETERS),)
+        or fitted["host_op_s"].shape != ()
+        or not all(np.isfinite(part).all() for part in numbers)
+    ):
         raise RefusedCache("fitted shares of another shape")
     if any(seconds.shape != (count,) for seconds in held_out.values()):
         raise RefusedCache("held-out predictions of another shape")
@@ -161,6 +165,6 @@ def _read(arrays: dict[str, np.ndarray], key: str) -> CachedFit:
     return CachedFit(
         points=points,
         unscored=[Unscored(**item) for item in described["unscored"]],
-        efficiency=Efficiency(**fitted),
+        efficiency=Efficiency(fitted["inverse"], float(fitted["host_op_s"])),
         held_out_s=held_out,
     )

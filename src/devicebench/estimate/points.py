@@ -26,6 +26,7 @@ from devicebench.engine.opcount import profile_training_step
 from devicebench.errors import DevicebenchError
 from devicebench.estimate import fit_cache
 from devicebench.estimate.roofline import (
+    KERNEL_CLASSES,
     Efficiency,
     Fitter,
     Point,
@@ -34,12 +35,12 @@ from devicebench.estimate.roofline import (
     StepShape,
     Unscored,
 )
-from devicebench.estimate.validation import SCHEMES, Interval, conformal, held_out
+from devicebench.estimate.validation import SCHEMES, Interval, held_out, kind_interval
 from devicebench.results.datasheets import DATASHEETS, Datasheet, catalog_entry, datasheet_for
 from devicebench.results.plausibility import run_flags
 from devicebench.results.record import PublishedFigure as RecordFigure
 from devicebench.results.record import published_figures
-from devicebench.results.schema import Result, RunRecord
+from devicebench.results.schema import Result, RunRecord, RunSettings
 from devicebench.workloads import Workload, get_workload
 
 PROFILED_BATCHES = (2, 4)  # a record row's step comes from profiles at these two batch sizes (StepShape.at_batch)
@@ -208,6 +209,7 @@ def _record_point(figure: RecordFigure, label: str) -> Point | str:
         observed_s=figure.batch_per_gpu / samples_per_s,
         kind="step",
         caveat=caveat,
+        model_kind=model_kind(workload),
     )
 
 
@@ -232,6 +234,7 @@ def seed_points() -> list[Point]:
                 caveat=figure.caveat,
                 observed_s=step_s * (figure.busy or 1.0),
                 kind="step" if figure.busy is None else "busy",
+                model_kind=model_kind(workload),
             )
         )
     return points
@@ -266,8 +269,13 @@ def _point_or_why(run: RunRecord, label: str, where: str) -> Point | str:
     workload = registered(run.workload)
     if workload is None or workload.trainer is not None:
         return "not a registered torch workload (a model of your own cannot be rebuilt from its record)"
-    if run.settings.mode != "seed" or run.settings.world_size != 1:
-        return "tuned or multi-process: a point is one process in seed mode's fp32, whose precision is known"
+    if run.settings.world_size != 1:
+        return f"trained in {run.settings.world_size} processes: their communication is not modelled"
+    if run.settings.compiled:
+        return "compiled: torch.compile fuses kernels, and the roofline counts them as eager mode launches them"
+    precision = run_precision(run.settings)
+    if precision not in KERNEL_PRECISIONS:
+        return precision  # why it cannot be told
     steps = steady_steps_s(run)
     if isinstance(steps, str):
         return steps
@@ -278,9 +286,11 @@ def _point_or_why(run: RunRecord, label: str, where: str) -> Point | str:
         if hyperparameters["batch_size"] < 1:
             raise ValueError(f"batch_size is {hyperparameters['batch_size']}, not a whole number of at least 1")
         parameters = workload.parameter_count(hyperparameters)  # its size bounds first: nothing is built past them
-        shape = shape_of(workload, hyperparameters)
+        shape = precise_shape(workload, hyperparameters, narrowed(precision, KERNEL_PRECISIONS))
     except (ValueError, TypeError, KeyError, RuntimeError) as error:  # ModelTooLarge and EstimateError included
         return f"its settings cannot rebuild {workload.name}: {error}"
+    if isinstance(shape, str):
+        return shape
     # the very rates the point is made of, with the FLOPs and weights devicebench counts, not those the record gives
     # (a forged row may leave them out, or give a samples/s its times do not)
     counted = replace(
@@ -294,17 +304,60 @@ def _point_or_why(run: RunRecord, label: str, where: str) -> Point | str:
     flags = run_flags(run) or run_flags(counted)  # the row's own flags first: those compare shows beside it
     if flags:
         return "implausible: " + "; ".join(f"{flag.code}: {flag.text}" for flag in flags)
+    resolved = Resolved.of(shape, sheet, narrowed(precision, KERNEL_PRECISIONS))
+    if run.settings.device_resident:  # a dataset held on the GPU copies no batch to it
+        resolved = replace(resolved, copy_s=0.0)
     return Point(
         label=label,
         source=where,
         workload=workload.name,
         sheet=sheet,
-        precision="fp32",
-        resolved=Resolved.of(shape, sheet, "fp32"),
+        precision=narrowed(precision, KERNEL_PRECISIONS),
+        resolved=resolved,
         batch_size=shape.batch_size,
         observed_s=statistics.median(steps),
         kind="step",
+        host_launches=True,
+        model_kind=model_kind(workload),
     )
+
+
+def run_precision(settings: RunSettings) -> KernelPrecision | str:
+    """The precision `settings` ran its matrix kernels at, as the roofline names it (one of KERNEL_PRECISIONS), or
+    why it cannot be told: seed mode is strict fp32 (engine/tuning_applied.process_settings turns TF32 off); tuned
+    mode records its choice."""
+    if settings.mode == "seed":
+        return "fp32"
+    if settings.mode != "tuned":
+        return f"mode {settings.mode!r} is neither seed nor tuned: its precision is not known"
+    if settings.precision == "bf16":
+        return "amp-bf16"
+    if settings.precision != "fp32":
+        return f"precision {settings.precision!r} is not one the roofline estimates"
+    if settings.tf32_matmul != settings.tf32_cudnn:
+        return (
+            "TF32 was on for matrix products or for convolutions, not for both: the roofline runs every matrix "
+            "kernel at one precision"
+        )
+    return "tf32" if settings.tf32_matmul else "fp32"
+
+
+def precise_shape(workload: Workload, hyperparameters: dict[str, Any], precision: KernelPrecision) -> StepShape | str:
+    """The step profiled at the run's batch, or why its precision cannot be one."""
+    shape = shape_of(workload, hyperparameters)
+    if precision == "amp-bf16" and (shape.classes == KERNEL_CLASSES.index("recurrent")).any():
+        # engine/tuning_applied.TunedForward keeps recurrent layers in fp32 under bf16 autocast: two precisions at once
+        return (
+            "bf16 autocast with recurrent layers kept in fp32: the roofline runs every matrix kernel at one precision"
+        )
+    return shape
+
+
+def median_step_s(run: RunRecord) -> float | str:
+    """The median steady step in seconds, waits for data left out, as a fitted point's step is measured; or why
+    an epoch cannot be timed per step."""
+    steps = steady_steps_s(run)
+    return steps if isinstance(steps, str) else statistics.median(steps)
 
 
 def steady_steps_s(run: RunRecord) -> list[float] | str:
@@ -322,6 +375,12 @@ def steady_steps_s(run: RunRecord) -> list[float] | str:
     return steps
 
 
+def model_kind(workload: Workload) -> str:
+    """Whose held-out errors a model's interval takes: "small" for the seeds' models (whose step on a fast GPU is
+    mostly the host's), "reference" for the rest (ResNet, BERT, GPT-2, GNMT: the GPU's)."""
+    return "small" if workload.seed is not None else "reference"
+
+
 def registered(name: str) -> Workload | None:
     """The registered workload of that name, or None."""
     try:
@@ -331,13 +390,21 @@ def registered(name: str) -> Workload | None:
 
 
 def committed_results(folder: Path = COMMITTED_RESULTS) -> list[Result]:
-    """devicebench's own runs under results/ (a checkout's; an installed package has none)."""
+    """devicebench's own runs under results/ (a checkout's; an installed package has none): each JSON a run's
+    export, or a benchmark's (benchmarks/gpu_validation.py) that holds each part's runs as `parts[].result`."""
     results = []
-    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+    for path in sorted(folder.rglob("*.json")) if folder.is_dir() else []:
         try:
-            results.append(Result.read_json(path))
-        except (ValueError, KeyError, TypeError, OSError):  # a benchmark's own JSON, not a run's export
+            document = json.loads(path.read_text())
+        except (ValueError, OSError):
             continue
+        parts = document.get("parts") if isinstance(document, dict) else None
+        embedded = [part.get("result") for part in parts if isinstance(part, dict)] if isinstance(parts, list) else []
+        for candidate in [document, *embedded]:
+            try:
+                results.append(Result.from_dict(candidate))
+            except (ValueError, KeyError, TypeError):  # a benchmark's own figures, not a run's session
+                continue
     return results
 
 
@@ -393,8 +460,13 @@ class RooflineFit:
         return "leave one out"
 
     def interval_for(self, workload: str, sheet: Datasheet, level: float) -> Interval | None:
+        """The interval from the held-out errors of the models of the same kind (model_kind), where they are at
+        least KIND_POINTS; otherwise, and for a model of your own, from every point's."""
         scheme = self.scheme_for(workload, sheet)
-        return conformal(self.log_errors(scheme), level, scheme)
+        known = registered(workload)
+        kinds = np.array([point.model_kind for point in self.points])
+        kind = None if known is None else model_kind(known)
+        return kind_interval(self.log_errors(scheme), kinds, kind, level, scheme)
 
 
 def fit_roofline(stored: Sequence[Result]) -> RooflineFit:

@@ -28,6 +28,9 @@ BOUNDS = {  # what each bound means, and what would move it
     "host-to-device copy": "copying each batch to the GPU: data held on the GPU helps",
     "kernel launches": "the host launching kernels one by one: a larger batch or torch.compile helps; a faster GPU "
     "does not",
+    "host (kernel launches)": "the host's Python, dispatch and launch of each kernel in devicebench's eager loop (fitted "
+    "on measured GPU runs): a larger batch, fewer kernels or the step captured as a CUDA graph help; a faster GPU does "
+    "not",
     "input pipeline": "loading and augmenting batches on this machine's cores: more loader workers or faster "
     "decoding help; a GPU does not",
 }
@@ -166,12 +169,14 @@ def _host_text(estimate: Estimate) -> str:
     return f"{estimate.host_cores} cores{where}"
 
 
-def validation_table(scored: dict[str, list[Validation]], level: float) -> FittedTable:
+def validation_table(
+    scored: dict[str, list[Validation]],
+    level: float,
+    title: str = "The roofline scored on every figure, each predicted by a fit made without it",
+) -> FittedTable:
     """The three schemes side by side: how far off each point is when predicted without it, its GPU or its model,
     and how many fell inside the interval the other points' errors state."""
-    table = Table(
-        title="The roofline scored on every figure, each predicted by a fit made without it", title_justify="left"
-    )
+    table = Table(title=title, title_justify="left")
     for column in ("Left out", "Figures", "Median error", f"Inside the {level:.0%} interval", "Interval"):
         table.add_column(column, justify="left" if column == "Left out" else "right", overflow="fold")
     for scheme, validations in scored.items():
