@@ -44,7 +44,7 @@ def same_fit(first: points.RooflineFit, second: points.RooflineFit) -> None:
 def test_a_kept_fit_is_read_back_without_profiling_or_fitting(counted, monkeypatch):
     made = points.fit_roofline([])
     assert counted, "the first fit was made"
-    assert fit_cache.cache_path(points.fit_key([], [])).is_file()
+    assert fit_cache.cache_path(fit_cache.fit_key([], points.SEED_FIGURES, [])).is_file()
     counted.clear()
     monkeypatch.setattr(points, "seed_points", lambda: pytest.fail("a kept fit profiled the seeds' steps again"))
     read = points.fit_roofline([])
@@ -55,7 +55,7 @@ def test_a_kept_fit_is_read_back_without_profiling_or_fitting(counted, monkeypat
 
 @pytest.mark.parametrize("spoil", ["another key", "truncated", "another shape", "not an archive"])
 def test_a_foreign_or_spoilt_cache_file_is_refused_and_the_fit_made_afresh(counted, spoil):
-    key = points.fit_key([], [])
+    key = fit_cache.fit_key([], points.SEED_FIGURES, [])
     path = fit_cache.cache_path(key)
     made = points.fit_roofline([])
     if spoil == "another key":  # a valid fit, kept under another key, put where this key's file goes
@@ -84,12 +84,12 @@ def test_a_foreign_or_spoilt_cache_file_is_refused_and_the_fit_made_afresh(count
 def test_the_key_changes_with_the_record_the_runs_and_torch(monkeypatch):
     figures = published_figures()[:3]
     run = result_fixtures.session(result_fixtures.machine("box", "m1"), [result_fixtures.run("cuda:0", [1.0, 2.0])])
-    key = points.fit_key(figures, [])
-    assert points.fit_key(figures, []) == key
-    assert points.fit_key(figures[:2], []) != key
-    assert points.fit_key(figures, [run]) != key
-    monkeypatch.setattr(points.torch, "__version__", "0.0.1")
-    assert points.fit_key(figures, []) != key
+    key = fit_cache.fit_key(figures, points.SEED_FIGURES, [])
+    assert fit_cache.fit_key(figures, points.SEED_FIGURES, []) == key
+    assert fit_cache.fit_key(figures[:2], points.SEED_FIGURES, []) != key
+    assert fit_cache.fit_key(figures, points.SEED_FIGURES, [run]) != key
+    monkeypatch.setattr(fit_cache.torch, "__version__", "0.0.1")
+    assert fit_cache.fit_key(figures, points.SEED_FIGURES, []) != key
 
 
 def test_a_cache_that_cannot_be_written_is_no_failure(counted, tmp_path, monkeypatch):

@@ -4,7 +4,7 @@
 A file holds one fit: its points (each with its kernels' seconds at the datasheet peaks), the figures not scored and
 why, the fitted shares, and every point's time as predicted by the fits made without its group under each
 validation scheme. It is named and keyed by a SHA-256 of everything the fit is made of (the record's rows, the runs
-used, the datasheets, the fit's code and torch's version: estimate/points.fit_key), and the key is stored inside as
+used, the datasheets, the fit's code and torch's version: `fit_key`), and the key is stored inside as
 well: a file whose key differs, that is cut short, that is not an archive, or whose arrays have another shape or
 hold values no fit makes is refused and the fit made afresh, never trusted. It is read with `allow_pickle=False`, so
 a file planted in the cache folder can run nothing.
@@ -16,14 +16,17 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import io
 import json
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from devicebench.choices import KERNEL_PRECISIONS
 from devicebench.estimate.roofline import (
@@ -37,9 +40,15 @@ from devicebench.estimate.roofline import (
     Unscored,
 )
 from devicebench.files import UnusableFile, require_regular_file, user_folder, write_atomically
-from devicebench.results.datasheets import catalog_entry
+from devicebench.results.datasheets import DATASHEETS, catalog_entry
+from devicebench.results.schema import Result
 
 CACHE_FORMAT = 1  # the layout of a file below; a file of another layout is refused
+_PACKAGE = Path(__file__).resolve().parents[1]
+FIT_CODE = (_PACKAGE / "estimate", _PACKAGE / "workloads")  # what a fit's points and shares are made by
+FIT_CODE_FILES = tuple(
+    _PACKAGE / "engine" / name for name in ("opcount.py", "kernel_recorder.py", "fused_recurrence.py", "flops.py")
+)
 KEPT_FILES = 8  # fits kept (the record alone, and with each database in use); the oldest beyond go
 _PER_KERNEL_ARRAYS = ("compute_s", "memory_s", "peaks", "shares", "classes")  # Resolved's arrays, kernel by kernel
 _INDEX_RANGES = {"peaks": len(PEAKS), "shares": len(COMPUTE_SHARES), "classes": len(KERNEL_CLASSES)}
@@ -57,6 +66,25 @@ class CachedFit:
     unscored: list[Unscored]
     efficiency: Efficiency
     held_out_s: dict[str, np.ndarray]  # by validation scheme: each point's seconds from a fit made without its group
+
+
+def fit_key(figures: Sequence[object], seeds: Sequence[object], results: Sequence[Result]) -> str:
+    """A SHA-256 of everything a fit is made of: the record's rows (`figures`), the seeds' figures, the runs offered as points,
+    the datasheets, the code that profiles and fits (its source text: any change to it makes a new fit), and the
+    versions of torch (whose kernels and FLOP formulas the profile counts) and numpy."""
+    code = hashlib.sha256()
+    for path in sorted(path for folder in FIT_CODE for path in folder.glob("*.py")) + list(FIT_CODE_FILES):
+        code.update(path.read_bytes())
+    made_of = {
+        "code": code.hexdigest(),
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "record": [repr(figure) for figure in figures],
+        "seeds": [repr(figure) for figure in seeds],
+        "datasheets": [repr(sheet) for sheet in DATASHEETS],
+        "runs": [result.to_dict() for result in results],
+    }
+    return hashlib.sha256(json.dumps(made_of, sort_keys=True, default=repr).encode()).hexdigest()
 
 
 def cache_folder() -> Path:

@@ -9,7 +9,6 @@ a known precision, with the step's kernels profiled on the meta device.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import statistics
 from collections.abc import Iterable, Sequence
@@ -18,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from devicebench.choices import KERNEL_PRECISIONS, KernelPrecision, narrowed
 from devicebench.engine.kernel_recorder import ProfileError
@@ -36,7 +34,7 @@ from devicebench.estimate.roofline import (
     Unscored,
 )
 from devicebench.estimate.validation import SCHEMES, Interval, held_out, kind_interval
-from devicebench.results.datasheets import DATASHEETS, Datasheet, catalog_entry, datasheet_for
+from devicebench.results.datasheets import Datasheet, catalog_entry, datasheet_for
 from devicebench.results.plausibility import run_flags
 from devicebench.results.record import PublishedFigure as RecordFigure
 from devicebench.results.record import published_figures
@@ -45,11 +43,6 @@ from devicebench.workloads import Workload, get_workload
 
 PROFILED_BATCHES = (2, 4)  # a record row's step comes from profiles at these two batch sizes (StepShape.at_batch)
 COMMITTED_RESULTS = Path(__file__).resolve().parents[3] / "results"  # devicebench's own runs, in a checkout
-_PACKAGE = Path(__file__).resolve().parents[1]
-FIT_CODE = (_PACKAGE / "estimate", _PACKAGE / "workloads")  # what a fit's points and shares are made by
-FIT_CODE_FILES = tuple(
-    _PACKAGE / "engine" / name for name in ("opcount.py", "kernel_recorder.py", "fused_recurrence.py", "flops.py")
-)
 
 
 @dataclass(frozen=True)
@@ -475,7 +468,7 @@ def fit_roofline(stored: Sequence[Result]) -> RooflineFit:
     of them changes."""
     figures = published_figures()
     committed = committed_results()
-    key = fit_key(figures, [*committed, *stored])
+    key = fit_cache.fit_key(figures, SEED_FIGURES, [*committed, *stored])
     cached = fit_cache.load(key)
     if cached is not None:
         return RooflineFit.kept(cached)
@@ -488,22 +481,3 @@ def fit_roofline(stored: Sequence[Result]) -> RooflineFit:
     )
     fit_cache.save(key, fitted.to_cache())
     return fitted
-
-
-def fit_key(figures: Sequence[RecordFigure], results: Sequence[Result]) -> str:
-    """A SHA-256 of everything a fit is made of: the record's rows, the seeds' figures, the runs offered as points,
-    the datasheets, the code that profiles and fits (its source text: any change to it makes a new fit), and the
-    versions of torch (whose kernels and FLOP formulas the profile counts) and numpy."""
-    code = hashlib.sha256()
-    for path in sorted(path for folder in FIT_CODE for path in folder.glob("*.py")) + list(FIT_CODE_FILES):
-        code.update(path.read_bytes())
-    made_of = {
-        "code": code.hexdigest(),
-        "torch": torch.__version__,
-        "numpy": np.__version__,
-        "record": [repr(figure) for figure in figures],
-        "seeds": [repr(figure) for figure in SEED_FIGURES],
-        "datasheets": [repr(sheet) for sheet in DATASHEETS],
-        "runs": [result.to_dict() for result in results],
-    }
-    return hashlib.sha256(json.dumps(made_of, sort_keys=True, default=repr).encode()).hexdigest()
