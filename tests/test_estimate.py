@@ -274,7 +274,10 @@ def test_an_estimate_is_of_the_batch_asked_for_when_the_baseline_trained_a_small
     ).jobs
     baseline = result_fixtures.run("cpu", [1.0, 0.5, 0.5], workload="cifar10-mlp", batch_size=32)
     baseline.settings.workers = 0
-    monkeypatch.setattr(estimating, "input_seconds_per_batch", lambda job, run: (0.01, 100))  # 100 batches of 32
+    baseline.settings.data_source = "real"  # a pipeline to time: synthetic data has none
+    monkeypatch.setattr(
+        estimating, "input_seconds_per_batch", lambda job, run, timed=True: (0.01, 100)
+    )  # 100 batches of 32
     monkeypatch.setattr(RooflineFit, "interval_for", lambda self, workload, sheet, level: None)
     fitted = RooflineFit([], [], fitter=None, efficiency=HALF)
     (estimate,) = estimating.estimates_for(job, baseline, [T4], fitted, {})
@@ -287,6 +290,30 @@ def test_an_estimate_is_of_the_batch_asked_for_when_the_baseline_trained_a_small
     assert estimate.step == expected
 
 
+def test_synthetic_data_has_no_input_pipeline_to_time_or_estimate(monkeypatch):
+    import devicebench.estimate.targets as estimating
+    from devicebench.cli.session import plan_or_fail
+    from devicebench.config import RunConfig
+
+    (job,) = plan_or_fail(RunConfig(workloads=("cifar10-mlp",), devices="cpu", epochs=3, data="synthetic")).jobs
+    baseline = result_fixtures.run("cpu", [1.0, 0.5, 0.5], workload="cifar10-mlp", batch_size=job.batch_size)
+    baseline.settings.data_source = "synthetic"
+    asked = []
+    monkeypatch.setattr(
+        estimating, "input_seconds_per_batch", lambda job, run, timed=True: asked.append(timed) or (0.5, 100)
+    )
+    monkeypatch.setattr(RooflineFit, "interval_for", lambda self, workload, sheet, level: None)
+    fitted = RooflineFit([], [], fitter=None, efficiency=dataclasses.replace(HALF, host_op_s=20e-6))
+    (estimate,) = estimating.estimates_for(job, baseline, [T4], fitted, {})
+    assert asked == [False]  # the batches counted, none timed
+    assert estimate.step.input_s == 0.0 and estimate.steps_per_epoch == 100
+    assert estimate.step.host_s == pytest.approx(estimate.step.launch_s / 10e-6 * 20e-6)  # the host's launches
+    assert estimate.step.bound != "input pipeline"
+    baseline.settings.data_source = "real"
+    (real,) = estimating.estimates_for(job, baseline, [T4], fitted, {})
+    assert real.step.input_s == 0.5 and asked == [False, True]
+
+
 def test_a_precision_the_gpu_cannot_run_leaves_that_estimate_out_saying_what_runs_instead(monkeypatch):
     import devicebench.estimate.targets as estimating
     from devicebench.cli.session import plan_or_fail
@@ -295,7 +322,7 @@ def test_a_precision_the_gpu_cannot_run_leaves_that_estimate_out_saying_what_run
 
     (job,) = plan_or_fail(RunConfig(workloads=("cifar10-mlp",), devices="cpu", epochs=3, data="synthetic")).jobs
     baseline = result_fixtures.run("cpu", [1.0, 0.5, 0.5], workload="cifar10-mlp", batch_size=job.batch_size)
-    monkeypatch.setattr(estimating, "input_seconds_per_batch", lambda job, run: (0.01, 100))
+    monkeypatch.setattr(estimating, "input_seconds_per_batch", lambda job, run, timed=True: (0.01, 100))
     monkeypatch.setattr(RooflineFit, "interval_for", lambda self, workload, sheet, level: None)
     fitted = RooflineFit([], [], fitter=None, efficiency=HALF)
     with pytest.raises(EstimateError, match="the V100 SXM2 has no bf16 arithmetic in its datasheet: estimate amp-fp16"):

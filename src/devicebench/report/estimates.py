@@ -129,8 +129,15 @@ def estimate_notes(estimates: Sequence[Estimate], fitted: RooflineFit) -> list[s
         notes.append(f"{workload}: {note}.")
     notes.append("Precision: " + _per_gpu(estimates, lambda estimate: PRECISION_WORDS[estimate.precision]) + ".")
     hosts = _per_gpu(estimates, _host_text)
-    if any(estimate.step.input_s for estimate in estimates):
+    if any(estimate.step.input_s and not estimate.step.serial_input for estimate in estimates):
         notes.append(f"Input pipeline: timed here, scaled to the host's cores ({hosts}).")
+    if any(estimate.step.input_s and estimate.step.serial_input for estimate in estimates):
+        notes.append(
+            "Input pipeline without loader workers: timed here on one core and not scaled (the loop prepares each "
+            "batch itself, on one core there as here)."
+        )
+    if any(estimate.baseline and estimate.baseline.data_source == "synthetic" for estimate in estimates):
+        notes.append("Synthetic data: no input pipeline is estimated (the batches are made once, in memory).")
     if any(estimate.price_per_hour is not None for estimate in estimates):
         runs = ", ".join(sorted({f"{estimate.workload} {estimate.epochs}" for estimate in estimates}))
         notes.append(f"Cost/run: the seed's epochs ({runs}) at the estimated epoch time and the price per hour.")
