@@ -472,3 +472,15 @@ def test_a_kind_with_enough_points_takes_its_own_errors_and_one_with_few_the_poo
     assert kind_interval(errors, kinds, None, 0.8, "leave one model out").half_width == pytest.approx(
         np.sort(errors)[pooled_rank]
     )
+
+
+def test_a_point_far_from_the_rest_does_not_drag_the_fit_after_it(monkeypatch):
+    points = synthetic_points()
+    far = dataclasses.replace(points[0], label="a forged fp32 run", observed_s=points[0].observed_s * 10)
+    robust = Fitter([*points, far]).fit().inverse
+    compute = PARAMETERS.index("compute fp32")
+    # the point alone would say 15 for the fp32 compute's 1.5; Huber's loss keeps it within 3% (2.5%)
+    assert robust == pytest.approx(TRUE.inverse, rel=0.03)
+    monkeypatch.setattr("devicebench.estimate.roofline.HUBER_RELATIVE", 1e9)  # plain least squares: 4.5%
+    plain = Fitter([*points, far]).fit().inverse
+    assert abs(plain[compute] / TRUE.inverse[compute] - 1) > 1.5 * abs(robust[compute] / TRUE.inverse[compute] - 1)

@@ -27,6 +27,7 @@ from devicebench.cli import (
 )
 from devicebench.cli.session import DataOption, exit_for, plan_or_fail, train_and_show
 from devicebench.config import RunConfig
+from devicebench.environment import machine_fingerprint
 from devicebench.estimate.points import EstimateError, RooflineFit, fit_roofline
 from devicebench.estimate.roofline import PARAMETERS
 from devicebench.estimate.targets import Estimate, estimates_for
@@ -136,6 +137,14 @@ def estimate(
             "its model, with the errors and whether the intervals held them.",
         ),
     ] = False,
+    with_imported: Annotated[
+        bool,
+        typer.Option(
+            "--with-imported",
+            help="Fit on GPU runs imported from other machines too (devicebench import); by default only this "
+            "machine's own runs in the database are points.",
+        ),
+    ] = False,
     db: DatabaseOption = None,
     json_file: Annotated[
         Optional[Path],
@@ -163,6 +172,15 @@ def estimate(
     check_outputs_or_fail({"--json": json_file}, db=db, modules={"--model": model, "--data": data})
     with open_store(db, writes=False) as store:
         stored = store.results()
+    here = machine_fingerprint()["machine_id"]
+    imported = [result for result in stored if result.machine.get("machine_id") != here]
+    if imported and not with_imported:  # anyone's export: it steers no estimate unless asked
+        errors.print(
+            f"{sum(len(result.runs) for result in imported)} runs in the database came from other machines "
+            "(devicebench import): the fit leaves them out; --with-imported fits on them too",
+            highlight=False,
+        )
+        stored = [result for result in stored if result.machine.get("machine_id") == here]
     fitted = fit_roofline(stored)
     if validate_points:
         _show_validation(fitted, level, json_file)

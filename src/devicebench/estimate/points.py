@@ -234,26 +234,43 @@ def seed_points() -> list[Point]:
 
 
 def measured_points(results: Iterable[Result], where: str) -> tuple[list[Point], list[Unscored]]:
-    """A point per finished single-process seed-mode run on a catalogued GPU whose figures are plausible: the
-    median steady step, waits for data left out. Runs that cannot be one are listed with why. A stored run may
-    come from anyone's export (`devicebench import`): every figure and setting a point is made of is checked
-    before it is used, so that no row can move, crash or swell every later estimate."""
-    points, unscored = [], []
+    """A point per kind of finished single-process run on a catalogued GPU whose figures are plausible (one model,
+    settings, GPU and precision): the median of its runs' median steady steps, waits for data left out, so that
+    many copies of one run weigh as one point and cost one profile. Runs that cannot be one are listed with why. A
+    stored run may come from anyone's export (`devicebench import`): every figure and setting a point is made of is
+    checked before it is used, so that no row can move, crash or swell every later estimate."""
+    alike: dict[tuple[object, ...], list[Point]] = {}
+    unscored = []
+    shapes: dict[tuple[object, ...], StepShape | str] = {}  # one profile a kind of run
     for result in results:
         for run in result.runs:
             if not run.device.startswith("cuda") or run.status != "ok" or not run.steady_epochs:
                 continue
             label = f"{run.workload} on {run.device_name} ({where}, run {run.run_id[:8]})"
-            point = _point_or_why(run, label, where)
+            point = _point_or_why(run, label, where, shapes)
             if isinstance(point, str):
                 unscored.append(Unscored(label, where, point))
             else:
-                points.append(point)
-    return points, unscored
+                kind = (point.workload, point.sheet.key, point.precision, repr(run.settings.hyperparameters))
+                alike.setdefault((*kind, point.resolved.copy_s), []).append(point)
+    return [_one_point(runs) for runs in alike.values()], unscored
 
 
-def _point_or_why(run: RunRecord, label: str, where: str) -> Point | str:
-    """The point `run` makes, or why it makes none."""
+def _one_point(runs: list[Point]) -> Point:
+    if len(runs) == 1:
+        return runs[0]
+    return replace(
+        runs[0],
+        label=f"{runs[0].label} and {len(runs) - 1} more like it",
+        observed_s=statistics.median(point.observed_s for point in runs),
+    )
+
+
+def _point_or_why(
+    run: RunRecord, label: str, where: str, shapes: dict[tuple[object, ...], StepShape | str] | None = None
+) -> Point | str:
+    """The point `run` makes, or why it makes none; `shapes`: the steps profiled so far, by workload, settings and
+    precision."""
     sheet = datasheet_for(run.device_name)
     if sheet is None:
         return "the GPU is not in the datasheet catalog"
@@ -279,9 +296,16 @@ def _point_or_why(run: RunRecord, label: str, where: str) -> Point | str:
         if hyperparameters["batch_size"] < 1:
             raise ValueError(f"batch_size is {hyperparameters['batch_size']}, not a whole number of at least 1")
         parameters = workload.parameter_count(hyperparameters)  # its size bounds first: nothing is built past them
-        shape = precise_shape(workload, hyperparameters, narrowed(precision, KERNEL_PRECISIONS))
-    except (ValueError, TypeError, KeyError, RuntimeError) as error:  # ModelTooLarge and EstimateError included
+    except (ValueError, TypeError, KeyError, RuntimeError) as error:  # ModelTooLarge included
         return f"its settings cannot rebuild {workload.name}: {error}"
+    shapes = {} if shapes is None else shapes
+    profiled = (workload.name, repr(sorted(hyperparameters.items())), precision)
+    if profiled not in shapes:  # a refusal is kept too: a thousand copies of a bad run cost one profile
+        try:
+            shapes[profiled] = precise_shape(workload, hyperparameters, narrowed(precision, KERNEL_PRECISIONS))
+        except (ValueError, TypeError, KeyError, RuntimeError) as error:  # EstimateError included
+            shapes[profiled] = f"its settings cannot rebuild {workload.name}: {error}"
+    shape = shapes[profiled]
     if isinstance(shape, str):
         return shape
     # the very rates the point is made of, with the FLOPs and weights devicebench counts, not those the record gives

@@ -62,7 +62,10 @@ HIGHEST = np.array([1000.0] * PER_KERNEL + [1000.0])  # a share of at least 0.1%
 # The host's seconds a kernel (Python, dispatch and launch in devicebench's eager loop) where no measured run pins
 # it: the H200's host measured ~20-25 µs (results/gpu-validation-h200/, issue 40)
 HOST_OP_PRIOR_S = 25e-6
-MOST_REFITS = 12  # a fit whose kernels still change bound after this many refits keeps the last
+MOST_REFITS = 12
+# Huber's loss: a point whose relative error is beyond this weighs less the further it is (the fit's robustness)
+HUBER_RELATIVE = 0.5
+MOST_ROBUST_REFITS = 30  # reweightings and re-decided bounds before a fit keeps the last  # a fit whose kernels still change bound after this many refits keeps the last
 AMP_BYTES = 0.5  # under mixed precision the forward and backward kernels read and write fp16/bf16 activations
 AMP_CAST_BYTES = 1.5  # and the fp32 weights are cast to half once a step: 4 bytes read, 2 written a weight
 PINNED_SHARE = 0.1  # a point rests on a parameter whose term is at least a tenth of its predicted step
@@ -398,20 +401,28 @@ class Fitter:
 
     def _fit_shares(self, kept: np.ndarray, inverse: np.ndarray) -> np.ndarray:
         """The GPU's inverse shares fitted on the `kept` points, starting from `inverse`; the prior alone where none
-        is kept."""
+        is kept. Robust: Huber's loss on the relative errors (iteratively reweighted least squares), so that a point
+        off by more than HUBER_RELATIVE weighs in proportion to its error's square root, not its square, and a point
+        far from the rest (a forged or mistaken run) cannot drag the shares after it."""
         prior_rows = math.sqrt(PRIOR_WEIGHT) * np.eye(len(PARAMETERS)) / PRIOR
         target = 1.0 - self._copy_s[kept] / self._observed_s[kept]
         by_compute = self._bounds(inverse)
-        for _ in range(MOST_REFITS):
+        weights = np.ones(int(kept.sum()))
+        for _ in range(MOST_ROBUST_REFITS):
             terms = self._terms(inverse, by_compute)[kept] / self._observed_s[kept, None]
+            root = np.sqrt(weights)
             inverse = lsq_linear(
-                np.vstack([terms, prior_rows]),
-                np.concatenate([target, prior_rows @ PRIOR]),
+                np.vstack([terms * root[:, None], prior_rows]),
+                np.concatenate([target * root, prior_rows @ PRIOR]),
                 bounds=(LOWEST, HIGHEST),
                 method="bvls",
             ).x
+            residual = np.abs(terms @ inverse - target)
             settled, by_compute = by_compute, self._bounds(inverse)
-            if np.array_equal(settled, by_compute):
+            reweighted = np.minimum(1.0, HUBER_RELATIVE / np.maximum(residual, 1e-12))
+            steady = np.allclose(reweighted, weights, rtol=0.0, atol=1e-3)
+            weights = reweighted
+            if np.array_equal(settled, by_compute) and steady:
                 break
         return inverse
 
