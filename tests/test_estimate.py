@@ -26,11 +26,18 @@ from devicebench.estimate.points import (
     measured_points,
     record_points,
     record_precision,
-    run_precision,
     seed_points,
     shape_of,
 )
-from devicebench.estimate.roofline import Efficiency, Point, PredictedStep, Resolved, StepShape, predict
+from devicebench.estimate.roofline import (
+    Efficiency,
+    Point,
+    PredictedStep,
+    Resolved,
+    StepShape,
+    predict,
+    run_precision,
+)
 from devicebench.estimate.targets import (
     Baseline,
     Estimate,
@@ -352,6 +359,7 @@ def gpu_run(device_name: str, *, device: str = "cuda:0", mode: str = "seed"):
 def test_a_finished_seed_run_on_a_catalogued_gpu_is_one_point():
     h100 = gpu_run("NVIDIA H100 80GB HBM3")
     tuned = gpu_run("NVIDIA H100 80GB HBM3", mode="tuned")
+    tuned.settings.tf32_matmul = tuned.settings.tf32_cudnn = True  # another precision: another point
     elsewhere = gpu_run("NVIDIA H100 NVL")
     cpu = gpu_run("Test CPU", device="cpu")
     failed = dataclasses.replace(gpu_run("NVIDIA H100 80GB HBM3"), status="failed")

@@ -24,9 +24,8 @@ from devicebench.estimate.points import (
     median_step_s,
     precise_shape,
     registered,
-    run_precision,
 )
-from devicebench.estimate.roofline import Resolved, predict
+from devicebench.estimate.roofline import Resolved, predict, run_precision
 from devicebench.estimate.validation import conformal
 from devicebench.report.estimate_plots import EstimatedAgainstMeasured, EstimatedPoint
 from devicebench.report.text import rate_text

@@ -32,13 +32,14 @@ from devicebench.estimate.roofline import (
     Resolved,
     StepShape,
     Unscored,
+    run_precision,
 )
 from devicebench.estimate.validation import SCHEMES, Interval, held_out, kind_interval
 from devicebench.results.datasheets import Datasheet, catalog_entry, datasheet_for
 from devicebench.results.plausibility import run_flags
 from devicebench.results.record import PublishedFigure as RecordFigure
 from devicebench.results.record import published_figures
-from devicebench.results.schema import Result, RunRecord, RunSettings
+from devicebench.results.schema import Result, RunRecord
 from devicebench.workloads import Workload, get_workload
 
 PROFILED_BATCHES = (2, 4)  # a record row's step comes from profiles at these two batch sizes (StepShape.at_batch)
@@ -337,26 +338,6 @@ def _point_or_why(
         host_launches=True,
         model_kind=model_kind(workload),
     )
-
-
-def run_precision(settings: RunSettings) -> KernelPrecision | str:
-    """The precision `settings` ran its matrix kernels at, as the roofline names it (one of KERNEL_PRECISIONS), or
-    why it cannot be told: seed mode is strict fp32 (engine/tuning_applied.process_settings turns TF32 off); tuned
-    mode records its choice."""
-    if settings.mode == "seed":
-        return "fp32"
-    if settings.mode != "tuned":
-        return f"mode {settings.mode!r} is neither seed nor tuned: its precision is not known"
-    if settings.precision == "bf16":
-        return "amp-bf16"
-    if settings.precision != "fp32":
-        return f"precision {settings.precision!r} is not one the roofline estimates"
-    if settings.tf32_matmul != settings.tf32_cudnn:
-        return (
-            "TF32 was on for matrix products or for convolutions, not for both: the roofline runs every matrix "
-            "kernel at one precision"
-        )
-    return "tf32" if settings.tf32_matmul else "fp32"
 
 
 def precise_shape(workload: Workload, hyperparameters: dict[str, Any], precision: KernelPrecision) -> StepShape | str:

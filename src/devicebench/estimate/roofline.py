@@ -35,6 +35,7 @@ from scipy.optimize import lsq_linear
 
 from devicebench.choices import KernelPrecision
 from devicebench.results.datasheets import Datasheet
+from devicebench.results.schema import RunSettings
 
 if TYPE_CHECKING:
     from devicebench.engine.opcount import StepProfile
@@ -155,6 +156,26 @@ class StepShape:
             ),
             notes=self.notes,
         )
+
+
+def run_precision(settings: RunSettings) -> KernelPrecision | str:
+    """The precision `settings` ran its matrix kernels at, as the roofline names it (one of KERNEL_PRECISIONS), or
+    why it cannot be told: seed mode is strict fp32 (engine/tuning_applied.process_settings turns TF32 off); tuned
+    mode records its choice."""
+    if settings.mode == "seed":
+        return "fp32"
+    if settings.mode != "tuned":
+        return f"mode {settings.mode!r} is neither seed nor tuned: its precision is not known"
+    if settings.precision == "bf16":
+        return "amp-bf16"
+    if settings.precision != "fp32":
+        return f"precision {settings.precision!r} is not one the roofline estimates"
+    if settings.tf32_matmul != settings.tf32_cudnn:
+        return (
+            "TF32 was on for matrix products or for convolutions, not for both: the roofline runs every matrix "
+            "kernel at one precision"
+        )
+    return "tf32" if settings.tf32_matmul else "fp32"
 
 
 class PrecisionError(ValueError):
