@@ -375,3 +375,17 @@ def test_the_real_fit_is_made_once_without_the_runs_of_the_database(monkeypatch)
         (found[0].estimated / interval.high_ratio, found[0].estimated / interval.low_ratio), rel=1e-12
     )
     estimated._fit.cache_clear()
+
+
+def test_a_report_of_many_copies_of_a_run_profiles_its_step_once(fake_fit, monkeypatch):
+    profiled = []
+    shape = estimated.precise_shape
+    monkeypatch.setattr(
+        estimated,
+        "precise_shape",
+        lambda workload, hyperparameters, precision: profiled.append(1) or shape(workload, hyperparameters, precision),
+    )
+    estimated._profiled.cache_clear()
+    comparison = estimated.estimated_against_measured([session(*(gpu_run(H100) for _ in range(40)))])
+    assert len(comparison.runs) == 40 and len(profiled) == 1
+    estimated._profiled.cache_clear()

@@ -16,6 +16,7 @@ import functools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from devicebench.choices import KERNEL_PRECISIONS, KernelPrecision
 from devicebench.estimate.points import (
@@ -25,7 +26,7 @@ from devicebench.estimate.points import (
     precise_shape,
     registered,
 )
-from devicebench.estimate.roofline import Resolved, predict, run_precision
+from devicebench.estimate.roofline import Resolved, StepShape, predict, run_precision
 from devicebench.estimate.validation import conformal
 from devicebench.report.estimate_plots import EstimatedAgainstMeasured, EstimatedPoint
 from devicebench.report.text import rate_text
@@ -111,7 +112,7 @@ def run_estimate(run: RunRecord, level: float = LEVEL) -> RunEstimate | str:
     try:
         hyperparameters = workload.typed_hyperparameters(run.settings.hyperparameters)
         workload.parameter_count(hyperparameters)  # its size bounds first: nothing is built past them
-        shape = precise_shape(workload, hyperparameters, precision)
+        shape = _profiled(workload.name, tuple(sorted(hyperparameters.items())), precision)
         if isinstance(shape, str):
             return shape
         resolved = Resolved.of(shape, sheet, precision)
@@ -136,6 +137,14 @@ def run_estimate(run: RunRecord, level: float = LEVEL) -> RunEstimate | str:
         level=level,
         measured=shape.batch_size / measured_s,
     )
+
+
+@functools.lru_cache(maxsize=64)
+def _profiled(name: str, settings: tuple[tuple[str, Any], ...], precision: KernelPrecision) -> StepShape | str:
+    """The step of runs of one kind, profiled once a process: a report of 400 copies of a run profiles one."""
+    workload = registered(name)
+    assert workload is not None  # run_estimate asked the registry first
+    return precise_shape(workload, dict(settings), precision)
 
 
 @functools.cache
