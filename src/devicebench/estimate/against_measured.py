@@ -28,8 +28,6 @@ from devicebench.estimate.points import (
 )
 from devicebench.estimate.roofline import Resolved, StepShape, predict, run_precision
 from devicebench.estimate.validation import conformal
-from devicebench.report.estimate_plots import EstimatedAgainstMeasured, EstimatedPoint
-from devicebench.report.text import rate_text
 from devicebench.results.datasheets import Datasheet, datasheet_for
 from devicebench.results.schema import Result, RunRecord
 
@@ -65,24 +63,37 @@ class RunEstimate:
         times = f"{factor:,.{1 if factor < 10 else 0}f}x {'faster' if ratio >= 1 else 'slower'} than estimated"
         return times if self.inside is None else f"outside: {times}"
 
-    def line(self) -> str:
-        """The sentence `devicebench run` prints."""
-        interval = (
-            "no interval"
-            if self.interval is None
-            else f"{estimate_text(self.interval[0])}–{estimate_text(self.interval[1])} at {self.level:.0%}"
-        )
-        compiled = " with torch.compile (counted unfused)" if self.compiled else ""
-        return (
-            f"{self.run.workload} on {self.run.device} ({self.run.device_name}): measured "
-            f"{rate_text(self.measured)} samples/s; estimated beforehand {estimate_text(self.estimated)} "
-            f"({interval}), {self.precision}{compiled}: {self.verdict()}"
-        )
+
+@dataclass(frozen=True)
+class EstimatedPoint:
+    """A throughput the roofline estimated beforehand beside the one measured: a point of the estimated-against-
+    measured chart."""
+
+    label: str  # "resnet50 on cuda:0 (H100 SXM), fp32, run 1a2b3c4d"
+    gpu: str  # the catalog's name of the GPU: one colour each
+    estimated: float  # samples/s
+    measured: float  # samples/s
+    interval: tuple[float, float] | None  # the estimate's interval in samples/s, drawn as a bar; None: none drawn
 
 
-def estimate_text(samples_per_s: float) -> str:
-    """An estimated rate to the three figures it may claim (its interval spans tens of percent): 98,600, 2,650."""
-    return rate_text(float(f"{samples_per_s:.3g}"))
+@dataclass(frozen=True)
+class EstimatedAgainstMeasured:
+    """What the estimated-against-measured chart draws: the report's GPU runs, each estimated by a fit made without
+    the user's runs, and the published figures the roofline is fitted on, each estimated by a fit without it."""
+
+    runs: tuple[EstimatedPoint, ...]
+    published: tuple[EstimatedPoint, ...]
+    level: float  # of every interval: 0.8
+    found: tuple[
+        RunEstimate, ...
+    ] = ()  # the runs estimated, as `devicebench run` states them (report.estimate_plots.run_line)
+    published_ratio: float | None = None  # a published figure's interval: its estimate times or divided by this
+
+    @property
+    def gpus(self) -> list[str]:
+        """Every GPU drawn, those of the runs first: they take the palette's strongest colours."""
+        ran = sorted({point.gpu for point in self.runs})
+        return ran + sorted({point.gpu for point in self.published} - set(ran))
 
 
 def run_estimate(run: RunRecord, level: float = LEVEL) -> RunEstimate | str:
@@ -153,10 +164,10 @@ def _fit() -> RooflineFit:
     return fit_roofline([])
 
 
-def estimate_lines(result: Result) -> list[str]:
-    """One sentence per run of `result` the roofline can estimate; nothing for the others (a CPU's, a model of your
-    own, a GPU not in the catalog)."""
-    return [found.line() for run in result.runs if isinstance(found := run_estimate(run), RunEstimate)]
+def run_estimates(result: Result) -> list[RunEstimate]:
+    """Each run of `result` the roofline can estimate; none of the others (a CPU's, a model of your own, a GPU not in
+    the catalog)."""
+    return [found for run in result.runs if isinstance(found := run_estimate(run), RunEstimate)]
 
 
 def estimated_against_measured(results: Iterable[Result], level: float = LEVEL) -> EstimatedAgainstMeasured | None:
@@ -199,6 +210,6 @@ def estimated_against_measured(results: Iterable[Result], level: float = LEVEL) 
         runs=runs,
         published=published,
         level=level,
-        lines=tuple(estimate.line() for estimate in found),
+        found=tuple(found),
         published_ratio=None if record_interval is None else record_interval.high_ratio,
     )
