@@ -651,3 +651,26 @@ def test_an_estimate_of_a_model_that_branches_on_its_data_says_its_count_is_of_r
     assert "its count may differ on real data" in shown
     [estimate] = json.loads(out.read_text())["estimates"]
     assert len(estimate["profile_notes"]) == 1 and estimate["profile_notes"][0].startswith("FLOPs counted on random")
+
+
+def test_the_estimates_cpu_baselines_are_kept_apart_from_the_users_runs_in_compare_and_history(tmp_path):
+    from devicebench.results.compare import ESTIMATE_BASELINE
+
+    db = tmp_path / "db.sqlite"
+    machine = result_fixtures.machine("box", "m1")
+    mine = result_fixtures.session(machine, [result_fixtures.run("cpu", [1.0, 0.5, 0.5], workload="mnist-cnn2")])
+    baseline = dataclasses.replace(
+        result_fixtures.session(machine, [result_fixtures.run("cpu", [1.0, 0.9, 0.9], workload="mnist-cnn2")]),
+        config={"workloads": ["mnist-cnn2"], "purpose": ESTIMATE_BASELINE},
+    )
+    with Store(db) as store:
+        store.import_results([mine, baseline])
+    for command in ("history", "compare"):
+        shown = invoke(command, "--db", str(db))
+        assert shown.exit_code == 0, shown.output
+        text = flat(shown.output)
+        assert "1 run of `devicebench estimate`'s CPU baselines not shown" in text
+        assert mine.runs[0].run_id[:8] in text or command == "compare"
+        assert baseline.runs[0].run_id[:8] not in text
+    compared = flat(invoke("compare", "--db", str(db)).output)
+    assert "│ cpu │ 2,000 │" in compared  # the user's own 0.5 s epochs alone, not pooled with the 0.9 s

@@ -46,6 +46,7 @@ from devicebench.report.estimates import (
     validation_summary,
     validation_table,
 )
+from devicebench.results.compare import ESTIMATE_BASELINE
 from devicebench.results.datasheets import (
     DATASHEETS,
     RENTED_HOSTS,
@@ -208,7 +209,12 @@ def estimate(
             )
     if not torch_jobs:
         raise fail("nothing to estimate: name a torch workload (see `devicebench list`) or give --model")
-    job_plan = dataclasses.replace(job_plan, jobs=torch_jobs, budget_s=BASELINE_BUDGET_S * len(torch_jobs))
+    job_plan = dataclasses.replace(
+        job_plan,
+        jobs=torch_jobs,
+        budget_s=BASELINE_BUDGET_S * len(torch_jobs),
+        request={**job_plan.request, "purpose": ESTIMATE_BASELINE},  # compare and history leave it out
+    )
     outcome = train_and_show(job_plan, json_file=None, quiet=quiet, db=db, tensorboard=None, tables=lambda result: [])
     if outcome.result.interrupted or outcome.store_failure is not None:
         exit_for(outcome)  # Ctrl-C, or a database that stopped taking runs: what was kept, with its exit status
@@ -233,6 +239,10 @@ def estimate(
             )
         except EstimateError as error:
             errors.print(f"{job.workload.name} is left out: {error}", highlight=False)
+    errors.print(
+        "The CPU baselines are stored, marked as the estimate's: `compare` and `history` leave them out.",
+        highlight=False,
+    )
     if not estimates:
         raise fail("no estimate could be made (the reasons are above)", 1)
     console.print(estimate_table(estimates))
