@@ -654,7 +654,7 @@ def test_an_estimate_of_a_model_that_branches_on_its_data_says_its_count_is_of_r
 
 
 def test_the_estimates_cpu_baselines_are_kept_apart_from_the_users_runs_in_compare_and_history(tmp_path):
-    from devicebench.results.compare import ESTIMATE_BASELINE
+    from devicebench.results.store import ESTIMATE_BASELINE
 
     db = tmp_path / "db.sqlite"
     machine = result_fixtures.machine("box", "m1")

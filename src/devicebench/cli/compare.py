@@ -23,7 +23,8 @@ from devicebench.cli import (
     prices_from,
 )
 from devicebench.report.tables import comparison_tables
-from devicebench.results.compare import DEFAULT_BASELINE, baselines_note, compare, own_sessions
+from devicebench.results.compare import DEFAULT_BASELINE, compare
+from devicebench.results.store import baselines_note, own_sessions
 
 WideOption = Annotated[
     bool,

@@ -46,7 +46,6 @@ from devicebench.report.estimates import (
     validation_summary,
     validation_table,
 )
-from devicebench.results.compare import ESTIMATE_BASELINE
 from devicebench.results.datasheets import (
     DATASHEETS,
     RENTED_HOSTS,
@@ -55,6 +54,7 @@ from devicebench.results.datasheets import (
 )
 from devicebench.results.prices import parse_named_prices
 from devicebench.results.schema import write_atomically
+from devicebench.results.store import ESTIMATE_BASELINE
 
 DEFAULT_TARGETS = "t4,l4,a100-80gb,h100-sxm"
 BASELINE_BUDGET_S = 20.0  # seconds of CPU training per workload for the baseline: a warm-up and two steady epochs

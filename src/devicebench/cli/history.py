@@ -22,8 +22,8 @@ from devicebench.cli import (
     open_store,
 )
 from devicebench.report.tables import history_table
-from devicebench.results.compare import baselines_note, own_sessions
 from devicebench.results.schema import RunStatus
+from devicebench.results.store import baselines_note, own_sessions
 from devicebench.results.transfer import export_document
 
 

@@ -36,29 +36,6 @@ from devicebench.results.speed_settings import SAME_WORK_SETTINGS, setting_text
 from devicebench.results.stats import Speedup, Spread, coefficient_of_variation, level_text, speedup, spread
 
 DEFAULT_BASELINE = "cpu"
-# A session's config["purpose"] when it is the CPU baseline `devicebench estimate` trains: compare and history leave
-# such runs out, so that a user's own runs are not set beside an estimate's three-step ones
-ESTIMATE_BASELINE = "estimate baseline"
-
-
-def own_sessions(results: Iterable[Result]) -> tuple[list[Result], int]:
-    """The sessions a user ran, and how many runs the left-out CPU baselines of `devicebench estimate` hold."""
-    kept, baselines = [], 0
-    for result in results:
-        if result.config.get("purpose") == ESTIMATE_BASELINE:
-            baselines += len(result.runs)
-        else:
-            kept.append(result)
-    return kept, baselines
-
-
-def baselines_note(count: int) -> str:
-    return (
-        f"{count} run{'s' if count != 1 else ''} of `devicebench estimate`'s CPU baselines not shown "
-        "(`devicebench forget` removes them)."
-    )
-
-
 # Above this, steady epoch time varies too much across repeats to trust the row. It flags the sample's CV, not the
 # machine's: from 2 values a row of true CV 2% is flagged 1.2% of the time, 5% 32%, 10% 62% (tests/test_stats.py).
 NOISY_EPOCH_TIME_CV = 0.05
