@@ -475,3 +475,26 @@ def pid_namespace() -> str | None:
         return os.readlink("/proc/self/ns/pid")
     except OSError:
         return None
+
+
+# A session's config["purpose"] when it is the CPU baseline `devicebench estimate` trains: compare and history leave
+# such runs out, so that a user's own runs are not set beside an estimate's three-step ones
+ESTIMATE_BASELINE = "estimate baseline"
+
+
+def own_sessions(results: Iterable[Result]) -> tuple[list[Result], int]:
+    """The sessions a user ran, and how many runs the left-out CPU baselines of `devicebench estimate` hold."""
+    kept, baselines = [], 0
+    for result in results:
+        if result.config.get("purpose") == ESTIMATE_BASELINE:
+            baselines += len(result.runs)
+        else:
+            kept.append(result)
+    return kept, baselines
+
+
+def baselines_note(count: int) -> str:
+    return (
+        f"{count} run{'s' if count != 1 else ''} of `devicebench estimate`'s CPU baselines not shown "
+        "(`devicebench forget` removes them)."
+    )
