@@ -25,7 +25,6 @@ from devicebench.cli import (
     open_store,
 )
 from devicebench.engine.timing import wall_clock_utc
-from devicebench.environment import machine_fingerprint
 from devicebench.results.schema import Result
 from devicebench.results.store import Store
 from devicebench.results.transfer import (
@@ -121,6 +120,8 @@ def import_command(
 
     [bold]devicebench import server.json gpu-box.json[/]
     """
+    from devicebench.environment import machine_fingerprint  # here: it imports torch, which export must not
+
     failure: typer.Exit | None = None
     fingerprint = machine_fingerprint()
     this_machine = (fingerprint["machine_id"], fingerprint["machine_name"])
