@@ -1,87 +1,76 @@
-"""Validate a GPU machine in one command: every GPU path of devicebench, run for real, within 590 seconds.
+"""Validate a GPU machine in one command: every GPU path of devicebench, run for real, within 8 minutes.
 
-GPU machines come to this project rarely and briefly (one H100, 16 cores, torch 2.11, no network, at most 10
-minutes a command). This script turns one such command into everything we need to know: the GPU tests, the
-machine's own check, its calibrated ceilings, every workload in seed and in tuned mode, torch.compile, XGBoost on
-CUDA, data-parallel training over every GPU, and the two benchmarks, each a subprocess with its own time budget.
-It writes, into `--out`, `gpu-validation-<hardware>.json` (the machine's fingerprint; each part's command, status,
-seconds, exit code, the tail of its output and the JSON devicebench wrote) and `gpu-validation-<hardware>.md` (a
-table: part | status | seconds | key figures), prints that table and what failed, and exits 1 when a part failed or
-timed out (a skipped part is listed, and is no failure).
+GPU machines come to this project rarely and briefly (an H200 or H100, 16 cores, torch 2.11, no network, at most 10
+minutes a command). This script turns one such command into what we most need to know, the most needed first:
+whether devicebench's loop holds a GPU back (engine-vs-plain), how a large model's step compares with the estimate,
+the calibrated ceilings, the GPU tests, the seed and tuned paths, torch.compile, XGBoost on CUDA and data-parallel
+training, each a subprocess with its own time budget. It writes, into `--out`, `gpu-validation-<hardware>.json`
+(the machine's fingerprint; each part's command, status, seconds, exit code, the tail of its output and the JSON
+devicebench wrote) and `gpu-validation-<hardware>.md` (a table: part | status | seconds | key figures), prints that
+table and what failed, and exits 1 when a part failed or timed out (a skipped part is listed, and is no failure).
 
-    python benchmarks/gpu_validation.py --out results/gpu-validation-h100        # on the GPU machine
-    python benchmarks/gpu_validation.py --only nproc,compile --out /tmp/again    # a second command: some parts
+    python benchmarks/gpu_validation.py --out results/gpu-validation-h200        # on the GPU machine
+    python benchmarks/gpu_validation.py --only tuned,compile --out /tmp/again    # a second command: some parts
     python benchmarks/gpu_validation.py --cpu-smoke --out /tmp/smoke             # anywhere, in under a minute
-    python benchmarks/gpu_validation.py --plan                                   # the plan, without running it
+    python benchmarks/gpu_validation.py --plan                                   # the plan and its costs, not run
 
-The plan, in the order it runs (the most needed first), with each part's budget in seconds (572 in all, of a
-590 s limit: 10 s are left for starting this script and writing its files, and the command its ten minutes). The
-budgets come from the first GPU run's measured times (an H200, 2026-11-27, `results/gpu-validation-h200/`): about
-5 s for each workload's run besides its epochs (15 s for an imdb model), 3 s for each process, and the steps below:
+What a part costs is mostly not its steps. The first GPU run (an H200, 2026-11-27, `results/gpu-validation-h200/`)
+measured, besides them: about 8 s to start each process (python, torch, CUDA); 15-30 s in every GPU `devicebench
+run` process to fit the estimate's roofline for its "estimated beforehand" line, which is now cached on disk, so the
+plan budgets the first fit once (30 s, in engine-vs-plain's first tuned process) and a second for each later one;
+about 5 s of each workload's run besides its steps (its synthetic data, model, FLOP count, evaluation); and tuned
+mode's trial on a GPU, now four options (fp32 and bf16, each eager and as one CUDA graph), about 10 s. Every budget
+below is those costs plus the steps at the seed step times the H200 measured (`--plan` shows each sum): 466 s in all
+of the 480 s limit (`--time-limit`), nproc's 24 included though one GPU skips it; 14 s are left for starting this
+script and writing its files, and the command has two minutes to spare of its ten.
 
 | part | what | budget |
 |---|---|---|
 | devices | `devicebench devices --json`: the machine's fingerprint, and how many GPUs it has | 8 |
-| list | `devicebench list --json`: the workloads, and which of them cannot run here (and why) | 12 |
+| engine-vs-plain | benchmarks/engine_vs_plain.py: mnist-cnn2, cifar10-mlp; plain-resident, plain-graph, seed, tuned | 110 |
+| resnet50 | seed mode at batch 256 (synthetic): its samples/s beside its "estimated beforehand" line | 24 |
 | calibrate | `devicebench calibrate --json`: every device's ceilings (the H200's took 55 s), for every run's MFU | 55 |
-| check | `devicebench check --json`: the machine's own doctor (drivers, a short run, timing, short ceilings) | 25 |
-| seed-small | seed mode on cuda: mnist-cnn2, mnist-cnn4, cifar10-mlp, cifar100-mlp, cifar10-cnn (400 steps) | 50 |
-| engine-vs-plain | benchmarks/engine_vs_plain.py on cuda: mnist-cnn2, plain, seed and tuned, 1 round of 2 x 300 | 30 |
-| pytest-gpu | `python -m pytest -m gpu`: tests/test_gpu.py, the GPU tests of test_compile.py and test_calibrate.py | 118 |
-| seed-catdog | seed mode on cuda: the four catdog networks (100 steps) | 38 |
-| seed-imdb | seed mode on cuda: imdb-bilstm, imdb-transformer (150 steps) | 30 |
-| tuned-small | tuned mode on cuda (`--compile off`): mnist-cnn2, cifar10-mlp, cifar10-cnn (400 steps) | 45 |
-| tuned-catdog | tuned mode on cuda (`--compile off`): catdog-deep, the largest network (100 steps) | 28 |
-| tuned-imdb | tuned mode on cuda (`--compile off`): imdb-bilstm, bf16 around cuDNN's LSTMs (150 steps) | 28 |
-| compile | imdb-transformer, tuned, `--compile on --precision bf16`: recompiles and graph breaks recorded | 40 |
-| seed-cpu | seed mode on the CPU: mnist-cnn2 and cifar10-mlp (100 steps), the other side of the speedup | 20 |
-| gbdt | gbdt-synthetic on cuda, 200 boosting rounds an epoch: XGBoost's `device="cuda"` | 10 |
-| wall-clock | benchmarks/wall_clock_check.py on cuda: 2 and 6 epochs of 600 steps of mnist-cnn2, 1 round | 25 |
-| nproc | cifar10-mlp, `--devices all-gpus`: DDP over every GPU (skipped with fewer than 2) | 10 |
+| pytest-gpu | `python -m pytest -m gpu`: tests/test_gpu.py, test_step_graph.py and the GPU tests of others | 110 |
+| list | `devicebench list --json`: the workloads, and which of them cannot run here (and why) | 11 |
+| seed | seed mode on cuda: cifar10-cnn, catdog-deep, imdb-bilstm | 34 |
+| tuned | tuned mode on cuda (`--compile off`): cifar10-cnn, imdb-bilstm (cuDNN's LSTM in a graph) | 44 |
+| compile | imdb-transformer, tuned, `--compile on --precision bf16`: compiled, its step eager or one graph | 46 |
+| nproc | cifar10-mlp, `--devices all-gpus`: DDP over every GPU; skipped with fewer than 2 | 24 |
 
-Every training part runs 3 epochs (one warm-up, two steady) on `--data synthetic`, with at most 3 evaluation
-batches an epoch (evaluation is timed apart from training; it only has to run). What a part costs is mostly not its
-epochs: each workload's run took about 5 s besides them on the H200 (the synthetic set, the model, the evaluation,
-the definition), and each process about 3 s to start. The first run's budgets (1,500 steps of the small seeds, whole
-catdog epochs) assumed a 1 ms step and fitted nothing: seed-small took 68 s of its 27, and six parts were stopped.
-The steps now keep the whole plan within the limit, and a steady epoch lasts under a second for most workloads
-(the summary marks each): enough to see that every path runs and what it measures, not a benchmark.
+Every training part runs 3 epochs (one warm-up, two steady) on `--data synthetic`, at most 100 steps and 3
+evaluation batches an epoch: enough to see that every path runs and what it measures, not a benchmark (the summary
+marks a steady epoch under a second). mnist-cnn2 and cifar10-mlp train in seed and tuned mode inside
+engine-vs-plain, beside the plainest loops, so the seed and tuned parts leave them out; the other seeds are the same
+code as those the plan keeps, and each ran on the H200 before (LEFT_OUT says which and why). The GPU tests train
+mnist-cnn2 on the CPU too (the other side of the speedup) and XGBoost on CUDA where it is installed, so neither has
+a part of its own any more; `devicebench check` passed all 28 of its checks on the H200 and repeats what calibrate
+and the runs do, so it is left to a command of its own. Tuned mode runs with `--compile off` because its default on
+a GPU, auto, compiles every candidate with inductor; the compile part compiles one workload in one precision, eager
+and as a CUDA graph.
 
-| workload | batch | seed step on the H200, measured | steps | steady epoch |
-|---|---|---|---|---|
-| mnist-cnn2, mnist-cnn4 | 50 | 2.1 ms, 2.5 ms | 400 | ~0.9 s |
-| cifar10-mlp, cifar100-mlp | 32 | 1.7 ms | 400 | ~0.7 s |
-| cifar10-cnn | 128 | 9.0 ms | 390 (all) | ~3.5 s |
-| catdog-original, -improved | 32 | 4.1 ms | 100 | ~0.4 s |
-| catdog-hires | 32 | 7.5 ms: input-bound, 128x128 augmentation | 100 | ~0.75 s |
-| catdog-deep | 32 | 18 ms: ~7 GFLOP a training image in strict fp32 | 100 | ~1.8 s |
-| imdb-bilstm, imdb-transformer | 32 | 4.4 ms, 4.3 ms | 150 | ~0.65 s |
+| workload | batch | seed step on the H200, measured | steps an epoch here |
+|---|---|---|---|
+| mnist-cnn2 | 50 | 2.1 ms | 200 (engine-vs-plain) |
+| cifar10-mlp | 32 | 1.7 ms | 200 (engine-vs-plain) |
+| cifar10-cnn | 128 | 9.0 ms: input-bound, its batches augmented on the host | 100 |
+| catdog-deep | 32 | 18 ms: ~7 GFLOP a training image in strict fp32 | 100 |
+| imdb-bilstm, imdb-transformer | 32 | 4.4 ms, 4.3 ms | 100 |
+| resnet50 | 256 | unmeasured; 250 ms budgeted: ~25 GFLOP an image at half the 51 fp32 TFLOP/s calibrated | 5 (all) |
 
-A 2 ms step for a network as small as mnist-cnn2 on an H200 is slow: it is about what the host takes to launch
-its kernels (the steps of the tuned trial varied ±15% from round to round). engine-vs-plain now runs early, so that
-the next GPU run says whether devicebench's loop adds to it. Runs with the same steps share a part (one process: its
-start is paid once). Tuned mode trains a subset on the GPU (the first run's tuned parts were stopped): the same
-code as the seeds it leaves out, and channels_last and the fused step were measured there on their own
-(benchmarks/tuning_switches.py, `results/gpu-validation-h200/`). Tuned mode runs with `--compile off` because its
-default on a GPU, auto, compiles every candidate precision with inductor (20-40 s each); the compile part compiles
-one workload in the one precision that an H100 would keep. The CPU is slow: it trains two cheap workloads only, at 100 steps (the H200 machine's 16 cores
-trained mnist-cnn2 at 3,700 samples/s). gbdt-covertype is left out: the same booster on another table;
-gbdt-synthetic validates XGBoost on CUDA.
+Calibration runs before the GPU tests and the seed parts, into `calibration/` of the output folder, and every later
+part gets `DEVICEBENCH_CALIBRATION_DIR` pointing there: runs take their MFU against the ceilings just measured, and
+nothing is read from, or written to, the calibration of whoever runs this. Every devicebench run writes its runs to
+a throwaway database in `work/` (`--db`), and its JSON to `parts/PART.json`; each part's output goes to `logs/`.
 
-Calibration comes first, into `calibration/` of the output folder, and every later part gets
-`DEVICEBENCH_CALIBRATION_DIR` pointing there: runs take their MFU against the ceilings just measured, and nothing is
-read from, or written to, the calibration of whoever runs this. Every devicebench run writes its runs to a
-throwaway database in `work/` (`--db`), and its JSON to `parts/PART.json`; each part's output goes to `logs/`.
-
-Time: the script keeps a deadline (`--time-limit`, 590 s). A part runs only when its budget fits in the time left
+Time: the script keeps a deadline (`--time-limit`, 480 s). A part runs only when its budget fits in the time left
 (else it is "skipped: not enough time left"), and may run until only the budgets of the parts after it are left:
 its own budget, plus whatever the parts before it left unused. One that runs past that is stopped (SIGTERM to its
 process group, so that devicebench writes the epochs it finished; SIGKILL 5 s later) and recorded "timed out".
 
 `--cpu-smoke` runs the same machinery end to end on any machine in well under a minute, so that it cannot rot
-between GPU runs: tiny settings (2 epochs x 3 steps) on `--devices cpu`, `calibrate --quick`, `check --devices
-cpu`, and `pytest -m gpu`, which skips everything there; each part that makes no sense on a CPU is recorded as
-skipped, with the reason (`SMOKE` below). tests/test_gpu_validation.py runs it.
+between GPU runs: tiny settings (2 epochs x 3 steps) on `--devices cpu`, `calibrate --quick`, and `pytest -m gpu`,
+which skips everything there; each part that makes no sense on a CPU is recorded as skipped, with the reason
+(`SMOKE` below). tests/test_gpu_validation.py runs it.
 """
 
 from __future__ import annotations
@@ -109,27 +98,60 @@ from engine_vs_plain import RESULTS, slug
 # RESULTS and slug come from the other benchmark, so that every benchmark names its results by hardware alike.
 REPOSITORY = Path(__file__).resolve().parents[1]
 BENCHMARKS = REPOSITORY / "benchmarks"
-TIME_LIMIT_S = 590  # nine minutes and 50 s: a GPU command may run ten, and this one runs alone
+TIME_LIMIT_S = 480  # eight minutes: a GPU command may run ten, and this one runs alone
 GRACE_S = 5.0  # between SIGTERM and SIGKILL: devicebench writes the epochs it finished
 TAIL_CHARS = 3000  # of each part's output, kept in the JSON
 EPOCHS = 3  # one warm-up epoch and two steady ones
+STEPS = 100  # training steps an epoch at most
 EVAL_STEPS = 3  # evaluation batches an epoch: timed apart from training, it only has to run
 STEADY_EPOCH_S = 1.0  # the summary marks a steady epoch shorter than this: its step count wants raising
 STATUSES = ("pass", "fail", "skipped", "timed out")
 WORKLOADS = "{workloads}"  # in a command: the part's workloads that this machine can run
 
-SMALL = ("mnist-cnn2", "mnist-cnn4", "cifar10-mlp", "cifar100-mlp", "cifar10-cnn")
-CATDOG = ("catdog-original", "catdog-improved", "catdog-hires", "catdog-deep")
-IMDB = ("imdb-bilstm", "imdb-transformer")
-TUNED_SMALL = ("mnist-cnn2", "cifar10-mlp", "cifar10-cnn")  # mnist-cnn4 and cifar100-mlp: the same code, bigger
+# What a part costs besides its steps, as the H200's host measured it (the docstring says where each comes from)
+PROCESS_START_S = 8.0  # python, torch and CUDA up: every process
+FIRST_FIT_S = 30.0  # the estimate's roofline fitted for a GPU run's "estimated beforehand" line, the first time
+CACHED_FIT_S = 1.0  # ... read back from its cache in each later GPU `devicebench run` process
+SETUP_S = 5.0  # each workload's run besides its steps: synthetic data, model, FLOP count, evaluation
+TRIAL_S = 10.0  # tuned mode's trial on a GPU: fp32 and bf16, each eager and as one CUDA graph
+COMPILE_S = 10.0  # inductor compiling a small model's training and evaluation graphs, each time it is asked
+PLAIN_SIDE_S = 2.0  # engine-vs-plain's plain loops: a model and its data on the device, besides their steps
+STEP_MS = {  # seed mode's step on the H200 (on its host's CPU for "cpu:"), measured; resnet50's is estimated
+    "mnist-cnn2": 2.1,
+    "cifar10-mlp": 1.7,
+    "cifar10-cnn": 9.0,
+    "catdog-original": 4.1,
+    "catdog-deep": 18.0,
+    "imdb-bilstm": 4.4,
+    "imdb-transformer": 4.3,
+    "gbdt-synthetic": 4.3,  # a boosting round
+    "resnet50": 250.0,
+    "cpu:mnist-cnn2": 13.5,  # 3,700 samples/s at batch 50 on 16 cores
+}
+EPOCH_STEPS = {"cifar10-cnn": 390, "resnet50": 5, "gbdt-synthetic": 200}  # where an epoch has fewer than asked
+
+ENGINE_VS_PLAIN = ("mnist-cnn2", "cifar10-mlp")
+ENGINE_VS_PLAIN_STEPS = 200
+ENGINE_VS_PLAIN_SIDES = ("plain-resident", "plain-graph", "seed", "tuned")
+SEED = ("cifar10-cnn", "catdog-deep", "imdb-bilstm")  # augmented batches; the largest conv net; cuDNN's LSTM
+TUNED = ("cifar10-cnn", "imdb-bilstm")  # a conv net on augmented batches; cuDNN's LSTM, captured in a graph
+SAME_CODE = "the same code as {}, which the plan trains; it ran on the H200 in seed and tuned mode"
 LEFT_OUT = {
-    "gbdt-covertype": "the same booster as gbdt-synthetic on another table; one XGBoost workload suffices",
+    "mnist-cnn4": SAME_CODE.format("mnist-cnn2, deeper"),
+    "cifar100-mlp": SAME_CODE.format("cifar10-mlp, another size"),
+    "catdog-original": SAME_CODE.format("catdog-deep, shallower"),
+    "catdog-improved": SAME_CODE.format("catdog-deep, shallower"),
+    "catdog-hires": SAME_CODE.format("catdog-deep at 128x128, shallower"),
+    "gbdt-synthetic": "tests/test_gpu.py boosts it on CUDA (pytest-gpu) where xgboost is installed",
+    "gbdt-covertype": "the same booster as gbdt-synthetic on another table",
     **{
-        name: "a reference model, run only when named: the parts' budgets already fill the time limit "
-        "less 10 s, so it gets a part only in place of another (issue 30's GPU runs are their own)"
-        for name in ("resnet50", "resnet152", "vgg16", "bert-base", "bert-large", "gpt2-small", "gnmt")
+        name: "a reference model, run only when named: resnet50 stands for them beside its estimate "
+        "(issue 30's GPU runs are their own)"
+        for name in ("resnet152", "vgg16", "bert-base", "bert-large", "gpt2-small", "gnmt")
     },
 }
+
+Costs = tuple[tuple[str, float], ...]  # (what, seconds): what a part's budget is made of, as --plan shows it
 
 
 @dataclass(frozen=True)
@@ -137,15 +159,27 @@ class Part:
     """One subprocess of the validation, and what it takes to run it."""
 
     name: str
-    kind: str  # how its result is read and summed up: devices, list, calibrate, check, pytest, run, compile, ...
+    kind: str  # how its result is read and summed up: devices, list, calibrate, pytest, run, compile, ...
     command: tuple[str, ...]  # {python}, {json} (its result file), {db} and WORKLOADS are filled in when it runs
     budget_s: float
     workloads: tuple[str, ...] = ()  # what WORKLOADS stands for; those this machine cannot run are left out
     gpus: int = 0  # CUDA GPUs it needs; with fewer it is skipped, saying so
+    costs: Costs = ()  # what budget_s adds up, rounded up
 
     @property
     def result_on_stdout(self) -> bool:
-        return self.kind in ("devices", "list", "calibrate", "check")
+        return self.kind in ("devices", "list", "calibrate")
+
+
+def costed(name: str, kind: str, command: tuple[str, ...], costs: Costs, **fields: Any) -> Part:
+    """A part whose budget is its costs' sum, rounded up to a second."""
+    return Part(name, kind, command, math.ceil(sum(seconds for _, seconds in costs)), costs=costs, **fields)
+
+
+def steps_s(workloads: Sequence[str], steps: float, epochs: int = EPOCHS, device: str = "cuda") -> float:
+    """Seconds of training steps of `workloads`, `steps` an epoch at most, at the measured seed steps."""
+    prefix = "cpu:" if device == "cpu" else ""
+    return sum(epochs * min(steps, EPOCH_STEPS.get(name, steps)) * STEP_MS[prefix + name] / 1000 for name in workloads)
 
 
 def devicebench(*arguments: str) -> tuple[str, ...]:
@@ -155,17 +189,21 @@ def devicebench(*arguments: str) -> tuple[str, ...]:
 def training(
     name: str,
     workloads: Sequence[str],
-    budget_s: float,
     *,
     mode: str = "seed",
     devices: str = "cuda",
-    steps: int | None = None,
+    steps: int | None = STEPS,
     epochs: int = EPOCHS,
     flags: Sequence[str] = (),
     kind: str = "run",
     gpus: int = 1,
+    compiles: int = 0,
+    extra: Costs = (),
+    budget_s: float | None = None,
 ) -> Part:
-    """A part that trains `workloads` with `devicebench run` on synthetic data, its JSON and database its own."""
+    """A part that trains `workloads` with `devicebench run` on synthetic data, its JSON and database its own. Its
+    budget: the process's start, the fit (on a GPU), each workload's setup, trial (tuned) and `compiles`, its steps
+    (at most `steps` an epoch; None: whole epochs) and any `extra`; or `budget_s` (the smoke run's)."""
     command = devicebench(
         "run",
         WORKLOADS,
@@ -187,101 +225,120 @@ def training(
         "--db",
         "{db}",
     )
-    return Part(name, kind, command, budget_s, tuple(workloads), gpus)
+    if budget_s is not None:
+        return Part(name, kind, command, budget_s, tuple(workloads), gpus)
+    count = len(workloads)
+    costs: Costs = (
+        ("start", PROCESS_START_S),
+        ("fit", 0.0 if devices == "cpu" else CACHED_FIT_S),
+        ("setup", count * SETUP_S),
+        ("trial", count * TRIAL_S if mode == "tuned" else 0.0),
+        ("compile", count * compiles * COMPILE_S),
+        ("steps", steps_s(workloads, steps or math.inf, epochs, devices)),
+        *extra,
+    )
+    return costed(name, kind, command, tuple(cost for cost in costs if cost[1]), workloads=tuple(workloads), gpus=gpus)
 
 
-def benchmark(name: str, script: str, budget_s: float, *arguments: str) -> Part:
-    return Part(name, name, ("{python}", str(BENCHMARKS / script), *arguments, "--output", "{json}"), budget_s, gpus=1)
+def benchmark(name: str, script: str, costs: Costs, workloads: Sequence[str], *arguments: str) -> Part:
+    command = ("{python}", str(BENCHMARKS / script), WORKLOADS, *arguments, "--output", "{json}")
+    return costed(name, name, command, costs, workloads=tuple(workloads), gpus=1)
+
+
+def engine_vs_plain_costs(workloads: Sequence[str], steps: int, epochs: int) -> Costs:
+    """engine_vs_plain.py in one process: per workload the two plain loops and seed mode in it (through the Python
+    API: no fit), and tuned mode in a fresh `devicebench run`, the plan's first GPU run: it pays the first fit."""
+    count = len(workloads)
+    seed_steps = steps_s(workloads, steps, epochs)
+    return (
+        ("start", PROCESS_START_S * (1 + count)),
+        ("fit", FIRST_FIT_S + CACHED_FIT_S * (count - 1)),
+        ("setup", count * (2 * PLAIN_SIDE_S + 2 * SETUP_S)),
+        ("trial", count * TRIAL_S),
+        ("steps", 4 * seed_steps),  # the plain loops' at most a seed step's each: the plainest is the fastest
+    )
 
 
 PYTEST_GPU = ("{python}", "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider")
-TUNED = ("--compile", "off")  # tuned mode on a GPU would otherwise compile every candidate precision
+# a test module that cannot be imported on the GPU machine's torch or packages must not keep the others from running
+PYTEST_GPU_KEEP_GOING = ("--continue-on-collection-errors",)
+NO_COMPILE = ("--compile", "off")  # tuned mode on a GPU would otherwise compile every candidate
 
 PARTS = (
-    Part("devices", "devices", devicebench("devices", "--json"), 8),
-    Part("list", "list", devicebench("list", "--json"), 12),
-    Part("calibrate", "calibrate", devicebench("calibrate", "--json"), 55),
-    Part("check", "check", devicebench("check", "--json"), 25),
-    training("seed-small", SMALL, 50, steps=400),
+    costed("devices", "devices", devicebench("devices", "--json"), (("start", PROCESS_START_S),)),
     benchmark(
         "engine-vs-plain",
         "engine_vs_plain.py",
-        30,
-        "mnist-cnn2",
+        engine_vs_plain_costs(ENGINE_VS_PLAIN, ENGINE_VS_PLAIN_STEPS, 2),
+        ENGINE_VS_PLAIN,
         "--device",
         "cuda",
         "--rounds",
         "1",
         "--steps",
-        "300",
+        str(ENGINE_VS_PLAIN_STEPS),
         "--epochs",
         "2",
         "--sides",
-        "plain,seed,tuned",
+        ",".join(ENGINE_VS_PLAIN_SIDES),
     ),
-    Part("pytest-gpu", "pytest", (*PYTEST_GPU, "--durations=10"), 118),
-    training("seed-catdog", CATDOG, 38, steps=100),
-    training("seed-imdb", IMDB, 30, steps=150),
-    training("tuned-small", TUNED_SMALL, 45, mode="tuned", steps=400, flags=TUNED),
-    training("tuned-catdog", ("catdog-deep",), 28, mode="tuned", steps=100, flags=TUNED),
-    training("tuned-imdb", ("imdb-bilstm",), 28, mode="tuned", steps=150, flags=TUNED),
+    training(
+        "resnet50",
+        ("resnet50",),
+        kind="estimate",
+        steps=None,  # 5 an epoch: 1,280 synthetic images
+        flags=("--batch-size", "256"),
+        extra=(("its 231 MB of images, its FLOP count", 6.0),),
+    ),
+    costed(
+        "calibrate",
+        "calibrate",
+        devicebench("calibrate", "--json"),
+        (("start", PROCESS_START_S), ("ceilings", 47.0)),  # the H200's took 55 s in all
+    ),
+    costed(
+        "pytest-gpu",
+        "pytest",
+        (*PYTEST_GPU, *PYTEST_GPU_KEEP_GOING, "--durations=10"),
+        (("start", PROCESS_START_S), ("collection", 6.0), ("tests", 96.0)),  # 6.5 s to collect on the H200's host
+    ),
+    costed("list", "list", devicebench("list", "--json"), (("start", PROCESS_START_S), ("registry", 3.0))),
+    training("seed", SEED),
+    training("tuned", TUNED, mode="tuned", flags=NO_COMPILE),
     training(
         "compile",
         ("imdb-transformer",),
-        40,
         mode="tuned",
-        steps=150,
         kind="compile",
         flags=("--compile", "on", "--precision", "bf16"),
+        compiles=2,  # the trial's two options, eager and as a graph; the run's own reads inductor's cache
     ),
-    training("seed-cpu", ("mnist-cnn2", "cifar10-mlp"), 20, devices="cpu", steps=100, gpus=0),
-    training("gbdt", ("gbdt-synthetic",), 10, flags=("--set", "rounds_per_epoch=200")),
-    benchmark(
-        "wall-clock",
-        "wall_clock_check.py",
-        25,
-        "--workload",
-        "mnist-cnn2",
-        "--device",
-        "cuda",
-        "--epochs",
-        "2",
-        "--multiplier",
-        "3",
-        "--steps",
-        "600",
-        "--eval-steps",
-        "1",
-        "--rounds",
-        "1",
-    ),
-    training("nproc", ("cifar10-mlp",), 10, devices="all-gpus", steps=400, gpus=2),
+    training("nproc", ("cifar10-mlp",), devices="all-gpus", gpus=2, extra=(("torchrun and its second rank", 9.0),)),
 )
 
 SMOKE_STEPS, SMOKE_EPOCHS = 3, 2
-LEFT_TO_THE_GPU = "left out of the smoke run to keep it under a minute: seed-small and tuned-small run the same command"
 # --cpu-smoke: each part's tiny CPU version, or why it makes no sense on a CPU. Budgets are generous: CI is slow.
 SMOKE: dict[str, Part | str] = {
-    "devices": dataclasses.replace(PARTS[0], budget_s=30),
-    "list": dataclasses.replace(PARTS[1], budget_s=30),
+    "devices": dataclasses.replace(PARTS[0], budget_s=30, costs=()),
+    "engine-vs-plain": "its plain loops, seed run and tuned process take 10 s on 2 cores even for 3 steps",
+    "resnet50": "a step at batch 256 takes minutes on 2 cores; tests/test_imagenet.py builds it at small sizes",
     "calibrate": Part("calibrate", "calibrate", devicebench("calibrate", "--devices", "cpu", "--quick", "--json"), 40),
-    "check": Part("check", "check", devicebench("check", "--devices", "cpu", "--json"), 60),
-    "seed-small": training(
-        "seed-small", ("mnist-cnn2",), 60, devices="cpu", steps=SMOKE_STEPS, epochs=SMOKE_EPOCHS, gpus=0
+    "pytest-gpu": Part("pytest-gpu", "pytest", (*PYTEST_GPU, *PYTEST_GPU_KEEP_GOING), 90),
+    "list": dataclasses.replace(PARTS[5], budget_s=30, costs=()),
+    "seed": training(
+        "seed", ("mnist-cnn2",), devices="cpu", steps=SMOKE_STEPS, epochs=SMOKE_EPOCHS, gpus=0, budget_s=60
     ),
-    "engine-vs-plain": "its plain loop, seed run and tuned process take 10 s on 2 cores even for 3 steps",
-    "pytest-gpu": Part("pytest-gpu", "pytest", PYTEST_GPU, 90),
-    "seed-catdog": LEFT_TO_THE_GPU,
-    "seed-imdb": LEFT_TO_THE_GPU,
-    "tuned-small": training(
-        "tuned-small", ("cifar10-mlp",), 60, mode="tuned", devices="cpu", steps=SMOKE_STEPS, epochs=SMOKE_EPOCHS, gpus=0
+    "tuned": training(
+        "tuned",
+        ("cifar10-mlp",),
+        mode="tuned",
+        devices="cpu",
+        steps=SMOKE_STEPS,
+        epochs=SMOKE_EPOCHS,
+        gpus=0,
+        budget_s=60,
     ),
-    "tuned-catdog": LEFT_TO_THE_GPU,
-    "tuned-imdb": LEFT_TO_THE_GPU,
     "compile": "inductor takes 10-30 s to compile on a CPU, and tuned mode tries torch.compile on GPUs only",
-    "seed-cpu": "the whole smoke run is on the CPU: seed-small trains there",
-    "gbdt": "XGBoost on CUDA; tests/test_gbdt.py trains XGBoost on the CPU",
-    "wall-clock": "its 2% tolerance needs 20-40 s between the two run lengths: minutes, not a smoke run",
     "nproc": "DDP over every GPU needs at least 2; tests/test_distributed.py trains 2 processes on the CPU",
 }
 
@@ -469,13 +526,31 @@ def tail(path: Path, chars: int = TAIL_CHARS) -> str:
 
 
 def read_result(part: Part, result_file: Path, output: str) -> Any:
-    """What the part left to read: the JSON it wrote or printed, or pytest's counts; None when there is none."""
+    """What the part left to read: the JSON it wrote or printed (with, for a run set beside its estimate, the line
+    it printed of that), or pytest's counts; None when there is none."""
     if part.kind == "pytest":
         return pytest_counts(output)
     try:
-        return json.loads(result_file.read_text(encoding="utf-8"))
+        result = json.loads(result_file.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+    if part.kind == "estimate" and isinstance(result, dict):
+        result[ESTIMATED] = estimated_beforehand(output)
+    return result
+
+
+ESTIMATED = "estimated_beforehand"  # the key read_result adds to a run's JSON: the line `run` printed of it
+ESTIMATE_LINE = re.compile(
+    r"\S+ on cuda:\d+ \(.+?\): measured [\d,.]+ samples/s; estimated beforehand .+?: "
+    r"(?:inside the interval|(?:outside: )?[\d,.]+x (?:faster|slower) than estimated)"
+)
+
+
+def estimated_beforehand(output: str) -> str | None:
+    """The line `devicebench run` prints of a GPU run: its samples/s beside the estimate's (estimate/against_measured
+    .py), rejoined where the terminal's width wrapped it; None when there is none."""
+    found = ESTIMATE_LINE.search(" ".join(output.split()))
+    return found.group(0) if found else None
 
 
 def pytest_counts(output: str) -> dict[str, int] | None:
@@ -509,18 +584,15 @@ def judge(kind: str, exit_code: int | None, result: Any, last_line: str = "") ->
     should have left and did not, a run that did not end "ok" or has no steady throughput, a compiled run that ran
     eagerly, two clocks that disagree."""
     problems = [f"exit code {exit_code}" + (f": {last_line}" if last_line else "")] if exit_code != 0 else []
-    if (
-        kind in ("devices", "list", "calibrate", "check", "run", "compile", "wall-clock", "engine-vs-plain")
-        and result is None
-    ):
+    if kind in ("devices", "list", "calibrate", "run", "estimate", "compile", "engine-vs-plain") and result is None:
         problems.append("no result JSON")
-    if kind in ("run", "compile") and isinstance(result, dict):
+    if kind in ("run", "estimate", "compile") and isinstance(result, dict):
         try:
             problems += run_problems(result.get("runs") or [], compiled=kind == "compile")
         except (KeyError, TypeError) as error:  # devicebench's schema moved on: say so, and go on with the parts
             problems.append(f"its JSON is not shaped as expected ({type(error).__name__} {error})")
-    if kind == "wall-clock" and isinstance(result, dict) and result.get("passed") is False:
-        problems.append(f"the two clocks disagree by {result['mismatch']:+.1%} (tolerance ±{result['tolerance']:.0%})")
+    if kind == "estimate" and isinstance(result, dict) and not result.get(ESTIMATED):
+        problems.append("its output has no line of what the estimate said beforehand")
     if kind == "pytest" and result is None:
         problems.append("no pytest summary line")
     return problems
@@ -594,20 +666,6 @@ def _calibrate_figures(calibration: dict) -> str:
     return "; ".join(shown)
 
 
-def _check_figures(check: dict) -> str:
-    """The counts, and the checks that failed or warned by name (and device)."""
-
-    def named(status: str) -> str:
-        names = [
-            entry["name"] + (f" ({entry['device']})" if entry.get("device") else "")
-            for entry in check["checks"]
-            if entry["status"] == status
-        ]
-        return f" ({', '.join(names)})" if names else ""
-
-    return f"failed {check['failed']}{named('fail')}, warned {check['warned']}{named('warn')}, passed {check['passed']}"
-
-
 def _pytest_figures(counts: dict[str, int]) -> str:
     return ", ".join(f"{number} {word}" for word, number in counts.items())
 
@@ -636,7 +694,7 @@ def run_figures(result: dict) -> str:
             )
             parts.append(f"MFU {utilization:.1%}")
         if settings["mode"] == "tuned":
-            parts.append(settings["precision"])
+            parts.append(settings["precision"] + (", CUDA graph" if settings.get("step_graph") else ""))
         if run.get("compile_recompiles") is not None:
             parts.append(
                 f"{'compiled' if settings['compiled'] else 'NOT compiled'}, recompiles "
@@ -646,19 +704,21 @@ def run_figures(result: dict) -> str:
     return "; ".join(shown)
 
 
-def _wall_clock_figures(check: dict) -> str:
-    return (
-        f"wall {check['wall_difference_s']:.2f} s vs end-to-end {check['end_to_end_difference_s']:.2f} s: "
-        f"{check['mismatch']:+.1%} (tolerance ±{check['tolerance']:.0%})"
-    )
+def _estimate_figures(result: dict) -> str:
+    """The run's figures, and the line it printed of what the estimate said beforehand."""
+    return f"{run_figures(result)}; {result[ESTIMATED]}"
 
 
 def _engine_vs_plain_figures(benchmark_result: dict) -> str:
+    """Per workload the plainest loop's median samples/s, and each other side's as a multiple of it."""
     shown = []
-    for workload, sides in benchmark_result["ratio_to_plain"].items():
-        plain = statistics.median(benchmark_result["samples_per_s"][workload]["plain"])
-        ratios = ", ".join(f"{side} {ratio['median']:.2f}x" for side, ratio in sides.items() if side != "plain")
-        shown.append(f"{workload}: plain {_number(plain)} samples/s; {ratios}")
+    for workload, sides in benchmark_result["samples_per_s"].items():
+        medians = {side: statistics.median(rates) for side, rates in sides.items() if rates}
+        reference = next(side for side in ("plain-resident", "plain") if side in medians)
+        ratios = ", ".join(
+            f"{side} {rate / medians[reference]:.2f}x" for side, rate in medians.items() if side != reference
+        )
+        shown.append(f"{workload}: {reference} {_number(medians[reference])} samples/s; {ratios}")
     return "; ".join(shown)
 
 
@@ -666,11 +726,10 @@ FIGURES: dict[str, Callable[[Any], str]] = {
     "devices": _devices_figures,
     "list": _list_figures,
     "calibrate": _calibrate_figures,
-    "check": _check_figures,
     "pytest": _pytest_figures,
     "run": run_figures,
     "compile": run_figures,
-    "wall-clock": _wall_clock_figures,
+    "estimate": _estimate_figures,
     "engine-vs-plain": _engine_vs_plain_figures,
 }
 
@@ -807,6 +866,8 @@ def print_plan(parts: Sequence[Part | tuple[str, str]]) -> None:
                 " ".join(part.workloads) if argument == WORKLOADS else argument for argument in part.command
             ).replace("{python}", "python")
             print(f"{part.name:<16} {part.budget_s:>4.0f} s  {words}")
+            if part.costs:
+                print(f"{'':<16}         = " + " + ".join(f"{what} {seconds:.0f} s" for what, seconds in part.costs))
         else:
             print(f"{part[0]:<16}    —    skipped: {part[1]}")
     print(f"{'':<16} {total:>4.0f} s  in all")

@@ -5,7 +5,7 @@ optimizer step), then with a step of its own that clips the gradients. deviceben
 on the CPU and on every GPU here, and prints the comparison tables that `devicebench run` prints. The runs are
 stored where `devicebench compare` and `devicebench report` find them ($DEVICEBENCH_DB, or the default database).
 
-    python examples/own_model.py             # seconds on a laptop CPU
+    python examples/own_model.py --devices cpu      # how long it takes, measured: the README, beside the tests
     python examples/own_model.py --devices cpu --epochs 5
 """
 
@@ -20,7 +20,7 @@ import devicebench as db
 
 FEATURES = 32  # inputs per sample
 CLASSES = 4
-TRAIN_SAMPLES, TEST_SAMPLES = 8192, 2048
+TRAIN_SAMPLES, TEST_SAMPLES = 2048, 512
 MAX_GRADIENT_NORM = 1.0  # of the clipped step
 
 

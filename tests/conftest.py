@@ -50,6 +50,11 @@ SHARED_MNIST_VARIABLE = (
 )
 SHARED_MNIST_FOLDER = Path(os.environ.get(SHARED_MNIST_VARIABLE) or REPO_ROOT.parent / "shared" / "data" / "mnist")
 REAL_DATA_SKIP = "the real MNIST test set is not at"  # how every real-digit test's skip reason begins
+# what to do about it, said by every such skip and by the summary: all of it here, nothing outside the repository
+REAL_DATA_WHERE = (
+    f"put t10k-images-idx3-ubyte.gz and t10k-labels-idx1-ubyte.gz there (`devicebench data fetch mnist` downloads "
+    f"them into `devicebench data path mnist`), or set ${SHARED_MNIST_VARIABLE} to their folder"
+)
 
 # ---------------------------------------------------------------------------------------------------------------
 # The session's sandbox: set when pytest loads this file, before any fixture of any scope (a module-scoped
@@ -170,8 +175,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         terminalreporter.section("REAL DATA NOT FOUND", sep="!", red=True, bold=True)
         terminalreporter.line(
             f"{len(_real_data_skips)} test(s) on the real MNIST digits SKIPPED: the test set is not at "
-            f"{SHARED_MNIST_FOLDER}. Put t10k-images-idx3-ubyte.gz and t10k-labels-idx1-ubyte.gz there, or set "
-            f"${SHARED_MNIST_VARIABLE} to their folder.",
+            f"{SHARED_MNIST_FOLDER}: {REAL_DATA_WHERE}.",
             red=True,
             bold=True,
         )
@@ -199,7 +203,7 @@ def real_digits():
     images_file = SHARED_MNIST_FOLDER / "t10k-images-idx3-ubyte.gz"
     labels_file = SHARED_MNIST_FOLDER / "t10k-labels-idx1-ubyte.gz"
     if not (images_file.exists() and labels_file.exists()):
-        pytest.skip(f"the real MNIST test set is not at {SHARED_MNIST_FOLDER} (the project's shared data folder)")
+        pytest.skip(f"{REAL_DATA_SKIP} {SHARED_MNIST_FOLDER}: {REAL_DATA_WHERE}")
     images = read_idx(images_file)[:, None]  # (10000, 1, 28, 28)
     labels = read_idx(labels_file).astype("int64")
     split = REAL_TRAIN_DIGITS
@@ -331,7 +335,7 @@ def tiny_cifar100(tmp_path: Path) -> TinyRelease:
 @pytest.fixture
 def shared_mnist_folder() -> Path:
     if not (SHARED_MNIST_FOLDER / MNIST_FILES["test_images"]).is_file():
-        pytest.skip(f"the real MNIST test set is not at {SHARED_MNIST_FOLDER} (see DESIGN.md, Data)")
+        pytest.skip(f"{REAL_DATA_SKIP} {SHARED_MNIST_FOLDER}: {REAL_DATA_WHERE}")
     return SHARED_MNIST_FOLDER
 
 

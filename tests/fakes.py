@@ -271,3 +271,38 @@ def install_nvml(
     module, calls = fake_pynvml(gpus, clock, driver, init_error)
     monkeypatch.setitem(sys.modules, "pynvml", module)
     return calls
+
+
+# --- a CUDA graph, on the CPU (engine/step_graph.py) -------------------------------------------------------------
+
+
+class FakeCapture:
+    """Warms up and "captures" a step as engine/step_graph.CudaCapture does, on any device: the capture records the
+    step without running it, and each replay runs it and writes its results into the same two tensors, as a CUDA
+    graph writes into its static outputs. `events` logs each warm-up, capture and replay."""
+
+    def __init__(self, events: list[str] | None = None) -> None:
+        self.events = [] if events is None else events
+
+    def warm_up(self, step: Callable[[], tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+        self.events.append("warm-up")
+        return step()
+
+    def capture(self, step: Callable[[], tuple[torch.Tensor, torch.Tensor]]) -> FakeGraph:
+        self.events.append("capture")
+        return FakeGraph(step, self.events)
+
+
+class FakeGraph:
+    def __init__(self, step: Callable[[], tuple[torch.Tensor, torch.Tensor]], events: list[str]) -> None:
+        self.step = step
+        self.events = events
+        self.outputs: tuple[torch.Tensor, torch.Tensor] = (torch.empty(0), torch.empty(0))
+
+    def replay(self) -> None:
+        self.events.append("replay")
+        fresh = self.step()
+        if self.outputs[0].numel() == 0:  # the first replay: the static outputs' memory, kept from then on
+            self.outputs = (torch.empty_like(fresh[0]), torch.empty_like(fresh[1]))
+        for static, result in zip(self.outputs, fresh):
+            static.copy_(result)

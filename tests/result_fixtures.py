@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import uuid
+
 from devicebench.results.schema import EpochRecord, Result, RunRecord, RunSettings
 
 SAMPLES_PER_EPOCH = 1000
+FRESH = "a fresh process"  # a run's process_id: one of its own, as each repeat gets
 
 
 def machine(name: str, machine_id: str) -> dict:
@@ -32,9 +35,13 @@ def run(
     end_to_end_s: float | None = None,
     energy_j: float | None = None,
     steps: int = 10,
+    process_id: str | None = FRESH,
+    run_to_run_cv: float | None = None,
+    run_to_run_freedom: float | None = None,
 ) -> RunRecord:
     """A run whose epoch i took epoch_times[i] seconds for `steps` steps of SAMPLES_PER_EPOCH / 10 samples each
-    (SAMPLES_PER_EPOCH samples at the default 10 steps, the run's --max-steps); epoch 1 is warm-up."""
+    (SAMPLES_PER_EPOCH samples at the default 10 steps, the run's --max-steps); epoch 1 is warm-up. It ran in a
+    fresh process of its own unless `process_id` names one (None: stored before processes were recorded)."""
     samples = SAMPLES_PER_EPOCH * steps // 10
     epochs = [
         EpochRecord(
@@ -75,6 +82,9 @@ def run(
         epochs=epochs,
         end_to_end_s=end_to_end_s or sum(epoch_times) + 1.0,
         energy_j=energy_j,
+        process_id=uuid.uuid4().hex[:12] if process_id == FRESH else process_id,
+        run_to_run_cv=run_to_run_cv,
+        run_to_run_freedom=run_to_run_freedom,
     )
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from test_diagnosis import record_with
 
-from devicebench.data import pipeline
+from devicebench.data import placement
 from devicebench.results import stats
 from devicebench.results.diagnosis import (
     BUSY_DEVICE_PERCENT,
@@ -62,6 +62,7 @@ def test_a_dataset_stays_on_the_gpu_only_when_it_fits_in_half_its_free_memory(mo
     free_bytes = 8 * 2**30
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (free_bytes, 80 * 2**30))
     gpu = torch.device("cuda", 0)
-    assert pipeline._fits_on(gpu, free_bytes // 2)
-    assert not pipeline._fits_on(gpu, free_bytes // 2 + 1)
-    assert not pipeline._fits_on(torch.device("cpu"), 1)  # only CUDA tells its free memory
+    assert placement.fits_on(gpu, free_bytes // 2)
+    assert not placement.fits_on(gpu, free_bytes // 2 + 1)
+    assert not placement.fits_on(torch.device("meta"), 1)  # only CUDA tells its free memory
+    assert placement.fits_on(torch.device("cpu"), 2**50)  # the CPU's arrays are in its memory already

@@ -492,3 +492,72 @@ def test_a_step_is_estimated_as_a_fixed_cost_and_a_cost_per_flop_through_the_two
     assert noisy(probe_job(160)).step_s == pytest.approx(5.6)
     # one size timed: in proportion to the FLOPs
     assert budget._step_times_model([(10, StepTimes(1.0, 1.0, 0.5))])(probe_job(30)).step_s == pytest.approx(3.0)
+
+
+# --- the Pacer's rules one by one, on a clock the test turns ------------------------------------------------------
+
+
+class TurnedClock:
+    """The budget's clock, moved by hand: each test says exactly what the steps so far took."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def pacer_on(clock: TurnedClock, planned: StepTimes, deadline_s: float = 100.0) -> budget.Pacer:
+    return budget.Pacer(Budget(1_000.0, clock=clock), deadline_s, planned)
+
+
+def run_of(epochs: int) -> types.SimpleNamespace:
+    """What the Pacer reads of a run before its first epoch has ended: the epochs planned, none finished."""
+    return types.SimpleNamespace(epochs=[], settings=types.SimpleNamespace(epochs=epochs))
+
+
+def test_the_first_steps_one_time_cost_is_not_taken_for_a_slow_machine():
+    """The warm-up epoch's first step took 10 s (allocation, kernel selection), the others the planned 1 s, as the
+    first steps timed said: three steps in, the Pacer sees 1 s steps, not 12 s / 3 = 4 s ones."""
+    clock, run = TurnedClock(), run_of(epochs=3)
+    pacer = pacer_on(clock, StepTimes(first_step_s=10.0, step_s=1.0, eval_step_s=0.0))
+    assert pacer.epoch_steps(run, steps_done=0, steps=20, eval_steps=0) == 20  # 9 s + 3 x 20 s fit in 100 s
+    clock.now = 10.0 + 1.0 + 1.0
+    assert pacer.epoch_steps(run, steps_done=3, steps=20, eval_steps=0) == 20
+    assert pacer.slowdown == 1.0 and pacer.resized == []
+
+
+def test_an_epoch_is_never_cut_below_the_steps_it_has_already_taken():
+    """Ten steps of 10 s each leave no time for more: the epoch ends at the 10 taken, never at the fewest 3."""
+    clock, run = TurnedClock(), run_of(epochs=3)
+    pacer = pacer_on(clock, StepTimes(first_step_s=1.0, step_s=1.0, eval_step_s=0.0))
+    assert pacer.epoch_steps(run, steps_done=0, steps=20, eval_steps=0) == 20
+    clock.now = 10 * 10.0
+    assert pacer.epoch_steps(run, steps_done=10, steps=20, eval_steps=0) == 10
+    assert pacer.resized == [(1, 10)] and pacer.slowdown == 10.0
+
+
+@pytest.mark.parametrize("steps_done", [1, FEWEST_BUDGETED_STEPS - 1])
+def test_fewer_steps_than_the_fewest_say_nothing_of_the_machine(steps_done):
+    """One or two steps, the first of them slow, are too few to re-size an epoch by: it keeps its steps, and no
+    slowdown is noted."""
+    clock, run = TurnedClock(), run_of(epochs=3)
+    pacer = pacer_on(clock, StepTimes(first_step_s=1.0, step_s=1.0, eval_step_s=0.0))
+    assert pacer.epoch_steps(run, steps_done=0, steps=20, eval_steps=0) == 20
+    clock.now = 50.0 * steps_done
+    assert pacer.epoch_steps(run, steps_done=steps_done, steps=20, eval_steps=0) == 20
+    assert pacer.slowdown == 1.0 and pacer.resized == []
+
+
+def test_the_slowdown_reported_is_the_largest_the_run_saw_not_the_last():
+    """Steps 3x slower than planned for a burst of load, then back near the planned 1 s: the slowdown said on the
+    screen is the 3x the run met, not the 1.25x its last look saw."""
+    clock, run = TurnedClock(), run_of(epochs=3)
+    pacer = pacer_on(clock, StepTimes(first_step_s=1.0, step_s=1.0, eval_step_s=0.0), deadline_s=1_000.0)
+    assert pacer.epoch_steps(run, steps_done=0, steps=20, eval_steps=0) == 20
+    clock.now = 3 * 3.0  # three steps of 3 s
+    pacer.epoch_steps(run, steps_done=3, steps=20, eval_steps=0)
+    assert pacer.slowdown == 3.0
+    clock.now += 7 * 0.5  # seven of 0.5 s: 12.5 s for ten steps, 1.25 s a step
+    pacer.epoch_steps(run, steps_done=10, steps=20, eval_steps=0)
+    assert pacer.slowdown == 3.0

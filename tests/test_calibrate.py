@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from devicebench import planning
 from devicebench.cli import EXIT_USAGE, app
 from devicebench.cli import calibrate as calibrate_command
-from devicebench.engine import calibrate, calibration_store
+from devicebench.engine import calibrate, calibration_store, run_to_run
 from devicebench.engine.calibrate import (
     CPU_PLAN,
     GPU_PLAN,
@@ -52,6 +52,17 @@ TINY_PLAN = CalibrationPlan(
     stretches=2,
     cap_s=0.5,
 )
+
+
+@pytest.fixture(autouse=True)
+def processes_of_known_rates(monkeypatch):
+    """calibrate's run-to-run measurement with each fresh process replaced by known epochs: a second, not half a
+    minute (tests/test_run_to_run.py starts real ones)."""
+    monkeypatch.setattr(
+        calibrate_command,
+        "measure_run_to_run",
+        lambda device: run_to_run.measure_run_to_run(device, launch=lambda name: [100.0, 102.0, 98.0]),
+    )
 
 
 @pytest.fixture

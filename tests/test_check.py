@@ -28,18 +28,36 @@ from typer.testing import CliRunner
 from devicebench import check, nvml
 from devicebench.check import ceilings as check_ceilings
 from devicebench.check import cpu as check_cpu
+from devicebench.check import noise as check_noise
 from devicebench.check import software as check_software
 from devicebench.check import work as check_work
 from devicebench.check.ceilings import ACCELERATOR_CHECK_PLAN, CPU_CHECK_PLAN
-from devicebench.check.findings import CEILINGS, CPU, FAIL, GROUPS, PASS, SOFTWARE, STATUSES, TIMING, WARN, WORK, Check
+from devicebench.check.findings import (
+    CEILINGS,
+    CPU,
+    FAIL,
+    GROUPS,
+    NOISE,
+    PASS,
+    SOFTWARE,
+    STATUSES,
+    TIMING,
+    WARN,
+    WORK,
+    Check,
+)
 from devicebench.check.work import TIMING_PRODUCTS, TIMING_SIZE_ACCELERATOR, TrainingRun
 from devicebench.cli import EXIT_USAGE, app
 from devicebench.cli import check as check_command
 from devicebench.engine import monitor as monitor_module
+from devicebench.engine import run_to_run
 from devicebench.engine.calibrate import DeviceCeilings, Measurement
 from devicebench.engine.calibration_files import CALIBRATION_DIR_VARIABLE
+from devicebench.engine.calibration_store import load_calibration
 from devicebench.engine.timing import Stopwatch
+from devicebench.environment import machine_fingerprint
 from devicebench.machine import Accelerator
+from devicebench.results.stats import between_process_cv
 
 cli = CliRunner()
 CPU_DEVICE = torch.device("cpu")
@@ -52,6 +70,19 @@ CHECK_KEYS = {"device", "group", "name", "status", "measured", "advice"}
 def find(checks: list[Check], name: str) -> Check:
     (found,) = [entry for entry in checks if entry.name == name]
     return found
+
+
+def processes_of_known_rates(device: torch.device) -> run_to_run.RunToRunMeasurement:
+    """The run-to-run check's measurement with each fresh process replaced by known epochs: 2% apart, 1% within."""
+    processes = iter([[100.0, 101.0, 99.0], [102.0, 103.0, 101.0], [98.0, 99.0, 97.0], [100.0, 99.0, 101.0]])
+    return run_to_run.measure_run_to_run(device, processes=4, launch=lambda name: next(processes))
+
+
+@pytest.fixture(autouse=True)
+def run_to_run_without_processes(monkeypatch, no_stored_calibration):
+    """Every check here measures the run-to-run variation from known epochs (tests/test_run_to_run.py starts real
+    processes) and stores it in the empty calibration folder each test gets."""
+    monkeypatch.setattr(check_noise, "measure_run_to_run", processes_of_known_rates)
 
 
 @pytest.fixture(autouse=True)
@@ -597,7 +628,7 @@ def test_a_check_that_raises_becomes_a_row_and_the_others_still_run(monkeypatch)
         ("cpu", TIMING, FAIL, "the timing check stopped: the device ran out of memory"),
         ("cpu", CEILINGS, FAIL, "the ceilings check stopped: RuntimeError: boom"),
     ]
-    assert {entry.group for entry in checks} == {SOFTWARE, CPU, TIMING, CEILINGS}
+    assert {entry.group for entry in checks} == {SOFTWARE, CPU, TIMING, CEILINGS, NOISE}
     assert len([entry for entry in checks if entry.group in (SOFTWARE, CPU)]) == 9  # every machine-wide check
 
 
@@ -639,9 +670,12 @@ def real_cpu_check(tmp_path_factory) -> dict:
     calibration_folder = tmp_path_factory.mktemp("check") / "calibration"
     with pytest.MonkeyPatch.context() as monkeypatch:
         monkeypatch.setenv(CALIBRATION_DIR_VARIABLE, str(calibration_folder))
+        monkeypatch.setattr(check_noise, "measure_run_to_run", processes_of_known_rates)
         result = cli.invoke(app, ["check", "--devices", "cpu", "--json"])
+        stored = load_calibration(machine_fingerprint()["machine_id"])
     assert result.exit_code == 0, result.output
-    assert not calibration_folder.exists()  # the short calibration is never stored
+    assert stored["devices"] == {}  # the short calibration is never stored; the run-to-run variation is
+    assert set(stored["run_to_run"]) == {"cpu"}
     return json.loads(result.stdout)
 
 
@@ -726,3 +760,19 @@ def test_an_unknown_or_missing_device_is_refused_before_any_check(cpu_machine):
     assert unknown.exit_code == missing.exit_code == EXIT_USAGE
     assert "unknown device 'tpu'" in unknown.stderr
     assert "device 'cuda:0' is not available on this machine" in missing.stderr
+
+
+def test_the_run_to_run_check_stores_the_figure_and_warns_above_the_noisy_flag_s_five_percent(monkeypatch):
+    (found,) = [entry for entry in check.run_checks([CPU_DEVICE]) if entry.group == NOISE]
+    measured = between_process_cv([[100, 101, 99], [102, 103, 101], [98, 99, 97], [100, 99, 101]])
+    assert found.status == PASS and found.measured.startswith(f"{measured.cv:.1%} between 4 fresh processes")
+    stored = load_calibration(machine_fingerprint()["machine_id"])["run_to_run"]["cpu"]
+    assert stored["cv"] == pytest.approx(measured.cv)
+    noisy = iter([[100.0, 101.0, 99.0], [120.0, 121.0, 119.0], [85.0, 86.0, 84.0]])  # 17% apart
+    monkeypatch.setattr(
+        check_noise,
+        "measure_run_to_run",
+        lambda device: run_to_run.measure_run_to_run(device, processes=3, launch=lambda name: next(noisy)),
+    )
+    warned = check_noise.run_to_run_check(CPU_DEVICE)
+    assert warned.status == WARN and "--repeats 3 or more" in warned.advice

@@ -13,7 +13,7 @@ from devicebench.report.text import row_notes, speedup_text
 from devicebench.results.compare import Row, compare, tuned_gains
 from devicebench.results.prices import Prices
 from devicebench.results.speed_settings import TUNED_CHOICES, setting_text
-from devicebench.results.stats import speedup
+from devicebench.results.stats import CONFIDENCE, RunToRun, speedup, speedup_across_processes
 
 LAPTOP, SERVER = machine("laptop", "aaaa1111"), machine("server", "bbbb2222")
 
@@ -247,8 +247,9 @@ def test_a_tuned_row_shows_its_gain_over_seed_mode_on_its_own_device():
     assert seed_row.baseline is seed_row and speedup_text(seed_row) == "1.00x (baseline)"
     assert tuned_row.baseline is seed_row and tuned_row.against_seed_mode
     expected = speedup([1000 / 2.0, 1000 / 2.2, 1000 / 1.8], [1000 / 1.4, 1000 / 1.5, 1000 / 1.3])
+    expected = dataclasses.replace(expected, within_one_process=True)  # one process a side, no machine term
     assert tuned_row.speedup == expected and expected.ratio == pytest.approx(2.0 / 1.4)
-    assert speedup_text(tuned_row) == f"1.43x vs seed [{expected.low:.2f}–{expected.high:.2f}] 90%"
+    assert speedup_text(tuned_row) == f"1.43x vs seed [{expected.low:.2f}–{expected.high:.2f}] 90% in one process"
     assert gpu_row.baseline is tuned_row and not gpu_row.against_seed_mode
     assert speedup_text(gpu_row).startswith("7.00x [")  # 1.4 s against 0.2 s, no "vs seed"
 
@@ -290,8 +291,11 @@ def test_with_one_repeat_the_cv_comes_from_its_steady_epochs_and_says_so():
     # steady epochs 10, 12, 10, 12 (the 20 s warm-up left out): mean 11, standard deviation sqrt(4 / 3)
     row = cpu_row([[20, 10, 12, 10, 12]])
     assert row.epoch_time_cv == pytest.approx((4 / 3) ** 0.5 / 11)  # 10.5%
-    assert row.epoch_time_cv_basis == "4 steady epochs of one repeat"
-    assert any("varies 10.5% across 4 steady epochs of one repeat (more than 5%)" in note for note in row_notes([row]))
+    assert row.epoch_time_cv_basis == "4 steady epochs of one repeat, between processes not measured"
+    assert any(
+        "varies 10.5% across 4 steady epochs of one repeat, between processes not measured (more than 5%)" in note
+        for note in row_notes([row])
+    )
 
 
 def test_epochs_a_time_budget_shortened_are_as_repeatable_as_their_steps():
@@ -333,3 +337,64 @@ def test_the_utilisation_of_several_processes_is_their_mean_and_the_least_busy_o
     record.epochs[2].rank_device_utilization_percent = [80.0, None, 80.0]  # a rank NVML could not read
     (row,) = compare([session(LAPTOP, [record])])["mnist-cnn2"]
     assert row.lowest_rank_utilization_percent.median == 40.0  # only where every rank's is known
+
+
+# --- the process is the unit of the interval (issue 42) ---------------------------------------------------------
+
+
+def test_with_one_process_a_side_and_no_machine_term_the_interval_says_it_holds_within_one_process():
+    rows = compare([session(LAPTOP, [run("cpu", [12, 10, 10.4]), run("cuda:0", [5, 2, 2.1])])])["mnist-cnn2"]
+    gpu = rows[1]
+    assert gpu.speedup.within_one_process and gpu.speedup.level == pytest.approx(2 / 3)
+    assert gpu.speedup_note.startswith("67% interval from epochs, within one process a side")
+    assert "`devicebench calibrate` measures this machine's" in gpu.speedup_note
+    assert speedup_text(gpu).endswith("] 67% in one process")
+
+
+def test_with_the_machine_term_measured_the_interval_includes_it_and_says_so():
+    cpu_runs = [run("cpu", [12, 10, 10.4], run_to_run_cv=0.05, run_to_run_freedom=3.0)]
+    gpu_runs = [run("cuda:0", [5, 2, 2.1], run_to_run_cv=0.02, run_to_run_freedom=4.0)]
+    gpu = compare([session(LAPTOP, cpu_runs + gpu_runs)])["mnist-cnn2"][1]
+    expected = speedup_across_processes(
+        [100.0, 1000 / 10.4], [500.0, 1000 / 2.1], RunToRun(0.05, 3.0), RunToRun(0.02, 4.0)
+    )
+    assert gpu.speedup == expected and not gpu.speedup.within_one_process and expected.level == CONFIDENCE
+    assert gpu.speedup_note == (
+        "95% interval from epochs and this machine's run-to-run variation between processes (5.0% on laptop/cpu, "
+        "2.0% on laptop/cuda:0)"
+    )
+    assert "process" not in speedup_text(gpu)  # 95% is the level printed by default
+    cpu_runs[0].run_to_run_cv = None  # one side not measured: the interval may not claim fresh processes
+    assert compare([session(LAPTOP, cpu_runs + gpu_runs)])["mnist-cnn2"][1].speedup.within_one_process
+
+
+def test_repeats_stored_before_processes_were_recorded_shared_one_process_and_are_not_its_unit():
+    runs = [
+        run(device, [12, times, times], repeat=repeat, process_id=None)
+        for repeat, times in enumerate([10, 11, 9])
+        for device in ("cpu",)
+    ]
+    runs += [
+        run("cuda:0", [5, times, times], repeat=repeat, process_id=None) for repeat, times in enumerate([2, 2.5, 2])
+    ]
+    gpu = compare([session(LAPTOP, runs)])["mnist-cnn2"][1]
+    assert gpu.speedup.within_one_process and gpu.speedup_note.startswith("95% interval from epochs, within one")
+    separate_sessions = [session(LAPTOP, [cpu, gpu_run]) for cpu, gpu_run in zip(runs[:3], runs[3:], strict=True)]
+    gpu = compare(separate_sessions)["mnist-cnn2"][1]  # one session each: one process each
+    assert gpu.speedup_note == "90% interval from repeats" and not gpu.speedup.within_one_process
+
+
+def test_the_noisy_flag_of_one_process_adds_the_machine_s_run_to_run_cv_to_its_epochs():
+    # steady epochs 10, 10.2, 9.8, 10 s: 1.6% on their own, under the 5% flag; with a 6% machine term 6.2%
+    steady = run("cpu", [20, 10, 10.2, 9.8, 10])
+    (row,) = compare([session(LAPTOP, [steady])])["mnist-cnn2"]
+    epochs_cv = row.epoch_time_cv
+    assert epochs_cv == pytest.approx(0.0163, abs=1e-4) and not [n for n in row_notes([row]) if "noisy" in n]
+    steady.run_to_run_cv, steady.run_to_run_freedom = 0.06, 4.0
+    (row,) = compare([session(LAPTOP, [steady])])["mnist-cnn2"]
+    assert row.epoch_time_cv == pytest.approx((epochs_cv**2 + 0.06**2) ** 0.5)
+    assert any(
+        "noisy: steady epoch time varies 6.2% across 4 steady epochs of one repeat and this machine's run-to-run "
+        "6.0% (more than 5%)" in note
+        for note in row_notes([row])
+    )

@@ -341,7 +341,8 @@ def test_on_a_gpu_a_compiled_tuned_run_runs_compiled():
     )
     (record,) = runner.run(planning.plan(config)).runs
     assert record.status == "ok", record.error
-    assert record.settings.compiled and record.tuning_note.startswith("the fused optimizer step applied without")
+    assert record.settings.compiled and "the fused optimizer step applied without" in record.tuning_note
+    assert record.tuning_note.startswith("trial samples/s: fp32+compiled ")  # and fp32+compiled+graph (step_graph)
     assert "to run eagerly" not in record.tuning_note  # nothing was left to eager
     assert (record.compile_recompiles, record.compile_graph_breaks) == (1, 0)  # training's graph, evaluation's
 

@@ -165,7 +165,15 @@ def test_imported_forgeries_leave_the_fit_as_it_was_and_validate_lists_them(tmp_
     db, out = tmp_path / "db.sqlite", tmp_path / "validation.json"
     imported = CliRunner().invoke(app, ["import", forged_export(tmp_path, forgeries), "--db", str(db)])
     assert imported.exit_code == 0 and "4 runs added" in imported.output, imported.output
-    outcome = CliRunner().invoke(app, ["estimate", "--validate", "--db", str(db), "--json", str(out)])
+    unasked = CliRunner().invoke(app, ["estimate", "--validate", "--db", str(db), "--json", str(out)])
+    assert unasked.exit_code == 0, unasked.output
+    assert "4 runs in the database came from other machines" in " ".join(unasked.output.split())
+    assert not [
+        item for item in json.loads(out.read_text())["validation"]["not_scored"] if "database" in item["source"]
+    ]
+    outcome = CliRunner().invoke(
+        app, ["estimate", "--validate", "--with-imported", "--db", str(db), "--json", str(out)]
+    )
     assert outcome.exit_code == 0, outcome.output
     document = json.loads(out.read_text())
     without = fit_roofline([])
@@ -210,3 +218,59 @@ def test_a_step_of_too_many_kernels_is_no_point_and_is_never_retried_on_the_cpu(
         "model that large is no benchmark (check its sizes: depth, sequence length)"
     )
     assert "cpu" not in retried  # the meta device only: never real tensors of a net that deep
+
+
+def test_many_copies_of_one_run_are_one_point_from_one_profile(monkeypatch):
+    from devicebench.estimate import points as points_module
+
+    profiled = []
+    shape = points_module.shape_of
+    monkeypatch.setattr(
+        points_module,
+        "shape_of",
+        lambda workload, hyperparameters: profiled.append(1) or shape(workload, hyperparameters),
+    )
+    copies = [gpu_run(0.04 + 0.001 * index) for index in range(40)]  # 40 runs of one kind, 40 to 79 ms a step
+    other = gpu_run(0.05, workload=get_workload("cifar100-mlp"))
+    points, unscored = measured_points(
+        [result_fixtures.session(result_fixtures.machine("box", "m1"), [*copies, other])], "your database"
+    )
+    assert unscored == [] and len(points) == 2 and len(profiled) == 2  # a profile a kind, not a run
+    (merged,) = [point for point in points if point.workload == "cifar10-mlp"]
+    assert merged.observed_s == pytest.approx(0.04 + 0.001 * 19.5, rel=1e-12)  # the median of the 40
+    assert "and 39 more like it" in merged.label
+    many = measured_points(
+        [result_fixtures.session(result_fixtures.machine("box", "m1"), [gpu_run(0.04) for _ in range(80)])], "x"
+    )[0]
+    assert len(many) == 1 and len(profiled) == 3  # twice the copies: no more points, one profile
+
+
+@pytest.mark.slow
+def test_forty_forged_h100_resnet50_runs_ten_times_too_slow_barely_move_its_estimate(tmp_path, monkeypatch):
+    """Issue 43: forty plausible forged runs once widened every interval from x/1.33 to x/1.62 and moved the H100's
+    error from 16% to 1,111%. Fitted on them when asked (--with-imported), they are one point, and a robust one."""
+    from devicebench.estimate.roofline import Resolved, predict
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    resnet50 = get_workload("resnet50")
+    hyperparameters = {**resnet50.defaults, "batch_size": 64}
+    resolved = Resolved.of(shape_of(resnet50, hyperparameters), H100, "fp32")
+    honest = fit_roofline([])
+    step_s = predict(resolved, honest.efficiency).computing_s
+    forged = [
+        dataclasses.replace(
+            gpu_run(10 * step_s, workload=resnet50),
+            settings=dataclasses.replace(
+                gpu_run(step_s, workload=resnet50).settings, batch_size=64, hyperparameters=hyperparameters
+            ),
+        )
+        for _ in range(40)
+    ]
+    session = result_fixtures.session(result_fixtures.machine("forger", "f1"), forged)
+    steered = fit_roofline([session])
+    assert len(steered.points) == len(honest.points) + 1  # forty runs, one point
+    moved = predict(resolved, steered.efficiency).computing_s / step_s
+    assert abs(moved - 1) < 0.02, moved
+    before = honest.interval_for("resnet50", H100, 0.8)
+    after = steered.interval_for("resnet50", H100, 0.8)
+    assert after.high_ratio / before.high_ratio < 1.02, (before, after)

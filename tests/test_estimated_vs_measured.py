@@ -23,10 +23,11 @@ from rich.text import Text
 
 from devicebench.cli.run import run_tables
 from devicebench.estimate import against_measured as estimated
+from devicebench.estimate.against_measured import EstimatedAgainstMeasured
 from devicebench.estimate.points import shape_of
 from devicebench.estimate.roofline import PRIOR, Efficiency, Point, Resolved, predict
 from devicebench.estimate.validation import Interval
-from devicebench.report.estimate_plots import EstimatedAgainstMeasured, estimate_figure
+from devicebench.report.estimate_plots import estimate_figure, run_line
 from devicebench.report.html import write_report
 from devicebench.results.datasheets import catalog_entry
 from devicebench.workloads import get_workload
@@ -119,14 +120,14 @@ def test_the_line_sets_the_measured_figure_beside_the_estimate_and_its_interval(
     def three_figures(value: float) -> str:
         return f"{float(f'{value:.3g}'):,.0f}"
 
-    assert found.line() == (
+    assert run_line(found) == (
         f"cifar10-mlp on cuda:0 ({H100}): measured 711 samples/s; estimated beforehand {three_figures(estimate_rate)} "
         f"({three_figures(low)}–{three_figures(high)} at 80%), fp32: inside the interval"
     )
     fake_fit.half_width = math.log(slower) * 0.99  # just too narrow
     outside = estimated.run_estimate(gpu_run(H100))
     assert outside.inside is False
-    assert outside.line().endswith(f"fp32: outside: {slower:,.{1 if slower < 10 else 0}f}x slower than estimated")
+    assert run_line(outside).endswith(f"fp32: outside: {slower:,.{1 if slower < 10 else 0}f}x slower than estimated")
 
 
 @pytest.mark.parametrize(
@@ -150,7 +151,7 @@ def test_the_verdict_says_inside_or_outside_and_how_far(measured, estimate, inte
         measured=measured,
     )
     bounds = "no interval" if interval is None else "2,010–3,490 at 80%"
-    assert found.line() == (
+    assert run_line(found) == (
         f"resnet50 on cuda:0 ({H100}): measured {measured:,.0f} samples/s; estimated beforehand "
         f"{estimate:,.0f} ({bounds}), {verdict}"
     )
@@ -166,7 +167,7 @@ def test_a_tuned_run_is_estimated_at_the_precision_it_recorded(fake_fit):
     )
     assert copy_s > 0  # a dataset held on the GPU copies no batch: the copy leaves the estimated step
     assert resident.estimated == pytest.approx(CIFAR10_MLP_BATCH / (device_s - copy_s), rel=1e-12)
-    assert " tf32 with torch.compile (counted unfused): " in resident.line()
+    assert " tf32 with torch.compile (counted unfused): " in run_line(resident)
     bf16 = estimated.run_estimate(gpu_run(H100, mode="tuned", precision="bf16", tf32_matmul=True, tf32_cudnn=True))
     assert bf16.precision == "amp-bf16"  # autocast: the roofline's bf16 tensor cores and half the bytes
     assert bf16.estimated == pytest.approx(CIFAR10_MLP_BATCH / step_s("amp-bf16")[0], rel=1e-12)
@@ -216,7 +217,7 @@ def test_recurrent_layers_under_bf16_are_two_precisions_at_once(no_fit):
 def test_run_prints_a_line_per_gpu_run_after_the_tables_and_none_for_the_cpu(fake_fit, monkeypatch):
     shown = list(run_tables(session(gpu_run("Test CPU", device="cpu"), gpu_run(H100)), wide=False))
     lines = [item.plain for item in shown if isinstance(item, Text) and "estimated beforehand" in item.plain]
-    assert lines == [estimated.run_estimate(gpu_run(H100)).line()]
+    assert lines == [run_line(estimated.run_estimate(gpu_run(H100)))]
     assert shown[-1].plain == lines[0]  # after every table
     monkeypatch.setattr(estimated, "_fit", lambda: pytest.fail("a CPU-only session fitted the roofline"))
     cpu_only = list(run_tables(session(gpu_run("Test CPU", device="cpu")), wide=False))
@@ -274,7 +275,11 @@ def test_the_chart_points_are_the_runs_estimates_and_the_published_figures_left_
         ("H100 SXM", h100_tuned.estimated, h100_tuned.measured, h100_tuned.interval),
         ("A100 80GB SXM", a100.estimated, a100.measured, a100.interval),
     ]
-    assert comparison.lines == (h100.line(), h100_tuned.line(), a100.line())
+    assert tuple(run_line(found) for found in comparison.found) == (
+        run_line(h100),
+        run_line(h100_tuned),
+        run_line(a100),
+    )
     # estimated: the batch over the step a fit without the point predicts, measured / exp(error)
     assert [point.gpu for point in comparison.published] == ["V100 SXM2", "V100 SXM2", "H100 SXM", "V100 SXM2"]
     assert [(point.estimated, point.measured) for point in comparison.published] == [
@@ -335,7 +340,7 @@ def test_the_report_has_the_section_only_with_points(comparison, tmp_path):
     assert "Estimated against measured" not in without and "Estimated against measured" not in empty
     page = page_text(write_report([result], tmp_path / "report.html", estimated=comparison, png_dir=tmp_path / "png"))
     assert "<h2>Estimated against measured</h2>" in page and '<a href="#estimated">' in page
-    assert comparison.lines[0].replace("'", "&#39;") in page
+    assert run_line(comparison.found[0]).replace("'", "&#39;") in page
     first = comparison.runs[0]
     assert (
         f"{first.label}: estimated {first.estimated:,.0f} [{first.interval[0]:,.0f}–{first.interval[1]:,.0f}], "
@@ -375,3 +380,17 @@ def test_the_real_fit_is_made_once_without_the_runs_of_the_database(monkeypatch)
         (found[0].estimated / interval.high_ratio, found[0].estimated / interval.low_ratio), rel=1e-12
     )
     estimated._fit.cache_clear()
+
+
+def test_a_report_of_many_copies_of_a_run_profiles_its_step_once(fake_fit, monkeypatch):
+    profiled = []
+    shape = estimated.precise_shape
+    monkeypatch.setattr(
+        estimated,
+        "precise_shape",
+        lambda workload, hyperparameters, precision: profiled.append(1) or shape(workload, hyperparameters, precision),
+    )
+    estimated._profiled.cache_clear()
+    comparison = estimated.estimated_against_measured([session(*(gpu_run(H100) for _ in range(40)))])
+    assert len(comparison.runs) == 40 and len(profiled) == 1
+    estimated._profiled.cache_clear()

@@ -121,3 +121,25 @@ def test_the_text_and_translation_models_count_what_they_counted_step_by_step(mo
     for name, shorter in (("imdb-bilstm", {"sequence_length": 20}), ("gnmt", {"source_length": 6, "target_length": 4})):
         counted = flops(name, **shorter)
         assert counted and counted == decomposed(monkeypatch, functools.partial(flops, name, **shorter))
+
+
+def test_the_recurrent_layers_are_counted_by_the_formula_not_by_torchs_steps(monkeypatch):
+    """The tests above hold the formula equal to torch's per-step count, which a mode that let every call through
+    would pass too (both sides would be torch's count): here each of imdb-bilstm's calls must reach the formula.
+    Its two BiLSTM layers are two nn.LSTM calls."""
+    import devicebench.engine.flops as counting
+
+    calls = []
+
+    def counted_stand_in(call, inputs, states_and_weights):
+        calls.append(call)
+        return stand_in_outputs(call, inputs, states_and_weights)
+
+    stand_in_outputs = counting.stand_in_outputs
+    monkeypatch.setattr(counting, "stand_in_outputs", counted_stand_in)
+    counting._counted.cache_clear()
+    try:
+        assert flops("imdb-bilstm", sequence_length=20)
+    finally:
+        counting._counted.cache_clear()
+    assert [(call.gates, call.directions, call.steps) for call in calls] == [(4, 2, 20)] * 2

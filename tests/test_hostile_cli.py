@@ -450,3 +450,39 @@ def test_a_failed_command_keeps_its_own_status_when_its_output_is_closed(tmp_pat
         preexec_fn=lambda: os.close(1),
     )
     assert result.returncode == EXIT_USAGE, no_traceback(result.stderr)
+
+
+# --- a home folder that is not there -----------------------------------------------------------------------------------
+
+NO_SUCH_HOME = "~nonexistentuser-of-devicebench/results"
+HOMELESS = {
+    "DEVICEBENCH_DB": ({"DEVICEBENCH_DB": NO_SUCH_HOME}, ["history"], f"$DEVICEBENCH_DB {NO_SUCH_HOME}"),
+    "--db": ({}, ["history", "--db", NO_SUCH_HOME], f"--db {NO_SUCH_HOME}"),
+    "DEVICEBENCH_DATA": ({"DEVICEBENCH_DATA": NO_SUCH_HOME}, ["data", "list"], f"$DEVICEBENCH_DATA {NO_SUCH_HOME}"),
+    "--data-dir": ({}, ["data", "list", "--data-dir", NO_SUCH_HOME], f"--data-dir {NO_SUCH_HOME}"),
+    "DEVICEBENCH_CALIBRATION_DIR": (
+        {"DEVICEBENCH_CALIBRATION_DIR": NO_SUCH_HOME},
+        ["run", "mnist-cnn2", "--devices", "cpu", "--data", "synthetic", "--dry-run"],
+        f"$DEVICEBENCH_CALIBRATION_DIR {NO_SUCH_HOME}",
+    ),
+}
+
+
+@pytest.mark.parametrize("variables, line, named", HOMELESS.values(), ids=HOMELESS.keys())
+def test_a_home_folder_of_a_user_who_does_not_exist_is_refused_in_words(monkeypatch, variables, line, named):
+    """`~user/...` for a user this machine does not have: Python's expanduser raises RuntimeError, once an
+    "unexpected error ... This is a bug"."""
+    for variable, value in variables.items():
+        monkeypatch.setenv(variable, value)
+    outcome = cli.invoke(app, line)
+    assert outcome.exit_code == EXIT_USAGE, outcome.output
+    text = flat(outcome.output)
+    assert f"{named}: ~nonexistentuser-of-devicebench names no home folder on this machine" in text
+    assert "unexpected error" not in text and "bug" not in text
+
+
+@pytest.mark.parametrize("cores", ["99999999999999999999", "4097", "0"])
+def test_a_host_core_count_no_host_has_is_refused(cores):
+    outcome = cli.invoke(app, ["estimate", "cifar10-mlp", "--on", "t4", "--data", "synthetic", "--host-cores", cores])
+    assert outcome.exit_code == EXIT_USAGE, outcome.output
+    assert "--host-cores takes a whole number of cores from 1 up to 4096" in flat(outcome.output)

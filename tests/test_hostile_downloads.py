@@ -174,10 +174,9 @@ def test_a_server_dripping_its_bytes_is_given_up_at_the_deadline(tmp_path, serve
     assert state.requests == 1 and list(folder.iterdir()) == []
 
 
-def test_data_fetch_timeout_is_the_deadline_of_the_whole_download(tmp_path, server, monkeypatch):
-    state, base_url = server
-    state.drip, state.pause_s = 1, 0.05
-    spec = sources.DatasetSpec(
+def _tiny(base_url: str) -> sources.DatasetSpec:
+    """A dataset of one file, served by the test's server."""
+    return sources.DatasetSpec(
         name="tiny",
         title="Tiny",
         files=(remote(base_url),),
@@ -188,9 +187,28 @@ def test_data_fetch_timeout_is_the_deadline_of_the_whole_download(tmp_path, serv
         kind="table",
         features=1,
     )
-    monkeypatch.setitem(sources.DATASETS, "tiny", spec)
+
+
+def test_data_fetch_timeout_is_the_deadline_of_the_whole_download(tmp_path, server, monkeypatch):
+    state, base_url = server
+    state.drip, state.pause_s = 1, 0.05
+    monkeypatch.setitem(sources.DATASETS, "tiny", _tiny(base_url))
     outcome = CliRunner().invoke(app, ["data", "fetch", "tiny", "--timeout", "0.5", "--data-dir", str(tmp_path)])
     assert outcome.exit_code != 0 and "gave up after 0.5 s" in unwrapped(outcome.output)
+
+
+@pytest.mark.parametrize("timeout", ["inf", "1e10", "nan"])
+def test_a_deadline_no_timer_can_keep_is_refused_before_anything_is_fetched(tmp_path, server, monkeypatch, timeout):
+    """`inf` and 1e10 s once raised OverflowError in the deadline's thread, and the download went on without one."""
+    state, base_url = server
+    monkeypatch.setitem(sources.DATASETS, "tiny", _tiny(base_url))
+    outcome = CliRunner().invoke(app, ["data", "fetch", "tiny", "--timeout", timeout, "--data-dir", str(tmp_path)])
+    assert outcome.exit_code == EXIT_USAGE, outcome.output
+    assert "Invalid value for '--timeout'" in outcome.output and "604800" in outcome.output
+    assert state.requests == 0 and list(tmp_path.iterdir()) == []
+    with pytest.raises(ValueError, match="give one above 0 and at most 604800 s"):
+        fetch(remote(base_url), tmp_path, progress=False, deadline_s=float(timeout))
+    assert state.requests == 0
 
 
 # --- a dataset folder that is a link ----------------------------------------------------------------------------------
@@ -225,3 +243,36 @@ def test_remove_deletes_a_link_inside_the_folder_and_never_what_it_points_to(tmp
     outcome = CliRunner().invoke(app, ["data", "remove", "imdb", "--yes", "--data-dir", str(tmp_path / "data")])
     assert outcome.exit_code == 0, outcome.output
     assert (mine / "review.txt").read_text() == "my own review" and not folder.exists()
+
+
+# --- a stop signal midway ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("after_bytes", [False, True], ids=["before-the-first-byte", "after-some-bytes"])
+def test_a_fetch_stopped_midway_says_truly_what_it_kept(tmp_path, server, monkeypatch, after_bytes):
+    """Stopped (SIGTERM and Ctrl-C end a command as KeyboardInterrupt) before the first byte, nothing is kept and it
+    says so; after some, it names the bytes kept, which the next fetch takes up."""
+    state, base_url = server
+    monkeypatch.setitem(sources.DATASETS, "tiny", _tiny(base_url))
+    request = download._request
+
+    def stopped_midway(url, partial, *, show, **rest):
+        def shown(received_bytes, expected_bytes):
+            show(received_bytes, expected_bytes)
+            raise KeyboardInterrupt  # as the first bytes are shown
+
+        if not after_bytes:
+            raise KeyboardInterrupt  # as the request is about to be sent
+        return request(url, partial, show=shown, **rest)
+
+    monkeypatch.setattr(download, "_request", stopped_midway)
+    outcome = CliRunner().invoke(app, ["data", "fetch", "tiny", "--data-dir", str(tmp_path)])
+    kept = partial_path(tmp_path / "tiny", remote(base_url))
+    assert outcome.exit_code == 130, outcome.output
+    if after_bytes:
+        assert kept.stat().st_size > 0
+        assert f"the {kept.stat().st_size:,} bytes of tiny downloaded so far are kept" in unwrapped(outcome.output)
+    else:
+        assert not kept.exists() and list((tmp_path / "tiny").iterdir()) == []
+        assert "no byte of tiny's download had arrived, so none was kept" in unwrapped(outcome.output)
+        assert "downloaded so far are kept" not in outcome.output

@@ -40,6 +40,7 @@ from devicebench.data.formats import (
 from devicebench.data.images import decode_image, read_image_folder
 from devicebench.data.imdb import read_imdb
 from devicebench.results.schema import Result
+from devicebench.workloads import get_workload
 
 cli = CliRunner()
 PILLOW_DEFAULT_MAX_PIXELS = int(1024 * 1024 * 1024 // 4 // 3)  # Image.MAX_IMAGE_PIXELS as Pillow ships it
@@ -385,6 +386,57 @@ def test_what_a_checkpoint_says_of_its_training_is_printed_literally(checkpoint,
     shown = unwrapped(outcome.stdout)
     assert "trained on [link=https://example.invalid]x, 1 epochs" in shown
     assert any(f"│ {name} │" in shown for name in names)  # the predicted class, as the file names it
+
+
+def test_terminal_escapes_in_a_checkpoint_never_reach_the_terminal(checkpoint, digit, tmp_path):
+    link = "\x1b]8;;https://example.invalid\x1b\\x\x1b]8;;\x1b\\"  # an ESC ]8 hyperlink around "x"
+    names = [f"{index}\x1b[2J" for index in range(10)]  # each with a clear-the-screen
+    trained = {**torch.load(checkpoint, weights_only=True)["trained"], "device": link}
+    path = edited_checkpoint(checkpoint, tmp_path / "model.pt", class_names=names, trained=trained)
+    outcome = cli.invoke(app, ["predict", str(path), str(digit)], terminal_width=200)
+    assert outcome.exit_code == 0, outcome.output
+    assert "\x1b" not in outcome.output
+    assert "trained on ]8;;https://example.invalid\\x]8;;\\, 1 epochs" in outcome.stdout
+
+
+def _weights_of_a_few_bytes(workload_name: str) -> dict[str, torch.Tensor]:
+    """`workload_name`'s weights, every tensor of its full shape but a view of one zero (stride 0): a file of a few
+    KB that declares the model's full size."""
+    workload = get_workload(workload_name)
+    with torch.device("meta"):
+        shapes = workload.build_model(workload.defaults).state_dict()
+    return {name: torch.zeros((), dtype=want.dtype).expand(want.shape) for name, want in shapes.items()}
+
+
+@pytest.mark.parametrize("workload_name, classes", [("mnist-cnn2", 10), ("vgg16", 1000)])
+def test_a_checkpoint_declaring_more_weights_than_its_file_holds_is_refused_before_any_is_built(
+    checkpoint, digit, tmp_path, workload_name, classes
+):
+    """vgg16's 553 MB of weights in a file of 24 KB: refused from the file's size, before the model is built, its
+    weights copied or an image run through it (the hostile round's took 90 s and 1.6 GB, and was killed)."""
+    path = edited_checkpoint(
+        checkpoint,
+        tmp_path / "model.pt",
+        workload=workload_name,
+        hyperparameters={},
+        image_shape=list(get_workload(workload_name).image_shape),
+        class_names=[str(index) for index in range(classes)],
+        state_dict=_weights_of_a_few_bytes(workload_name),
+    )
+    declared = sum(tensor.numel() * tensor.element_size() for tensor in _weights_of_a_few_bytes(workload_name).values())
+    outcome = cli.invoke(app, ["predict", str(path), str(digit)])
+    assert outcome.exit_code == EXIT_USAGE, outcome.output
+    assert f"declares {declared:,} bytes of weights in a file of {path.stat().st_size:,} bytes" in unwrapped(
+        outcome.stderr
+    )
+
+
+@pytest.mark.parametrize("count", [3, 11])
+def test_class_names_that_do_not_match_the_models_outputs_are_refused(checkpoint, digit, tmp_path, count):
+    path = edited_checkpoint(checkpoint, tmp_path / "model.pt", class_names=[str(index) for index in range(count)])
+    outcome = cli.invoke(app, ["predict", str(path), str(digit)])
+    assert outcome.exit_code == EXIT_USAGE, outcome.output
+    assert f"{count} class names for a model of 10 classes" in unwrapped(outcome.stderr)
 
 
 # --- image decompression bombs ---------------------------------------------------------------------------------

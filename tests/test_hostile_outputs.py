@@ -377,26 +377,35 @@ def invoke_output(case: tuple[list[str], str | None], target: Path, db: Path, mo
     return cli.invoke(app, [*line, *([flag] if flag else []), str(target), "--db", str(db)])
 
 
+@pytest.mark.parametrize("in_use", [True, False], ids=["in-use", "another"])
 @pytest.mark.parametrize("case", OUTPUTS.values(), ids=OUTPUTS.keys())
-def test_no_output_of_any_command_replaces_the_results_database(tmp_path, make_result, make_run, case):
+def test_no_output_of_any_command_replaces_a_results_database(tmp_path, make_result, make_run, case, in_use):
+    """The database in use, or another: one devicebench reads all the same (`--db` names it another time)."""
     db = tmp_path / "runs.json"  # named as export wants its file: the refusal must be the database's, not the name's
     with Store(db) as store:
         store.import_result(make_result(runs=[make_run()]))
     kept = sha256(db)
-    result = invoke_output(case, db, db)
-    assert_refused(result, f"{db} is the results database")
+    result = invoke_output(case, db, db if in_use else tmp_path / "in-use.sqlite")
+    assert_refused(
+        result,
+        f"{db} is the results database"
+        if in_use
+        else f"{db} is an SQLite database (a devicebench results database, which --db can name)",
+    )
     assert sha256(db) == kept
 
 
+@pytest.mark.parametrize("existing", [True, False], ids=["existing", "new"])
 @pytest.mark.parametrize("case", OUTPUTS.values(), ids=OUTPUTS.keys())
-def test_no_output_of_any_command_replaces_a_calibration_file(tmp_path, case):
+def test_no_output_of_any_command_writes_into_the_calibration_folder(tmp_path, case, existing):
+    """A calibration file is kept; a new file named as one would be read as one by every later run."""
     calibration = calibration_path("0123456789ab")
     calibration.parent.mkdir(parents=True, exist_ok=True)
-    calibration.write_text('{"schema": 2}')
-    kept = sha256(calibration)
+    if existing:
+        calibration.write_text('{"schema": 2}')
     result = invoke_output(case, calibration, tmp_path / "db.sqlite")
-    assert_refused(result, "inside the calibration folder")
-    assert sha256(calibration) == kept
+    assert_refused(result, "inside the calibration folder", "which devicebench keeps for itself")
+    assert calibration.read_text() == '{"schema": 2}' if existing else not calibration.exists()
 
 
 @pytest.mark.parametrize("case", MODEL_OUTPUTS.values(), ids=MODEL_OUTPUTS.keys())

@@ -10,6 +10,7 @@ from torch import nn
 from training_fixtures import learnable_dataset, linear_setup
 
 from devicebench.data.pipeline import HostBatches
+from devicebench.engine import loop
 from devicebench.engine.loop import TrainingPlan, TrainingSetup, train
 from devicebench.engine.timing import Stopwatch
 from devicebench.events import Reporter
@@ -181,3 +182,49 @@ def test_a_training_loss_beyond_any_stored_figure_is_a_divergence():
     divergence = _first_divergence([2.0, 3e19, 1.0], epoch=2, steps=3)
     assert (divergence.step, divergence.epoch, divergence.loss) == (5, 2, 3e19)
     assert _first_divergence([2.0, -9e18, 1.0], epoch=1, steps=3) is None  # within the bound: a figure
+
+
+@pytest.mark.parametrize("kept_bytes", [64 * 2**20, 1], ids=["counted-at-the-end", "counted-every-step"])
+def test_an_epochs_loss_and_accuracy_are_those_of_every_sample_it_trained_on(kept_bytes, monkeypatch):
+    """A model that does not learn (learning rate 0) gives its epoch loss and accuracy over all 100 samples, the
+    partial last batch weighted by its size, whether its outputs are kept to the epoch's end or counted each step."""
+    monkeypatch.setattr(loop, "KEPT_OUTPUTS_BYTES", kept_bytes)
+    data = learnable_dataset(train=100)  # 32 + 32 + 32 + 4
+    record = new_record(1)
+    train(
+        record,
+        lambda: linear_setup(learning_rate=0),
+        HostBatches(data.train_images, data.train_labels, 32, CPU),
+        HostBatches(data.test_images, data.test_labels, 32, CPU, shuffle=False),
+        TrainingPlan(epochs=1),
+        Stopwatch(CPU),
+    )
+    with torch.no_grad():
+        outputs = linear_setup().model(torch.from_numpy(data.train_images).float() / 255)
+    labels = torch.from_numpy(data.train_labels)
+    expected_accuracy = int((outputs.argmax(dim=1) == labels).sum()) / len(labels)
+    assert 0.1 < expected_accuracy < 0.9  # neither all right nor all wrong: a miscount would show
+    assert record.epochs[0].train_accuracy == pytest.approx(expected_accuracy, abs=1e-12)
+    assert record.epochs[0].train_loss == pytest.approx(float(nn.functional.cross_entropy(outputs, labels)), rel=1e-5)
+
+
+def test_a_step_that_returns_the_same_loss_tensor_every_time_is_refused():
+    """A captured step's static loss, rewritten by every replay, kept as it is would read as the last step's value
+    for every step: the loop refuses it rather than report a wrong loss."""
+    setup = linear_setup()
+    static_loss = torch.zeros(())
+
+    def step(model, batch, optimizer):
+        images, labels = batch
+        loss = nn.functional.cross_entropy(model(images), labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        static_loss.copy_(loss.detach())
+        return static_loss
+
+    with pytest.raises(ValueError, match="same memory as the step before"):
+        run(
+            TrainingPlan(epochs=1, max_steps=3),
+            build=lambda: TrainingSetup(setup.model, None, setup.optimizer, step=step),
+        )

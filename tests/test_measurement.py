@@ -380,6 +380,8 @@ UNITLESS = {  # fractions of 1, or losses, which have no unit
     "target_accuracy",
     "final_test_accuracy",
     "best_test_accuracy",
+    "run_to_run_cv",  # a coefficient of variation
+    "run_to_run_freedom",  # degrees of freedom, not whole where they are Welch-Satterthwaite's
 }
 COUNTS = {  # whole numbers of things, named after the things
     "epoch",
@@ -527,6 +529,7 @@ CHANGED = {
     "tf32_matmul": True,
     "tf32_cudnn": True,
     "compiled": True,
+    "step_graph": True,
     "world_size": 2,
     "max_steps": 30,
     "channels_last": True,

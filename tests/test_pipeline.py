@@ -24,7 +24,7 @@ import pytest
 import torch
 from PIL import Image
 
-from devicebench.data import ArrayDataset, ImageFolderDataset
+from devicebench.data import ArrayDataset, ImageFolderDataset, pipeline, placement
 from devicebench.data.augmentation import (
     CifarDistortion,
     KerasAugmentation,
@@ -40,6 +40,7 @@ from devicebench.data.pipeline import (
     HostBatches,
     LoaderBatches,
     PreprocessedImages,
+    Shard,
     batches_for,
     default_workers,
     epoch_order,
@@ -388,10 +389,68 @@ def test_an_image_damaged_after_the_scan_fails_its_batch_with_an_error_naming_th
     assert str(truncated) in str(raised.value)
 
 
-def test_resident_batches_stay_on_the_host_for_a_cpu_run():
-    images = np.zeros((20, 1, 4, 4), dtype=np.uint8)
-    labels = np.zeros(20, dtype=np.int64)
-    batches = HostBatches(images, labels, 5, torch.device("cpu"), resident=True)
-    assert not batches.resident  # the CPU's memory is the host's: nothing to move
+# ---------------------------------------------------------------------------------------------------------------
+# Where in-memory data lives: on the device (resident) or gathered on the host and copied (staged)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shard", [None, Shard(rank=1, world=2, global_batch=BATCH_SIZE)], ids=["one", "rank-1"])
+@pytest.mark.parametrize("chunk_bytes", [1, 10**9], ids=["chunk-per-batch", "one-chunk"])
+def test_resident_and_staged_batches_are_identical(
+    mnist_like: ArrayDataset, shard: Shard | None, chunk_bytes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The two ways a device gets in-memory data give the same batches in `epoch_order`'s order, however many
+    batches a resident chunk holds (one, or the whole epoch with its partial last batch), and for each rank."""
+    monkeypatch.setattr(pipeline, "CHUNK_BYTES", chunk_bytes)
+    resident, staged = (host_batches(mnist_like, resident=where, shard=shard) for where in (True, False))
+    assert resident.resident and not staged.resident
+
+    drawn = list(resident.epoch(2))
+    assert_same_batches(drawn, list(staged.epoch(2)))
+    _, labels = concatenated(drawn)
+    order = epoch_order(TRAIN_SIZE, 2, SEED, shuffle=True)
+    expected = order[: len(labels)] if shard is None else torch.cat([shard.indices(order, step) for step in (0, 1, 2)])
+    assert torch.equal(labels, torch.from_numpy(mnist_like.train_labels)[expected])
+    assert [len(batch) for batch, _ in drawn] == ([16, 16, 16, 2] if shard is None else [8, 8, 8])
+
+
+def test_a_cpu_run_keeps_the_arrays_where_they_are_and_scales_each_chunk(mnist_like: ArrayDataset) -> None:
+    """On the CPU the data is already in the device's memory: nothing is copied up front (a float copy of CIFAR-10
+    would take 614 MB beside its 154 MB of uint8), and batches come out scaled to float."""
+    batches = host_batches(mnist_like)
+    assert batches.resident and not batches.preprocessed
+    assert batches.inputs.dtype == torch.uint8
+    assert batches.inputs.data_ptr() == torch.from_numpy(mnist_like.train_images).data_ptr()  # shared, not copied
     inputs, _ = next(batches.epoch(1))
-    assert inputs.device.type == "cpu" and inputs.dtype == torch.float32
+    assert inputs.dtype == torch.float32 and float(inputs.min()) >= 0 and float(inputs.max()) <= 1
+
+
+def test_residency_is_judged_by_the_preprocessed_size(
+    mnist_like: ArrayDataset, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a device would hold is the model's inputs, float32 (four bytes a pixel), and the labels."""
+    asked: list[int] = []
+    monkeypatch.setattr(placement, "fits_on", lambda device, size_bytes: asked.append(size_bytes) or False)
+    batches = host_batches(mnist_like)
+    assert not batches.resident  # the device said no: staged
+    assert asked == [TRAIN_SIZE * 28 * 28 * 4 + TRAIN_SIZE * 8]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device; this PyTorch sees none")
+def test_a_gpu_gets_the_cpus_batches_resident_or_staged(mnist_like: ArrayDataset) -> None:
+    """Resident on the GPU: preprocessed on the host, so bitwise the CPU's batches. Staged (forced here, as for data
+    too big for the device): the same samples, scaled on the device, equal to a rounding."""
+    cuda = torch.device("cuda")
+    on_cpu = list(host_batches(mnist_like).epoch(2))
+    resident = HostBatches(mnist_like.train_images, mnist_like.train_labels, BATCH_SIZE, cuda, seed=SEED)
+    staged = HostBatches(mnist_like.train_images, mnist_like.train_labels, BATCH_SIZE, cuda, seed=SEED, resident=False)
+    assert resident.resident and resident.preprocessed and resident.inputs.device.type == "cuda"
+    assert not staged.resident
+    drawn = zip(on_cpu, resident.epoch(2), staged.epoch(2), strict=True)
+    for (images, labels), (resident_images, resident_labels), (staged_images, staged_labels) in drawn:
+        assert resident_images.device.type == staged_images.device.type == "cuda"
+        assert torch.equal(resident_images.cpu(), images) and torch.equal(resident_labels.cpu(), labels)
+        assert torch.allclose(staged_images.cpu(), images, rtol=1e-6, atol=0) and torch.equal(
+            staged_labels.cpu(), labels
+        )

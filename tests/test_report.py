@@ -262,7 +262,8 @@ def test_a_cpu_only_report_says_why_there_is_no_speedup_and_what_tuned_mode_gain
     assert "devicebench estimate mnist-cnn2 predicts the samples/s, speedup and cost of named GPUs" in text
     assert "No row has a speedup" not in text
     assert (
-        "mnist-cnn2: vm/cpu (tuned, 25 steps) trained 2.50x [2.50–2.50] 67% the samples/s of vm/cpu (seed, 3 steps): "
+        "mnist-cnn2: vm/cpu (tuned, 25 steps) trained 2.50x [2.50–2.50] 67% in one process the samples/s of vm/cpu "
+        "(seed, 3 steps): "
         "500 against 200."
     ) in text
 

@@ -109,10 +109,10 @@ def test_without_xgboost_the_trees_are_listed_unavailable_skipped_by_the_suite_a
     monkeypatch.setitem(sys.modules, "xgboost", None)  # `import xgboost` now raises ImportError
     listed = cli.invoke(app, ["list", "gbdt-*", "--json"])
     assert [row["unavailable"] for row in json.loads(listed.stdout)] == [
-        "needs xgboost: pip install 'devicebench[gbdt]'"
+        "needs xgboost: pip install 'devicebench[gbdt-cpu]' (with an NVIDIA GPU: 'devicebench[gbdt]')"
     ] * 2
     named = cli.invoke(app, ["run", "gbdt-synthetic", *SHORT])
-    assert named.exit_code == EXIT_USAGE and "pip install 'devicebench[gbdt]'" in named.output
+    assert named.exit_code == EXIT_USAGE and "pip install 'devicebench[gbdt-cpu]'" in named.output
     assert "gbdt-synthetic" not in [entry.name for entry in RunConfig().selected_workloads()]
     assert [entry.name for entry, _ in RunConfig().skipped()] == ["gbdt-covertype", "gbdt-synthetic"]
 

@@ -246,3 +246,17 @@ def test_the_json_holds_this_session_while_it_runs_with_the_unfinished_run_inter
     imported = CliRunner().invoke(app, ["import", str(output), "--db", str(database)])
     assert imported.exit_code == 0, imported.output  # import takes it as any interrupted session
     assert sorted(stored_runs(database)) == sorted([("ok", len(done.epochs)), ("interrupted", len(going.epochs))])
+
+
+@pytest.mark.parametrize(
+    ("signal_number", "exit_status"),
+    [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)],  # POSIX only, as this whole module
+)
+def test_a_stopped_command_exits_with_128_plus_the_signal_s_number(signal_number, exit_status):
+    """The shell's statuses, in one process: the slow tests above check them only by sending real signals."""
+    from devicebench.cli.exits import stopped
+
+    with stopping.handling() as received:
+        received.append(signal_number)
+        assert stopped("kept").exit_code == exit_status
+    assert stopped("kept").exit_code == EXIT_INTERRUPTED == 130  # a KeyboardInterrupt no signal brought: Ctrl-C's

@@ -17,11 +17,13 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 import torch
+from fakes import FakeCapture
 from torch import nn
 
 from devicebench.data.pipeline import HostBatches
 from devicebench.engine import tuning, tuning_applied
 from devicebench.engine.loop import TrainingSetup
+from devicebench.engine.step_graph import GraphedStep
 from devicebench.engine.timing import Stopwatch
 from devicebench.engine.tuning import Tuning, choose_batch_size, choose_tuning
 
@@ -82,12 +84,13 @@ def builder(
     sizes: list[int] | None = None,
     fails: dict[str, tuple[int, Exception]] | None = None,
 ):
-    """A build for `choose_tuning` whose n-th step of an option takes `step_seconds[precision](n)` fake seconds and
-    whose step `fails[precision][0]` raises `fails[precision][1]` (-1: its build raises it)."""
+    """A build for `choose_tuning` whose n-th step of an option takes `step_seconds[label](n)` fake seconds and
+    whose step `fails[label][0]` raises `fails[label][1]` (-1: its build raises it); an option's label is `fp32`,
+    `bf16`, `fp32+graph` (a graphed option's step replays a fake CUDA graph, whose capture the device's log shows)."""
     fails = fails or {}
 
     def build(option: Tuning) -> TrainingSetup:
-        name = option.precision
+        name = tuning._label(option)
         failing_step, error = fails.get(name, (None, None))
         if failing_step == -1:
             raise afresh(error)
@@ -103,12 +106,15 @@ def builder(
                 sizes.append(len(inputs))
             return model(inputs)
 
-        return TrainingSetup(
+        setup = TrainingSetup(
             model=model,
             loss_function=nn.CrossEntropyLoss(),
             optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
             forward=forward,
         )
+        if option.step_graph:
+            setup.graphed = GraphedStep(setup.eager_step, FakeCapture(device.events))
+        return setup
 
     return build
 
@@ -136,7 +142,7 @@ def test_the_trial_synchronizes_only_at_the_ends_of_its_blocks_and_the_options_t
     choose_tuning(
         [FP32, BF16], builder(device, {"fp32": steady(0.125), "bf16": steady(0.125)}), batches(), device.watch
     )
-    warm_up = "fp32x2 | fp32x1 | bf16x2 | bf16x1 |"  # untimed steps, then one timed alone to size the first block
+    warm_up = "fp32x3 | fp32x1 | bf16x3 | bf16x1 |"  # untimed steps, then one timed alone to size the first block
     in_order, reversed_order = "| fp32x4 | | bf16x4 |", "| bf16x4 | | fp32x4 |"  # a steady drift favours no one
     assert device.timeline() == " ".join([warm_up, in_order, reversed_order, in_order, reversed_order, in_order])
 
@@ -170,7 +176,8 @@ def test_a_first_block_sized_from_a_slow_warm_up_is_made_up_for_in_the_rounds_le
 
 def test_rounds_go_on_until_every_option_has_had_its_second():
     device = FakeDevice()
-    speeding_up = lambda step: 1 / 64 if step < 55 else 1 / 256  # noqa: E731 (from the fifth block on)
+    fifth_block = tuning.TRIAL_WARMUP_STEPS + 4 * 13
+    speeding_up = lambda step: 1 / 64 if step < fifth_block else 1 / 256  # noqa: E731
     _, note = choose_tuning(
         [FP32, BF16], builder(device, {"fp32": speeding_up, "bf16": speeding_up}), batches(), device.watch
     )
@@ -199,6 +206,19 @@ def test_an_option_is_kept_only_when_its_slowest_round_beats_the_plainest_option
     assert note == f"trial samples/s: fp32 64 (64-128), bf16 {bf16_text}, median (range) of 5 rounds; kept {kept}{why}"
 
 
+def test_a_candidate_faster_in_most_rounds_but_slower_in_one_is_not_kept():
+    """bf16 twice as fast as fp32 in four rounds and half as fast in one: its median beats fp32's every round, its
+    slowest does not, and only its slowest counts (a candidate perfectly steady cannot tell the two apart)."""
+    device = FakeDevice()
+    build = builder(device, {"fp32": steady(0.125), "bf16": per_round(0.0625, 0.0625, 0.25, 0.0625, 0.0625)})
+    chosen, note = choose_tuning([FP32, BF16], build, batches(), device.watch)
+    assert chosen.precision == "fp32"
+    assert note == (
+        "trial samples/s: fp32 64 (64-64), bf16 128 (32-128), median (range) of 5 rounds; "
+        "kept fp32: bf16's gain is within the spread"
+    )
+
+
 @pytest.mark.parametrize(
     ("failing_step", "error", "reason"),
     [
@@ -225,6 +245,25 @@ def test_an_option_that_fails_for_any_reason_is_left_out_of_the_trial_and_named_
     assert chosen.precision == "fp32"
     assert note == f"trial samples/s: fp32 64 (64-64), median (range) of 5 rounds; bf16 {reason}; kept fp32"
     assert len(device.timed_blocks("fp32")) == 5  # the others go on without it
+
+
+@pytest.mark.parametrize(
+    ("graph_seconds", "kept"),
+    [(0.0625 - 2**-12, "fp32+graph"), (0.0625, "fp32")],  # faster in every round than eager's fastest, or not
+)
+def test_the_step_as_a_cuda_graph_is_captured_before_its_timed_blocks_and_kept_only_where_faster(graph_seconds, kept):
+    device = FakeDevice()
+    build = builder(device, {"fp32": FP32_SCATTERED, "fp32+graph": steady(graph_seconds)})
+    chosen, note = choose_tuning([FP32, Tuning(step_graph=True)], build, batches(), device.watch)
+    assert tuning._label(chosen) == kept and note.endswith(
+        f"; kept {kept}" + ("" if chosen.step_graph else ": fp32+graph's gain is within the spread")
+    )
+    # two eager steps, the capture and its first replay untimed, then a replay timed alone to size the first block
+    warm_up = (
+        "| warm-upx1 fp32+graphx1 warm-upx1 fp32+graphx1 capturex1 replayx1 fp32+graphx1 | replayx1 fp32+graphx1 |"
+    )
+    assert warm_up in device.timeline()
+    assert "capture" not in device.timeline().split(warm_up)[1]  # every timed block replays the one graph
 
 
 def test_out_of_memory_in_a_trial_frees_the_failed_model_and_empties_the_cache(monkeypatch):
@@ -338,7 +377,7 @@ def test_auto_batch_size_times_each_size_in_synchronized_blocks_of_at_least_a_se
     size, note = grow(device, sized_builder(device, lambda batch, step: 1 / 64 * max(1, batch / 16)))
     assert size == 16
     for batch, seconds in ((8, 1 / 64), (16, 1 / 64), (32, 1 / 32)):
-        assert device.timeline().count(f"{batch}x2 | {batch}x1 |") == 1  # warm-up
+        assert device.timeline().count(f"{batch}x{tuning.TRIAL_WARMUP_STEPS - 1} | {batch}x1 |") == 1  # warm-up
         blocks = device.timed_blocks(str(batch))
         assert len(blocks) == 5 and sum(blocks) >= 20 and sum(blocks) * seconds >= 1.0
     assert device.events.count("|") == 3 * (2 + 2 * 5)  # no synchronize inside a block

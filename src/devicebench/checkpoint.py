@@ -28,6 +28,7 @@ from devicebench.data.sources import dataset_spec
 from devicebench.errors import DevicebenchError
 from devicebench.files import UnusableFile, require_regular_file
 from devicebench.results.schema import RunRecord
+from devicebench.results.transfer import printable
 from devicebench.workloads import OutputKind, Workload, get_workload
 from devicebench.workloads.outputs import class_probabilities
 
@@ -155,8 +156,8 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         image_shape=image_shape,
         preprocessing=preprocessing,
         output=workload.output,  # the payload's, checked equal to it
-        class_names=tuple(payload["class_names"]),
-        trained=payload["trained"],
+        class_names=tuple(printable(payload["class_names"])),
+        trained=printable(payload["trained"]),  # shown on the terminal: no escape sequence reaches it
     )
 
 
@@ -239,10 +240,17 @@ def _built_model(path: Path, workload: Workload, payload: dict[str, Any]) -> tup
         raise CheckpointError(f"{path}: hyperparameters: {error}; {SAVE_AGAIN}") from None
     try:
         workload.parameter_count(hyperparameters)  # size bounds first, then the count, on the meta device only
-        with torch.device("meta"):
-            expected = workload.build_model(hyperparameters).state_dict()
+        with torch.device("meta"):  # shapes only: the weights it should hold, and how many classes it answers
+            shapes = workload.build_model(hyperparameters).eval()
+            expected = shapes.state_dict()
+            outputs = shapes(torch.empty(1, *payload["image_shape"]))
     except (RuntimeError, TypeError, ValueError, KeyError) as error:
         raise CheckpointError(f"{path}: hyperparameters: {_first_line(error)}; {SAVE_AGAIN}") from None
+    classes = 2 if workload.output == "binary_logit" else outputs.shape[1]  # a binary logit answers one of two
+    if len(payload["class_names"]) != classes:
+        raise CheckpointError(
+            f"{path}: {len(payload['class_names'])} class names for a model of {classes} classes; {SAVE_AGAIN}"
+        )
     _check_weights(path, workload, payload["state_dict"], expected)
     try:
         model = workload.build_model(hyperparameters)
@@ -274,6 +282,17 @@ def _check_weights(path: Path, workload: Workload, weights: dict, expected: dict
                 f"{unfit} {name!r} is {tensor.dtype} {tuple(tensor.shape)}, where the model has "
                 f"{want.dtype} {tuple(want.shape)}; {SAVE_AGAIN}"
             )
+    # A file holds every weight's bytes: a few KB cannot hold a 500 MB model, unless its tensors are views of a few
+    # bytes (stride 0, one storage shared), which would be built, copied and run at the model's full size
+    weight_bytes = sum(weights[name].numel() * weights[name].element_size() for name in expected)
+    file_bytes = path.stat().st_size
+    if weight_bytes > file_bytes:
+        raise CheckpointError(
+            f"{unfit} declares {weight_bytes:,} bytes of weights in a file of {file_bytes:,} bytes: its tensors are "
+            f"not the weights of a trained model; {SAVE_AGAIN}"
+        )
+    for name in expected:
+        tensor = weights[name]
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
             raise CheckpointError(f"{unfit} {name!r} holds NaN or infinite values; {SAVE_AGAIN}")
 

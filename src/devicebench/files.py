@@ -57,6 +57,20 @@ def user_folder(kind: Literal["data", "cache"], what: str) -> Path:
     )
 
 
+def expanded(path: str | os.PathLike, what: str) -> Path:
+    """`path` with a leading `~` or `~user` made the home folder, or UnusableFile naming `what` ("--db", "$DEVICEBENCH_DATA")
+    where there is none to make it: `~nobody-here/x` names no folder, and Python's RuntimeError would end in a
+    traceback."""
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:  # "Could not determine home directory."
+        user = Path(path).parts[0]
+        raise UnusableFile(
+            f"{what} {path}: {user} names no home folder on this machine (no such user, or no HOME); name the folder "
+            "whole"
+        ) from None
+
+
 _KINDS = (
     (stat.S_ISDIR, "a folder"),
     (stat.S_ISFIFO, "a FIFO (named pipe)"),
@@ -163,25 +177,51 @@ def _same_file(first: Path, second: Path) -> bool:
         return _resolved(first) == _resolved(second)
 
 
+SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite file: a results database, in use or not
+
+
+def _is_a_database(path: Path) -> bool:
+    """Whether `path` is an SQLite file (a results database `--db` could name), by its first bytes."""
+    try:
+        with path.open("rb") as file:
+            return file.read(len(SQLITE_HEADER)) == SQLITE_HEADER
+    except OSError:  # missing, or not readable: nothing devicebench could read as a database either
+        return False
+
+
 def check_outputs(
     outputs: dict[str, str | os.PathLike | None],
     inputs: dict[str, str | os.PathLike | None],
     *,
     input_folders: dict[str, str | os.PathLike | None] | None = None,
     kept_folders: dict[str, str | os.PathLike | None] | None = None,
+    output_folders: dict[str, str | os.PathLike | None] | None = None,
 ) -> None:
     """The one rule for every file a command writes: no output destroys an input, or another output.
 
     `outputs` maps a flag ("--json") to the path it names; `inputs` maps a description ("the results database") to
     a file the command reads or keeps. `input_folders`: folders whose existing files are inputs (--data-dir);
     `kept_folders`: folders nothing may be written into (the calibration folder). Each output must also be
-    writable (check_writable). Raises UnusableFile naming both paths; None values are left out."""
+    writable (check_writable), and none may replace an SQLite file: a results database, even one this command does
+    not use, is a file devicebench reads. `output_folders`: folders the command writes into (--tensorboard), none of
+    which may be an input file. Raises UnusableFile naming both paths; None values are left out."""
     given = {flag: Path(path) for flag, path in outputs.items() if path is not None}
+    for flag, folder in (output_folders or {}).items():
+        for name, source in inputs.items():
+            if folder is not None and source is not None and _same_file(Path(folder), Path(source)):
+                raise UnusableFile(
+                    f"{flag} {folder} is {name}: it would be taken for a folder to write into; name another folder"
+                )
     for flag, path in given.items():
         check_writable(path, flag)
         for name, source in inputs.items():
             if source is not None and _same_file(path, Path(source)):
                 raise UnusableFile(f"{flag} {path} is {name}: writing there would destroy it; name another file")
+        if _is_a_database(path):
+            raise UnusableFile(
+                f"{flag} {path} is an SQLite database (a devicebench results database, which --db can name): "
+                "writing there would destroy it; name another file"
+            )
         for name, folder in (input_folders or {}).items():
             if folder is not None and path.exists() and _inside(_resolved(path), _resolved(folder)):
                 raise UnusableFile(

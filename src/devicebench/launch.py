@@ -1,5 +1,5 @@
 """Training in several processes at once: the launcher that starts them through torchrun and reads back what they
-measured, and the program each of them runs.
+measured, and the program each of them runs; and each repeat after the first in a fresh process of its own.
 
 `run_distributed` writes the plan to a file and starts `python -m torch.distributed.run ... -m devicebench.launch
 PLAN OUT`. Each rank joins the process group (gloo on CPUs, NCCL on GPUs), takes its share of the machine and runs
@@ -13,12 +13,21 @@ ranks once, forwarded by the launcher, and each marks its run interrupted as on 
 epoch rank 0 merges as it ends (`on_partial`), so the caller can keep it at once; and a rank whose launcher was
 killed outright (kill -9), which can forward nothing, stops by itself.
 
+Repeats: each process has its own memory layout, allocator history, thread placement and clock state, and its
+epochs share that luck, so a repeat is a fresh process (as pyperf spawns workers): `repeat_in_fresh_process` runs
+one repeat of a job as `python -m devicebench.launch --repeat PLAN OUT` (its own warm-up epoch included) and hands
+its record back to the runner, which stores and shows it as its own. The child runs in a session of its own: a
+stop signal reaches it once, forwarded, and it hands in its run marked interrupted; one whose parent was killed
+outright stops by itself.
+
     devicebench run mnist-cnn2 --devices cpu --nproc 2 --max-steps 50
+    devicebench run mnist-cnn2 --devices cpu --repeats 3 --max-steps 50
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import json
 import os
@@ -41,7 +50,7 @@ import torch
 import torch.distributed as dist
 from rich.console import Console
 
-from devicebench import runner
+from devicebench import runner, stopping
 from devicebench.data import DataUnavailable, known_datasets
 from devicebench.data.download import fetch
 from devicebench.data.images import is_image_folder
@@ -56,9 +65,10 @@ from devicebench.engine.distributed import (
     reason_path,
     take_rank_share,
 )
-from devicebench.planning import Plan
+from devicebench.engine.timing import process_age_s
+from devicebench.planning import Job, Plan
 from devicebench.report.progress import RichReporter
-from devicebench.results.schema import Result, RunStatus
+from devicebench.results.schema import Result, RunRecord, RunStatus
 
 INTERRUPT_GRACE_S = 60  # after Ctrl-C, how long the ranks get to hand in what they finished (torchrun kills at 30)
 POLL_S = 1.0  # how often the launcher looks for newly merged epochs, and a rank for its launcher
@@ -357,6 +367,53 @@ def _failure_text(stderr: str, code: int) -> str:
     return f"{who} failed ({how}){cause}; the other ranks were stopped"
 
 
+def repeat_in_fresh_process(plan: Plan, job: Job, placeholder: RunRecord, budget_s: float | None) -> RunRecord:
+    """Train one repeat of `job` (of `plan`, whose threads and model it shares) in a new interpreter and return its
+    record: `placeholder`'s repeat, failed with the reason where the process gave none. `budget_s`: the run's share
+    of the session's time budget, which the process's start counts against too (None: no budget). On a
+    KeyboardInterrupt, the signal that stopped this process (devicebench.stopping; Ctrl-C where none was caught)
+    is forwarded, and the record comes back marked interrupted with every epoch it finished."""
+    one = dataclasses.replace(plan, jobs=(dataclasses.replace(job, repeats=1),), budget_s=budget_s)
+    with tempfile.TemporaryDirectory(prefix="devicebench-repeat-") as folder:
+        plan_file, output_file = Path(folder) / "plan.json", Path(folder) / "result.json"
+        plan_file.write_text(json.dumps({"plan": one.to_dict(), "quiet": True}))
+        log_file = Path(folder) / "repeat.log"
+        with log_file.open("w") as log:
+            child = subprocess.Popen(
+                [sys.executable, "-m", "devicebench.launch", "--repeat", str(plan_file), str(output_file)],
+                stderr=log,
+                start_new_session=True,
+                env={**os.environ, PARENT_PID_VARIABLE: str(os.getpid())},
+            )
+            try:
+                child.wait()
+            except KeyboardInterrupt:
+                _stop_ranks(child, stopping.received() or signal.SIGINT)
+        if not output_file.exists():
+            reason = log_file.read_text().strip().splitlines()[-1:] or [f"exit code {child.returncode}"]
+            return dataclasses.replace(
+                placeholder,
+                status="interrupted" if stopping.received() is not None else "failed",
+                error=f"the repeat's process ended without a result: {reason[0]}",
+            )
+        (record,) = Result.read_json(output_file).runs
+        record.repeat = placeholder.repeat
+        return record
+
+
+def _repeat_main(plan_file: str, output_file: str) -> None:
+    """One repeat in a fresh process: run the one-job plan, and hand in its record, interrupted or not."""
+    plan = Plan.from_dict(json.loads(Path(plan_file).read_text())["plan"])
+    launcher_pid = int(os.environ.get(PARENT_PID_VARIABLE, "0")) or None
+    _stop_when_orphaned(launcher_pid, Path(output_file).parent)
+    for number in STOPPING_SIGNALS:  # whichever signal the parent forwards, the run is kept as on Ctrl-C
+        signal.signal(number, signal.default_int_handler)
+    result = runner.run(plan, spent_before_s=process_age_s())  # a budget counts the interpreter's start too
+    for number in STOPPING_SIGNALS:
+        signal.signal(number, signal.SIG_IGN)
+    result.write_json(Path(output_file))
+
+
 def _rank_main(plan_file: str, output_file: str) -> None:
     """One rank, as torchrun starts it: join the group, run the plan on this rank's device, and merge at rank 0."""
     request = json.loads(Path(plan_file).read_text())
@@ -425,4 +482,7 @@ def _alive(pid: int) -> bool:
 
 
 if __name__ == "__main__":
-    _rank_main(*sys.argv[1:3])
+    if sys.argv[1] == "--repeat":
+        _repeat_main(*sys.argv[2:4])
+    else:
+        _rank_main(*sys.argv[1:3])

@@ -16,6 +16,7 @@ import dataclasses
 import logging
 import signal
 import sys
+import uuid
 import warnings
 from collections.abc import Callable
 from functools import partial
@@ -32,7 +33,7 @@ from devicebench.data.own import OwnData, TensorData, TorchData
 from devicebench.data.pipeline import Batches, Data, batches_for, default_workers, usable_cores
 from devicebench.devices import device_name, out_of_memory
 from devicebench.engine.boosting import train_boosted_trees
-from devicebench.engine.calibration_store import peak_tflops
+from devicebench.engine.calibration_store import peak_tflops, stored_run_to_run
 from devicebench.engine.distributed import current_shard, data_parallel, world_size
 from devicebench.engine.flops import training_flops_per_sample
 from devicebench.engine.loop import StepTimes, TrainingSetup, train
@@ -60,15 +61,29 @@ TRAINERS = {"boosted-trees": train_boosted_trees}  # the engine's trainers of mo
 # What a job trains on: a dataset devicebench reads, or the data a model of yours brings
 Dataset = data.Dataset | OwnData
 DataProblem = DataUnavailable | DataFormatError  # why a workload got no data: every run of it fails with this
+PROCESS_ID = uuid.uuid4().hex[:12]  # this process, in each run's record: the speedup interval's unit is the process
+
+
+# trains one repeat of a job in a fresh process and returns its record (launch.repeat_in_fresh_process, bound to
+# the plan): given the job, the record that repeat would have started with, and its share of the session's time
+# budget in seconds (None: no budget)
+FreshRepeat = Callable[[Job, RunRecord, float | None], RunRecord]
 
 
 def run(
-    plan: Plan, reporter: RunReporter | None = None, *, save_to: Path | None = None, spent_before_s: float = 0.0
+    plan: Plan,
+    reporter: RunReporter | None = None,
+    *,
+    save_to: Path | None = None,
+    spent_before_s: float = 0.0,
+    fresh_repeat: FreshRepeat | None = None,
 ) -> Result:
     """Execute every job of `plan` and return every measurement, finished or not.
 
     `save_to`: write the model of the last run that finishes well there, as a checkpoint for `predict`.
     `spent_before_s`: seconds of the plan's time budget already spent (a command's start-up).
+    `fresh_repeat`: how a repeat after a job's first runs in a fresh process (`repeats_apart` says which may);
+    None: every repeat in this one.
     """
     reporter = reporter or RunReporter()
     threads_before = torch.get_num_threads()
@@ -83,7 +98,7 @@ def run(
     reporter.session_started(result)
     shares = BudgetShares.for_plan(plan, spent_before_s)
     try:
-        _execute(plan.jobs, result, reporter, save_to, shares)
+        _execute(plan.jobs, result, reporter, save_to, shares, fresh_repeat)
         if shares is not None:
             reporter.budget_spent(shares.account(len({job.workload.name for job in plan.jobs})))
     finally:
@@ -92,7 +107,12 @@ def run(
 
 
 def _execute(
-    jobs: tuple[Job, ...], result: Result, reporter: RunReporter, save_to: Path | None, shares: BudgetShares | None
+    jobs: tuple[Job, ...],
+    result: Result,
+    reporter: RunReporter,
+    save_to: Path | None,
+    shares: BudgetShares | None,
+    fresh_repeat: FreshRepeat | None,
 ) -> None:
     # One dataset in memory at a time (the quick suite's together weigh about 1 GB), reused for as long as the
     # next job wants the same one.
@@ -129,6 +149,12 @@ def _execute(
                     reporter.run_started(record)
                     record.status, record.error = "failed", str(dataset)
                     reporter.run_finished(record)
+                elif fresh_repeat is not None and repeat > 0 and repeats_apart(job):
+                    share_s = None if shares is None else shares.even_share_s()
+                    record = result.runs[-1] = fresh_repeat(job, record, share_s)
+                    _told(record, reporter)
+                    if record.status == "interrupted":
+                        raise KeyboardInterrupt
                 else:
                     train_record(record, job, dataset, reporter, save_to=save_to, choices=choices, shares=shares)
                 if shares is not None:
@@ -140,6 +166,21 @@ def _execute(
                 record.status = "interrupted"
                 record.error = _stopped_reason()
                 reporter.run_finished(record)
+
+
+def repeats_apart(job: Job) -> bool:
+    """Whether `job`'s repeats may each run in a fresh process: not where the session chooses once for them all
+    (tuned mode's choices, --batch-size auto's batch), which a fresh process would choose again, maybe otherwise,
+    and its runs would no longer pool. Those repeats share this process, and their interval says so."""
+    return job.mode == "seed" and not job.batch_size_auto
+
+
+def _told(record: RunRecord, reporter: RunReporter) -> None:
+    """Tell `reporter` of a run another process trained, as if it had run here: it is stored and shown alike."""
+    reporter.run_started(record)
+    for epoch in record.epochs:
+        reporter.epoch_finished(record, epoch)
+    reporter.run_finished(record)
 
 
 def load_data(job: Job) -> Dataset | DataProblem:
@@ -177,6 +218,7 @@ def new_record(job: Job, dataset: Dataset | DataProblem, repeat: int) -> RunReco
         batch_size = min(batch_size, _training_samples(dataset))
         hyperparameters = {**hyperparameters, "batch_size": batch_size}
     definition = definition_fingerprint(job.workload)  # before the start time: a first build takes a moment
+    run_to_run = stored_run_to_run(machine_fingerprint()["machine_id"], str(job.device))
     return RunRecord(
         workload=job.workload.name,
         seed_experiment=job.workload.seed or "",  # empty: not a seed experiment
@@ -186,6 +228,9 @@ def new_record(job: Job, dataset: Dataset | DataProblem, repeat: int) -> RunReco
         started_utc=wall_clock_utc(),
         target_accuracy=job.training.target_accuracy,
         definition=definition,
+        process_id=PROCESS_ID,
+        run_to_run_cv=None if run_to_run is None else run_to_run.cv,
+        run_to_run_freedom=None if run_to_run is None else run_to_run.run_to_run.freedom,
         settings=RunSettings(
             batch_size=batch_size,  # the global batch when several processes train together
             epochs=job.training.epochs,
@@ -314,13 +359,15 @@ def _train_model(
     however training ends."""
     layers = layers_of(job.workload, record.settings.hyperparameters) if job.mode == "tuned" else None
     base = Tuning() if layers is None else base_tuning(job.device, layers, resident_possible=True)
-    batches_of = _batches_of(job, dataset, record.settings, base.device_resident)
+    batches_of = _batches_of(job, dataset, record.settings)
     with process_settings(base):
         if job.batch_size_auto:
             grow_batch_size(record, job, _training_samples(dataset), base, build_setup, batches_of, choices)
         hyperparameters = record.settings.hyperparameters
         batches = batches_of(record.settings.batch_size)
         opened += batches
+        # in seed mode too: where the data lived decides what a step waits for (the tuning, in tuned mode, says so again)
+        record.settings = dataclasses.replace(record.settings, device_resident=batches[0].resident)
         base = dataclasses.replace(base, device_resident=batches[0].resident)
         tuning = None
         if layers is not None:  # tuned mode
@@ -351,11 +398,9 @@ def _train_model(
     return model
 
 
-def _batches_of(
-    job: Job, dataset: Data, settings: RunSettings, resident: bool
-) -> Callable[[int], tuple[Batches, Batches]]:
+def _batches_of(job: Job, dataset: Data, settings: RunSettings) -> Callable[[int], tuple[Batches, Batches]]:
     """The run's (training, test) batches at any batch size, preprocessed as its `settings` say: this process's
-    shard of each, on the device when `resident` asks it."""
+    shard of each, held on the device where in-memory data fits there (`HostBatches`), in seed mode as in tuned."""
     preprocessing = job.workload.build_preprocessing(settings.hyperparameters)
 
     def batches_of(batch_size: int) -> tuple[Batches, Batches]:
@@ -367,7 +412,6 @@ def _batches_of(
             job.device,
             workers=settings.workers,
             seed=job.seed,
-            resident=resident,
             shard=current_shard(batch_size),
         )
 

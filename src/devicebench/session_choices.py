@@ -18,6 +18,7 @@ import torch
 
 from devicebench.data.pipeline import Batches
 from devicebench.engine.loop import TrainingSetup
+from devicebench.engine.step_graph import step_graph_refusal
 from devicebench.engine.timing import Stopwatch
 from devicebench.engine.tuning import Tuning, candidates, choose_batch_size, choose_tuning, untried_switches
 from devicebench.engine.tuning_applied import add_tuning_note, recurrent_layers, tuned_setup
@@ -94,7 +95,8 @@ def choose(
     base: Tuning, batches: Batches, job: Job, record: RunRecord, build: SetupBuilder, choices: SessionChoices
 ) -> Tuning:
     """Tuned mode's choice for this run, as it can be applied to its model (`build` makes one): measured on a trial
-    the first time, the same for every repeat after."""
+    the first time, the same for every repeat after. On CUDA the trial tries the whole step as a CUDA graph too,
+    unless the model is known not to allow it: the note then says why."""
     device, hyperparameters = job.device, record.settings.hyperparameters
     asked: TuningAsked = (
         record.workload,
@@ -103,17 +105,32 @@ def choose(
         job.precision,
         job.compile,
     )
-    options = candidates(base, device, job.precision, job.compile)
 
     def choose(watch: Stopwatch) -> tuple[Tuning, str]:
+        # a fused optimizer only where its class and device have one, and a graph only where the step allows one:
+        # a model built for that alone tells
+        plain = build(job, hyperparameters, None)
+        refusal = step_graph_refusal(plain) if device.type == "cuda" else None
+        options = candidates(base, device, job.precision, job.compile, step_graph=refusal is None)
         kept, note = choose_tuning(options, lambda option: build(job, hyperparameters, option), batches, watch)
-        # a fused optimizer only where its class and device have one: a model built for that alone tells
-        tuning = tuned_setup(build(job, hyperparameters, None), kept, device)[1]
-        return tuning, "; ".join(filter(None, [note, untried_switches(tuning, options, device)]))
+        tuning = tuned_setup(plain, kept, device)[1]
+        return tuning, "; ".join(
+            filter(None, [note, untried_switches(tuning, options, device), graph_note(tuning, refusal)])
+        )
 
     tuning, note = chosen(record, choices.tunings, asked, device, choose)
     record.tuning_note = "; ".join(filter(None, [record.tuning_note, note])) or None
     return tuning
+
+
+def graph_note(tuning: Tuning, refusal: str | None) -> str:
+    """What the run's note says of the whole step as a CUDA graph: why it was not tried, or how a graphed run
+    trains the batches the graph was not captured for; "" where the trial tried it and kept another option."""
+    if refusal is not None:
+        return f"the step as one CUDA graph was not tried: {refusal}"
+    if tuning.step_graph:
+        return "the step replayed as one CUDA graph; a batch of another shape (an epoch's short last one) ran eagerly"
+    return ""
 
 
 def note_tuning(record: RunRecord, tuning: Tuning, layers: torch.nn.Module) -> None:

@@ -8,8 +8,10 @@ short training run while engine.monitor samples (the parameters sit on the devic
 process appears in its process list), known work timed with and without synchronizing (a clock that does not wait
 for an asynchronous device is caught by physics: work cannot finish faster than the datasheet's peak, nor as fast
 as it is queued), and a short calibration against the datasheet with, on NVIDIA, clocks, temperature, power limit
-and PCIe link. The short calibration is shown, never stored. A check that itself fails (an NVML error, running out
-of memory) becomes a row saying so; nothing here raises. Under a minute on any machine (about 10 s on a 2-core CPU).
+and PCIe link. The short calibration is shown, never stored; the run-to-run variation between fresh processes is
+measured as `calibrate` measures it, and stored. A check that itself fails (an NVML error, running out of memory)
+becomes a row saying so; nothing here raises. The ceilings take under a minute on any machine (about 10 s on a
+2-core CPU); the run-to-run variation adds 5 processes of about 2 s of training each, plus their start.
 
     devicebench check --devices cpu
 """
@@ -23,8 +25,8 @@ from typing import Any
 import torch
 
 from devicebench import devices
-from devicebench.check import ceilings, cpu, software, work
-from devicebench.check.findings import CEILINGS, CPU, FAIL, PASS, SOFTWARE, TIMING, WARN, WORK, Check
+from devicebench.check import ceilings, cpu, noise, software, work
+from devicebench.check.findings import CEILINGS, CPU, FAIL, NOISE, PASS, SOFTWARE, TIMING, WARN, WORK, Check
 
 
 def run_checks(chosen: Iterable[torch.device], *, progress: Callable[[str], None] | None = None) -> list[Check]:
@@ -47,6 +49,7 @@ def run_checks(chosen: Iterable[torch.device], *, progress: Callable[[str], None
             (WORK, lambda device=device: work.work_checks(device)),
             (TIMING, lambda device=device: work.timing_check(device)),
             (CEILINGS, lambda device=device: ceilings.ceiling_checks(device, progress=announce_step)),
+            (NOISE, lambda device=device: noise.run_to_run_check(device)),
         )
         for group, measure in per_device:  # each runs within this iteration, so `device` is this one
             announce_step(group)

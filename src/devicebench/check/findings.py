@@ -17,7 +17,8 @@ from devicebench import devices, machine
 PASS, WARN, FAIL = "pass", "warn", "fail"
 STATUSES = (PASS, WARN, FAIL)
 SOFTWARE, WORK, TIMING, CEILINGS, CPU = "software", "work lands on the device", "timing", "ceilings", "cpu"
-GROUPS = (SOFTWARE, CPU, WORK, TIMING, CEILINGS)  # the order the checks run and are shown in
+NOISE = "run-to-run"
+GROUPS = (SOFTWARE, CPU, WORK, TIMING, CEILINGS, NOISE)  # the order the checks run and are shown in
 PEAK_TOLERANCE = 1.05  # a rate this far above the datasheet's boost-clock peak is not physics: the clock is wrong
 
 

@@ -90,8 +90,8 @@ COMMANDS = {
     "calibrate": (
         "calibrate",
         "Measure each device's sustained ceilings (dense matmul TFLOP/s in each precision it "
-        "computes natively, memory and host-to-device GB/s) and store them for this machine, "
-        "beside the datasheet's figures.",
+        "computes natively, memory and host-to-device GB/s) and its run-to-run variation, and store "
+        "them for this machine, beside the datasheet's figures.",
     ),
     "check": (
         "check",

@@ -19,11 +19,13 @@ from devicebench.cli import (
     WorkloadFilter,
     app,
     console,
+    errors,
     open_store,
     prices_from,
 )
 from devicebench.report.tables import comparison_tables
 from devicebench.results.compare import DEFAULT_BASELINE, compare
+from devicebench.results.store import baselines_note, own_sessions
 
 WideOption = Annotated[
     bool,
@@ -56,7 +58,9 @@ def compare_command(
     """
     prices = prices_from(price)
     with open_store(db, writes=False) as store:
-        results = store.results(workload=workload, machine=machine, last=last)
+        results, baselines = own_sessions(store.results(workload=workload, machine=machine, last=last))
+    if baselines:
+        errors.print(baselines_note(baselines), highlight=False)
     if not results:
         console.print(
             f"No stored runs match in {store.path}. Make some with `devicebench run`, or bring some from "

@@ -17,7 +17,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from devicebench.cli import EXIT_FAILED_RUN, app, check_folder, confirmed, console, errors, fail, stopped
-from devicebench.data.download import DOWNLOAD_DEADLINE_S, STALL_TIMEOUT_S, DataUnavailable, fetch
+from devicebench.data.connection import LONGEST_DEADLINE_S
+from devicebench.data.download import (
+    DOWNLOAD_DEADLINE_S,
+    STALL_TIMEOUT_S,
+    DataUnavailable,
+    fetch,
+    kept_download_in_words,
+)
 from devicebench.data.sources import (
     DATASETS,
     SYNTHETIC_ONLY,
@@ -116,6 +123,7 @@ def fetch_datasets(
         float,
         typer.Option(
             min=0.1,
+            max=LONGEST_DEADLINE_S,
             help=f"Seconds a URL has to deliver a file, retries included; "
             f"one that sends nothing for {STALL_TIMEOUT_S:g} s (or this, if less) is "
             "given up sooner.",
@@ -159,9 +167,7 @@ def fetch_datasets(
             failed.append(name)
             continue
         except KeyboardInterrupt:
-            raise stopped(
-                f"the part of {name} downloaded so far is kept; resume with `devicebench data fetch {name}`"
-            ) from None
+            raise stopped(kept_download_in_words(name, folder, spec.files)) from None
         done = "was cached already" if before.state == "cached" else "downloaded and verified"
         console.print(f"{name}: {megabytes(spec.size_bytes)} MB {done}, in {escape(str(folder))}", highlight=False)
     if failed:

@@ -27,6 +27,7 @@ from devicebench.cli import (
 )
 from devicebench.cli.session import DataOption, exit_for, plan_or_fail, train_and_show
 from devicebench.config import RunConfig
+from devicebench.environment import machine_fingerprint
 from devicebench.estimate.points import EstimateError, RooflineFit, fit_roofline
 from devicebench.estimate.roofline import PARAMETERS
 from devicebench.estimate.targets import Estimate, estimates_for
@@ -53,9 +54,11 @@ from devicebench.results.datasheets import (
 )
 from devicebench.results.prices import parse_named_prices
 from devicebench.results.schema import write_atomically
+from devicebench.results.store import ESTIMATE_BASELINE
 
 DEFAULT_TARGETS = "t4,l4,a100-80gb,h100-sxm"
 BASELINE_BUDGET_S = 20.0  # seconds of CPU training per workload for the baseline: a warm-up and two steady epochs
+MEASURED_TITLE = "devicebench's own GPU runs (committed under results/ and yours), scored apart from the record"
 ESTIMATE_KIND = "devicebench-estimate"  # the JSON's kind: an estimate is never read back as a measurement
 
 
@@ -135,6 +138,14 @@ def estimate(
             "its model, with the errors and whether the intervals held them.",
         ),
     ] = False,
+    with_imported: Annotated[
+        bool,
+        typer.Option(
+            "--with-imported",
+            help="Fit on GPU runs imported from other machines too (devicebench import); by default only this "
+            "machine's own runs in the database are points.",
+        ),
+    ] = False,
     db: DatabaseOption = None,
     json_file: Annotated[
         Optional[Path],
@@ -162,6 +173,15 @@ def estimate(
     check_outputs_or_fail({"--json": json_file}, db=db, modules={"--model": model, "--data": data})
     with open_store(db, writes=False) as store:
         stored = store.results()
+    here = machine_fingerprint()["machine_id"]
+    imported = [result for result in stored if result.machine.get("machine_id") != here]
+    if imported and not with_imported:  # anyone's export: it steers no estimate unless asked
+        errors.print(
+            f"{sum(len(result.runs) for result in imported)} runs in the database came from other machines "
+            "(devicebench import): the fit leaves them out; --with-imported fits on them too",
+            highlight=False,
+        )
+        stored = [result for result in stored if result.machine.get("machine_id") == here]
     fitted = fit_roofline(stored)
     if validate_points:
         _show_validation(fitted, level, json_file)
@@ -189,7 +209,12 @@ def estimate(
             )
     if not torch_jobs:
         raise fail("nothing to estimate: name a torch workload (see `devicebench list`) or give --model")
-    job_plan = dataclasses.replace(job_plan, jobs=torch_jobs, budget_s=BASELINE_BUDGET_S * len(torch_jobs))
+    job_plan = dataclasses.replace(
+        job_plan,
+        jobs=torch_jobs,
+        budget_s=BASELINE_BUDGET_S * len(torch_jobs),
+        request={**job_plan.request, "purpose": ESTIMATE_BASELINE},  # compare and history leave it out
+    )
     outcome = train_and_show(job_plan, json_file=None, quiet=quiet, db=db, tensorboard=None, tables=lambda result: [])
     if outcome.result.interrupted or outcome.store_failure is not None:
         exit_for(outcome)  # Ctrl-C, or a database that stopped taking runs: what was kept, with its exit status
@@ -214,6 +239,10 @@ def estimate(
             )
         except EstimateError as error:
             errors.print(f"{job.workload.name} is left out: {error}", highlight=False)
+    errors.print(
+        "The CPU baselines are stored, marked as the estimate's: `compare` and `history` leave them out.",
+        highlight=False,
+    )
     if not estimates:
         raise fail("no estimate could be made (the reasons are above)", 1)
     console.print(estimate_table(estimates))
@@ -225,6 +254,10 @@ def estimate(
         errors.print(f"Estimates written to {json_file}")
 
 
+# More cores than any one host has (two 192-core EPYCs have 384, eight 60-core Xeons 480): a count past it is a typo
+MOST_HOST_CORES = 4096
+
+
 def _check_choices(mode: str, precision: str | None, level: float, host: str, host_cores: int | None) -> None:
     if mode not in MODES:
         raise fail(f"--mode {mode!r} is neither seed nor tuned")
@@ -234,10 +267,10 @@ def _check_choices(mode: str, precision: str | None, level: float, host: str, ho
         raise fail(f"--level {level:g} is not a chance from 0.5 up to (not including) 1, e.g. 0.8 or 0.9")
     if host not in ("rented", "here"):
         raise fail(f"--host {host!r} is neither rented nor here")
-    if host_cores is not None and (host_cores < 1 or host == "here"):
+    if host_cores is not None and (not 1 <= host_cores <= MOST_HOST_CORES or host == "here"):
         raise fail(
-            "--host-cores takes a whole number of cores from 1 up, and goes with --host rented"
-            if host_cores < 1
+            f"--host-cores takes a whole number of cores from 1 up to {MOST_HOST_CORES}, and goes with --host rented"
+            if not 1 <= host_cores <= MOST_HOST_CORES
             else "--host-cores and --host here contradict each other: give one"
         )
 
@@ -255,8 +288,21 @@ def _host_cores(targets: list[Datasheet], host: str, cores: int | None) -> dict[
 
 
 def _show_validation(fitted: RooflineFit, level: float, json_file: Path | None) -> None:
-    schemes = {scheme: validate(fitted.fitter, scheme, level) for scheme in SCHEMES}
+    everything = {scheme: validate(fitted.fitter, scheme, level, fitted.held_out_s(scheme)) for scheme in SCHEMES}
+    # devicebench's own GPU runs are scored apart from the published record: another program, host and loop
+    schemes = {scheme: [item for item in found if not item.point.host_launches] for scheme, found in everything.items()}
+    runs = {scheme: [item for item in found if item.point.host_launches] for scheme, found in everything.items()}
     console.print(validation_table(schemes, level))
+    if runs["leave one out"]:
+        console.print(validation_table(runs, level, MEASURED_TITLE))
+        console.print(
+            group_table(
+                runs["leave one model out"],
+                lambda item: f"{item.point.workload} on the {item.point.sheet.product}",
+                "devicebench's runs, each model left out: predicted from the other models' figures and runs",
+                "Model",
+            )
+        )
     console.print(
         group_table(
             schemes["leave one model out"],
@@ -281,7 +327,8 @@ def _show_validation(fitted: RooflineFit, level: float, json_file: Path | None) 
             validation={
                 "level": level,
                 "schemes": {scheme: _scores(validations) for scheme, validations in schemes.items()},
-                "points": [_point_json(index, schemes) for index in range(len(fitted.points))],
+                "measured_schemes": {scheme: _scores(validations) for scheme, validations in runs.items()},
+                "points": [_point_json(index, everything) for index in range(len(fitted.points))],
                 "not_scored": [dataclasses.asdict(unscored) for unscored in fitted.unscored],
             },
         )
@@ -303,6 +350,8 @@ def _scores(validations: list[Validation]) -> dict[str, object]:
 def _point_json(index: int, schemes: dict[str, list[Validation]]) -> dict[str, object]:
     point = next(iter(schemes.values()))[index].point
     return {
+        "measured_by_devicebench": point.host_launches,
+        "model_kind": point.model_kind,
         "label": point.label,
         "source": point.source,
         "workload": point.workload,
@@ -329,6 +378,7 @@ def _document(fitted: RooflineFit, **parts: object) -> dict:
         "fit": {
             "inverse_shares": dict(zip(PARAMETERS, efficiency.inverse.tolist())),
             "kernel_s": efficiency.kernel_s,
+            "host_op_s": efficiency.host_op_s,
             "points_pinning": fitted.pinned,
             "points": len(fitted.points),
         },

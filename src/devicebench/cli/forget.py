@@ -35,7 +35,13 @@ def forget(
     with open_store(db) as store:  # a database that cannot be written is refused before anything is asked
         chosen: list[str] = []
         for asked in run_ids:
-            found = store.run_ids_starting(asked.strip()) if asked.strip() else []
+            # a whole id as stored first (one that another id starts with, or " " from an old import), then the start
+            # of one as `history` shows it
+            found = store.run_ids_starting(asked) if asked else []
+            if asked in found:
+                found = [asked]
+            elif asked.strip() != asked:
+                found = store.run_ids_starting(asked.strip()) if asked.strip() else []
             if not found:
                 raise fail(
                     f"no run {asked!r} in {store.path}; `devicebench history` lists the stored runs and their "

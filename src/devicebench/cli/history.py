@@ -17,11 +17,13 @@ from devicebench.cli import (
     WorkloadFilter,
     app,
     console,
+    errors,
     fail,
     open_store,
 )
 from devicebench.report.history import history_table
 from devicebench.results.schema import RunStatus
+from devicebench.results.store import baselines_note, own_sessions
 from devicebench.results.transfer import export_document
 
 
@@ -45,7 +47,9 @@ def history(
     if status is not None and status not in get_args(RunStatus):
         raise fail(f"unknown status {status!r}; a run's status is one of {', '.join(get_args(RunStatus))}")
     with open_store(db, writes=False) as store:
-        results = store.results(workload=workload, machine=machine, last=last, status=status)
+        results, baselines = own_sessions(store.results(workload=workload, machine=machine, last=last, status=status))
+    if baselines:
+        errors.print(baselines_note(baselines), highlight=False)
     if as_json:
         print(json.dumps(export_document(results), indent=2))
     elif not results:

@@ -17,7 +17,7 @@ import typer
 
 from devicebench.cli.exits import fail
 from devicebench.engine.calibration_files import calibration_path
-from devicebench.files import check_outputs, database_files, module_sources
+from devicebench.files import check_outputs, database_files, expanded, module_sources
 from devicebench.results.prices import Prices, parse_prices
 from devicebench.results.schema import LARGEST_WHOLE_NUMBER
 from devicebench.results.store import Store, default_db_path
@@ -136,8 +136,9 @@ def open_store(db: Path | None, *, writes: bool = True) -> Store:
     read-only."""
     if db is not None:
         with _unusable_names("--db", db):
-            if not db.expanduser().parent.is_dir():
-                raise fail(f"cannot open --db {db}: folder {db.expanduser().parent} does not exist; create it first")
+            folder = expanded(db, "--db").parent
+            if not folder.is_dir():
+                raise fail(f"cannot open --db {db}: folder {folder} does not exist; create it first")
     store = Store(default_db_path(db), reading_only=not writes)
     if writes:
         try:
@@ -155,11 +156,13 @@ def check_outputs_or_fail(
     reads: dict[str, Path | None] | None = None,
     data_dir: str | Path | None = None,
     modules: dict[str, str | None] | None = None,
+    folders: dict[str, Path | None] | None = None,
 ) -> None:
     """Refuse, before any work, an output that would destroy an input or another output (files.check_outputs): the
     results database `db` names (or the default one, with SQLite's files beside it), the calibration files, the
     files of `data_dir`, `reads`, the files the command reads besides, and the source files of `modules`, the
-    MODULE:FUNCTION specs it imports (--model, --data...). Every command that writes files asks."""
+    MODULE:FUNCTION specs it imports (--model, --data...); `folders`, the folders it writes into (--tensorboard),
+    which may be none of these files. Every command that writes files asks."""
     sources: dict[str, Path | None] = {}
     for flag, spec in (modules or {}).items():
         found = module_sources(spec) if spec else []
@@ -169,7 +172,10 @@ def check_outputs_or_fail(
     check_outputs(
         dict(outputs),  # typed as check_outputs takes them: any path-like
         {**database_files(default_db_path(db)), **(reads or {}), **sources},
-        input_folders={"--data-dir": data_dir, "the calibration folder": calibration_path("machine").parent},
+        input_folders={"--data-dir": data_dir},
+        output_folders=dict(folders or {}),
+        # a file written there, existing or not, would be read as a machine's calibration
+        kept_folders={"the calibration folder": calibration_path("machine").parent},
     )
 
 

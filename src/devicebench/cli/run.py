@@ -344,10 +344,11 @@ def run_tables(result: Result, wide: bool) -> Iterator[RenderableType]:
     figures = one_device_tables(rows, wide=wide) if several else comparison_tables(rows, wide=wide)
     yield from answer_parts(rows) + figures
     if any(run.device.startswith("cuda") for run in result.runs):  # a CPU-only session imports no roofline
-        from devicebench.estimate.against_measured import estimate_lines
+        from devicebench.estimate.against_measured import run_estimates
+        from devicebench.report.estimate_plots import run_line
 
-        for line in estimate_lines(result):
-            yield Text(line)  # no markup: a workload's name is text
+        for found in run_estimates(result):
+            yield Text(run_line(found))  # no markup: a workload's name is text
 
 
 def _modified_ns(path: Path | None) -> int | None:

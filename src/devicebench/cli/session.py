@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import re
 import signal
 from collections.abc import Callable, Iterable
@@ -127,7 +128,9 @@ def check_paths(
         check_output_file("--json", json_file)
     check_folder("--tensorboard", tensorboard)
     check_folder("--data-dir", Path(data_dir) if data_dir else None, must_exist=True)
-    check_outputs_or_fail({"--json": json_file, "--save": save}, db=db, data_dir=data_dir)
+    check_outputs_or_fail(
+        {"--json": json_file, "--save": save}, db=db, data_dir=data_dir, folders={"--tensorboard": tensorboard}
+    )
 
 
 def plan_or_fail(configs: RunConfig | list[RunConfig], *, step_estimates: bool = True) -> Plan:
@@ -178,6 +181,7 @@ def train_and_show(
     `sweep` share. Every failure to start (a bad path, a foreign database, a missing device) comes before
     any training."""
     from devicebench import runner
+    from devicebench.launch import repeat_in_fresh_process
     from devicebench.report.progress import RichReporter
     from devicebench.report.tensorboard import TensorBoardReporter
 
@@ -202,6 +206,7 @@ def train_and_show(
                 ReporterGroup(recorder, *session_json, screen, *listeners),
                 save_to=save_to,
                 spent_before_s=process_age_s(),
+                fresh_repeat=functools.partial(repeat_in_fresh_process, job_plan),  # a repeat is a fresh process
             )  # a budget counts the command's start-up too
         finally:
             screen.close()

@@ -5,6 +5,7 @@ devicebench export laptop.json --machine laptop && devicebench import laptop.jso
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
@@ -61,21 +62,39 @@ def export(
     check_output_file("to", file)
     check_outputs_or_fail({"the export file": file}, db=db)
     with open_store(db, writes=False) as store:
-        results = store.results(workload=workload, machine=machine, last=last)
+        stored = store.results(workload=workload, machine=machine, last=last)
+        # a run still going is left out: its record is not finished, and `import` reads only finished runs
+        results = [finished for result in stored if (finished := _finished_runs(result)).runs]
+        live = sum(len(result.runs) for result in stored) - sum(len(result.runs) for result in results)
         if not results:  # an empty export would replace a file that may hold runs with nothing
-            raise fail(_nothing_to_export(store, file, workload=workload, machine=machine))
+            raise fail(_nothing_to_export(store, file, workload=workload, machine=machine, live=live))
     try:
         write(file, results)
     except OSError as error:  # a full disk, say: nothing half-written is left behind (files.write_atomically)
         raise fail(f"cannot write {file}: {error}") from None
     runs = sum(len(result.runs) for result in results)
-    console.print(f"Wrote {runs} run{'' if runs == 1 else 's'} from {store.path} to {file}")
+    console.print(
+        f"Wrote {runs} run{'' if runs == 1 else 's'} from {store.path} to {file}"
+        + (
+            f"; left out {live} still running (export again once {'it has' if live == 1 else 'they have'} ended)"
+            if live
+            else ""
+        ),
+        highlight=False,
+    )
 
 
-def _nothing_to_export(store: Store, file: Path, *, workload: str | None, machine: str | None) -> str:
+def _finished_runs(result: Result) -> Result:
+    """`result` with only its runs that have ended."""
+    return dataclasses.replace(result, runs=[run for run in result.runs if run.status != "running"])
+
+
+def _nothing_to_export(store: Store, file: Path, *, workload: str | None, machine: str | None, live: int) -> str:
     """Why nothing was exported, naming the filters and what they could have matched."""
     machines, workloads = store.stored_names()
     kept = f"{file} was left as it is" if file.exists() else f"{file} was not written"
+    if live:
+        return f"nothing to export: every matching run in {store.path} is still running; export once they end; {kept}"
     if not workloads:
         return f"nothing to export: no runs are stored in {store.path} yet; {kept}"
     filters = " ".join(
@@ -101,12 +120,18 @@ def import_command(
 
     [bold]devicebench import server.json gpu-box.json[/]
     """
+    from devicebench.environment import machine_fingerprint  # here: it imports torch, which export must not
+
     failure: typer.Exit | None = None
+    fingerprint = machine_fingerprint()
+    this_machine = (fingerprint["machine_id"], fingerprint["machine_name"])
     with open_store(db) as store:
         for file in files:
             runs: list[int] = []  # each session's, as it is read
             try:  # read as it is stored, in one transaction: a wrong field anywhere rolls back the whole file
-                added = store.import_results(_counting_runs(stream_results_file(file, now_utc=wall_clock_utc()), runs))
+                added = store.import_results(
+                    _counting_runs(stream_results_file(file, now_utc=wall_clock_utc()), runs), this_machine=this_machine
+                )
             except ResultsFileError as error:
                 failure = fail(str(error))  # say so now, and go on with the other files
                 continue

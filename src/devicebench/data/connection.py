@@ -16,6 +16,10 @@ import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
+# The longest deadline a download may have: a week, far past any dataset's download and far below what a timer
+# thread can wait (threading.TIMEOUT_MAX; `inf` or 1e10 s raises OverflowError in the thread, leaving no deadline)
+LONGEST_DEADLINE_S = 7 * 24 * 3600.0
+
 
 class Deadline:
     """The time a URL has to deliver a file, attempts included. When it passes, a timer thread (so that no clock is
@@ -23,6 +27,10 @@ class Deadline:
     read then ends at once: a server sending a byte now and then, never stalling, cannot outlive it."""
 
     def __init__(self, seconds: float | None) -> None:
+        if seconds is not None and not 0 < seconds <= LONGEST_DEADLINE_S:  # NaN too
+            raise ValueError(
+                f"a download deadline of {seconds:g} s; give one above 0 and at most {LONGEST_DEADLINE_S:g} s"
+            )
         self.passed = threading.Event()
         self._response: Any = None  # the response being read, whose connection the timer shuts down
         self._lock = threading.Lock()  # so the timer never shuts a connection down as it is closed (its fd reused)

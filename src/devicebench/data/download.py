@@ -25,7 +25,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
@@ -126,6 +126,17 @@ def regular_file_size(path: Path) -> int | None:
     except OSError:
         return None
     return info.st_size if stat.S_ISREG(info.st_mode) else None
+
+
+def kept_download_in_words(name: str, folder: Path, remotes: Iterable[RemoteFile]) -> str:
+    """What a download of dataset `name` into `folder` stopped midway kept of its `remotes`, in words: the bytes kept
+    for the next fetch to take up, or that none had arrived (a stop before the first byte keeps nothing)."""
+    kept_bytes = sum(regular_file_size(partial_path(folder, remote)) or 0 for remote in remotes)
+    if not kept_bytes:
+        return (
+            f"no byte of {name}'s download had arrived, so none was kept; fetch it with `devicebench data fetch {name}`"
+        )
+    return f"the {kept_bytes:,} bytes of {name} downloaded so far are kept; resume with `devicebench data fetch {name}`"
 
 
 def fetch(

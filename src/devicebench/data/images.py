@@ -26,6 +26,7 @@ from PIL import Image, ImageFile, UnidentifiedImageError
 
 from devicebench.data.arrays import DataSource
 from devicebench.data.formats import DataFormatError
+from devicebench.files import expanded
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp")  # matched case-insensitively
 # The Pillow formats those suffixes name. Restricting Image.open to them means a file that merely ends in .jpg is
@@ -220,7 +221,7 @@ def is_image_folder(directory: str | Path) -> bool:
 
 def read_image_folder(directory: str | Path) -> ImageFolderDataset:
     """Index an image folder: classes are the train split's subfolders in alphabetical order, as in Keras."""
-    directory = Path(directory).expanduser()
+    directory = expanded(directory, "the data folder")
     if not directory.is_dir():
         raise DataFormatError(f"{directory}: no such directory; {EXPECTED_LAYOUT}")
     notes: list[str] = []

@@ -1,8 +1,10 @@
-"""Mini-batches for the training loop, made on the host the way the seeds made them, and moved to the device.
+"""Mini-batches for the training loop, made the way the seeds made them, on the device where the data lives there.
 
 Two ways to make them, chosen by `batches_for`:
-- `HostBatches`: images (or token ids) already in memory and nothing random to do to them. A batch is gathered,
-  scaled and moved in one go in the training process: the fast path, Keras' `model.fit(x, y)`.
+- `HostBatches`: images (or token ids) already in memory and nothing random to do to them: held on the device
+  where they fit (every CPU run; a CUDA device with room for them, preprocessed once) and gathered there a chunk
+  of batches at a time, else gathered on one host thread and copied one batch ahead. The fast path, Keras'
+  `model.fit(x, y)`.
 - `LoaderBatches`: a PyTorch DataLoader whose workers read each image (decoding a JPEG with Pillow when it
   comes from a folder), resize it and augment it one by one, the seeds' `ImageDataGenerator` way. `workers=0`
   does all that in the training process, between steps, which is what the input-pipeline diagnosis catches.
@@ -29,6 +31,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from devicebench.data import placement
 from devicebench.data.arrays import ArrayDataset
 from devicebench.data.augmentation import Preprocessing, Rescale
 from devicebench.data.images import ImageFiles, ImageFolderDataset, decode_image
@@ -93,6 +96,11 @@ class Shard:
         start = step * self.global_batch + self.rank * self.batch_size
         return order[start : start + self.batch_size]
 
+    def epoch_indices(self, order: torch.Tensor, steps: int) -> torch.Tensor:
+        """This rank's samples of the epoch's first `steps` steps, in the order drawn: `indices` of each in turn."""
+        per_step = order[: steps * self.global_batch].view(steps, self.world, self.batch_size)
+        return per_step[:, self.rank].reshape(-1)
+
 
 def _step_indices(order: torch.Tensor, step: int, batch_size: int, shard: Shard | None) -> torch.Tensor:
     if shard is not None:
@@ -101,8 +109,10 @@ def _step_indices(order: torch.Tensor, step: int, batch_size: int, shard: Shard 
 
 
 class HostBatches:
-    """Shuffled mini-batches of in-memory inputs (uint8 images, token ids), preprocessed a batch at a time and
-    moved to `device`."""
+    """Shuffled mini-batches of in-memory inputs (uint8 images, token ids), preprocessed as `preprocessing.test`
+    does, in `epoch_order`'s order. `resident`: held on the device where they fit (data/placement.py says where and
+    why), each epoch gathering its samples a chunk of batches at a time (CHUNK_BYTES) and splitting the chunk, so
+    a step costs no tensor operation of its own; else staged: each batch gathered on one host thread and copied."""
 
     workers = 0  # the training process makes every batch
 
@@ -116,7 +126,7 @@ class HostBatches:
         preprocessing: Preprocessing = Rescale(),  # noqa: B008 (frozen, so one shared instance is safe)
         shuffle: bool = True,
         seed: int = 0,
-        resident: bool = False,
+        resident: bool = True,
         shard: Shard | None = None,
     ) -> None:
         if batch_size < 1:
@@ -124,15 +134,23 @@ class HostBatches:
         self.shard = shard
         self.inputs = torch.as_tensor(inputs)  # shares memory with the dataset: no copy
         self.labels = torch.as_tensor(labels)
-        # Tuned mode on an accelerator: the uint8 data moves once, and each batch is gathered and scaled there
-        self.resident = resident and device.type != "cpu" and _fits_on(device, self.inputs.nbytes)
-        if self.resident:
-            self.inputs, self.labels = self.inputs.to(device), self.labels.to(device)
         self.batch_size = shard.batch_size if shard else batch_size
         self.device = device
         self.preprocessing = preprocessing
         self.shuffle = shuffle
         self.seed = seed
+        # one sample's model input, in bytes: sizes the chunks and the resident copy
+        self.sample_bytes = preprocessing.test(self.inputs[:1]).nbytes if len(self.inputs) else 1
+        self.preprocessed = False  # whether `inputs` are the model's inputs already, not what preprocessing takes
+        self.resident = resident and placement.fits_on(
+            device, len(self.inputs) * self.sample_bytes + self.labels.nbytes
+        )
+        if self.resident and device.type != "cpu":
+            self.inputs, self.labels = (
+                placement.preprocessed_on(device, self.inputs, preprocessing),
+                self.labels.to(device),
+            )
+            self.preprocessed = True
 
     def __len__(self) -> int:
         if self.shard is not None:
@@ -145,24 +163,33 @@ class HostBatches:
         return _batch_sizes(len(self.labels), self.batch_size, steps)
 
     def epoch(self, epoch: int, steps: int | None = None) -> Generator[Batch, None, None]:
-        order = epoch_order(len(self.labels), epoch, self.seed, self.shuffle).to(self.inputs.device)
-        for step in range(len(self) if steps is None else steps):
-            index = _step_indices(order, step, self.batch_size, self.shard)
-            inputs = self.preprocessing.test(self.inputs[index])  # test: nothing random, so a whole batch at once
-            yield inputs.to(self.device, non_blocking=True), self.labels[index].to(self.device, non_blocking=True)
+        sizes = self.batch_sizes(len(self) if steps is None else steps)
+        order = epoch_order(len(self.labels), epoch, self.seed, self.shuffle)
+        samples = order[: sum(sizes)] if self.shard is None else self.shard.epoch_indices(order, len(sizes))
+        yield from (self._resident_epoch if self.resident else self._staged_epoch)(samples, sizes)
+
+    def _resident_epoch(self, samples: torch.Tensor, sizes: list[int]) -> Iterator[Batch]:
+        samples = samples.to(self.inputs.device)
+        batches_per_chunk = max(1, CHUNK_BYTES // (self.batch_size * self.sample_bytes))
+        taken = 0
+        for first in range(0, len(sizes), batches_per_chunk):
+            chunk_sizes = sizes[first : first + batches_per_chunk]
+            chunk = samples[taken : taken + sum(chunk_sizes)]
+            taken += len(chunk)
+            inputs = self.inputs.index_select(0, chunk)
+            if not self.preprocessed:
+                inputs = self.preprocessing.test(inputs)  # test: nothing random, so a whole chunk at once
+            yield from zip(inputs.split(chunk_sizes), self.labels.index_select(0, chunk).split(chunk_sizes))
+
+    def _staged_epoch(self, samples: torch.Tensor, sizes: list[int]) -> Iterator[Batch]:
+        stage = placement.Stage(self.inputs, self.labels, self.batch_size, self.device)
+        return stage.batches(samples.numpy(), sizes, self.preprocessing)
 
     def close(self) -> None:
         pass  # nothing runs in the background
 
 
-RESIDENT_SHARE = 0.5  # of the device's free memory, the most a resident dataset may take: the rest is training's
-
-
-def _fits_on(device: torch.device, size_bytes: int) -> bool:
-    if device.type != "cuda":
-        return False  # other accelerators report no free memory to check against
-    free_bytes, _ = torch.cuda.mem_get_info(device)
-    return size_bytes <= RESIDENT_SHARE * free_bytes
+CHUNK_BYTES = 32 * 2**20  # model inputs gathered at once: dozens of most models' batches; small beside any memory
 
 
 class ImageSource(Protocol):
@@ -376,12 +403,13 @@ def batches_for(
     *,
     workers: int,
     seed: int,
-    resident: bool = False,
+    resident: bool = True,
     shard: Shard | None = None,
 ) -> tuple[Batches, Batches]:
     """(training batches, test batches) of `dataset`, as a model taking `image_shape` images needs them.
 
-    `resident`: hold in-memory data on the device when it fits (tuned mode); see `HostBatches.resident`.
+    `resident`: hold in-memory data on the device where it fits (`HostBatches`); False gathers every batch on
+    the host and copies it, as data too big for the device is.
     `shard`: this process's slice of every training batch (data-parallel training); every process evaluates on
     the whole test split.
     """

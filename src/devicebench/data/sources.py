@@ -22,7 +22,7 @@ from devicebench.data.download import (
 )
 from devicebench.data.formats import CIFAR10_BINARY, CIFAR100_BINARY, MNIST_FILES
 from devicebench.errors import DevicebenchError
-from devicebench.files import DATA_VARIABLE, UnusableFile, user_folder
+from devicebench.files import DATA_VARIABLE, UnusableFile, expanded, user_folder
 
 DATA_DIR_ENVIRONMENT_VARIABLE = DATA_VARIABLE
 # `--data auto` in the quick suite downloads a dataset that is not cached only up to this size: MNIST (11.6 MB) and
@@ -320,10 +320,10 @@ def dataset_spec(name: str) -> DatasetSpec:
 def data_root(data_dir: str | Path | None = None) -> Path:
     """The cache root: `data_dir` if given, else $DEVICEBENCH_DATA, else the user's cache folder."""
     if data_dir is not None:
-        return Path(data_dir).expanduser()
+        return expanded(data_dir, "--data-dir")
     from_environment = os.environ.get(DATA_DIR_ENVIRONMENT_VARIABLE)
     if from_environment:
-        return Path(from_environment).expanduser()
+        return expanded(from_environment, f"${DATA_DIR_ENVIRONMENT_VARIABLE}")
     return user_folder("cache", "the datasets") / "data"
 
 

@@ -22,6 +22,7 @@ import numpy as np
 from devicebench.data.arrays import DataSource
 from devicebench.data.formats import DataFormatError
 from devicebench.data.sources import dataset_spec
+from devicebench.files import expanded
 
 PAD, UNKNOWN = "<pad>", "<unk>"
 RESERVED_WORDS = (PAD, UNKNOWN)  # ids 0 and 1 of every vocabulary; the tokenizer never makes a word with "<"
@@ -225,7 +226,7 @@ def is_text_folder(directory: str | Path) -> bool:
 def read_text_folder(directory: str | Path, *, vocab_size: int, sequence_length: int) -> TokenDataset:
     """Your texts as token ids: labels are the train split's folders in alphabetical order, texts within a label in
     file-name order, and the vocabulary comes from the train split."""
-    directory = Path(directory).expanduser()
+    directory = expanded(directory, "the data folder")
     check_vocab_size(vocab_size)
     check_sequence_length(sequence_length)
     split_folders = [directory / split for split in ("train", "test")]

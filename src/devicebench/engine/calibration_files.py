@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from devicebench.files import CALIBRATION_VARIABLE, user_folder
+from devicebench.files import CALIBRATION_VARIABLE, expanded, user_folder
 
 CALIBRATION_DIR_VARIABLE = CALIBRATION_VARIABLE
 
@@ -18,5 +18,9 @@ def calibration_path(machine_id: str, folder: str | Path | None = None) -> Path:
     """Where this machine's calibration lives: `<folder>/<machine_id>.json`, the folder being `folder`, else
     $DEVICEBENCH_CALIBRATION_DIR, else `calibration` in the user data folder (next to results.sqlite)."""
     chosen = folder or os.environ.get(CALIBRATION_DIR_VARIABLE, "").strip()
-    base = Path(chosen).expanduser() if chosen else user_folder("data", "the calibration") / "calibration"
+    base = (
+        expanded(chosen, f"${CALIBRATION_VARIABLE}")
+        if chosen
+        else user_folder("data", "the calibration") / "calibration"
+    )
     return base / f"{machine_id}.json"

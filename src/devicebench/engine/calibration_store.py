@@ -1,6 +1,8 @@
 """The stored calibration: each machine's measured ceilings kept in one JSON file (`calibration_path`), merged
 device by device so that calibrating cuda:1 later keeps the CPU's figures, read back checked, and the matmul peak a
-run's MFU is taken against (`peak_tflops`). engine/calibrate.py measures the ceilings.
+run's MFU is taken against (`peak_tflops`). engine/calibrate.py measures the ceilings. Beside them, under
+`run_to_run`, each device's run-to-run variation between fresh processes (engine/run_to_run.py), which a speedup
+interval from one process a side includes (`stored_run_to_run`); a file without it has none measured.
 
     python -c "from devicebench.engine.calibration_store import load_calibration; from devicebench.environment import machine_fingerprint as f; print(load_calibration(f()['machine_id']))"
 """
@@ -17,6 +19,7 @@ import torch
 from devicebench.choices import MATMUL_PRECISIONS
 from devicebench.engine.calibrate import QUICK_PLAN, DeviceCeilings
 from devicebench.engine.calibration_files import calibration_path
+from devicebench.engine.run_to_run import RunToRunMeasurement
 from devicebench.engine.timing import wall_clock_utc
 from devicebench.files import UnusableFile, require_regular_file
 from devicebench.results.plausibility import peak_doubt
@@ -33,10 +36,14 @@ class CalibrationError(ValueError):
 
 
 def save_calibration(
-    machine_id: str, machine_name: str, ceilings: Iterable[DeviceCeilings], folder: str | Path | None = None
+    machine_id: str,
+    machine_name: str,
+    ceilings: Iterable[DeviceCeilings],
+    folder: str | Path | None = None,
+    run_to_run: Iterable[RunToRunMeasurement] = (),
 ) -> Path:
-    """Store `ceilings` for this machine, keeping the devices stored before that were not measured again; return
-    the file's path. An unreadable file is replaced, with a warning."""
+    """Store `ceilings` and `run_to_run` for this machine, keeping the devices' figures stored before that were not
+    measured again; return the file's path. An unreadable file is replaced, with a warning."""
     path = calibration_path(machine_id, folder)
     try:
         stored = load_calibration(machine_id, folder)
@@ -45,6 +52,8 @@ def save_calibration(
         stored = None
     devices = dict(stored["devices"]) if stored else {}
     devices.update({entry.device: entry.to_dict() for entry in ceilings})
+    variation = dict(stored["run_to_run"]) if stored else {}
+    variation.update({entry.device: entry.to_dict() for entry in run_to_run})
     document = {
         "schema": CALIBRATION_SCHEMA,
         "machine_id": machine_id,
@@ -53,6 +62,7 @@ def save_calibration(
         "devicebench_version": __version__,
         "torch_version": torch.__version__,
         "devices": devices,
+        "run_to_run": variation,
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(path, json.dumps(document, indent=2) + "\n")
@@ -97,7 +107,31 @@ def load_calibration(machine_id: str, folder: str | Path | None = None) -> dict 
                 raise _unreadable(path, f"its {precision} matmul peak of {device} cannot have been measured: {doubt}")
         checked[device] = json.loads(json.dumps(ceilings.to_dict()))  # the checked figures (as JSON has them: lists),
         # never the file's raw values
-    return {**document, "devices": checked}
+    variation = document.get("run_to_run", {})  # absent from a file written before it was measured
+    if not isinstance(variation, dict):
+        raise _unreadable(path, "its 'run_to_run' is not a table")
+    checked_variation = {}
+    for device, entry in variation.items():
+        try:
+            variation_measured = RunToRunMeasurement.from_dict(entry)
+        except (AttributeError, KeyError, TypeError, ValueError) as error:
+            raise _unreadable(path, f"its run-to-run entry for {device!r} is not a measurement: {error}") from None
+        if variation_measured.device != device:
+            raise _unreadable(path, f"its run-to-run entry for {device!r} holds that of {variation_measured.device!r}")
+        checked_variation[device] = json.loads(json.dumps(variation_measured.to_dict()))
+    return {**document, "devices": checked, "run_to_run": checked_variation}
+
+
+def stored_run_to_run(machine_id: str, device: str, folder: str | Path | None = None) -> RunToRunMeasurement | None:
+    """The run-to-run variation stored for `device` of this machine; None when it was never measured or the file
+    cannot be read (a warning says so: a run must never fail because of its calibration)."""
+    try:
+        stored = load_calibration(machine_id, folder)
+    except CalibrationError as error:
+        logger.warning("%s Going on without it.", error)
+        return None
+    entry = stored["run_to_run"].get(device) if stored else None
+    return None if entry is None else RunToRunMeasurement.from_dict(entry)
 
 
 def peak_tflops(machine_id: str, device: str, precision: str, folder: str | Path | None = None) -> float | None:

@@ -1,9 +1,10 @@
 """Train and evaluate, epoch by epoch, timing each phase at synchronized boundaries.
 
 The loop is the same for every device: it never asks what kind of device it runs on. Inside a timed epoch
-nothing reads a value back to the host: per-step losses go into a device tensor and correct predictions into
-a device counter, both read once when the epoch's clock has stopped. A NaN or infinite loss is therefore found
-at the end of its epoch, and the run stops there with status `diverged` and the step it first happened at.
+nothing reads a value back to the host, and a step adds no tensor operation to the model's own: each step's loss
+and outputs stay on the device as the step left them, and the epoch's losses and correct predictions are read once
+when its clock has stopped. A NaN or infinite loss is therefore found at the end of its epoch, and the run stops
+there with status `diverged` and the step it first happened at.
 
 Each epoch also adds up the time the loop spent waiting for its next batch, on the host clock and without
 synchronizing the device (a synchronize there would stall the very overlap being measured). On a CPU that wait
@@ -47,6 +48,8 @@ class TrainingSetup:
     predict: Callable[[torch.Tensor], torch.Tensor] | None = lambda outputs: outputs.argmax(dim=1)
     forward: Callable[[torch.Tensor], torch.Tensor] | None = None  # the model's tuned forward pass, if not the model
     step: TrainStep | None = None  # a user's own training step, instead of forward, loss, backward, step
+    # tuned mode on CUDA: the eager step captured as one CUDA graph and replayed (engine/step_graph.GraphedStep)
+    graphed: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None
 
     @property
     def forward_pass(self) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -57,7 +60,14 @@ class TrainingSetup:
         return self.forward_pass(inputs)
 
     def train_step(self, inputs: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """One training step: (the loss on the device, the outputs or None when a user's step gave none)."""
+        """One training step: (the loss on the device, the outputs or None when a user's step gave none). The
+        outputs of a graphed step are overwritten by the next step: read them before calling again."""
+        if self.graphed is not None:
+            return self.graphed(inputs, labels)
+        return self.eager_step(inputs, labels)
+
+    def eager_step(self, inputs: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One training step as PyTorch runs it, op by op."""
         if self.step is not None:
             # the forward pass is the model or a module around it (TunedForward, torch.compile's, DDP's): a Module,
             # which TrainStep (workloads) names, though `forward`'s annotation only says callable
@@ -314,13 +324,14 @@ def _train_epoch(
     """One epoch of `steps` training steps: (per-step losses on the device, one per step taken, the share of correct
     predictions or None when they cannot be told, seconds, seconds of those spent waiting for batches).
     `steps_for(steps_done, steps)`, asked as often as the reporter hears of steps, may end the epoch sooner
-    (Pace.epoch_steps)."""
+    (Pace.epoch_steps).
+
+    A step adds no tensor operation to the model's own (tests/test_dispatches.py counts them): each step's loss and
+    outputs are kept as they are and read after the clock stops (`_EpochAccuracy` says when outputs are counted
+    sooner). On a GPU whose small model waits on the host, every operation is ~20 us of launch the step pays."""
     setup.model.train()
-    step_losses = torch.zeros(steps, device=watch.device)
-    correct = torch.zeros((), dtype=torch.int64, device=watch.device)
-    predictions = 0  # a sample's label may be a sequence (a class at each position): each position is a prediction
-    predict = setup.predict
-    counted = predict is not None  # and, with a user's own step, only if it hands back its outputs
+    losses: list[torch.Tensor | float] = []
+    accuracy = _EpochAccuracy(setup.predict)
     report_every = max(1, steps // PROGRESS_UPDATES_PER_EPOCH)
     waited = 0.0
     start = watch.now()
@@ -331,12 +342,8 @@ def _train_epoch(
         images, labels = next(batch_stream)
         waited += watch.host_now() - asked
         loss, outputs = setup.train_step(images, labels)
-        step_losses[done] = loss.detach() if isinstance(loss, torch.Tensor) else loss
-        if predict is not None and counted and outputs is not None:
-            correct += (predict(outputs.detach()) == labels).sum()
-            predictions += labels.numel()  # its shape: known on the host, nothing is read back
-        else:
-            counted = False
+        losses.append(_kept(loss, losses[-1] if losses else None, "loss"))
+        accuracy.add(outputs, labels)
         done += 1
         if done % report_every == 0:
             reporter.steps_finished(done)
@@ -344,7 +351,79 @@ def _train_epoch(
                 steps = steps_for(done, steps)
     seconds = watch.now() - start
     batch_stream.close()  # an epoch ended early leaves no batch in flight
-    return step_losses[:steps], int(correct) / max(predictions, 1) if counted else None, seconds, waited
+    return _stacked(losses, watch.device), accuracy.share(), seconds, waited
+
+
+KEPT_OUTPUTS_BYTES = 64 * 2**20  # the most of an epoch's outputs kept at once for its accuracy
+
+
+def _kept(value: torch.Tensor | float, previous: torch.Tensor | float | None, what: str) -> torch.Tensor | float:
+    """A step's loss or outputs, kept for reading after the clock stops without an operation of its own: `.data` is
+    the tensor without its autograd history, made without a dispatch (`detach()` is one). The step must hand back
+    tensors of its own: one in the memory of the step before's (a captured step's static output, rewritten by every
+    replay) would make every kept value the last one, so it is refused. A kept tensor's memory is never handed out
+    again, so only such a buffer can share it."""
+    if not isinstance(value, torch.Tensor):
+        return value
+    if isinstance(previous, torch.Tensor) and previous.data_ptr() == value.data_ptr():
+        raise ValueError(
+            f"the training step returned its {what} in the same memory as the step before's; return a tensor of "
+            f"each step's own (clone a static buffer)"
+        )
+    return value.data
+
+
+def _stacked(losses: list[torch.Tensor | float], device: torch.device) -> torch.Tensor:
+    """An epoch's step losses as one tensor, by a few operations for them all (after the clock stopped)."""
+    if not losses:
+        return torch.zeros(0, device=device)
+    tensors = [loss if isinstance(loss, torch.Tensor) else torch.tensor(loss, device=device) for loss in losses]
+    return torch.stack(tensors).float().reshape(len(losses))
+
+
+class _EpochAccuracy:
+    """Correct predictions over an epoch. Each step's outputs are kept as they are, and predicted from and compared
+    in one go when the epoch ends, or sooner when those kept pass KEPT_OUTPUTS_BYTES: every few steps for a model
+    with ImageNet's thousand classes, every step for a language model's vocabulary, whose steps are far longer than
+    those few operations. The share is what counting step by step gives: correct predictions over all made."""
+
+    def __init__(self, predict: Callable[[torch.Tensor], torch.Tensor] | None) -> None:
+        self.predict = predict
+        self.counted = predict is not None  # and, with a user's own step, only if it hands back its outputs
+        self.kept: list[tuple[torch.Tensor, torch.Tensor]] = []  # (outputs, labels) of steps not yet counted
+        self.kept_bytes = 0
+        self.correct: torch.Tensor | int = 0  # on the device once anything is counted
+        self.predictions = 0  # a sample's label may be a sequence (a class at each position): each is a prediction
+
+    def add(self, outputs: torch.Tensor | None, labels: torch.Tensor) -> None:
+        if not self.counted:
+            return
+        if outputs is None:
+            self.counted = False
+            return
+        previous = self.kept[-1][0] if self.kept else None
+        self.kept.append((cast(torch.Tensor, _kept(outputs, previous, "outputs")), labels))
+        self.kept_bytes += outputs.nbytes
+        self.predictions += labels.numel()  # its shape: known on the host, nothing is read back
+        if self.kept_bytes > KEPT_OUTPUTS_BYTES:
+            self._count_kept()
+
+    def share(self) -> float | None:
+        if not self.counted:
+            return None
+        self._count_kept()
+        return int(self.correct) / max(self.predictions, 1)
+
+    def _count_kept(self) -> None:
+        """Adds the kept steps' correct predictions to the count, and lets their outputs go."""
+        assert self.predict is not None  # nothing is kept without it
+        if len({(outputs.shape[1:], labels.shape[1:]) for outputs, labels in self.kept}) == 1:
+            pairs = [(torch.cat([outputs for outputs, _ in self.kept]), torch.cat([labels for _, labels in self.kept]))]
+        else:  # sequences of different lengths from step to step: compared step by step
+            pairs = self.kept
+        for outputs, labels in pairs:
+            self.correct = self.correct + (self.predict(outputs) == labels).sum()
+        self.kept, self.kept_bytes = [], 0
 
 
 def _evaluate(

@@ -16,9 +16,13 @@ Always on where they apply:
 
 Measured and kept only when faster, on a short trial of the real batches before training (`choose_tuning`):
 on a CPU the fused optimizer step and `channels_last`, each off and on; bf16 autocast, offered only where the
-device computes bf16 natively (AVX-512 BF16 or AMX on a CPU, a GPU that supports it); and `torch.compile`
+device computes bf16 natively (AVX-512 BF16 or AMX on a CPU, a GPU that supports it); `torch.compile`
 (offered on CUDA; on a CPU only when asked for, because on the CPUs we measured inductor was slower for every
-seed model and takes 10-30 s to compile).
+seed model and takes 10-30 s to compile); and, on CUDA, the whole training step captured once as a CUDA graph and
+replayed (engine/step_graph.py), eager or compiled: on an H200 the seed models' eager steps were the host's
+launches, not the GPU's work. With the compiled forward inside it, the graph is what
+`torch.compile(mode="reduce-overhead")` would give and more: the optimizer step and the Python between the forward
+and backward passes are in it too. A model the graph cannot capture fails its option, which the trial names.
 
 This module makes the choices; engine/tuning_applied.py applies the one chosen to a run.
 
@@ -45,12 +49,15 @@ from devicebench.choices import TrainingPrecision
 from devicebench.data.pipeline import Batch, Batches, usable_cores
 from devicebench.devices import is_out_of_memory, native_bf16
 from devicebench.engine.loop import TrainingSetup
+from devicebench.engine.step_graph import GRAPH_WARMUP_STEPS
 from devicebench.engine.timing import Stopwatch
 from devicebench.engine.tuning_choices import (  # the choices as data: torch-free, for the tables
     Tuning,
 )
 
-TRIAL_WARMUP_STEPS = 3  # untimed, per candidate: allocation, kernel selection, compilation
+# per candidate, all untimed but the last, which sizes the first block: allocation, kernel selection, compilation,
+# and a graphed step's eager steps, its capture and first replay
+TRIAL_WARMUP_STEPS = GRAPH_WARMUP_STEPS + 2
 TRIAL_ROUNDS = 5  # timed blocks per candidate, at least: the spread of their rates is the trial's noise
 TRIAL_SECONDS = 1.0  # each candidate is timed for at least this long in all ...
 TRIAL_MIN_STEPS = 20  # ... and over at least this many steps
@@ -82,7 +89,13 @@ def base_tuning(device: torch.device, model: nn.Module, *, resident_possible: bo
 
 
 def candidates(
-    base: Tuning, device: torch.device, precision: str, compile_choice: str, *, trial_switches: bool | None = None
+    base: Tuning,
+    device: torch.device,
+    precision: str,
+    compile_choice: str,
+    *,
+    trial_switches: bool | None = None,
+    step_graph: bool = False,
 ) -> list[Tuning]:
     """The tunings worth a trial: the plainest first, so that it wins ties.
 
@@ -92,6 +105,8 @@ def candidates(
     a gain beyond the spread. On a GPU `base`'s are kept as they are, untried: the layout of tensor cores and one
     kernel for the whole optimizer step, neither slower beyond the trial's spread on an H200 (`untried_switches`).
     `trial_switches` True tries them on any device (benchmarks/tuning_switches.py measures a GPU so).
+    `step_graph` offers every option again as one CUDA graph, on CUDA only (tuned mode's run asks for it where
+    `step_graph_refusal` finds nothing against it).
     """
     if precision == "auto":
         precisions: list[TrainingPrecision] = ["fp32", "bf16"] if native_bf16(device) else ["fp32"]
@@ -101,9 +116,12 @@ def candidates(
     tried = device.type == "cpu" if trial_switches is None else trial_switches
     layouts = [False, True] if tried and base.channels_last else [base.channels_last]
     fused_steps = [False, True] if tried and base.fused_optimizer else [base.fused_optimizer]
+    graphs = [False, True] if step_graph and device.type == "cuda" else [False]
     return [
-        dataclasses.replace(base, precision=p, compiled=c, channels_last=layout, fused_optimizer=fused)
-        for p, c, layout, fused in itertools.product(precisions, compiles[compile_choice], layouts, fused_steps)
+        dataclasses.replace(base, precision=p, compiled=c, step_graph=g, channels_last=layout, fused_optimizer=fused)
+        for p, c, g, layout, fused in itertools.product(
+            precisions, compiles[compile_choice], graphs, layouts, fused_steps
+        )
     ]
 
 
@@ -258,11 +276,19 @@ TRIED_SWITCHES = {"channels_last": "channels_last", "fused_optimizer": "fused"} 
 
 
 def _label(option: Tuning, options: Iterable[Tuning] = ()) -> str:
-    """`fp32`, `bf16+channels_last+fused+compiled`: an option's precision, each switch it has on that some of
-    `options` have off (one every option has on alike, a GPU's layout, says nothing of the trial), and compile."""
+    """`fp32`, `bf16+channels_last+fused+compiled+graph`: an option's precision, each switch it has on that some of
+    `options` have off (one every option has on alike, a GPU's layout, says nothing of the trial), compile and the
+    step as a CUDA graph."""
     alike = {name for name in TRIED_SWITCHES if all(getattr(other, name) for other in options)} if options else set()
     switched = [word for name, word in TRIED_SWITCHES.items() if getattr(option, name) and name not in alike]
-    return "+".join([option.precision, *switched, *(["compiled"] if option.compiled else [])])
+    return "+".join(
+        [
+            option.precision,
+            *switched,
+            *(["compiled"] if option.compiled else []),
+            *(["graph"] if option.step_graph else []),
+        ]
+    )
 
 
 class _Trial:

@@ -1,5 +1,5 @@
 """A tuning applied to a run: the model, optimizer and forward pass as a `Tuning` says (channels_last, a fused
-optimizer step, bf16 autocast, torch.compile), the process-wide switches set for the run and put back after, and
+optimizer step, bf16 autocast, torch.compile, the whole step as a CUDA graph), the process-wide switches set for the run and put back after, and
 what torch.compile did recorded on the run. Which tuning to apply is engine/tuning.py's choice.
 
     python -c "import torch; from devicebench.engine.tuning_applied import TunedForward; from devicebench.engine.tuning_choices import Tuning; print(TunedForward(torch.nn.Linear(2, 1), Tuning(precision='bf16'), 'cpu')(torch.ones(1, 2)))"
@@ -19,14 +19,21 @@ from torch import nn
 from torch.nn.utils.rnn import PackedSequence
 
 from devicebench.engine.loop import TrainingSetup
+from devicebench.engine.step_graph import Capture, CudaCapture, GraphedStep, capturable, step_graph_refusal
 from devicebench.engine.tuning_choices import Tuning
 from devicebench.results.schema import RunRecord
 
 KEPT_FREED_BYTES = 1 << 29  # glibc's mmap threshold while tuned: freed blocks up to 512 MiB are reused
 
 
-def tuned_setup(setup: TrainingSetup, tuning: Tuning, device: torch.device) -> tuple[TrainingSetup, Tuning]:
-    """`setup` run the way `tuning` says, and the tuning as it could really be applied."""
+def tuned_setup(
+    setup: TrainingSetup,
+    tuning: Tuning,
+    device: torch.device,
+    capture: Callable[[torch.device], Capture] = CudaCapture,
+) -> tuple[TrainingSetup, Tuning]:
+    """`setup` run the way `tuning` says, and the tuning as it could really be applied. A graphed step is
+    warmed up and captured by `capture(device)` (tests give a fake)."""
     model = setup.model
     if tuning.channels_last:
         # Module.to takes memory_format (documented; nn.Module._parse_to reads it), but torch's overloads omit it
@@ -35,11 +42,17 @@ def tuned_setup(setup: TrainingSetup, tuning: Tuning, device: torch.device) -> t
     if tuning.fused_optimizer:
         optimizer = _fused(optimizer)
         tuning = dataclasses.replace(tuning, fused_optimizer=optimizer is not setup.optimizer)
+    if tuning.step_graph and step_graph_refusal(setup) is not None:
+        tuning = dataclasses.replace(tuning, step_graph=False)
     tuned_forward = TunedForward(model, tuning, device.type)
     forward: Callable[[torch.Tensor], torch.Tensor] = tuned_forward
     if tuning.compiled:
         forward = compiled_afresh(tuned_forward)
-    return dataclasses.replace(setup, model=model, optimizer=optimizer, forward=forward), tuning
+    tuned = dataclasses.replace(setup, model=model, optimizer=optimizer, forward=forward)
+    if tuning.step_graph:
+        capturable(optimizer)  # before its first step makes any state
+        tuned.graphed = GraphedStep(tuned.eager_step, capture(device))
+    return tuned, tuning
 
 
 class TunedForward(nn.Module):
@@ -47,7 +60,8 @@ class TunedForward(nn.Module):
 
     Outputs come back in fp32, so the loss and the accuracy are computed exactly as in seed mode. In bf16, the
     model's recurrent layers stay out of autocast and compute in fp32: CUDA autocast runs cuDNN's RNN kernel
-    in fp16 whatever dtype it was asked for, so a "bf16" LSTM would be unscaled fp16.
+    in fp16 whatever dtype it was asked for, so a "bf16" LSTM would be unscaled fp16. Under a CUDA graph autocast
+    keeps no cache of its casts (torch.cuda.graphs' advice: a cached cast would outlive the graph's memory).
     """
 
     def __init__(self, model: nn.Module, tuning: Tuning, device_type: str) -> None:
@@ -56,6 +70,7 @@ class TunedForward(nn.Module):
         self.channels_last = tuning.channels_last
         self.bf16 = tuning.precision == "bf16"
         self.device_type = device_type
+        self.cache_casts = not tuning.step_graph
         if self.bf16:
             for layer in recurrent_layers(model):
                 _outside_autocast(layer, device_type)
@@ -63,7 +78,7 @@ class TunedForward(nn.Module):
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         if self.channels_last and inputs.dim() == 4:
             inputs = inputs.contiguous(memory_format=torch.channels_last)
-        with torch.autocast(self.device_type, dtype=torch.bfloat16, enabled=self.bf16):
+        with torch.autocast(self.device_type, dtype=torch.bfloat16, enabled=self.bf16, cache_enabled=self.cache_casts):
             return self.model(inputs).float()
 
 

@@ -19,8 +19,9 @@ class Tuning:
     channels_last: bool = False
     fused_optimizer: bool = False
     compiled: bool = False  # torch.compile; its compile time lands in the warm-up epoch
+    step_graph: bool = False  # CUDA: the whole training step captured once as a CUDA graph and replayed
     tf32_matmul: bool = False  # CUDA fp32 matmuls on TF32 tensor cores
     tf32_cudnn: bool = False  # CUDA fp32 convolutions and RNNs on TF32 tensor cores (cuDNN's own switch)
     cudnn_benchmark: bool = False
-    device_resident: bool = False  # the dataset lives on the device as uint8; batches are gathered there
+    device_resident: bool = False  # the dataset lives on the device, preprocessed; batches are gathered there
     allocator_keeps_memory: bool = False

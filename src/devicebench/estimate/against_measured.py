@@ -11,22 +11,25 @@ once a run passes every check that needs no fit, never for a CPU-only session.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
-import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from devicebench.choices import KERNEL_PRECISIONS, KernelPrecision
-from devicebench.estimate.points import RooflineFit, fit_roofline, registered, shape_of, steady_steps_s
-from devicebench.estimate.roofline import KERNEL_CLASSES, Resolved, StepShape, predict
+from devicebench.estimate.points import (
+    RooflineFit,
+    fit_roofline,
+    median_step_s,
+    precise_shape,
+    registered,
+)
+from devicebench.estimate.roofline import Resolved, StepShape, predict, run_precision
 from devicebench.estimate.validation import conformal
-from devicebench.report.estimate_plots import EstimatedAgainstMeasured, EstimatedPoint
-from devicebench.report.text import rate_text
 from devicebench.results.datasheets import Datasheet, datasheet_for
-from devicebench.results.schema import Result, RunRecord, RunSettings
-from devicebench.workloads import Workload
+from devicebench.results.schema import Result, RunRecord
 
 LEVEL = 0.8  # the interval's stated level, as `devicebench estimate` states it by default
 RECORD_SCHEME = "leave one out"  # how each published figure is estimated for the chart: by a fit without it
@@ -60,24 +63,37 @@ class RunEstimate:
         times = f"{factor:,.{1 if factor < 10 else 0}f}x {'faster' if ratio >= 1 else 'slower'} than estimated"
         return times if self.inside is None else f"outside: {times}"
 
-    def line(self) -> str:
-        """The sentence `devicebench run` prints."""
-        interval = (
-            "no interval"
-            if self.interval is None
-            else f"{estimate_text(self.interval[0])}–{estimate_text(self.interval[1])} at {self.level:.0%}"
-        )
-        compiled = " with torch.compile (counted unfused)" if self.compiled else ""
-        return (
-            f"{self.run.workload} on {self.run.device} ({self.run.device_name}): measured "
-            f"{rate_text(self.measured)} samples/s; estimated beforehand {estimate_text(self.estimated)} "
-            f"({interval}), {self.precision}{compiled}: {self.verdict()}"
-        )
+
+@dataclass(frozen=True)
+class EstimatedPoint:
+    """A throughput the roofline estimated beforehand beside the one measured: a point of the estimated-against-
+    measured chart."""
+
+    label: str  # "resnet50 on cuda:0 (H100 SXM), fp32, run 1a2b3c4d"
+    gpu: str  # the catalog's name of the GPU: one colour each
+    estimated: float  # samples/s
+    measured: float  # samples/s
+    interval: tuple[float, float] | None  # the estimate's interval in samples/s, drawn as a bar; None: none drawn
 
 
-def estimate_text(samples_per_s: float) -> str:
-    """An estimated rate to the three figures it may claim (its interval spans tens of percent): 98,600, 2,650."""
-    return rate_text(float(f"{samples_per_s:.3g}"))
+@dataclass(frozen=True)
+class EstimatedAgainstMeasured:
+    """What the estimated-against-measured chart draws: the report's GPU runs, each estimated by a fit made without
+    the user's runs, and the published figures the roofline is fitted on, each estimated by a fit without it."""
+
+    runs: tuple[EstimatedPoint, ...]
+    published: tuple[EstimatedPoint, ...]
+    level: float  # of every interval: 0.8
+    found: tuple[
+        RunEstimate, ...
+    ] = ()  # the runs estimated, as `devicebench run` states them (report.estimate_plots.run_line)
+    published_ratio: float | None = None  # a published figure's interval: its estimate times or divided by this
+
+    @property
+    def gpus(self) -> list[str]:
+        """Every GPU drawn, those of the runs first: they take the palette's strongest colours."""
+        ran = sorted({point.gpu for point in self.runs})
+        return ran + sorted({point.gpu for point in self.published} - set(ran))
 
 
 def run_estimate(run: RunRecord, level: float = LEVEL) -> RunEstimate | str:
@@ -107,16 +123,16 @@ def run_estimate(run: RunRecord, level: float = LEVEL) -> RunEstimate | str:
     try:
         hyperparameters = workload.typed_hyperparameters(run.settings.hyperparameters)
         workload.parameter_count(hyperparameters)  # its size bounds first: nothing is built past them
-        shape = _step_shape(workload, hyperparameters, precision)
+        shape = _profiled(workload.name, tuple(sorted(hyperparameters.items())), precision)
         if isinstance(shape, str):
             return shape
         resolved = Resolved.of(shape, sheet, precision)
         fitted = _fit()
     except (ValueError, TypeError, KeyError, RuntimeError) as error:  # EstimateError, PrecisionError, ModelTooLarge
         return f"{workload.name} cannot be estimated as it ran: {error}"
-    step = predict(resolved, fitted.efficiency)
-    # a dataset held on the GPU (tuned mode) copies no batch to it: the copy is no part of the run's step
-    device_s = step.device_s - (step.copy_s if run.settings.device_resident else 0.0)
+    if run.settings.device_resident:  # a dataset held on the GPU (tuned mode) copies no batch to it
+        resolved = dataclasses.replace(resolved, copy_s=0.0)
+    device_s = predict(resolved, fitted.efficiency).computing_s  # the GPU's time, or the host's launches
     interval = fitted.interval_for(workload.name, sheet, level)
     rates = None
     if interval is not None:
@@ -134,42 +150,12 @@ def run_estimate(run: RunRecord, level: float = LEVEL) -> RunEstimate | str:
     )
 
 
-def run_precision(settings: RunSettings) -> KernelPrecision | str:
-    """The precision `settings` ran its matrix kernels at, as the roofline names it (one of KERNEL_PRECISIONS), or why it
-    cannot be told: seed mode is strict fp32 (engine/tuning_applied.process_settings turns TF32 off); tuned mode records its
-    choice."""
-    if settings.mode == "seed":
-        return "fp32"
-    if settings.mode != "tuned":
-        return f"mode {settings.mode!r} is neither seed nor tuned: its precision is not known"
-    if settings.precision == "bf16":
-        return "amp-bf16"
-    if settings.precision != "fp32":
-        return f"precision {settings.precision!r} is not one the roofline estimates"
-    if settings.tf32_matmul != settings.tf32_cudnn:
-        return (
-            "TF32 was on for matrix products or for convolutions, not for both: the roofline runs every matrix "
-            "kernel at one precision"
-        )
-    return "tf32" if settings.tf32_matmul else "fp32"
-
-
-def median_step_s(run: RunRecord) -> float | str:
-    """The median steady step in seconds, waits for data left out, as a fitted point's step is measured; or why
-    an epoch cannot be timed per step."""
-    steps = steady_steps_s(run)
-    return steps if isinstance(steps, str) else statistics.median(steps)
-
-
-def _step_shape(workload: Workload, hyperparameters: dict[str, Any], precision: KernelPrecision) -> StepShape | str:
-    """The step as `run_estimate` resolves it, or why its precision cannot be one: a profile at the run's batch."""
-    shape = shape_of(workload, hyperparameters)
-    if precision == "amp-bf16" and (shape.classes == KERNEL_CLASSES.index("recurrent")).any():
-        # engine/tuning_applied.TunedForward keeps recurrent layers in fp32 under bf16 autocast: two precisions at once
-        return (
-            "bf16 autocast with recurrent layers kept in fp32: the roofline runs every matrix kernel at one precision"
-        )
-    return shape
+@functools.lru_cache(maxsize=64)
+def _profiled(name: str, settings: tuple[tuple[str, Any], ...], precision: KernelPrecision) -> StepShape | str:
+    """The step of runs of one kind, profiled once a process: a report of 400 copies of a run profiles one."""
+    workload = registered(name)
+    assert workload is not None  # run_estimate asked the registry first
+    return precise_shape(workload, dict(settings), precision)
 
 
 @functools.cache
@@ -178,10 +164,10 @@ def _fit() -> RooflineFit:
     return fit_roofline([])
 
 
-def estimate_lines(result: Result) -> list[str]:
-    """One sentence per run of `result` the roofline can estimate; nothing for the others (a CPU's, a model of your
-    own, a GPU not in the catalog)."""
-    return [found.line() for run in result.runs if isinstance(found := run_estimate(run), RunEstimate)]
+def run_estimates(result: Result) -> list[RunEstimate]:
+    """Each run of `result` the roofline can estimate; none of the others (a CPU's, a model of your own, a GPU not in
+    the catalog)."""
+    return [found for run in result.runs if isinstance(found := run_estimate(run), RunEstimate)]
 
 
 def estimated_against_measured(results: Iterable[Result], level: float = LEVEL) -> EstimatedAgainstMeasured | None:
@@ -224,6 +210,6 @@ def estimated_against_measured(results: Iterable[Result], level: float = LEVEL) 
         runs=runs,
         published=published,
         level=level,
-        lines=tuple(estimate.line() for estimate in found),
+        found=tuple(found),
         published_ratio=None if record_interval is None else record_interval.high_ratio,
     )

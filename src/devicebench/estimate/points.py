@@ -9,6 +9,7 @@ a known precision, with the step's kernels profiled on the meta device.
 from __future__ import annotations
 
 import functools
+import json
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -21,7 +22,9 @@ from devicebench.choices import KERNEL_PRECISIONS, KernelPrecision, narrowed
 from devicebench.engine.kernel_recorder import ProfileError
 from devicebench.engine.opcount import profile_training_step
 from devicebench.errors import DevicebenchError
+from devicebench.estimate import fit_cache
 from devicebench.estimate.roofline import (
+    KERNEL_CLASSES,
     Efficiency,
     Fitter,
     Point,
@@ -29,8 +32,9 @@ from devicebench.estimate.roofline import (
     Resolved,
     StepShape,
     Unscored,
+    run_precision,
 )
-from devicebench.estimate.validation import Interval, conformal, held_out
+from devicebench.estimate.validation import SCHEMES, Interval, held_out, kind_interval
 from devicebench.results.datasheets import Datasheet, catalog_entry, datasheet_for
 from devicebench.results.plausibility import run_flags
 from devicebench.results.record import PublishedFigure as RecordFigure
@@ -199,6 +203,7 @@ def _record_point(figure: RecordFigure, label: str) -> Point | str:
         observed_s=figure.batch_per_gpu / samples_per_s,
         kind="step",
         caveat=caveat,
+        model_kind=model_kind(workload),
     )
 
 
@@ -223,32 +228,50 @@ def seed_points() -> list[Point]:
                 caveat=figure.caveat,
                 observed_s=step_s * (figure.busy or 1.0),
                 kind="step" if figure.busy is None else "busy",
+                model_kind=model_kind(workload),
             )
         )
     return points
 
 
 def measured_points(results: Iterable[Result], where: str) -> tuple[list[Point], list[Unscored]]:
-    """A point per finished single-process seed-mode run on a catalogued GPU whose figures are plausible: the
-    median steady step, waits for data left out. Runs that cannot be one are listed with why. A stored run may
-    come from anyone's export (`devicebench import`): every figure and setting a point is made of is checked
-    before it is used, so that no row can move, crash or swell every later estimate."""
-    points, unscored = [], []
+    """A point per kind of finished single-process run on a catalogued GPU whose figures are plausible (one model,
+    settings, GPU and precision): the median of its runs' median steady steps, waits for data left out, so that
+    many copies of one run weigh as one point and cost one profile. Runs that cannot be one are listed with why. A
+    stored run may come from anyone's export (`devicebench import`): every figure and setting a point is made of is
+    checked before it is used, so that no row can move, crash or swell every later estimate."""
+    alike: dict[tuple[object, ...], list[Point]] = {}
+    unscored = []
+    shapes: dict[tuple[object, ...], StepShape | str] = {}  # one profile a kind of run
     for result in results:
         for run in result.runs:
             if not run.device.startswith("cuda") or run.status != "ok" or not run.steady_epochs:
                 continue
             label = f"{run.workload} on {run.device_name} ({where}, run {run.run_id[:8]})"
-            point = _point_or_why(run, label, where)
+            point = _point_or_why(run, label, where, shapes)
             if isinstance(point, str):
                 unscored.append(Unscored(label, where, point))
             else:
-                points.append(point)
-    return points, unscored
+                kind = (point.workload, point.sheet.key, point.precision, repr(run.settings.hyperparameters))
+                alike.setdefault((*kind, point.resolved.copy_s), []).append(point)
+    return [_one_point(runs) for runs in alike.values()], unscored
 
 
-def _point_or_why(run: RunRecord, label: str, where: str) -> Point | str:
-    """The point `run` makes, or why it makes none."""
+def _one_point(runs: list[Point]) -> Point:
+    if len(runs) == 1:
+        return runs[0]
+    return replace(
+        runs[0],
+        label=f"{runs[0].label} and {len(runs) - 1} more like it",
+        observed_s=statistics.median(point.observed_s for point in runs),
+    )
+
+
+def _point_or_why(
+    run: RunRecord, label: str, where: str, shapes: dict[tuple[object, ...], StepShape | str] | None = None
+) -> Point | str:
+    """The point `run` makes, or why it makes none; `shapes`: the steps profiled so far, by workload, settings and
+    precision."""
     sheet = datasheet_for(run.device_name)
     if sheet is None:
         return "the GPU is not in the datasheet catalog"
@@ -257,8 +280,13 @@ def _point_or_why(run: RunRecord, label: str, where: str) -> Point | str:
     workload = registered(run.workload)
     if workload is None or workload.trainer is not None:
         return "not a registered torch workload (a model of your own cannot be rebuilt from its record)"
-    if run.settings.mode != "seed" or run.settings.world_size != 1:
-        return "tuned or multi-process: a point is one process in seed mode's fp32, whose precision is known"
+    if run.settings.world_size != 1:
+        return f"trained in {run.settings.world_size} processes: their communication is not modelled"
+    if run.settings.compiled:
+        return "compiled: torch.compile fuses kernels, and the roofline counts them as eager mode launches them"
+    precision = run_precision(run.settings)
+    if precision not in KERNEL_PRECISIONS:
+        return precision  # why it cannot be told
     steps = steady_steps_s(run)
     if isinstance(steps, str):
         return steps
@@ -269,9 +297,18 @@ def _point_or_why(run: RunRecord, label: str, where: str) -> Point | str:
         if hyperparameters["batch_size"] < 1:
             raise ValueError(f"batch_size is {hyperparameters['batch_size']}, not a whole number of at least 1")
         parameters = workload.parameter_count(hyperparameters)  # its size bounds first: nothing is built past them
-        shape = shape_of(workload, hyperparameters)
-    except (ValueError, TypeError, KeyError, RuntimeError) as error:  # ModelTooLarge and EstimateError included
+    except (ValueError, TypeError, KeyError, RuntimeError) as error:  # ModelTooLarge included
         return f"its settings cannot rebuild {workload.name}: {error}"
+    shapes = {} if shapes is None else shapes
+    profiled = (workload.name, repr(sorted(hyperparameters.items())), precision)
+    if profiled not in shapes:  # a refusal is kept too: a thousand copies of a bad run cost one profile
+        try:
+            shapes[profiled] = precise_shape(workload, hyperparameters, narrowed(precision, KERNEL_PRECISIONS))
+        except (ValueError, TypeError, KeyError, RuntimeError) as error:  # EstimateError included
+            shapes[profiled] = f"its settings cannot rebuild {workload.name}: {error}"
+    shape = shapes[profiled]
+    if isinstance(shape, str):
+        return shape
     # the very rates the point is made of, with the FLOPs and weights devicebench counts, not those the record gives
     # (a forged row may leave them out, or give a samples/s its times do not)
     counted = replace(
@@ -285,17 +322,40 @@ def _point_or_why(run: RunRecord, label: str, where: str) -> Point | str:
     flags = run_flags(run) or run_flags(counted)  # the row's own flags first: those compare shows beside it
     if flags:
         return "implausible: " + "; ".join(f"{flag.code}: {flag.text}" for flag in flags)
+    resolved = Resolved.of(shape, sheet, narrowed(precision, KERNEL_PRECISIONS))
+    if run.settings.device_resident:  # a dataset held on the GPU copies no batch to it
+        resolved = replace(resolved, copy_s=0.0)
     return Point(
         label=label,
         source=where,
         workload=workload.name,
         sheet=sheet,
-        precision="fp32",
-        resolved=Resolved.of(shape, sheet, "fp32"),
+        precision=narrowed(precision, KERNEL_PRECISIONS),
+        resolved=resolved,
         batch_size=shape.batch_size,
         observed_s=statistics.median(steps),
         kind="step",
+        host_launches=True,
+        model_kind=model_kind(workload),
     )
+
+
+def precise_shape(workload: Workload, hyperparameters: dict[str, Any], precision: KernelPrecision) -> StepShape | str:
+    """The step profiled at the run's batch, or why its precision cannot be one."""
+    shape = shape_of(workload, hyperparameters)
+    if precision == "amp-bf16" and (shape.classes == KERNEL_CLASSES.index("recurrent")).any():
+        # engine/tuning_applied.TunedForward keeps recurrent layers in fp32 under bf16 autocast: two precisions at once
+        return (
+            "bf16 autocast with recurrent layers kept in fp32: the roofline runs every matrix kernel at one precision"
+        )
+    return shape
+
+
+def median_step_s(run: RunRecord) -> float | str:
+    """The median steady step in seconds, waits for data left out, as a fitted point's step is measured; or why
+    an epoch cannot be timed per step."""
+    steps = steady_steps_s(run)
+    return steps if isinstance(steps, str) else statistics.median(steps)
 
 
 def steady_steps_s(run: RunRecord) -> list[float] | str:
@@ -313,6 +373,12 @@ def steady_steps_s(run: RunRecord) -> list[float] | str:
     return steps
 
 
+def model_kind(workload: Workload) -> str:
+    """Whose held-out errors a model's interval takes: "small" for the seeds' models (whose step on a fast GPU is
+    mostly the host's), "reference" for the rest (ResNet, BERT, GPT-2, GNMT: the GPU's)."""
+    return "small" if workload.seed is not None else "reference"
+
+
 def registered(name: str) -> Workload | None:
     """The registered workload of that name, or None."""
     try:
@@ -322,13 +388,21 @@ def registered(name: str) -> Workload | None:
 
 
 def committed_results(folder: Path = COMMITTED_RESULTS) -> list[Result]:
-    """devicebench's own runs under results/ (a checkout's; an installed package has none)."""
+    """devicebench's own runs under results/ (a checkout's; an installed package has none): each JSON a run's
+    export, or a benchmark's (benchmarks/gpu_validation.py) that holds each part's runs as `parts[].result`."""
     results = []
-    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+    for path in sorted(folder.rglob("*.json")) if folder.is_dir() else []:
         try:
-            results.append(Result.read_json(path))
-        except (ValueError, KeyError, TypeError, OSError):  # a benchmark's own JSON, not a run's export
+            document = json.loads(path.read_text())
+        except (ValueError, OSError):
             continue
+        parts = document.get("parts") if isinstance(document, dict) else None
+        embedded = [part.get("result") for part in parts if isinstance(part, dict)] if isinstance(parts, list) else []
+        for candidate in [document, *embedded]:
+            try:
+                results.append(Result.from_dict(candidate))
+            except (ValueError, KeyError, TypeError):  # a benchmark's own figures, not a run's session
+                continue
     return results
 
 
@@ -341,7 +415,7 @@ class RooflineFit:
     unscored: list[Unscored]
     fitter: Fitter
     efficiency: Efficiency
-    _log_errors: dict[str, np.ndarray] = field(default_factory=dict, init=False, repr=False)  # by scheme, once
+    _held_out_s: dict[str, np.ndarray] = field(default_factory=dict, repr=False)  # by scheme, made once
 
     @classmethod
     def of(cls, points: list[Point], unscored: list[Unscored]) -> RooflineFit:
@@ -350,16 +424,29 @@ class RooflineFit:
         fitter = Fitter(points)
         return cls(points, unscored, fitter, fitter.fit())
 
+    @classmethod
+    def kept(cls, cached: fit_cache.CachedFit) -> RooflineFit:
+        """The fit as the cache kept it: nothing is profiled or fitted again."""
+        return cls(cached.points, cached.unscored, Fitter(cached.points), cached.efficiency, dict(cached.held_out_s))
+
+    def to_cache(self) -> fit_cache.CachedFit:
+        """The fit with every scheme's held-out predictions made, as the cache keeps it."""
+        held_out = {scheme: self.held_out_s(scheme) for scheme in SCHEMES}
+        return fit_cache.CachedFit(self.points, self.unscored, self.efficiency, held_out)
+
     @functools.cached_property
     def pinned(self) -> dict[str, int]:
         return self.fitter.pinned(self.efficiency)
 
+    def held_out_s(self, scheme: str) -> np.ndarray:
+        """Every point's seconds, each predicted by a fit made without its group under `scheme`."""
+        if scheme not in self._held_out_s:
+            self._held_out_s[scheme] = held_out(self.fitter, scheme)
+        return self._held_out_s[scheme]
+
     def log_errors(self, scheme: str) -> np.ndarray:
         """log(measured / predicted) of every point, each predicted by a fit made without its group."""
-        if scheme not in self._log_errors:
-            predicted = held_out(self.fitter, scheme)
-            self._log_errors[scheme] = np.log(np.array([point.observed_s for point in self.points]) / predicted)
-        return self._log_errors[scheme]
+        return np.log(np.array([point.observed_s for point in self.points]) / self.held_out_s(scheme))
 
     def scheme_for(self, workload: str, sheet: Datasheet) -> str:
         """The held-out errors that answer like the question: a model no point is of is like a model left out; a
@@ -371,17 +458,31 @@ class RooflineFit:
         return "leave one out"
 
     def interval_for(self, workload: str, sheet: Datasheet, level: float) -> Interval | None:
+        """The interval from the held-out errors of the models of the same kind (model_kind), where they are at
+        least KIND_POINTS; otherwise, and for a model of your own, from every point's."""
         scheme = self.scheme_for(workload, sheet)
-        return conformal(self.log_errors(scheme), level, scheme)
+        known = registered(workload)
+        kinds = np.array([point.model_kind for point in self.points])
+        kind = None if known is None else model_kind(known)
+        return kind_interval(self.log_errors(scheme), kinds, kind, level, scheme)
 
 
 def fit_roofline(stored: Sequence[Result]) -> RooflineFit:
     """Fitted on the public record, the seeds' published figures, the committed runs and `stored` (the user's
-    database)."""
-    recorded, recorded_unscored = record_points()
-    committed, committed_unscored = measured_points(committed_results(), "committed under results/")
+    database); kept on disk (estimate/fit_cache.py) under a key of all of them, and read back from there while none
+    of them changes."""
+    figures = published_figures()
+    committed = committed_results()
+    key = fit_cache.fit_key(figures, SEED_FIGURES, [*committed, *stored])
+    cached = fit_cache.load(key)
+    if cached is not None:
+        return RooflineFit.kept(cached)
+    recorded, recorded_unscored = record_points(figures)
+    committed_points, committed_unscored = measured_points(committed, "committed under results/")
     yours, yours_unscored = measured_points(stored, "your database")
-    return RooflineFit.of(
-        recorded + seed_points() + committed + yours,
+    fitted = RooflineFit.of(
+        recorded + seed_points() + committed_points + yours,
         recorded_unscored + list(UNSCORED) + committed_unscored + yours_unscored,
     )
+    fit_cache.save(key, fitted.to_cache())
+    return fitted

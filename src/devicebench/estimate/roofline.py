@@ -35,6 +35,7 @@ from scipy.optimize import lsq_linear
 
 from devicebench.choices import KernelPrecision
 from devicebench.results.datasheets import Datasheet
+from devicebench.results.schema import RunSettings
 
 if TYPE_CHECKING:
     from devicebench.engine.opcount import StepProfile
@@ -59,7 +60,13 @@ PRIOR = np.array([3.0] * len(COMPUTE_SHARES) + [2.0] * len(KERNEL_CLASSES) + [5.
 PRIOR_WEIGHT = 1e-3
 LOWEST = np.array([1.0] * PER_KERNEL + [0.0])  # no kernel beats the datasheet's peak; no kernel costs below nothing
 HIGHEST = np.array([1000.0] * PER_KERNEL + [1000.0])  # a share of at least 0.1%, at most 1 ms a kernel
-MOST_REFITS = 12  # a fit whose kernels still change bound after this many refits keeps the last
+# The host's seconds a kernel (Python, dispatch and launch in devicebench's eager loop) where no measured run pins
+# it: the H200's host measured ~20-25 µs (results/gpu-validation-h200/, issue 40)
+HOST_OP_PRIOR_S = 25e-6
+MOST_REFITS = 12
+# Huber's loss: a point whose relative error is beyond this weighs less the further it is (the fit's robustness)
+HUBER_RELATIVE = 0.5
+MOST_ROBUST_REFITS = 30  # reweightings and re-decided bounds before a fit keeps the last  # a fit whose kernels still change bound after this many refits keeps the last
 AMP_BYTES = 0.5  # under mixed precision the forward and backward kernels read and write fp16/bf16 activations
 AMP_CAST_BYTES = 1.5  # and the fp32 weights are cast to half once a step: 4 bytes read, 2 written a weight
 PINNED_SHARE = 0.1  # a point rests on a parameter whose term is at least a tenth of its predicted step
@@ -151,6 +158,26 @@ class StepShape:
         )
 
 
+def run_precision(settings: RunSettings) -> KernelPrecision | str:
+    """The precision `settings` ran its matrix kernels at, as the roofline names it (one of KERNEL_PRECISIONS), or
+    why it cannot be told: seed mode is strict fp32 (engine/tuning_applied.process_settings turns TF32 off); tuned
+    mode records its choice."""
+    if settings.mode == "seed":
+        return "fp32"
+    if settings.mode != "tuned":
+        return f"mode {settings.mode!r} is neither seed nor tuned: its precision is not known"
+    if settings.precision == "bf16":
+        return "amp-bf16"
+    if settings.precision != "fp32":
+        return f"precision {settings.precision!r} is not one the roofline estimates"
+    if settings.tf32_matmul != settings.tf32_cudnn:
+        return (
+            "TF32 was on for matrix products or for convolutions, not for both: the roofline runs every matrix "
+            "kernel at one precision"
+        )
+    return "tf32" if settings.tf32_matmul else "fp32"
+
+
 class PrecisionError(ValueError):
     """A precision the GPU cannot run (bf16 on a GPU without bf16); the message says which runs instead."""
 
@@ -220,9 +247,11 @@ class Resolved:
 @dataclass(frozen=True)
 class Efficiency:
     """The fitted inverse shares, in PARAMETERS' order: 2.0 for compute fp32 is half the fp32 peak; the last is
-    microseconds a kernel."""
+    microseconds a kernel. And the host's seconds a kernel: Python, dispatch and launch in devicebench's eager loop,
+    which overlap the GPU's work (0: the host never bounds the step)."""
 
     inverse: np.ndarray
+    host_op_s: float = 0.0
 
     def share(self, name: str) -> float:
         return 1.0 / float(self.inverse[PARAMETERS.index(name)])
@@ -236,7 +265,7 @@ class Efficiency:
         memory = ", ".join(f"{kind} {self.share(f'memory {kind}'):.0%}" for kind in KERNEL_CLASSES)
         return (
             f"compute at {compute} of the datasheet peaks; memory traffic at {memory} of the bandwidth; "
-            f"{self.kernel_s * 1e6:.1f} µs a kernel"
+            f"{self.kernel_s * 1e6:.1f} µs a kernel on the GPU; {self.host_op_s * 1e6:.1f} µs a kernel on the host"
         )
 
 
@@ -250,23 +279,30 @@ class PredictedStep:
     launch_s: float  # the kernels' fixed costs
     input_s: float  # the input pipeline's time per batch on the target's host; 0 when not known
     serial_input: bool  # no loader workers: the loop prepares each batch itself, between steps
+    host_s: float = 0.0  # the host's Python, dispatch and launch of the step's kernels, overlapping the GPU's time
 
     @property
     def device_s(self) -> float:
         return self.compute_s + self.memory_s + self.copy_s + self.launch_s
 
     @property
+    def computing_s(self) -> float:
+        """The step with no wait for data: the GPU's time or the host's launching it, whichever is longer (launches
+        are asynchronous: the host queues kernels while the GPU runs those queued before)."""
+        return max(self.device_s, self.host_s)
+
+    @property
     def seconds(self) -> float:
-        if self.serial_input:  # the loop launches a step's kernels in a moment, then prepares the next batch
-            return max(self.device_s, self.launch_s + self.input_s)
-        return max(self.device_s, self.input_s)
+        if self.serial_input:  # the loop launches a step's kernels, then prepares the next batch itself
+            return max(self.device_s, max(self.host_s, self.launch_s) + self.input_s)
+        return max(self.computing_s, self.input_s)
 
     @property
     def bound(self) -> str:
-        """What the step waits on: "compute", "memory traffic", "host-to-device copy", "kernel launches" or "input
-        pipeline"."""
-        if self.seconds > self.device_s:
-            return "input pipeline"
+        """What the step waits on: "compute", "memory traffic", "host-to-device copy", "kernel launches" (the
+        GPU's fixed time a kernel), "host (kernel launches)" or "input pipeline"."""
+        if self.seconds > self.device_s:  # the host's side: its launches, or the batches it prepares
+            return "input pipeline" if self.input_s >= self.host_s else "host (kernel launches)"
         return max(
             (self.compute_s, "compute"),
             (self.memory_s, "memory traffic"),
@@ -289,6 +325,7 @@ def predict(
         launch_s=resolved.kernels * efficiency.kernel_s,
         input_s=input_s,
         serial_input=serial_input,
+        host_s=resolved.kernels * efficiency.host_op_s,
     )
 
 
@@ -306,9 +343,12 @@ class Point:
     observed_s: float  # seconds per step, of the kind below
     kind: ObservedKind  # "step": the whole step, waits for data left out; "busy": the GPU's busy share of it
     caveat: str = ""  # what makes the figure uncertain
+    host_launches: bool = False  # devicebench's own run: its eager loop's launches are in its step (HOST_OP_PRIOR_S)
+    model_kind: str = "reference"  # whose held-out errors its interval takes: "small" (the seeds') or "reference"
 
     def predicted_s(self, efficiency: Efficiency) -> float:
-        return predict(self.resolved, efficiency).device_s  # a point's waits for data are never in its time
+        step = predict(self.resolved, efficiency)  # a point's waits for data are never in its time
+        return step.computing_s if self.host_launches else step.device_s
 
 
 @dataclass(frozen=True)
@@ -344,6 +384,7 @@ class Fitter:
         self._kernels = np.array([part.kernels for part in parts], dtype=float)
         self._copy_s = np.array([part.copy_s for part in parts])
         self._observed_s = np.array([point.observed_s for point in self.points])
+        self._host_launches = np.array([point.host_launches for point in self.points], dtype=bool)
 
     def _terms(self, inverse: np.ndarray, by_compute: np.ndarray | None = None) -> np.ndarray:
         """Each point's seconds per parameter at unit inverse shares, given which kernels are compute-bound
@@ -359,37 +400,79 @@ class Fitter:
         return terms
 
     def fit(self, without: Sequence[int] = (), start: Efficiency | None = None) -> Efficiency:
-        """The inverse shares of least squared relative error over every point but those `without`."""
+        """The inverse shares of least squared relative error over every point but those `without`, and the host's
+        seconds a kernel. devicebench's own steps (Point.host_launches) are taken as the host's at first; the GPU's
+        shares are fitted on the points the GPU bounds, the host's cost on those it bounds, and the two sets re-decided
+        until they hold still."""
         kept = np.ones(len(self.points), dtype=bool)
         kept[list(without)] = False
         if not kept.any():
             raise ValueError("no measured points to fit on")
         inverse = PRIOR.copy() if start is None else start.inverse.copy()
+        host_bound = self._host_launches.copy()
+        host_op_s = HOST_OP_PRIOR_S
+        for _ in range(MOST_REFITS):
+            inverse = self._fit_shares(kept & ~host_bound, inverse)
+            host_op_s = self._fit_host(kept & host_bound)
+            settled = host_bound
+            host_bound = self._host_launches & (self._kernels * host_op_s > self.device_s(Efficiency(inverse)))
+            if np.array_equal(settled, host_bound):
+                break
+        return Efficiency(inverse, host_op_s)
+
+    def _fit_shares(self, kept: np.ndarray, inverse: np.ndarray) -> np.ndarray:
+        """The GPU's inverse shares fitted on the `kept` points, starting from `inverse`; the prior alone where none
+        is kept. Robust: Huber's loss on the relative errors (iteratively reweighted least squares), so that a point
+        off by more than HUBER_RELATIVE weighs in proportion to its error's square root, not its square, and a point
+        far from the rest (a forged or mistaken run) cannot drag the shares after it."""
         prior_rows = math.sqrt(PRIOR_WEIGHT) * np.eye(len(PARAMETERS)) / PRIOR
         target = 1.0 - self._copy_s[kept] / self._observed_s[kept]
         by_compute = self._bounds(inverse)
-        for _ in range(MOST_REFITS):
+        weights = np.ones(int(kept.sum()))
+        for _ in range(MOST_ROBUST_REFITS):
             terms = self._terms(inverse, by_compute)[kept] / self._observed_s[kept, None]
+            root = np.sqrt(weights)
             inverse = lsq_linear(
-                np.vstack([terms, prior_rows]),
-                np.concatenate([target, prior_rows @ PRIOR]),
+                np.vstack([terms * root[:, None], prior_rows]),
+                np.concatenate([target * root, prior_rows @ PRIOR]),
                 bounds=(LOWEST, HIGHEST),
                 method="bvls",
             ).x
+            residual = np.abs(terms @ inverse - target)
             settled, by_compute = by_compute, self._bounds(inverse)
-            if np.array_equal(settled, by_compute):
+            reweighted = np.minimum(1.0, HUBER_RELATIVE / np.maximum(residual, 1e-12))
+            steady = np.allclose(reweighted, weights, rtol=0.0, atol=1e-3)
+            weights = reweighted
+            if np.array_equal(settled, by_compute) and steady:
                 break
-        return Efficiency(inverse)
+        return inverse
+
+    def _fit_host(self, host_bound: np.ndarray) -> float:
+        """The host's seconds a kernel from the points whose step it bounds: the median of their step over their
+        kernels (the least absolute log error, so that one odd run does not move it); the prior where none is."""
+        if not host_bound.any():
+            return HOST_OP_PRIOR_S
+        return float(np.median(self._observed_s[host_bound] / self._kernels[host_bound]))
 
     def _bounds(self, inverse: np.ndarray) -> np.ndarray:
         return inverse[self._shares] * self._compute_s >= inverse[self._classes] * self._memory_s
 
     def pinned(self, efficiency: Efficiency) -> dict[str, int]:
-        """How many points each parameter's term is at least PINNED_SHARE of the predicted step of."""
+        """How many points each parameter's term is at least PINNED_SHARE of the predicted step of, and how many
+        steps the host's launches bound."""
         terms = self._terms(efficiency.inverse) * efficiency.inverse
         shares = terms / (terms.sum(axis=1, keepdims=True) + self._copy_s[:, None])
-        return {name: int((shares[:, column] >= PINNED_SHARE).sum()) for column, name in enumerate(PARAMETERS)}
+        pinned = {name: int((shares[:, column] >= PINNED_SHARE).sum()) for column, name in enumerate(PARAMETERS)}
+        host_s = self._kernels * efficiency.host_op_s
+        return {**pinned, "host per kernel": int((self._host_launches & (host_s > self.device_s(efficiency))).sum())}
+
+    def device_s(self, efficiency: Efficiency) -> np.ndarray:
+        """Every point's GPU seconds under `efficiency`."""
+        return (self._terms(efficiency.inverse) * efficiency.inverse).sum(axis=1) + self._copy_s
 
     def predicted_s(self, efficiency: Efficiency) -> np.ndarray:
-        """Every point's predicted seconds under `efficiency`."""
-        return (self._terms(efficiency.inverse) * efficiency.inverse).sum(axis=1) + self._copy_s
+        """Every point's predicted seconds under `efficiency`: devicebench's own, the longer of the GPU's time and
+        the host's launches."""
+        device_s = self.device_s(efficiency)
+        host_s = self._kernels * efficiency.host_op_s
+        return np.where(self._host_launches, np.maximum(device_s, host_s), device_s)

@@ -20,6 +20,9 @@ import numpy as np
 from devicebench.estimate.roofline import Fitter, Point
 
 DEFAULT_LEVEL = 0.8  # the interval's stated level unless asked for another
+# A kind of model's interval comes from its own kind's held-out errors where it has at least this many (so that a
+# level up to 0.9 has a rank among them: ceil((n + 1) x 0.9) <= n from n = 9 on); with fewer, every kind's pooled
+KIND_POINTS = 10
 
 SCHEMES: dict[str, Callable[[Point], Hashable]] = {  # what each validation leaves out together
     "leave one out": id,
@@ -52,6 +55,7 @@ class Interval:
     half_width: float  # on a log scale: the interval is the estimate times and divided by exp(half_width)
     points: int  # the held-out errors it rests on
     scheme: str  # how they were held out: a key of SCHEMES
+    kind: str | None = None  # the kind of model whose errors they are (Point.model_kind); None: every kind's pooled
 
     @property
     def low_ratio(self) -> float:
@@ -66,17 +70,23 @@ class Interval:
 
     @property
     def note(self) -> str:
+        figures = (
+            f"{self.points} figures of {self.kind} models"
+            if self.kind
+            else f"{self.points} figures of every kind of model (pooled where a kind has fewer than {KIND_POINTS})"
+        )
         return (
-            f"split-conformal at {self.level:.0%}, from the errors of {self.points} published and measured "
-            f"figures each predicted by a fit made without {SCHEME_WORDS[self.scheme]}: the estimate times or "
-            f"divided by {self.high_ratio:.2f}"
+            f"split-conformal at {self.level:.0%}, from the errors of {figures}, each predicted by a fit made "
+            f"without {SCHEME_WORDS[self.scheme]}: the estimate times or divided by {self.high_ratio:.2f}"
         )
 
 
 SCHEME_WORDS = {"leave one out": "it", "leave one GPU out": "its GPU", "leave one model out": "its model"}
 
 
-def conformal(log_errors: Sequence[float] | np.ndarray, level: float, scheme: str) -> Interval | None:
+def conformal(
+    log_errors: Sequence[float] | np.ndarray, level: float, scheme: str, kind: str | None = None
+) -> Interval | None:
     """The interval the absolute `log_errors` (log of measured over predicted seconds) give at `level`; None where
     they are too few for it: the error of rank ceil((n + 1) x level) must exist."""
     if not 0 < level < 1:
@@ -86,7 +96,19 @@ def conformal(log_errors: Sequence[float] | np.ndarray, level: float, scheme: st
     rank = math.ceil((len(errors) + 1) * level)
     if rank > len(errors):
         return None
-    return Interval(level, float(errors[rank - 1]), len(errors), scheme)
+    return Interval(level, float(errors[rank - 1]), len(errors), scheme, kind)
+
+
+def kind_interval(
+    log_errors: np.ndarray, kinds: np.ndarray, kind: str | None, level: float, scheme: str
+) -> Interval | None:
+    """The interval for a model of `kind` (None: a kind no point is of): from the held-out errors of that kind's
+    points where there are at least KIND_POINTS of them, else from every point's (pooled)."""
+    mine = kinds == kind
+    finite = np.isfinite(log_errors)
+    if kind is not None and (mine & finite).sum() >= KIND_POINTS:
+        return conformal(log_errors[mine], level, scheme, kind)
+    return conformal(log_errors, level, scheme)
 
 
 @dataclass(frozen=True)
@@ -110,17 +132,22 @@ class Validation:
         return low <= self.point.observed_s <= high
 
 
-def validate(fitter: Fitter, scheme: str, level: float = DEFAULT_LEVEL) -> list[Validation]:
+def validate(
+    fitter: Fitter, scheme: str, level: float = DEFAULT_LEVEL, predicted: np.ndarray | None = None
+) -> list[Validation]:
     """Every point predicted without its group, and checked against the interval the held-out errors of the points
-    outside its group state."""
-    predicted = held_out(fitter, scheme)
+    outside its group state. `predicted`: held_out(fitter, scheme) when already made (a cached fit keeps it)."""
+    predicted = held_out(fitter, scheme) if predicted is None else predicted
     log_errors = np.log(np.array([point.observed_s for point in fitter.points]) / predicted)
     group_of = SCHEMES[scheme]
     groups = np.array([hash(group_of(point)) for point in fitter.points])
-    return [
-        Validation(point, float(predicted[index]), conformal(log_errors[groups != groups[index]], level, scheme))
-        for index, point in enumerate(fitter.points)
-    ]
+    kinds = np.array([point.model_kind for point in fitter.points])
+    validations = []
+    for index, point in enumerate(fitter.points):
+        others = groups != groups[index]
+        interval = kind_interval(log_errors[others], kinds[others], point.model_kind, level, scheme)
+        validations.append(Validation(point, float(predicted[index]), interval))
+    return validations
 
 
 def median_absolute_error(validations: Sequence[Validation]) -> float | None:

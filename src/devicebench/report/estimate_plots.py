@@ -1,6 +1,7 @@
 """The estimated-against-measured chart: the samples/s the roofline of `devicebench estimate` gives beforehand
 against those measured, log-log, for the report's GPU runs and the published figures the roofline is fitted on.
-estimate/against_measured.py fills its EstimatedAgainstMeasured; this module only draws it.
+estimate/against_measured.py hands it an EstimatedAgainstMeasured; this module only draws it, and words each run's
+line.
 
     python -c "from devicebench.report.estimate_plots import estimate_figure; help(estimate_figure)"
 """
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from devicebench.report.charts import (
@@ -23,11 +23,14 @@ from devicebench.report.charts import (
     text_as_given,
     wrapped_title,
 )
+from devicebench.report.text import rate_text
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
+
+    from devicebench.estimate.against_measured import EstimatedAgainstMeasured, RunEstimate
 
 ESTIMATE_PLOT_HEIGHT_IN = 7.2  # the square plot (as wide as the chart, less its tick labels), title and axis labels
 ESTIMATE_LEGEND_COLUMNS = 3
@@ -35,34 +38,24 @@ ESTIMATE_ROOM = 1.4  # the axes reach this factor past the lowest and highest fi
 RUN_MARKER = "D"  # a run of the report's results; the published figures are small dots
 
 
-@dataclass(frozen=True)
-class EstimatedPoint:
-    """A throughput the roofline estimated beforehand beside the one measured: a point of the estimated-against-
-    measured chart."""
+def run_line(found: RunEstimate) -> str:
+    """The sentence `devicebench run` prints after a GPU run: measured, estimated beforehand, and the verdict."""
+    interval = (
+        "no interval"
+        if found.interval is None
+        else f"{estimate_text(found.interval[0])}–{estimate_text(found.interval[1])} at {found.level:.0%}"
+    )
+    compiled = " with torch.compile (counted unfused)" if found.compiled else ""
+    return (
+        f"{found.run.workload} on {found.run.device} ({found.run.device_name}): measured "
+        f"{rate_text(found.measured)} samples/s; estimated beforehand {estimate_text(found.estimated)} "
+        f"({interval}), {found.precision}{compiled}: {found.verdict()}"
+    )
 
-    label: str  # "resnet50 on cuda:0 (H100 SXM), fp32, run 1a2b3c4d"
-    gpu: str  # the catalog's name of the GPU: one colour each
-    estimated: float  # samples/s
-    measured: float  # samples/s
-    interval: tuple[float, float] | None  # the estimate's interval in samples/s, drawn as a bar; None: none drawn
 
-
-@dataclass(frozen=True)
-class EstimatedAgainstMeasured:
-    """What the estimated-against-measured chart draws: the report's GPU runs, each estimated by a fit made without
-    the user's runs, and the published figures the roofline is fitted on, each estimated by a fit without it."""
-
-    runs: tuple[EstimatedPoint, ...]
-    published: tuple[EstimatedPoint, ...]
-    level: float  # of every interval: 0.8
-    lines: tuple[str, ...] = ()  # a sentence per run, as `devicebench run` prints it
-    published_ratio: float | None = None  # a published figure's interval: its estimate times or divided by this
-
-    @property
-    def gpus(self) -> list[str]:
-        """Every GPU drawn, those of the runs first: they take the palette's strongest colours."""
-        ran = sorted({point.gpu for point in self.runs})
-        return ran + sorted({point.gpu for point in self.published} - set(ran))
+def estimate_text(samples_per_s: float) -> str:
+    """An estimated rate to the three figures it may claim (its interval spans tens of percent): 98,600, 2,650."""
+    return rate_text(float(f"{samples_per_s:.3g}"))
 
 
 @text_as_given

@@ -28,6 +28,9 @@ BOUNDS = {  # what each bound means, and what would move it
     "host-to-device copy": "copying each batch to the GPU: data held on the GPU helps",
     "kernel launches": "the host launching kernels one by one: a larger batch or torch.compile helps; a faster GPU "
     "does not",
+    "host (kernel launches)": "the host's Python, dispatch and launch of each kernel in devicebench's eager loop (fitted "
+    "on measured GPU runs): a larger batch, fewer kernels or the step captured as a CUDA graph help; a faster GPU does "
+    "not",
     "input pipeline": "loading and augmenting batches on this machine's cores: more loader workers or faster "
     "decoding help; a GPU does not",
 }
@@ -138,8 +141,15 @@ def estimate_notes(estimates: Sequence[Estimate], fitted: RooflineFit) -> list[s
         notes.append(f"{workload}: {note}.")
     notes.append("Precision: " + _per_gpu(estimates, lambda estimate: PRECISION_WORDS[estimate.precision]) + ".")
     hosts = _per_gpu(estimates, _host_text)
-    if any(estimate.step.input_s for estimate in estimates):
+    if any(estimate.step.input_s and not estimate.step.serial_input for estimate in estimates):
         notes.append(f"Input pipeline: timed here, scaled to the host's cores ({hosts}).")
+    if any(estimate.step.input_s and estimate.step.serial_input for estimate in estimates):
+        notes.append(
+            "Input pipeline without loader workers: timed here on one core and not scaled (the loop prepares each "
+            "batch itself, on one core there as here)."
+        )
+    if any(estimate.baseline and estimate.baseline.data_source == "synthetic" for estimate in estimates):
+        notes.append("Synthetic data: no input pipeline is estimated (the batches are made once, in memory).")
     if any(estimate.price_per_hour is not None for estimate in estimates):
         runs = ", ".join(sorted({f"{estimate.workload} {estimate.epochs}" for estimate in estimates}))
         notes.append(f"Cost/run: the seed's epochs ({runs}) at the estimated epoch time and the price per hour.")
@@ -178,12 +188,14 @@ def _host_text(estimate: Estimate) -> str:
     return f"{estimate.host_cores} cores{where}"
 
 
-def validation_table(scored: dict[str, list[Validation]], level: float) -> FittedTable:
+def validation_table(
+    scored: dict[str, list[Validation]],
+    level: float,
+    title: str = "The roofline scored on every figure, each predicted by a fit made without it",
+) -> FittedTable:
     """The three schemes side by side: how far off each point is when predicted without it, its GPU or its model,
     and how many fell inside the interval the other points' errors state."""
-    table = Table(
-        title="The roofline scored on every figure, each predicted by a fit made without it", title_justify="left"
-    )
+    table = Table(title=title, title_justify="left")
     for column in ("Left out", "Figures", "Median error", f"Inside the {level:.0%} interval", "Interval"):
         table.add_column(column, justify="left" if column == "Left out" else "right", overflow="fold")
     for scheme, validations in scored.items():

@@ -15,13 +15,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from devicebench import files
 from devicebench.engine.timing import wall_clock_utc
 from devicebench.errors import DevicebenchError
 from devicebench.report.charts import Chart, file_stem, keep_matplotlib_out_of_a_guessed_home
-from devicebench.report.estimate_plots import EstimatedAgainstMeasured, estimate_chart
+from devicebench.report.estimate_plots import estimate_chart, run_line
 from devicebench.report.sweep_plots import sweep_charts
 from devicebench.report.text import (
     batch_text,
@@ -47,6 +47,9 @@ from devicebench.results.record import published_figures
 from devicebench.results.schema import Result, write_atomically
 from devicebench.results.stats import INTERVAL_NAME, INTERVAL_NOTE, Spread
 from devicebench.workloads import SEED_EXPERIMENTS, Published
+
+if TYPE_CHECKING:
+    from devicebench.estimate.against_measured import EstimatedAgainstMeasured  # made a layer above, drawn here
 
 INSTALL_HINT = "pip install 'devicebench[report]'"
 MIB_PER_GIB = 1024
@@ -126,7 +129,7 @@ def write_report(
         summary=summary,
         sections=sections,
         estimated=against,
-        estimated_lines=estimated.lines if estimated is not None else (),
+        estimated_lines=tuple(run_line(found) for found in estimated.found) if estimated is not None else (),
         data_uri=_data_uri,
         interval_name=INTERVAL_NAME,
         interval_note=INTERVAL_NOTE,

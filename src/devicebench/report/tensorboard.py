@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from devicebench.errors import DevicebenchError
 from devicebench.events import RunReporter
+from devicebench.files import UnusableFile
 from devicebench.results.schema import EpochRecord, RunRecord
 from devicebench.workloads import get_workload
 
@@ -36,6 +37,13 @@ class TensorBoardReporter(RunReporter):
             ) from None
         self.writer_class = SummaryWriter
         self.log_dir = Path(log_dir)
+        try:  # now, before the session is stored: a folder that cannot be made must not cut its first run short
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise UnusableFile(
+                f"cannot write TensorBoard logs into --tensorboard {log_dir}: {error.strerror or error}; name "
+                "another folder"
+            ) from None
         self.writer: SummaryWriter | None = None  # the run's, from run_started to run_finished
 
     def run_started(self, record: RunRecord) -> None:

@@ -177,12 +177,14 @@ def speedup_text(row: Row) -> str:
 
 def ratio_text(value: Speedup, after: str = "") -> str:
     """`2.10x [1.90–2.31]`: a ratio of samples/s with its interval at CONFIDENCE (95%), `2.10x [1.90–2.31] 67%`
-    with the lower level its few samples hold, or `2.10x` where one sample gave none; `after` follows the ratio
-    (` vs seed`)."""
+    with the lower level its few samples hold, `2.10x [1.90–2.31] 67% in one process` where it holds only for the
+    processes measured, or `2.10x` where one sample gave none; `after` follows the ratio (` vs seed`)."""
     text = f"{value.ratio:.2f}x{after}"
     if value.low is None or value.high is None:
         return text
     below = f" {level_text(value.level)}" if value.level is not None and value.level < CONFIDENCE else ""
+    if value.within_one_process:
+        below = f" {level_text(value.level or 0.0)} in one process"
     return f"{text} [{value.low:.2f}–{value.high:.2f}]{below}"
 
 

@@ -12,7 +12,6 @@ machine); a row with no such baseline says why instead of showing a number.
 from __future__ import annotations
 
 import json
-import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,27 +24,34 @@ from devicebench.results.plausibility import (
 )
 from devicebench.results.pooling import (
     closest,
+    machine_identity,
+    machine_label,
     name_differences,
+    names_machine,
+    no_baseline_note,
     own_choices,
     resolved_definitions,
     run_settings,
+    same_machine,
     same_work,
     software_difference,
+    tell_machines_apart,
     unrecorded_note,
 )
 from devicebench.results.prices import Prices
+from devicebench.results.repetition import process_interval, process_medians, recorded_run_to_run
 from devicebench.results.schema import EpochRecord, Result, RunRecord
 from devicebench.results.speed_settings import SAME_WORK_SETTINGS, setting_text
-from devicebench.results.stats import Speedup, Spread, coefficient_of_variation, level_text, speedup, spread
+from devicebench.results.stats import RunToRun, Speedup, Spread, coefficient_of_variation, level_text, spread
 
 DEFAULT_BASELINE = "cpu"
 # Above this, steady epoch time varies too much across repeats to trust the row. It flags the sample's CV, not the
 # machine's: from 2 values a row of true CV 2% is flagged 1.2% of the time, 5% 32%, 10% 62% (tests/test_stats.py).
+# With one process, the sample's CV is its epochs' and the machine's run-to-run CV combined (Row.epoch_time_cv).
 NOISY_EPOCH_TIME_CV = 0.05
 SECONDS_PER_HOUR = 3600.0
 JOULES_PER_WATT_HOUR = 3600.0
 TERA = 1e12  # FLOP/s per TFLOP/s
-ID_DIGITS_SHOWN = 6  # of a machine id, after a name that two compared machines share
 
 
 @dataclass
@@ -63,7 +69,8 @@ class Row:
     speedup: Speedup | None = None
     speedup_note: str = ""  # why there is no speedup, or where its interval comes from
     price_per_hour: float | None = None
-    shared_name: bool = False  # another machine among the compared results has this one's name
+    id_digits: int = 0  # of its machine id shown after its name: enough to tell the machines of one name apart
+    processes: dict[str, str] = field(default_factory=dict)  # run id → its process_id, or its session's id (before 6)
 
     @property
     def machine_id(self) -> str:
@@ -75,9 +82,8 @@ class Row:
 
     @property
     def machine_name(self) -> str:
-        """The machine's name, with the start of its id where another compared machine has the same name
-        (`vm@3f2a1b`): two cloud VMs both called `vm` must not read as one machine."""
-        return f"{self.plain_name}@{self.machine_id[:ID_DIGITS_SHOWN]}" if self.shared_name else self.plain_name
+        """The machine's name, with the start of its id where it must show (`vm@3f2a1b`: pooling.id_digits_shown)."""
+        return machine_label(self.machine, self.id_digits)
 
     @property
     def differs_by(self) -> str:
@@ -98,7 +104,7 @@ class Row:
             baseline is not None
             and baseline is not self
             and baseline.device == self.device
-            and baseline.machine_id == self.machine_id
+            and same_machine(baseline, self)
             and baseline.settings["mode"] == "seed"
             and self.settings["mode"] == "tuned"
         )
@@ -132,23 +138,38 @@ class Row:
     @property
     def epoch_time_cv(self) -> float | None:
         """How repeatable the steady epoch time is: its coefficient of variation (sample standard deviation / mean,
-        a fraction), across each repeat's median steady epoch time, or across the steady epochs themselves when
-        there is a single repeat (`epoch_time_cv_basis` says which). None with fewer than two values."""
-        return coefficient_of_variation(self._repeatability_sample()[0])
+        a fraction), across each process's median steady epoch time, or, with a single process, across its steady
+        epochs, combined (root sum of squares) with the machine's run-to-run CV where it was measured: the figure
+        the interval includes (`epoch_time_cv_basis` says which). None with fewer than two values."""
+        epochs_cv, run_to_run = coefficient_of_variation(self._repeatability_sample()[0]), self.run_to_run
+        if epochs_cv is None or run_to_run is None or len(self.process_medians("train_time_s")) >= 2:
+            return epochs_cv
+        return (epochs_cv**2 + run_to_run.cv**2) ** 0.5
 
     @property
     def epoch_time_cv_basis(self) -> str:
-        """What `epoch_time_cv` varies across: `5 repeats`, or `4 steady epochs of one repeat`."""
+        """What `epoch_time_cv` varies across: `5 repeats`, or `4 steady epochs of one repeat` and the machine's
+        run-to-run CV, or a word that it was not measured."""
         return self._repeatability_sample()[1]
 
     def _repeatability_sample(self) -> tuple[list[float], str]:
-        medians = per_repeat_medians(self, "train_time_s")
+        medians = self.process_medians("train_time_s")
         if len(medians) >= 2:
             return medians, f"{len(medians)} repeats"
         # per step: the same variation as the epochs' times when they are equally long, and a fair one when a time
         # budget shortened some of them (devicebench/budget.py)
         times = [epoch.step_time_ms for epoch in self.steady_epochs]
-        return times, f"{len(times)} steady epochs of one repeat"
+        run_to_run = self.run_to_run
+        if run_to_run is None:
+            return times, f"{len(times)} steady epochs of one repeat, between processes not measured"
+        return times, f"{len(times)} steady epochs of one repeat and this machine's run-to-run {run_to_run.cv:.1%}"
+
+    def process_medians(self, measure: str) -> list[float]:
+        return process_medians(self.runs, self.processes, measure)
+
+    @property
+    def run_to_run(self) -> RunToRun | None:  # the machine's run-to-run variation on this device, where measured
+        return recorded_run_to_run(self.runs)
 
     @property
     def process_cpu_percent(self) -> Spread | None:
@@ -363,16 +384,14 @@ def compare(
     for result in results:
         for run in result.runs:
             settings = {**run_settings(result, run, pool_interrupted), "definition": next(definitions)}
-            key = (run.workload, result.machine["machine_id"], run.device, json.dumps(settings, sort_keys=True))
+            key = (run.workload, *machine_identity(result.machine), run.device, json.dumps(settings, sort_keys=True))
             if key not in rows:
                 rows[key] = Row(run.workload, result.machine, run.device, run.device_name, settings)
             rows[key].runs.append(run)
-    ids_named: dict[str, set[str]] = {}
-    for row in rows.values():
-        ids_named.setdefault(row.plain_name, set()).add(row.machine_id)
+            rows[key].processes[run.run_id] = run.process_id or result.result_id
+    tell_machines_apart(list(rows.values()))
     by_workload: dict[str, list[Row]] = {}
     for row in rows.values():
-        row.shared_name = len(ids_named[row.plain_name]) > 1
         by_workload.setdefault(row.workload, []).append(row)
     for workload_rows in by_workload.values():
         name_differences(workload_rows)
@@ -394,11 +413,12 @@ def _find_baseline(row: Row, rows: list[Row], spec: str) -> Row | None:
         for other in rows
         if other.device == device
         # a fixed machine by its name as tables show it (`vm@3f2a1b`: `vm` alone would pick one of two unsaid) or id
-        and (other.machine_id == row.machine_id if not machine else machine in (other.machine_name, other.machine_id))
+        and (same_machine(other, row) if not machine else names_machine(machine, other))
         and same_work(row, other)
         and other.samples_per_s is not None
     ]
-    return closest(row, candidates) if candidates else None
+    one_machine = len({machine_identity(other.machine) for other in candidates}) == 1  # else picking one is a guess
+    return closest(row, candidates) if one_machine else None
 
 
 def _own_seed_row(row: Row, rows: list[Row]) -> Row | None:
@@ -410,7 +430,7 @@ def _own_seed_row(row: Row, rows: list[Row]) -> Row | None:
         other
         for other in rows
         if other.settings["mode"] == "seed"
-        and other.machine_id == row.machine_id
+        and same_machine(other, row)
         and other.device == row.device
         and other.samples_per_s is not None
         and same_work(row, other, apart_from=frozenset({"mode"}))
@@ -437,8 +457,7 @@ def tuned_gains(rows: list[Row]) -> list[TunedGain]:
             continue
         seed = _own_seed_row(tuned, rows)
         if seed is not None:
-            seed_rates, tuned_rates, _ = _interval_samples(seed, tuned)
-            gains.append(TunedGain(tuned, seed, speedup(seed_rates, tuned_rates)))
+            gains.append(TunedGain(tuned, seed, process_interval(seed, tuned)[0]))
     return gains
 
 
@@ -447,18 +466,13 @@ def _attach_speedup(row: Row, rows: list[Row], spec: str) -> None:
     if row.baseline is row:
         row.baseline = _own_seed_row(row, rows) or row
     if row.baseline is None:
-        machine = spec.rpartition("/")[0]
-        where = f"on {machine or row.machine_name}"
-        if any(other.shared_name and other.plain_name == machine for other in rows):
-            where += f" (several machines are called {machine}: name one as the table does, {machine}@ID)"
         work = ", ".join(f"{name}={row.settings[name]}" for name in SAME_WORK_SETTINGS[:4])
-        row.speedup_note = f"no {spec.rpartition('/')[2]} run {where} with the same work ({work})"
+        row.speedup_note = no_baseline_note(spec, row, rows, work)
         return
     if row.samples_per_s is None:
         row.speedup_note = "no steady-state epochs (epoch 1 is warm-up)"
         return
-    baseline_rates, own_rates, source = _interval_samples(row.baseline, row)
-    row.speedup = speedup(baseline_rates, own_rates)
+    row.speedup, source = process_interval(row.baseline, row)
     level = row.speedup.level
     row.speedup_note = f"{level_text(level)} interval from {source}" if level is not None else "one sample: no interval"
     if choices := own_choices(row.settings, row.baseline.settings):
@@ -469,21 +483,3 @@ def _attach_speedup(row: Row, rows: list[Row], spec: str) -> None:
             f"; against {row.baseline.label}, whose epochs were capped at {baseline_steps or 'no'} "
             f"steps (this row's at {own_steps or 'no'})"
         )
-
-
-def per_repeat_medians(row: Row, measure: str) -> list[float]:
-    """The median of `measure` (an EpochRecord field) over each repeat's steady epochs, one value per repeat."""
-    return [
-        statistics.median(getattr(epoch, measure) for epoch in run.steady_epochs)
-        for run in row.runs
-        if run.steady_epochs
-    ]
-
-
-def _interval_samples(baseline: Row, row: Row) -> tuple[list[float], list[float], str]:
-    """Per-repeat steady medians when both sides have two repeats or more, else every steady epoch."""
-    baseline_repeats = per_repeat_medians(baseline, "samples_per_s")
-    own_repeats = per_repeat_medians(row, "samples_per_s")
-    if len(baseline_repeats) >= 2 and len(own_repeats) >= 2:
-        return baseline_repeats, own_repeats, "repeats"
-    return [e.samples_per_s for e in baseline.steady_epochs], [e.samples_per_s for e in row.steady_epochs], "epochs"

@@ -164,6 +164,14 @@ def _forget_first_definitions(connection: sqlite3.Connection) -> None:
     connection.execute("UPDATE runs SET definition = NULL")
 
 
+def _add_processes_and_run_to_run(connection: sqlite3.Connection) -> None:
+    """Schema 14: the process each run trained in (NULL before: a session's repeats shared its process), and the
+    machine's run-to-run CV and its degrees of freedom when it ran (NULL: not measured)."""
+    connection.execute("ALTER TABLE runs ADD COLUMN process_id TEXT")
+    connection.execute("ALTER TABLE runs ADD COLUMN run_to_run_cv REAL")
+    connection.execute("ALTER TABLE runs ADD COLUMN run_to_run_freedom REAL")
+
+
 # MIGRATIONS[n] takes a database from schema n to n + 1; the newest schema is len(MIGRATIONS). Append, never edit.
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _create_tables,
@@ -179,6 +187,7 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _add_tuning_time,
     _add_definition,
     _forget_first_definitions,
+    _add_processes_and_run_to_run,
 ]
 TABLES = ("machines", "sessions", "runs", "epochs", "live_runs")  # schema 1's four, then schema 2's
 

@@ -1,6 +1,7 @@
-"""Which runs share a row: what keeps them apart (speed settings, the software that ran them, the workload's
-definition), the words a row's label gives what sets it apart from its neighbours, and what a row says when it
-pools runs whose definition was never recorded.
+"""Which runs share a row: what keeps them apart (the machine, its id and name; speed settings, the software that
+ran them, the workload's definition), the words a row's label gives what sets it apart from its neighbours (and the
+digits of its id that tell machines of one name apart), and what a row says when it pools runs whose definition was
+never recorded.
 
 The policy (docs/measurement.md, "Which runs share a row"): runs under different software (torch, its CUDA or
 ROCm build, cuDNN, devicebench) or of different workload definitions are never pooled. Each gets a row of its own,
@@ -35,9 +36,57 @@ class Pooled(Protocol):
     device: str
     settings: dict[str, Any]  # the speed settings, software and definition its runs share (POOLED_APART)
     differs_in: tuple[str, ...]
+    machine: dict[str, Any]  # the fingerprint of the machine its runs came from
+    id_digits: int  # of its machine id its label shows (id_digits_shown)
 
     @property
     def machine_id(self) -> str: ...
+
+    @property
+    def machine_name(self) -> str: ...  # as tables show it
+
+
+ID_DIGITS_SHOWN = 6  # of a machine id, at least, after a name that two compared machines share
+ID_MARK = "@"  # what a label puts between a machine's name and its id: a name holding it could pass for another's label
+
+
+def machine_identity(machine: dict[str, Any]) -> tuple[str, str]:
+    """A machine's id and its name ($DEVICEBENCH_MACHINE where it ran, else its hostname): two machines that claim
+    one id under two names (a forged import) are two machines, never pooled."""
+    return machine["machine_id"], machine.get("machine_name") or machine["hostname"]
+
+
+def machine_label(machine: dict[str, Any], id_digits: int) -> str:
+    """A machine's name as tables show it, with `id_digits` of its id where it must show (`vm@3f2a1b`)."""
+    machine_id, name = machine_identity(machine)
+    return f"{name}{ID_MARK}{machine_id[:id_digits]}" if id_digits else name
+
+
+def same_machine(first: Pooled, second: Pooled) -> bool:
+    return machine_identity(first.machine) == machine_identity(second.machine)
+
+
+def id_digits_shown(name: str, ids: set[str]) -> int:
+    """How many digits of its id a machine called `name` shows after it, among the compared machines of that name,
+    whose ids are `ids`: none where it is the only one, else the fewest, ID_DIGITS_SHOWN or more, that tell the ids
+    apart (`vm@3f2a1b`, longer where two start alike). A name holding ID_MARK always shows its id: `vm@3f2a1b`, a
+    machine's name, must not pass for another machine's label."""
+    if len(ids) == 1 and ID_MARK not in name:
+        return 0
+    digits = ID_DIGITS_SHOWN
+    while len({machine_id[:digits] for machine_id in ids}) < len(ids) and digits < max(map(len, ids)):
+        digits += 1
+    return digits
+
+
+def names_machine(spec: str, row: Pooled) -> bool:
+    """Whether `spec`, the MACHINE of `--baseline MACHINE/DEVICE`, names `row`'s machine: its label as tables show
+    it, its whole id, or its name and the start of its id (`vm@3f2a1b0e`, ID_DIGITS_SHOWN digits or more)."""
+    machine_id, name = machine_identity(row.machine)
+    spec_name, mark, digits = spec.rpartition(ID_MARK)
+    return spec in (row.machine_name, machine_id) or (
+        bool(mark) and spec_name == name and len(digits) >= ID_DIGITS_SHOWN and machine_id.startswith(digits)
+    )
 
 
 PooledRow = TypeVar("PooledRow", bound=Pooled)
@@ -167,3 +216,31 @@ def software_difference(settings: dict[str, Any], baseline_settings: dict[str, A
 
 def _text(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=repr)
+
+
+def no_baseline_note(spec: str, row: Pooled, rows: Sequence[Pooled], work: str) -> str:
+    """Why `row` has no baseline under `--baseline spec` (MACHINE/DEVICE, or a DEVICE), doing `work`: none of that
+    device on that machine (saying what to type where several machines share its name), or MACHINE names several
+    (the start of an id they share) and picking one would be a guess."""
+    machine, _, device = spec.rpartition("/")
+    named = sorted({other.machine_name for other in rows if machine and names_machine(machine, other)})
+    if len(named) > 1:
+        return (
+            f"no baseline: {machine} names {len(named)} machines ({', '.join(named)}); name one as the table does, "
+            "or by its whole id"
+        )
+    where = f"on {machine or row.machine_name}"
+    if any(machine_identity(other.machine)[1] == machine and other.machine_name != machine for other in rows):
+        where += f" (several machines are called {machine}: name one as the table does, {machine}{ID_MARK}ID)"
+    return f"no {device} run {where} with the same work ({work})"
+
+
+def tell_machines_apart(rows: Sequence[Pooled]) -> None:
+    """Set each row's id_digits (id_digits_shown) among the machines of `rows`."""
+    ids_named: dict[str, set[str]] = {}
+    for row in rows:
+        machine_id, name = machine_identity(row.machine)
+        ids_named.setdefault(name, set()).add(machine_id)
+    for row in rows:
+        name = machine_identity(row.machine)[1]
+        row.id_digits = id_digits_shown(name, ids_named[name])

@@ -26,8 +26,10 @@ from typing import Any, Literal
 from devicebench import files
 from devicebench.choices import Mode, TrainingPrecision
 
-SCHEMA_VERSION = 5  # 2: plausibility flags; 3: tuning_s; 4: definition; 5: definitions that torch leaves alone
-READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4, 5)  # 1 to 3 lack only fields that have defaults
+# 2: plausibility flags; 3: tuning_s; 4: definition; 5: definitions that torch leaves alone; 6: the process each
+# repeat ran in, and the machine's run-to-run variation
+SCHEMA_VERSION = 6
+READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6)  # 1 to 3, and 5, lack only fields that have defaults
 FIRST_DEFINITIONS = 4  # whose definitions hashed the initial weights torch drew: read as not recorded
 
 RunStatus = Literal["running", "ok", "diverged", "failed", "oom", "interrupted"]
@@ -85,8 +87,9 @@ class RunSettings:
     channels_last: bool = False
     fused_optimizer: bool = False
     compiled: bool = False  # torch.compile
+    step_graph: bool = False  # the whole training step replayed as one CUDA graph (engine/step_graph.py)
     cudnn_benchmark: bool = False
-    device_resident: bool = False  # the dataset held on the device
+    device_resident: bool = False  # the dataset held on the device (in seed mode too: wherever it fits there)
     allocator_keeps_memory: bool = False  # glibc keeps freed blocks for reuse
     batch_size_auto: bool = False  # the batch size was grown for throughput (--batch-size auto), not the seed's
     world_size: int = 1  # processes training together (engine/distributed.py); batch_size is their global batch
@@ -152,6 +155,15 @@ class RunRecord:
     # (workloads/definition.py): runs of different definitions are never pooled. None: not recorded (a run stored
     # before schema 4, or a workload that could not be built to take it)
     definition: str | None = None
+    # The process this repeat trained in, 12 hex digits made once per process: repeats are fresh processes, and
+    # the speedup interval's unit is the process (results/compare.py). None: stored before schema 6, when every
+    # repeat of a session ran in the session's one process
+    process_id: str | None = None
+    # The machine's run-to-run variation on this device when the run started (`devicebench calibrate`,
+    # engine/run_to_run.py): the CV between fresh processes, a fraction, and its degrees of freedom; None where
+    # it was never measured. An interval from one process a side includes it (results/stats.py)
+    run_to_run_cv: float | None = None
+    run_to_run_freedom: float | None = None
 
     @property
     def steady_epochs(self) -> list[EpochRecord]:

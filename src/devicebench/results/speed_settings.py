@@ -24,6 +24,7 @@ SPEED_SETTINGS = (
     "tf32_matmul",
     "tf32_cudnn",
     "compiled",
+    "step_graph",
     "channels_last",
     "fused_optimizer",
     "cudnn_benchmark",
@@ -43,6 +44,7 @@ TUNED_CHOICES = (
     "channels_last",
     "fused_optimizer",
     "compiled",
+    "step_graph",
     "tf32_matmul",
     "tf32_cudnn",
     "cudnn_benchmark",
@@ -63,7 +65,10 @@ SOFTWARE_WORDS = {
 SOFTWARE = tuple(SOFTWARE_WORDS)
 POOLED_APART = (*SOFTWARE, "definition", "interrupted")  # interrupted: pooling.run_settings
 
-SWITCH_WORDS = {"batch_size_auto": "auto batch"}  # other switches read as their names, `channels last`
+SWITCH_WORDS = {
+    "batch_size_auto": "auto batch",
+    "step_graph": "CUDA graph",
+}  # other switches read as their names, `channels last`
 COUNTED = {"threads": "thread", "workers": "worker", "world_size": "process"}  # `4 threads`, `1 process`
 
 

@@ -22,8 +22,8 @@ from typing import Any
 
 import psutil
 
-from devicebench.files import DB_VARIABLE, user_folder
-from devicebench.results import migrations, store_errors
+from devicebench.files import DB_VARIABLE, expanded, user_folder
+from devicebench.results import migrations, store_errors, store_imports
 from devicebench.results.schema import EpochRecord, Result, RunRecord
 from devicebench.results.store_errors import (
     DAMAGED,
@@ -47,7 +47,6 @@ from devicebench.results.store_rows import (
     assemble,
     epoch_row,
     run_row,
-    same_value,
     session_row,
 )
 
@@ -58,9 +57,11 @@ ABANDONED = "the process running it ended without finishing it (killed or crashe
 
 def default_db_path(db: str | Path | None = None) -> Path:
     """`db` when given, else $DEVICEBENCH_DB, else results.sqlite in the user's data folder."""
-    chosen = db or os.environ.get(DB_ENVIRONMENT_VARIABLE, "").strip()
+    if db:
+        return expanded(db, "--db")
+    chosen = os.environ.get(DB_ENVIRONMENT_VARIABLE, "").strip()
     if chosen:
-        return Path(chosen).expanduser()
+        return expanded(chosen, f"${DB_ENVIRONMENT_VARIABLE}")
     return user_folder("data", "the results database") / "results.sqlite"
 
 
@@ -200,11 +201,12 @@ class Store:
         self.close()
 
     @contextmanager
-    def _transaction(self, action: str, begin: str = "BEGIN IMMEDIATE") -> Iterator[None]:
+    def _transaction(self, action: str, begin: str = "BEGIN IMMEDIATE", *, kept: str | None = None) -> Iterator[None]:
         """Commit everything inside at once, or nothing. IMMEDIATE takes the write lock up front, so a writer
         waits its turn (up to BUSY_TIMEOUT_S) instead of failing when another process writes at the same time.
 
-        A failure (a full disk, a lock held too long) rolls it all back and is a StoreError naming `action`.
+        A failure (a full disk, a lock held too long) rolls it all back and is a StoreError naming `action` and,
+        given `kept`, what the file holds then (else: that it is unchanged).
         """
         try:
             self._connection.execute(begin)
@@ -215,7 +217,7 @@ class Store:
                 self._connection.rollback()
                 raise
         except sqlite3.Error as error:
-            explanation = explain(error, self.path, unchanged=True)
+            explanation = explain(error, self.path, unchanged=kept or True)
             raise StoreError(f"could not {action} in {self.path}: {explanation}") from None
         self.check_still_there(action)
 
@@ -255,7 +257,7 @@ class Store:
             self._refuse_unreadable([record.run_id])
 
     def add_epoch(self, run_id: str, epoch: EpochRecord) -> None:
-        with self._transaction(f"store epoch {epoch.epoch} of run {run_id}"):
+        with self._transaction(f"store epoch {epoch.epoch} of run {run_id}", kept=_cut_short(run_id)):
             self._connection.execute(INSERT_EPOCH, epoch_row(run_id, epoch))
             self._refuse_unreadable([run_id])
 
@@ -265,7 +267,7 @@ class Store:
         Its epochs are written again where missing, in case Ctrl-C struck while one was being stored. A session
         with an interrupted run was itself interrupted.
         """
-        with self._transaction(f"store the end of run {record.run_id}"):
+        with self._transaction(f"store the end of run {record.run_id}", kept=_cut_short(record.run_id)):
             if self._connection.execute(UPDATE_RUN, run_row(record)).rowcount == 0:
                 raise ValueError(f"run {record.run_id} was never started in {self.path}")
             self._insert_epochs(record)
@@ -284,19 +286,56 @@ class Store:
         """Add a session from elsewhere, keeping its ids and fingerprint; returns how many of its runs were new."""
         return self.import_results([result])
 
-    def import_results(self, results: Iterable[Result]) -> int:
-        """Add sessions in one transaction, all or nothing; returns how many runs were new."""
+    def import_results(self, results: Iterable[Result], *, this_machine: tuple[str, str] | None = None) -> int:
+        """Add sessions in one transaction, all or nothing; returns how many runs were new, or completed (a run stored
+        cut short, as by a disk that filled mid-run, that the file holds further). `this_machine`, the (id, name)
+        of the machine importing: a session claiming its id under another name is refused, as is one claiming the
+        id of a stored machine of another name."""
         added = 0
         with self._transaction("import the results"):
             for result in results:
-                self._refuse_another_session_of_the_same_id(result)
+                store_imports.refuse_another_session_of_the_same_id(self._connection, self.path, result)
+                store_imports.refuse_another_machine_of_the_same_id(self._connection, result, this_machine)
                 self._insert_session(result)
-                new_runs = [record for record in result.runs if self._insert_run(result.result_id, record)]
+                new_runs = [record for record in result.runs if self._insert_new_run(result.result_id, record)]
                 for record in new_runs:
                     self._insert_epochs(record)
                 self._refuse_unreadable([record.run_id for record in new_runs])
                 added += len(new_runs)
         return added
+
+    def _insert_new_run(self, result_id: str, record: RunRecord) -> bool:
+        """Insert an imported run, or complete the stored one of its id that was cut short; returns whether either
+        happened (False: the run is stored already, as far as the file holds it)."""
+        stored = self._connection.execute(
+            "SELECT status, (SELECT count(*) FROM epochs WHERE epochs.run_id = runs.run_id) AS epochs FROM runs "
+            "WHERE run_id = ?",
+            (record.run_id,),
+        ).fetchone()
+        if stored is None:
+            store_imports.refuse_a_prefix_of_another_id(self._connection, record.run_id)
+            return self._insert_run(result_id, record)
+        # cut short (its process died, or the disk filled, mid-run) where the file holds more of the same run
+        # (store_imports checked it is the same session)
+        cut_short = stored["status"] == "interrupted" or (
+            stored["status"] == "running" and not self._still_written(record.run_id)
+        )
+        if not cut_short or (record.status == "interrupted" and len(record.epochs) <= stored["epochs"]):
+            return False
+        for table in ("epochs", "live_runs"):
+            self._connection.execute(f"DELETE FROM {table} WHERE run_id = ?", (record.run_id,))
+        self._connection.execute(UPDATE_RUN, run_row(record))
+        return True
+
+    def _still_written(self, run_id: str) -> bool:
+        """Whether another live process on this host is writing the run `run_id` (_close_abandoned_runs closed
+        those of dead ones; this process's own run has ended once it imports)."""
+        live = self._connection.execute(
+            "SELECT process_id FROM live_runs WHERE run_id = ? AND hostname = ? "
+            "AND (process_namespace IS ? OR process_namespace IS NULL)",
+            (run_id, socket.gethostname(), pid_namespace()),
+        ).fetchone()
+        return live is None or (live[0] != os.getpid() and psutil.pid_exists(live[0]))
 
     def _refuse_unreadable(self, run_ids: list[str]) -> None:
         """Read the runs just written back, inside the writing transaction, as every reading command will: a run
@@ -311,46 +350,6 @@ class Store:
                     f"nothing was stored: devicebench could not read this run back ({error}). This is a bug in "
                     "devicebench or in the workload that made the run: please report it"
                 ) from None
-
-    def _refuse_another_session_of_the_same_id(self, result: Result) -> None:
-        """Raise StoreError when `result` is not the session stored under its id (another machine's, another
-        time's) or one of its runs is stored in another session: pooling those runs would mix different sessions.
-        The same session again (a re-import, or another export of some of its runs) passes."""
-        stored = self._connection.execute(
-            f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions WHERE result_id = ?", (result.result_id,)
-        ).fetchone()
-        if stored is not None:
-            incoming = session_row(result)
-            for column in (
-                "machine_id",
-                "hostname",
-                "created_utc",
-                "devicebench_version",
-                "machine_json",
-                "config_json",
-            ):
-                if not same_value(stored[column], incoming[column], column.endswith("_json")):
-                    raise StoreError(
-                        f"session {result.result_id} is already stored in {self.path} with another "
-                        f"{column.removesuffix('_json').replace('_', ' ')}: two different sessions carry the same "
-                        "id, and importing would pool the runs of one with the other's. Nothing was imported; "
-                        "export the file again from the machine that ran it, or import it into another --db"
-                    )
-        run_ids = [run.run_id for run in result.runs]
-        for start in range(0, len(run_ids), 500):  # SQLite's limit on parameters in one statement
-            chunk = run_ids[start : start + 500]
-            other = self._connection.execute(
-                f"SELECT run_id, result_id FROM runs WHERE run_id IN ({', '.join('?' * len(chunk))}) "
-                "AND result_id != ? LIMIT 1",
-                (*chunk, result.result_id),
-            ).fetchone()
-            if other is not None:
-                raise StoreError(
-                    f"run {other['run_id']} of session {result.result_id} is already stored in {self.path} as a run "
-                    f"of another session ({other['result_id']}): two different runs carry the same id. Nothing "
-                    "was imported; export the file again from the machine that ran it, or import it into another "
-                    "--db"
-                )
 
     def _insert_session(self, result: Result) -> None:
         machine = result.machine
@@ -461,9 +460,41 @@ class Store:
         return [row[0] for row in machines], [row[0] for row in workloads]
 
 
+def _cut_short(run_id: str) -> str:
+    """What the file holds of a run whose epoch or end could not be stored, and how to mend it."""
+    return (
+        f"run {run_id} stays stored as started, with the epochs stored before, and reads as interrupted from the "
+        "next command on: `devicebench import` of the run's --json file completes it, or `devicebench forget "
+        f"{run_id[:8]}` removes it"
+    )
+
+
 def pid_namespace() -> str | None:
     """This process's PID namespace, e.g. 'pid:[4026531836]' on Linux; None where the system has none to read."""
     try:
         return os.readlink("/proc/self/ns/pid")
     except OSError:
         return None
+
+
+# A session's config["purpose"] when it is the CPU baseline `devicebench estimate` trains: compare and history leave
+# such runs out, so that a user's own runs are not set beside an estimate's three-step ones
+ESTIMATE_BASELINE = "estimate baseline"
+
+
+def own_sessions(results: Iterable[Result]) -> tuple[list[Result], int]:
+    """The sessions a user ran, and how many runs the left-out CPU baselines of `devicebench estimate` hold."""
+    kept, baselines = [], 0
+    for result in results:
+        if result.config.get("purpose") == ESTIMATE_BASELINE:
+            baselines += len(result.runs)
+        else:
+            kept.append(result)
+    return kept, baselines
+
+
+def baselines_note(count: int) -> str:
+    return (
+        f"{count} run{'s' if count != 1 else ''} of `devicebench estimate`'s CPU baselines not shown "
+        "(`devicebench forget` removes them)."
+    )

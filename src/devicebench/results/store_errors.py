@@ -11,10 +11,9 @@ import sqlite3
 from pathlib import Path
 
 from devicebench.errors import DevicebenchError
-from devicebench.files import DB_VARIABLE, UnusableFile, require_regular_file
+from devicebench.files import DB_VARIABLE, SQLITE_HEADER, UnusableFile, require_regular_file
 
 BUSY_TIMEOUT_S = 30.0  # how long a write waits for another process's write to finish before giving up
-SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
 WHAT_TO_DO = f"pass another --db (or set {DB_VARIABLE}) to keep results elsewhere"
 DAMAGED = (
     "restore it from a backup, or save what can still be read with `sqlite3 FILE .recover` into a new "
@@ -76,9 +75,9 @@ def refuse_if_not_sqlite(path: Path) -> None:
         )
 
 
-def explain(error: sqlite3.Error, path: Path, *, unchanged: bool = False) -> str:
+def explain(error: sqlite3.Error, path: Path, *, unchanged: bool | str = False) -> str:
     """What `error` means for the database at `path`, in words, and what to do about it. `unchanged`: say that the
-    failed transaction was rolled back, leaving the file as it was."""
+    failed transaction was rolled back, leaving the file as it was; as text, what the file holds then instead."""
     name = getattr(error, "sqlite_errorname", "")  # SQLITE_FULL, SQLITE_BUSY...: absent from errors made in Python
     message = str(error)
     if name == "SQLITE_FULL" or "disk is full" in message:
@@ -106,5 +105,7 @@ def explain(error: sqlite3.Error, path: Path, *, unchanged: bool = False) -> str
         problem, advice = "the disk failed to read or write it", "check the disk, or " + WHAT_TO_DO
     else:
         problem, advice = "SQLite failed", WHAT_TO_DO
-    kept = "; the file is unchanged, with everything stored in it before" if unchanged else ""
+    kept = "; the file is unchanged, with everything stored in it before" if unchanged is True else ""
+    if isinstance(unchanged, str):
+        kept = f"; {unchanged}"
     return f"{problem} ({message}){kept}. To go on, {advice}"

@@ -12,6 +12,7 @@ import datetime
 import io
 import itertools
 import json
+import re
 import typing
 import unicodedata
 from collections.abc import Iterable, Iterator
@@ -20,6 +21,7 @@ from typing import IO, Any
 
 from devicebench.errors import DevicebenchError
 from devicebench.files import UnusableFile, require_regular_file
+from devicebench.results.pooling import ID_MARK
 from devicebench.results.schema import (
     READABLE_SCHEMA_VERSIONS,
     SCHEMA_VERSION,
@@ -37,6 +39,9 @@ EXPORT_KIND = "devicebench-export"
 FINISHED_STATUSES = tuple(status for status in typing.get_args(RunStatus) if status != "running")
 MACHINE_IDENTITY_KEYS = ("machine_id", "machine_name", "hostname")  # the fingerprint keys the store indexes
 CLOCK_SKEW = datetime.timedelta(days=1)  # how far ahead of this machine's clock another machine's may be
+# Run and session ids as devicebench writes them (32 hex digits) and tests name them: letters, digits, `-` and `_`.
+# No space or line break (`forget " "` could never name it) and no character `history` would not show as typed.
+ID_PATTERN = re.compile(r"[0-9A-Za-z_-]{1,64}")
 
 
 class ResultsFileError(DevicebenchError, ValueError):
@@ -295,29 +300,61 @@ def _check_finished_session(result: Result, where: str, now_utc: str | None) -> 
     """What an import needs beyond a well-formed Result: the machine's identity, finished runs only (a file is
     written once every run has ended; `devicebench run --json` marks a run cut short `interrupted`), and, given the
     time now, no time to come (a session dated 9999 would stay the latest, `--last 1`, for ever)."""
-    machine = f"{where}.machine" if where else "machine"
-    for key in MACHINE_IDENTITY_KEYS:
-        if not isinstance(result.machine.get(key), str) or not result.machine[key]:
-            raise InvalidResult(
-                f"{machine}.{key}: expected a non-empty string, got {json.dumps(result.machine.get(key))[:60]}"
-            )
+    _check_identity(result, where)
     latest = (
         None
         if now_utc is None
         else (datetime.datetime.strptime(now_utc, UTC_TIME_FORMAT) + CLOCK_SKEW).strftime(UTC_TIME_FORMAT)
     )
-    times = [(f"{where}.created_utc" if where else "created_utc", result.created_utc)]
+    times = [(_at(where, "created_utc"), result.created_utc)]
     for index, run in enumerate(result.runs):
-        place = f"{where}.runs[{index}]" if where else f"runs[{index}]"
+        place = _at(where, f"runs[{index}]")
         if run.status == "running":
             raise InvalidResult(
                 f"{place}.status: 'running' is not a finished run's status; a file holds runs that "
                 f"ended: {', '.join(repr(status) for status in FINISHED_STATUSES)}"
             )
         times.append((f"{place}.started_utc", run.started_utc))
+        for number, epoch in enumerate(run.epochs):
+            if epoch.input_wait_s is not None and epoch.input_wait_s > epoch.train_time_s:
+                raise InvalidResult(
+                    f"{place}.epochs[{number}].input_wait_s: {epoch.input_wait_s:g} s is longer than the epoch's "
+                    f"training ({epoch.train_time_s:g} s), of which it is a part"
+                )
     for place, value in times:
         if latest is not None and value > latest:  # in UTC_TIME_FORMAT, text order is time order
             raise InvalidResult(
                 f"{place}: {value} is more than {CLOCK_SKEW.days} day after this machine's clock "
                 f"({now_utc}); a run cannot have started in the future"
             )
+
+
+def _check_identity(result: Result, where: str) -> None:
+    """The machine's identity, of a name no label could be taken for, and ids that `forget` can name."""
+    for key in MACHINE_IDENTITY_KEYS:
+        if not isinstance(result.machine.get(key), str) or not result.machine[key]:
+            raise InvalidResult(
+                f"{_at(where, 'machine')}.{key}: expected a non-empty string, got "
+                f"{json.dumps(result.machine.get(key))[:60]}"
+            )
+    name = result.machine["machine_name"]
+    if ID_MARK in name:  # `vm@3f2a1b` could pass for the label of another machine, and be taken as its baseline
+        raise InvalidResult(
+            f"{_at(where, 'machine')}.machine_name: {name!r} holds {ID_MARK}, which tables put between a machine's "
+            "name and its id (vm@3f2a1b/cpu): it could pass for another machine's label; rename the machine where it "
+            "ran (DEVICEBENCH_MACHINE) and export again"
+        )
+    ids = [("result_id", result.result_id)] + [
+        (f"runs[{index}].run_id", run.run_id) for index, run in enumerate(result.runs)
+    ]
+    for place, value in ids:
+        if not ID_PATTERN.fullmatch(value):
+            raise InvalidResult(
+                f"{_at(where, place)}: {json.dumps(value)[:80]} is not an id devicebench writes (up to 64 letters, "
+                "digits, - and _)"
+            )
+
+
+def _at(where: str, field: str) -> str:
+    """A field's path in the file: `results[3].runs[0]` in an export, `runs[0]` in a `run --json` file."""
+    return f"{where}.{field}" if where else field

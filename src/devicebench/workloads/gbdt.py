@@ -28,7 +28,8 @@ import numpy as np
 from devicebench.data.sources import dataset_spec
 from devicebench.workloads import Hyperparameters, Published, QuickSettings, workload
 
-INSTALL_HINT = "needs xgboost: pip install 'devicebench[gbdt]'"
+# a machine without a GPU gets XGBoost without CUDA: the gbdt extra's CUDA build brings 0.7 GB with NCCL on Linux
+INSTALL_HINT = "needs xgboost: pip install 'devicebench[gbdt-cpu]' (with an NVIDIA GPU: 'devicebench[gbdt]')"
 SYNTHETIC_CLASSES = 2  # synthetic-table's default: binary, as the GPU tree benchmarks' synthetic sets are
 XGBOOST_LARGEST_INT = 2**31 - 1  # XGBoost reads max_depth, max_bin and round numbers as 32-bit signed integers
 XGBOOST_SMALLEST_RATE = float(np.finfo(np.float32).tiny)  # it holds eta as a float32: below this it reads 0
