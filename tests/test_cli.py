@@ -234,3 +234,34 @@ def test_the_command_needs_no_click_package_beside_a_typer_that_carries_its_own(
     refused = devicebench("history", "--db", str(database), "--last", "0")
     assert refused.returncode == EXIT_USAGE, refused.stderr
     assert "0 is no count of runs" in refused.stderr
+
+
+@pytest.mark.parametrize("command", ["run", "export", "forget", "compare"])
+def test_help_on_80_columns_names_no_python_types_and_breaks_no_sentence(command):
+    shown = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "80"})
+    assert shown.exit_code == 0, shown.output
+    assert "list[" not in shown.output and "<bool>" not in shown.output
+    if command == "run":  # the docstring's source lines ended after `143`: its paragraph is one, wrapped at 80
+        assert "<str>..." in shown.output
+        assert "143 stopped by SIGTERM" in shown.output  # at 80 columns the paragraph wraps elsewhere
+
+
+def test_piped_output_takes_the_width_of_the_terminal_the_command_was_typed_in(monkeypatch):
+    """`devicebench compare | less` on an 80-column terminal wrapped its paragraphs at 200 columns."""
+    import os
+    import sys
+    from types import SimpleNamespace
+
+    from devicebench.cli import output
+
+    def terminal_size(descriptor: int) -> os.terminal_size:
+        if descriptor == 2:  # stderr is still the terminal; stdout the pipe
+            return os.terminal_size((80, 24))
+        raise OSError("not a terminal")
+
+    monkeypatch.setattr(output.os, "get_terminal_size", terminal_size)
+    for name, descriptor in (("stderr", 2), ("stdin", 0), ("stdout", 1)):
+        monkeypatch.setattr(sys, name, SimpleNamespace(fileno=lambda descriptor=descriptor: descriptor))
+    assert output.width_when_piped() == 80
+    monkeypatch.setattr(sys, "stderr", SimpleNamespace(fileno=lambda: 5))  # no terminal anywhere: a log, CI
+    assert output.width_when_piped() == output.WIDTH_WHEN_PIPED == 200

@@ -80,6 +80,7 @@ def test_no_deletes_nothing(database, terminal):
     before = stored(path)
     outcome = cli.invoke(app, ["forget", first, "--db", str(path)], input="n\n")
     assert outcome.exit_code == 0 and "Nothing deleted." in outcome.output, outcome.output
+    assert f"Delete this run from {path}?" in flat(outcome.output)  # one run: never "these 1 run"
     assert stored(path) == before
 
 

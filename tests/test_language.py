@@ -151,7 +151,9 @@ def test_absurd_sizes_are_refused_before_anything_is_built():
         get_workload("gpt2-small").parameter_count({**get_workload("gpt2-small").defaults, "sequence_length": 1025})
     with pytest.raises(ModelTooLarge, match="19,584,188,418 parameters with width=8192, above the bound"):
         get_workload("bert-large").parameter_count({**get_workload("bert-large").defaults, "width": 8_192})
-    with pytest.raises(ValueError, match="a width its heads divide: got layers=12 width=768 heads=7"):
+    with pytest.raises(
+        ValueError, match="a width its heads divide into parts of 1 or more: got layers=12 width=768 heads=7"
+    ):
         get_workload("bert-base").parameter_count({**get_workload("bert-base").defaults, "heads": 7})
     result = cli.invoke(app, ["run", "bert-base", "--set", "sequence_length=600", "--dry-run"])
     assert result.exit_code == EXIT_USAGE and "at most 512" in result.output

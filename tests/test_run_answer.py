@@ -87,9 +87,9 @@ def test_the_posts_gpu_is_carried_to_this_cpu_with_the_range_of_its_steady_epoch
         gpu_text(found)
         == (
             f"about {factor_text(post_gpu / 100)} ({factor_text(post_gpu * 9.8 / 1000)[:-1]}–"
-            f"{factor_text(post_gpu * 10.2 / 1000)})"
+            f"{factor_text(post_gpu * 10.2 / 1000)}) (real data there, synthetic here: not a speedup)"
         )
-        == "about 56x (54–57x)"
+        == "about 56x (54–57x) (real data there, synthetic here: not a speedup)"  # the post trained on CIFAR-10
     )
     assert found.basis == "S2's GPU over this CPU" and flags_text(found) == "—"
     flat = unwrapped(text)
@@ -110,7 +110,8 @@ def test_a_noisy_and_short_cpu_figure_is_flagged_with_what_to_do():
         "close other programs, or add --repeats 3, and run again."
     ) in flat
     assert "Short: steady epochs of 3 steps, the fewest a budget gives" in flat and "--budget 5m gives" in flat
-    assert gpu_text(found) == "about 5.6x (5.6–8.3x)"  # 1,000 samples/s at the median, 667 at the slowest
+    # 1,000 samples/s at the median, 667 at the slowest
+    assert gpu_text(found) == "about 5.6x (5.6–8.3x) (real data there, synthetic here: not a speedup)"
     assert max(len(line) for line in text.splitlines()) <= 80
 
 
@@ -125,6 +126,9 @@ def test_a_post_without_a_cpu_figure_gives_no_number_and_names_the_estimate():
     assert found.basis == "S1's 8x: no CPU samples/s to carry it"  # the post's 8x is over its own CPU, not this one
     flat = unwrapped(text)
     assert "`devicebench estimate mnist-cnn2` predicts named GPUs (T4, L4, A100, H100) from this CPU" in flat
+    # the basis is a line beneath, not a fifth column of 80 wrapped over five lines
+    assert "mnist-cnn2 rests on S1's 8x: no CPU samples/s to carry it." in flat and "Rests on" not in text
+    assert len([line for line in text.splitlines() if line.startswith("│")]) == 1  # the workload's row: one line
     assert "About:" not in flat and "8x this" not in flat
 
 
@@ -170,3 +174,39 @@ def test_the_estimate_is_named_only_for_workloads_it_can_take_by_name():
     register_own(own)  # as `run --model` does, for the session
     found, text = answer_of(cpu_run("mypkg.models:build", [2.0, 1.0, 1.0]))
     assert found.basis == "nothing published to carry" and "devicebench estimate" not in unwrapped(text)
+
+
+def test_on_a_machine_with_only_a_cpu_run_ends_with_two_tables_and_no_one_row_baselines():
+    """The answer, then one table of every workload on the CPU: not a one-row table each reading 1.00x (baseline)."""
+    from rich.table import Table
+
+    from devicebench.cli.run import run_tables
+    from devicebench.report.fitting import FittedTable
+
+    records = [
+        cpu_run(name, [2.0, 1.0, seconds], batch_size=32)
+        for name, seconds in (("cifar10-mlp", 1.0), ("mnist-cnn2", 2.0), ("catdog-original", 4.0))
+    ]
+    parts = list(run_tables(session(machine("vm", "m1"), records), wide=False))
+    tables = [part for part in parts if isinstance(part, (Table, FittedTable))]
+    console = Console(width=200, record=True, file=io.StringIO(), color_system=None)
+    for part in parts:
+        console.print(part)
+    text = console.export_text()
+    assert len(tables) == 2 and "1.00x (baseline)" not in text and "Speedup" not in text
+    assert (
+        "Every workload on cpu (cpu model) on synthetic data: the only device here, so no speedup is measured" in text
+    )
+    figures = text[text.index("Every workload on cpu") :]
+    for name, rate in (("cifar10-mlp", "1,000"), ("mnist-cnn2", "750"), ("catdog-original", "625")):
+        (line,) = [" ".join(line.split()) for line in figures.splitlines() if line.startswith(f"│ {name} ")]
+        assert line.startswith(f"│ {name} │ batch 32, 3 epochs of 10 steps │ {rate} │")  # the data in the title
+    with_gpu = list(
+        run_tables(
+            session(
+                machine("vm", "m1"), [*records, cpu_run("mnist-cnn2", [1.0, 0.5, 0.5], device="cuda:0", batch_size=32)]
+            ),
+            wide=False,
+        )
+    )
+    assert len([part for part in with_gpu if isinstance(part, (Table, FittedTable))]) == 4  # the answer, a table each

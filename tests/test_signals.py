@@ -119,6 +119,9 @@ def test_a_signal_keeps_the_finished_epochs_in_the_database_and_the_json(tmp_pat
     assert [epoch["epoch"] for epoch in run["epochs"]] == list(range(1, epochs + 1))
     kept = f"{said}; {epochs} finished epoch{'' if epochs == 1 else 's'} kept above, in {database}, in {output}"
     assert kept in " ".join(finished.stderr.split()), finished.stderr
+    short_id = run["run_id"][:8]  # what was kept as interrupted, and how to remove it
+    assert f"Stored as interrupted: run {short_id} (mnist-cnn2 on cpu)" in " ".join(finished.stderr.split())
+    assert f"`devicebench forget {short_id}` removes it" in " ".join(finished.stderr.split())
     assert "mnist-cnn2" in finished.stdout  # the table was printed
     assert "Traceback" not in finished.stderr
 

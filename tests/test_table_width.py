@@ -23,10 +23,10 @@ from typer.testing import CliRunner
 
 from devicebench.cli import app, console, errors
 from devicebench.report.fitting import fitted
+from devicebench.report.history import history_table
 from devicebench.report.progress import FIELD_GAP, RichReporter, epoch_fields, epoch_line
 from devicebench.report.tables import (
     comparison_tables,
-    history_table,
     published_text,
     row_label,
     sweep_tables,
@@ -487,3 +487,98 @@ def test_the_dry_run_names_every_workload_whole_and_says_budget_and_synthetic_da
     assert "mnist-cnn2, mnist-cnn4: mnist downloads 11.6 MB first" in flat  # small: downloaded when run
     rows = {line.split("│")[1].strip(): line for line in text.splitlines() if line.count("│") > 3}
     assert "sized" in rows["mnist-cnn2"] and "all" not in rows["mnist-cnn2"]  # 'all' when 3 steps will run
+
+
+def test_a_budgeted_run_shows_the_epochs_its_share_leaves_it_not_the_plans():
+    """`run resnet50` planned 90 epochs and its budget ended it after 3: the header and every epoch line say so."""
+    record = run("cpu", [2.0, 1.0, 1.0], steps=3)
+    record.settings = dataclasses.replace(record.settings, epochs=90)
+    screen = Console(file=io.StringIO(), width=80, color_system=None)
+    reporter = RichReporter(screen)
+    reporter.run_started(record)
+    reporter.run_budgeted(record, 3, 35.0)
+    reporter.epoch_started(1, 3)
+    reporter.epoch_finished(record, record.epochs[0])
+    shown = " ".join(screen.file.getvalue().split())
+    assert "about 3 of 90 epochs (its 35 s of the budget) of 3 steps" in shown and "Epoch 1/~3 " in shown
+    assert "90 epochs of" not in shown and "/90" not in shown
+
+
+def test_work_before_training_is_said_while_it_lasts_on_a_terminal_and_gone_after():
+    """Making 231 MB of synthetic ImageNet took 55 s with the screen still: a spinner says what is being done."""
+    screen = Console(file=io.StringIO(), width=80, force_terminal=True, color_system=None)
+    reporter = RichReporter(screen)
+    reporter.preparing("making synthetic imagenet data for resnet50")
+    assert reporter.status is not None and str(reporter.status.status) == "making synthetic imagenet data for resnet50…"
+    record = run("cpu", [2.0, 1.0], steps=3)
+    reporter.run_started(record)
+    reporter.epoch_started(1, 3)  # training begins: the spinner gives way to the bar
+    assert reporter.status is None and reporter.progress is not None
+    reporter.close()
+    quiet = RichReporter(Console(file=io.StringIO(), force_terminal=True), quiet=True)
+    quiet.preparing("loading mnist data for mnist-cnn2")
+    assert quiet.status is None
+
+
+def test_reproduces_speedup_cells_hold_a_ratio_and_its_basis_is_said_beneath():
+    """A post's basis in the Speedup cell wrapped over 11 lines of 80 columns: the cell holds the ratio alone."""
+    from devicebench.report.reproduction import reproduction_table
+    from devicebench.reproduce import reproductions
+
+    records = [
+        run("cpu", [2.0, 1.0, 1.0], workload="cifar10-cnn", batch_size=128),
+        run("cuda:0", [2.0, 0.1, 0.1], workload="cifar10-cnn", batch_size=128),
+    ]
+    found = reproductions(compare([session(machine("vm", "m1"), records)]))
+    screen = Console(file=io.StringIO(), width=80, color_system=None)
+    screen.print(reproduction_table(found))
+    lines = screen.file.getvalue().splitlines()
+    assert max(map(len, lines)) <= 80
+    published, measured = (next(line for line in lines if kind in line) for kind in ("│ published", "│ measured"))
+    assert published.rstrip("│ ").endswith("75x") and measured.rstrip("│ ").endswith("10.00x")
+    text = " ".join(screen.file.getvalue().split())
+    assert f"cifar10-cnn, published 75x: {found[0].published.basis}." in text
+    assert "cifar10-cnn, measured here 10.00x: steady samples/s, the fastest accelerator over the CPU" in text
+
+
+def test_history_keeps_one_line_a_run_on_80_columns_when_a_long_workload_name_is_stored():
+    """A model of your own (`mypkg.models:build`) took the columns the times had: each went under its date and
+    the table doubled in height. One machine's name is said once, in the title."""
+    from devicebench.report.history import history_table
+
+    records = [run("cpu", [2.0, 1.0, 1.0]) for _ in range(3)]
+    records.append(run("cpu", [2.0, 1.0, 1.0], workload="mypackage.models:build"))
+    screen = Console(file=io.StringIO(), width=80, color_system=None)
+    screen.print(history_table([session(machine("laptop", "m1"), records)], Path("/tmp/results.sqlite")))
+    lines = screen.file.getvalue().splitlines()
+    assert lines[0] == "4 runs of laptop in /tmp/results.sqlite, started in 2026" and "Machine" not in lines[1]
+    assert "(continued)" not in screen.file.getvalue() and max(map(len, lines)) <= 80
+    rows = [line for line in lines if " 01-01 00:00 " in line and line.rstrip().endswith("80.0%")]
+    assert len(rows) == 4 and "mypackage.models:build" in rows[-1]
+
+
+def test_a_throughput_axis_in_millions_reads_in_plain_numbers_not_a_bare_1e6():
+    from devicebench.report.charts import axis_number
+    from devicebench.report.workload_plots import _throughput_figure
+
+    # 1,000 samples in 0.4 ms: 2,500,000 samples/s, as boosted trees run on a GPU
+    rows = compare([session(machine("vm", "m1"), [run("cpu", [1.0, 0.0004, 0.0004])])])["mnist-cnn2"]
+    figure = _throughput_figure("mnist-cnn2", rows, None)
+    figure.canvas.draw()
+    axis = figure.axes[0].xaxis
+    labels = [label.get_text() for label in axis.get_ticklabels() if label.get_text()]
+    assert axis.get_offset_text().get_text() == "" and "2,000,000" in labels
+    assert not any("e" in label for label in labels)
+    assert (axis_number(2_500_000), axis_number(0.5), axis_number(10)) == ("2,500,000", "0.5", "10")
+
+
+def test_a_headings_unit_stays_beside_its_word():
+    """`compare --wide` on 80 columns wrapped a heading as `Warm-up` over `s`."""
+    from devicebench.report.fitting import FittedColumn, FittedTable
+
+    warm_up = FittedColumn("Warm-up s", ["0.52", "1.10"])
+    assert warm_up.narrowest() == len("Warm-up s") and FittedColumn("Samples", ["1"]).narrowest() == len("Samples")
+    figures = [FittedColumn(f"Figure {index}", ["1,234,567 a", "1 a"]) for index in range(6)]
+    screen = Console(file=io.StringIO(), width=80, color_system=None)
+    screen.print(FittedTable("t", [FittedColumn("Device", ["cpu", "cuda:0"])], [*figures, warm_up]))
+    assert "Warm-up s" in screen.file.getvalue()

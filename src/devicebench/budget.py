@@ -375,6 +375,8 @@ def sized_plan(
     record.settings = dataclasses.replace(record.settings, max_steps=steps, max_eval_steps=eval_steps)
     # the run ends by its share, however many epochs it was planned: its pacer sees to it
     reporter.run_estimated(record, min(times.run_s(plan.epochs, steps, eval_steps), share_s))
+    fitting = sum(times.run_s(epochs, steps, eval_steps) <= share_s for epochs in range(1, plan.epochs + 1))
+    reporter.run_budgeted(record, min(plan.epochs, max(fitting, MEASURABLE_EPOCHS)), share_s)
     return plan
 
 

@@ -212,6 +212,14 @@ class RunReporter(Reporter):
         """How long the run about to train is expected to take (its epochs, evaluation included), from its first
         steps timed: said before long work, and for each run a time budget sized."""
 
+    def preparing(self, what: str) -> None:
+        """Work before training that may take seconds (`making synthetic imagenet data for resnet50`): said while it
+        lasts, so that a screen never sits still without saying why."""
+
+    def run_budgeted(self, record: RunRecord, epochs: int, share_s: float) -> None:
+        """A time budget gives the run about to train `share_s` seconds: about `epochs` of its planned epochs fit
+        in them (its pacer ends it there), so that the screen shows what will run, not the plan's 90 epochs."""
+
     def run_paced(self, record: RunRecord, planned_epochs: int, planned_steps: int, slowdown: float) -> None:
         """A time budget shortened the run as it went: its epochs (in `record`) had fewer steps than the
         `planned_steps` it was sized to, or fewer epochs ran than `planned_epochs`; its steps took up to `slowdown`
@@ -259,6 +267,12 @@ class ReporterGroup(RunReporter):
 
     def run_estimated(self, record, seconds):
         self._tell_all("run_estimated", record, seconds)
+
+    def preparing(self, what):
+        self._tell_all("preparing", what)
+
+    def run_budgeted(self, record, epochs, share_s):
+        self._tell_all("run_budgeted", record, epochs, share_s)
 
     def run_paced(self, record, planned_epochs, planned_steps, slowdown):
         self._tell_all("run_paced", record, planned_epochs, planned_steps, slowdown)

@@ -92,8 +92,11 @@ def reproductions(rows_by_workload: dict[str, list[Row]]) -> list[Reproduction]:
 
 
 def _reproduction(workload: Workload, published: Published, rows: list[Row]) -> Reproduction:
+    rows = finished_first(rows)
     cpu = next((row for row in rows if row.device == "cpu" and row.samples_per_s), None)
-    accelerators = [row for row in rows if row.device != "cpu" and row.samples_per_s]
+    accelerators = [
+        row for row in rows if row.device != "cpu" and row.samples_per_s and not row.settings["interrupted"]
+    ]
     fastest = max(accelerators, key=_steady_rate, default=None)
     speedup = _steady_rate(fastest) / _steady_rate(cpu) if cpu and fastest else None
     end_to_end = None
@@ -138,10 +141,15 @@ def _accuracy(rows: list[Row], kind: str) -> float | None:
 FRAMEWORKS = ("Keras on TensorFlow", "Keras", "TensorFlow")  # as the seeds' `hardware` names them, longest first
 
 
+def finished_first(rows: list[Row]) -> list[Row]:
+    """`rows` with those of interrupted runs last: a run cut short answers only where nothing finished."""
+    return sorted(rows, key=lambda row: row.settings["interrupted"])
+
+
 def outlook_row(rows: list[Row]) -> Row | None:
-    """The CPU row the post's figures are carried to: one with steady epochs, in seed mode (the post's settings)
-    where there is one; None without a CPU row."""
-    measured = [row for row in rows if row.device == "cpu" and row.samples_per_s]
+    """The CPU row the post's figures are carried to: one with steady epochs, of finished runs and in seed mode (the
+    post's settings) where there is one; None without a CPU row."""
+    measured = [row for row in finished_first(rows) if row.device == "cpu" and row.samples_per_s]
     return next((row for row in measured if row.settings["mode"] == "seed"), measured[0] if measured else None)
 
 
@@ -150,12 +158,19 @@ def rows_outlook(workload: Workload, rows: list[Row]) -> str | None:
     cpu = outlook_row(rows)
     if cpu is None or cpu.samples_per_s is None:  # outlook_row picks a row with steady samples/s, or none
         return None
+    changed = changed_model(workload, [cpu])
+    if changed and workload.published is not None:
+        return (
+            f"{workload.name}: the post measured the published model; this run set {', '.join(changed)}: none of "
+            "the post's figures is set beside it."
+        )
     return published_outlook(
         workload,
         cpu.samples_per_s.median,
         cpu.settings["batch_size"],
         cpu.settings["data_source"],
         max_steps=cpu.settings["max_steps"],
+        precision=row_precision(cpu),
     )
 
 
@@ -203,9 +218,11 @@ def published_outlook(
     data_source: str,
     *,
     max_steps: int | None = None,
+    precision: str = "fp32",
 ) -> str | None:
     """One or two sentences: this CPU against the post's, and the post's GPU against this CPU, with what makes the
-    comparison rough (framework, hardware of its day, batch size, synthetic data, capped epochs). None where the
+    comparison rough (framework, hardware of its day, batch size, synthetic data, capped epochs) and, in the same
+    clause, why the post's GPU over this CPU is no speedup where the two did other work (`unlike`). None where the
     post published nothing to compare with."""
     published = workload.published
     if published is None or not measured_cpu_samples_per_s > 0:
@@ -224,9 +241,10 @@ def published_outlook(
     )
     caveats = _caveats(workload, published, measured_batch_size, data_source, max_steps)
     if post_gpu is not None:
-        sentence += (
-            f"; the post's GPU was {factor_text(post_gpu / post_cpu)} its CPU, so about "
-            f"{factor_text(post_gpu / measured_cpu_samples_per_s)} this one"
+        difference = unlike([post_work(workload)], (measured_batch_size or 0, precision, data_source))
+        carried = f"{factor_text(post_gpu / measured_cpu_samples_per_s)} this one"
+        sentence += f"; the post's GPU was {factor_text(post_gpu / post_cpu)} its CPU, so about " + not_a_speedup(
+            carried, difference
         )
         caveats.append(f"`devicebench estimate {workload.name}` predicts named GPUs")  # the finer layer
     return f"{sentence}. A rough guide: {'; '.join(caveats)}."
@@ -255,6 +273,87 @@ def factor_text(value: float) -> str:
     return f"{rounded:,.{decimals}f}x"
 
 
+# --- like for like ---------------------------------------------------------------------------------------------
+# A ratio of two throughputs is a speedup only where both did the same work: the same batch, precision and data. The
+# posts trained in fp32 (Keras's default) on their real datasets; a record row says its own. Where they differ, the
+# ratio is shown with the differences in the same line, never as a speedup.
+
+POST_PRECISION = "fp32"  # what the seeds' posts trained in: Keras's default, none of them says otherwise
+POST_DATA = "real"  # the posts trained on their datasets
+
+
+def row_precision(row: Row) -> str:
+    """A row's precision in the record's words: fp32, or amp-bf16 (autocast to bf16, as `--precision bf16` runs)."""
+    return "amp-bf16" if row.settings["precision"] == "bf16" else "fp32"
+
+
+def figure_precision(figure: PublishedFigure) -> str:
+    """A record row's precision as it ran: its fp32 on TF32 tensor cores is TF32's arithmetic, not fp32's."""
+    return "tf32" if figure.precision == "fp32" and figure.tf32 == "on" else figure.precision
+
+
+def row_work(row: Row) -> tuple[int, str, str]:
+    """The (batch, precision, data) `row`'s runs trained at."""
+    return row.settings["batch_size"], row_precision(row), row.settings["data_source"]
+
+
+def work_differences(there: list[tuple[int, str, str]], here: tuple[int, str, str]) -> dict[str, str]:
+    """Where published figures, each (batch, precision, data), did other work than was done `here`, by kind:
+    {"batch": "batch 32–256 there, 4 here", "precision": "amp-fp16 there, fp32 here"}; {} where every one did the
+    same (or there are none)."""
+    if not there:
+        return {}
+    batch, precision, data = here
+    batches, precisions, sources = (sorted(set(values)) for values in zip(*there, strict=True))
+    words = {}
+    if batches != [batch]:
+        span = f"{batches[0]:,}" if len(batches) == 1 else f"{batches[0]:,}–{batches[-1]:,}"
+        words["batch"] = f"batch {span} there, {batch:,} here"
+    if precisions != [precision]:
+        words["precision"] = f"{'/'.join(precisions)} there, {precision} here"
+    if sources != [data]:
+        words["data"] = f"{'/'.join(sources)} data there, {data} here"
+    return words
+
+
+def unlike(there: list[tuple[int, str, str]], here: tuple[int, str, str]) -> str:
+    """`work_differences` in one clause: `batch 32–256 there, 4 here; amp-fp16 there, fp32 here`; "" where alike."""
+    return "; ".join(work_differences(there, here).values())
+
+
+def not_a_speedup(ratio_text: str, difference: str) -> str:
+    """`ratio_text`, followed in the same line by why it is no speedup where `difference` (`unlike`) says so."""
+    return f"{ratio_text} ({difference}: not a speedup)" if difference else ratio_text
+
+
+# The --set values that leave a step's arithmetic as the published model's was: what is learnt and for how long. Any
+# other (a layer count, a width, an image size, dropout, augmentation) trains another model than the one a figure
+# was published of, and no figure of it is set beside the run.
+SAME_MODEL_SETTINGS = frozenset(
+    {"batch_size", "epochs", "learning_rate", "momentum", "weight_decay", "adam_beta2", "adam_epsilon"}
+)
+
+
+def changed_model(workload: Workload, rows: list[Row], kept_apart: frozenset[str] = frozenset()) -> list[str]:
+    """The --set values of `rows` that make another model than the published one, each with the published value
+    (`layers=1 (published 12)`); `kept_apart`: settings the caller compares on its own (the record's sequence
+    lengths). [] where every run trained the published model."""
+    changed: dict[str, str] = {}
+    for row in rows:
+        for name, value in row.settings["overrides"].items():
+            published = workload.defaults.get(name)
+            if name not in SAME_MODEL_SETTINGS | kept_apart and value != published:
+                changed[name] = f"{name}={value} (published {published})"
+    return list(changed.values())
+
+
+def post_work(workload: Workload) -> tuple[int, str, str]:
+    """The (batch, precision, data) the post's throughput was measured at."""
+    published = workload.published
+    batch = (published.batch_size if published else None) or workload.defaults.get("batch_size", 0)
+    return (batch, POST_PRECISION, POST_DATA)
+
+
 def _samples_text(value: float) -> str:
     return f"{value:,.0f}"  # as the tables' samples/s columns write them
 
@@ -281,6 +380,8 @@ class RecordComparison:
     other_lengths: dict[int, int]  # rows left out, by their sequence length: a different amount of work a sample
     length: int | None  # the sequence length trained here; None for images
     not_shown: int = 0  # comparable rows left out of a short table: several GPUs', or slower ones of a GPU
+    changed: tuple[str, ...] = ()  # --set values that made another model than the record's (`changed_model`): no
+    # figure is then comparable
 
 
 def record_comparisons(rows_by_workload: dict[str, list[Row]], *, every_row: bool = False) -> list[RecordComparison]:
@@ -298,7 +399,8 @@ def record_comparison(workload: Workload, rows: list[Row], *, every_row: bool = 
     precision (the record holds dozens of a GPU: frameworks, batches, years); `every_row`: all of them."""
     measured = [row for row in rows if row.samples_per_s]
     length = _sequence_length(workload, rows)
-    figures = published_figures(workload.name)
+    changed = changed_model(workload, rows, kept_apart=frozenset({"sequence_length"}))
+    figures = () if changed else published_figures(workload.name)
     comparable: list[PublishedFigure] = []
     other: Counter[int] = Counter()
     for figure in figures:
@@ -316,7 +418,13 @@ def record_comparison(workload: Workload, rows: list[Row], *, every_row: bool = 
                 fastest.setdefault((figure.gpu, figure.precision), figure)
         shown = [figure for figure in comparable if figure in fastest.values()]
     return RecordComparison(
-        workload, measured, tuple(shown), dict(sorted(other.items())), length, len(comparable) - len(shown)
+        workload,
+        measured,
+        tuple(shown),
+        dict(sorted(other.items())),
+        length,
+        len(comparable) - len(shown),
+        tuple(changed),
     )
 
 

@@ -123,6 +123,7 @@ def _execute(
         wanted = (job.workload.load_data, job.data)  # data of your own is its loader's
         if wanted != loaded[0]:
             loaded[:] = [None, None]  # let the last one go before the next one is read
+            reporter.preparing(f"getting {job.data.dataset} data ({job.data.source}) for {job.workload.name}")
             loaded[:] = [wanted, load_data(job)]
             if not isinstance(loaded[1], DataProblem):
                 reporter.dataset_loaded(job.workload, loaded[1])
@@ -132,6 +133,7 @@ def _execute(
         dataset = data_for(job)
         if isinstance(dataset, DataProblem):
             return None  # its runs fail with the problem, at whatever size
+        reporter.preparing(f"timing {job.workload.name}'s first steps on {job.device} to size it to the budget")
         return time_probe(job, _torch_data(dataset), lambda: build_setup(job, job.hyperparameters))
 
     try:
@@ -140,6 +142,7 @@ def _execute(
                 job = fit_to_share(job, shares, probe, reporter)
             dataset = data_for(job)
             for repeat in range(job.repeats):
+                reporter.preparing(f"building {job.workload.name} to record its definition")  # seconds, the first time
                 record = new_record(job, dataset, repeat)
                 result.runs.append(record)
                 if isinstance(dataset, DataProblem):  # no data: say so for every run it stops
@@ -264,6 +267,7 @@ def train_record(
     """
     reporter = reporter or RunReporter()
     reporter.run_started(record)
+    reporter.preparing(f"building {record.workload} on {record.device} and timing its first steps")
     settings = record.settings
     if settings.batch_size < job.batch_size:  # new_record cut it to the training set
         logging.getLogger(__name__).warning(

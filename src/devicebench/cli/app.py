@@ -9,13 +9,14 @@ from __future__ import annotations
 import errno
 import importlib
 import os
+import re
 import signal
 import sys
 from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Annotated, Any
 
 import typer
-from typer.core import TyperCommand, TyperGroup, TyperOption
+from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 from typer.exceptions import TyperException
 
 try:  # a newer typer (0.29) carries its own click (typer._click), which its classes derive from, and installs none
@@ -114,6 +115,8 @@ class _LazyCommands(MutableMapping[str, click.Command]):
 
     def __init__(self, made: Mapping[str, click.Command]) -> None:
         self._made = dict(made)  # those whose module was imported before the group was made (as tests do)
+        for command in self._made.values():
+            command.help = paragraphs(command.help)
 
     def __getitem__(self, name: str) -> click.Command:
         if name not in self._made:
@@ -145,6 +148,13 @@ class _LazyCommands(MutableMapping[str, click.Command]):
         return self._made.get(name)
 
 
+def paragraphs(help_text: str | None) -> str | None:
+    """A command's docstring as paragraphs: its lines, wrapped at 120 columns in the source, joined within each
+    paragraph (typer's rich help keeps every line break, so an 80-column screen broke `143` from `stopped by
+    SIGTERM` mid-sentence); paragraphs stay apart."""
+    return None if help_text is None else re.sub(r"(?<=\S)\n(?=\S)", " ", help_text)
+
+
 def _command_from_module(name: str) -> click.Command:
     """Import the module of command `name`, which registers it on `app`, and make the click command as typer makes
     it. Ctrl-C (or SIGTERM) while importing (torch takes seconds) ends as one line, as during start-up
@@ -160,9 +170,11 @@ def _command_from_module(name: str) -> click.Command:
     for info in app.registered_commands:
         named = info.name or (info.callback and typer.main.get_command_name(info.callback.__name__))
         if named == name:
-            return typer.main.get_command_from_info(
+            command = typer.main.get_command_from_info(
                 info, pretty_exceptions_short=app.pretty_exceptions_short, rich_markup_mode=app.rich_markup_mode
             )
+            command.help = paragraphs(command.help)  # as __init__ does for those made before
+            return command
     for group_info in app.registered_groups:
         group = typer.main.get_group_from_info(
             group_info,
@@ -262,11 +274,25 @@ def _flag_shows_no_type(option: TyperOption, ctx: click.Context) -> str | None:
     """What the help shows beside an option: its value's type (`<path>`), but nothing for a flag, which takes no
     value (typer shows `<bool>` beside --quiet, --dry-run and --help alike)."""
     assert _typer_display_type is not None  # installed below only where typer has it
-    return None if option.is_flag and option.metavar is None else _typer_display_type(option, ctx)
+    return None if option.is_flag and option.metavar is None else _plain_type(_typer_display_type(option, ctx))
+
+
+def _plain_type(shown: str | None) -> str | None:
+    """`<str>...` for what typer shows as `<list[str]>` (a repeatable option, several arguments): a reader of the
+    help needs no Python type."""
+    return None if shown is None else re.sub(r"<list\\?\[(\w+)\]>", lambda found: f"<{found[1].lower()}>...", shown)
+
+
+def _argument_type(argument: TyperArgument, ctx: click.Context) -> str | None:
+    assert _typer_argument_type is not None  # installed below only where typer has it
+    return _plain_type(_typer_argument_type(argument, ctx))
 
 
 if _typer_display_type is not None:  # every command's help, the group's and --help's own: typer offers no hook
     TyperOption.display_type_rich = _flag_shows_no_type  # type: ignore[method-assign, assignment]
+_typer_argument_type = getattr(TyperArgument, "display_type_rich", None)  # as for options: typer 0.29 on
+if _typer_argument_type is not None:
+    TyperArgument.display_type_rich = _argument_type  # type: ignore[method-assign, assignment]
 
 
 app = typer.Typer(

@@ -14,6 +14,7 @@ from devicebench.cli import (
     DatabaseOption,
     LastFilter,
     MachineFilter,
+    PoolInterruptedOption,
     PriceOption,
     WorkloadFilter,
     app,
@@ -45,6 +46,7 @@ def compare_command(
     price: PriceOption = None,
     db: DatabaseOption = None,
     wide: WideOption = False,
+    pool_interrupted: PoolInterruptedOption = False,
 ) -> None:
     """Compare stored runs across devices and machines: medians with spread, speedups with rank intervals of stated level.
 
@@ -66,5 +68,7 @@ def compare_command(
             highlight=False,
         )
         return
-    for table in comparison_tables(compare(results, baseline=baseline, prices=prices), wide=wide):
+    for table in comparison_tables(
+        compare(results, baseline=baseline, prices=prices, pool_interrupted=pool_interrupted), wide=wide
+    ):
         console.print(table)

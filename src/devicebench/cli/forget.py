@@ -70,7 +70,8 @@ def forget(
                 markup=False,
             )
         count = f"{len(doomed)} run{'' if len(doomed) == 1 else 's'}"
-        if not confirmed(f"Delete these {count} from {store.path}?", yes=yes):
+        these = "this run" if len(doomed) == 1 else f"these {count}"
+        if not confirmed(f"Delete {these} from {store.path}?", yes=yes):
             console.print("Nothing deleted.")
             return
         _, sessions = store.forget_runs(chosen)

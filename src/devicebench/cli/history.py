@@ -21,7 +21,7 @@ from devicebench.cli import (
     fail,
     open_store,
 )
-from devicebench.report.tables import history_table
+from devicebench.report.history import history_table
 from devicebench.results.schema import RunStatus
 from devicebench.results.store import baselines_note, own_sessions
 from devicebench.results.transfer import export_document

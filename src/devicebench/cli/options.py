@@ -68,6 +68,14 @@ BaselineOption = Annotated[
         "vm@3f2a1b/cpu, as the tables label them)."
     ),
 ]
+PoolInterruptedOption = Annotated[
+    bool,
+    typer.Option(
+        "--pool-interrupted",
+        help="Pool interrupted runs (Ctrl-C, a stop) with the finished ones of the same settings; by default they "
+        "get a row of their own, labelled interrupted, and are no finished row's baseline.",
+    ),
+]
 LocalDevicesOption = Annotated[
     str, typer.Option("--devices", help="auto (every local device), cpu, cuda, cuda:1, mps, or a list: cpu,cuda.")
 ]

@@ -15,7 +15,7 @@ from typing import IO, Any, cast
 
 from rich.console import Console
 
-WIDTH_WHEN_PIPED = 200  # columns for logs and pipes, where rich would otherwise fold the 12-column tables
+WIDTH_WHEN_PIPED = 200  # columns for logs with no terminal, where rich would otherwise fold the 12-column tables
 
 # What an ASCII-only (or Latin-1) terminal gets instead of the characters the tables and messages use.
 _PLAIN = str.maketrans(
@@ -111,6 +111,20 @@ STDERR = _Degrading(lambda: sys.stderr)
 console = Console(file=cast(IO[str], STDOUT))
 # messages and paths stay whole lines in logs; panels still fit
 errors = Console(file=cast(IO[str], STDERR), soft_wrap=True)
+
+
+def width_when_piped() -> int:
+    """The columns of the terminal the command was typed in, where its output goes to a pipe or a file (`| less`,
+    `| tee run.log`): the same lines as on the screen, not 200-column paragraphs on an 80-column one; with no
+    terminal at all (a cron job, CI), WIDTH_WHEN_PIPED."""
+    for stream in (sys.stderr, sys.stdin, sys.stdout):
+        try:
+            return os.get_terminal_size(stream.fileno()).columns
+        except (OSError, ValueError, AttributeError):  # not a terminal, closed, or a stand-in without a descriptor
+            continue
+    return WIDTH_WHEN_PIPED
+
+
 for _stream in (console, errors):
     if not _stream.is_terminal and "COLUMNS" not in os.environ:
-        _stream.width = WIDTH_WHEN_PIPED
+        _stream.width = width_when_piped()

@@ -16,6 +16,7 @@ from devicebench.cli import (
     DatabaseOption,
     LastFilter,
     MachineFilter,
+    PoolInterruptedOption,
     PriceOption,
     WorkloadFilter,
     app,
@@ -44,6 +45,7 @@ def report(
         Optional[Path], typer.Option(help="Also write every chart as a PNG file into this folder.", show_default=False)
     ] = None,
     db: DatabaseOption = None,
+    pool_interrupted: PoolInterruptedOption = False,
 ) -> None:
     """Write an HTML report: per workload, epoch time, samples/s, speedup and accuracy charts, and the numbers
     with the machine and software behind each. One file, images inlined: it opens offline and can be mailed.
@@ -64,7 +66,13 @@ def report(
         results = store.results(workload=workload, machine=machine, last=last)
     try:
         written = write_report(
-            results, out, baseline=baseline, prices=prices, png_dir=png, estimated=estimated_against_measured(results)
+            results,
+            out,
+            baseline=baseline,
+            prices=prices,
+            png_dir=png,
+            estimated=estimated_against_measured(results),
+            pool_interrupted=pool_interrupted,
         )
     except OSError as error:
         raise fail(f"cannot write the report to {out}: {error}") from None

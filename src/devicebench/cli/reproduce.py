@@ -116,5 +116,5 @@ def reproduce(
         if reproduction.outlook is not None:
             console.print(Text(reproduction.outlook))  # Text: a hardware name is no markup
     for comparison in record_comparisons(rows, every_row=every_row):
-        console.print(record_table(comparison))
+        console.print(record_table(comparison), crop=False)  # its sources whole, longer than the screen or not
     exit_for(outcome)

@@ -55,7 +55,7 @@ from devicebench.cli.session import (
 )
 from devicebench.recording import StoreReporter
 from devicebench.report.plan import plan_notes, plan_table
-from devicebench.report.tables import comparison_tables
+from devicebench.report.tables import comparison_tables, one_device, one_device_tables
 from devicebench.results.compare import compare
 from devicebench.results.schema import Result, write_atomically
 from devicebench.results.store import Store
@@ -339,7 +339,10 @@ def run_tables(result: Result, wide: bool) -> Iterator[RenderableType]:
     from devicebench.report.answer import answer_parts  # the workload registry: torch
 
     rows = compare([result])
-    yield from answer_parts(rows) + comparison_tables(rows, wide=wide)
+    # on one device (a machine with only a CPU), one table of every workload, not a one-row table each
+    several = one_device(rows) and len(rows) > 1
+    figures = one_device_tables(rows, wide=wide) if several else comparison_tables(rows, wide=wide)
+    yield from answer_parts(rows) + figures
     if any(run.device.startswith("cuda") for run in result.runs):  # a CPU-only session imports no roofline
         from devicebench.estimate.against_measured import run_estimates
         from devicebench.report.estimate_plots import run_line

@@ -297,6 +297,20 @@ def report_json(json_file: Path | None, failure: OSError | None) -> None:
     errors.print(f"Results written to {json_file}")
 
 
+def interrupted_runs_text(outcome: Outcome) -> str:
+    """What a stop left in the store (`. Stored as interrupted: run 3f9c2a1b (mnist-cnn2 on cpu) ...`) and how to
+    remove it; "" where no run was stored as interrupted (the database stopped taking runs, or none had started)."""
+    cut_short = [record for record in outcome.result.runs if record.status == "interrupted"]
+    if not cut_short or outcome.store_failure is not None:
+        return ""
+    listed = ", ".join(f"{record.run_id[:8]} ({record.workload} on {record.device})" for record in cut_short)
+    ids = " ".join(record.run_id[:8] for record in cut_short)
+    return (
+        f". Stored as interrupted: run{'s' if len(cut_short) > 1 else ''} {listed}, which compare and report keep "
+        f"apart from finished runs; `devicebench forget {ids}` removes {'them' if len(cut_short) > 1 else 'it'}"
+    )
+
+
 def exit_for(outcome: Outcome) -> None:
     """Exit with the status that says how the runs ended (see `devicebench run --help`)."""
     result = outcome.result
@@ -311,6 +325,9 @@ def exit_for(outcome: Outcome) -> None:
         kept = f"{finished} finished epoch{'' if finished == 1 else 's'}"
         places = ["above", f"in {outcome.store_path}"] + ([f"in {outcome.json_file}"] if outcome.json_file else [])
         number = stopping.received() or signal.SIGINT  # none seen: a KeyboardInterrupt raised by code
-        raise fail(f"{stopping.described(number)}; {kept} kept " + ", ".join(places), stopping.exit_status(number))
+        raise fail(
+            f"{stopping.described(number)}; {kept} kept " + ", ".join(places) + interrupted_runs_text(outcome),
+            stopping.exit_status(number),
+        )
     if any(record.status in ("failed", "oom") for record in result.runs):
         raise typer.Exit(EXIT_FAILED_RUN)

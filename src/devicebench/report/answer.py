@@ -5,8 +5,10 @@ A GPU measured here answers with its speedup over this CPU and its rank interval
 post published its CPU's and its GPU's samples/s, the post's GPU is carried to this CPU (reproduce.carried_speedup):
 its samples/s over this CPU's, with the range this CPU's fastest and slowest steady epochs give (the post's figures
 are single numbers). A reference model has no post: the slowest and the fastest GPU of the public record's
-single-GPU figures of it (results/record/) over this CPU bound the answer. Nothing is guessed where a post gave
-less: the row says so, and `devicebench estimate` is named.
+single-GPU figures of it (results/record/) over this CPU bound the answer, those at this CPU's precision and data
+where there are any. A ratio of figures at another batch, precision or data than this CPU's says so in its cell: not
+a speedup (reproduce.unlike); a model changed by --set is set beside no published figure. Nothing is guessed where a
+post gave less: the row says so, and `devicebench estimate` is named.
 The estimate is not run here: beyond a second of fitting, it profiles each workload and loads and times its data
 again, 15 s of CPU time for the quick suite's 11 torch workloads on the 2-core development VM, where the whole job
 has 2 minutes.
@@ -28,13 +30,22 @@ from devicebench.report.text import rate_text, speedup_text
 from devicebench.reproduce import (
     CarriedSpeedup,
     carried_speedup,
+    changed_model,
     factor_text,
+    figure_precision,
     in_unit,
+    not_a_speedup,
     outlook_row,
+    post_figures,
+    post_work,
     record_comparison,
+    row_precision,
+    row_work,
     rows_outlook,
+    unlike,
 )
 from devicebench.results.compare import NOISY_EPOCH_TIME_CV, Row
+from devicebench.results.record import PublishedFigure
 from devicebench.results.stats import INTERVAL_NOTE
 from devicebench.workloads import Workload, get_workload
 from devicebench.workloads.own import ORIGIN as OWN_MODEL
@@ -53,6 +64,8 @@ class Answer:
     basis: str  # what the answer rests on, or why there is none
     # a reference model's: the slowest and the fastest of the record's GPUs over that CPU, (ratio, GPU) each
     recorded: tuple[tuple[float, str], tuple[float, str]] | None = None
+    unlike: str = ""  # where the published figures did other work than this CPU (reproduce.unlike): no speedup
+    gpu_rates: str = "—"  # the GPU figures the answer sets beside this CPU's: published, or measured here
 
     @property
     def rows(self) -> list[Row]:
@@ -82,15 +95,41 @@ def answer_for(workload: Workload | None, name: str, rows: list[Row]) -> Answer:
         return Answer(name, None, [], None, "no CPU samples/s here")  # no CPU run, or none with steady epochs
     measured = [row for row in rows if row.device != "cpu" and row.baseline is cpu and row.speedup is not None]
     if measured:
-        return Answer(name, cpu, measured, None, "measured here")
+        rates = "; ".join(rate_text(row.samples_per_s.median) for row in measured if row.samples_per_s)
+        return Answer(name, cpu, measured, None, "measured here", gpu_rates=rates)
     published = workload.published if workload is not None else None
+    changed = changed_model(workload, [cpu]) if workload is not None else []
+    if changed:  # a figure of the published model says nothing of another one
+        return Answer(name, cpu, [], None, f"the published model, not this one ({', '.join(changed)})")
     carried = carried_speedup(workload, cpu) if workload is not None and published is not None else None
     seed = f"{workload.seed}'s" if workload is not None and workload.seed else "the post's"
     recorded = _recorded(workload, cpu, rows) if published is None and workload is not None else None
     if recorded is not None:
-        return Answer(name, cpu, [], None, f"the public record: devicebench reproduce {name}", recorded)
+        figures, span = recorded
+        return Answer(
+            name,
+            cpu,
+            [],
+            None,
+            f"the public record: devicebench reproduce {name}",
+            span,
+            unlike(
+                [(figure.batch_per_gpu, figure_precision(figure), figure.data) for figure in figures], row_work(cpu)
+            ),
+            _published_rates(figures),
+        )
     if carried is not None:
-        return Answer(name, cpu, [], carried, f"{seed} GPU over this CPU")
+        assert workload is not None  # carried_speedup needs one
+        post_gpu = post_figures(workload)
+        return Answer(
+            name,
+            cpu,
+            [],
+            carried,
+            f"{seed} GPU over this CPU",
+            unlike=unlike([post_work(workload)], row_work(cpu)),
+            gpu_rates=rate_text(post_gpu[1]) if post_gpu else "—",
+        )
     if published is not None and published.speedup is not None and "cpu" not in published.samples_per_s:
         basis = f"{seed} {published.speedup:g}x: no CPU samples/s to carry it"
     else:
@@ -98,15 +137,32 @@ def answer_for(workload: Workload | None, name: str, rows: list[Row]) -> Answer:
     return Answer(name, cpu, [], None, basis)
 
 
-def _recorded(workload: Workload, cpu: Row, rows: list[Row]) -> tuple[tuple[float, str], tuple[float, str]] | None:
-    """The slowest and the fastest GPU of the record's single-GPU figures of `workload` (record_comparison's: at the
-    sequence length trained here), each over this CPU in the unit it was published in; None without such figures."""
+def _recorded(
+    workload: Workload, cpu: Row, rows: list[Row]
+) -> tuple[list[PublishedFigure], tuple[tuple[float, str], tuple[float, str]]] | None:
+    """The figures the answer rests on and, of them, the slowest and the fastest GPU, each over this CPU in the unit
+    it was published in: the record's single-GPU figures of `workload` (record_comparison's: at the sequence length
+    trained here), only those at this CPU's precision, then data, where there are any. None without such figures."""
+    figures = [figure for figure in record_comparison(workload, rows).figures if in_unit(workload, cpu, figure.unit)]
+    figures = [figure for figure in figures if figure_precision(figure) == row_precision(cpu)] or figures
+    figures = [figure for figure in figures if figure.data == cpu.settings["data_source"]] or figures
     ratios = []
-    for figure in record_comparison(workload, rows).figures:
+    for figure in figures:
         here = in_unit(workload, cpu, figure.unit)
-        if here:
-            ratios.append((figure.throughput / here, figure.gpu))
-    return (min(ratios), max(ratios)) if ratios else None
+        assert here  # figures holds only those it gives
+        ratios.append((figure.throughput / here, figure.gpu))
+    return (figures, (min(ratios), max(ratios))) if ratios else None
+
+
+def _published_rates(figures: list[PublishedFigure]) -> str:
+    """`1,200–9,800` (images/s and sequences/s are samples/s), or `310,000–1,100,000 tokens/s`; `—` for figures in
+    several units."""
+    rates = sorted(figure.throughput for figure in figures)
+    units = {figure.unit for figure in figures}
+    if len(units) > 1:  # tokens/s beside sequences/s: no one range
+        return "—"
+    shown = rate_text(rates[0]) if rates[0] == rates[-1] else f"{rate_text(rates[0])}–{rate_text(rates[-1])}"
+    return shown + (" tokens/s" if units == {"tokens/s"} else "")
 
 
 def answers(rows_by_workload: dict[str, list[Row]]) -> list[Answer]:
@@ -134,14 +190,15 @@ def gpu_text(answer: Answer) -> str:
         return "; ".join((f"{row.device} " if several else "") + speedup_text(row) for row in answer.measured)
     if answer.recorded is not None:
         (low, slowest), (high, fastest) = answer.recorded
-        return f"{factor_text(low)} ({slowest}) to {factor_text(high)} ({fastest})"
+        return not_a_speedup(f"{factor_text(low)} ({slowest}) to {factor_text(high)} ({fastest})", answer.unlike)
     carried = answer.carried
     if carried is None:
         return "—"
     if carried.low is None or carried.high is None:
-        return f"about {factor_text(carried.ratio)} (one steady epoch: no range)"
-    return (
-        f"about {factor_text(carried.ratio)} ({factor_text(carried.low).removesuffix('x')}–{factor_text(carried.high)})"
+        return not_a_speedup(f"about {factor_text(carried.ratio)}", answer.unlike) + " (one steady epoch: no range)"
+    return not_a_speedup(
+        f"about {factor_text(carried.ratio)} ({factor_text(carried.low).removesuffix('x')}–{factor_text(carried.high)})",
+        answer.unlike,
     )
 
 
@@ -167,8 +224,8 @@ def answer_parts(rows_by_workload: dict[str, list[Row]]) -> list[RenderableType]
     here = f" (this CPU: {escape(cpu_rows[0].device_name)})" if cpu_rows else ""
     columns = [
         ("CPU samples/s", cpu_rates, {"justify": "right"}),
-        ("GPU speedup here", [gpu_text(answer) for answer in found], {}),
-        ("Rests on", [answer.basis for answer in found], {}),
+        ("GPU samples/s", [answer.gpu_rates for answer in found], {"justify": "right"}),
+        ("GPU over this CPU", [gpu_text(answer) for answer in found], {}),
         ("Flags", [flags_text(answer) for answer in found], {}),
     ]
     table = FittedTable(
@@ -179,7 +236,9 @@ def answer_parts(rows_by_workload: dict[str, list[Row]]) -> list[RenderableType]
             for heading, cells, options in columns
         ],
     )
-    return [table, *(Text(line) for line in answer_notes(found))]
+    # what each rests on beneath, a line each: in a fifth column of 80 it wrapped over five lines a workload
+    rests_on = [f"{answer.workload} rests on {answer.basis}." for answer in found]
+    return [table, *(Text(line) for line in rests_on + answer_notes(found))]
 
 
 def answer_notes(found: list[Answer]) -> list[str]:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from devicebench.results.compare import Row
 
 if TYPE_CHECKING:
+    from matplotlib.axis import Axis
     from matplotlib.figure import Figure
 
 T = TypeVar("T")
@@ -117,3 +118,17 @@ def png(figure: Figure) -> bytes:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=DPI)
     return buffer.getvalue()
+
+
+def axis_number(value: float) -> str:
+    """A tick's number as the tables write one: `2,500,000`, `0.5`, never `1e6` beside the axis (matplotlib's
+    offset, which read as a bare `1e6` under a throughput axis) nor `1e+06`."""
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:g}"
+
+
+def plain_ticks(axis: Axis, unit: str = "") -> None:
+    """Label `axis`'s major ticks with `axis_number` (and `unit`, `x` for a ratio): no offset, no scientific
+    notation."""
+    from matplotlib.ticker import FuncFormatter
+
+    axis.set_major_formatter(FuncFormatter(lambda value, _: axis_number(value) + unit))

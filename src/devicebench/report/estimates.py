@@ -56,6 +56,18 @@ def _times_text(value: float | None, bounds: tuple[float, float] | None) -> str:
     return text if bounds is None else f"{text} ({_short(bounds[0])}–{_short(bounds[1])}x)"
 
 
+def _speedup_text(estimate: Estimate) -> str:
+    """The estimated speedup over the CPU here, with why it is no speedup in the same cell where the two are not
+    like for like: a batch the CPU did not train at (a budget made it smaller), a precision it did not run."""
+    from devicebench.reproduce import not_a_speedup, unlike  # the workload registry: torch, as `estimate` has
+
+    text = _times_text(estimate.speedup, estimate.speedup_range)
+    if estimate.baseline is None:
+        return text
+    here = (estimate.baseline.batch_size or estimate.batch_size, "fp32", estimate.baseline.data_source)
+    return not_a_speedup(text, unlike([(estimate.batch_size, estimate.precision, here[2])], here))
+
+
 def _duration(seconds: float) -> str:
     return duration_text(seconds) if seconds >= 1 else f"{seconds * 1000:,.0f} ms"
 
@@ -90,7 +102,7 @@ def estimate_table(estimates: Sequence[Estimate]) -> FittedTable:
             estimate.target.key,
             _range_text(estimate.samples_per_s, estimate.samples_per_s_range),
             _duration(estimate.epoch_s),  # its interval is the samples/s one's, and in the JSON
-            _times_text(estimate.speedup, estimate.speedup_range),
+            _speedup_text(estimate),
             estimate.step.bound,
             *((_money(estimate.cost_per_epoch), _money(estimate.cost_per_run)) if priced else ()),
         )

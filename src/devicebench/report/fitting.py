@@ -31,7 +31,7 @@ class FittedColumn:
             return self.min_width
         if self.options.get("no_wrap"):
             return max(plain_text(text).cell_len for text in texts)
-        return longest_word(texts)
+        return max(longest_word(texts), _with_its_unit(self.heading))
 
 
 @dataclasses.dataclass
@@ -190,6 +190,16 @@ def longest_word(texts: Iterable[RenderableType]) -> int:
 
 LABEL_MIN_WIDTH = 10  # a label longer than the screen allows folds, down to this width
 FIGURE_ROOM = 12  # columns the labels leave for at least one figure beside them
+
+
+def _with_its_unit(heading: str) -> int:
+    """The width of a heading's last word together with the word before it where the last is a unit (`Warm-up s`,
+    `Energy Wh`): a unit alone on a line of its own (`Warm-up` / `s`) reads as another heading. 0 for others."""
+    words = Text.from_markup(heading).plain.split()
+    return len(" ".join(words[-2:])) if len(words) > 1 and len(words[-1]) <= UNIT_LENGTH else 0
+
+
+UNIT_LENGTH = 2  # characters of the longest unit a heading ends with: s, Wh
 
 
 def label_column(heading: str, cells: list[str]) -> FittedColumn:

@@ -91,12 +91,14 @@ def write_report(
     prices: Prices | None = None,
     png_dir: Path | None = None,
     estimated: EstimatedAgainstMeasured | None = None,
+    pool_interrupted: bool = False,
 ) -> Path:
     """Write the HTML report of `results` to `out` (and every chart to `png_dir` as PNG); returns `out`.
     `estimated`: the GPU runs of `results` beside what the roofline estimated for them
-    (devicebench.estimate.against_measured, a layer above this one, makes it), drawn in a section of their own."""
+    (devicebench.estimate.against_measured, a layer above this one, makes it), drawn in a section of their own.
+    `pool_interrupted`: interrupted runs join the finished ones' rows (results/compare.py)."""
     environment = _template_environment()
-    rows_by_workload = compare(results, baseline=baseline, prices=prices)
+    rows_by_workload = compare(results, baseline=baseline, prices=prices, pool_interrupted=pool_interrupted)
     # `devicebench sweep` stores its grid as one session whose config lists every point (planning.plan)
     grid_runs = {run.run_id for result in results if "sweep" in result.config for run in result.runs}
     sections = [_workload_section(name, rows, grid_runs) for name, rows in rows_by_workload.items()]

@@ -23,6 +23,8 @@ if TYPE_CHECKING:  # planning imports torch: the report's other modules must loa
 def plan_table(plan: Plan) -> FittedTable:
     """What `devicebench run --dry-run` shows: every job, resolved, before anything is loaded or trained. Runs and
     Settings come only when some job repeats, or is tuned or changed with --set."""
+    from devicebench.budget import MEASURABLE_EPOCHS  # torch: the dry run has it already
+
     runs = sum(job.repeats for job in plan.jobs)
     table = Table(title=f"The plan: {runs} run{'' if runs == 1 else 's'}; nothing is loaded or trained")
     repeated = any(job.repeats > 1 for job in plan.jobs)
@@ -54,7 +56,10 @@ def plan_table(plan: Plan) -> FittedTable:
             str(job.device),
             *([str(job.repeats)] if repeated else []),
             batch,
-            str(job.training.epochs),
+            # a budget ends a run when its share is spent, after a warm-up and two steady epochs at least
+            f"≤ {job.training.epochs:,}"
+            if _sized(plan, job) and job.training.epochs > MEASURABLE_EPOCHS
+            else str(job.training.epochs),
             _steps_text(plan, job),
             _cap_text(job.training.max_eval_steps),
             escape(job.data.dataset) + " " + (f"[bold yellow]{source.upper()}[/]" if source == "synthetic" else source),
@@ -103,7 +108,7 @@ def _is_data_choice(source: str) -> TypeGuard[DataChoice]:
 def plan_notes(plan: Plan) -> list[Text]:
     """Under the plan: how a budget sizes the epochs, and which workloads will train on synthetic data and why,
     with how to get the real data."""
-    from devicebench.budget import FEWEST_BUDGETED_STEPS  # torch: the dry run has it already
+    from devicebench.budget import FEWEST_BUDGETED_STEPS, MEASURABLE_EPOCHS  # torch: the dry run has it already
 
     notes = [Text("Steps: training steps an epoch; eval: evaluation batches after each epoch; all: the whole set.")]
     if plan.budget_s is not None and any(_sized(plan, job) for job in plan.jobs):
@@ -111,7 +116,9 @@ def plan_notes(plan: Plan) -> list[Text]:
             Text(
                 f"Sized: a time budget of {duration_text(plan.budget_s)}, start-up included: each run times its first "
                 f"steps and an evaluation batch on a throwaway model, and its epochs get the steps that fit its share, "
-                f"at least {FEWEST_BUDGETED_STEPS} an epoch (--budget changes it; --max-steps alone runs fixed steps)."
+                f"at least {FEWEST_BUDGETED_STEPS} an epoch; it ends when its share is spent (≤ in Epochs), after "
+                f"{MEASURABLE_EPOCHS} at least, a warm-up and two steady ones (--budget changes it; --max-steps alone "
+                "runs fixed steps)."
             )
         )
     by_source: dict[tuple[str, str | None, str], list[str]] = {}

@@ -18,6 +18,7 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.status import Status
 from rich.text import Text
 
 from devicebench.data import Dataset
@@ -29,11 +30,13 @@ from devicebench.workloads import Workload
 LONG_RUN_S = 120.0  # a run expected to take longer is announced before it starts, with how to shorten it
 
 
-def epoch_fields(record: RunRecord, epoch: EpochRecord) -> list[str]:
+def epoch_fields(record: RunRecord, epoch: EpochRecord, budgeted: int | None = None) -> list[str]:
     """The fields of an epoch's line, each a whole that a narrow screen never splits: `Epoch 3/10`, `1563/1563`,
-    `9.1s`, `5.8ms/step`, `1732 samples/s`, `loss 1.62`, `acc 0.43`, `test_acc 0.44`, `eval 0.9s`."""
+    `9.1s`, `5.8ms/step`, `1732 samples/s`, `loss 1.62`, `acc 0.43`, `test_acc 0.44`, `eval 0.9s`; `Epoch 3/~5`
+    where a time budget ends the run after about `budgeted` of its planned epochs."""
+    shown = f"~{budgeted}" if budgeted is not None and budgeted < record.settings.epochs else record.settings.epochs
     fields = [
-        f"Epoch {epoch.epoch}/{record.settings.epochs}",
+        f"Epoch {epoch.epoch}/{shown}",
         f"{epoch.steps}/{epoch.steps}",
         f"{epoch.train_time_s:.1f}s",
         f"{epoch.step_time_ms:.1f}ms/step",
@@ -76,19 +79,23 @@ def folded(fields: list[str], width: int) -> str:
     return "\n".join(lines)
 
 
-def run_header(record: RunRecord, steps: int) -> Text:
+def run_header(record: RunRecord, steps: int, budget: tuple[int, float] | None = None) -> Text:
     """`mnist-cnn2 on cpu (AMD EPYC), repeat 1, batch 50, 3 epochs of 60 steps, synthetic data, 2 threads`: what
     runs, read when its first epoch starts (--batch-size auto has chosen by then); `steps`: that epoch's, which are
-    boosting rounds for trees (batch 0: every row each round)."""
+    boosting rounds for trees (batch 0: every row each round). `budget`: (epochs, seconds) a time budget's share
+    leaves it, said as `about 3 of 90 epochs (its 35 s of the budget)`."""
     settings = record.settings
     unit = "rounds" if settings.batch_size == 0 else "steps"
+    epochs = f"{settings.epochs} epoch{'s' if settings.epochs != 1 else ''}"
+    if budget is not None and budget[0] < settings.epochs:
+        epochs = f"about {budget[0]} of {settings.epochs} epochs (its {duration_text(budget[1])} of the budget)"
     return Text.assemble(
         (record.workload, "bold"),
         " on ",
         (record.device, "bold"),
         f" ({record.device_name}), repeat {record.repeat + 1}, {batch_text(settings.batch_size)}"
         + (" (auto)" if settings.batch_size_auto else "")
-        + f", {settings.epochs} epoch{'s' if settings.epochs != 1 else ''} of {steps:,} {unit}, "
+        + f", {epochs} of {steps:,} {unit}, "
         f"{settings.data_source} data, {settings.threads} threads"
         + (f", {settings.workers} loader workers" if settings.workers else ""),
     )
@@ -104,6 +111,8 @@ class RichReporter(RunReporter):
         self.task: TaskID | None = None  # the bar's one task, added with the bar
         self.announced: set[str] = set()  # datasets whose synthetic stand-in was already announced
         self.record: RunRecord | None = None  # the run whose header waits for its first epoch
+        self.budget: tuple[int, float] | None = None  # (epochs, seconds) a time budget leaves the current run
+        self.status: Status | None = None  # what is being prepared, with a spinner, until the next thing is shown
 
     def dataset_loaded(self, workload: Workload, dataset: Dataset) -> None:
         notes = getattr(dataset, "notes", ())  # an image folder's: files left out, empty classes
@@ -124,14 +133,25 @@ class RichReporter(RunReporter):
 
     def run_started(self, record: RunRecord) -> None:
         self.record = record  # its header waits for the first epoch: the batch and the steps that really run
+        self.budget = None
+
+    def run_budgeted(self, record: RunRecord, epochs: int, share_s: float) -> None:
+        self.budget = (epochs, share_s)
+
+    def preparing(self, what: str) -> None:
+        self._stop_progress()
+        if not self.quiet and (self.console.is_terminal or self.console.is_jupyter):  # in a log file only noise
+            self.status = Status(Text(f"{what}…"), console=self.console)
+            self.status.start()
 
     def epoch_started(self, epoch: int, steps: int) -> None:
+        self._stop_progress()
         if self.quiet:
             return
         if self.record is not None:
             self.console.rule(style="dim")
             # wrapped at its words, even on a console that soft-wraps (a rule's title was cut with "…")
-            self._say(run_header(self.record, steps))
+            self._say(run_header(self.record, steps, self.budget))
             self.record = None
         self.progress = Progress(
             TextColumn(f"Epoch {epoch}"),
@@ -153,7 +173,8 @@ class RichReporter(RunReporter):
     def epoch_finished(self, record: RunRecord, epoch: EpochRecord) -> None:
         self._stop_progress()
         if not self.quiet:  # lines already fitted: a soft-wrapping console must not break them again
-            self.console.print(folded(epoch_fields(record, epoch), self.console.width), highlight=False, soft_wrap=True)
+            fields = epoch_fields(record, epoch, self.budget[0] if self.budget else None)
+            self.console.print(folded(fields, self.console.width), highlight=False, soft_wrap=True)
 
     def run_finished(self, record: RunRecord) -> None:
         self._stop_progress()
@@ -219,6 +240,7 @@ class RichReporter(RunReporter):
         """Print `message` wrapped between its words at the console's width, also on a console that soft-wraps
         (the CLI's stderr does, to keep an error's paths whole): a terminal's own wrapping cuts words. A string is
         never read as markup."""
+        self._stop_status()  # what was being prepared is done: this says what came of it
         self.console.print(
             Text(message, style=style) if isinstance(message, str) else message, highlight=False, soft_wrap=False
         )
@@ -228,6 +250,13 @@ class RichReporter(RunReporter):
         self._stop_progress()
 
     def _stop_progress(self) -> None:
+        """Take the bar, and what was being prepared, off the screen."""
         if self.progress is not None:
             self.progress.stop()
             self.progress = None
+        self._stop_status()
+
+    def _stop_status(self) -> None:
+        if self.status is not None:
+            self.status.stop()
+            self.status = None

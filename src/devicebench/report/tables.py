@@ -10,10 +10,8 @@ from __future__ import annotations
 import dataclasses
 import io
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich import box
 from rich.console import Console, Group, RenderableType
 from rich.markup import escape
 from rich.table import Table
@@ -42,7 +40,8 @@ from devicebench.report.text import (
     waiting_text,
 )
 from devicebench.results.compare import Row, compare
-from devicebench.results.schema import Result, RunRecord
+from devicebench.results.pooling import own_choices
+from devicebench.results.schema import Result
 from devicebench.results.stats import INTERVAL_NOTE
 
 if TYPE_CHECKING:  # it imports torch: history and compare's tables must load without it
@@ -301,6 +300,41 @@ def comparison_tables(rows_by_workload: dict[str, list[Row]], *, wide: bool = Fa
     return parts + legend(list(shown), all_rows, published)
 
 
+def one_device(rows_by_workload: dict[str, list[Row]]) -> bool:
+    """Whether every row is of one machine's one device (a session on a machine with only a CPU): then no row has a
+    speedup to show, and one table holds every workload (`one_device_tables`)."""
+    return len({(row.machine_id, row.device) for rows in rows_by_workload.values() for row in rows}) == 1
+
+
+def one_device_tables(rows_by_workload: dict[str, list[Row]], *, wide: bool = False) -> list[RenderableType]:
+    """Every workload of one device in one table, a row each (not a one-row table each reading `1.00x (baseline)`),
+    then the rows' notes and, once, the legend."""
+    rows = [row for workload_rows in rows_by_workload.values() for row in workload_rows]
+    columns = [column for column in shown_columns(rows, wide) if column.heading not in ("Speedup", "Cost vs baseline")]
+    labels = [escape(row.workload) + row_label(row, True).removeprefix(escape(row.device)) for row in rows]
+    # what each workload's own table would have had as its title: its batch, epochs and data (the data once, in the
+    # title, where every workload had the same: a line less a row)
+    lengths = [_workload_title(row.workload, [row]).partition(": ")[2].partition("; seed")[0] for row in rows]
+    one_source = len({row.settings["data_source"] for row in rows}) == 1
+    if one_source:
+        lengths = [length.rpartition(", ")[0] for length in lengths]
+    data = f" on {_workload_title(rows[0].workload, rows[:1]).partition('; seed')[0].rpartition(', ')[2]}"
+    title = (
+        f"[bold]Every workload on {escape(rows[0].device)}[/] ({escape(rows[0].device_name)})"
+        + (data if one_source else "")
+        + ": the only device here, so no speedup is measured"
+    )
+    table = figure_table(
+        title, {"Workload": labels, "Batch, epochs" + ("" if one_source else ", data"): lengths}, rows, columns
+    )
+    notes = dict.fromkeys(  # a row's notes name its device: here, its workload too; a note of every one, once
+        f"{name}: {note}" if note.startswith(tuple(row.label for row in workload_rows)) else note
+        for name, workload_rows in rows_by_workload.items()
+        for note in row_notes(workload_rows)
+    )
+    return [table, *(Text(note, style="yellow") for note in notes), *legend(columns, rows)]
+
+
 def legend(columns: list[Column], rows: list[Row], extra: Iterable[str] = ()) -> list[RenderableType]:
     """What the shown columns hold, in one paragraph, and each device's name: printed once, after the tables."""
     clauses = [column.legend for column in RESULT_COLUMNS if column in columns and column.legend]
@@ -365,7 +399,10 @@ def row_label(row: Row, one_machine: bool) -> str:
         label += f" (batch {row.settings['batch_size']}, auto)"
     if row.settings["world_size"] > 1 and "world_size" not in row.differs_in:
         label += f" ({row.settings['world_size']} processes)"
-    problems = sorted(set(row.statuses) - {"ok"})
+    choices = own_choices(row.settings, row.baseline.settings) if row.speedup and row.baseline else ""
+    if choices:  # beside the speedup: a ratio of two devices each at its own precision or batch
+        label += f" ({choices}: each at its best)"
+    problems = sorted(set(row.statuses) - {"ok"} - set(row.differs_in))  # an interrupted row apart says so once
     if problems:
         label += " [red](" + ", ".join(problems) + ")[/]"
     if row.flags:
@@ -402,59 +439,3 @@ def sweep_tables(
         tables += [Text(note, style="yellow") for note in row_notes(rows)]
     all_rows = [row for rows in rows_by_workload.values() for row in rows]
     return tables + legend(list(shown), all_rows)
-
-
-# --- history -----------------------------------------------------------------------------------------------
-
-STATUS_STYLES = {"ok": "green", "running": "yellow", "interrupted": "yellow"}  # the failures are red
-
-
-def history_table(results: list[Result], path: Path, *, wide: bool = False) -> FittedTable:
-    """`devicebench history`: one line per stored run; epochs, epoch time, data and batch with --wide. Too wide for
-    the terminal, the columns that do not fit follow under the run ids."""
-    runs = [(result, run, run.summary()) for result in results for run in result.runs]
-    text = {"justify": "left", "no_wrap": True}
-    number = {"justify": "right", "no_wrap": True}
-    words = {"justify": "left"}  # names wrap at their spaces; in a narrow terminal the time goes under the date
-    wanted: list[tuple[str, dict[str, Any], bool, Callable[[Result, RunRecord, Any], str | Text]]] = [
-        ("Started (UTC)", words, True, lambda result, run, summary: run.started_utc[:16].replace("T", " ")),
-        ("Machine", words, True, lambda result, run, summary: escape(result.machine["machine_name"])),
-        ("Workload", words, True, lambda result, run, summary: escape(run.workload)),
-        ("Device", words, True, lambda result, run, summary: escape(run.device)),
-        (
-            "Status",
-            text,
-            True,
-            lambda result, run, summary: Text(run.status, style=STATUS_STYLES.get(run.status, "red")),
-        ),
-        ("Epochs", text, wide, lambda result, run, summary: f"{summary.epochs_completed}/{run.settings.epochs}"),
-        ("Samples/s", number, True, lambda result, run, summary: rate_text(summary.steady_samples_per_s)),
-        ("Epoch s", number, wide, lambda result, run, summary: number_text(summary.steady_epoch_time_s, 2)),
-        ("Test acc", number, True, lambda result, run, summary: percent_text(summary.final_test_accuracy)),
-        ("Data", text, wide, lambda result, run, summary: run.settings.data_source),
-        ("Batch", number, wide, lambda result, run, summary: str(run.settings.batch_size)),
-    ]
-    columns = [
-        FittedColumn(heading, [cell(result, run, summary) for result, run, summary in runs], options=options)
-        for heading, options, shown, cell in wanted
-        if shown
-    ]
-    run_ids = FittedColumn("Run id", [run.run_id[:8] for _, run, _ in runs], options=text)  # to the minute above: the
-    count = len(runs)  # id tells runs apart
-    return FittedTable(
-        f"{count} run{'' if count == 1 else 's'} in {escape(str(path))}",
-        [run_ids],
-        columns,
-        # a rule under the header and a single space between columns
-        {
-            "box": box.SIMPLE_HEAD,
-            "show_edge": False,
-            "pad_edge": False,
-            "caption": ("Samples/s and epoch s: medians" if wide else "Samples/s: median")
-            + " of the steady epochs, warm-up left out. Test acc: after the last epoch."
-            + ("" if wide else " --wide adds the epochs, epoch time, data and batch."),
-            "caption_justify": "left",
-        },
-        padding=0,
-        edges=False,
-    )

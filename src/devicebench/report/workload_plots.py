@@ -24,6 +24,7 @@ from devicebench.report.charts import (
     file_stem,
     has_speedup,
     palette,
+    plain_ticks,
     png,
     text_as_given,
     wrapped_label,
@@ -316,6 +317,7 @@ def _draw_spread_bars(
         label = f" {_bar_label(value.median, digits)}{' ' + unit if unit else ''}"
         axes.text(value.high + largest * 0.01, index, label, va="center", fontsize="small")
     axes.set_xlim(0, largest * 1.2)  # room for the value labels
+    plain_ticks(axes.xaxis)
 
 
 def _draw_speedups(axes: Axes, rows: Sequence[Row], colours: Sequence[Colour]) -> None:
@@ -343,7 +345,7 @@ def _draw_speedups(axes: Axes, rows: Sequence[Row], colours: Sequence[Colour]) -
     axes.set_xlim(low, high)
     axes.xaxis.set_major_locator(FixedLocator([tick for tick in NICE_RATIOS if low <= tick <= high]))
     axes.xaxis.set_minor_formatter(FuncFormatter(lambda value, _: ""))
-    axes.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}x"))
+    plain_ticks(axes.xaxis, "x")
     axes.axvline(1, color="black", linewidth=1)
     axes.set_xlabel("speedup, times (log scale; error bars: rank interval, its level in the table)")
 

@@ -23,14 +23,17 @@ from devicebench.results.plausibility import (
     slower_than_baseline,
 )
 from devicebench.results.pooling import (
+    closest,
     machine_identity,
     machine_label,
     name_differences,
     names_machine,
     no_baseline_note,
+    own_choices,
     resolved_definitions,
     run_settings,
     same_machine,
+    same_work,
     software_difference,
     tell_machines_apart,
     unrecorded_note,
@@ -366,18 +369,21 @@ class Row:
 
 
 def compare(
-    results: Iterable[Result], *, baseline: str = DEFAULT_BASELINE, prices: Prices | None = None
+    results: Iterable[Result],
+    *,
+    baseline: str = DEFAULT_BASELINE,
+    prices: Prices | None = None,
+    pool_interrupted: bool = False,
 ) -> dict[str, list[Row]]:
-    """Rows per workload, in the order first seen, each with its speedup against `baseline`.
-
-    `baseline` is a device ("cpu", "cuda:0") on each row's own machine, or "MACHINE/DEVICE" for one fixed row.
-    """
+    """Rows per workload, in the order first seen, each with its speedup against `baseline`: a device ("cpu",
+    "cuda:0") on each row's own machine, or "MACHINE/DEVICE" for one fixed row. Interrupted runs pool with finished
+    ones only with `pool_interrupted` (pooling.run_settings)."""
     results = list(results)
     rows: dict[tuple, Row] = {}
     definitions = iter(resolved_definitions(results))
     for result in results:
         for run in result.runs:
-            settings = {**run_settings(result, run), "definition": next(definitions)}
+            settings = {**run_settings(result, run, pool_interrupted), "definition": next(definitions)}
             key = (run.workload, *machine_identity(result.machine), run.device, json.dumps(settings, sort_keys=True))
             if key not in rows:
                 rows[key] = Row(run.workload, result.machine, run.device, run.device_name, settings)
@@ -400,16 +406,6 @@ def _spread_or_none(values: list[float]) -> Spread | None:
     return spread(values) if values else None
 
 
-def _same_work(first: Row, second: Row, apart_from: frozenset[str] = frozenset()) -> bool:
-    own_choice = {"precision", *apart_from} if first.settings["mode"] == "tuned" else set(apart_from)
-    if first.settings["batch_size_auto"]:
-        own_choice.add("batch_size")
-    definitions = {first.settings["definition"], second.settings["definition"]} - {None}  # unknown: either
-    return len(definitions) < 2 and all(
-        first.settings[name] == second.settings[name] for name in SAME_WORK_SETTINGS if name not in own_choice
-    )
-
-
 def _find_baseline(row: Row, rows: list[Row], spec: str) -> Row | None:
     machine, _, device = spec.rpartition("/")
     candidates = [
@@ -418,20 +414,11 @@ def _find_baseline(row: Row, rows: list[Row], spec: str) -> Row | None:
         if other.device == device
         # a fixed machine by its name as tables show it (`vm@3f2a1b`: `vm` alone would pick one of two unsaid) or id
         and (same_machine(other, row) if not machine else names_machine(machine, other))
-        and _same_work(row, other)
+        and same_work(row, other)
         and other.samples_per_s is not None
     ]
     one_machine = len({machine_identity(other.machine) for other in candidates}) == 1  # else picking one is a guess
-    return _closest(row, candidates) if one_machine else None
-
-
-def _closest(row: Row, candidates: list[Row]) -> Row:
-    """Of rows doing `row`'s work, the one to set it against: under the same software where there is one."""
-    candidates = [other for other in candidates if not software_difference(row.settings, other.settings)] or candidates
-    for preferred in ("world_size", "max_steps", "threads"):  # one process (what scaling is measured against), then
-        wanted = 1 if preferred == "world_size" else row.settings[preferred]  # the same length and threads
-        candidates = [other for other in candidates if other.settings[preferred] == wanted] or candidates
-    return candidates[0]
+    return closest(row, candidates) if one_machine else None
 
 
 def _own_seed_row(row: Row, rows: list[Row]) -> Row | None:
@@ -446,9 +433,9 @@ def _own_seed_row(row: Row, rows: list[Row]) -> Row | None:
         and same_machine(other, row)
         and other.device == row.device
         and other.samples_per_s is not None
-        and _same_work(row, other, apart_from=frozenset({"mode"}))
+        and same_work(row, other, apart_from=frozenset({"mode"}))
     ]
-    return _closest(row, seeds) if seeds else None
+    return closest(row, seeds) if seeds else None
 
 
 @dataclass(frozen=True)
@@ -488,6 +475,8 @@ def _attach_speedup(row: Row, rows: list[Row], spec: str) -> None:
     row.speedup, source = process_interval(row.baseline, row)
     level = row.speedup.level
     row.speedup_note = f"{level_text(level)} interval from {source}" if level is not None else "one sample: no interval"
+    if choices := own_choices(row.settings, row.baseline.settings):
+        row.speedup_note += f"; each device at its best ({choices}), not the same work"
     own_steps, baseline_steps = row.settings["max_steps"], row.baseline.settings["max_steps"]
     if own_steps != baseline_steps:
         row.speedup_note += (

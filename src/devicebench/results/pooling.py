@@ -17,10 +17,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from devicebench.results.schema import Result, RunRecord
-from devicebench.results.speed_settings import POOLED_APART, SOFTWARE, SPEED_SETTINGS, TUNED_CHOICES, setting_text
+from devicebench.results.speed_settings import (
+    POOLED_APART,
+    SAME_WORK_SETTINGS,
+    SOFTWARE,
+    SPEED_SETTINGS,
+    TUNED_CHOICES,
+    setting_text,
+)
 
 
 class Pooled(Protocol):
@@ -82,6 +89,9 @@ def names_machine(spec: str, row: Pooled) -> bool:
     )
 
 
+PooledRow = TypeVar("PooledRow", bound=Pooled)
+
+
 def software(machine: dict[str, Any], devicebench_version: str) -> dict[str, Any]:
     """The versions that keep runs apart, from a session's machine fingerprint (None where it holds none: a
     fingerprint from before a key was recorded, a torch without CUDA) and its devicebench version."""
@@ -90,11 +100,14 @@ def software(machine: dict[str, Any], devicebench_version: str) -> dict[str, Any
     return found
 
 
-def run_settings(result: Result, run: RunRecord) -> dict[str, Any]:
-    """A run's speed settings and the software it ran under: what its row shares, but the definition."""
+def run_settings(result: Result, run: RunRecord, pool_interrupted: bool = True) -> dict[str, Any]:
+    """A run's speed settings and the software it ran under: what its row shares, but the definition; and unless
+    `pool_interrupted`, whether it was interrupted: a run cut short (Ctrl-C, a stop) ran in conditions a finished one
+    did not share, so it gets a row of its own (labelled `interrupted`) and is no finished row's baseline."""
     return {
         **{name: getattr(run.settings, name) for name in SPEED_SETTINGS},
         **software(result.machine, result.devicebench_version),
+        "interrupted": run.status == "interrupted" and not pool_interrupted,
     }
 
 
@@ -150,6 +163,45 @@ def unrecorded_note(definition: str | None, runs: list[RunRecord]) -> str:
         f"pools {unrecorded} of its {len(runs)} runs whose workload definition was not recorded (stored before "
         f"devicebench recorded definitions) with runs of {setting_text('definition', definition)}: they may have "
         "trained another version of the model"
+    )
+
+
+def same_work(first: Pooled, second: Pooled, apart_from: frozenset[str] = frozenset()) -> bool:
+    """Whether `second` did `first`'s work, so that `first` may be set against it: the same SAME_WORK_SETTINGS (but
+    `apart_from`, a tuned row's own precision and an auto batch's own size) and definition, and never a finished row
+    against an interrupted one."""
+    own_choice = {"precision", *apart_from} if first.settings["mode"] == "tuned" else set(apart_from)
+    if first.settings["batch_size_auto"]:
+        own_choice.add("batch_size")
+    definitions = {first.settings["definition"], second.settings["definition"]} - {None}  # unknown: either
+    return (
+        len(definitions) < 2
+        and (first.settings["interrupted"] or not second.settings["interrupted"])
+        and all(first.settings[name] == second.settings[name] for name in SAME_WORK_SETTINGS if name not in own_choice)
+    )
+
+
+def closest(row: PooledRow, candidates: list[PooledRow]) -> PooledRow:
+    """Of rows doing `row`'s work, the one to set it against: under the same software and as finished (or not) where
+    there is one."""
+    candidates = [other for other in candidates if not software_difference(row.settings, other.settings)] or candidates
+    candidates = [other for other in candidates if other.settings["interrupted"] == row.settings["interrupted"]] or (
+        candidates
+    )
+    for preferred in ("world_size", "max_steps", "threads"):  # one process (what scaling is measured against), then
+        wanted = 1 if preferred == "world_size" else row.settings[preferred]  # the same length and threads
+        candidates = [other for other in candidates if other.settings[preferred] == wanted] or candidates
+    return candidates[0]
+
+
+def own_choices(settings: dict[str, Any], baseline_settings: dict[str, Any]) -> str:
+    """Where tuned mode or --batch-size auto let a row and its baseline each choose its own precision or batch, the
+    two (`bf16 vs fp32, batch 1024 vs 64`), to say beside their speedup: each device at its best, not the same work;
+    "" where they did the same."""
+    return ", ".join(
+        f"{'batch ' if name == 'batch_size' else ''}{settings[name]} vs {baseline_settings[name]}"
+        for name in ("precision", "batch_size")
+        if settings[name] != baseline_settings[name]
     )
 
 

@@ -63,7 +63,7 @@ SOFTWARE_WORDS = {
     "devicebench": "devicebench",
 }
 SOFTWARE = tuple(SOFTWARE_WORDS)
-POOLED_APART = (*SOFTWARE, "definition")
+POOLED_APART = (*SOFTWARE, "definition", "interrupted")  # interrupted: pooling.run_settings
 
 SWITCH_WORDS = {
     "batch_size_auto": "auto batch",

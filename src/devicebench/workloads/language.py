@@ -223,9 +223,9 @@ def _sizes(hyperparameters: Hyperparameters, task: str) -> dict[str, Any]:
     """The model's sizes, refused with a clear ValueError when they cannot make a model or its data."""
     check_sequence_request(hyperparameters["vocab_size"], hyperparameters["sequence_length"], task)
     width, heads, layers = hyperparameters["width"], hyperparameters["heads"], hyperparameters["layers"]
-    if layers < 1 or heads < 1 or width % heads:
+    if layers < 1 or heads < 1 or width < heads or width % heads:  # width 0: every head 0 wide, nothing to train
         raise ValueError(
-            f"a Transformer needs at least one layer and one head and a width its heads divide: got "
+            f"a Transformer needs at least one layer, one head and a width its heads divide into parts of 1 or more: got "
             f"layers={layers} width={width} heads={heads}"
         )
     return {
