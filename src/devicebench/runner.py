@@ -318,6 +318,7 @@ def _train_model(
         batches = batches_of(record.settings.batch_size)
         opened += batches
         base = dataclasses.replace(base, device_resident=batches[0].resident)
+        record.settings.workers = batches[0].workers  # none where the batches are distorted on the device
         tuning = None
         if layers is not None:  # tuned mode
             tuning = choose(base, batches[0], job, record, build_setup, choices)
@@ -364,6 +365,7 @@ def _batches_of(
             workers=settings.workers,
             seed=job.seed,
             resident=resident,
+            device_augment=job.mode == "tuned",  # seed mode distorts image by image, as the seeds did
             shard=current_shard(batch_size),
         )
 

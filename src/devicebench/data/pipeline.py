@@ -29,31 +29,15 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from devicebench.data.arrays import ArrayDataset
-from devicebench.data.augmentation import Preprocessing, Rescale
+from devicebench.data.arrays import ArrayDataset, Batch, Batches
+from devicebench.data.augmentation import Preprocessing, Rescale, Unchanged
+from devicebench.data.device_augment import DeviceAugmentedBatches
 from devicebench.data.images import ImageFiles, ImageFolderDataset, decode_image
 from devicebench.data.own import TensorData, TorchData, length
 from devicebench.data.text import TokenDataset
 
-Batch = tuple[torch.Tensor, torch.Tensor]  # (model inputs, class indices or other targets), on the run's device
 Data = ArrayDataset | ImageFolderDataset | TokenDataset | TensorData | TorchData  # what a run trains on
 MOST_DEFAULT_WORKERS = 4  # the seeds' largest setting; more rarely helps a single small model
-
-
-class Batches(Protocol):
-    """What the training loop draws from: `len()` steps per full pass, each epoch in its own order."""
-
-    batch_size: int
-    workers: int
-    resident: bool  # the data is held on the device
-
-    def __len__(self) -> int: ...
-
-    def batch_sizes(self, steps: int) -> list[int]: ...
-
-    def epoch(self, epoch: int, steps: int | None = None) -> Generator[Batch, None, None]: ...
-
-    def close(self) -> None: ...
 
 
 def epoch_order(num_samples: int, epoch: int, seed: int, shuffle: bool) -> torch.Tensor:
@@ -377,11 +361,14 @@ def batches_for(
     workers: int,
     seed: int,
     resident: bool = False,
+    device_augment: bool = False,
     shard: Shard | None = None,
 ) -> tuple[Batches, Batches]:
     """(training batches, test batches) of `dataset`, as a model taking `image_shape` images needs them.
 
     `resident`: hold in-memory data on the device when it fits (tuned mode); see `HostBatches.resident`.
+    `device_augment`: distort in-memory images a batch at a time where they are held, where the preprocessing can
+    (tuned mode; data/device_augment.py), not image by image in loader workers.
     `shard`: this process's slice of every training batch (data-parallel training); every process evaluates on
     the whole test split.
     """
@@ -406,6 +393,27 @@ def batches_for(
             )
         if workers == 0 and not preprocessing.augments:
             return in_memory((dataset.train_images, dataset.train_labels), (dataset.test_images, dataset.test_labels))
+        if device_augment and preprocessing.device_augments:  # uint8 batches gathered, then distorted, on the device
+            gathered = HostBatches(
+                dataset.train_images,
+                dataset.train_labels,
+                batch_size,
+                device,
+                preprocessing=Unchanged(),
+                seed=seed,
+                resident=resident,
+                shard=shard,
+            )
+            test = HostBatches(
+                dataset.test_images,
+                dataset.test_labels,
+                batch_size,
+                device,
+                preprocessing=preprocessing,
+                shuffle=False,
+                resident=resident,
+            )
+            return DeviceAugmentedBatches(gathered, preprocessing, device, seed), test
         train_images, test_images = ArrayImages(dataset.train_images), ArrayImages(dataset.test_images)
         train_labels, test_labels = dataset.train_labels, dataset.test_labels
     else:
