@@ -17,12 +17,14 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 from scipy import stats
 
+from devicebench.data.arrays import ArrayDataset
 from devicebench.data.augmentation import (
     PIXEL_SCALE,
     CifarDistortion,
@@ -40,6 +42,7 @@ from devicebench.data.pipeline import ArrayImages, HostBatches, PreprocessedImag
 CIFAR_SIZE = 32  # pixels per side of a CIFAR image
 CROP = 24  # pixels per side of the TF tutorial's crop
 CROP_OFFSETS = CIFAR_SIZE - CROP + 1  # positions a random crop may start at, per axis
+CPU = torch.device("cpu")
 
 
 def random_pixels(*shape: int, seed: int = 0) -> torch.Tensor:
@@ -353,16 +356,18 @@ SAMPLES = 900  # distortions drawn each way per law: 100 per crop offset
 SURE = 1e-6  # the p-value below which a law is refused: the draws are seeded, so a pass holds for good
 
 
-def distorted_both_ways(preprocessing: Preprocessing, image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def distorted_both_ways(
+    preprocessing: Preprocessing, image: torch.Tensor, device: torch.device = CPU
+) -> tuple[torch.Tensor, torch.Tensor]:
     """SAMPLES copies of `image` (C, H, W) distorted for training: image by image, each from a seed of its own, as
-    loader workers do (seed mode); and a batch at a time from one generator, as tuned mode does."""
+    loader workers do (seed mode); and a batch at a time on `device` from one generator there, as tuned mode does."""
     images = image.expand(SAMPLES, *image.shape).contiguous()
     labels = np.zeros(SAMPLES, dtype=np.int64)
     items = PreprocessedImages(ArrayImages(images.numpy()), labels, preprocessing, training=True, seed=3)
     one_by_one = torch.stack([items[(1, index)][0] for index in range(SAMPLES)])
-    gathered = HostBatches(images, labels, 128, torch.device("cpu"), preprocessing=Unchanged(), seed=3)
-    batches = DeviceAugmentedBatches(gathered, preprocessing, torch.device("cpu"), seed=3)
-    return one_by_one, torch.cat([inputs for inputs, _ in batches.epoch(1)])  # copies: the order does not show
+    gathered = HostBatches(images, labels, 128, device, preprocessing=Unchanged(), seed=3, resident=True)
+    batches = DeviceAugmentedBatches(gathered, preprocessing, device, seed=3)
+    return one_by_one, torch.cat([inputs.cpu() for inputs, _ in batches.epoch(1)])  # copies: the order does not show
 
 
 def assert_both_follow(law: stats.rv_continuous, one_by_one: torch.Tensor, batched: torch.Tensor) -> None:
@@ -380,14 +385,19 @@ def assert_both_uniform(values: int, one_by_one: torch.Tensor, batched: torch.Te
     assert stats.chi2_contingency(torch.stack(counts).numpy()).pvalue > SURE
 
 
-def test_cifar_crops_and_flips_follow_the_same_laws_image_by_image_and_a_batch_at_a_time(one_thread: None) -> None:
+def assert_crops_and_flips_follow_the_same_laws_image_by_image_and_a_batch_at_a_time(device: torch.device) -> None:
     image = random_pixels(1, 3, CIFAR_SIZE, CIFAR_SIZE)[0]
     crop_and_flip_only = CifarDistortion(contrast_low=1.0, contrast_high=1.0)  # a window of the image, standardised
 
-    one_by_one, batched = (windows_found(image, made) for made in distorted_both_ways(crop_and_flip_only, image))
+    made = distorted_both_ways(crop_and_flip_only, image, device)
 
+    one_by_one, batched = (windows_found(image, distorted) for distorted in made)
     for column, values in enumerate((CROP_OFFSETS, CROP_OFFSETS, 2)):  # top, left: 9 offsets each; flipped or not
         assert_both_uniform(values, one_by_one[:, column], batched[:, column])
+
+
+def test_cifar_crops_and_flips_follow_the_same_laws_image_by_image_and_a_batch_at_a_time(one_thread: None) -> None:
+    assert_crops_and_flips_follow_the_same_laws_image_by_image_and_a_batch_at_a_time(torch.device("cpu"))
 
 
 def contrast_factors(image: torch.Tensor, distorted: torch.Tensor) -> torch.Tensor:
@@ -471,3 +481,99 @@ def test_device_batches_draw_anew_for_every_batch_and_epoch_and_again_alike_for_
     assert not torch.allclose(first[0], first[1], atol=1e-3)  # the same images, distorted apart
     for other in epoch(seed=5, number=2), epoch(seed=6, number=1):
         assert not torch.allclose(first[0], other[0], atol=1e-3)
+
+
+@pytest.mark.slow  # ~5 s: a cifar10-cnn's set-up (its FLOPs counted, its weights drawn) and four steps
+def test_a_tuned_cifar10_cnn_run_trains_on_batches_distorted_a_batch_at_a_time(monkeypatch) -> None:
+    run, train_batches = tuned_cifar10_cnn_run(monkeypatch, CPU)
+
+    assert run.status == "ok", run.error
+    assert run.settings.workers == 0  # no loader processes: the training process distorts each batch
+    assert [epoch.samples for epoch in run.epochs] == [2 * 8] * 2
+    assert all(math.isfinite(epoch.train_loss) for epoch in run.epochs)
+    inputs, labels = next(train_batches.epoch(1))
+    assert inputs.shape == (8, 3, CROP, CROP) and inputs.dtype == torch.float32 and labels.shape == (8,)
+    assert torch.allclose(inputs.mean(dim=(1, 2, 3)), torch.zeros(8), atol=1e-4)  # standardised image by image
+
+
+def tuned_cifar10_cnn_run(monkeypatch: pytest.MonkeyPatch, device: torch.device) -> tuple[Any, Any]:
+    """(the record, the training batches) of a tuned cifar10-cnn run of 2 epochs of 2 steps at batch 8 on 32 random
+    CIFAR-sized images, its tuning the plainest candidate without a trial: the batches are the point here."""
+    from devicebench import RunConfig, planning, runner, session_choices  # the runner imports torch's heavier parts
+
+    made = []
+
+    def batches_for(*arguments: Any, **keywords: Any) -> Any:
+        made.append(real_batches_for(*arguments, **keywords))
+        return made[-1]
+
+    real_batches_for = runner.batches_for
+    monkeypatch.setattr(runner, "batches_for", batches_for)
+    monkeypatch.setattr(session_choices, "choose_tuning", lambda options, build, batches, watch: (options[0], ""))
+    images = random_pixels(48, 3, CIFAR_SIZE, CIFAR_SIZE).numpy()
+    labels = np.arange(48, dtype=np.int64) % 10
+    dataset = ArrayDataset("cifar10", "synthetic", images[:32], labels[:32], images[32:], labels[32:], 10)
+    config = RunConfig(
+        workloads=("cifar10-cnn",),
+        devices=str(device),
+        data="synthetic",
+        epochs=2,
+        max_steps=2,
+        max_eval_steps=1,
+        batch_size=8,
+        mode="tuned",
+        compile="off",
+    )
+    (job,) = planning.plan(config).jobs
+    record = runner.new_record(job, dataset, 0)
+    runner.train_record(record, job, dataset)
+    ((train_batches, _),) = made
+    assert isinstance(train_batches, DeviceAugmentedBatches)
+    return record, train_batches
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# On CUDA (python -m pytest -m gpu; benchmarks/gpu_validation.py runs these)
+# ---------------------------------------------------------------------------------------------------------------
+
+on_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device; this PyTorch sees none")
+
+
+@pytest.mark.gpu
+@on_cuda
+def test_on_cuda_a_tuned_cifar10_cnn_run_distorts_its_batches_on_the_device(monkeypatch) -> None:
+    run, train_batches = tuned_cifar10_cnn_run(monkeypatch, torch.device("cuda"))
+
+    assert run.status == "ok", run.error
+    assert run.settings.workers == 0 and run.settings.device_resident and train_batches.resident
+    assert all(math.isfinite(epoch.train_loss) for epoch in run.epochs)
+    inputs, labels = next(train_batches.epoch(1))
+    assert inputs.device.type == labels.device.type == "cuda" and inputs.shape == (8, 3, CROP, CROP)
+
+
+@pytest.mark.gpu
+@on_cuda
+@pytest.mark.parametrize(
+    ("preprocessing", "shape"), [(CifarDistortion(), (128, 3, 32, 32)), (KerasAugmentation(), (32, 3, 64, 64))]
+)
+def test_on_cuda_a_batch_is_distorted_without_the_host_waiting_for_the_device(
+    preprocessing: Preprocessing, shape: tuple[int, ...]
+) -> None:
+    images = random_pixels(*shape).cuda()
+    generator = torch.Generator("cuda").manual_seed(0)
+    preprocessing.train(images, generator)  # the first call loads the kernels
+    torch.cuda.synchronize()
+
+    torch.cuda.set_sync_debug_mode("error")  # any operation that waits for the device raises
+    try:
+        distorted = preprocessing.train(images, generator)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+    assert distorted.device.type == "cuda" and bool(torch.isfinite(distorted).all())
+
+
+@pytest.mark.gpu
+@on_cuda
+def test_on_cuda_crops_and_flips_follow_the_same_laws_as_image_by_image_on_the_host(one_thread: None) -> None:
+    assert_crops_and_flips_follow_the_same_laws_image_by_image_and_a_batch_at_a_time(torch.device("cuda"))
