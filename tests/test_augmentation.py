@@ -37,7 +37,7 @@ from devicebench.data.augmentation import (
     rebuild,
 )
 from devicebench.data.device_augment import DeviceAugmentedBatches
-from devicebench.data.pipeline import ArrayImages, HostBatches, PreprocessedImages
+from devicebench.data.pipeline import ArrayImages, HostBatches, PreprocessedImages, batches_for
 
 CIFAR_SIZE = 32  # pixels per side of a CIFAR image
 CROP = 24  # pixels per side of the TF tutorial's crop
@@ -481,6 +481,25 @@ def test_device_batches_draw_anew_for_every_batch_and_epoch_and_again_alike_for_
     assert not torch.allclose(first[0], first[1], atol=1e-3)  # the same images, distorted apart
     for other in epoch(seed=5, number=2), epoch(seed=6, number=1):
         assert not torch.allclose(first[0], other[0], atol=1e-3)
+
+
+def test_in_memory_images_are_distorted_a_batch_at_a_time_only_where_asked_and_the_preprocessing_can() -> None:
+    images = random_pixels(24, 3, CIFAR_SIZE, CIFAR_SIZE).numpy()
+    labels = np.arange(24, dtype=np.int64) % 10
+    dataset = ArrayDataset("cifar10", "synthetic", images[:16], labels[:16], images[16:], labels[16:], 10)
+
+    def made(preprocessing: Preprocessing, device_augment: bool) -> tuple[str, str]:
+        train, test = batches_for(
+            dataset, (3, 32, 32), preprocessing, 8, CPU, workers=2, seed=0, device_augment=device_augment
+        )
+        train.close()
+        test.close()
+        return type(train).__name__, type(test).__name__
+
+    assert made(CifarDistortion(), device_augment=True) == ("DeviceAugmentedBatches", "HostBatches")
+    assert made(KerasAugmentation(), device_augment=True) == ("DeviceAugmentedBatches", "HostBatches")
+    assert made(CifarDistortion(), device_augment=False) == ("LoaderBatches", "LoaderBatches")  # seed mode
+    assert made(CifarDistortion(augment=False), device_augment=True) == ("LoaderBatches", "LoaderBatches")
 
 
 @pytest.mark.slow  # ~5 s: a cifar10-cnn's set-up (its FLOPs counted, its weights drawn) and four steps
