@@ -369,6 +369,7 @@ def _train_model(
         # in seed mode too: where the data lived decides what a step waits for (the tuning, in tuned mode, says so again)
         record.settings = dataclasses.replace(record.settings, device_resident=batches[0].resident)
         base = dataclasses.replace(base, device_resident=batches[0].resident)
+        record.settings.workers = batches[0].workers  # none where the batches are distorted on the device
         tuning = None
         if layers is not None:  # tuned mode
             tuning = choose(base, batches[0], job, record, build_setup, choices)
@@ -412,6 +413,7 @@ def _batches_of(job: Job, dataset: Data, settings: RunSettings) -> Callable[[int
             job.device,
             workers=settings.workers,
             seed=job.seed,
+            device_augment=job.mode == "tuned",  # seed mode distorts image by image, as the seeds did
             shard=current_shard(batch_size),
         )
 

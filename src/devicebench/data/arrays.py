@@ -1,4 +1,5 @@
-"""The in-memory image dataset and the words every data module shares: where data comes from, and what was asked.
+"""The in-memory image dataset and the words every data module shares: where data comes from, what was asked, and
+what the training loop draws batches from.
 
 Kept apart from `devicebench.data` so that the readers (synthetic, images, text, tables) can build datasets
 without importing the package that imports them.
@@ -6,12 +7,31 @@ without importing the package that imports them.
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 import numpy as np
+import torch
 
 DataSource = Literal["real", "synthetic"]
+Batch = tuple[torch.Tensor, torch.Tensor]  # (model inputs, class indices or other targets), on the run's device
+
+
+class Batches(Protocol):
+    """What the training loop draws from: `len()` steps per full pass, each epoch in its own order."""
+
+    batch_size: int
+    workers: int
+    resident: bool  # the data is held on the device
+
+    def __len__(self) -> int: ...
+
+    def batch_sizes(self, steps: int) -> list[int]: ...
+
+    def epoch(self, epoch: int, steps: int | None = None) -> Generator[Batch, None, None]: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True, eq=False)

@@ -5,6 +5,11 @@ Every function takes a batch (N, C, H, W) of uint8 pixels, so the same code serv
 random distortions from the generator it is given; `test` never does. A preprocessing is a frozen dataclass
 of plain values, so a checkpoint can carry it and `predict` can apply exactly what training applied.
 
+The distortions of `KerasAugmentation` and `CifarDistortion` are drawn (`draw`) apart from being applied
+(`distort`): one draw per image, each from the same laws whatever the batch's size, then applied to the whole
+batch at once with no Python loop over its images and nothing read back to the host, on the device the
+images and the generator are on (`device_augments`; data/device_augment.py runs them so in tuned mode).
+
     python -c "import torch; from devicebench.data.augmentation import KerasAugmentation as K; x = torch.full((1, 3, 8, 8), 255, dtype=torch.uint8); print(K().train(x, torch.Generator().manual_seed(0)).mean())"
 """
 
@@ -13,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +32,11 @@ class Rescale:
 
     @property
     def augments(self) -> bool:
+        return False
+
+    @property
+    def device_augments(self) -> bool:
+        """Whether `train` distorts a whole batch on any device, drawing on a generator there: nothing to distort."""
         return False
 
     def train(self, images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -59,16 +69,28 @@ class KerasAugmentation(Rescale):
     def augments(self) -> bool:
         return self.shear > 0 or self.zoom > 0 or self.horizontal_flip
 
+    @property
+    def device_augments(self) -> bool:
+        return self.augments
+
     def train(self, images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        return self.distort(images, self.draw(images, generator))
+
+    def draw(self, images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """One row of uniforms in [0, 1) per image, on the images' device (where `generator` must be): its shear
+        angle, its zoom of rows, of columns, and its flip."""
+        return torch.rand(len(images), 4, generator=generator, device=images.device)
+
+    def distort(self, images: torch.Tensor, draws: torch.Tensor) -> torch.Tensor:
+        """`images` sheared, zoomed and flipped as `draws` (from `draw`) say, image by image."""
         pixels = self.test(images)
         count = len(pixels)
-        draws = torch.rand(count, 4, generator=generator)
         angle = (draws[:, 0] * 2 - 1) * self.shear
         zoom_rows = 1 + (draws[:, 1] * 2 - 1) * self.zoom
         zoom_columns = 1 + (draws[:, 2] * 2 - 1) * self.zoom
         # Keras maps each output pixel (row, column) to the input through shear @ zoom; written for
         # affine_grid, whose coordinates are (x = column, y = row) normalised to [-1, 1] around the centre:
-        theta = torch.zeros(count, 2, 3)
+        theta = torch.zeros(count, 2, 3, device=pixels.device)
         theta[:, 0, 0] = torch.cos(angle) * zoom_columns
         theta[:, 1, 0] = -torch.sin(angle) * zoom_columns * pixels.shape[-1] / pixels.shape[-2]  # x, y scale apart
         theta[:, 1, 1] = zoom_rows
@@ -77,6 +99,14 @@ class KerasAugmentation(Rescale):
         if self.horizontal_flip:
             pixels = _flip_where(draws[:, 3] < 0.5, pixels)
         return pixels
+
+
+class CropDraws(NamedTuple):
+    """`CifarDistortion`'s random draws for a batch, one per image."""
+
+    rows: torch.Tensor  # (N,) int64: each crop's top row, uniform over the rows a whole crop fits below
+    columns: torch.Tensor  # (N,) int64: each crop's left column, likewise
+    uniforms: torch.Tensor  # (N, 3) in [0, 1): the flip (below 1/2), the brightness shift, the contrast factor
 
 
 @dataclass(frozen=True)
@@ -100,23 +130,28 @@ class CifarDistortion:
     def augments(self) -> bool:
         return self.augment
 
+    @property
+    def device_augments(self) -> bool:
+        return self.augment
+
     def train(self, images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         if not self.augment:
             return self.test(images)
+        return self.distort(images, self.draw(images, generator))
+
+    def draw(self, images: torch.Tensor, generator: torch.Generator) -> CropDraws:
+        """One distortion per image, on the images' device (where `generator` must be)."""
         count, _, height, width = images.shape
-        pixels = images.float()
-        rows = torch.randint(0, height - self.crop + 1, (count,), generator=generator)
-        columns = torch.randint(0, width - self.crop + 1, (count,), generator=generator)
-        draws = torch.rand(count, 3, generator=generator)
-        crops = torch.stack(
-            [
-                image[:, row : row + self.crop, column : column + self.crop]
-                for image, row, column in zip(pixels, rows.tolist(), columns.tolist())
-            ]
-        )
-        crops = _flip_where(draws[:, 0] < 0.5, crops)
-        crops += ((draws[:, 1] * 2 - 1) * self.brightness).view(-1, 1, 1, 1)
-        factor = (self.contrast_low + draws[:, 2] * (self.contrast_high - self.contrast_low)).view(-1, 1, 1, 1)
+        rows = torch.randint(0, height - self.crop + 1, (count,), generator=generator, device=images.device)
+        columns = torch.randint(0, width - self.crop + 1, (count,), generator=generator, device=images.device)
+        return CropDraws(rows, columns, torch.rand(count, 3, generator=generator, device=images.device))
+
+    def distort(self, images: torch.Tensor, draws: CropDraws) -> torch.Tensor:
+        """`images` cropped, flipped, brightened and contrasted as `draws` (from `draw`) say, then standardised."""
+        uniforms = draws.uniforms
+        crops = _windows(images, draws.rows, draws.columns, self.crop, mirrored=uniforms[:, 0] < 0.5).float()
+        crops += ((uniforms[:, 1] * 2 - 1) * self.brightness).view(-1, 1, 1, 1)
+        factor = (self.contrast_low + uniforms[:, 2] * (self.contrast_high - self.contrast_low)).view(-1, 1, 1, 1)
         channel_means = crops.mean(dim=(2, 3), keepdim=True)
         crops = (crops - channel_means) * factor + channel_means
         return _standardize(crops)
@@ -151,6 +186,10 @@ class ImageNetInput:
     def augments(self) -> bool:
         return False
 
+    @property
+    def device_augments(self) -> bool:
+        return False
+
     def train(self, images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         return self.test(images)
 
@@ -176,6 +215,10 @@ class Unchanged:
     def augments(self) -> bool:
         return False
 
+    @property
+    def device_augments(self) -> bool:
+        return False
+
     def train(self, inputs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         return inputs
 
@@ -184,6 +227,19 @@ class Unchanged:
 
     def output_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         return shape
+
+
+def _windows(
+    images: torch.Tensor, rows: torch.Tensor, columns: torch.Tensor, size: int, mirrored: torch.Tensor
+) -> torch.Tensor:
+    """The `size` x `size` window of each image whose top left is (`rows`, `columns`), mirrored left to right where
+    `mirrored`: gathered through an index grid, so a whole batch is cut at once without reading the offsets back."""
+    count, channels, _, width = images.shape
+    steps = torch.arange(size, device=images.device)
+    window_rows = (rows.view(-1, 1) + steps).view(count, 1, size, 1).expand(count, channels, size, width)
+    window_columns = columns.view(-1, 1) + torch.where(mirrored.view(-1, 1), steps.flip(0), steps)
+    window_columns = window_columns.view(count, 1, 1, size).expand(count, channels, size, size)
+    return images.gather(2, window_rows).gather(3, window_columns)
 
 
 def _flip_where(chosen: torch.Tensor, images: torch.Tensor) -> torch.Tensor:

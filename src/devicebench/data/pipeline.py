@@ -1,6 +1,6 @@
 """Mini-batches for the training loop, made the way the seeds made them, on the device where the data lives there.
 
-Two ways to make them, chosen by `batches_for`:
+Three ways to make them, chosen by `batches_for`:
 - `HostBatches`: images (or token ids) already in memory and nothing random to do to them: held on the device
   where they fit (every CPU run; a CUDA device with room for them, preprocessed once) and gathered there a chunk
   of batches at a time, else gathered on one host thread and copied one batch ahead. The fast path, Keras'
@@ -8,8 +8,10 @@ Two ways to make them, chosen by `batches_for`:
 - `LoaderBatches`: a PyTorch DataLoader whose workers read each image (decoding a JPEG with Pillow when it
   comes from a folder), resize it and augment it one by one, the seeds' `ImageDataGenerator` way. `workers=0`
   does all that in the training process, between steps, which is what the input-pipeline diagnosis catches.
+- `DeviceAugmentedBatches` (data/device_augment.py), tuned mode's: in-memory images gathered as uint8 where they are
+  held and distorted there a whole batch at a time, from the same laws as the per-image way.
 
-Both shuffle each epoch with an order that depends only on (seed, epoch), and each image's augmentation only
+All shuffle each epoch with an order that depends only on (seed, epoch), and each image's augmentation only
 on (seed, epoch, index): every device, and every number of workers, sees the same data. The last, partial
 batch is kept (Keras' 1563 steps for 50,000 samples at 32).
 
@@ -32,31 +34,15 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from devicebench.data import placement
-from devicebench.data.arrays import ArrayDataset
-from devicebench.data.augmentation import Preprocessing, Rescale
+from devicebench.data.arrays import ArrayDataset, Batch, Batches
+from devicebench.data.augmentation import Preprocessing, Rescale, Unchanged
+from devicebench.data.device_augment import DeviceAugmentedBatches
 from devicebench.data.images import ImageFiles, ImageFolderDataset, decode_image
 from devicebench.data.own import TensorData, TorchData, length
 from devicebench.data.text import TokenDataset
 
-Batch = tuple[torch.Tensor, torch.Tensor]  # (model inputs, class indices or other targets), on the run's device
 Data = ArrayDataset | ImageFolderDataset | TokenDataset | TensorData | TorchData  # what a run trains on
 MOST_DEFAULT_WORKERS = 4  # the seeds' largest setting; more rarely helps a single small model
-
-
-class Batches(Protocol):
-    """What the training loop draws from: `len()` steps per full pass, each epoch in its own order."""
-
-    batch_size: int
-    workers: int
-    resident: bool  # the data is held on the device
-
-    def __len__(self) -> int: ...
-
-    def batch_sizes(self, steps: int) -> list[int]: ...
-
-    def epoch(self, epoch: int, steps: int | None = None) -> Generator[Batch, None, None]: ...
-
-    def close(self) -> None: ...
 
 
 def epoch_order(num_samples: int, epoch: int, seed: int, shuffle: bool) -> torch.Tensor:
@@ -404,12 +390,15 @@ def batches_for(
     workers: int,
     seed: int,
     resident: bool = True,
+    device_augment: bool = False,
     shard: Shard | None = None,
 ) -> tuple[Batches, Batches]:
     """(training batches, test batches) of `dataset`, as a model taking `image_shape` images needs them.
 
     `resident`: hold in-memory data on the device where it fits (`HostBatches`); False gathers every batch on
     the host and copies it, as data too big for the device is.
+    `device_augment`: distort in-memory images a batch at a time where they are held, where the preprocessing can
+    (tuned mode; data/device_augment.py), not image by image in loader workers.
     `shard`: this process's slice of every training batch (data-parallel training); every process evaluates on
     the whole test split.
     """
@@ -434,6 +423,9 @@ def batches_for(
             )
         if workers == 0 and not preprocessing.augments:
             return in_memory((dataset.train_images, dataset.train_labels), (dataset.test_images, dataset.test_labels))
+        if device_augment and preprocessing.device_augments:  # uint8 batches gathered, then distorted, on the device
+            distorted = _host_batches(batch_size, device, preprocessing, seed, resident, shard, augment_on_device=True)
+            return distorted((dataset.train_images, dataset.train_labels), (dataset.test_images, dataset.test_labels))
         train_images, test_images = ArrayImages(dataset.train_images), ArrayImages(dataset.test_images)
         train_labels, test_labels = dataset.train_labels, dataset.test_labels
     else:
@@ -460,15 +452,21 @@ def _host_batches(
     seed: int,
     resident: bool,
     shard: Shard | None,
+    *,
+    augment_on_device: bool = False,
 ) -> Callable[[Arrays, Arrays], tuple[Batches, Batches]]:
-    """How in-memory splits become batches: the training split shuffled and sharded, the test split in order."""
+    """How in-memory splits become batches: the training split shuffled and sharded, the test split in order; with
+    `augment_on_device`, the training split gathered as uint8 and distorted a batch at a time where it is held."""
 
     def batches(train: Arrays, test: Arrays) -> tuple[Batches, Batches]:
-        return (
-            HostBatches(
-                *train, batch_size, device, preprocessing=preprocessing, seed=seed, resident=resident, shard=shard
-            ),
-            HostBatches(*test, batch_size, device, preprocessing=preprocessing, shuffle=False, resident=resident),
+        gathered = Unchanged() if augment_on_device else preprocessing
+        training: Batches = HostBatches(
+            *train, batch_size, device, preprocessing=gathered, seed=seed, resident=resident, shard=shard
+        )
+        if augment_on_device:
+            training = DeviceAugmentedBatches(training, preprocessing, device, seed)
+        return training, HostBatches(
+            *test, batch_size, device, preprocessing=preprocessing, shuffle=False, resident=resident
         )
 
     return batches
