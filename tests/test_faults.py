@@ -495,7 +495,9 @@ def test_a_run_whose_database_is_locked_while_it_trains_trains_on_and_says_it_co
     monkeypatch.setattr(store_errors, "BUSY_TIMEOUT_S", 0.2)
     locked = sqlite3.connect(path, isolation_level=None)
 
-    def run(plan, reporter, *, save_to=None, spent_before_s=0.0, fresh_repeat=None):  # runner.run's events, without real training
+    def run(
+        plan, reporter, *, save_to=None, spent_before_s=0.0, fresh_repeat=None
+    ):  # runner.run's events, without real training
         locked.execute("BEGIN EXCLUSIVE")  # after the check at start-up, as another process might
         reporter.session_started(finished)
         for record in finished.runs:
