@@ -561,3 +561,18 @@ def test_the_slowdown_reported_is_the_largest_the_run_saw_not_the_last():
     clock.now += 7 * 0.5  # seven of 0.5 s: 12.5 s for ten steps, 1.25 s a step
     pacer.epoch_steps(run, steps_done=10, steps=20, eval_steps=0)
     assert pacer.slowdown == 3.0
+
+
+@pytest.mark.parametrize(("mode", "made_on_the_device"), [("tuned", True), ("seed", False)])
+def test_the_time_probe_makes_its_batches_as_the_run_will(monkeypatch, mode, made_on_the_device):
+    """A tuned cifar10-cnn run distorts its batches a batch at a time (data/device_augment.py): its budget's probe
+    times those, not the seeds' image-by-image distortion, or the run is sized from steps it never takes."""
+    from devicebench.data import load_dataset
+    from devicebench.data.device_augment import DeviceAugmentedBatches
+
+    config = RunConfig(workloads=("cifar10-cnn",), devices="cpu", data="synthetic", mode=mode, epochs=3)
+    (job,) = planning.plan(config).jobs
+    probed = []
+    monkeypatch.setattr(budget, "time_first_steps", lambda build, train, test, watch: probed.append(train))
+    budget.time_probe(job, load_dataset("cifar10", "synthetic"), lambda: None)
+    assert isinstance(probed[0], DeviceAugmentedBatches) is made_on_the_device

@@ -268,6 +268,7 @@ def time_probe(job: Job, dataset: Data, build: Callable[[], TrainingSetup]) -> S
         job.device,
         workers=0,
         seed=job.seed,
+        device_augment=job.mode == "tuned",  # as the run will make its batches (runner._batches_of)
     )
     try:
         return time_first_steps(build, train_batches, test_batches, Stopwatch(job.device))
