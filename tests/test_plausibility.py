@@ -256,15 +256,19 @@ def test_scaling_efficiency_is_taken_against_one_process_of_the_same_length():
 
 
 def test_no_scaling_efficiency_across_lengths_or_from_an_interrupted_run_and_the_notes_say_why():
-    """The new user's 143%: two processes set against one-process runs of other lengths, one interrupted."""
-    one = capped(run("cpu", [2.0, 1.4, 1.4], status="interrupted"), 20)
+    """The new user's 143%: two processes set against one-process runs of other lengths. An interrupted one-process
+    run is no baseline at all now (its row stands apart: tests/test_interrupted_apart.py), so no efficiency either."""
+    interrupted = capped(run("cpu", [2.0, 1.4, 1.4], status="interrupted"), 60)
     two = capped(run("cpu", [1.0, 0.5, 0.5]), 60, world_size=2)
+    rows = compare([session(LAPTOP, [interrupted, two])])["mnist-cnn2"]
+    data_parallel = next(row for row in rows if row.settings["world_size"] == 2)
+    assert data_parallel.baseline is not next(row for row in rows if row is not data_parallel)
+    assert data_parallel.scaling_efficiency is None
+    one = capped(run("cpu", [2.0, 1.4, 1.4]), 20)
     single, data_parallel = compare([session(LAPTOP, [one, two])])["mnist-cnn2"]
     assert data_parallel.baseline is single and data_parallel.speedup.ratio == pytest.approx(2.8)
     assert data_parallel.scaling_efficiency is None
-    assert data_parallel.scaling_note == (
-        "its epochs were capped at 60 steps, the one-process row's at 20; the one-process row pools 1 interrupted run"
-    )
+    assert data_parallel.scaling_note == "its epochs were capped at 60 steps, the one-process row's at 20"
     notes = row_notes([single, data_parallel])
     assert any(
         "no scaling efficiency against one process: its epochs were capped at 60 steps" in note for note in notes

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Generator
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # a type only: `devicebench data --help` and the readers load without torch
+    import torch
 
 DataSource = Literal["real", "synthetic"]
-Batch = tuple[torch.Tensor, torch.Tensor]  # (model inputs, class indices or other targets), on the run's device
+Batch = tuple["torch.Tensor", "torch.Tensor"]  # (model inputs, class indices or other targets), on the run's device
 
 
 class Batches(Protocol):
