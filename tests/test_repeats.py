@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import signal
 import sqlite3
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -169,3 +171,29 @@ def test_on_a_gpu_a_repeat_in_a_fresh_process_trains_on_the_gpu():
     first, second = result.runs
     assert (first.status, second.status, second.device) == ("ok", "ok", "cuda:0")
     assert second.process_id != first.process_id and second.peak_device_memory_mib > 0
+
+
+def test_a_fresh_repeat_trains_with_the_threads_of_the_process_that_started_it(monkeypatch, tmp_path):
+    """No --threads: the first repeat trains with this process's thread count, which a caller may have changed from
+    torch's default; the fresh process is told it, or its repeat would form a row of its own (seen in the full
+    suite, where an earlier test had left one thread)."""
+    plan = planning.plan(RunConfig(**TINY, repeats=2))
+    (job,) = plan.jobs
+    told = []
+
+    class Interpreter:
+        def __init__(self, command, **kwargs):
+            told.append(json.loads(Path(command[-2]).read_text())["plan"]["threads"])
+            self.returncode = 1
+
+        def wait(self):
+            return 1
+
+    monkeypatch.setattr(subprocess, "Popen", Interpreter)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        record = repeat_in_fresh_process(plan, job, runner.new_record(job, runner.load_data(job), 1), None)
+    finally:
+        torch.set_num_threads(threads)
+    assert told == [1] and record.status == "failed"

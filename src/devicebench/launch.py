@@ -373,7 +373,10 @@ def repeat_in_fresh_process(plan: Plan, job: Job, placeholder: RunRecord, budget
     of the session's time budget, which the process's start counts against too (None: no budget). On a
     KeyboardInterrupt, the signal that stopped this process (devicebench.stopping; Ctrl-C where none was caught)
     is forwarded, and the record comes back marked interrupted with every epoch it finished."""
-    one = dataclasses.replace(plan, jobs=(dataclasses.replace(job, repeats=1),), budget_s=budget_s)
+    # the threads this process trains with, named: a fresh interpreter would take torch's default, which this
+    # process (a library caller's, a test's) may have changed, and the repeats would no longer pool
+    threads = plan.threads or torch.get_num_threads()
+    one = dataclasses.replace(plan, jobs=(dataclasses.replace(job, repeats=1),), budget_s=budget_s, threads=threads)
     with tempfile.TemporaryDirectory(prefix="devicebench-repeat-") as folder:
         plan_file, output_file = Path(folder) / "plan.json", Path(folder) / "result.json"
         plan_file.write_text(json.dumps({"plan": one.to_dict(), "quiet": True}))
