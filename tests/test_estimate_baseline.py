@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from devicebench import RunConfig, budget, planning, runner
 from devicebench.check import cpu
-from devicebench.cli import app
+from devicebench.cli import app, session
 from devicebench.cli import estimate as estimate_command
 from devicebench.engine.loop import StepTimes
 from devicebench.engine.timing import Budget
@@ -65,18 +65,22 @@ def test_on_a_machine_twice_as_slow_the_baselines_batch_stays_where_a_runs_is_ha
     assert batch == 32 and "trains at batch" not in said
 
 
-def test_the_estimates_baseline_is_budgeted_with_its_slack(tmp_path, monkeypatch):
-    slacks = []
+def test_the_estimates_baseline_has_its_seconds_whatever_the_start_up_took_and_its_batch_slack(tmp_path, monkeypatch):
+    budgeted = []
 
     def shares_of(plan, spent_before_s=0.0):
-        slacks.append(plan.batch_slack)
+        budgeted.append((plan.budget_s, spent_before_s, plan.batch_slack))
         raise KeyboardInterrupt  # no need to train: the plan was read
 
     monkeypatch.setattr(budget.BudgetShares, "for_plan", shares_of)
+    # a start-up that load slowed: 33 s before the baseline's first run, counted by the budget
+    monkeypatch.setattr(estimate_command, "process_age_s", lambda: 33.0)
+    monkeypatch.setattr(session, "process_age_s", lambda: 33.0)
     monkeypatch.setattr(estimate_command, "fit_roofline", lambda stored: None)  # seconds, and read after the baseline
     arguments = ["estimate", "cifar10-mlp", "--on", "t4", "--data", "synthetic", "--db", str(tmp_path / "db.sqlite")]
     CliRunner().invoke(app, [*arguments, "--quiet"])
-    assert slacks == [estimate_command.BASELINE_BATCH_SLACK] and estimate_command.BASELINE_BATCH_SLACK == 2.0
+    assert budgeted == [(estimate_command.BASELINE_BUDGET_S + 33.0, 33.0, estimate_command.BASELINE_BATCH_SLACK)]
+    assert estimate_command.BASELINE_BATCH_SLACK == 2.0
 
 
 def test_a_machine_too_slow_even_for_the_fewest_steps_gets_a_smaller_batch_and_is_told(monkeypatch):

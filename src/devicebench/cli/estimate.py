@@ -29,6 +29,7 @@ from devicebench.cli import (
 )
 from devicebench.cli.session import DataOption, exit_for, plan_or_fail, train_and_show
 from devicebench.config import RunConfig
+from devicebench.engine.timing import process_age_s
 from devicebench.environment import machine_fingerprint
 from devicebench.estimate.points import EstimateError, RooflineFit, fit_roofline
 from devicebench.estimate.roofline import PARAMETERS
@@ -220,7 +221,9 @@ def estimate(
     job_plan = dataclasses.replace(
         job_plan,
         jobs=torch_jobs,
-        budget_s=BASELINE_BUDGET_S * len(torch_jobs),
+        # a budget counts the command's start-up (train_and_show), here mostly the fit, which load slows by tens of
+        # seconds: the baseline's own seconds come on top, or its batch would shrink with the machine's load
+        budget_s=BASELINE_BUDGET_S * len(torch_jobs) + process_age_s(),
         batch_slack=BASELINE_BATCH_SLACK,
         request={**job_plan.request, "purpose": ESTIMATE_BASELINE},  # compare and history leave it out
     )
