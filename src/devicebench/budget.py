@@ -95,6 +95,9 @@ class BudgetShares:
     spent: list[RunSpent] = field(default_factory=list)  # the runs finished, in order
     pacer: Pacer | None = None  # the run under way's, once sized
     estimates: dict[int, StepTimes] = field(default_factory=dict)  # by id(job): a job fit_to_share made smaller
+    # how many times its share a job's fewest steps may take before fit_to_share makes its batch smaller: 1 for
+    # `run`; more where the batch matters more than the budget (the estimate's CPU baseline, of the batch estimated)
+    batch_slack: float = 1.0
     _run_started_s: float = 0.0  # budget spent when the run under way began (the one before it ended)
     _share_s: float = 0.0  # the run under way's share, counted from its sizing
     _sized_s: float = 0.0  # budget spent when the run under way was sized
@@ -110,7 +113,9 @@ class BudgetShares:
         if plan.budget_s is None or world_size() > 1:
             return None
         return cls(
-            Budget(plan.budget_s, spent_before=spent_before_s), [job for job in plan.jobs for _ in range(job.repeats)]
+            Budget(plan.budget_s, spent_before=spent_before_s),
+            [job for job in plan.jobs for _ in range(job.repeats)],
+            batch_slack=plan.batch_slack,
         )
 
     def seconds_for(self, job: Job, times: StepTimes, eval_most: int, flops_per_step: float | None) -> float:
@@ -210,7 +215,8 @@ def fit_to_share(
     through those two (`_step_times_model`; a larger size runs no slower per FLOP: the sizes kept are not too
     large). The share is an equal part of what is left, since a run not yet timed on a device counts for nothing in
     the budget's shares. The smaller job's runs keep its sizes, in their settings (a shorter sequence
-    among their overrides, so they are never pooled with full-length runs), said on the screen; the step times
+    among their overrides, so they are never pooled with full-length runs), said on the screen; `shares.batch_slack`
+    lets the fewest steps take that many times the share before any size is made smaller; the step times
     estimated for it size its epochs (`shares.estimates`), without timing its first steps again. `probe` times a
     job's first steps (time_probe), None when it has no data. A run of a trainer of its own, or whose batch size
     --batch-size auto grows, keeps its sizes."""
@@ -221,8 +227,9 @@ def fit_to_share(
     if not planned_flops or len(candidates) == 1:
         return job
     share_s = shares.even_share_s()
+    allowed_s = share_s * shares.batch_slack  # what the fewest steps may take before the batch is halved
     step_s = planned_flops / (shares.device_speed(job.device) or ASSUMED_SLOW_FLOP_S)
-    if _fewest_run_s(job, StepTimes(step_s, step_s, step_s / 3)) <= share_s:
+    if _fewest_run_s(job, StepTimes(step_s, step_s, step_s / 3)) <= allowed_s:
         return job
     smallest = candidates[-1]
     smallest_flops = _flops_per_step(smallest) or planned_flops
@@ -244,7 +251,7 @@ def fit_to_share(
             return job  # no data: its runs fail with the problem, at whatever size
         timed.append((_flops_per_step(probe_job) or planned_flops, times))
     at = _step_times_model(timed)
-    chosen = next((candidate for candidate in candidates if _fewest_run_s(job, at(candidate)) <= share_s), smallest)
+    chosen = next((candidate for candidate in candidates if _fewest_run_s(job, at(candidate)) <= allowed_s), smallest)
     if chosen is job:
         return job
     shares.estimates[id(chosen)] = at(chosen)

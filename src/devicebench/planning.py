@@ -114,6 +114,8 @@ class Plan:
     skipped: tuple[tuple[str, str], ...] = ()  # the suite's workloads this installation cannot run, and what each needs
     own_model: tuple[str, str, str, str] | None = None  # --model, --data, --loss, --optimizer: rebuilt by each process
     budget_s: float | None = None  # seconds the session may take: each run's epochs are sized to its share (runner)
+    # how many times its share a job's fewest steps may take before the budget makes its batch smaller (fit_to_share)
+    batch_slack: float = 1.0
 
     @property
     def workloads(self) -> list[Workload]:
@@ -135,6 +137,7 @@ class Plan:
             "skipped": [list(entry) for entry in self.skipped],
             "own_model": None if self.own_model is None else list(self.own_model),
             "budget_s": self.budget_s,
+            "batch_slack": self.batch_slack,
         }
 
     @classmethod
@@ -147,6 +150,7 @@ class Plan:
             skipped=tuple(tuple(entry) for entry in fields["skipped"]),
             own_model=own,
             budget_s=fields.get("budget_s"),
+            batch_slack=fields.get("batch_slack", 1.0),
         )
 
 

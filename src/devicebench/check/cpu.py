@@ -7,6 +7,7 @@ and other processes' load (which `run` and `calibrate` also warn of before they 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import psutil
 import torch
@@ -97,6 +98,36 @@ def load_check() -> Check:
             "Stop other work (top shows it) before benchmarking the CPU: its figures will be low and vary.",
         )
     return Check(None, CPU, "load from other processes", PASS, measured)
+
+
+@dataclass(frozen=True)
+class CpuSeconds:
+    """CPU seconds counted since boot: the machine's on all its cores (busy, and in all), and this process's own
+    (its children's too: loader workers). Two of them apart say what other processes took in between."""
+
+    busy_s: float
+    total_s: float
+    own_s: float
+
+
+def cpu_seconds() -> CpuSeconds:
+    machine = psutil.cpu_times()
+    # Linux counts a guest's time in user time too: left out of the total, as psutil.cpu_percent leaves it
+    total_s = sum(machine) - getattr(machine, "guest", 0.0) - getattr(machine, "guest_nice", 0.0)
+    idle_s = machine.idle + getattr(machine, "iowait", 0.0)
+    own = psutil.Process().cpu_times()
+    return CpuSeconds(total_s - idle_s, total_s, own.user + own.system + own.children_user + own.children_system)
+
+
+def others_busy_cores(before: CpuSeconds, after: CpuSeconds) -> float:
+    """How many of the logical cores other processes kept busy, on average, between `before` and `after`: CPU time
+    rather than the load average, which counts this process's own threads too."""
+    total_s = after.total_s - before.total_s
+    if total_s <= 0:
+        return 0.0
+    others_s = (after.busy_s - before.busy_s) - (after.own_s - before.own_s)
+    cores = psutil.cpu_count(logical=True) or 1
+    return min(max(others_s, 0.0) / total_s * cores, float(cores))
 
 
 def busy_warning() -> str | None:

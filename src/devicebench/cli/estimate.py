@@ -12,8 +12,10 @@ import json
 from pathlib import Path
 from typing import Annotated, Optional
 
+import psutil
 import typer
 
+from devicebench.check import cpu
 from devicebench.choices import KERNEL_PRECISIONS, MODES, narrowed
 from devicebench.cli import (
     DatabaseOption,
@@ -27,6 +29,7 @@ from devicebench.cli import (
 )
 from devicebench.cli.session import DataOption, exit_for, plan_or_fail, train_and_show
 from devicebench.config import RunConfig
+from devicebench.engine.timing import process_age_s
 from devicebench.environment import machine_fingerprint
 from devicebench.estimate.points import EstimateError, RooflineFit, fit_roofline
 from devicebench.estimate.roofline import PARAMETERS
@@ -58,6 +61,12 @@ from devicebench.results.store import ESTIMATE_BASELINE
 
 DEFAULT_TARGETS = "t4,l4,a100-80gb,h100-sxm"
 BASELINE_BUDGET_S = 20.0  # seconds of CPU training per workload for the baseline: a warm-up and two steady epochs
+# The baseline is of the batch estimated where it can be: its epochs are cut to the fewest steps first, and its batch
+# halved only where even those would take more than this many times its share (a machine over twice as slow as usual)
+BASELINE_BATCH_SLACK = 2.0
+# Of the logical cores: other processes' CPU time beyond this part slows a baseline on every core by about as much,
+# more than the 15% a speedup is to move with load
+OTHERS_BUSY_FRACTION = 0.15
 MEASURED_TITLE = "devicebench's own GPU runs (committed under results/ and yours), scored apart from the record"
 ESTIMATE_KIND = "devicebench-estimate"  # the JSON's kind: an estimate is never read back as a measurement
 
@@ -212,10 +221,15 @@ def estimate(
     job_plan = dataclasses.replace(
         job_plan,
         jobs=torch_jobs,
-        budget_s=BASELINE_BUDGET_S * len(torch_jobs),
+        # a budget counts the command's start-up (train_and_show), here mostly the fit, which load slows by tens of
+        # seconds: the baseline's own seconds come on top, or its batch would shrink with the machine's load
+        budget_s=BASELINE_BUDGET_S * len(torch_jobs) + process_age_s(),
+        batch_slack=BASELINE_BATCH_SLACK,
         request={**job_plan.request, "purpose": ESTIMATE_BASELINE},  # compare and history leave it out
     )
+    before = cpu.cpu_seconds()
     outcome = train_and_show(job_plan, json_file=None, quiet=quiet, db=db, tensorboard=None, tables=lambda result: [])
+    load_note = others_load_note(before, cpu.cpu_seconds())
     if outcome.result.interrupted or outcome.store_failure is not None:
         exit_for(outcome)  # Ctrl-C, or a database that stopped taking runs: what was kept, with its exit status
     estimates: list[Estimate] = []
@@ -248,10 +262,26 @@ def estimate(
     console.print(estimate_table(estimates))
     for note in estimate_notes(estimates, fitted):
         console.print(note, highlight=False)
+    if load_note is not None:
+        console.print(load_note, highlight=False)
     if json_file is not None:
         document = _document(fitted, estimates=[estimate.to_dict() for estimate in estimates])
         write_atomically(json_file, json.dumps(document, indent=2))
         errors.print(f"Estimates written to {json_file}")
+
+
+def others_load_note(before: cpu.CpuSeconds, after: cpu.CpuSeconds) -> str | None:
+    """The line that says other processes slowed the CPU baseline, trained between `before` and `after`; None where
+    they left its cores free."""
+    busy_cores = cpu.others_busy_cores(before, after)
+    cores = psutil.cpu_count(logical=True) or 1
+    if busy_cores <= OTHERS_BUSY_FRACTION * cores:
+        return None
+    return (
+        f"Measured under load: other processes kept {busy_cores:.1f} of this machine's {cores} logical cores busy "
+        "while the CPU baseline trained, so its samples/s are low and the speedups high (the GPU figures are not "
+        "affected). Stop other work (top shows it) and run the estimate again for speedups this machine repeats."
+    )
 
 
 # More cores than any one host has (two 192-core EPYCs have 384, eight 60-core Xeons 480): a count past it is a typo

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import os
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +35,9 @@ class Baseline:
     """What the device here measured: the speed every speedup is over."""
 
     device: str  # "cpu (AMD EPYC 7B13)"
-    samples_per_s: tuple[float, float, float]  # median, lowest, highest over the steady epochs
+    # the rate every speedup is over (the fastest steady epoch's: other work only ever slows an epoch, so the
+    # fastest is the least disturbed), and the lowest and highest, the range shown
+    samples_per_s: tuple[float, float, float]
     data_source: str
     batch_size: int | None = None  # what it trained at, when not the batch estimated (a budget made it smaller)
 
@@ -198,7 +199,7 @@ def baseline_of(run: RunRecord, data_source: str) -> Baseline | None:
         return None
     return Baseline(
         f"{run.device} ({run.device_name})",
-        (statistics.median(rates), min(rates), max(rates)),
+        (max(rates), min(rates), max(rates)),
         data_source,
         run.settings.batch_size,
     )

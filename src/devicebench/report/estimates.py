@@ -132,8 +132,8 @@ def estimate_notes(estimates: Sequence[Estimate], fitted: RooflineFit) -> list[s
             else ""
         )
         notes.append(
-            f"{workload}: speedups are over {device}, measured here at {rate_text(rate)} samples/s"
-            f"{smaller} ({source} data)."
+            f"{workload}: speedups are over {device}, measured here at {rate_text(rate)} samples/s (its fastest "
+            f"steady epoch){smaller} ({source} data)."
         )
     for workload, note in dict.fromkeys(
         (estimate.workload, note) for estimate in estimates for note in estimate.profile_notes
