@@ -131,3 +131,16 @@ def test_on_a_gpu_each_fresh_process_trains_on_the_gpu():
     measured = measure_run_to_run(torch.device("cuda", 0), processes=2)
     assert measured.device == "cuda:0" and len(measured.process_epoch_rates) == 2
     assert all(rate > 0 for process in measured.process_epoch_rates for rate in process)
+
+
+def test_an_entry_filed_under_another_device_is_refused(calibration_folder):
+    """A hand-moved entry (cpu's figures filed under cuda:0) would lend one device's ceilings or run-to-run term to
+    another: the file is refused, naming both."""
+    launch, _ = known_processes()
+    measured = measure_run_to_run(torch.device("cpu"), processes=2, launch=launch)
+    path = save_calibration("m1", "vm", [], run_to_run=[measured])
+    document = json.loads(path.read_text())
+    document["run_to_run"] = {"cuda:0": document["run_to_run"]["cpu"]}
+    path.write_text(json.dumps(document))
+    with pytest.raises(CalibrationError, match="run-to-run entry for 'cuda:0' holds that of 'cpu'"):
+        load_calibration("m1")

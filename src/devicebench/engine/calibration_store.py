@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import torch
 
@@ -93,33 +94,48 @@ def load_calibration(machine_id: str, folder: str | Path | None = None) -> dict 
     devices = document.get("devices")
     if not isinstance(devices, dict):
         raise _unreadable(path, "it has no 'devices' table")
-    checked = {}
-    for device, entry in devices.items():
-        try:
-            ceilings = DeviceCeilings.from_dict(entry)
-        except (AttributeError, KeyError, TypeError, ValueError) as error:
-            raise _unreadable(path, f"its entry for {device!r} is not a device's ceilings: {error}") from None
-        if ceilings.device != device:
-            raise _unreadable(path, f"its entry for {device!r} holds the ceilings of {ceilings.device!r}")
-        for precision, measured in ceilings.matmul.items():  # a hand-edited figure would make every MFU read 0%
-            doubt = peak_doubt(ceilings.device_name, precision, measured.rate)
+    checked = _checked_entries(path, devices, DeviceCeilings.from_dict, "entry", "a device's ceilings")
+    for device, entry in checked.items():  # a hand-edited figure would make every MFU read 0%
+        for precision, measured in entry.matmul.items():
+            doubt = peak_doubt(entry.device_name, precision, measured.rate)
             if doubt:
                 raise _unreadable(path, f"its {precision} matmul peak of {device} cannot have been measured: {doubt}")
-        checked[device] = json.loads(json.dumps(ceilings.to_dict()))  # the checked figures (as JSON has them: lists),
-        # never the file's raw values
     variation = document.get("run_to_run", {})  # absent from a file written before it was measured
     if not isinstance(variation, dict):
         raise _unreadable(path, "its 'run_to_run' is not a table")
-    checked_variation = {}
-    for device, entry in variation.items():
+    checked_variation = _checked_entries(
+        path, variation, RunToRunMeasurement.from_dict, "run-to-run entry", "a measurement"
+    )
+    # the checked figures (as JSON has them: lists), never the file's raw values
+    return {
+        **document,
+        "devices": {device: _as_json(entry.to_dict()) for device, entry in checked.items()},
+        "run_to_run": {device: _as_json(entry.to_dict()) for device, entry in checked_variation.items()},
+    }
+
+
+def _as_json(value: dict) -> dict:
+    return json.loads(json.dumps(value))
+
+
+Entry = TypeVar("Entry", DeviceCeilings, RunToRunMeasurement)
+
+
+def _checked_entries(
+    path: Path, table: dict, parse: Callable[[Any], Entry], entry_words: str, kind_words: str
+) -> dict[str, Entry]:
+    """Each device's entry of `table` parsed, refused in words where it is not one (`kind_words`) or names another
+    device than the one it is filed under."""
+    checked = {}
+    for device, entry in table.items():
         try:
-            variation_measured = RunToRunMeasurement.from_dict(entry)
+            parsed = parse(entry)
         except (AttributeError, KeyError, TypeError, ValueError) as error:
-            raise _unreadable(path, f"its run-to-run entry for {device!r} is not a measurement: {error}") from None
-        if variation_measured.device != device:
-            raise _unreadable(path, f"its run-to-run entry for {device!r} holds that of {variation_measured.device!r}")
-        checked_variation[device] = json.loads(json.dumps(variation_measured.to_dict()))
-    return {**document, "devices": checked, "run_to_run": checked_variation}
+            raise _unreadable(path, f"its {entry_words} for {device!r} is not {kind_words}: {error}") from None
+        if parsed.device != device:
+            raise _unreadable(path, f"its {entry_words} for {device!r} holds that of {parsed.device!r}")
+        checked[device] = parsed
+    return checked
 
 
 def stored_run_to_run(machine_id: str, device: str, folder: str | Path | None = None) -> RunToRunMeasurement | None:
