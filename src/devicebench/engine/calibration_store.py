@@ -138,14 +138,20 @@ def _checked_entries(
     return checked
 
 
-def stored_run_to_run(machine_id: str, device: str, folder: str | Path | None = None) -> RunToRunMeasurement | None:
-    """The run-to-run variation stored for `device` of this machine; None when it was never measured or the file
-    cannot be read (a warning says so: a run must never fail because of its calibration)."""
+def _calibration_or_none(machine_id: str, folder: str | Path | None) -> dict | None:
+    """The stored calibration, or None where there is none or it cannot be read (a warning says so: a run must never
+    fail because of its calibration)."""
     try:
-        stored = load_calibration(machine_id, folder)
+        return load_calibration(machine_id, folder)
     except CalibrationError as error:
         logger.warning("%s Going on without it.", error)
         return None
+
+
+def stored_run_to_run(machine_id: str, device: str, folder: str | Path | None = None) -> RunToRunMeasurement | None:
+    """The run-to-run variation stored for `device` of this machine; None when it was never measured or the file
+    cannot be read (a warning says so: a run must never fail because of its calibration)."""
+    stored = _calibration_or_none(machine_id, folder)
     entry = stored["run_to_run"].get(device) if stored else None
     return None if entry is None else RunToRunMeasurement.from_dict(entry)
 
@@ -157,11 +163,7 @@ def peak_tflops(machine_id: str, device: str, precision: str, folder: str | Path
     (a warning says so: a run must never fail because of its calibration)."""
     if precision not in MATMUL_PRECISIONS:
         raise ValueError(f"unknown precision {precision!r}; calibrated precisions are {', '.join(MATMUL_PRECISIONS)}")
-    try:
-        stored = load_calibration(machine_id, folder)
-    except CalibrationError as error:
-        logger.warning("%s Going on without it.", error)
-        return None
+    stored = _calibration_or_none(machine_id, folder)
     entry = stored["devices"].get(device) if stored else None
     if entry is None:
         return None
