@@ -137,6 +137,7 @@ class HostBatches:
                 self.labels.to(device),
             )
             self.preprocessed = True
+        self.stage: placement.Stage | None = None  # made by the first staged epoch
 
     def __len__(self) -> int:
         if self.shard is not None:
@@ -168,8 +169,9 @@ class HostBatches:
             yield from zip(inputs.split(chunk_sizes), self.labels.index_select(0, chunk).split(chunk_sizes))
 
     def _staged_epoch(self, samples: torch.Tensor, sizes: list[int]) -> Iterator[Batch]:
-        stage = placement.Stage(self.inputs, self.labels, self.batch_size, self.device)
-        return stage.batches(samples.numpy(), sizes, self.preprocessing)
+        if self.stage is None:  # once a run: its page-locked buffers are slow to allocate, and serve every epoch
+            self.stage = placement.Stage(self.inputs, self.labels, self.batch_size, self.device)
+        return self.stage.batches(samples.numpy(), sizes, self.preprocessing)
 
     def close(self) -> None:
         pass  # nothing runs in the background
