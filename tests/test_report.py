@@ -472,3 +472,24 @@ def test_an_error_that_looks_like_markup_is_shown_as_it_is(make_run):
     error = "RuntimeError: [/__w/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer"
     RichReporter(Console(file=screen, width=200), quiet=True).run_finished(make_run(status="failed", error=error))
     assert f"mnist-cnn2 on cpu: failed: {error}" in screen.getvalue()
+
+
+def test_the_accuracy_axis_ends_at_100_percent_however_close_the_curves_come(figures):
+    """Autoscaling put a tick at 102% above a run that reached 100%: an accuracy no run can have. The point at 100%
+    is still drawn, on the axis's edge."""
+    perfect = run("cpu", [2.0, 1.5, 1.5])
+    for epoch in perfect.epochs:
+        epoch.test_accuracy = 1.0
+    workload_charts("mnist-cnn2", compare([session(machine("vm", "aaa111"), [perfect])])["mnist-cnn2"], None)
+    accuracy = figures[-1].axes[0]
+    bottom, top = accuracy.get_ylim()
+    assert top == 100 and bottom < 100
+    assert max(tick for tick in accuracy.get_yticks() if bottom <= tick <= top) <= 100
+    assert [list(line.get_ydata()) for line in accuracy.get_lines()] == [[100.0, 100.0, 100.0]]
+    assert not accuracy.get_lines()[0].get_clip_on()  # the markers on the edge are not cut in half
+
+    figures.clear()  # curves far from 100% keep the axis that fits them
+    workload_charts(
+        "mnist-cnn2", compare([session(machine("vm", "aaa111"), [run("cpu", [2.0, 1.5, 1.5])])])["mnist-cnn2"], None
+    )
+    assert figures[-1].axes[0].get_ylim()[1] < 100

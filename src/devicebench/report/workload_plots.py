@@ -179,9 +179,13 @@ def _accuracy_figure(
             markersize=7,
             markerfacecolor="none",
             linestyle="--" if _is_synthetic(row) else "-",
+            clip_on=False,  # a point at 100% sits on the axis's edge, drawn whole
         )
     if published and published.accuracy is not None:
         axes.axhline(published.accuracy * 100, color="black", linestyle=":", linewidth=1.2, label=labels[-1])
+    bottom, top = axes.get_ylim()
+    if top > 100:  # autoscaling's margin above a curve at 100% would tick an accuracy no run can have
+        axes.set_ylim(bottom, 100)
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.yaxis.set_major_formatter(PercentFormatter())  # decimals chosen from the tick spacing: no 100%, 100%
     axes.set_xlabel("epoch (1 is warm-up); accuracy: median over repeats")
