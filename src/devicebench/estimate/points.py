@@ -23,7 +23,6 @@ from devicebench.engine.kernel_recorder import ProfileError
 from devicebench.engine.opcount import profile_training_step
 from devicebench.errors import DevicebenchError
 from devicebench.estimate import fit_cache
-from devicebench.estimate.host import with_workers
 from devicebench.estimate.roofline import (
     KERNEL_CLASSES,
     Efficiency,
@@ -323,10 +322,7 @@ def _point_or_why(
     flags = run_flags(run) or run_flags(counted)  # the row's own flags first: those compare shows beside it
     if flags:
         return "implausible: " + "; ".join(f"{flag.code}: {flag.text}" for flag in flags)
-    resolved = Resolved.of(shape, sheet, narrowed(precision, KERNEL_PRECISIONS))
-    if run.settings.device_resident:  # a dataset held on the GPU copies no batch to it
-        resolved = replace(resolved, copy_s=0.0)
-    resolved = replace(resolved, host_work=with_workers(resolved.host_work, bool(run.settings.workers)))
+    resolved = Resolved.of(shape, sheet, narrowed(precision, KERNEL_PRECISIONS)).as_ran(run.settings)
     return Point(
         label=label,
         source=where,

@@ -27,14 +27,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 from scipy.optimize import lsq_linear
 
 from devicebench.choices import KernelPrecision
-from devicebench.estimate.host import HOST_PRIOR_S, HOST_TERMS, fit_host, host_work, is_convolution
+from devicebench.estimate.host import HOST_PRIOR_S, HOST_TERMS, fit_host, host_work, is_convolution, with_workers
 from devicebench.results.datasheets import Datasheet
 from devicebench.results.schema import RunSettings
 
@@ -247,6 +247,12 @@ class Resolved:
     @property
     def kernels(self) -> int:
         return len(self.compute_s)
+
+    def as_ran(self, settings: RunSettings) -> Resolved:
+        """This step as a run with `settings` took it: no batch copied where its data was held on the device, and
+        each batch received from loader workers where it had them."""
+        copy_s = 0.0 if settings.device_resident else self.copy_s
+        return replace(self, copy_s=copy_s, host_work=with_workers(self.host_work, bool(settings.workers)))
 
 
 @dataclass(frozen=True)
