@@ -130,6 +130,18 @@ def test_the_line_sets_the_measured_figure_beside_the_estimate_and_its_interval(
     assert run_line(outside).endswith(f"fp32: outside: {slower:,.{1 if slower < 10 else 0}f}x slower than estimated")
 
 
+def test_a_run_fed_by_loader_workers_is_estimated_with_each_batch_received_from_them(fake_fit):
+    fake_fit.efficiency = Efficiency(PRIOR.copy(), host=np.array([40e-6, 0.0, 0.0, 1e-3]))  # a call; a batch
+    workload = get_workload("cifar10-mlp")
+    calls = shape_of(workload, dict(workload.defaults)).kernels
+    device_s, _ = step_s()
+    assert calls * 40e-6 > device_s  # the host bounds the step
+    alone = estimated.run_estimate(gpu_run(H100, workers=0))
+    fed = estimated.run_estimate(gpu_run(H100, workers=4))
+    assert alone.estimated == pytest.approx(CIFAR10_MLP_BATCH / (calls * 40e-6), rel=1e-12)
+    assert fed.estimated == pytest.approx(CIFAR10_MLP_BATCH / (calls * 40e-6 + 1e-3), rel=1e-12)
+
+
 @pytest.mark.parametrize(
     ("measured", "estimate", "interval", "verdict"),
     [

@@ -395,59 +395,6 @@ def test_a_step_time_is_a_prediction_term_by_term():
     assert step.seconds == step.device_s and step.bound == "compute"
 
 
-# --- 4. the host's launches: overlapping the GPU's time, fitted on devicebench's own runs -------------------------
-
-HOST_S = 40e-6  # the host's seconds a kernel the runs below were made with
-
-
-def test_the_step_is_the_longer_of_the_gpus_time_and_the_hosts_launches():
-    host = dataclasses.replace(HALF, host_op_s=HOST_S)
-    tiny = predict(Resolved.of(shape([1e6] * 40, [1e3] * 40), H100, "fp32"), host)
-    assert tiny.host_s == pytest.approx(40 * HOST_S, rel=1e-12)  # 1.6 ms of launching
-    assert tiny.device_s == pytest.approx(40 * (2 * 1e6 / 67e12 + 10e-6), rel=1e-6)  # 0.4 ms on the GPU
-    assert tiny.computing_s == tiny.seconds == tiny.host_s and tiny.bound == "host (kernel launches)"
-    big = predict(Resolved.of(shape([1e13] * 40, [1e3] * 40), H100, "fp32"), host)
-    assert big.seconds == big.device_s > big.host_s and big.bound == "compute"
-    waiting = predict(Resolved.of(shape([1e6] * 40, [1e3] * 40), H100, "fp32"), host, input_s=0.01)
-    assert waiting.seconds == 0.01 and waiting.bound == "input pipeline"
-
-
-def host_points(count: int = 6) -> list[Point]:
-    """Small steps of devicebench's own (host_launches) on an H100, each of 20-70 kernels, observed as the longer of
-    TRUE's GPU time and HOST_S a kernel; and one of its steps big enough for the GPU to bound."""
-    points = []
-    for index in range(count):
-        kernels = 20 + 10 * index
-        resolved = Resolved.of(shape([1e6] * kernels, [1e3] * kernels), H100, "fp32")
-        step = predict(resolved, dataclasses.replace(TRUE, host_op_s=HOST_S))
-        label = f"small model {index}"
-        points.append(
-            Point(label, "ours", label, H100, "fp32", resolved, 32, step.computing_s, "step", host_launches=True)
-        )
-    return points
-
-
-def test_the_hosts_cost_a_kernel_is_fitted_on_the_runs_it_bounds_and_leaves_the_gpus_shares_alone():
-    record = synthetic_points()
-    fitted = Fitter(record + host_points()).fit()
-    assert fitted.host_op_s == pytest.approx(HOST_S, rel=1e-9)
-    assert fitted.inverse == pytest.approx(Fitter(record).fit().inverse, rel=1e-9)  # the GPU's from the record
-    fitter = Fitter(record + host_points())
-    assert fitter.predicted_s(fitted) == pytest.approx([point.observed_s for point in fitter.points], rel=1e-3)
-    assert fitter.pinned(fitted)["host per kernel"] == len(host_points())
-    # a published figure is another program's on another host: its step is the GPU's alone, however many kernels
-    published = dataclasses.replace(host_points()[0], host_launches=False)
-    gpu_s = predict(published.resolved, fitted).device_s
-    assert published.predicted_s(fitted) == gpu_s < published.resolved.kernels * HOST_S
-
-
-def test_without_runs_of_its_own_the_hosts_cost_is_the_prior():
-    from devicebench.estimate.roofline import HOST_OP_PRIOR_S
-
-    assert Fitter(synthetic_points()).fit().host_op_s == HOST_OP_PRIOR_S
-    assert Fitter(host_points()).fit(without=range(len(host_points()) - 1)).host_op_s == pytest.approx(HOST_S)
-
-
 # --- 5. the interval of a kind of model comes from that kind's errors where it has enough -------------------------
 
 

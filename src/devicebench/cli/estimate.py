@@ -31,6 +31,7 @@ from devicebench.cli.session import DataOption, exit_for, plan_or_fail, train_an
 from devicebench.config import RunConfig
 from devicebench.engine.timing import process_age_s
 from devicebench.environment import machine_fingerprint
+from devicebench.estimate.host import HOST_TERMS
 from devicebench.estimate.points import EstimateError, RooflineFit, fit_roofline
 from devicebench.estimate.roofline import PARAMETERS
 from devicebench.estimate.targets import Estimate, estimates_for
@@ -408,7 +409,7 @@ def _document(fitted: RooflineFit, **parts: object) -> dict:
         "fit": {
             "inverse_shares": dict(zip(PARAMETERS, efficiency.inverse.tolist())),
             "kernel_s": efficiency.kernel_s,
-            "host_op_s": efficiency.host_op_s,
+            "host_s": dict(zip(HOST_TERMS, efficiency.host.tolist())),
             "points_pinning": fitted.pinned,
             "points": len(fitted.points),
         },

@@ -11,7 +11,6 @@ once a run passes every check that needs no fit, never for a CPU-only session.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 from collections.abc import Iterable
@@ -130,9 +129,7 @@ def run_estimate(run: RunRecord, level: float = LEVEL) -> RunEstimate | str:
         fitted = _fit()
     except (ValueError, TypeError, KeyError, RuntimeError) as error:  # EstimateError, PrecisionError, ModelTooLarge
         return f"{workload.name} cannot be estimated as it ran: {error}"
-    if run.settings.device_resident:  # a dataset held on the GPU (tuned mode) copies no batch to it
-        resolved = dataclasses.replace(resolved, copy_s=0.0)
-    device_s = predict(resolved, fitted.efficiency).computing_s  # the GPU's time, or the host's launches
+    device_s = predict(resolved.as_ran(run.settings), fitted.efficiency).computing_s  # the GPU's, or the host's
     interval = fitted.interval_for(workload.name, sheet, level)
     rates = None
     if interval is not None:

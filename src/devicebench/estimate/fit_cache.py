@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from devicebench.choices import KERNEL_PRECISIONS
+from devicebench.estimate.host import HOST_TERMS
 from devicebench.estimate.roofline import (
     COMPUTE_SHARES,
     KERNEL_CLASSES,
@@ -43,7 +44,7 @@ from devicebench.files import UnusableFile, require_regular_file, user_folder, w
 from devicebench.results.datasheets import DATASHEETS, catalog_entry
 from devicebench.results.schema import Result
 
-CACHE_FORMAT = 1  # the layout of a file below; a file of another layout is refused
+CACHE_FORMAT = 2  # the layout of a file below; a file of another layout is refused
 _PACKAGE = Path(__file__).resolve().parents[1]
 FIT_CODE = (_PACKAGE / "estimate", _PACKAGE / "workloads")  # what a fit's points and shares are made by
 FIT_CODE_FILES = tuple(
@@ -139,6 +140,9 @@ def _arrays(key: str, fit: CachedFit) -> dict[str, np.ndarray]:
         "described": np.array(json.dumps(described)),
         "kernels": np.array([part.kernels for part in resolved], dtype=np.int64),
         "copy_s": np.array([part.copy_s for part in resolved], dtype=float),
+        "host_work": np.array([part.host_work for part in resolved], dtype=float).reshape(
+            len(resolved), len(HOST_TERMS)
+        ),
         **{name: np.concatenate([getattr(part, name) for part in resolved]) for name in _PER_KERNEL_ARRAYS},
         **{
             f"efficiency {field.name}": np.asarray(getattr(fit.efficiency, field.name), dtype=float)
@@ -171,13 +175,15 @@ def _read(arrays: dict[str, np.ndarray], key: str) -> CachedFit:
             raise RefusedCache(f"{name} holds indices no fit makes")
     fitted = {field.name: arrays[f"efficiency {field.name}"] for field in dataclasses.fields(Efficiency)}
     held_out = {scheme: arrays[f"held_out {scheme}"] for scheme in described["schemes"]}
-    numbers = [*fitted.values(), arrays["copy_s"], arrays["compute_s"], arrays["memory_s"]]
+    numbers = [*fitted.values(), arrays["copy_s"], arrays["compute_s"], arrays["memory_s"], arrays["host_work"]]
     if (
         fitted["inverse"].shape != (len(PARAMETERS),)
-        or fitted["host_op_s"].shape != ()
+        or fitted["host"].shape != (len(HOST_TERMS),)
         or not all(np.isfinite(part).all() for part in numbers)
     ):
         raise RefusedCache("fitted shares of another shape")
+    if arrays["host_work"].shape != (count, len(HOST_TERMS)) or (arrays["host_work"] < 0).any():
+        raise RefusedCache("the host's counts are not one row of counts a point")
     if any(seconds.shape != (count,) for seconds in held_out.values()):
         raise RefusedCache("held-out predictions of another shape")
     ends = np.cumsum(kernels)
@@ -185,7 +191,7 @@ def _read(arrays: dict[str, np.ndarray], key: str) -> CachedFit:
     for index, fields in enumerate(described["points"]):
         start = int(ends[index] - kernels[index])
         part = {name: arrays[name][start : ends[index]] for name in _PER_KERNEL_ARRAYS}
-        resolved = Resolved(**part, copy_s=float(arrays["copy_s"][index]))
+        resolved = Resolved(**part, copy_s=float(arrays["copy_s"][index]), host_work=arrays["host_work"][index])
         point = Point(**{**fields, "sheet": catalog_entry(fields["sheet"]), "resolved": resolved})
         if point.precision not in KERNEL_PRECISIONS or point.kind not in ("step", "busy") or not point.observed_s > 0:
             raise RefusedCache(f"point {index} is not one a fit makes")
@@ -193,6 +199,6 @@ def _read(arrays: dict[str, np.ndarray], key: str) -> CachedFit:
     return CachedFit(
         points=points,
         unscored=[Unscored(**item) for item in described["unscored"]],
-        efficiency=Efficiency(fitted["inverse"], float(fitted["host_op_s"])),
+        efficiency=Efficiency(fitted["inverse"], fitted["host"]),
         held_out_s=held_out,
     )

@@ -322,9 +322,7 @@ def _point_or_why(
     flags = run_flags(run) or run_flags(counted)  # the row's own flags first: those compare shows beside it
     if flags:
         return "implausible: " + "; ".join(f"{flag.code}: {flag.text}" for flag in flags)
-    resolved = Resolved.of(shape, sheet, narrowed(precision, KERNEL_PRECISIONS))
-    if run.settings.device_resident:  # a dataset held on the GPU copies no batch to it
-        resolved = replace(resolved, copy_s=0.0)
+    resolved = Resolved.of(shape, sheet, narrowed(precision, KERNEL_PRECISIONS)).as_ran(run.settings)
     return Point(
         label=label,
         source=where,

@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 from scipy.optimize import lsq_linear
 
 from devicebench.choices import KernelPrecision
+from devicebench.estimate.host import HOST_PRIOR_S, HOST_TERMS, fit_host, host_work, is_convolution, with_workers
 from devicebench.results.datasheets import Datasheet
 from devicebench.results.schema import RunSettings
 
@@ -60,9 +61,6 @@ PRIOR = np.array([3.0] * len(COMPUTE_SHARES) + [2.0] * len(KERNEL_CLASSES) + [5.
 PRIOR_WEIGHT = 1e-3
 LOWEST = np.array([1.0] * PER_KERNEL + [0.0])  # no kernel beats the datasheet's peak; no kernel costs below nothing
 HIGHEST = np.array([1000.0] * PER_KERNEL + [1000.0])  # a share of at least 0.1%, at most 1 ms a kernel
-# The host's seconds a kernel (Python, dispatch and launch in devicebench's eager loop) where no measured run pins
-# it: the H200's host measured ~20-25 µs (results/gpu-validation-h200/, issue 40)
-HOST_OP_PRIOR_S = 25e-6
 MOST_REFITS = 12
 # Huber's loss: a point whose relative error is beyond this weighs less the further it is (the fit's robustness)
 HUBER_RELATIVE = 0.5
@@ -119,6 +117,7 @@ class StepShape:
     parameter_bytes: float
     host_to_device_bytes: float
     notes: tuple[str, ...] = ()  # how the profile departs from the plain step (opcount.StepProfile.notes)
+    convolutions: int = 0  # of the calls, those of a convolution, forward or backward (cuDNN's: host.py)
 
     @classmethod
     def of(cls, profile: StepProfile) -> StepShape:
@@ -132,6 +131,7 @@ class StepShape:
             parameter_bytes=float(profile.parameter_bytes),
             host_to_device_bytes=float(profile.host_to_device_bytes),
             notes=profile.notes,
+            convolutions=sum(is_convolution(kernel.operator) for kernel in kernels),
         )
 
     @property
@@ -155,6 +155,7 @@ class StepShape:
                 0.0, self.host_to_device_bytes + (other.host_to_device_bytes - self.host_to_device_bytes) * scale
             ),
             notes=self.notes,
+            convolutions=self.convolutions,
         )
 
 
@@ -206,6 +207,9 @@ class Resolved:
     shares: np.ndarray  # index in COMPUTE_SHARES of the share of it each kernel's arithmetic reaches
     classes: np.ndarray  # index in KERNEL_CLASSES
     copy_s: float  # the batch over the host link
+    # the host's counts of HOST_TERMS (host.py): calls, convolutions, a step, a batch from loader workers (none
+    # unless the run has workers: Point and estimate say)
+    host_work: np.ndarray = field(default_factory=lambda: host_work(0, 0))
 
     @classmethod
     def of(cls, shape: StepShape, sheet: Datasheet, precision: KernelPrecision) -> Resolved:
@@ -237,21 +241,28 @@ class Resolved:
             shares=shares,
             classes=classes,
             copy_s=shape.host_to_device_bytes / (sheet.host_link_gb_s * 1e9),
+            host_work=host_work(len(flops), shape.convolutions),
         )
 
     @property
     def kernels(self) -> int:
         return len(self.compute_s)
 
+    def as_ran(self, settings: RunSettings) -> Resolved:
+        """This step as a run with `settings` took it: no batch copied where its data was held on the device, and
+        each batch received from loader workers where it had them."""
+        copy_s = 0.0 if settings.device_resident else self.copy_s
+        return replace(self, copy_s=copy_s, host_work=with_workers(self.host_work, bool(settings.workers)))
+
 
 @dataclass(frozen=True)
 class Efficiency:
     """The fitted inverse shares, in PARAMETERS' order: 2.0 for compute fp32 is half the fp32 peak; the last is
-    microseconds a kernel. And the host's seconds a kernel: Python, dispatch and launch in devicebench's eager loop,
-    which overlap the GPU's work (0: the host never bounds the step)."""
+    microseconds a kernel. And the host's seconds of each of HOST_TERMS (host.py) in devicebench's eager loop, which
+    overlap the GPU's work (all 0: the host never bounds the step)."""
 
     inverse: np.ndarray
-    host_op_s: float = 0.0
+    host: np.ndarray = field(default_factory=lambda: np.zeros(len(HOST_TERMS)))
 
     def share(self, name: str) -> float:
         return 1.0 / float(self.inverse[PARAMETERS.index(name)])
@@ -265,7 +276,8 @@ class Efficiency:
         memory = ", ".join(f"{kind} {self.share(f'memory {kind}'):.0%}" for kind in KERNEL_CLASSES)
         return (
             f"compute at {compute} of the datasheet peaks; memory traffic at {memory} of the bandwidth; "
-            f"{self.kernel_s * 1e6:.1f} µs a kernel on the GPU; {self.host_op_s * 1e6:.1f} µs a kernel on the host"
+            f"{self.kernel_s * 1e6:.1f} µs a kernel on the GPU; on the host "
+            + ", ".join(f"{seconds * 1e6:.0f} µs {term}" for term, seconds in zip(HOST_TERMS, self.host))
         )
 
 
@@ -279,7 +291,7 @@ class PredictedStep:
     launch_s: float  # the kernels' fixed costs
     input_s: float  # the input pipeline's time per batch on the target's host; 0 when not known
     serial_input: bool  # no loader workers: the loop prepares each batch itself, between steps
-    host_s: float = 0.0  # the host's Python, dispatch and launch of the step's kernels, overlapping the GPU's time
+    host_s: float = 0.0  # the host's eager loop (host.py's terms), overlapping the GPU's time
 
     @property
     def device_s(self) -> float:
@@ -300,9 +312,9 @@ class PredictedStep:
     @property
     def bound(self) -> str:
         """What the step waits on: "compute", "memory traffic", "host-to-device copy", "kernel launches" (the
-        GPU's fixed time a kernel), "host (kernel launches)" or "input pipeline"."""
+        GPU's fixed time a kernel), "host (eager loop)" or "input pipeline"."""
         if self.seconds > self.device_s:  # the host's side: its launches, or the batches it prepares
-            return "input pipeline" if self.input_s >= self.host_s else "host (kernel launches)"
+            return "input pipeline" if self.input_s >= self.host_s else "host (eager loop)"
         return max(
             (self.compute_s, "compute"),
             (self.memory_s, "memory traffic"),
@@ -325,7 +337,7 @@ def predict(
         launch_s=resolved.kernels * efficiency.kernel_s,
         input_s=input_s,
         serial_input=serial_input,
-        host_s=resolved.kernels * efficiency.host_op_s,
+        host_s=float(resolved.host_work @ efficiency.host),
     )
 
 
@@ -343,7 +355,7 @@ class Point:
     observed_s: float  # seconds per step, of the kind below
     kind: ObservedKind  # "step": the whole step, waits for data left out; "busy": the GPU's busy share of it
     caveat: str = ""  # what makes the figure uncertain
-    host_launches: bool = False  # devicebench's own run: its eager loop's launches are in its step (HOST_OP_PRIOR_S)
+    host_launches: bool = False  # devicebench's own run: its eager loop's host time is in its step (host.py)
     model_kind: str = "reference"  # whose held-out errors its interval takes: "small" (the seeds') or "reference"
 
     def predicted_s(self, efficiency: Efficiency) -> float:
@@ -385,6 +397,7 @@ class Fitter:
         self._copy_s = np.array([part.copy_s for part in parts])
         self._observed_s = np.array([point.observed_s for point in self.points])
         self._host_launches = np.array([point.host_launches for point in self.points], dtype=bool)
+        self._host_work = np.vstack([part.host_work for part in parts])  # points × HOST_TERMS
 
     def _terms(self, inverse: np.ndarray, by_compute: np.ndarray | None = None) -> np.ndarray:
         """Each point's seconds per parameter at unit inverse shares, given which kernels are compute-bound
@@ -401,24 +414,25 @@ class Fitter:
 
     def fit(self, without: Sequence[int] = (), start: Efficiency | None = None) -> Efficiency:
         """The inverse shares of least squared relative error over every point but those `without`, and the host's
-        seconds a kernel. devicebench's own steps (Point.host_launches) are taken as the host's at first; the GPU's
-        shares are fitted on the points the GPU bounds, the host's cost on those it bounds, and the two sets re-decided
-        until they hold still."""
+        seconds of each of HOST_TERMS. devicebench's own steps (Point.host_launches) are taken as the host's at
+        first; the GPU's shares are fitted on the points the GPU bounds, the host's costs on those it bounds
+        (host.fit_host), and the two sets re-decided until they hold still."""
         kept = np.ones(len(self.points), dtype=bool)
         kept[list(without)] = False
         if not kept.any():
             raise ValueError("no measured points to fit on")
         inverse = PRIOR.copy() if start is None else start.inverse.copy()
         host_bound = self._host_launches.copy()
-        host_op_s = HOST_OP_PRIOR_S
+        host = HOST_PRIOR_S
         for _ in range(MOST_REFITS):
             inverse = self._fit_shares(kept & ~host_bound, inverse)
-            host_op_s = self._fit_host(kept & host_bound)
+            fitted = kept & host_bound
+            host = fit_host(self._host_work[fitted], self._observed_s[fitted])
             settled = host_bound
-            host_bound = self._host_launches & (self._kernels * host_op_s > self.device_s(Efficiency(inverse)))
+            host_bound = self._host_launches & (self._host_work @ host > self.device_s(Efficiency(inverse)))
             if np.array_equal(settled, host_bound):
                 break
-        return Efficiency(inverse, host_op_s)
+        return Efficiency(inverse, host)
 
     def _fit_shares(self, kept: np.ndarray, inverse: np.ndarray) -> np.ndarray:
         """The GPU's inverse shares fitted on the `kept` points, starting from `inverse`; the prior alone where none
@@ -447,24 +461,23 @@ class Fitter:
                 break
         return inverse
 
-    def _fit_host(self, host_bound: np.ndarray) -> float:
-        """The host's seconds a kernel from the points whose step it bounds: the median of their step over their
-        kernels (the least absolute log error, so that one odd run does not move it); the prior where none is."""
-        if not host_bound.any():
-            return HOST_OP_PRIOR_S
-        return float(np.median(self._observed_s[host_bound] / self._kernels[host_bound]))
-
     def _bounds(self, inverse: np.ndarray) -> np.ndarray:
         return inverse[self._shares] * self._compute_s >= inverse[self._classes] * self._memory_s
 
     def pinned(self, efficiency: Efficiency) -> dict[str, int]:
         """How many points each parameter's term is at least PINNED_SHARE of the predicted step of, and how many
-        steps the host's launches bound."""
+        steps the host bounds with a term of HOST_TERMS at least PINNED_SHARE of its time ("host per call"...)."""
         terms = self._terms(efficiency.inverse) * efficiency.inverse
         shares = terms / (terms.sum(axis=1, keepdims=True) + self._copy_s[:, None])
         pinned = {name: int((shares[:, column] >= PINNED_SHARE).sum()) for column, name in enumerate(PARAMETERS)}
-        host_s = self._kernels * efficiency.host_op_s
-        return {**pinned, "host per kernel": int((self._host_launches & (host_s > self.device_s(efficiency))).sum())}
+        host_terms = self._host_work * efficiency.host
+        bound = self._host_launches & (host_terms.sum(axis=1) > self.device_s(efficiency))
+        host_shares = host_terms[bound] / np.maximum(host_terms[bound].sum(axis=1, keepdims=True), 1e-30)
+        host = {
+            f"host {term}": int((host_shares[:, column] >= PINNED_SHARE).sum())
+            for column, term in enumerate(HOST_TERMS)
+        }
+        return {**pinned, **host}
 
     def device_s(self, efficiency: Efficiency) -> np.ndarray:
         """Every point's GPU seconds under `efficiency`."""
@@ -472,7 +485,7 @@ class Fitter:
 
     def predicted_s(self, efficiency: Efficiency) -> np.ndarray:
         """Every point's predicted seconds under `efficiency`: devicebench's own, the longer of the GPU's time and
-        the host's launches."""
+        the host's eager loop."""
         device_s = self.device_s(efficiency)
-        host_s = self._kernels * efficiency.host_op_s
+        host_s = self._host_work @ efficiency.host
         return np.where(self._host_launches, np.maximum(device_s, host_s), device_s)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -19,6 +19,7 @@ from devicebench.choices import KernelPrecision, Mode
 from devicebench.data import TableDataset
 from devicebench.data.pipeline import batches_for
 from devicebench.engine.timing import Stopwatch
+from devicebench.estimate.host import with_workers
 from devicebench.estimate.points import EstimateError, RooflineFit, shape_of
 from devicebench.estimate.roofline import PrecisionError, PredictedStep, Resolved, predict
 from devicebench.estimate.validation import Interval
@@ -260,6 +261,7 @@ def estimates_for(
                 resolved = Resolved.of(shape, target, chosen)
             except PrecisionError as error:
                 raise EstimateError(str(error)) from None
+            resolved = replace(resolved, host_work=with_workers(resolved.host_work, workers > 0))
             steps.append(
                 (predict(resolved, fitted.efficiency, input_s=target_input_s, serial_input=workers == 0), chosen)
             )

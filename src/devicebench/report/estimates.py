@@ -28,9 +28,9 @@ BOUNDS = {  # what each bound means, and what would move it
     "host-to-device copy": "copying each batch to the GPU: data held on the GPU helps",
     "kernel launches": "the host launching kernels one by one: a larger batch or torch.compile helps; a faster GPU "
     "does not",
-    "host (kernel launches)": "the host's Python, dispatch and launch of each kernel in devicebench's eager loop (fitted "
-    "on measured GPU runs): a larger batch, fewer kernels or the step captured as a CUDA graph help; a faster GPU does "
-    "not",
+    "host (eager loop)": "the host's Python and dispatch of each call (more for a convolution), the loop's own work a "
+    "step and the batch received from loader workers, in devicebench's eager loop (fitted on measured GPU runs): a "
+    "larger batch, fewer calls, data held on the GPU or the step captured as a CUDA graph help; a faster GPU does not",
     "input pipeline": "loading and augmenting batches on this machine's cores: more loader workers or faster "
     "decoding help; a GPU does not",
 }
