@@ -126,3 +126,24 @@ def test_a_run_with_loader_workers_receives_its_batch_from_them():
     assert point(0).resolved.host_work[FROM_WORKERS] == 0.0
     assert point(4).resolved.host_work[FROM_WORKERS] == 1.0
     assert point(4).resolved.host_work[:FROM_WORKERS].tolist() == point(0).resolved.host_work[:FROM_WORKERS].tolist()
+
+
+def test_a_tuned_estimate_the_host_binds_says_its_cuda_graph_is_not_modelled():
+    """Tuned mode's trial may keep the whole step as one CUDA graph (issue 40), whose host time no measured run
+    pins: where the host binds a tuned estimate, the notes say the step may be faster; nowhere else."""
+    from types import SimpleNamespace
+
+    from devicebench.estimate.targets import Estimate
+    from devicebench.report.estimates import estimate_notes
+
+    host = dataclasses.replace(HALF, host=HOST)
+    fitted = SimpleNamespace(points=[], efficiency=host)
+
+    def notes(step: Resolved, mode: str) -> list[str]:
+        made = predict(step, host)
+        estimate = Estimate("mnist-cnn2", H100, 50, made, None, 10, 1, None, "tf32", mode=mode)  # type: ignore[arg-type]
+        return [note for note in estimate_notes([estimate], fitted) if "CUDA graph" in note and "Tuned" in note]  # type: ignore[arg-type]
+
+    assert len(notes(small_step(40), "tuned")) == 1
+    assert notes(small_step(40), "seed") == []  # seed mode never captures a graph
+    assert notes(Resolved.of(shape([1e13] * 40, [1e3] * 40), H100, "fp32"), "tuned") == []  # the GPU binds

@@ -59,6 +59,7 @@ class Estimate:
     host_cores: int | None = None  # the target host's cores the input pipeline was scaled to; None: this machine's
     price_per_hour: float | None = None
     profile_notes: tuple[str, ...] = ()  # how its step was profiled, when not as planned (random inputs on the CPU)
+    mode: Mode = "seed"  # as `--mode` asked: tuned mode's CUDA graph is not in the host's terms (report/estimates.py)
 
     @property
     def samples_per_s(self) -> float:
@@ -280,6 +281,7 @@ def estimates_for(
                 host_cores=cores,
                 price_per_hour=prices.get(target.key),
                 profile_notes=shape.notes,
+                mode=mode,
             )
         )
     return estimates

@@ -22,13 +22,14 @@ if TYPE_CHECKING:
     from devicebench.estimate.points import RooflineFit
     from devicebench.estimate.targets import Estimate
 
+HOST_BOUND = "host (eager loop)"
 BOUNDS = {  # what each bound means, and what would move it
     "compute": "the matrix arithmetic at the GPU's peak (share fitted): a faster GPU or lower precision helps",
     "memory traffic": "bytes to and from GPU memory: a GPU with more bandwidth, or fewer, fused kernels help",
     "host-to-device copy": "copying each batch to the GPU: data held on the GPU helps",
     "kernel launches": "the host launching kernels one by one: a larger batch or torch.compile helps; a faster GPU "
     "does not",
-    "host (eager loop)": "the host's Python and dispatch of each call (more for a convolution), the loop's own work a "
+    HOST_BOUND: "the host's Python and dispatch of each call (more for a convolution), the loop's own work a "
     "step and the batch received from loader workers, in devicebench's eager loop (fitted on measured GPU runs): a "
     "larger batch, fewer calls, data held on the GPU or the step captured as a CUDA graph help; a faster GPU does not",
     "input pipeline": "loading and augmenting batches on this machine's cores: more loader workers or faster "
@@ -155,6 +156,12 @@ def estimate_notes(estimates: Sequence[Estimate], fitted: RooflineFit) -> list[s
         notes.append(f"Cost/run: the seed's epochs ({runs}) at the estimated epoch time and the price per hour.")
     for bound in dict.fromkeys(estimate.step.bound for estimate in estimates):
         notes.append(f"Bound by {bound}: {BOUNDS[bound]}.")
+    if any(estimate.mode == "tuned" and estimate.step.bound == HOST_BOUND for estimate in estimates):
+        notes.append(
+            "Tuned mode: its trial may capture the whole step as one CUDA graph on a GPU (kept where faster), which "
+            "the host's terms do not model (no GPU run with one has been measured): where the host binds, such a "
+            "step may run faster than estimated, at most at the GPU's own time."
+        )
     notes.append(f"Fitted on {len(fitted.points)} published and measured GPU figures: {fitted.efficiency.describe()}.")
     intervals = dict.fromkeys(estimate.interval.note for estimate in estimates if estimate.interval)
     notes += [f"Interval: {note}." for note in intervals]
