@@ -59,6 +59,22 @@ def test_the_run_to_run_cv_is_taken_between_processes_with_their_epochs_share_le
     assert RunToRunMeasurement.from_dict(json.loads(json.dumps(measured.to_dict()))) == measured
 
 
+def test_a_figure_of_0_is_said_to_be_below_what_the_epochs_can_show_not_that_processes_never_differ():
+    """The estimate is 0 when the processes' levels differ no more than their epochs' own variation explains: that
+    is no measurement of 0.0%, and calibrate and check say what it is."""
+    alike = [[100.0, 104.0, 96.0], [101.0, 97.0, 102.0], [99.0, 103.0, 98.0]]  # levels within the epochs' spread
+    turns = iter(alike)
+    measured = measure_run_to_run(torch.device("cpu"), processes=3, launch=lambda device: next(turns))
+    assert measured.cv == 0.0
+    said = calibrate_command.run_to_run_text(measured)
+    assert "0.0%" not in said
+    assert "cpu run-to-run: too small to tell from their epochs' own variation between 3 fresh processes" in said
+    assert "(counted as 0%)" in said
+    turns = iter(PROCESSES)
+    differing = measure_run_to_run(torch.device("cpu"), launch=lambda device: next(turns))
+    assert differing.between_text() == f"{differing.cv:.1%} between 5 fresh processes"
+
+
 def test_calibrate_stores_it_beside_the_ceilings_and_every_later_run_records_it(calibration_folder, monkeypatch):
     launch, _ = known_processes()
     monkeypatch.setattr(

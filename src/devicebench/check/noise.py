@@ -23,8 +23,7 @@ def run_to_run_check(device: torch.device) -> Check:
     save_calibration(fingerprint["machine_id"], fingerprint["machine_name"], [], run_to_run=[measured])
     load = "" if measured.load_average is None else f", 1-minute load average {measured.load_average:.2f}"
     figure = (
-        f"{measured.cv:.1%} between {len(measured.process_epoch_rates)} fresh processes{load}; stored: every later "
-        "speedup interval from one process a side includes it"
+        f"{measured.between_text()}{load}; stored: every later speedup interval from one process a side includes it"
     )
     if measured.cv <= NOISY_EPOCH_TIME_CV:
         return Check(str(device), NOISE, "run-to-run variation", PASS, figure)

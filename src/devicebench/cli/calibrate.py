@@ -200,7 +200,7 @@ def run_to_run_text(measured: RunToRunMeasurement) -> str:
     medians = [sorted(process)[len(process) // 2] for process in measured.process_epoch_rates]
     load = "" if measured.load_average is None else f" under a 1-minute load average of {measured.load_average:.2f}"
     return (
-        f"{measured.device} run-to-run: {measured.cv:.1%} between {len(medians)} fresh processes, their epochs' own "
+        f"{measured.device} run-to-run: {measured.between_text()}, their epochs' own "
         f"variation taken out ({min(medians):,.0f}-{max(medians):,.0f} samples/s), measured {measured.measured_utc}"
         f"{load}. A speedup interval from one process a side includes it."
     )

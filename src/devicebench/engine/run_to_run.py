@@ -56,6 +56,14 @@ class RunToRunMeasurement:
     def run_to_run(self) -> RunToRun:
         return between_process_cv(self.process_epoch_rates)
 
+    def between_text(self) -> str:
+        """ "3.1% between 5 fresh processes"; where the processes' levels differed no more than their epochs' own
+        variation explains, the estimate is 0, which is no claim that fresh processes never differ: it says so."""
+        processes = f"{len(self.process_epoch_rates)} fresh processes"
+        if self.cv > 0:
+            return f"{self.cv:.1%} between {processes}"
+        return f"too small to tell from their epochs' own variation between {processes} (counted as 0%)"
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
