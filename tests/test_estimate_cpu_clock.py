@@ -17,14 +17,17 @@ from pathlib import Path
 import pytest
 import result_fixtures
 import torch
+from typer.testing import CliRunner
 
 from devicebench import RunConfig, planning, runner
 from devicebench.check import cpu
+from devicebench.cli import app
 from devicebench.cli import estimate as estimate_command
 from devicebench.engine.timing import Stopwatch
 from devicebench.estimate import targets
 from devicebench.estimate.targets import baseline_of, baseline_seconds, input_seconds_per_batch, pipeline_seconds
 from devicebench.results.schema import Result
+from devicebench.results.store import Store
 
 TINY = dict(workloads=("mnist-cnn2",), devices="cpu", data="synthetic", epochs=2, max_steps=2, max_eval_steps=1)
 
@@ -239,3 +242,29 @@ def test_the_line_under_load_says_what_the_cpu_time_rate_leaves_out_and_what_it_
     assert "caches and memory bandwidth" in note and "wall-clock rate shown beside it, which is low" in note
     on_the_wall = estimate_command.others_load_note(before, after, on_the_wall_clock=True)
     assert "A baseline on the wall clock is low, and its speedups high" in on_the_wall
+
+
+def test_an_estimate_whose_baseline_process_cannot_start_trains_it_here_on_the_wall_clock_and_says_so(
+    tmp_path, monkeypatch
+):
+    def cannot(*arguments, **keywords):
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr("devicebench.launch.subprocess.Popen", launching(cannot))
+    monkeypatch.setattr(estimate_command, "BASELINE_BUDGET_S", 1.0)  # the fewest steps: seconds, not 20
+    db, out = tmp_path / "db.sqlite", tmp_path / "estimates.json"
+    arguments = ["estimate", "cifar10-mlp", "--on", "t4", "--data", "synthetic", "--db", str(db), "--json", str(out)]
+    outcome = CliRunner().invoke(app, [*arguments, "--quiet"])
+    assert outcome.exit_code == 0, outcome.output
+    said = " ".join(outcome.output.split())
+    assert (
+        "cifar10-mlp's CPU baseline trained in this process, as no process of its own could (no process could "
+        "start: [Errno 12] Cannot allocate memory): its rate is on the wall clock" in said
+    )
+    (estimate,) = json.loads(out.read_text())["estimates"]
+    baseline = estimate["baseline"]
+    assert baseline["clock"] == "wall" and baseline["samples_per_s"] == baseline["wall_samples_per_s"]
+    assert baseline["wall_reason"] == "it trained in this process, its OpenMP threads spinning"
+    (run,) = [run for result in Store(db).results() for run in result.runs]
+    assert run.process_id == runner.PROCESS_ID and run.status == "ok"  # trained here
+    assert baseline["samples_per_s"] == pytest.approx(max(epoch.samples_per_s for epoch in run.steady_epochs))
