@@ -17,6 +17,7 @@ import pytest
 import result_fixtures
 from typer.testing import CliRunner
 
+from devicebench import runner
 from devicebench.check.cpu import CpuSeconds
 from devicebench.cli import EXIT_USAGE, app
 from devicebench.estimate.points import (
@@ -507,11 +508,17 @@ def test_bad_input_is_refused_before_anything_is_trained(tmp_path, arguments, sa
     assert not (tmp_path / "db.sqlite").exists() or not Store(tmp_path / "db.sqlite").results()
 
 
+def in_this_process(plan, fell_back):
+    """baseline_apart where the baseline trains in this process (and a monkeypatch reaches its training)."""
+    return lambda job, placeholder, budget_s: None
+
+
 def test_ctrl_c_in_the_cpu_baseline_exits_130_and_says_what_was_kept(tmp_path, monkeypatch):
     def interrupted(*arguments, **keywords):
         raise KeyboardInterrupt
 
     monkeypatch.setattr("devicebench.runner._train_model", interrupted)  # the run started, no epoch finished
+    monkeypatch.setattr("devicebench.cli.estimate.baseline_apart", in_this_process)
     outcome = invoke(
         "estimate", "cifar10-mlp", "--on", "t4", "--data", "synthetic", "--db", str(tmp_path / "db.sqlite"), "--quiet"
     )
@@ -577,7 +584,12 @@ def test_estimate_end_to_end_on_two_gpus_in_tuned_mode_with_a_price(tmp_path, mo
         results = store.results()
     cpu_runs = [run for result in results for run in result.runs if run.device == "cpu"]
     assert len(cpu_runs) == 1 and cpu_runs[0].workload == "cifar10-mlp" and cpu_runs[0].status == "ok"
-    cpu_fastest = max(epoch.samples_per_s for epoch in cpu_runs[0].steady_epochs)
+    (cpu_run,) = cpu_runs
+    assert cpu_run.process_id not in (None, runner.PROCESS_ID)  # it trained in a fresh process of its own
+    assert all(epoch.train_thread_cpu_s for epoch in cpu_run.epochs)
+    # its rate: samples over its training thread's CPU seconds (synthetic data: no waits), of its fastest epoch
+    cpu_fastest = max(epoch.samples / epoch.train_thread_cpu_s for epoch in cpu_run.steady_epochs)
+    wall_fastest = max(epoch.samples_per_s for epoch in cpu_run.steady_epochs)
 
     for item in estimates:
         assert item["workload"] == "cifar10-mlp"
@@ -585,6 +597,8 @@ def test_estimate_end_to_end_on_two_gpus_in_tuned_mode_with_a_price(tmp_path, mo
         assert item["samples_per_s"] == pytest.approx(item["batch_size"] / item["step_time_s"], rel=1e-12)
         assert item["bound"] in BOUNDS and len(BOUNDS) == 6
         assert item["baseline"]["samples_per_s"] == pytest.approx(cpu_fastest, rel=1e-12)
+        assert item["baseline"]["wall_samples_per_s"] == pytest.approx(wall_fastest, rel=1e-12)
+        assert item["baseline"]["clock"] == "training thread's CPU time" and item["baseline"]["wall_reason"] is None
         assert item["speedup"] == pytest.approx(item["samples_per_s"] / item["baseline"]["samples_per_s"], rel=1e-12)
         assert item["epoch_time_s"] == pytest.approx(item["steps_per_epoch"] * item["step_time_s"], rel=1e-12)
     t4, h100 = estimates

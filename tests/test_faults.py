@@ -496,7 +496,7 @@ def test_a_run_whose_database_is_locked_while_it_trains_trains_on_and_says_it_co
     locked = sqlite3.connect(path, isolation_level=None)
 
     def run(
-        plan, reporter, *, save_to=None, spent_before_s=0.0, fresh_repeat=None
+        plan, reporter, *, save_to=None, spent_before_s=0.0, fresh_repeat=None, fresh_from=1
     ):  # runner.run's events, without real training
         locked.execute("BEGIN EXCLUSIVE")  # after the check at start-up, as another process might
         reporter.session_started(finished)
@@ -528,7 +528,7 @@ def replaying(result, *, after_epoch=lambda epoch: None, at_the_end=lambda: None
     """A stand-in for runner.run that reports `result`'s events without training, calling `after_epoch(epoch)` as
     each epoch is stored and `at_the_end()` once every run has finished."""
 
-    def run(plan, reporter, *, save_to=None, spent_before_s=0.0, fresh_repeat=None):
+    def run(plan, reporter, *, save_to=None, spent_before_s=0.0, fresh_repeat=None, fresh_from=1):
         reporter.session_started(result)
         for record in result.runs:
             reporter.run_started(record)

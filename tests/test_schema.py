@@ -107,3 +107,11 @@ def test_results_of_another_schema_version_are_refused(tmp_path):
     data["schema_version"] = SCHEMA_VERSION + 1
     with pytest.raises(ValueError, match="schema version"):
         Result.from_dict(data)
+
+
+def test_a_schema_6_result_without_thread_cpu_time_reads_as_not_recorded():
+    data = sample_result().to_dict()
+    data["schema_version"] = 6
+    for epoch in data["runs"][0]["epochs"]:
+        del epoch["train_thread_cpu_s"]
+    assert [epoch.train_thread_cpu_s for epoch in Result.from_dict(data).runs[0].epochs] == [None] * 3

@@ -513,6 +513,29 @@ def test_a_schema_1_file_upgrades_and_keeps_its_data(tmp_path):
     assert database.execute("SELECT COUNT(*) FROM live_runs").fetchone() == (0,)
 
 
+def test_a_schema_14_file_upgrades_with_no_thread_cpu_time_and_a_new_run_keeps_its_own(tmp_path, make_result, make_run):
+    """Schema 15 adds the training thread's CPU seconds of each epoch: unknown (NULL, None) for the epochs stored
+    before, and stored and read back for a run stored after."""
+    path = tmp_path / "results.sqlite"
+    _schema_1_file(path)
+    database = sqlite3.connect(path)
+    for migration in migrations.MIGRATIONS[1:14]:  # as devicebench with schema 14, the newest before, left it
+        migration(database)
+    database.execute("PRAGMA user_version = 14")
+    database.commit()
+    assert "train_thread_cpu_s" not in [row[1] for row in database.execute("PRAGMA table_info(epochs)")]
+    database.close()
+    run = make_run(workload="cifar10-mlp")
+    run.epochs[1].train_thread_cpu_s = 0.625
+    with Store(path) as store:
+        store.import_result(make_result("laptop", [run]))
+        stored = {result.runs[0].workload: result for result in store.results()}
+    old, new = stored["mnist-cnn2"], stored["cifar10-mlp"]
+    assert [epoch.train_thread_cpu_s for epoch in old.runs[0].epochs] == [None, None]
+    assert [epoch.train_thread_cpu_s for epoch in new.runs[0].epochs] == [None, 0.625, None]
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone() == (15,)
+
+
 @pytest.mark.slow
 def test_a_killed_run_is_closed_as_interrupted_with_its_finished_epochs(tmp_path):
     """SIGKILL gives the process no chance to say anything: the next opening of the store notices."""

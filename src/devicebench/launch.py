@@ -367,12 +367,15 @@ def _failure_text(stderr: str, code: int) -> str:
     return f"{who} failed ({how}){cause}; the other ranks were stopped"
 
 
-def repeat_in_fresh_process(plan: Plan, job: Job, placeholder: RunRecord, budget_s: float | None) -> RunRecord:
+def repeat_in_fresh_process(
+    plan: Plan, job: Job, placeholder: RunRecord, budget_s: float | None, environment: dict[str, str] | None = None
+) -> RunRecord:
     """Train one repeat of `job` (of `plan`, whose threads and model it shares) in a new interpreter and return its
-    record: `placeholder`'s repeat, failed with the reason where the process gave none. `budget_s`: the run's share
-    of the session's time budget, which the process's start counts against too (None: no budget). On a
-    KeyboardInterrupt, the signal that stopped this process (devicebench.stopping; Ctrl-C where none was caught)
-    is forwarded, and the record comes back marked interrupted with every epoch it finished."""
+    record: `placeholder` itself (its run_id), failed with the reason, where the process could not start or gave
+    none. `budget_s`: the run's share of the session's time budget, which the process's start counts against too
+    (None: no budget). `environment`: variables set in the child's environment only. On a KeyboardInterrupt, the
+    signal that stopped this process (devicebench.stopping; Ctrl-C where none was caught) is forwarded, and the
+    record comes back marked interrupted with every epoch it finished."""
     # the threads this process trains with, named: a fresh interpreter would take torch's default, which this
     # process (a library caller's, a test's) may have changed, and the repeats would no longer pool
     threads = plan.threads or torch.get_num_threads()
@@ -382,12 +385,15 @@ def repeat_in_fresh_process(plan: Plan, job: Job, placeholder: RunRecord, budget
         plan_file.write_text(json.dumps({"plan": one.to_dict(), "quiet": True}))
         log_file = Path(folder) / "repeat.log"
         with log_file.open("w") as log:
-            child = subprocess.Popen(
-                [sys.executable, "-m", "devicebench.launch", "--repeat", str(plan_file), str(output_file)],
-                stderr=log,
-                start_new_session=True,
-                env={**os.environ, PARENT_PID_VARIABLE: str(os.getpid())},
-            )
+            try:
+                child = subprocess.Popen(
+                    [sys.executable, "-m", "devicebench.launch", "--repeat", str(plan_file), str(output_file)],
+                    stderr=log,
+                    start_new_session=True,
+                    env={**os.environ, **(environment or {}), PARENT_PID_VARIABLE: str(os.getpid())},
+                )
+            except OSError as error:  # no memory or processes left to start one, an interpreter gone
+                return dataclasses.replace(placeholder, status="failed", error=f"no process could start: {error}")
             try:
                 child.wait()
             except KeyboardInterrupt:

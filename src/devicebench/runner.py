@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import signal
-import sys
 import uuid
 import warnings
 from collections.abc import Callable
@@ -37,6 +36,7 @@ from devicebench.engine.calibration_store import peak_tflops, stored_run_to_run
 from devicebench.engine.distributed import current_shard, data_parallel, world_size
 from devicebench.engine.flops import training_flops_per_sample
 from devicebench.engine.loop import StepTimes, TrainingSetup, train
+from devicebench.engine.monitor import peak_rss_mib
 from devicebench.engine.timing import Stopwatch, wall_clock_utc
 from devicebench.engine.tuning import Tuning, base_tuning
 from devicebench.engine.tuning_applied import (
@@ -66,8 +66,8 @@ PROCESS_ID = uuid.uuid4().hex[:12]  # this process, in each run's record: the sp
 
 # trains one repeat of a job in a fresh process and returns its record (launch.repeat_in_fresh_process, bound to
 # the plan): given the job, the record that repeat would have started with, and its share of the session's time
-# budget in seconds (None: no budget)
-FreshRepeat = Callable[[Job, RunRecord, float | None], RunRecord]
+# budget in seconds (None: no budget). None back: no process of its own could run it, and it trains in this one
+FreshRepeat = Callable[[Job, RunRecord, float | None], RunRecord | None]
 
 
 def run(
@@ -77,13 +77,14 @@ def run(
     save_to: Path | None = None,
     spent_before_s: float = 0.0,
     fresh_repeat: FreshRepeat | None = None,
+    fresh_from: int = 1,
 ) -> Result:
     """Execute every job of `plan` and return every measurement, finished or not.
 
     `save_to`: write the model of the last run that finishes well there, as a checkpoint for `predict`.
     `spent_before_s`: seconds of the plan's time budget already spent (a command's start-up).
     `fresh_repeat`: how a repeat after a job's first runs in a fresh process (`repeats_apart` says which may);
-    None: every repeat in this one.
+    None: every repeat in this one. `fresh_from`: the first repeat (0-based) that does (0: every run).
     """
     reporter = reporter or RunReporter()
     threads_before = torch.get_num_threads()
@@ -98,7 +99,7 @@ def run(
     reporter.session_started(result)
     shares = BudgetShares.for_plan(plan, spent_before_s)
     try:
-        _execute(plan.jobs, result, reporter, save_to, shares, fresh_repeat)
+        _execute(plan.jobs, result, reporter, save_to, shares, fresh_repeat, fresh_from)
         if shares is not None:
             reporter.budget_spent(shares.account(len({job.workload.name for job in plan.jobs})))
     finally:
@@ -113,6 +114,7 @@ def _execute(
     save_to: Path | None,
     shares: BudgetShares | None,
     fresh_repeat: FreshRepeat | None,
+    fresh_from: int = 1,
 ) -> None:
     # One dataset in memory at a time (the quick suite's together weigh about 1 GB), reused for as long as the
     # next job wants the same one.
@@ -149,14 +151,13 @@ def _execute(
                     reporter.run_started(record)
                     record.status, record.error = "failed", str(dataset)
                     reporter.run_finished(record)
-                elif fresh_repeat is not None and repeat > 0 and repeats_apart(job):
-                    share_s = None if shares is None else shares.even_share_s()
-                    record = result.runs[-1] = fresh_repeat(job, record, share_s)
-                    _told(record, reporter)
-                    if record.status == "interrupted":
-                        raise KeyboardInterrupt
                 else:
-                    train_record(record, job, dataset, reporter, save_to=save_to, choices=choices, shares=shares)
+                    apart = _in_a_process_of_its_own(fresh_repeat, fresh_from, job, record, shares)
+                    if apart is None:  # in this process, as planned or where no process of its own could run
+                        train_record(record, job, dataset, reporter, save_to=save_to, choices=choices, shares=shares)
+                    else:
+                        record = result.runs[-1] = apart
+                        _told(record, reporter)
                 if shares is not None:
                     shares.run_done(record)
     except KeyboardInterrupt:
@@ -175,12 +176,23 @@ def repeats_apart(job: Job) -> bool:
     return job.mode == "seed" and not job.batch_size_auto
 
 
+def _in_a_process_of_its_own(
+    fresh_repeat: FreshRepeat | None, fresh_from: int, job: Job, record: RunRecord, shares: BudgetShares | None
+) -> RunRecord | None:
+    """`record`'s run trained by `fresh_repeat` in a fresh process, where the plan has it so; None: in this one."""
+    if fresh_repeat is None or record.repeat < fresh_from or not repeats_apart(job):
+        return None
+    return fresh_repeat(job, record, None if shares is None else shares.even_share_s())
+
+
 def _told(record: RunRecord, reporter: RunReporter) -> None:
-    """Tell `reporter` of a run another process trained, as if it had run here: it is stored and shown alike."""
+    """Tell `reporter` of a run another process trained, as if it had run here; one stopped there stops this too."""
     reporter.run_started(record)
     for epoch in record.epochs:
         reporter.epoch_finished(record, epoch)
     reporter.run_finished(record)
+    if record.status == "interrupted":
+        raise KeyboardInterrupt
 
 
 def load_data(job: Job) -> Dataset | DataProblem:
@@ -294,7 +306,7 @@ def train_record(
     finally:
         for stream in batches:
             stream.close()  # stops loader workers, also after Ctrl-C
-        record.peak_rss_mib = _peak_rss_mib()
+        record.peak_rss_mib = peak_rss_mib()
         if record.status != "running":  # an interrupted run is closed by run(), once it is marked so
             reporter.run_finished(record)
 
@@ -486,12 +498,3 @@ def _stopped_reason() -> str:
     """Why an interrupted run ended, as its error says: by the user (Ctrl-C) or by a signal from outside."""
     number = stopping.received()
     return "interrupted by the user" if number in (None, signal.SIGINT) else stopping.described(number)
-
-
-def _peak_rss_mib() -> float | None:
-    try:
-        import resource
-    except ImportError:  # not on Windows
-        return None
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / 1024 if sys.platform != "darwin" else peak / 2**20  # kB on Linux, bytes on macOS

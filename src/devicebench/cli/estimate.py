@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import psutil
 import typer
@@ -57,8 +57,12 @@ from devicebench.results.datasheets import (
     parse_targets,
 )
 from devicebench.results.prices import parse_named_prices
-from devicebench.results.schema import write_atomically
+from devicebench.results.schema import RunRecord, write_atomically
 from devicebench.results.store import ESTIMATE_BASELINE
+
+if TYPE_CHECKING:  # only named in annotations
+    from devicebench.planning import Job, Plan
+    from devicebench.runner import FreshRepeat
 
 DEFAULT_TARGETS = "t4,l4,a100-80gb,h100-sxm"
 BASELINE_BUDGET_S = 20.0  # seconds of CPU training per workload for the baseline: a warm-up and two steady epochs
@@ -229,8 +233,17 @@ def estimate(
         request={**job_plan.request, "purpose": ESTIMATE_BASELINE},  # compare and history leave it out
     )
     before = cpu.cpu_seconds()
-    outcome = train_and_show(job_plan, json_file=None, quiet=quiet, db=db, tensorboard=None, tables=lambda result: [])
-    load_note = others_load_note(before, cpu.cpu_seconds())
+    fell_back: dict[str, str] = {}  # by run id: why a baseline trained in this process
+    outcome = train_and_show(
+        job_plan,
+        json_file=None,
+        quiet=quiet,
+        db=db,
+        tensorboard=None,
+        tables=lambda result: [],
+        apart=baseline_apart(job_plan, fell_back),
+    )
+    load_note = others_load_note(before, cpu.cpu_seconds(), on_the_wall_clock=bool(fell_back))
     if outcome.result.interrupted or outcome.store_failure is not None:
         exit_for(outcome)  # Ctrl-C, or a database that stopped taking runs: what was kept, with its exit status
     estimates: list[Estimate] = []
@@ -240,6 +253,13 @@ def estimate(
                 f"{job.workload.name} is left out: its CPU baseline did not finish ({run.error})", highlight=False
             )
             continue
+        wall_reason = fell_back.get(run.run_id)
+        if wall_reason is not None:
+            errors.print(
+                f"{job.workload.name}'s CPU baseline trained in this process, as no process of its own could "
+                f"({wall_reason}): its rate is on the wall clock, which other processes' load moves",
+                highlight=False,
+            )
         try:
             estimates += estimates_for(
                 job,
@@ -251,6 +271,7 @@ def estimate(
                 precision=None if precision is None else narrowed(precision, KERNEL_PRECISIONS),
                 host_cores=_host_cores(estimable, host, host_cores),
                 level=level,
+                wall_reason=None if wall_reason is None else "it trained in this process, its OpenMP threads spinning",
             )
         except EstimateError as error:
             errors.print(f"{job.workload.name} is left out: {error}", highlight=False)
@@ -271,18 +292,50 @@ def estimate(
         errors.print(f"Estimates written to {json_file}")
 
 
-def others_load_note(before: cpu.CpuSeconds, after: cpu.CpuSeconds) -> str | None:
-    """The line that says other processes slowed the CPU baseline, trained between `before` and `after`; None where
-    they left its cores free."""
+def others_load_note(before: cpu.CpuSeconds, after: cpu.CpuSeconds, on_the_wall_clock: bool = False) -> str | None:
+    """The line that says other processes kept cores busy while the CPU baseline trained, between `before` and
+    `after`, and what its rate on the training thread's CPU time does and does not undo (`on_the_wall_clock`: a
+    baseline's rate is on the wall clock, which nothing undoes); None where they left its cores free."""
     busy_cores = cpu.others_busy_cores(before, after)
     cores = psutil.cpu_count(logical=True) or 1
     if busy_cores <= OTHERS_BUSY_FRACTION * cores:
         return None
-    return (
+    said = (
         f"Measured under load: other processes kept {busy_cores:.1f} of this machine's {cores} logical cores busy "
-        "while the CPU baseline trained, so its samples/s are low and the speedups high (the GPU figures are not "
-        "affected). Stop other work (top shows it) and run the estimate again for speedups this machine repeats."
+        "while the CPU baseline trained (the GPU figures are not affected). "
     )
+    if on_the_wall_clock:
+        return said + (
+            "A baseline on the wall clock is low, and its speedups high: stop other work (top shows it) and run the "
+            "estimate again for speedups this machine repeats."
+        )
+    return said + (
+        "Its rate is on its training thread's CPU time, which the waits load causes leave out; not what the other "
+        "work takes from the caches and memory bandwidth this one shares, nor the wall-clock rate shown beside it, "
+        "which is low. Stop other work (top shows it) for a wall-clock rate this machine repeats."
+    )
+
+
+# the CPU baseline's idle OpenMP threads sleep, in its own process only (libgomp reads this as a process starts):
+# where they spin (the default), the training thread's waits for them are CPU time, which other processes' load
+# lengthens as it does the wall clock
+BASELINE_ENVIRONMENT = {"OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def baseline_apart(job_plan: Plan, fell_back: dict[str, str]) -> FreshRepeat:
+    """How each CPU baseline trains: in a fresh process of `job_plan`'s threads, with BASELINE_ENVIRONMENT. Where
+    no such process could (it could not start, or ended without handing in a record), the run's id goes into
+    `fell_back` with the reason, and it trains in this process (None back), its rate then on the wall clock."""
+    from devicebench.launch import repeat_in_fresh_process  # torch: imported only by a command that trains
+
+    def train(job: Job, placeholder: RunRecord, budget_s: float | None) -> RunRecord | None:
+        record = repeat_in_fresh_process(job_plan, job, placeholder, budget_s, BASELINE_ENVIRONMENT)
+        if record.run_id != placeholder.run_id or record.status != "failed":  # its own record, or stopped
+            return record
+        fell_back[placeholder.run_id] = record.error or "its process handed in no record"
+        return None
+
+    return train
 
 
 # More cores than any one host has (two 192-core EPYCs have 384, eight 60-core Xeons 480): a count past it is a typo

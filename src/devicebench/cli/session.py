@@ -44,6 +44,7 @@ from devicebench.results.schema import Result, RunRecord
 if TYPE_CHECKING:  # only named in annotations; what imports torch is imported where it runs, so `--help` need not
     from devicebench.config import RunConfig
     from devicebench.planning import Plan
+    from devicebench.runner import FreshRepeat
 
 # Options the training commands share, so that each means the same in every one.
 DevicesOption = Annotated[
@@ -176,10 +177,12 @@ def train_and_show(
     tensorboard: Path | None,
     save_to: Path | None = None,
     tables: Callable[[Result], Iterable[RenderableType]] = lambda result: comparison_tables(compare([result])),
+    apart: FreshRepeat | None = None,
 ) -> Outcome:
     """Train with every listener attached, print the tables, write the JSON: what `run`, `reproduce` and
     `sweep` share. Every failure to start (a bad path, a foreign database, a missing device) comes before
-    any training."""
+    any training. `apart`: how every run trains in a fresh process of its own (None: each repeat after the first,
+    by launch.repeat_in_fresh_process)."""
     from devicebench import runner
     from devicebench.launch import repeat_in_fresh_process
     from devicebench.report.progress import RichReporter
@@ -206,7 +209,8 @@ def train_and_show(
                 ReporterGroup(recorder, *session_json, screen, *listeners),
                 save_to=save_to,
                 spent_before_s=process_age_s(),
-                fresh_repeat=functools.partial(repeat_in_fresh_process, job_plan),  # a repeat is a fresh process
+                fresh_repeat=apart or functools.partial(repeat_in_fresh_process, job_plan),  # a fresh process
+                fresh_from=0 if apart else 1,
             )  # a budget counts the command's start-up too
         finally:
             screen.close()

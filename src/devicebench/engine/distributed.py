@@ -92,6 +92,7 @@ def merge_rank_epochs(epochs_by_rank: list[list[EpochRecord]]) -> list[EpochReco
                 train_loss=_of_every_rank([epoch.train_loss for epoch in same_epoch], statistics.fmean),
                 train_accuracy=_of_every_rank([epoch.train_accuracy for epoch in same_epoch], statistics.fmean),
                 input_wait_s=_of_every_rank([epoch.input_wait_s for epoch in same_epoch], max),
+                train_thread_cpu_s=_of_every_rank([epoch.train_thread_cpu_s for epoch in same_epoch], max),
                 fastest_rank_train_time_s=min(epoch.train_time_s for epoch in same_epoch),
                 process_cpu_percent=_of_every_rank([epoch.process_cpu_percent for epoch in same_epoch], sum),
                 device_power_mean_w=_of_every_rank([epoch.device_power_mean_w for epoch in same_epoch], sum),

@@ -184,7 +184,7 @@ def train(
             # slow may come between it and the clock's start in _train_epoch
             monitor.window()  # closes the window of model building or the last evaluation: not this epoch's
             steps_for = None if pace is None else partial(pace.epoch_steps, record, eval_steps=evaluation_steps)
-            step_losses, train_accuracy, train_time_s, wait_s = _train_epoch(
+            step_losses, train_accuracy, (train_time_s, thread_cpu_s), wait_s = _train_epoch(
                 setup, train_batches, epoch, steps, watch, reporter, steps_for
             )
             usage = monitor.window()  # exactly this epoch's training, outside its timed region
@@ -192,6 +192,7 @@ def train(
             entry, divergence = _trained_epoch(
                 record, epoch, step_losses, train_batches, train_accuracy, train_time_s, wait_s, usage, reporter
             )
+            entry.train_thread_cpu_s = thread_cpu_s
             evaluation_steps = min(evaluation_steps, steps) if pace is not None else evaluation_steps
             if divergence is None:  # evaluating a diverged model would only time arithmetic on NaNs
                 _evaluate_into(entry, setup, test_batches, evaluation_steps, watch)
@@ -320,9 +321,10 @@ def _train_epoch(
     watch: Stopwatch,
     reporter: Reporter,
     steps_for: Callable[..., int] | None = None,
-) -> tuple[torch.Tensor, float | None, float, float]:
+) -> tuple[torch.Tensor, float | None, tuple[float, float], float]:
     """One epoch of `steps` training steps: (per-step losses on the device, one per step taken, the share of correct
-    predictions or None when they cannot be told, seconds, seconds of those spent waiting for batches).
+    predictions or None when they cannot be told, (seconds, the loop's thread's CPU seconds over them), seconds of
+    those spent waiting for batches).
     `steps_for(steps_done, steps)`, asked as often as the reporter hears of steps, may end the epoch sooner
     (Pace.epoch_steps).
 
@@ -335,6 +337,7 @@ def _train_epoch(
     report_every = max(1, steps // PROGRESS_UPDATES_PER_EPOCH)
     waited = 0.0
     start = watch.now()
+    start_cpu = watch.thread_cpu_now()  # at the same boundary, after the synchronized reading
     batch_stream = batches.epoch(epoch, steps)
     done = 0
     while done < steps:
@@ -350,8 +353,9 @@ def _train_epoch(
             if steps_for is not None:  # reads the host's clock without synchronizing: bookkeeping only
                 steps = steps_for(done, steps)
     seconds = watch.now() - start
+    cpu_s = watch.thread_cpu_now() - start_cpu
     batch_stream.close()  # an epoch ended early leaves no batch in flight
-    return _stacked(losses, watch.device), accuracy.share(), seconds, waited
+    return _stacked(losses, watch.device), accuracy.share(), (seconds, cpu_s), waited
 
 
 KEPT_OUTPUTS_BYTES = 64 * 2**20  # the most of an epoch's outputs kept at once for its accuracy

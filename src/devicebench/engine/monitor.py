@@ -17,6 +17,7 @@ around the window more than the window.
 from __future__ import annotations
 
 import statistics
+import sys
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -383,3 +384,13 @@ def _known(values: list[float | None]) -> list[float]:
     known = [value for value in values if value is not None]
     assert len(known) == len(values)
     return known
+
+
+def peak_rss_mib() -> float | None:
+    """This process's peak resident set size so far, as the kernel counts it (every spike); None where unknown."""
+    try:
+        import resource
+    except ImportError:  # not on Windows
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 1024 if sys.platform != "darwin" else peak / 2**20  # kB on Linux, bytes on macOS

@@ -33,6 +33,19 @@ def synchronize_device(device: torch.device) -> None:
     synchronize(device)
 
 
+def children_cpu_seconds() -> float:
+    """CPU seconds, user and system, of this process's live child processes (and theirs), each since its start; a
+    child that has ended, or cannot be read, counts nothing."""
+    total = 0.0
+    for child in psutil.Process().children(recursive=True):
+        try:
+            times = child.cpu_times()
+        except psutil.Error:  # ended between the listing and the reading, or not ours to read
+            continue
+        total += times.user + times.system
+    return total
+
+
 @dataclass
 class Stopwatch:
     """Reads a monotonic clock after synchronizing one device.
@@ -45,6 +58,8 @@ class Stopwatch:
     clock: Clock = time.perf_counter
     synchronize: Synchronizer = synchronize_device
     host_clock: Clock = time.perf_counter  # the same clock, read without synchronizing (a separate name for tests)
+    thread_clock: Clock = time.thread_time  # CPU seconds of the thread that reads it (see thread_cpu_now)
+    children_clock: Clock = children_cpu_seconds  # CPU seconds of this process's children (loader workers)
 
     def now(self) -> float:
         """Seconds on the monotonic clock, after all work queued on the device has finished."""
@@ -55,6 +70,22 @@ class Stopwatch:
         """Seconds on the same clock WITHOUT synchronizing: only for how long the host itself waited (for a
         batch), an interval during which the device may rightly still be working."""
         return self.host_clock()
+
+    def thread_cpu_now(self) -> float:
+        """CPU seconds the calling thread (the training loop's) has run so far: not a time of day but the seconds
+        the kernel gave this one thread on any core, user and system together. Another process keeping a core busy
+        lengthens every interval on the wall clock (the thread waits to be scheduled, and for its OpenMP threads to
+        be), but hardly this figure: time spent waiting, sleeping or blocked is not counted. Nor is the work of the
+        thread's helpers (OpenMP threads, loader workers), nor, on an accelerator, the device's own. Where idle
+        OpenMP threads spin (libgomp's default, OMP_WAIT_POLICY=ACTIVE) the thread's waits at their barriers are
+        spent spinning and counted, and load moves it again: read it where they sleep (PASSIVE). Not synchronized:
+        read it just after a synchronized reading (`now`), at the same boundary."""
+        return self.thread_clock()
+
+    def children_cpu_now(self) -> float:
+        """CPU seconds, user and system, that this process's live child processes (a data loader's workers) have
+        run so far, each since its start; on no clock of time elapsed, and load hardly moves it."""
+        return self.children_clock()
 
 
 def host_seconds() -> float:

@@ -1,6 +1,7 @@
 """What `devicebench estimate` tells of a workload on each GPU asked for: the step the fitted roofline predicts at the
-precision a mode runs, the input pipeline timed on this machine's cores and scaled to the rented host's, the CPU
-baseline every speedup is over, and the epoch, cost and interval that follow.
+precision a mode runs, the input pipeline timed on this machine's cores (in CPU time) and scaled to the rented
+host's, the CPU baseline every speedup is over (its training thread's CPU time), and the epoch, cost and interval
+that follow.
 
     devicebench estimate resnet50 --on v100-sxm2,a100-80gb,h100-sxm --batch-size 128
 """
@@ -25,7 +26,7 @@ from devicebench.estimate.roofline import PrecisionError, PredictedStep, Resolve
 from devicebench.estimate.validation import Interval
 from devicebench.planning import Job
 from devicebench.results.datasheets import Datasheet
-from devicebench.results.schema import RunRecord
+from devicebench.results.schema import EpochRecord, RunRecord
 from devicebench.runner import load_data
 
 BATCHES_TIMED = 6  # input-pipeline batches timed, after one that starts the workers
@@ -37,10 +38,13 @@ class Baseline:
 
     device: str  # "cpu (AMD EPYC 7B13)"
     # the rate every speedup is over (the fastest steady epoch's: other work only ever slows an epoch, so the
-    # fastest is the least disturbed), and the lowest and highest, the range shown
+    # fastest is the least disturbed), and the lowest and highest, the range shown; on the training thread's CPU
+    # time where `wall_reason` is None (baseline_seconds), else on the wall clock
     samples_per_s: tuple[float, float, float]
     data_source: str
     batch_size: int | None = None  # what it trained at, when not the batch estimated (a budget made it smaller)
+    wall_samples_per_s: tuple[float, float, float] | None = None  # the same epochs on the wall clock, likewise
+    wall_reason: str | None = None  # why the rate is on the wall clock: no thread CPU time to take it from
 
 
 @dataclass(frozen=True)
@@ -133,6 +137,11 @@ class Estimate:
                 "samples_per_s": self.baseline.samples_per_s[0],
                 "samples_per_s_min": self.baseline.samples_per_s[1],
                 "samples_per_s_max": self.baseline.samples_per_s[2],
+                "clock": "wall" if self.baseline.wall_reason else "training thread's CPU time",
+                "wall_reason": self.baseline.wall_reason,
+                "wall_samples_per_s": None
+                if self.baseline.wall_samples_per_s is None
+                else self.baseline.wall_samples_per_s[0],
                 "data_source": self.baseline.data_source,
             },
             "speedup": self.speedup,
@@ -156,10 +165,13 @@ class Estimate:
         }
 
 
-def input_seconds_per_batch(job: Job, run: RunRecord, timed: bool = True) -> tuple[float, int]:
-    """(seconds the input pipeline takes per batch on this machine, training batches per epoch), with the workers
-    and batch size `run` trained with. The first batch, which starts the workers, is not timed; none is where not
-    `timed` (0 seconds: the batches are only counted)."""
+def input_seconds_per_batch(
+    job: Job, run: RunRecord, timed: bool = True, watch: Stopwatch | None = None
+) -> tuple[float, int]:
+    """(CPU seconds the input pipeline takes per batch on this machine, training batches per epoch), with the workers
+    and batch size `run` trained with (pipeline_seconds): timed over a second epoch of BATCHES_TIMED batches, after
+    a first of one batch that starts the workers, so no batch of the timed epoch was made before it began. None is
+    timed where not `timed` (0 seconds: the batches are only counted). `watch`: its CPU clocks, for tests."""
     dataset = load_data(job)
     if isinstance(dataset, Exception):
         raise EstimateError(f"{job.workload.name}: {dataset}")
@@ -181,13 +193,14 @@ def input_seconds_per_batch(job: Job, run: RunRecord, timed: bool = True) -> tup
         batches_timed = min(BATCHES_TIMED if timed else 0, len(train) - 1)
         if batches_timed < 1:
             return 0.0, len(train)
-        watch = Stopwatch(device)
-        batches = train.epoch(0, batches_timed + 1)
-        next(batches)
-        started = watch.now()
-        for _ in batches:
+        watch = watch or Stopwatch(device)
+        for _ in train.epoch(0, 1):  # starts the workers, which serve the next epoch too (persistent)
             pass
-        return (watch.now() - started) / batches_timed, len(train)
+        thread_s, workers_s = watch.thread_cpu_now(), watch.children_cpu_now()
+        for _ in train.epoch(1, batches_timed):
+            pass
+        thread_s, workers_s = watch.thread_cpu_now() - thread_s, watch.children_cpu_now() - workers_s
+        return pipeline_seconds(thread_s, workers_s, settings.workers, os.cpu_count() or 1) / batches_timed, len(train)
     finally:
         for pipeline in (train, test):
             close = getattr(pipeline, "close", None)
@@ -195,15 +208,50 @@ def input_seconds_per_batch(job: Job, run: RunRecord, timed: bool = True) -> tup
                 close()
 
 
-def baseline_of(run: RunRecord, data_source: str) -> Baseline | None:
-    rates = [epoch.samples_per_s for epoch in run.steady_epochs]
-    if run.status != "ok" or not rates:
+def pipeline_seconds(thread_s: float, workers_s: float, workers: int, cores: int) -> float:
+    """The seconds a pipeline took to make its batches, from CPU time, which another busy process hardly moves,
+    so that this machine's load never becomes the GPU's figure: without workers, the CPU seconds of the thread that
+    made them; with workers, their CPU seconds shared among the cores they run on at once (min(workers, cores)),
+    and never less than the receiving thread's own, which takes each batch in turn."""
+    if workers == 0:
+        return thread_s
+    return max(thread_s, workers_s / min(workers, cores))
+
+
+def baseline_seconds(epoch: EpochRecord, workers: int) -> float | None:
+    """The seconds an epoch of the CPU baseline is taken to have trained for, load aside: its training thread's
+    CPU seconds (which another busy process hardly moves, where idle OpenMP threads sleep), and where loader workers
+    prepare the batches, the time the loop waited for them on top: the thread sleeps then, its CPU time counts none
+    of it, yet the CPU's training stood still; without workers the loop prepares each batch itself, inside its CPU
+    time already. Never more than the epoch's wall time (a batch's arrival, counted in both, would count twice).
+    So the rule never makes the CPU faster than the wall clock saw it, nor leaves out a wait for input: it leaves
+    out only what the thread waited for the cores (load), and for its own OpenMP threads (which a quiet machine
+    also has: on two cores about 8% of a step). None: not recorded (an epoch stored before schema 7)."""
+    if epoch.train_thread_cpu_s is None or epoch.train_thread_cpu_s <= 0:
         return None
+    waited = (epoch.input_wait_s or 0.0) if workers > 0 else 0.0
+    return min(epoch.train_time_s, epoch.train_thread_cpu_s + waited)
+
+
+def baseline_of(run: RunRecord, data_source: str, wall_reason: str | None = None) -> Baseline | None:
+    """The baseline `run` measured: samples over baseline_seconds of each steady epoch, or, with a `wall_reason`
+    (its training thread's CPU time was not one that load leaves alone) or where an epoch lacks its CPU time, over
+    its wall time."""
+    steady = run.steady_epochs
+    if run.status != "ok" or not steady:
+        return None
+    wall = [epoch.samples_per_s for epoch in steady]
+    seconds = [baseline_seconds(epoch, run.settings.workers) for epoch in steady]
+    if wall_reason is None and None in seconds:
+        wall_reason = "its epochs' CPU time was not recorded"
+    rates = wall if wall_reason else [epoch.samples / (taken or 1.0) for epoch, taken in zip(steady, seconds)]
     return Baseline(
         f"{run.device} ({run.device_name})",
         (max(rates), min(rates), max(rates)),
         data_source,
         run.settings.batch_size,
+        (max(wall), min(wall), max(wall)),
+        wall_reason,
     )
 
 
@@ -237,9 +285,11 @@ def estimates_for(
     precision: KernelPrecision | None = None,
     host_cores: dict[str, int | None] | None = None,
     level: float = 0.8,
+    wall_reason: str | None = None,
 ) -> list[Estimate]:
     """Every target for the workload `job` trained as `run` on this machine's CPU. `host_cores`: the cores of each
-    target's host by catalog key (missing or None: this machine's)."""
+    target's host by catalog key (missing or None: this machine's). `wall_reason`: why the baseline's rate is taken
+    on the wall clock (baseline_of), if it is."""
     hyperparameters = job.hyperparameters  # as asked: a budget may have trained this machine at a smaller batch
     shape = shape_of(job.workload, hyperparameters)
     # synthetic data (as the published ResNet-50, BERT and GPT-2 figures were measured) has no host pipeline to time:
@@ -249,7 +299,7 @@ def estimates_for(
     per_sample = shape.batch_size / max(run.settings.batch_size, 1)
     input_s = 0.0 if synthetic else timed_s * per_sample  # the pipeline's work grows with the samples in a batch
     steps_per_epoch = math.ceil(timed_steps / per_sample)
-    baseline = baseline_of(run, run.settings.data_source)
+    baseline = baseline_of(run, run.settings.data_source, wall_reason)
     workers = run.settings.workers
     cores_here = os.cpu_count() or 1
     estimates = []

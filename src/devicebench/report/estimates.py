@@ -20,7 +20,7 @@ from devicebench.results.datasheets import RENTED_HOSTS
 
 if TYPE_CHECKING:
     from devicebench.estimate.points import RooflineFit
-    from devicebench.estimate.targets import Estimate
+    from devicebench.estimate.targets import Baseline, Estimate
 
 HOST_BOUND = "host (eager loop)"
 BOUNDS = {  # what each bound means, and what would move it
@@ -69,6 +69,18 @@ def _speedup_text(estimate: Estimate) -> str:
     return not_a_speedup(text, unlike([(estimate.batch_size, estimate.precision, here[2])], here))
 
 
+def _clock_text(baseline: Baseline) -> str:
+    """On which clock a baseline's rate was taken, with its wall-clock rate where that is another."""
+    if baseline.wall_reason is not None:
+        return f"on the wall clock: {baseline.wall_reason}"
+    wall = (
+        ""
+        if baseline.wall_samples_per_s is None
+        else f"; {rate_text(baseline.wall_samples_per_s[0])} on the wall clock"
+    )
+    return f"on its training thread's CPU time{wall}"
+
+
 def _duration(seconds: float) -> str:
     return duration_text(seconds) if seconds >= 1 else f"{seconds * 1000:,.0f} ms"
 
@@ -115,26 +127,22 @@ def estimate_notes(estimates: Sequence[Estimate], fitted: RooflineFit) -> list[s
     interval."""
     notes = []
     baselines = {
-        (
-            estimate.workload,
-            estimate.baseline.device,
-            estimate.baseline.samples_per_s[0],
-            estimate.baseline.data_source,
-            estimate.baseline.batch_size,
-            estimate.batch_size,
-        )
+        (estimate.workload, estimate.baseline.device, estimate.baseline.data_source, estimate.batch_size): estimate
         for estimate in estimates
         if estimate.baseline
     }
-    for workload, device, rate, source, trained, asked in sorted(baselines):
+    for (workload, device, source, asked), estimate in sorted(baselines.items()):
+        baseline = estimate.baseline
+        assert baseline is not None  # as kept above
+        trained = baseline.batch_size
         smaller = (
             f" at batch {trained} (the estimate is at {asked}: a smaller batch fit this machine's time budget)"
             if trained is not None and trained != asked
             else ""
         )
         notes.append(
-            f"{workload}: speedups are over {device}, measured here at {rate_text(rate)} samples/s (its fastest "
-            f"steady epoch){smaller} ({source} data)."
+            f"{workload}: speedups are over {device}, measured here at {rate_text(baseline.samples_per_s[0])} "
+            f"samples/s (its fastest steady epoch, {_clock_text(baseline)}){smaller} ({source} data)."
         )
     for workload, note in dict.fromkeys(
         (estimate.workload, note) for estimate in estimates for note in estimate.profile_notes

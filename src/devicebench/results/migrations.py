@@ -172,6 +172,11 @@ def _add_processes_and_run_to_run(connection: sqlite3.Connection) -> None:
     connection.execute("ALTER TABLE runs ADD COLUMN run_to_run_freedom REAL")
 
 
+def _add_thread_cpu(connection: sqlite3.Connection) -> None:
+    """Schema 15: the training thread's CPU seconds of each epoch (NULL before: not recorded)."""
+    connection.execute("ALTER TABLE epochs ADD COLUMN train_thread_cpu_s REAL")
+
+
 # MIGRATIONS[n] takes a database from schema n to n + 1; the newest schema is len(MIGRATIONS). Append, never edit.
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _create_tables,
@@ -188,6 +193,7 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _add_definition,
     _forget_first_definitions,
     _add_processes_and_run_to_run,
+    _add_thread_cpu,
 ]
 TABLES = ("machines", "sessions", "runs", "epochs", "live_runs")  # schema 1's four, then schema 2's
 

@@ -27,9 +27,9 @@ from devicebench import files
 from devicebench.choices import Mode, TrainingPrecision
 
 # 2: plausibility flags; 3: tuning_s; 4: definition; 5: definitions that torch leaves alone; 6: the process each
-# repeat ran in, and the machine's run-to-run variation
-SCHEMA_VERSION = 6
-READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6)  # 1 to 3, and 5, lack only fields that have defaults
+# repeat ran in, and the machine's run-to-run variation; 7: the training thread's CPU seconds of each epoch
+SCHEMA_VERSION = 7
+READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6, 7)  # 1 to 3, 5 and 6 lack only fields that have defaults
 FIRST_DEFINITIONS = 4  # whose definitions hashed the initial weights torch drew: read as not recorded
 
 RunStatus = Literal["running", "ok", "diverged", "failed", "oom", "interrupted"]
@@ -49,6 +49,9 @@ class EpochRecord:
     train_accuracy: float | None  # fraction of the epoch's training samples classified correctly; None when the
     # outputs name no classes (a regression) or a user's own train_step hands back no outputs
     input_wait_s: float | None = None  # of train_time_s, how long the loop waited for its next batch (host clock)
+    # over train_time_s, the CPU seconds of the thread that ran the loop (engine/timing.py's thread_cpu_now): its own
+    # work, not its OpenMP threads' or loader workers', nor its waits; None: stored before schema 7
+    train_thread_cpu_s: float | None = None
     eval_time_s: float | None = None  # kept out of training throughput
     eval_samples: int = 0
     test_loss: float | None = None
