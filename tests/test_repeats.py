@@ -48,6 +48,9 @@ class Heard(RunReporter):
     def run_finished(self, record):
         self.events.append(("finished", record.repeat, len(record.epochs)))
 
+    def preparing(self, what):
+        self.events.append(("preparing", what, 0))
+
 
 def elsewhere(status: str = "ok"):
     """A stand-in for a fresh process: the record it was handed, trained elsewhere (two epochs, a process of its
@@ -77,10 +80,14 @@ def test_every_repeat_but_the_first_goes_to_a_fresh_process_and_is_told_as_if_it
         (1, "elsewhere"),
         (2, "elsewhere"),
     ]
-    assert heard.events[-8:] == [
+    assert [event for event in heard.events if event[0] != "preparing"][-8:] == [
         *[("started", 1, 2), ("epoch", 1, 1), ("epoch", 1, 2), ("finished", 1, 2)],
         *[("started", 2, 2), ("epoch", 2, 1), ("epoch", 2, 2), ("finished", 2, 2)],
     ]  # stored and shown as a run of this process is
+    # while a repeat trains elsewhere (quiet there: its epochs show when it ends), a spinner says what is going on
+    waiting = ("preparing", "training mnist-cnn2 in a fresh process, whose epochs show when it ends", 0)
+    assert heard.events.count(waiting) == 2  # for repeats 1 and 2, not for the first, which trains here
+    assert heard.events.index(waiting) < heard.events.index(("started", 1, 2))
 
 
 @pytest.mark.slow

@@ -64,9 +64,8 @@ DataProblem = DataUnavailable | DataFormatError  # why a workload got no data: e
 PROCESS_ID = uuid.uuid4().hex[:12]  # this process, in each run's record: the speedup interval's unit is the process
 
 
-# trains one repeat of a job in a fresh process and returns its record (launch.repeat_in_fresh_process, bound to
-# the plan): given the job, the record that repeat would have started with, and its share of the session's time
-# budget in seconds (None: no budget). None back: no process of its own could run it, and it trains in this one
+# trains one repeat of a job in a fresh process and returns its record (launch.repeat_in_fresh_process): given the
+# job, its record so far and its budget share in seconds (None: no budget); None back: it trains in this process
 FreshRepeat = Callable[[Job, RunRecord, float | None], RunRecord | None]
 
 
@@ -83,9 +82,8 @@ def run(
 
     `save_to`: write the model of the last run that finishes well there, as a checkpoint for `predict`.
     `spent_before_s`: seconds of the plan's time budget already spent (a command's start-up).
-    `fresh_repeat`: how a repeat after a job's first runs in a fresh process (`repeats_apart` says which may);
-    None: every repeat in this one. `fresh_from`: the first repeat (0-based) that does (0: every run).
-    """
+    `fresh_repeat`: how a repeat from the `fresh_from`th (0-based; 0: every run) trains in a fresh process
+    (`repeats_apart` says which may); None: every repeat in this one."""
     reporter = reporter or RunReporter()
     threads_before = torch.get_num_threads()
     if plan.threads is not None:
@@ -152,7 +150,7 @@ def _execute(
                     record.status, record.error = "failed", str(dataset)
                     reporter.run_finished(record)
                 else:
-                    apart = _in_a_process_of_its_own(fresh_repeat, fresh_from, job, record, shares)
+                    apart = _in_a_process_of_its_own(fresh_repeat, fresh_from, job, record, shares, reporter)
                     if apart is None:  # in this process, as planned or where no process of its own could run
                         train_record(record, job, dataset, reporter, save_to=save_to, choices=choices, shares=shares)
                     else:
@@ -171,17 +169,22 @@ def _execute(
 
 def repeats_apart(job: Job) -> bool:
     """Whether `job`'s repeats may each run in a fresh process: not where the session chooses once for them all
-    (tuned mode's choices, --batch-size auto's batch), which a fresh process would choose again, maybe otherwise,
-    and its runs would no longer pool. Those repeats share this process, and their interval says so."""
+    (tuned mode's choices, --batch-size auto's batch), which a fresh one would choose again (their interval says so)."""
     return job.mode == "seed" and not job.batch_size_auto
 
 
 def _in_a_process_of_its_own(
-    fresh_repeat: FreshRepeat | None, fresh_from: int, job: Job, record: RunRecord, shares: BudgetShares | None
+    fresh_repeat: FreshRepeat | None,
+    fresh_from: int,
+    job: Job,
+    record: RunRecord,
+    shares: BudgetShares | None,
+    reporter: RunReporter,
 ) -> RunRecord | None:
     """`record`'s run trained by `fresh_repeat` in a fresh process, where the plan has it so; None: in this one."""
     if fresh_repeat is None or record.repeat < fresh_from or not repeats_apart(job):
         return None
+    reporter.preparing(f"training {job.workload.name} in a fresh process, whose epochs show when it ends")
     return fresh_repeat(job, record, None if shares is None else shares.even_share_s())
 
 
@@ -463,12 +466,8 @@ def _record_failure(record: RunRecord, error: Exception, device: torch.device) -
         logging.getLogger(__name__).error("%s on %s failed", record.workload, record.device, exc_info=error)
         return
     record.status = "oom"
-    batch_size = record.settings.batch_size
-    what = (
-        f"out of memory at batch size {batch_size} on {device}"
-        if where == "device"
-        else f"out of host memory at batch size {batch_size}"
-    )
+    memory = f"memory at batch size {record.settings.batch_size}"
+    what = f"out of {memory} on {device}" if where == "device" else f"out of host {memory}"
     record.error = f"{what}: try a smaller --batch-size ({error})"
 
 
