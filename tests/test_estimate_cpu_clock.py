@@ -19,7 +19,7 @@ import result_fixtures
 import torch
 from typer.testing import CliRunner
 
-from devicebench import RunConfig, planning, runner
+from devicebench import RunConfig, launch, planning, runner
 from devicebench.check import cpu
 from devicebench.cli import app
 from devicebench.cli import estimate as estimate_command
@@ -83,10 +83,13 @@ class FakeChild:
     """subprocess.Popen for the baseline's process: keeps what it was given and hands in `record`, if any."""
 
     started: list[tuple[dict[str, str], dict]] = []
+    start_up_counts: list[bool] = []
     record = None
 
     def __init__(self, command, stderr, start_new_session, env) -> None:
-        FakeChild.started.append((env, json.loads(Path(command[-2]).read_text())["plan"]))
+        request = json.loads(Path(command[-2]).read_text())
+        FakeChild.started.append((env, request["plan"]))
+        FakeChild.start_up_counts.append(request["start_up_counts"])
         self.returncode = 1
         if FakeChild.record is None:
             stderr.write("ImportError: libgomp.so.1: cannot open shared object file\n")
@@ -116,7 +119,7 @@ def launching(stand_in):
 def child(monkeypatch):
     monkeypatch.setattr("devicebench.launch.subprocess.Popen", launching(FakeChild))
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
-    FakeChild.started, FakeChild.record = [], None
+    FakeChild.started, FakeChild.start_up_counts, FakeChild.record = [], [], None
     return FakeChild
 
 
@@ -136,6 +139,26 @@ def test_the_baseline_trains_in_a_fresh_process_with_passive_openmp_threads_in_i
     assert environment["OMP_WAIT_POLICY"] == "PASSIVE"
     assert "OMP_WAIT_POLICY" not in os.environ  # this process's own threads are left as they were
     assert plan["threads"] == torch.get_num_threads() and plan["budget_s"] == 20.0  # the caller's threads
+    assert child.start_up_counts == [False]  # its 20 s of training come on top of its interpreter's start-up
+
+
+def test_a_fresh_process_counts_its_start_up_against_its_budget_unless_told_not_to(child, monkeypatch, tmp_path):
+    """A repeat's share of a budget counts the start of its interpreter; the estimate's baseline, whose seconds of
+    training come on top of any start-up, does not (counted, the start-up cut ResNet-50's baseline to batch 8)."""
+    job_plan, job, placeholder = a_job_and_its_record()
+    launch.repeat_in_fresh_process(job_plan, job, placeholder, 20.0)
+    assert child.start_up_counts == [True]
+    spent: list[float] = []
+    monkeypatch.setattr(launch, "process_age_s", lambda: 7.0)
+    monkeypatch.setattr(launch, "_stop_when_orphaned", lambda pid, folder: None)
+    monkeypatch.setattr(
+        launch.runner, "run", lambda plan, spent_before_s: spent.append(spent_before_s) or Result({}, {}, "", "0")
+    )
+    for counts in (True, False):
+        request = tmp_path / f"plan-{counts}.json"
+        request.write_text(json.dumps({"plan": job_plan.to_dict(), "quiet": True, "start_up_counts": counts}))
+        launch._repeat_main(str(request), str(tmp_path / f"result-{counts}.json"))
+    assert spent == [7.0, 0.0]
 
 
 def test_a_baseline_whose_process_hands_in_nothing_falls_back_to_this_process_and_says_why(child):

@@ -21,7 +21,7 @@ import psutil
 import pytest
 import torch
 
-from devicebench import planning, runner
+from devicebench import budget, planning, runner
 from devicebench.cli import EXIT_TERMINATED
 from devicebench.config import RunConfig
 from devicebench.events import RunReporter
@@ -50,6 +50,10 @@ class Heard(RunReporter):
 
     def preparing(self, what):
         self.events.append(("preparing", what, 0))
+
+
+def refused_probe(job):
+    raise AssertionError("a sized job's first steps are timed again")
 
 
 def elsewhere(status: str = "ok"):
@@ -93,10 +97,18 @@ def test_every_repeat_but_the_first_goes_to_a_fresh_process_and_is_told_as_if_it
 @pytest.mark.slow
 def test_a_repeat_in_its_process_gets_its_share_of_what_the_budget_has_left():
     plan = planning.plan(RunConfig(**TINY, repeats=2, budget_s=60.0))
-    train, _ = elsewhere()
+    train, calls = elsewhere()
     runner.run(plan, fresh_repeat=train)
     (share_s,) = train.budgets
     assert 0 < share_s < 60.0  # the first repeat spent some; the one still to come gets the rest, less finishing
+    # the job it is handed was sized by this process's budget, and says so: its process keeps those sizes
+    ((job, _),) = calls
+    assert job.sized and not plan.jobs[0].sized
+    assert planning.Plan.from_dict(dataclasses.replace(plan, jobs=(job,)).to_dict()).jobs[0].sized
+    no_time = budget.BudgetShares.for_plan(dataclasses.replace(plan, budget_s=0.001), 0.0)  # nothing fits in it
+    assert budget.fit_to_share(job, no_time, refused_probe, Heard()) is job
+    with pytest.raises(AssertionError, match="timed again"):  # an unsized one would be sized afresh
+        budget.fit_to_share(dataclasses.replace(job, sized=False), no_time, refused_probe, Heard())
     train, _ = elsewhere()
     runner.run(planning.plan(RunConfig(**TINY, repeats=2)), fresh_repeat=train)
     assert train.budgets == [None]

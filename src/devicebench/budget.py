@@ -149,7 +149,8 @@ class BudgetShares:
         self.pacer = Pacer(self.budget, self._sized_s + share_s, times)
         return self.pacer
 
-    def run_done(self, record: RunRecord) -> None:
+    def run_done(self, record: RunRecord, elsewhere: bool = False) -> None:
+        """Account for `record`'s run; `elsewhere`: it trained in a process of its own, which sized its epochs."""
         now = self.budget.spent()
         pacer, self.pacer = self.pacer, None
         steady = [epoch.samples_per_s for epoch in record.steady_epochs]
@@ -158,8 +159,9 @@ class BudgetShares:
         evaluation_s = sum(epoch.eval_time_s or 0.0 for epoch in record.epochs)
         started_s, self._run_started_s = self._run_started_s, now
         spent_s = now - started_s
-        if pacer is None:  # not sized: a trainer of its own, or a run that failed before its sizing
-            self.spent.append(RunSpent(f"{record.workload} on {record.device}", spent_s, None, evaluation_s))
+        if pacer is None:  # not sized here: a trainer of its own, a run that failed before its sizing, or elsewhere
+            label = f"{record.workload} on {record.device}"
+            self.spent.append(RunSpent(label, spent_s, None, evaluation_s=evaluation_s, elsewhere=elsewhere))
         else:
             settings = record.settings
             at_fewest = record.epochs and all(epoch.steps <= FEWEST_BUDGETED_STEPS for epoch in record.epochs)
@@ -220,7 +222,7 @@ def fit_to_share(
     estimated for it size its epochs (`shares.estimates`), without timing its first steps again. `probe` times a
     job's first steps (time_probe), None when it has no data. A run of a trainer of its own, or whose batch size
     --batch-size auto grows, keeps its sizes."""
-    if job.workload.trainer is not None or job.batch_size_auto:
+    if job.sized or job.workload.trainer is not None or job.batch_size_auto:
         return job
     planned_flops = _flops_per_step(job)
     candidates = _smaller_jobs(job)

@@ -51,6 +51,7 @@ class RunSpent:
     evaluation_share_s: float = 0.0  # what its evaluation was planned to take
     fewest_epochs: int | None = None  # the epochs it ran when every one had the fewest steps, else None
     slowdown: float = 1.0  # its steps took up to this many times what its first steps said
+    elsewhere: bool = False  # it trained in a process of its own, whose budget sized its epochs (share_s None here)
 
     @property
     def over_s(self) -> float:
@@ -124,7 +125,15 @@ class BudgetAccount:
 
 
 def _unsized_overrun(unsized: list[RunSpent], seconds: float, larger: str) -> tuple[str, str]:
-    """The runs no budget sizes (trainers of their own) took the most (`seconds`), longest first in `unsized`."""
+    """The runs this process's budget did not size (trainers of their own, runs in processes of their own) took the
+    most (`seconds`), longest first in `unsized`."""
+    if all(run.elsewhere for run in unsized):  # sized in their own processes, whose start-up came on top
+        runs = (
+            f"{unsized[0].label} trained in a process of its own"
+            if len(unsized) == 1
+            else f"{len(unsized)} runs trained in processes of their own ({_listed(unsized)})"
+        )
+        return f"{runs} and took {_seconds(seconds)}", larger.capitalize()
     what = (
         f"{unsized[0].label} trains on a trainer of its own, which no budget sizes, and took "
         f"{_seconds(unsized[0].spent_s)}"

@@ -368,12 +368,19 @@ def _failure_text(stderr: str, code: int) -> str:
 
 
 def repeat_in_fresh_process(
-    plan: Plan, job: Job, placeholder: RunRecord, budget_s: float | None, environment: dict[str, str] | None = None
+    plan: Plan,
+    job: Job,
+    placeholder: RunRecord,
+    budget_s: float | None,
+    environment: dict[str, str] | None = None,
+    *,
+    start_up_counts: bool = True,
 ) -> RunRecord:
     """Train one repeat of `job` (of `plan`, whose threads and model it shares) in a new interpreter and return its
     record: `placeholder` itself (its run_id), failed with the reason, where the process could not start or gave
     none. `budget_s`: the run's share of the session's time budget, which the process's start counts against too
-    (None: no budget). `environment`: variables set in the child's environment only. On a KeyboardInterrupt, the
+    (None: no budget), unless not `start_up_counts` (the estimate's baseline, whose seconds of training come on top
+    of any start-up). `environment`: variables set in the child's environment only. On a KeyboardInterrupt, the
     signal that stopped this process (devicebench.stopping; Ctrl-C where none was caught) is forwarded, and the
     record comes back marked interrupted with every epoch it finished."""
     # the threads this process trains with, named: a fresh interpreter would take torch's default, which this
@@ -382,7 +389,7 @@ def repeat_in_fresh_process(
     one = dataclasses.replace(plan, jobs=(dataclasses.replace(job, repeats=1),), budget_s=budget_s, threads=threads)
     with tempfile.TemporaryDirectory(prefix="devicebench-repeat-") as folder:
         plan_file, output_file = Path(folder) / "plan.json", Path(folder) / "result.json"
-        plan_file.write_text(json.dumps({"plan": one.to_dict(), "quiet": True}))
+        plan_file.write_text(json.dumps({"plan": one.to_dict(), "quiet": True, "start_up_counts": start_up_counts}))
         log_file = Path(folder) / "repeat.log"
         with log_file.open("w") as log:
             try:
@@ -412,12 +419,14 @@ def repeat_in_fresh_process(
 
 def _repeat_main(plan_file: str, output_file: str) -> None:
     """One repeat in a fresh process: run the one-job plan, and hand in its record, interrupted or not."""
-    plan = Plan.from_dict(json.loads(Path(plan_file).read_text())["plan"])
+    request = json.loads(Path(plan_file).read_text())
+    plan = Plan.from_dict(request["plan"])
     launcher_pid = int(os.environ.get(PARENT_PID_VARIABLE, "0")) or None
     _stop_when_orphaned(launcher_pid, Path(output_file).parent)
     for number in STOPPING_SIGNALS:  # whichever signal the parent forwards, the run is kept as on Ctrl-C
         signal.signal(number, signal.default_int_handler)
-    result = runner.run(plan, spent_before_s=process_age_s())  # a budget counts the interpreter's start too
+    # a budget counts the interpreter's start too, unless the repeat's seconds were given on top of it
+    result = runner.run(plan, spent_before_s=process_age_s() if request.get("start_up_counts", True) else 0.0)
     for number in STOPPING_SIGNALS:
         signal.signal(number, signal.SIG_IGN)
     result.write_json(Path(output_file))

@@ -88,6 +88,9 @@ class Job:
     compile: CompileChoice  # tuned mode's
     batch_size_auto: bool  # grow the batch for throughput before training
     per_device_batch: bool  # the batch was given per process (the global one is world size times it)
+    # a budget sized it (budget.fit_to_share): a process it is handed to (a fresh repeat) keeps its sizes, where a
+    # second sizing there, its first steps timed cold, made ResNet-50's batch half the first repeat's
+    sized: bool = False
 
     @property
     def batch_size(self) -> int:

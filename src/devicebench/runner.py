@@ -139,7 +139,7 @@ def _execute(
     try:
         for job in jobs:
             if shares is not None:
-                job = fit_to_share(job, shares, probe, reporter)
+                job = dataclasses.replace(fit_to_share(job, shares, probe, reporter), sized=True)
             dataset = data_for(job)
             for repeat in range(job.repeats):
                 reporter.preparing(f"building {job.workload.name} to record its definition")  # seconds, the first time
@@ -157,7 +157,7 @@ def _execute(
                         record = result.runs[-1] = apart
                         _told(record, reporter)
                 if shares is not None:
-                    shares.run_done(record)
+                    shares.run_done(record, elsewhere=record.process_id != PROCESS_ID)
     except KeyboardInterrupt:
         result.interrupted = True
         for record in result.runs:
