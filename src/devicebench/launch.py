@@ -377,14 +377,11 @@ def repeat_in_fresh_process(
     start_up_counts: bool = True,
 ) -> RunRecord:
     """Train one repeat of `job` (of `plan`, whose threads and model it shares) in a new interpreter and return its
-    record: `placeholder` itself (its run_id), failed with the reason, where the process could not start or gave
-    none. `budget_s`: the run's share of the session's time budget, which the process's start counts against too
-    (None: no budget), unless not `start_up_counts` (the estimate's baseline, whose seconds of training come on top
-    of any start-up). `environment`: variables set in the child's environment only. On a KeyboardInterrupt, the
-    signal that stopped this process (devicebench.stopping; Ctrl-C where none was caught) is forwarded, and the
-    record comes back marked interrupted with every epoch it finished."""
-    # the threads this process trains with, named: a fresh interpreter would take torch's default, which this
-    # process (a library caller's, a test's) may have changed, and the repeats would no longer pool
+    record, or `placeholder` failed with the reason where no process started or handed one in. `budget_s`: its
+    share of the time budget (None: none), its process's start counted against it where `start_up_counts`.
+    `environment`: variables of the child's only. A KeyboardInterrupt (or the signal devicebench.stopping caught)
+    is forwarded, and the record comes back interrupted with every epoch it finished."""
+    # the threads named: a fresh interpreter would take torch's default, and the repeats would no longer pool
     threads = plan.threads or torch.get_num_threads()
     one = dataclasses.replace(plan, jobs=(dataclasses.replace(job, repeats=1),), budget_s=budget_s, threads=threads)
     with tempfile.TemporaryDirectory(prefix="devicebench-repeat-") as folder:
@@ -407,11 +404,9 @@ def repeat_in_fresh_process(
                 _stop_ranks(child, stopping.received() or signal.SIGINT)
         if not output_file.exists():
             reason = log_file.read_text().strip().splitlines()[-1:] or [f"exit code {child.returncode}"]
-            return dataclasses.replace(
-                placeholder,
-                status="interrupted" if stopping.received() is not None else "failed",
-                error=f"the repeat's process ended without a result: {reason[0]}",
-            )
+            status = "interrupted" if stopping.received() is not None else "failed"
+            error = f"the repeat's process ended without a result: {reason[0]}"
+            return dataclasses.replace(placeholder, status=status, error=error)
         (record,) = Result.read_json(output_file).runs
         record.repeat = placeholder.repeat
         return record
@@ -425,7 +420,6 @@ def _repeat_main(plan_file: str, output_file: str) -> None:
     _stop_when_orphaned(launcher_pid, Path(output_file).parent)
     for number in STOPPING_SIGNALS:  # whichever signal the parent forwards, the run is kept as on Ctrl-C
         signal.signal(number, signal.default_int_handler)
-    # a budget counts the interpreter's start too, unless the repeat's seconds were given on top of it
     result = runner.run(plan, spent_before_s=process_age_s() if request.get("start_up_counts", True) else 0.0)
     for number in STOPPING_SIGNALS:
         signal.signal(number, signal.SIG_IGN)
