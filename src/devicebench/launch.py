@@ -403,10 +403,9 @@ def repeat_in_fresh_process(
             except KeyboardInterrupt:
                 _stop_ranks(child, stopping.received() or signal.SIGINT)
         if not output_file.exists():
-            reason = log_file.read_text().strip().splitlines()[-1:] or [f"exit code {child.returncode}"]
-            status = "interrupted" if stopping.received() is not None else "failed"
-            error = f"the repeat's process ended without a result: {reason[0]}"
-            return dataclasses.replace(placeholder, status=status, error=error)
+            (reason,) = log_file.read_text().strip().splitlines()[-1:] or [f"exit code {child.returncode}"]
+            why, ended = f"the repeat's process ended without a result: {reason}", stopping.received()
+            return dataclasses.replace(placeholder, status="interrupted" if ended else "failed", error=why)
         (record,) = Result.read_json(output_file).runs
         record.repeat = placeholder.repeat
         return record
