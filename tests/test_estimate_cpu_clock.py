@@ -151,6 +151,9 @@ def test_a_fresh_process_counts_its_start_up_against_its_budget_unless_told_not_
     spent: list[float] = []
     monkeypatch.setattr(launch, "process_age_s", lambda: 7.0)
     monkeypatch.setattr(launch, "_stop_when_orphaned", lambda pid, folder: None)
+    # the repeat's process takes the stopping signals over and ignores them at its end: not this test's process,
+    # whose later tests (and the processes they start, which inherit an ignored signal) need them as they were
+    monkeypatch.setattr(launch.signal, "signal", lambda number, handler: None)
     monkeypatch.setattr(
         launch.runner, "run", lambda plan, spent_before_s: spent.append(spent_before_s) or Result({}, {}, "", "0")
     )
