@@ -27,7 +27,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.optimize import lsq_linear
+
+from devicebench.estimate.robust import reweighted_fit
 
 HOST_TERMS = ("per call", "per convolution", "per step", "per batch from loader workers")
 CALLS, CONVOLUTIONS, STEP, FROM_WORKERS = range(len(HOST_TERMS))
@@ -69,16 +70,11 @@ def fit_host(work: np.ndarray, observed_s: np.ndarray) -> np.ndarray:
     prior_rows = math.sqrt(PRIOR_WEIGHT) * np.eye(len(HOST_TERMS)) / SCALE_S
     weights = np.ones(len(observed_s))
     seconds = HOST_PRIOR_S.copy()
+    target = np.ones(len(observed_s))
     for _ in range(MOST_REFITS):
-        root = np.sqrt(weights)
-        seconds = lsq_linear(
-            np.vstack([terms * root[:, None], prior_rows]),
-            np.concatenate([root, prior_rows @ HOST_PRIOR_S]),
-            bounds=(0.0, MOST_S),
-            method="bvls",
-        ).x
-        residual = np.abs(terms @ seconds - 1.0)
-        reweighted = np.minimum(1.0, HUBER_RELATIVE / np.maximum(residual, 1e-12))
+        seconds, reweighted = reweighted_fit(
+            terms, target, weights, prior_rows, HOST_PRIOR_S, (0.0, MOST_S), HUBER_RELATIVE
+        )
         if np.allclose(reweighted, weights, rtol=0.0, atol=1e-3):
             break
         weights = reweighted

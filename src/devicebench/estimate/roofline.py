@@ -31,10 +31,10 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-from scipy.optimize import lsq_linear
 
 from devicebench.choices import KernelPrecision
 from devicebench.estimate.host import HOST_PRIOR_S, HOST_TERMS, fit_host, host_work, is_convolution, with_workers
+from devicebench.estimate.robust import reweighted_fit
 from devicebench.results.datasheets import Datasheet
 from devicebench.results.schema import RunSettings
 
@@ -64,7 +64,7 @@ HIGHEST = np.array([1000.0] * PER_KERNEL + [1000.0])  # a share of at least 0.1%
 MOST_REFITS = 12
 # Huber's loss: a point whose relative error is beyond this weighs less the further it is (the fit's robustness)
 HUBER_RELATIVE = 0.5
-MOST_ROBUST_REFITS = 30  # reweightings and re-decided bounds before a fit keeps the last  # a fit whose kernels still change bound after this many refits keeps the last
+MOST_ROBUST_REFITS = 30  # reweightings and re-decided bounds before a fit keeps the last
 AMP_BYTES = 0.5  # under mixed precision the forward and backward kernels read and write fp16/bf16 activations
 AMP_CAST_BYTES = 1.5  # and the fp32 weights are cast to half once a step: 4 bytes read, 2 written a weight
 PINNED_SHARE = 0.1  # a point rests on a parameter whose term is at least a tenth of its predicted step
@@ -445,16 +445,10 @@ class Fitter:
         weights = np.ones(int(kept.sum()))
         for _ in range(MOST_ROBUST_REFITS):
             terms = self._terms(inverse, by_compute)[kept] / self._observed_s[kept, None]
-            root = np.sqrt(weights)
-            inverse = lsq_linear(
-                np.vstack([terms * root[:, None], prior_rows]),
-                np.concatenate([target * root, prior_rows @ PRIOR]),
-                bounds=(LOWEST, HIGHEST),
-                method="bvls",
-            ).x
-            residual = np.abs(terms @ inverse - target)
+            inverse, reweighted = reweighted_fit(
+                terms, target, weights, prior_rows, PRIOR, (LOWEST, HIGHEST), HUBER_RELATIVE
+            )
             settled, by_compute = by_compute, self._bounds(inverse)
-            reweighted = np.minimum(1.0, HUBER_RELATIVE / np.maximum(residual, 1e-12))
             steady = np.allclose(reweighted, weights, rtol=0.0, atol=1e-3)
             weights = reweighted
             if np.array_equal(settled, by_compute) and steady:
